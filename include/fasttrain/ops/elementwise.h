@@ -1,0 +1,72 @@
+// Elementwise arithmetic and activations with NumPy broadcasting and PyTorch type promotion.
+// Implemented in src/ops/elementwise.cpp (math, gradients) and src/backend/cpu/elementwise.cpp.
+#pragma once
+#include "fasttrain/tensor.h"
+
+namespace ft {
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha = 1);  // a + alpha * b
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, Scalar b);
+Tensor sub(const Tensor& a, Scalar b);
+Tensor mul(const Tensor& a, Scalar b);
+Tensor div(const Tensor& a, Scalar b);
+Tensor rsub(const Tensor& a, Scalar b);  // b - a
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, Scalar exponent);
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApprox { None, Tanh };  // None: exact x*Phi(x) with erf
+Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
+Tensor silu(const Tensor& x);
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+
+// Selection: cond is bool (or any dtype, nonzero = true); broadcasting over all three.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+
+// Comparisons give bool tensors (not differentiable).
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor logical_not(const Tensor& x);
+
+// In place, not recorded by autograd (optimizers, accumulation).
+Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha = 1);
+Tensor& mul_(Tensor& a, Scalar b);
+
+// Sums `grad` over broadcast dimensions so it has `shape` (the backward of broadcasting).
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, Scalar b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, Scalar b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, Scalar b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, Scalar b) { return div(a, b); }
+inline Tensor operator+(Scalar a, const Tensor& b) { return add(b, a); }
+inline Tensor operator-(Scalar a, const Tensor& b) { return rsub(b, a); }
+inline Tensor operator*(Scalar a, const Tensor& b) { return mul(b, a); }
+
+}  // namespace ft

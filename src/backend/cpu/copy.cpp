@@ -1,0 +1,67 @@
+#include "backend/cpu/copy.h"
+
+#include <cstring>
+
+#include "backend/cpu/dispatch.h"
+#include "backend/cpu/loops.h"
+
+namespace ft::cpu {
+
+template <class To, class From>
+static inline To convert(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<compute_t<From>>(v) != 0;
+  } else if constexpr (std::is_same_v<To, bf16> || std::is_same_v<To, f16>) {
+    return To(static_cast<float>(static_cast<compute_t<From>>(v)));
+  } else {
+    return static_cast<To>(static_cast<compute_t<From>>(v));
+  }
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  // Same dtype, both dense in the same layout: one memcpy.
+  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
+    const size_t n = dst.nbytes();
+    char* d = static_cast<char*>(dst.raw_data());
+    const char* s = static_cast<const char*>(src.raw_data());
+    parallel_for(0, static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
+    return;
+  }
+  FT_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+    using To = scalar_t;
+    FT_DISPATCH_ALL(src.dtype(), "copy", [&] {
+      using From = scalar_t;
+      StridedLoop L = make_loop(dst, {&src});
+      run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+        if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
+          To* o = reinterpret_cast<To*>(p[0]);
+          const From* x = reinterpret_cast<const From*>(p[1]);
+          for (int64_t i = 0; i < n; ++i) o[i] = convert<To>(x[i]);
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<To*>(p[0] + i * s[0]) = convert<To>(*reinterpret_cast<const From*>(p[1] + i * s[1]));
+        }
+      });
+    });
+  });
+}
+
+void fill(const Tensor& dst, Scalar value) {
+  FT_DISPATCH_ALL(dst.dtype(), "fill", [&] {
+    scalar_t v;
+    if constexpr (std::is_same_v<scalar_t, bool>) {
+      v = value.to_double() != 0;
+    } else if constexpr (std::is_integral_v<scalar_t>) {
+      v = static_cast<scalar_t>(value.to_int());
+    } else {
+      v = scalar_t(static_cast<compute_t<scalar_t>>(value.to_double()));
+    }
+    StridedLoop L = make_loop(dst, {});
+    run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<scalar_t*>(p[0] + i * s[0]) = v;
+    });
+  });
+}
+
+}  // namespace ft::cpu

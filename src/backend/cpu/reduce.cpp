@@ -1,0 +1,136 @@
+// Sum over dimensions. Two shapes of loop cover every case without a transposing copy in the
+// common ones: reducing trailing (dense) dims sums each row with vectorised partial sums;
+// reducing leading dims (bias gradients: sum over the batch) adds whole dense rows into an
+// accumulator row. Anything else is first permuted into a dense [K, R] copy.
+#include "backend/cpu/reduce.h"
+
+#include <algorithm>
+
+#include "backend/cpu/copy.h"
+#include "backend/cpu/dispatch.h"
+#include "fasttrain/parallel.h"
+
+namespace ft::cpu {
+
+std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op) {
+  std::vector<bool> mask(std::max(ndim, 0), false);
+  for (int64_t d : dims) {
+    int w = wrap_dim(d, ndim, op);
+    if (ndim == 0) continue;
+    FT_CHECK(!mask[w], op, ": dimension ", w, " appears more than once in ", dims.str());
+    mask[w] = true;
+  }
+  return mask;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim) {
+  Shape out;
+  for (int i = 0; i < shape.size(); ++i) {
+    if (!mask[i])
+      out.push_back(shape[i]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
+}
+
+ReductionRows reduction_rows(const Tensor& x, const std::vector<bool>& mask) {
+  Dims order;
+  int64_t K = 1, R = 1;
+  for (int i = 0; i < x.dim(); ++i)
+    if (!mask[i]) {
+      order.push_back(i);
+      K *= x.size(i);
+    }
+  for (int i = 0; i < x.dim(); ++i)
+    if (mask[i]) {
+      order.push_back(i);
+      R *= x.size(i);
+    }
+  Tensor p = x.dim() ? x.detach().permute(order) : x.detach();
+  ReductionRows rows;
+  rows.K = K;
+  rows.R = R;
+  if (!p.is_contiguous()) {
+    Tensor c = empty(p.shape(), p.options());
+    copy(c, p);
+    p = c;
+  }
+  rows.values = p.reshape({K, R});
+  return rows;
+}
+
+namespace {
+
+template <class T, class Acc>
+void sum_rows(const T* x, int64_t K, int64_t R, double scale, Acc* out) {
+  parallel_for(0, K, std::max<int64_t>(1, 32768 / std::max<int64_t>(R, 1)), [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const T* row = x + k * R;
+      double total = 0;
+      // blocks of 256 summed in the compute type (vectorised), blocks combined in double
+      for (int64_t r0 = 0; r0 < R; r0 += 256) {
+        int64_t r1 = std::min(R, r0 + 256);
+        compute_t<T> part[8] = {};
+        int64_t r = r0;
+        for (; r + 8 <= r1; r += 8)
+          for (int j = 0; j < 8; ++j) part[j] += static_cast<compute_t<T>>(row[r + j]);
+        compute_t<T> block = 0;
+        for (int j = 0; j < 8; ++j) block += part[j];
+        for (; r < r1; ++r) block += static_cast<compute_t<T>>(row[r]);
+        total += static_cast<double>(block);
+      }
+      out[k] = static_cast<Acc>(total * scale);
+    }
+  });
+}
+
+// x viewed as [R, K] dense: out[k] = sum_r x[r, k].
+template <class T, class Acc>
+void sum_columns(const T* x, int64_t R, int64_t K, double scale, Acc* out) {
+  parallel_for(0, K, 256, [&](int64_t k0, int64_t k1) {
+    std::vector<double> acc(k1 - k0, 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      const T* row = x + r * K;
+      for (int64_t k = k0; k < k1; ++k) acc[k - k0] += static_cast<double>(static_cast<compute_t<T>>(row[k]));
+    }
+    for (int64_t k = k0; k < k1; ++k) out[k] = static_cast<Acc>(acc[k - k0] * scale);
+  });
+}
+
+}  // namespace
+
+void sum(const Tensor& x, const std::vector<bool>& mask, double scale, const Tensor& out) {
+  if (!is_floating(x.dtype()) && x.dtype() != DType::I64) {
+    Tensor wide = empty(x.shape(), DType::I64);
+    copy(wide, x);
+    sum(wide, mask, scale, out);
+    return;
+  }
+  // Leading-dims case: x dense and every reduced dim precedes every kept dim.
+  int last_reduced = -1, first_kept = x.dim();
+  for (int i = 0; i < x.dim(); ++i) {
+    if (mask[i]) last_reduced = i;
+    else first_kept = std::min(first_kept, i);
+  }
+  const bool leading = x.is_contiguous() && last_reduced >= 0 && last_reduced < first_kept && first_kept < x.dim();
+  const DType acc_dtype = is_floating(x.dtype()) ? DType::F64 : DType::I64;
+  Tensor result = out.dtype() == acc_dtype && out.is_contiguous() ? out : empty(out.shape(), acc_dtype);
+  FT_DISPATCH_ALL(x.dtype(), "sum", [&] {
+    if constexpr (std::is_same_v<scalar_t, bool> || std::is_same_v<scalar_t, int32_t> || std::is_same_v<scalar_t, uint8_t>) {
+      FT_FAIL("sum: unreachable dtype");
+    } else {
+      using Acc = std::conditional_t<std::is_integral_v<scalar_t>, int64_t, double>;
+      const int64_t K = out.numel();
+      if (leading) {
+        sum_columns<scalar_t, Acc>(x.data<scalar_t>(), x.numel() / std::max<int64_t>(K, 1), K, scale, result.data<Acc>());
+      } else {
+        ReductionRows rows = reduction_rows(x, mask);
+        sum_rows<scalar_t, Acc>(rows.values.data<scalar_t>(), rows.K, rows.R, scale, result.data<Acc>());
+      }
+    }
+  });
+  if (!result.same(out)) copy(out, result);
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,25 @@
+// CPU reductions over a set of dimensions.
+#pragma once
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+// Marks which dims of a rank-n tensor are reduced; validates and de-duplicates `dims`.
+std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op);
+// Shape after reducing `mask` dims, keeping them as size 1 when keepdim.
+Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim);
+
+// The input viewed as rows: out element k reduces the R values x[k, 0..R) (kept dims first,
+// reduced dims last, as a permuted view). When `inner_contiguous`, the R values of a row are
+// dense (stride 1) and row k starts at row_offset(k); otherwise `values` is a dense [K, R] copy.
+struct ReductionRows {
+  Tensor values;  // [K, R] contiguous view or copy
+  int64_t K = 0, R = 0;
+};
+ReductionRows reduction_rows(const Tensor& x, const std::vector<bool>& mask);
+
+// out (any floating/integral dtype, numel K) = sum over reduced dims of x, times `scale`.
+// Floating sums accumulate in f64 per row block for accuracy; ints sum in i64.
+void sum(const Tensor& x, const std::vector<bool>& mask, double scale, const Tensor& out);
+
+}  // namespace ft::cpu

@@ -1,0 +1,291 @@
+// Tensor handles: metadata, creation, conversion and copies. View ops live in views.cpp and
+// printing in print.cpp.
+#include "fasttrain/tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/copy.h"
+#include "backend/cuda_hooks.h"
+#include "fasttrain/autograd.h"
+#include "fasttrain/ops/elementwise.h"
+
+namespace ft {
+
+int64_t Tensor::size(int64_t d) const { return shape()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  const auto& s = shape();
+  const auto& st = strides();
+  int64_t expected = 1;
+  for (int i = s.size() - 1; i >= 0; --i) {
+    if (s[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= s[i];
+  }
+  return true;
+}
+
+bool Tensor::is_channels_last() const {
+  if (dim() != 4) return false;
+  const auto& s = shape();
+  const auto& st = strides();
+  // memory order N, H, W, C
+  const int order[4] = {1, 3, 2, 0};
+  int64_t expected = 1;
+  for (int k : order) {
+    if (s[k] != 1 && st[k] != expected) return false;
+    expected *= s[k];
+  }
+  return true;
+}
+
+void Tensor::bump_version() const {
+  if (!autograd::inference_mode_enabled()) storage()->version.fetch_add(1, std::memory_order_relaxed);
+}
+
+void* Tensor::raw_data() const {
+  const auto& impl = checked();
+  return static_cast<char*>(impl.storage->ptr()) + impl.offset * static_cast<int64_t>(dtype_size(impl.dtype));
+}
+
+double Tensor::item_double() const {
+  FT_CHECK(numel() == 1, "item(): expected a tensor with one element, found shape ", shape().str());
+  Tensor c = device().is_cpu() ? *this : to(Device::cpu());
+  Tensor d = empty({}, DType::F64);
+  cpu::copy(d, c.reshape({}));
+  return *d.data<double>();
+}
+
+std::vector<double> Tensor::to_vector() const {
+  Tensor c = device().is_cpu() ? *this : to(Device::cpu());
+  Tensor d = empty(shape(), DType::F64);
+  cpu::copy(d, c);
+  const double* p = d.data<double>();
+  return std::vector<double>(p, p + d.numel());
+}
+
+// --- creation ---
+
+static std::shared_ptr<Storage> new_storage(size_t nbytes, Device device) {
+  auto st = std::make_shared<Storage>();
+  st->data = allocator_for(device).allocate(nbytes, current_stream(device));
+  st->nbytes = nbytes;
+  st->device = device;
+  return st;
+}
+
+static Tensor make_tensor(std::shared_ptr<Storage> st, const Shape& shape, const Strides& strides, int64_t offset,
+                          DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::move(st);
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->offset = offset;
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+static void check_shape(const Shape& shape, const char* what) {
+  for (int64_t s : shape) FT_CHECK(s >= 0, what, ": negative size in shape ", shape.str());
+}
+
+static void apply_requires_grad(Tensor& t, const TensorOptions& opts) {
+  if (opts.requires_grad) t.requires_grad_(true);
+}
+
+Tensor empty(const Shape& shape, TensorOptions opts) {
+  check_shape(shape, "empty");
+  Tensor t = make_tensor(new_storage(shape.numel() * dtype_size(opts.dtype), opts.device), shape,
+                         contiguous_strides(shape), 0, opts.dtype);
+  apply_requires_grad(t, opts);
+  return t;
+}
+
+Tensor empty_strided(const Shape& shape, const Strides& strides, TensorOptions opts) {
+  check_shape(shape, "empty_strided");
+  FT_CHECK(shape.size() == strides.size(), "empty_strided: shape ", shape.str(), " and strides ", strides.str(),
+           " differ in rank");
+  int64_t extent = 1;
+  for (int i = 0; i < shape.size(); ++i) {
+    FT_CHECK(strides[i] >= 0, "empty_strided: negative stride in ", strides.str());
+    if (shape[i] == 0) extent = 0;
+  }
+  if (extent != 0)
+    for (int i = 0; i < shape.size(); ++i) extent += (shape[i] - 1) * strides[i];
+  Tensor t = make_tensor(new_storage(extent * dtype_size(opts.dtype), opts.device), shape, strides, 0, opts.dtype);
+  apply_requires_grad(t, opts);
+  return t;
+}
+
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+
+Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
+  bool rg = opts.requires_grad;
+  Tensor t = empty(shape, opts.with_requires_grad(false));
+  {
+    autograd::NoGradGuard ng;
+    t.fill_(value);
+  }
+  if (rg) t.requires_grad_(true);
+  return t;
+}
+Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0, opts); }
+Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.options()); }
+Tensor scalar_tensor(Scalar value, TensorOptions opts) { return full({}, value, opts); }
+
+Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  FT_CHECK(st != 0, "arange: step must be nonzero");
+  FT_CHECK((e - s) / st >= 0, "arange: start ", s, ", end ", e, " and step ", st, " give a negative length");
+  int64_t n = static_cast<int64_t>(std::ceil((e - s) / st));
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = s + i * st;
+  return from_vector(v, {n}, opts);
+}
+
+Tensor from_vector(const std::vector<double>& values, const Shape& shape, TensorOptions opts) {
+  FT_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "from_vector: ", values.size(),
+           " values do not fill shape ", shape.str(), " (", shape.numel(), " elements)");
+  Tensor src = from_blob(const_cast<double*>(values.data()), shape, DType::F64);
+  Tensor out = empty(shape, TensorOptions(opts.dtype, Device::cpu()));
+  cpu::copy(out, src);
+  out = out.to(opts.device);
+  if (opts.requires_grad) out.requires_grad_(true);
+  return out;
+}
+
+Tensor from_blob(void* data, const Shape& shape, const Strides& strides, TensorOptions opts,
+                 std::function<void(void*)> deleter) {
+  FT_CHECK(data != nullptr || shape.numel() == 0, "from_blob: null data pointer for shape ", shape.str());
+  FT_CHECK(shape.size() == strides.size(), "from_blob: shape ", shape.str(), " and strides ", strides.str(),
+           " differ in rank");
+  check_shape(shape, "from_blob");
+  int64_t extent = shape.numel() == 0 ? 0 : 1;
+  for (int i = 0; i < shape.size() && extent; ++i) extent += (shape[i] - 1) * strides[i];
+  auto st = std::make_shared<Storage>();
+  if (!deleter) deleter = [](void*) {};
+  st->data = DataPtr(data, std::move(deleter));
+  st->nbytes = extent * dtype_size(opts.dtype);
+  st->device = opts.device;
+  Tensor t = make_tensor(std::move(st), shape, strides, 0, opts.dtype);
+  apply_requires_grad(t, opts);
+  return t;
+}
+
+Tensor from_blob(void* data, const Shape& shape, TensorOptions opts, std::function<void(void*)> deleter) {
+  return from_blob(data, shape, contiguous_strides(shape), opts, std::move(deleter));
+}
+
+// --- conversion ---
+
+Tensor Tensor::to(DType dtype) const { return to(device(), dtype); }
+Tensor Tensor::to(Device dev) const { return to(dev, dtype()); }
+
+// Raw copy of a dense tensor between devices; dtype unchanged.
+static Tensor copy_across_devices(const Tensor& src, Device dst_dev, bool non_blocking) {
+  FT_CHECK(cuda_hooks().memcpy != nullptr, "to(", dst_dev.str(), "): this build has no CUDA support");
+  if (dst_dev.is_cuda() || src.device().is_cuda()) {
+    int n = cuda_device_count();
+    Device cuda_dev = dst_dev.is_cuda() ? dst_dev : src.device();
+    FT_CHECK(cuda_dev.index < n, "to(", dst_dev.str(), "): device ", cuda_dev.str(), " is not available (",
+             n, " CUDA devices found)");
+  }
+  Tensor c = src.contiguous();
+  Tensor out = empty(c.shape(), TensorOptions(c.dtype(), dst_dev));
+  Device stream_dev = dst_dev.is_cuda() ? dst_dev : src.device();
+  cuda_hooks().memcpy(out.raw_data(), dst_dev, c.raw_data(), c.device(), c.nbytes(), current_stream(stream_dev),
+                      non_blocking);
+  return out;
+}
+
+Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
+  if (dev == device() && dt == dtype()) return *this;
+  Tensor out;
+  if (dev == device()) {
+    FT_CHECK(dev.is_cpu(), "to(", dtype_name(dt), "): dtype conversion on ", dev.str(), " needs the CUDA backend");
+    out = empty(shape(), TensorOptions(dt, dev));
+    cpu::copy(out, *this);
+  } else if (dt == dtype()) {
+    out = copy_across_devices(*this, dev, non_blocking);
+  } else if (device().is_cpu()) {  // convert first so fewer bytes cross the bus when narrowing
+    out = copy_across_devices(to(dt), dev, non_blocking);
+  } else {
+    out = copy_across_devices(*this, dev, non_blocking).to(dt);
+  }
+  if (autograd::any_requires_grad({this}) && is_floating(dt)) {
+    Device src_dev = device();
+    DType src_dt = dtype();
+    autograd::record_function("ToBackward", {this}, {&out}, [src_dev, src_dt](std::vector<Tensor>& g) {
+      return std::vector<Tensor>{g[0].to(src_dev, src_dt)};
+    });
+  }
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), options());
+  {
+    autograd::NoGradGuard ng;
+    out.copy_(*this);
+  }
+  if (autograd::any_requires_grad({this}))
+    autograd::record_function("CloneBackward", {this}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  return out;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = storage();
+  impl->shape = shape();
+  impl->strides = strides();
+  impl->offset = offset();
+  impl->dtype = dtype();
+  return Tensor(std::move(impl));
+}
+
+static void check_inplace_allowed(const Tensor& t, const char* what) {
+  FT_CHECK(!(autograd::grad_enabled() && t.requires_grad()), what, ": in-place write to a tensor that requires grad",
+           " while grad mode is on; use the out-of-place op, or write under NoGradGuard");
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_inplace_allowed(*this, "copy_");
+  broadcast_shapes(shape(), src.shape(), "copy_");
+  FT_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source shape ", src.shape().str(),
+           " does not broadcast to destination shape ", shape().str());
+  if (device() == src.device()) {
+    FT_CHECK(device().is_cpu(), "copy_ on ", device().str(), " needs the CUDA backend");
+    cpu::copy(*this, src);
+  } else {
+    Tensor moved = src.to(device(), dtype());
+    FT_CHECK(device().is_cpu(), "copy_ on ", device().str(), " needs the CUDA backend");
+    cpu::copy(*this, moved);
+  }
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::fill_(Scalar value) {
+  check_inplace_allowed(*this, "fill_");
+  FT_CHECK(device().is_cpu(), "fill_ on ", device().str(), " needs the CUDA backend");
+  cpu::fill(*this, value);
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::requires_grad_(bool r) {
+  FT_CHECK(is_leaf() || r, "requires_grad_(false): only leaf tensors can stop requiring grad; use detach()");
+  FT_CHECK(!r || is_floating(dtype()), "requires_grad_: only floating-point tensors can require grad, found ",
+           dtype_name(dtype()));
+  impl()->requires_grad = r;
+  return *this;
+}
+
+Tensor Tensor::operator-() const { return neg(*this); }
+
+}  // namespace ft

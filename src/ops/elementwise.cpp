@@ -1,0 +1,320 @@
+// Elementwise ops: type promotion, broadcasting, and gradients. The per-element math is in
+// elementwise_math.h; the loops are in backend/cpu/elementwise.cpp.
+#include "fasttrain/ops/elementwise.h"
+
+#include "backend/cpu/elementwise.h"
+#include "fasttrain/ops/reduce.h"
+#include "ops/common.h"
+
+namespace ft {
+
+using autograd::record_function;
+using math::BinaryOp;
+using math::UnaryOp;
+
+namespace {
+
+const char* binary_name(BinaryOp op) {
+  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"};
+  return names[static_cast<int>(op)];
+}
+
+// Broadcasts and promotes, then runs the kernel. No autograd.
+Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  ops::common_device({&a, &b}, name);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  DType dt = promote_types(a.dtype(), b.dtype());
+  Tensor ac = a.dtype() == dt ? a : a.to(dt);
+  Tensor bc = b.dtype() == dt ? b : b.to(dt);
+  Tensor out = empty(shape, TensorOptions(math::is_comparison(op) ? DType::Bool : dt, a.device()));
+  ops::check_cpu(a, name);
+  cpu::binary(op, ac, bc, out);
+  return out;
+}
+
+Tensor unary_forward(UnaryOp op, const Tensor& x, const char* name, bool floating_only) {
+  if (floating_only) ops::check_floating(x, name, "input");
+  ops::check_cpu(x, name);
+  Tensor out = empty(x.shape(), x.options());
+  cpu::unary(op, x, out);
+  return out;
+}
+
+// Unary op with a fused backward kernel: grad * f'(x).
+Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, const char* node_name, bool save_output) {
+  Tensor y = unary_forward(op, x, name, op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Square &&
+                                            op != UnaryOp::Relu);
+  if (autograd::any_requires_grad({&x})) {
+    autograd::SavedTensor sx(x), sy(save_output ? y : Tensor());
+    std::string nn = node_name;
+    record_function(node_name, {&x}, {&y}, [op, sx, sy, nn](std::vector<Tensor>& g) {
+      Tensor xv = sx.get(nn.c_str());
+      Tensor yv = sy.get(nn.c_str());
+      Tensor gx = empty(xv.shape(), xv.options());
+      cpu::unary_backward(op, g[0], xv, yv, gx);
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int lead = grad.dim() - shape.size();
+  FT_CHECK(lead >= 0, "sum_to_shape: gradient shape ", grad.shape().str(), " has fewer dimensions than ", shape.str());
+  Dims dims;
+  for (int i = 0; i < grad.dim(); ++i) {
+    if (i < lead) {
+      dims.push_back(i);
+    } else if (shape[i - lead] == 1 && grad.size(i) != 1) {
+      dims.push_back(i);
+    }
+  }
+  Tensor r = dims.empty() ? grad : sum(grad, dims, true);
+  return r.reshape(shape);
+}
+
+// --- binary arithmetic ---
+
+Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
+  Tensor bb = alpha.to_double() == 1.0 ? b : mul(b, alpha);
+  Tensor out = binary_forward(BinaryOp::Add, a, bb);
+  if (autograd::any_requires_grad({&a, &bb})) {
+    Shape sa = a.shape(), sb = bb.shape();
+    record_function("AddBackward", {&a, &bb}, {&out}, [sa, sb](std::vector<Tensor>& g) {
+      return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(g[0], sb)};
+    });
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
+  Tensor bb = alpha.to_double() == 1.0 ? b : mul(b, alpha);
+  Tensor out = binary_forward(BinaryOp::Sub, a, bb);
+  if (autograd::any_requires_grad({&a, &bb})) {
+    Shape sa = a.shape(), sb = bb.shape();
+    record_function("SubBackward", {&a, &bb}, {&out}, [sa, sb](std::vector<Tensor>& g) {
+      return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(neg(g[0]), sb)};
+    });
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Mul, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    autograd::SavedTensor sa(need_b ? a : Tensor()), sb(need_a ? b : Tensor());
+    Shape sha = a.shape(), shb = b.shape();
+    record_function("MulBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor ga = need_a ? sum_to_shape(mul(g[0], sb.get("MulBackward")), sha) : Tensor();
+      Tensor gb = need_b ? sum_to_shape(mul(g[0], sa.get("MulBackward")), shb) : Tensor();
+      return std::vector<Tensor>{ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  // Integer division follows PyTorch's true division: promote to float.
+  if (!is_floating(a.dtype()) && !is_floating(b.dtype())) return div(a.to(DType::F32), b.to(DType::F32));
+  Tensor out = binary_forward(BinaryOp::Div, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    bool need_b = b.requires_grad();
+    autograd::SavedTensor sb(b), sout(need_b ? out : Tensor());
+    Shape sha = a.shape(), shb = b.shape();
+    record_function("DivBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor bv = sb.get("DivBackward");
+      Tensor ga = sum_to_shape(div(g[0], bv), sha);
+      Tensor gb = need_b ? sum_to_shape(neg(div(mul(g[0], sout.get("DivBackward")), bv)), shb) : Tensor();
+      return std::vector<Tensor>{ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor add(const Tensor& a, Scalar b) { return add(a, ops::scalar_like(b, a)); }
+Tensor sub(const Tensor& a, Scalar b) { return sub(a, ops::scalar_like(b, a)); }
+Tensor mul(const Tensor& a, Scalar b) { return mul(a, ops::scalar_like(b, a)); }
+Tensor div(const Tensor& a, Scalar b) { return div(a, ops::scalar_like(b, a)); }
+Tensor rsub(const Tensor& a, Scalar b) { return sub(ops::scalar_like(b, a), a); }
+
+// Gradient of max/min flows to the selected input; ties split evenly (PyTorch's rule).
+static Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(op, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    autograd::SavedTensor sa(a), sb(b);
+    Shape sha = a.shape(), shb = b.shape();
+    bool is_max = op == BinaryOp::Max;
+    record_function(is_max ? "MaximumBackward" : "MinimumBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor av = sa.get("MaximumBackward"), bv = sb.get("MaximumBackward");
+      Tensor a_wins = (is_max ? gt(av, bv) : lt(av, bv)).to(g[0].dtype());
+      Tensor tie = eq(av, bv).to(g[0].dtype());
+      Tensor wa = add(a_wins, mul(tie, 0.5));
+      Tensor wb = rsub(wa, 1.0);
+      return std::vector<Tensor>{sum_to_shape(mul(g[0], wa), sha), sum_to_shape(mul(g[0], wb), shb)};
+    });
+  }
+  return out;
+}
+Tensor maximum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Max, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return extremum(BinaryOp::Min, a, b); }
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward(BinaryOp::Pow, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    bool need_b = b.requires_grad();
+    autograd::SavedTensor sa(a), sb(b), sout(out);
+    Shape sha = a.shape(), shb = b.shape();
+    record_function("PowBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor av = sa.get("PowBackward"), bv = sb.get("PowBackward"), ov = sout.get("PowBackward");
+      // d/da a^b = b a^(b-1); d/db a^b = a^b log a (taken as 0 where a == 0, as PyTorch does)
+      Tensor ga = sum_to_shape(mul(g[0], mul(bv, pow(av, sub(bv, 1.0)))), sha);
+      Tensor gb;
+      if (need_b) {
+        Tensor safe_log = where(eq(av, 0.0), zeros_like(av), log(where(eq(av, 0.0), ones_like(av), av)));
+        gb = sum_to_shape(mul(g[0], mul(ov, safe_log)), shb);
+      }
+      return std::vector<Tensor>{ga, gb};
+    });
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a, Scalar exponent) {
+  double e = exponent.to_double();
+  if (e == 2.0) return square(a);
+  Tensor out = binary_forward(BinaryOp::Pow, a, ops::scalar_like(exponent, a));
+  if (autograd::any_requires_grad({&a})) {
+    autograd::SavedTensor sa(a);
+    record_function("PowScalarBackward", {&a}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor av = sa.get("PowScalarBackward");
+      Tensor d = e == 0.0 ? zeros_like(av) : mul(pow(av, e - 1.0), e);
+      return std::vector<Tensor>{mul(g[0], d)};
+    });
+  }
+  return out;
+}
+
+// --- unary ---
+
+Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x, "neg", "NegBackward", false); }
+Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x, "abs", "AbsBackward", false); }
+Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x, "exp", "ExpBackward", true); }
+Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x, "log", "LogBackward", false); }
+Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x, "sqrt", "SqrtBackward", true); }
+Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x, "rsqrt", "RsqrtBackward", true); }
+Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x, "square", "SquareBackward", false); }
+Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x, "tanh", "TanhBackward", true); }
+Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x, "sigmoid", "SigmoidBackward", true); }
+Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x, "relu", "ReluBackward", false); }
+Tensor gelu(const Tensor& x, GeluApprox approximate) {
+  return approximate == GeluApprox::Tanh ? unary_op(UnaryOp::GeluTanh, x, "gelu", "GeluTanhBackward", false)
+                                         : unary_op(UnaryOp::GeluErf, x, "gelu", "GeluBackward", false);
+}
+Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x, "silu", "SiluBackward", false); }
+
+Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
+  FT_CHECK(lo || hi, "clamp: at least one of min and max must be given");
+  FT_CHECK(!(lo && hi) || *lo <= *hi, "clamp: min ", *lo, " is greater than max ", *hi);
+  ops::check_cpu(x, "clamp");
+  Tensor out = empty(x.shape(), x.options());
+  cpu::clamp(x, lo, hi, out);
+  if (autograd::any_requires_grad({&x})) {
+    autograd::SavedTensor sx(x);
+    record_function("ClampBackward", {&x}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor xv = sx.get("ClampBackward");
+      Tensor gx = empty(xv.shape(), xv.options());
+      cpu::clamp_backward(g[0], xv, lo, hi, gx);
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return out;
+}
+
+// --- selection ---
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  ops::common_device({&cond, &a, &b}, "where");
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  DType dt = promote_types(a.dtype(), b.dtype());
+  Tensor c = cond.dtype() == DType::Bool ? cond : ne(cond, ops::scalar_like(0, cond));
+  Tensor ac = a.dtype() == dt ? a : a.to(dt);
+  Tensor bc = b.dtype() == dt ? b : b.to(dt);
+  ops::check_cpu(a, "where");
+  Tensor out = empty(shape, TensorOptions(dt, a.device()));
+  cpu::where(c, ac, bc, out);
+  if (autograd::any_requires_grad({&a, &b})) {
+    autograd::SavedTensor sc(c);
+    Shape sha = a.shape(), shb = b.shape();
+    record_function("WhereBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor cv = sc.get("WhereBackward");
+      Tensor z = zeros({}, g[0].options());
+      return std::vector<Tensor>{sum_to_shape(where(cv, g[0], z), sha), sum_to_shape(where(cv, z, g[0]), shb)};
+    });
+  }
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  FT_CHECK(mask.dtype() == DType::Bool, "masked_fill: mask must be a bool tensor, found ", dtype_name(mask.dtype()));
+  FT_CHECK(broadcast_shapes(x.shape(), mask.shape(), "masked_fill") == x.shape(), "masked_fill: mask of shape ",
+           mask.shape().str(), " does not broadcast to the input's shape ", x.shape().str());
+  Tensor v = full({}, value, x.options());
+  Tensor out;
+  {
+    autograd::NoGradGuard ng;
+    out = where(mask, v, x);
+  }
+  if (autograd::any_requires_grad({&x})) {
+    autograd::SavedTensor sm(mask);
+    Shape shx = x.shape();
+    record_function("MaskedFillBackward", {&x}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor z = zeros({}, g[0].options());
+      return std::vector<Tensor>{sum_to_shape(where(sm.get("MaskedFillBackward"), z, g[0]), shx)};
+    });
+  }
+  return out;
+}
+
+// --- comparisons ---
+
+Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, Scalar b) { return eq(a, ops::scalar_like(b, a)); }
+Tensor gt(const Tensor& a, Scalar b) { return gt(a, ops::scalar_like(b, a)); }
+Tensor lt(const Tensor& a, Scalar b) { return lt(a, ops::scalar_like(b, a)); }
+Tensor logical_not(const Tensor& x) { return eq(x.dtype() == DType::Bool ? x : ne(x, ops::scalar_like(0, x)), false); }
+
+// --- in place ---
+
+Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha) {
+  FT_CHECK(!(autograd::grad_enabled() && a.requires_grad()), "add_: in-place write to a tensor that requires grad ",
+           "while grad mode is on; use add(), or write under NoGradGuard");
+  FT_CHECK(broadcast_shapes(a.shape(), b.shape(), "add_") == a.shape(), "add_: shape ", b.shape().str(),
+           " does not broadcast to ", a.shape().str());
+  ops::common_device({&a, &b}, "add_");
+  ops::check_cpu(a, "add_");
+  Tensor bc = b.dtype() == a.dtype() ? b : b.to(a.dtype());
+  cpu::add_inplace(a, bc, alpha.to_double());
+  a.bump_version();
+  return a;
+}
+
+Tensor& mul_(Tensor& a, Scalar b) {
+  FT_CHECK(!(autograd::grad_enabled() && a.requires_grad()), "mul_: in-place write to a tensor that requires grad ",
+           "while grad mode is on");
+  ops::check_cpu(a, "mul_");
+  cpu::binary(BinaryOp::Mul, a, ops::scalar_like(b, a).to(a.dtype()), a);
+  a.bump_version();
+  return a;
+}
+
+}  // namespace ft

@@ -1,0 +1,62 @@
+"""Reference cases for the elementwise family (tests/test_elementwise.cpp)."""
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from parity_lib import broadcast, case, randn, rng, strided, transposed
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+    "square": torch.square,
+}
+POSITIVE = {"log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt}
+BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+          "maximum": torch.maximum, "minimum": torch.minimum}
+
+
+def cases():
+    for dtype in ("f32", "f64", "bf16", "f16"):
+        for name, fn in UNARY.items():
+            n = f"{name}_{dtype}"
+            yield case(n, lambda x, fn=fn: fn(x), {"x": randn(n, 7, 33)}, dtype=dtype)
+            n = f"{name}_{dtype}_transposed"
+            yield case(n, lambda x, fn=fn: fn(x), {"x": transposed(randn(n, 5, 6))}, dtype=dtype)
+        for name, fn in POSITIVE.items():
+            n = f"{name}_{dtype}"
+            yield case(n, lambda x, fn=fn: fn(x), {"x": np.abs(randn(n, 7, 33)) + 0.1}, dtype=dtype)
+            n = f"{name}_{dtype}_strided"
+            yield case(n, lambda x, fn=fn: fn(x), {"x": strided(np.abs(randn(n, 4, 9)) + 0.1)}, dtype=dtype)
+        for name, fn in BINARY.items():
+            n = f"{name}_{dtype}"
+            b = randn(n + "b", 6, 10)
+            if name == "div":
+                b = np.sign(b) * (np.abs(b) + 0.5)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 6, 10), "b": b}, dtype=dtype)
+            n = f"{name}_{dtype}_bcast"
+            b = randn(n + "b", 1, 10)
+            if name == "div":
+                b = np.sign(b) * (np.abs(b) + 0.5)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": transposed(randn(n, 3, 4, 10)), "b": b}, dtype=dtype)
+            n = f"{name}_{dtype}_expand"
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 5, 8), "b": broadcast(np.abs(randn(n + "b", 1, 8)) + 0.5, (5, 8))}, dtype=dtype)
+    # pow with tensor exponent and scalar exponent
+    n = "pow_f64"
+    yield case(n, lambda a, b: torch.pow(a, b), {"a": np.abs(randn(n, 4, 5)) + 0.2, "b": randn(n + "b", 4, 5)}, dtype="f64")
+    n = "pow_scalar_f32"
+    yield case(n, lambda a: torch.pow(a, 3.5), {"a": np.abs(randn(n, 4, 5)) + 0.2}, dtype="f32", params={"e": 3.5})
+    # clamp with both bounds and one bound
+    n = "clamp_f32"
+    yield case(n, lambda x: torch.clamp(x, -0.5, 0.7), {"x": randn(n, 8, 9)}, params={"lo": -0.5, "hi": 0.7})
+    n = "clamp_min_f64_transposed"
+    yield case(n, lambda x: torch.clamp(x, min=-0.2), {"x": transposed(randn(n, 5, 7))}, dtype="f64", params={"lo": -0.2})
+    # where / masked_fill with broadcast masks
+    n = "where_f32"
+    cond = rng(n).random((4, 1, 6)) > 0.5
+    yield case(n, lambda c, a, b: torch.where(c, a, b), {"c": cond, "a": randn(n, 4, 5, 6), "b": randn(n + "b", 5, 6)})
+    n = "masked_fill_f32"
+    mask = rng(n).random((1, 7)) > 0.5
+    yield case(n, lambda x, m: x.masked_fill(m, -3.0), {"x": randn(n, 3, 7), "m": mask}, params={"value": -3.0})
+    n = "masked_fill_bf16_transposed"
+    mask = rng(n).random((6, 5)) > 0.5
+    yield case(n, lambda x, m: x.masked_fill(m, 2.0), {"x": transposed(randn(n, 6, 5)), "m": mask}, dtype="bf16", params={"value": 2.0})

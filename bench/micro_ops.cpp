@@ -1,0 +1,137 @@
+// Op micro-benchmark: times the cases of bench/micro_cases.json (matmul, conv2d, layer_norm,
+// softmax, attention; forward and forward+backward; f32 and bf16) and prints one JSON line per
+// case, in the same format as bench/torch_micro.py so the two can be compared line by line.
+// Usage: micro_ops [--threads N] [--iters N] [--filter S] [--cases PATH]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/fasttrain.h"
+
+using namespace ft;
+using json = nlohmann::json;
+
+namespace {
+
+struct Bench {
+  std::vector<Tensor> inputs;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+};
+
+Bench make(const json& c, DType dt, const std::string& layout) {
+  Generator g(0);
+  auto r = [&](Shape s, double scale = 1.0) { return mul(randn(s, DType::F32, &g), scale).to(dt); };
+  const std::string op = c["op"];
+  if (op == "matmul") {
+    int64_t M = c["M"], K = c["K"], N = c["N"];
+    return {{r({M, K}), r({K, N})}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }};
+  }
+  if (op == "conv2d") {
+    Tensor x = r({c["N"], c["C"], c["H"], c["W"]});
+    Tensor w = r({c["O"], c["C"], c["k"], c["k"]}, 0.1);
+    if (layout == "nhwc") {
+      x = x.contiguous_channels_last();
+      w = w.contiguous_channels_last();
+    }
+    int64_t s = c["stride"], p = c["pad"];
+    return {{x, w}, [s, p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {s, s}, {p, p}); }};
+  }
+  if (op == "layer_norm") {
+    int64_t rows = c["rows"], cols = c["cols"];
+    return {{r({rows, cols}), r({cols}), r({cols})},
+            [cols](const std::vector<Tensor>& in) { return layer_norm(in[0], {cols}, in[1], in[2]); }};
+  }
+  if (op == "softmax") {
+    return {{r({c["rows"], c["cols"]})}, [](const std::vector<Tensor>& in) { return softmax(in[0], -1); }};
+  }
+  if (op == "attention") {
+    Shape s = {c["B"], c["H"], c["T"], c["D"]};
+    bool causal = c["causal"];
+    return {{r(s), r(s), r(s)}, [causal](const std::vector<Tensor>& in) {
+              return scaled_dot_product_attention(in[0], in[1], in[2], causal);
+            }};
+  }
+  FT_FAIL("micro_ops: unknown op ", op);
+}
+
+double time_case(const json& c, DType dt, const std::string& layout, bool backward, int iters) {
+  Bench b = make(c, dt, layout);
+  if (backward)
+    for (auto& t : b.inputs) t.requires_grad_(true);
+  std::vector<double> times;
+  for (int i = 0; i < 3 + iters; ++i) {
+    zero_grad(b.inputs);
+    auto t0 = std::chrono::steady_clock::now();
+    if (backward) {
+      Tensor out = b.fn(b.inputs);
+      out.backward(ones_like(out));
+    } else {
+      autograd::InferenceMode im;
+      Tensor out = b.fn(b.inputs);
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 3) times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  size_t n = times.size();
+  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, iters = 10;
+  std::string filter, cases_path = FT_BENCH_DIR "/micro_cases.json";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "micro_ops: option %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--threads") threads = std::stoi(value());
+    else if (a == "--iters") iters = std::stoi(value());
+    else if (a == "--filter") filter = value();
+    else if (a == "--cases") cases_path = value();
+    else {
+      std::fprintf(stderr, "micro_ops: unknown option %s (options: --threads --iters --filter --cases)\n", a.c_str());
+      return 2;
+    }
+  }
+  set_num_threads(threads);
+  std::ifstream f(cases_path);
+  if (!f) {
+    std::fprintf(stderr, "micro_ops: cannot open %s\n", cases_path.c_str());
+    return 2;
+  }
+  json spec = json::parse(f);
+  for (const auto& c : spec["cases"]) {
+    std::string op = c["op"], name = c["name"];
+    if (!filter.empty() && op.find(filter) == std::string::npos && name.find(filter) == std::string::npos) continue;
+    std::vector<std::string> layouts = spec["layouts"].contains(op) ? spec["layouts"][op].get<std::vector<std::string>>()
+                                                                     : std::vector<std::string>{""};
+    for (const auto& layout : layouts)
+      for (const auto& dt : spec["dtypes"])
+        for (const auto& mode : spec["modes"]) {
+          json line = {{"impl", "fasttrain"}, {"op", op}, {"case", name}, {"layout", layout}, {"dtype", dt},
+                       {"mode", mode}, {"threads", threads}};
+          try {
+            line["ms"] = std::round(time_case(c, dtype_from_name(dt), layout, mode == "fwd+bwd", iters) * 1e4) / 1e4;
+          } catch (const Error& e) {
+            line["error"] = e.what();
+          }
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+        }
+  }
+  return 0;
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""PyTorch side of the op micro-benchmark: the cases of micro_cases.json, timed the same way as
+bench/micro_ops.cpp (warm-up 3, then the median of --iters runs). One JSON line per case."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+DT = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def attention(q, k, v, causal):
+    # PyTorch 1.13 (Debian) has no fused scaled_dot_product_attention; newer PyTorch does.
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+    if causal:
+        T = q.shape[-2]
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def make(case, dtype, layout):
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype)
+    op = case["op"]
+    if op == "matmul":
+        a, b = r(case["M"], case["K"]), r(case["K"], case["N"])
+        return [a, b], lambda a, b: a @ b
+    if op == "conv2d":
+        x, w = r(case["N"], case["C"], case["H"], case["W"]), r(case["O"], case["C"], case["k"], case["k"]) * 0.1
+        if layout == "nhwc":
+            x = x.contiguous(memory_format=torch.channels_last)
+            w = w.contiguous(memory_format=torch.channels_last)
+        return [x, w], lambda x, w: F.conv2d(x, w, None, case["stride"], case["pad"])
+    if op == "layer_norm":
+        x, w, b = r(case["rows"], case["cols"]), r(case["cols"]), r(case["cols"])
+        return [x, w, b], lambda x, w, b: F.layer_norm(x, (case["cols"],), w, b)
+    if op == "softmax":
+        return [r(case["rows"], case["cols"])], lambda x: torch.softmax(x, -1)
+    if op == "attention":
+        shape = (case["B"], case["H"], case["T"], case["D"])
+        return [r(*shape), r(*shape), r(*shape)], lambda q, k, v: attention(q, k, v, case["causal"])
+    raise ValueError(op)
+
+
+def time_case(case, dtype_name, layout, mode, iters):
+    inputs, fn = make(case, DT[dtype_name], layout)
+    backward = mode == "fwd+bwd"
+    if backward:
+        for t in inputs:
+            t.requires_grad_(True)
+    times = []
+    for i in range(3 + iters):
+        for t in inputs:
+            t.grad = None
+        t0 = time.perf_counter()
+        if backward:
+            out = fn(*inputs)
+            out.backward(torch.ones_like(out))
+        else:
+            with torch.no_grad():
+                out = fn(*inputs)
+        dt = time.perf_counter() - t0
+        if i >= 3:
+            times.append(dt * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--filter", default="", help="run only cases whose op or name contains this")
+    ap.add_argument("--cases", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "micro_cases.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    spec = json.load(open(args.cases))
+    for case in spec["cases"]:
+        if args.filter and args.filter not in case["op"] and args.filter not in case["name"]:
+            continue
+        for layout in spec["layouts"].get(case["op"], [""]):
+            for dt in spec["dtypes"]:
+                for mode in spec["modes"]:
+                    try:
+                        ms = time_case(case, dt, layout, mode, args.iters)
+                        res = {"ms": round(ms, 4)}
+                    except RuntimeError as e:  # e.g. a bf16 kernel missing in this PyTorch build
+                        res = {"error": str(e).split("\n")[0]}
+                    print(json.dumps({"impl": "pytorch", "version": torch.__version__, "op": case["op"],
+                                      "case": case["name"], "layout": layout, "dtype": dt, "mode": mode,
+                                      "threads": args.threads, **res}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

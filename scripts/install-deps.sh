@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages fasttrain needs to build and test, if any are missing.
+# Everything comes from Debian; the CUDA toolkit, when present at /usr/local/cuda, is used as is.
+set -euo pipefail
+
+packages=(
+  build-essential cmake            # compiler and build system
+  libgtest-dev                     # GoogleTest
+  libopenblas-dev libopenblas0-pthread  # BLAS for f32/f64 GEMM
+  libdnnl-dev                      # oneDNN: bf16 GEMM and convolutions on the CPU
+  nlohmann-json3-dev               # JSON (checkpoint metadata, parity references)
+  python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

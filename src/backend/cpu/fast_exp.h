@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "fasttrain/dtype.h"
 
 namespace ft::cpu {
 
@@ -15,7 +18,9 @@ inline float fast_exp(float x) {
   // x = n ln2 + r with |r| <= ln2/2; exp(r) by Cephes' degree-6 minimax polynomial; 2^n built
   // directly in the exponent bits.
   const float xc = x > 88.3f ? 88.3f : (x < -87.3f ? -87.3f : x);
-  const float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  // Round to nearest by the 1.5 * 2^23 trick: std::floor/nearbyint block GCC's vectoriser
+  // without -fno-trapping-math.
+  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -33,5 +38,43 @@ inline float fast_exp(float x) {
 }
 
 inline double fast_exp(double x) { return std::exp(x); }
+
+// Loads and stores between a storage type and its compute type that GCC vectorises. bf16's own
+// conversion (dtype.h) branches on NaN, which keeps loops scalar; this one selects instead.
+template <class T>
+inline compute_t<T> load(T v) { return static_cast<compute_t<T>>(v); }
+template <>
+inline float load<bf16>(bf16 v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+template <class T>
+inline T store(compute_t<T> v) { return static_cast<T>(v); }
+template <>
+inline bf16 store<bf16>(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest, ties to even
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  bf16 b;
+  b.bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  return b;
+}
+
+// max of p[0..n) in the compute type (-inf when empty; NaNs are skipped, callers' later sums
+// propagate them).
+template <class T>
+compute_t<T> max_value(const T* p, int64_t n) {
+  using C = compute_t<T>;
+  C m = -std::numeric_limits<C>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const C v = load(p[i]);
+    m = v > m ? v : m;
+  }
+  return m;
+}
 
 }  // namespace ft::cpu

@@ -26,16 +26,11 @@ void forward_rows(const T* x, const int64_t* target, int64_t N, int64_t C, int64
   parallel_for(0, N, grain_for(C), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const T* xr = x + n * C;
-      A m = -std::numeric_limits<A>::infinity();
-#pragma omp simd reduction(max : m)
-      for (int64_t c = 0; c < C; ++c) {
-        const A v = static_cast<A>(xr[c]);
-        m = v > m ? v : m;
-      }
+      const A m = max_value(xr, C);
       A s = 0, sx = 0;
 #pragma omp simd reduction(+ : s, sx)
       for (int64_t c = 0; c < C; ++c) {
-        const A v = static_cast<A>(xr[c]);
+        const A v = load(xr[c]);
         s += fast_exp(v - m);
         sx += v;
       }
@@ -46,7 +41,7 @@ void forward_rows(const T* x, const int64_t* target, int64_t N, int64_t C, int64
         loss[n] = 0;
         continue;
       }
-      A li = (A(1) - eps) * (l - static_cast<A>(xr[t]));
+      A li = (A(1) - eps) * (l - load(xr[t]));
       if (eps != A(0)) li += eps * (l - sx / static_cast<A>(C));
       loss[n] = li;
     }
@@ -73,7 +68,7 @@ void forward_cols(const T* x, const int64_t* target, int64_t N, int64_t C, int64
         const T* xr = xb + c * S;
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) {
-          const A v = static_cast<A>(xr[j]);
+          const A v = load(xr[j]);
           m[j] = v > m[j] ? v : m[j];
         }
       }
@@ -81,7 +76,7 @@ void forward_cols(const T* x, const int64_t* target, int64_t N, int64_t C, int64
         const T* xr = xb + c * S;
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) {
-          const A v = static_cast<A>(xr[j]);
+          const A v = load(xr[j]);
           s[j] += fast_exp(v - m[j]);
           sx[j] += v;
         }
@@ -95,7 +90,7 @@ void forward_cols(const T* x, const int64_t* target, int64_t N, int64_t C, int64
           loss[i] = 0;
           continue;
         }
-        A li = (A(1) - eps) * (l - static_cast<A>(xb[t * S + j]));
+        A li = (A(1) - eps) * (l - load(xb[t * S + j]));
         if (eps != A(0)) li += eps * (l - sx[j] / static_cast<A>(C));
         loss[i] = li;
       }
@@ -120,8 +115,8 @@ void backward_rows(const T* x, const int64_t* target, const compute_t<T>* lse, i
       const A sc = static_cast<A>((per_position ? grad[n] : grad[0]) * static_cast<A>(scale));
       const A l = lse[n];
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) out[c] = static_cast<T>(sc * (fast_exp(static_cast<A>(xr[c]) - l) - smooth));
-      out[t] = static_cast<T>(sc * (fast_exp(static_cast<A>(xr[t]) - l) - smooth - (A(1) - eps)));
+      for (int64_t c = 0; c < C; ++c) out[c] = store<T>(sc * (fast_exp(load(xr[c]) - l) - smooth));
+      out[t] = store<T>(sc * (fast_exp(load(xr[t]) - l) - smooth - (A(1) - eps)));
     }
   });
 }
@@ -154,8 +149,8 @@ void backward_cols(const T* x, const int64_t* target, const compute_t<T>* lse, i
         for (int64_t j = 0; j < w; ++j) {
           const A hit = t[j] == c ? A(1) - eps : A(0);
           // sc == 0 for ignored positions; the select keeps 0 * inf from making a NaN there.
-          const A v = sc[j] * (fast_exp(static_cast<A>(xr[j]) - l[j]) - smooth - hit);
-          out[j] = static_cast<T>(sc[j] == A(0) ? A(0) : v);
+          const A v = sc[j] * (fast_exp(load(xr[j]) - l[j]) - smooth - hit);
+          out[j] = store<T>(sc[j] == A(0) ? A(0) : v);
         }
       }
     }

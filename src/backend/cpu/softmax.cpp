@@ -34,41 +34,40 @@ Rows3 rows3(const Shape& s, int dim) {
 int64_t row_grain(int64_t work_per_item) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(work_per_item, 1)); }
 
 template <class T>
+void forward_row(const T* xr, T* yr, int64_t R, bool log, compute_t<T>* buf) {
+  using C = compute_t<T>;
+  const C m = max_value(xr, R);
+  C s = 0;
+  if (log) {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < R; ++i) s += fast_exp(load(xr[i]) - m);
+    const C logs = std::log(s);
+#pragma omp simd
+    for (int64_t i = 0; i < R; ++i) yr[i] = store<T>(load(xr[i]) - m - logs);
+  } else {
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < R; ++i) {
+      const C v = fast_exp(load(xr[i]) - m);
+      buf[i] = v;
+      s += v;
+    }
+    const C inv = C(1) / s;
+#pragma omp simd
+    for (int64_t i = 0; i < R; ++i) yr[i] = store<T>(buf[i] * inv);
+  }
+}
+
+template <class T>
 void forward_rows(const T* x, T* y, int64_t rows, int64_t R, bool log) {
   using C = compute_t<T>;
   constexpr bool kWide = std::is_same_v<T, C>;
   parallel_for(0, rows, row_grain(R), [&](int64_t r0, int64_t r1) {
-    std::vector<C> buf(kWide ? 0 : R);  // 16-bit types: exps kept in f32 until normalised
+    std::vector<C> tmp(kWide ? 0 : R);  // 16-bit types: exps kept in f32 until normalised
     for (int64_t row = r0; row < r1; ++row) {
-      const T* xr = x + row * R;
-      T* yr = y + row * R;
-      C m = -std::numeric_limits<C>::infinity();
-#pragma omp simd reduction(max : m)
-      for (int64_t i = 0; i < R; ++i) {
-        const C v = static_cast<C>(xr[i]);
-        m = v > m ? v : m;
-      }
-      C s = 0;
-      if (log) {
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < R; ++i) s += fast_exp(static_cast<C>(xr[i]) - m);
-        const C logs = std::log(s);
-#pragma omp simd
-        for (int64_t i = 0; i < R; ++i) yr[i] = static_cast<T>(static_cast<C>(xr[i]) - m - logs);
-      } else {
-        C* e;
-        if constexpr (kWide) e = yr;
-        else e = buf.data();
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < R; ++i) {
-          const C v = fast_exp(static_cast<C>(xr[i]) - m);
-          e[i] = v;
-          s += v;
-        }
-        const C inv = C(1) / s;
-#pragma omp simd
-        for (int64_t i = 0; i < R; ++i) yr[i] = static_cast<T>(e[i] * inv);
-      }
+      C* buf;
+      if constexpr (kWide) buf = y + row * R;  // f32/f64 normalise in place
+      else buf = tmp.data();
+      forward_row<T>(x + row * R, y + row * R, R, log, buf);
     }
   });
 }
@@ -91,14 +90,14 @@ void forward_cols(const T* x, T* y, int64_t outer, int64_t R, int64_t inner, boo
         const T* xr = xb + r * inner;
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) {
-          const C v = static_cast<C>(xr[j]);
+          const C v = load(xr[j]);
           m[j] = v > m[j] ? v : m[j];
         }
       }
       for (int64_t r = 0; r < R; ++r) {
         const T* xr = xb + r * inner;
 #pragma omp simd
-        for (int64_t j = 0; j < w; ++j) s[j] += fast_exp(static_cast<C>(xr[j]) - m[j]);
+        for (int64_t j = 0; j < w; ++j) s[j] += fast_exp(load(xr[j]) - m[j]);
       }
       if (log) {
         for (int64_t j = 0; j < w; ++j) s[j] = m[j] + std::log(s[j]);
@@ -106,7 +105,7 @@ void forward_cols(const T* x, T* y, int64_t outer, int64_t R, int64_t inner, boo
           const T* xr = xb + r * inner;
           T* yr = yb + r * inner;
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) yr[j] = static_cast<T>(static_cast<C>(xr[j]) - s[j]);
+          for (int64_t j = 0; j < w; ++j) yr[j] = store<T>(load(xr[j]) - s[j]);
         }
       } else {
         for (int64_t j = 0; j < w; ++j) s[j] = C(1) / s[j];
@@ -114,7 +113,7 @@ void forward_cols(const T* x, T* y, int64_t outer, int64_t R, int64_t inner, boo
           const T* xr = xb + r * inner;
           T* yr = yb + r * inner;
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) yr[j] = static_cast<T>(fast_exp(static_cast<C>(xr[j]) - m[j]) * s[j]);
+          for (int64_t j = 0; j < w; ++j) yr[j] = store<T>(fast_exp(load(xr[j]) - m[j]) * s[j]);
         }
       }
     }
@@ -132,16 +131,16 @@ void backward_rows(const T* g, const T* y, T* gx, int64_t rows, int64_t R, bool 
       C s = 0;
       if (log) {
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < R; ++i) s += static_cast<C>(gr[i]);
+        for (int64_t i = 0; i < R; ++i) s += load(gr[i]);
 #pragma omp simd
         for (int64_t i = 0; i < R; ++i)
-          out[i] = static_cast<T>(static_cast<C>(gr[i]) - fast_exp(static_cast<C>(yr[i])) * s);
+          out[i] = store<T>(load(gr[i]) - fast_exp(load(yr[i])) * s);
       } else {
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < R; ++i) s += static_cast<C>(gr[i]) * static_cast<C>(yr[i]);
+        for (int64_t i = 0; i < R; ++i) s += load(gr[i]) * load(yr[i]);
 #pragma omp simd
         for (int64_t i = 0; i < R; ++i)
-          out[i] = static_cast<T>(static_cast<C>(yr[i]) * (static_cast<C>(gr[i]) - s));
+          out[i] = store<T>(load(yr[i]) * (load(gr[i]) - s));
       }
     }
   });
@@ -162,10 +161,10 @@ void backward_cols(const T* g, const T* y, T* gx, int64_t outer, int64_t R, int6
         const T* yr = y + base + r * inner;
         if (log) {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) s[j] += static_cast<C>(gr[j]);
+          for (int64_t j = 0; j < w; ++j) s[j] += load(gr[j]);
         } else {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j) s[j] += static_cast<C>(gr[j]) * static_cast<C>(yr[j]);
+          for (int64_t j = 0; j < w; ++j) s[j] += load(gr[j]) * load(yr[j]);
         }
       }
       for (int64_t r = 0; r < R; ++r) {
@@ -175,11 +174,11 @@ void backward_cols(const T* g, const T* y, T* gx, int64_t outer, int64_t R, int6
         if (log) {
 #pragma omp simd
           for (int64_t j = 0; j < w; ++j)
-            out[j] = static_cast<T>(static_cast<C>(gr[j]) - fast_exp(static_cast<C>(yr[j])) * s[j]);
+            out[j] = store<T>(load(gr[j]) - fast_exp(load(yr[j])) * s[j]);
         } else {
 #pragma omp simd
           for (int64_t j = 0; j < w; ++j)
-            out[j] = static_cast<T>(static_cast<C>(yr[j]) * (static_cast<C>(gr[j]) - s[j]));
+            out[j] = store<T>(load(yr[j]) * (load(gr[j]) - s[j]));
         }
       }
     }

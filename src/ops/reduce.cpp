@@ -45,8 +45,13 @@ Dims all_dims(const Tensor& x) {
 }  // namespace
 
 Tensor sum(const Tensor& x) { return sum_impl(x, all_dims(x), false, false, "sum"); }
-Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) { return sum_impl(x, dims, keepdim, false, "sum"); }
+// As in PyTorch 1.13, an empty dims list reduces every dim.
+Tensor sum(const Tensor& x, const Dims& dims, bool keepdim) {
+  return sum_impl(x, dims.empty() ? all_dims(x) : dims, keepdim, false, "sum");
+}
 Tensor mean(const Tensor& x) { return sum_impl(x, all_dims(x), false, true, "mean"); }
-Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) { return sum_impl(x, dims, keepdim, true, "mean"); }
+Tensor mean(const Tensor& x, const Dims& dims, bool keepdim) {
+  return sum_impl(x, dims.empty() ? all_dims(x) : dims, keepdim, true, "mean");
+}
 
 }  // namespace ft

@@ -1,0 +1,42 @@
+// softmax and log_softmax: validation, output allocation and the fused backward (kernels and the
+// math in backend/cpu/softmax.h). cross_entropy lives in loss.cpp.
+#include "fasttrain/ops/softmax.h"
+
+#include <string>
+
+#include "backend/cpu/softmax.h"
+#include "ops/common.h"
+
+namespace ft {
+
+namespace {
+
+Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  ops::check_floating(x, name, "input");
+  ops::check_cpu(x, name);
+  const int d = wrap_dim(dim, x.dim(), name);
+  Tensor xc = x.contiguous();
+  Tensor y = empty(x.shape(), x.options());
+  cpu::softmax_forward(xc, d, log, y);
+  if (autograd::any_requires_grad({&x})) {
+    // Only the output is needed: both gradients are functions of y and g.
+    autograd::SavedTensor sy(y);
+    const char* node = log ? "LogSoftmaxBackward" : "SoftmaxBackward";
+    autograd::record_function(node, {&x}, {&y}, [sy, d, log, node](std::vector<Tensor>& g) {
+      Tensor yv = sy.get(node);
+      Tensor gc = g[0].to(yv.dtype()).contiguous();
+      Tensor gx = empty(yv.shape(), yv.options());
+      cpu::softmax_backward(gc, yv, d, log, gx);
+      return std::vector<Tensor>{gx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+
+}  // namespace ft

@@ -1,0 +1,39 @@
+// CPU matrix products. One entry point covers mm, bmm, broadcast matmul and linear (with and
+// without bias) forward and backward:
+//
+//   out[i] (+)= a[i] @ b[i] (+ bias)   for every index i of the leading (batch) dims
+//
+// Why it is fast:
+// - f32/f64 go to OpenBLAS sgemm/dgemm. A matrix operand that is a transposed dense matrix
+//   (stride 1 along rows) is handed over with the Trans flag and its leading dimension, so
+//   transposed views (W^T in linear, B^T and A^T in the backward) are never copied. Only a
+//   matrix whose strides BLAS cannot express (e.g. every other column) is copied first.
+// - Batch dims may have zero strides (broadcast operands, not materialised). Small GEMMs are
+//   spread across batches on the thread pool; large ones run one after another because OpenBLAS
+//   already threads each of them (running both would oversubscribe the cores).
+// - An output whose batch dims have zero strides (the gradient of a broadcast operand, an
+//   expanded view of a zeroed buffer) is accumulated batch by batch with beta = 1: the reduction
+//   over broadcast dims happens inside the GEMMs, without a materialised per-batch gradient.
+// - bf16 runs oneDNN's matmul primitive (bf16 inputs, f32 accumulation, bf16 output, bias
+//   fused), which uses the AVX512-BF16 dot-product instructions. Primitives are cached by
+//   shape and strides so a training step does not rebuild them. f16 (and bf16 when oneDNN
+//   cannot build a primitive) converts to f32 and uses sgemm.
+#pragma once
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+// a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
+// zero strides allowed) and one floating dtype. out's matrices must be row-major (unit column
+// stride); its batch dims may alias (zero strides) only when `accumulate`. With `accumulate`
+// the products are added to out; otherwise out is overwritten. bias [N] (optional, same dtype,
+// not with accumulate) is added to every row.
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+            const Tensor& bias = Tensor());
+
+// The bf16/f16 path that converts to f32 and calls sgemm; same contract as matmul. Exposed so
+// benchmarks can compare it with the oneDNN path.
+void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+                    const Tensor& bias = Tensor());
+
+}  // namespace ft::cpu

@@ -35,25 +35,19 @@ Shape with_matrix(Shape batch, int64_t rows, int64_t cols) {
   return batch;
 }
 
-// The gradient of operand `t` (logical shape `shape`) whose batch dims were broadcast to the
-// `full` shape: g[i] = lhs[i] @ rhs[i] summed over the broadcast batches.
+// The gradient of an operand of logical shape `shape` whose batch dims were broadcast to `full`:
+// g[i] = lhs[i] @ rhs[i], summed over the broadcast batches. The sum is accumulated inside the
+// GEMMs through a zero-stride view of the reduced gradient (for bf16/f16 the backend accumulates
+// in an f32 buffer and rounds once).
 Tensor operand_grad(const Tensor& lhs, const Tensor& rhs, const Shape& shape, const Shape& full, DType dt) {
   if (shape == full) {
     Tensor g = empty(shape, TensorOptions(dt, lhs.device()));
     cpu::matmul(lhs, rhs, g);
     return g;
   }
-  if (dt == DType::F32 || dt == DType::F64) {
-    // Accumulate straight into the reduced gradient through a zero-stride view of it.
-    Tensor g = zeros(shape, TensorOptions(dt, lhs.device()));
-    cpu::matmul(lhs, rhs, g.expand(full), /*accumulate=*/true);
-    return g;
-  }
-  // 16-bit: accumulating across batches in bf16/f16 would round at every step; materialise the
-  // per-batch products and reduce them with the f64-accumulating sum instead.
-  Tensor g = empty(full, TensorOptions(dt, lhs.device()));
-  cpu::matmul(lhs, rhs, g);
-  return sum_to_shape(g, shape);
+  Tensor g = zeros(shape, TensorOptions(dt, lhs.device()));
+  cpu::matmul(lhs, rhs, g.expand(full), /*accumulate=*/true);
+  return g;
 }
 
 // a [..., M, K] x b [..., K, N], equal ranks >= 2, batch dims broadcast.

@@ -3,9 +3,17 @@ torch.matmul, broadcast batch dims, transposed and strided operands, bmm and lin
 import torch
 import torch.nn.functional as F
 
-from parity_lib import case, randn, strided, transposed
+from parity_lib import case as plain_case
+from parity_lib import randn, strided, transposed
 
-# name -> (fn of the two ready inputs, a, b); each shape pair covers one rank case of matmul.
+
+def make_case(dtype):
+    def case(name, fn, inputs, **kw):
+        return plain_case(name, f32_reference(fn) if dtype == "bf16" else fn, inputs, **kw)
+    return case
+
+
+# name -> (shape of a, shape of b): one rank case of torch.matmul each.
 MATMUL = {
     "mm": ((5, 7), (7, 4)),
     "dot": ((7,), (7,)),
@@ -20,8 +28,21 @@ MATMUL = {
 }
 
 
+def f32_reference(fn):
+    """PyTorch 1.13's CPU bf16 matmul accumulates some products in bf16 (matmul_bcast_bf16,
+    element 80: exact -0.0826, PyTorch -0.0977; the gradient of a broadcast operand is off by
+    more), so bf16 references are computed in f32 from the bf16 inputs and rounded once: what a
+    kernel accumulating in f32 (oneDNN, cuBLAS, our fallback) produces. Gradients flow back
+    through the casts, so they too are f32 products rounded once to bf16."""
+    def run(**kw):
+        return fn(**{k: v.float() for k, v in kw.items()}).bfloat16()
+    return run
+
+
 def cases():
     for dtype in ("f32", "f64", "bf16", "f16"):
+        # every case of this dtype goes through `case` below, which applies f32_reference to bf16
+        case = make_case(dtype)
         for name, (sa, sb) in MATMUL.items():
             n = f"matmul_{name}_{dtype}"
             yield case(n, lambda a, b: torch.matmul(a, b), {"a": randn(n, *sa), "b": randn(n + "b", *sb)}, dtype=dtype)
@@ -50,6 +71,7 @@ def cases():
         n = f"linear_1d_{dtype}"
         yield case(n, F.linear, {"input": randn(n, 7), "weight": randn(n + "w", 4, 7),
                                  "bias": randn(n + "b", 4)}, dtype=dtype)
+    case = make_case("bf16")
     # Long inner dimension in bf16: values grow to ~sqrt(K) = 16 where one bf16 ulp is 0.125, and
     # the summation order (oneDNN's blocked kernel vs PyTorch's) differs, so a product that lands
     # near a rounding boundary can round to the neighbouring bf16 value; allow about one ulp.

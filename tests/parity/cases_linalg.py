@@ -72,12 +72,12 @@ def cases():
         yield case(n, F.linear, {"input": randn(n, 7), "weight": randn(n + "w", 4, 7),
                                  "bias": randn(n + "b", 4)}, dtype=dtype)
     case = make_case("bf16")
-    # Long inner dimension in bf16: values grow to ~sqrt(K) = 16 where one bf16 ulp is 0.125, and
-    # the summation order (oneDNN's blocked kernel vs PyTorch's) differs, so a product that lands
-    # near a rounding boundary can round to the neighbouring bf16 value; allow about one ulp.
+    # Long inner dimension in bf16 (oneDNN's blocked AVX512-BF16 kernel). Against the f32-computed
+    # reference the default bf16 tolerance holds (rtol 2e-2 is ~5 bf16 ulps; both sides round one
+    # f32 sum once), so no widening is needed; against PyTorch 1.13's own bf16 matmul it would be.
     n = "matmul_longk_bf16"
-    yield case(n, lambda a, b: torch.matmul(a, b), {"a": randn(n, 2, 8, 256), "b": randn(n + "b", 256, 16)}, dtype="bf16",
-               atol=0.15, rtol=1e-2)
+    yield case(n, lambda a, b: torch.matmul(a, b), {"a": randn(n, 2, 8, 256), "b": randn(n + "b", 256, 16)},
+               dtype="bf16")
     n = "linear_longk_bf16"
     yield case(n, F.linear, {"input": randn(n, 4, 8, 256), "weight": randn(n + "w", 16, 256),
-                             "bias": randn(n + "b", 16)}, dtype="bf16", atol=0.15, rtol=1e-2)
+                             "bias": randn(n + "b", 16)}, dtype="bf16")

@@ -15,9 +15,10 @@
 //   expanded view of a zeroed buffer) is accumulated batch by batch with beta = 1: the reduction
 //   over broadcast dims happens inside the GEMMs, without a materialised per-batch gradient.
 // - bf16 runs oneDNN's matmul primitive (bf16 inputs, f32 accumulation, bf16 output, bias
-//   fused), which uses the AVX512-BF16 dot-product instructions. Primitives are cached by
-//   shape and strides so a training step does not rebuild them. f16 (and bf16 when oneDNN
-//   cannot build a primitive) converts to f32 and uses sgemm.
+//   fused, AVX512-BF16 brgemm kernels), with primitives cached by shape and strides so a
+//   training step does not rebuild them; or, when OpenBLAS runs its AVX-512 kernels (which it
+//   does not on CPUs it fails to recognise), conversion to f32 and sgemm, measured faster than
+//   oneDNN 2.6 on the target Xeon. f16 always converts to f32 and uses sgemm.
 #pragma once
 #include "fasttrain/tensor.h"
 
@@ -31,8 +32,10 @@ namespace ft::cpu {
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
             const Tensor& bias = Tensor());
 
-// The bf16/f16 path that converts to f32 and calls sgemm; same contract as matmul. Exposed so
-// benchmarks can compare it with the oneDNN path.
+// The two bf16 paths, same contract as matmul, exposed so tests and benchmarks can compare
+// them. matmul_onednn (bf16 only, not accumulate) returns false when oneDNN declines the
+// problem; matmul_via_f32 converts to f32, calls sgemm and rounds once (bf16 and f16).
+bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor());
 void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                     const Tensor& bias = Tensor());
 

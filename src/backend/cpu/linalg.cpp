@@ -1,0 +1,319 @@
+#include "backend/cpu/linalg.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <dnnl.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "backend/cpu/copy.h"
+#include "fasttrain/parallel.h"
+
+extern "C" char* openblas_get_corename(void);
+
+namespace ft::cpu {
+
+namespace {
+
+// Below this many multiply-adds OpenBLAS runs a GEMM on one thread (its SMP threshold is
+// 65536 * 4), so spreading such GEMMs over batches cannot oversubscribe the cores.
+constexpr int64_t kSmallGemm = int64_t(1) << 18;
+
+// How BLAS reads a [rows, cols] matrix with element strides (sr, sc): row-major with leading
+// dimension ld (trans = false) or as the transpose of a row-major [cols, rows] matrix.
+struct MatLayout {
+  bool trans = false;
+  int64_t ld = 1;
+};
+
+bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, MatLayout& L) {
+  const int64_t r1 = std::max<int64_t>(rows, 1), c1 = std::max<int64_t>(cols, 1);
+  // The stride of a size-1 dim is never used, so it does not constrain the layout.
+  if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= c1)) {
+    L = {false, rows <= 1 ? c1 : sr};
+    return true;
+  }
+  if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= r1)) {
+    L = {true, cols <= 1 ? r1 : sc};
+    return true;
+  }
+  return false;
+}
+
+bool matrix_layout(const Tensor& t, MatLayout& L) {
+  const int d = t.dim();
+  return blas_layout(t.size(d - 2), t.size(d - 1), t.stride(d - 2), t.stride(d - 1), L);
+}
+
+// The operand as BLAS can read it: itself, or a dense copy when its strides are not expressible.
+Tensor blas_operand(const Tensor& t, MatLayout& L) {
+  if (matrix_layout(t, L)) return t;
+  Tensor c = empty(t.shape(), t.options());
+  copy(c, t);
+  matrix_layout(c, L);
+  return c;
+}
+
+// Element offset of each batch matrix of t (batch dims = all but the last two), row-major order.
+std::vector<int64_t> batch_offsets(const Tensor& t) {
+  const int nbd = t.dim() - 2;
+  int64_t nb = 1;
+  for (int d = 0; d < nbd; ++d) nb *= t.size(d);
+  std::vector<int64_t> off(nb);
+  int64_t idx[kMaxDims] = {};
+  int64_t cur = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    off[i] = cur;
+    for (int d = nbd - 1; d >= 0; --d) {
+      cur += t.stride(d);
+      if (++idx[d] < t.size(d)) break;
+      cur -= idx[d] * t.stride(d);
+      idx[d] = 0;
+    }
+  }
+  return off;
+}
+
+bool batch_aliases(const Tensor& t) {
+  for (int d = 0; d + 2 < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) == 0) return true;
+  return false;
+}
+
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, B,
+              ldb, beta, C, ldc);
+}
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const double* A, int64_t lda, const double* B,
+                 int64_t ldb, double beta, double* C, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0, A, lda, B,
+              ldb, beta, C, ldc);
+}
+
+template <class T>
+void blas_matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate, const Tensor& bias) {
+  const int nd = out.dim();
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a_in.size(nd - 1);
+  MatLayout la, lb, lc;
+  Tensor a = blas_operand(a_in, la), b = blas_operand(b_in, lb);
+  FT_CHECK(matrix_layout(out, lc) && !lc.trans, "matmul: internal error, output matrices must be row-major");
+  if (bias.defined()) copy(out, bias);  // rows start as the bias; the GEMM adds on top (beta = 1)
+  const T beta = (accumulate || bias.defined()) ? T(1) : T(0);
+  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b), oc = batch_offsets(out);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* pc = out.data<T>();
+  auto run = [&](int64_t i) {
+    gemm(la.trans, lb.trans, M, N, K, pa + oa[i], la.ld, pb + ob[i], lb.ld, beta, pc + oc[i], lc.ld);
+  };
+  const int64_t nb = static_cast<int64_t>(oc.size());
+  if (nb > 1 && M * N * K <= kSmallGemm && !batch_aliases(out)) {
+    parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) run(i);
+    });
+  } else {
+    for (int64_t i = 0; i < nb; ++i) run(i);
+  }
+}
+
+// t converted to `dt` without materialising its broadcast (zero-stride) dims: the compact tensor
+// and a view of it with t's shape.
+struct Converted {
+  Tensor compact, view;
+};
+Converted convert_compact(const Tensor& t, DType dt, bool copy_values) {
+  Shape s = t.shape();
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.stride(d) == 0) s[d] = 1;
+  Tensor c = empty(s, TensorOptions(dt, t.device()));
+  if (copy_values) copy(c, t.detach().as_strided(s, t.strides(), t.offset()));
+  return {c, c.expand(t.shape())};
+}
+
+// --- oneDNN bf16 matmul ------------------------------------------------------------------
+
+dnnl::engine& dnnl_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// Offsets of t's batch matrices as i * stride for a flat batch index i, when that holds.
+bool flat_batch_stride(const Tensor& t, int64_t& stride) {
+  stride = 0;
+  int64_t span = 1;
+  bool first = true;
+  for (int d = t.dim() - 3; d >= 0; --d) {
+    const int64_t s = t.size(d);
+    if (s == 1) continue;
+    if (first) {
+      stride = t.stride(d);
+      first = false;
+    } else if (t.stride(d) != stride * span) {
+      return false;
+    }
+    span *= s;
+  }
+  return true;
+}
+
+using PrimKey = std::array<int64_t, 16>;
+struct Prim {
+  dnnl::matmul matmul;
+  dnnl::memory::desc a, b, c, bias;
+};
+struct PrimCache {
+  std::mutex mu;
+  std::map<PrimKey, std::shared_ptr<Prim>> prims;  // null: oneDNN declined this shape
+};
+PrimCache& prim_cache() {
+  static PrimCache c;
+  return c;
+}
+
+dnnl::memory::desc mat_desc(int64_t batch, int64_t bstride, int64_t rows, int64_t cols, const MatLayout& L,
+                            dnnl::memory::data_type dt) {
+  const int64_t sr = L.trans ? 1 : L.ld, sc = L.trans ? L.ld : 1;
+  const int64_t bs = batch == 1 ? std::max<int64_t>(rows * cols, 1) : bstride;
+  return dnnl::memory::desc({batch, rows, cols}, dt, {bs, sr, sc});
+}
+
+// True when OpenBLAS runs its AVX-512 kernels. It picks kernels by CPU model, and on a model it
+// does not know (virtual machines often report a generic "Intel Xeon Processor") it falls back
+// to the SSE3 "Prescott" kernels, about 5x slower; OPENBLAS_CORETYPE=SkylakeX fixes that.
+bool blas_has_avx512_kernels() {
+  static const bool fast = [] {
+    const char* name = openblas_get_corename();
+    std::string n = name ? name : "";
+    std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+    return n.find("skylakex") != std::string::npos || n.find("cooperlake") != std::string::npos ||
+           n.find("sapphire") != std::string::npos;
+  }();
+  return fast;
+}
+
+}  // namespace
+
+bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, const Tensor& bias) {
+  using dt = dnnl::memory::data_type;
+  if (out.dtype() != DType::BF16 || a_in.dtype() != DType::BF16 || b_in.dtype() != DType::BF16) return false;
+  const int nd = out.dim();
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a_in.size(nd - 1);
+  MatLayout la, lb, lc;
+  Tensor a = blas_operand(a_in, la), b = blas_operand(b_in, lb);
+  if (!matrix_layout(out, lc) || lc.trans) return false;
+  int64_t nb = 1;
+  for (int d = 0; d + 2 < nd; ++d) nb *= out.size(d);
+  int64_t sa = 0, sb = 0, sc = 0;
+  // One batched primitive when every operand's batch matrices sit at a fixed stride (a stride of
+  // 0 is a broadcast operand: batch dim 1 for oneDNN); otherwise one 2-d product per batch.
+  const bool flat = flat_batch_stride(a, sa) && flat_batch_stride(b, sb) && flat_batch_stride(out, sc) && sc != 0;
+  const int64_t B = flat ? nb : 1;
+  const int64_t Ba = (flat && sa != 0) ? nb : 1, Bb = (flat && sb != 0) ? nb : 1;
+  PrimKey key = {B, M, N, K, Ba, sa, la.trans, la.ld, Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(), 0};
+  std::shared_ptr<Prim> prim;
+  {
+    PrimCache& cache = prim_cache();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.prims.find(key);
+    if (it != cache.prims.end()) {
+      prim = it->second;
+    } else {
+      try {
+        auto a_md = mat_desc(Ba, sa, M, K, la, dt::bf16);
+        auto b_md = mat_desc(Bb, sb, K, N, lb, dt::bf16);
+        auto c_md = mat_desc(B, sc, M, N, lc, dt::bf16);
+        dnnl::memory::desc bias_md;
+        if (bias.defined()) bias_md = dnnl::memory::desc({1, 1, N}, dt::bf16, {N, N, 1});
+        dnnl::matmul::desc d(a_md, b_md, bias_md, c_md);
+        dnnl::matmul::primitive_desc pd(d, dnnl_engine());
+        prim = std::make_shared<Prim>(Prim{dnnl::matmul(pd), a_md, b_md, c_md, bias_md});
+      } catch (const dnnl::error&) {
+        prim = nullptr;
+      }
+      // A model has a handful of distinct shapes; a cap keeps shape-varying workloads bounded.
+      if (cache.prims.size() >= 512) cache.prims.clear();
+      cache.prims.emplace(key, prim);
+    }
+  }
+  if (!prim) return false;
+  thread_local dnnl::stream stream(dnnl_engine());
+  auto* pa = static_cast<char*>(a.raw_data());
+  auto* pb = static_cast<char*>(b.raw_data());
+  auto* pc = static_cast<char*>(out.raw_data());
+  const size_t es = out.element_size();
+  dnnl::memory bias_mem;
+  Tensor bias_keep = bias.defined() ? bias.contiguous() : Tensor();
+  if (bias.defined()) bias_mem = dnnl::memory(prim->bias, dnnl_engine(), bias_keep.raw_data());
+  auto exec = [&](int64_t oa, int64_t ob, int64_t oc) {
+    dnnl::memory am(prim->a, dnnl_engine(), pa + oa * es);
+    dnnl::memory bm(prim->b, dnnl_engine(), pb + ob * es);
+    dnnl::memory cm(prim->c, dnnl_engine(), pc + oc * es);
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, bias_mem);
+    prim->matmul.execute(stream, args);
+  };
+  if (flat) {
+    exec(0, 0, 0);
+  } else {
+    const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b), oc = batch_offsets(out);
+    for (size_t i = 0; i < oc.size(); ++i) exec(oa[i], ob[i], oc[i]);
+  }
+  stream.wait();
+  return true;
+}
+
+void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+  Converted a32 = convert_compact(a, DType::F32, true), b32 = convert_compact(b, DType::F32, true);
+  Converted c32 = convert_compact(out, DType::F32, accumulate);
+  Tensor bias32 = bias.defined() ? bias.to(DType::F32) : Tensor();
+  blas_matmul<float>(a32.view, b32.view, c32.view, accumulate, bias32);
+  const Tensor& o = out;
+  Shape s = c32.compact.shape();
+  copy(o.detach().as_strided(s, o.strides(), o.offset()), c32.compact);
+}
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+  const int nd = out.dim();
+  FT_CHECK(nd >= 2 && a.dim() == nd && b.dim() == nd, "matmul: internal error, operands must have equal rank >= 2");
+  FT_CHECK(!(accumulate && bias.defined()), "matmul: internal error, bias with accumulate");
+  FT_CHECK(accumulate || !batch_aliases(out), "matmul: internal error, aliased output batches need accumulate");
+  const int64_t K = a.size(nd - 1);
+  if (out.numel() == 0) return;
+  if (K == 0) {  // empty sum: out = bias (or 0), or unchanged when accumulating
+    if (accumulate) return;
+    if (bias.defined())
+      copy(out, bias);
+    else
+      fill(out, 0);
+    return;
+  }
+  switch (out.dtype()) {
+    case DType::F32:
+      blas_matmul<float>(a, b, out, accumulate, bias);
+      return;
+    case DType::F64:
+      blas_matmul<double>(a, b, out, accumulate, bias);
+      return;
+    case DType::BF16:
+      // Measured on the target Xeon (AVX512-BF16, no AMX), one core: oneDNN 2.6's brgemm bf16
+      // matmul reaches ~110 GFLOP/s at 512^3 and ~65 at 2048x768x768; convert + sgemm reaches
+      // ~180 and ~140 with OpenBLAS's AVX-512 kernels but only ~30 and ~25 with its Prescott
+      // fallback. So oneDNN unless OpenBLAS runs its AVX-512 kernels.
+      if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;
+      matmul_via_f32(a, b, out, accumulate, bias);
+      return;
+    case DType::F16:
+      matmul_via_f32(a, b, out, accumulate, bias);
+      return;
+    default:
+      FT_FAIL("matmul: expected a floating-point tensor, found dtype ", dtype_name(out.dtype()));
+  }
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,42 @@
+// CPU matrix products. One entry point covers mm, bmm, broadcast matmul and linear (with and
+// without bias) forward and backward:
+//
+//   out[i] (+)= a[i] @ b[i] (+ bias)   for every index i of the leading (batch) dims
+//
+// Why it is fast:
+// - f32/f64 go to OpenBLAS sgemm/dgemm. A matrix operand that is a transposed dense matrix
+//   (stride 1 along rows) is handed over with the Trans flag and its leading dimension, so
+//   transposed views (W^T in linear, B^T and A^T in the backward) are never copied. Only a
+//   matrix whose strides BLAS cannot express (e.g. every other column) is copied first.
+// - Batch dims may have zero strides (broadcast operands, not materialised). Small GEMMs are
+//   spread across batches on the thread pool; large ones run one after another because OpenBLAS
+//   already threads each of them (running both would oversubscribe the cores).
+// - An output whose batch dims have zero strides (the gradient of a broadcast operand, an
+//   expanded view of a zeroed buffer) is accumulated batch by batch with beta = 1: the reduction
+//   over broadcast dims happens inside the GEMMs, without a materialised per-batch gradient.
+// - bf16 runs oneDNN's matmul primitive (bf16 inputs, f32 accumulation, bf16 output, bias
+//   fused, AVX512-BF16 brgemm kernels), with primitives cached by shape and strides so a
+//   training step does not rebuild them; or, when OpenBLAS runs its AVX-512 kernels (which it
+//   does not on CPUs it fails to recognise), conversion to f32 and sgemm, measured faster than
+//   oneDNN 2.6 on the target Xeon. f16 always converts to f32 and uses sgemm.
+#pragma once
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+// a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
+// zero strides allowed) and one floating dtype. out's matrices must be row-major (unit column
+// stride); its batch dims may alias (zero strides) only when `accumulate`. With `accumulate`
+// the products are added to out; otherwise out is overwritten. bias [N] (optional, same dtype,
+// not with accumulate) is added to every row.
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+            const Tensor& bias = Tensor());
+
+// The two bf16 paths, same contract as matmul, exposed so tests and benchmarks can compare
+// them. matmul_onednn (bf16 only, not accumulate) returns false when oneDNN declines the
+// problem; matmul_via_f32 converts to f32, calls sgemm and rounds once (bf16 and f16).
+bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor());
+void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+                    const Tensor& bias = Tensor());
+
+}  // namespace ft::cpu

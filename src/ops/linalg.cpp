@@ -1,0 +1,170 @@
+// Matrix products: validation, the rank cases of torch.matmul, and gradients. Every product,
+// forward or backward, is one call of cpu::matmul on views: transposes are stride swaps that
+// the kernel hands to BLAS/oneDNN as flags, broadcast batch dims are zero strides, and the
+// gradient of a broadcast operand is reduced inside the GEMMs (see backend/cpu/linalg.h).
+#include "fasttrain/ops/linalg.h"
+
+#include "backend/cpu/linalg.h"
+#include "fasttrain/ops/elementwise.h"
+#include "fasttrain/ops/reduce.h"
+#include "ops/common.h"
+
+namespace ft {
+
+namespace {
+
+void check_pair(const Tensor& a, const Tensor& b, const char* op) {
+  FT_CHECK(a.defined() && b.defined(), op, ": expected two defined tensors");
+  ops::common_device({&a, &b}, op);
+  ops::check_floating(a, op, "first operand");
+  ops::check_floating(b, op, "second operand");
+  FT_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch, first operand is ", dtype_name(a.dtype()),
+           " but second operand is ", dtype_name(b.dtype()));
+  ops::check_cpu(a, op);
+}
+
+Shape batch_of(const Shape& s) {
+  Shape b = s;
+  b.resize(s.size() - 2);
+  return b;
+}
+
+Shape with_matrix(Shape batch, int64_t rows, int64_t cols) {
+  batch.push_back(rows);
+  batch.push_back(cols);
+  return batch;
+}
+
+// The gradient of an operand of logical shape `shape` whose batch dims were broadcast to `full`:
+// g[i] = lhs[i] @ rhs[i], summed over the broadcast batches. The sum is accumulated inside the
+// GEMMs through a zero-stride view of the reduced gradient (for bf16/f16 the backend accumulates
+// in an f32 buffer and rounds once).
+Tensor operand_grad(const Tensor& lhs, const Tensor& rhs, const Shape& shape, const Shape& full, DType dt) {
+  if (shape == full) {
+    Tensor g = empty(shape, TensorOptions(dt, lhs.device()));
+    cpu::matmul(lhs, rhs, g);
+    return g;
+  }
+  Tensor g = zeros(shape, TensorOptions(dt, lhs.device()));
+  cpu::matmul(lhs, rhs, g.expand(full), /*accumulate=*/true);
+  return g;
+}
+
+// a [..., M, K] x b [..., K, N], equal ranks >= 2, batch dims broadcast.
+Tensor matmul_nd(const Tensor& a, const Tensor& b, const char* op) {
+  const int nd = a.dim();
+  Shape batch = broadcast_shapes(batch_of(a.shape()), batch_of(b.shape()), op);
+  const int64_t M = a.size(nd - 2), K = a.size(nd - 1), N = b.size(nd - 1);
+  const Shape full_a = with_matrix(batch, M, K), full_b = with_matrix(batch, K, N);
+  Tensor out = empty(with_matrix(batch, M, N), a.options());
+  cpu::matmul(a.detach().expand(full_a), b.detach().expand(full_b), out);
+  if (autograd::any_requires_grad({&a, &b})) {
+    const bool need_a = a.requires_grad(), need_b = b.requires_grad();
+    autograd::SavedTensor sa(need_b ? a : Tensor()), sb(need_a ? b : Tensor());
+    const Shape sha = a.shape(), shb = b.shape();
+    const DType dt = a.dtype();
+    autograd::record_function("MatmulBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
+      Tensor ga, gb;
+      if (need_a) {  // dA = dY B^T
+        Tensor bt = sb.get("MatmulBackward").expand(full_b).transpose(-1, -2);
+        ga = operand_grad(g[0], bt, sha, full_a, dt);
+      }
+      if (need_b) {  // dB = A^T dY
+        Tensor at = sa.get("MatmulBackward").expand(full_a).transpose(-1, -2);
+        gb = operand_grad(at, g[0], shb, full_b, dt);
+      }
+      return std::vector<Tensor>{ga, gb};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "matmul");
+  FT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dimension, found shapes ",
+           a.shape().str(), " and ", b.shape().str());
+  const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
+  FT_CHECK(ka == kb, "matmul: inner dimensions differ: ", a.shape().str(), " x ", b.shape().str());
+  if (a.dim() == 1 && b.dim() == 1) return matmul_nd(a.unsqueeze(0), b.unsqueeze(1), "matmul").reshape({});
+  if (b.dim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (a.dim() >= 3 && b.dim() == 2) {
+    // Fold the batch into the rows: one large GEMM (and one for dB) instead of many small ones.
+    Shape lead = a.shape();
+    lead.resize(a.dim() - 1);
+    Shape out_shape = lead;
+    out_shape.push_back(b.size(1));
+    return matmul_nd(a.reshape({lead.numel(), ka}), b, "matmul").view(out_shape);
+  }
+  Tensor aa = a, bb = b;
+  while (aa.dim() < bb.dim()) aa = aa.unsqueeze(0);
+  while (bb.dim() < aa.dim()) bb = bb.unsqueeze(0);
+  FT_CHECK(aa.dim() <= kMaxDims, "matmul: at most ", kMaxDims, " dimensions");
+  return matmul_nd(aa, bb, "matmul");
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "bmm");
+  FT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two 3-d tensors, found shapes ", a.shape().str(), " and ",
+           b.shape().str());
+  FT_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.shape().str(), " x ", b.shape().str());
+  FT_CHECK(a.size(2) == b.size(1), "bmm: inner dimensions differ: ", a.shape().str(), " x ", b.shape().str());
+  return matmul_nd(a, b, "bmm");
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* op = "linear";
+  FT_CHECK(x.defined() && weight.defined(), "linear: input and weight must be defined");
+  ops::common_device({&x, &weight, &bias}, op);
+  ops::check_floating(x, op, "input");
+  FT_CHECK(weight.dtype() == x.dtype(), "linear: weight is ", dtype_name(weight.dtype()), " but input is ",
+           dtype_name(x.dtype()));
+  FT_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out, in], found shape ", weight.shape().str());
+  FT_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, found a 0-d tensor");
+  const int64_t in = weight.size(1), out_f = weight.size(0);
+  FT_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features (last dim of ", x.shape().str(),
+           "), weight ", weight.shape().str(), " expects ", in);
+  if (bias.defined()) {
+    FT_CHECK(bias.dtype() == x.dtype(), "linear: bias is ", dtype_name(bias.dtype()), " but input is ",
+             dtype_name(x.dtype()));
+    FT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias has shape ", bias.shape().str(), ", expected [",
+             out_f, "]");
+  }
+  ops::check_cpu(x, op);
+  Shape lead = x.shape();
+  lead.resize(x.dim() - 1);
+  const int64_t R = lead.numel();
+  Shape y_shape = lead;
+  y_shape.push_back(out_f);
+  // Leading dims flattened into rows (a view unless x's strides forbid it).
+  Tensor x2 = x.detach().reshape({R, in});
+  Tensor y2 = empty({R, out_f}, x.options());
+  cpu::matmul(x2, weight.detach().t(), y2, false, bias.defined() ? bias.detach() : Tensor());
+  Tensor y = y2.view(y_shape);
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad();
+    autograd::SavedTensor sx(need_w ? x : Tensor()), sw(need_x ? weight : Tensor());
+    const Shape x_shape = x.shape();
+    autograd::record_function("LinearBackward", {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
+      Tensor gy = g[0].reshape({R, out_f});
+      Tensor gx, gw, gb;
+      if (need_x) {  // dx = dy W
+        gx = empty({R, in}, gy.options());
+        cpu::matmul(gy, sw.get("LinearBackward"), gx);
+        gx = gx.view(x_shape);
+      }
+      if (need_w) {  // dW = dy^T x
+        gw = empty({out_f, in}, gy.options());
+        cpu::matmul(gy.t(), sx.get("LinearBackward").reshape({R, in}), gw);
+      }
+      if (need_b) gb = sum(gy, {0});  // db = sum of dy over the rows
+      return std::vector<Tensor>{gx, gw, gb};
+    });
+  }
+  return y;
+}
+
+}  // namespace ft

@@ -1,0 +1,185 @@
+#include <gtest/gtest.h>
+
+#include "backend/cpu/linalg.h"
+#include "fasttrain/fasttrain.h"
+#include "support/gradcheck.h"
+#include "support/parity.h"
+
+using namespace ft;
+using test::ParityCase;
+
+namespace {
+
+const char* kDtypes[] = {"f32", "f64", "bf16", "f16"};
+
+// Runs fn on the case's inputs a and b and compares the output and both gradients.
+void check_pair_case(const std::string& name, Tensor (*fn)(const Tensor&, const Tensor&)) {
+  SCOPED_TRACE(name);
+  ParityCase c(name);
+  if (!c.available()) GTEST_SKIP() << c.skip_reason();
+  Tensor a = c.input("a", true), b = c.input("b", true);
+  Tensor y = fn(a, b);
+  EXPECT_EQ(y.dtype(), c.dtype());
+  c.expect_output(y);
+  c.backward({y});
+  c.expect_grad("a", a);
+  c.expect_grad("b", b);
+}
+
+Tensor call_matmul(const Tensor& a, const Tensor& b) { return matmul(a, b); }
+Tensor call_bmm(const Tensor& a, const Tensor& b) { return bmm(a, b); }
+Tensor call_bmm_t(const Tensor& a, const Tensor& b) { return bmm(a, b.transpose(1, 2)); }
+
+void check_linear_case(const std::string& name) {
+  SCOPED_TRACE(name);
+  ParityCase c(name);
+  if (!c.available()) GTEST_SKIP() << c.skip_reason();
+  Tensor x = c.input("input", true), w = c.input("weight", true);
+  Tensor b = c.has("bias") ? c.input("bias", true) : Tensor();
+  Tensor y = linear(x, w, b);
+  EXPECT_EQ(y.dtype(), c.dtype());
+  c.expect_output(y);
+  c.backward({y});
+  c.expect_grad("input", x);
+  c.expect_grad("weight", w);
+  if (b.defined()) c.expect_grad("bias", b);
+}
+
+template <class F>
+void expect_error(F&& f, const std::string& expected) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing: " << expected;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(LinalgParity, MatmulRankCases) {
+  for (const char* dt : kDtypes)
+    for (const char* name : {"mm", "dot", "mv", "vm", "3d_2d", "2d_3d", "3d_1d", "1d_3d", "bcast", "bcast_both",
+                             "mm_transposed", "bcast_transposed", "batched_strided"})
+      check_pair_case(std::string("matmul_") + name + "_" + dt, call_matmul);
+  check_pair_case("matmul_longk_bf16", call_matmul);
+}
+
+TEST(LinalgParity, Bmm) {
+  for (const char* dt : kDtypes) {
+    check_pair_case(std::string("bmm_") + dt, call_bmm);
+    check_pair_case(std::string("bmm_transposed_") + dt, call_bmm_t);
+  }
+}
+
+TEST(LinalgParity, Linear) {
+  for (const char* dt : kDtypes)
+    for (const char* v : {"bias", "nobias", "transposed", "1d"}) check_linear_case(std::string("linear_") + v + "_" + dt);
+  check_linear_case("linear_longk_bf16");
+}
+
+TEST(LinalgGradcheck, Matmul) {
+  Generator g(3);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  auto fn = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{4, 3}, {3, 2}}, {{3}, {3}}, {{4, 3}, {3}}, {{3}, {3, 2}}, {{2, 4, 3}, {3, 2}},
+      {{4, 3}, {2, 3, 2}}, {{2, 1, 4, 3}, {3, 3, 2}}, {{3}, {2, 3, 2}}, {{2, 4, 3}, {3}}};
+  for (const auto& [sa, sb] : shapes) {
+    SCOPED_TRACE(sa.str() + " x " + sb.str());
+    EXPECT_GRADCHECK(fn, {r(sa), r(sb)});
+  }
+  // Non-contiguous operands: a transposed (Trans flag), b with every other column (copied).
+  Tensor at = r({3, 4}).t().detach().requires_grad_();
+  Tensor bs = r({3, 4}).slice(1, 0, 4, 2).detach().requires_grad_();
+  EXPECT_GRADCHECK(fn, {at, bs});
+  // Only one operand requiring grad.
+  EXPECT_GRADCHECK(fn, {r({2, 3, 4}), randn({4, 2}, DType::F64, &g)});
+}
+
+TEST(LinalgGradcheck, BmmAndLinear) {
+  Generator g(5);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return bmm(in[0], in[1]); }, {r({2, 3, 4}), r({2, 4, 5})});
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return bmm(in[0], in[1].transpose(1, 2)); },
+                   {r({2, 3, 4}), r({2, 5, 4})});
+  auto lin = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in.size() > 2 ? in[2] : Tensor()); };
+  EXPECT_GRADCHECK(lin, {r({2, 3, 5}), r({4, 5}), r({4})});
+  EXPECT_GRADCHECK(lin, {r({2, 3, 5}), r({4, 5})});
+  EXPECT_GRADCHECK(lin, {r({5}), r({4, 5}), r({4})});
+  // Non-contiguous input (leading dims not viewable as rows) and a transposed weight.
+  Tensor xt = r({5, 3, 2}).permute({2, 1, 0}).detach().requires_grad_();
+  Tensor wt = r({5, 4}).t().detach().requires_grad_();
+  EXPECT_GRADCHECK(lin, {xt, wt, r({4})});
+}
+
+TEST(Linalg, ValuesAgainstNaiveProduct) {
+  // Broadcast batch dims with both operands partly broadcast, against a per-element sum.
+  Generator g(9);
+  Tensor a = randn({2, 1, 3, 4}, DType::F64, &g), b = randn({3, 4, 5}, DType::F64, &g);
+  Tensor y = matmul(a, b);
+  ASSERT_EQ(y.shape(), Shape({2, 3, 3, 5}));
+  std::vector<double> av = a.to_vector(), bv = b.to_vector(), yv = y.to_vector();
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int m = 0; m < 3; ++m)
+        for (int n = 0; n < 5; ++n) {
+          double s = 0;
+          for (int k = 0; k < 4; ++k) s += av[(i * 3 + m) * 4 + k] * bv[(j * 4 + k) * 5 + n];
+          EXPECT_NEAR(yv[((i * 3 + j) * 3 + m) * 5 + n], s, 1e-12);
+        }
+}
+
+TEST(Linalg, ManySmallBatchesRunInParallelCorrectly) {
+  Generator g(1);
+  Tensor a = randn({64, 8, 6}, {}, &g), b = randn({64, 6, 7}, {}, &g);
+  Tensor y = bmm(a, b);
+  for (int i : {0, 17, 63}) {
+    Tensor yi = matmul(a.select(0, i), b.select(0, i));
+    std::vector<double> got = y.select(0, i).to_vector(), want = yi.to_vector();
+    for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-5);
+  }
+}
+
+TEST(Linalg, EmptyInnerDimension) {
+  Tensor y = matmul(zeros({3, 0}), zeros({0, 4}));
+  EXPECT_EQ(y.shape(), Shape({3, 4}));
+  for (double v : y.to_vector()) EXPECT_EQ(v, 0.0);
+  Tensor z = linear(zeros({2, 0}), zeros({3, 0}), from_vector({1, 2, 3}, {3}));
+  EXPECT_EQ(z.to_vector(), (std::vector<double>{1, 2, 3, 1, 2, 3}));
+}
+
+TEST(Linalg, Bf16OneDnnMatchesF32Fallback) {
+  // The oneDNN path and the convert-to-f32 sgemm path accumulate in f32; the results may differ
+  // by the final rounding only.
+  Generator g(2);
+  Tensor a = randn({3, 16, 64}, DType::BF16, &g), b = randn({64, 24}, DType::BF16, &g).t().contiguous().t();
+  Tensor bias = randn({24}, DType::BF16, &g);
+  Tensor be = b.expand({3, 64, 24});
+  Tensor y1 = empty({3, 16, 24}, DType::BF16), y2 = empty({3, 16, 24}, DType::BF16);
+  ASSERT_TRUE(cpu::matmul_onednn(a, be, y1, bias));
+  cpu::matmul_via_f32(a, be, y2, false, bias);
+  std::vector<double> v1 = y1.to_vector(), v2 = y2.to_vector();
+  for (size_t i = 0; i < v1.size(); ++i) EXPECT_NEAR(v1[i], v2[i], 1e-2 * std::abs(v2[i]) + 1e-2);
+}
+
+TEST(Linalg, Errors) {
+  expect_error([] { matmul(zeros({4, 3}), zeros({5, 2})); }, "matmul: inner dimensions differ: [4, 3] x [5, 2]");
+  expect_error([] { matmul(zeros({3}), zeros({4})); }, "matmul: inner dimensions differ: [3] x [4]");
+  expect_error([] { matmul(zeros({}), zeros({4})); }, "matmul: both operands need at least 1 dimension");
+  expect_error([] { matmul(zeros({2, 3, 4}), zeros({3, 4, 5})); }, "matmul");
+  expect_error([] { matmul(zeros({2, 3}), zeros({3, 2}, DType::F64)); },
+               "matmul: dtype mismatch, first operand is f32 but second operand is f64");
+  expect_error([] { matmul(zeros({2, 3}, DType::I64), zeros({3, 2}, DType::I64)); },
+               "matmul: first operand must be a floating-point tensor, found i64");
+  expect_error([] { bmm(zeros({3, 4}), zeros({4, 5})); }, "bmm: expected two 3-d tensors");
+  expect_error([] { bmm(zeros({2, 3, 4}), zeros({3, 4, 5})); }, "bmm: batch sizes differ: [2, 3, 4] x [3, 4, 5]");
+  expect_error([] { bmm(zeros({2, 3, 4}), zeros({2, 5, 5})); }, "bmm: inner dimensions differ");
+  expect_error([] { linear(zeros({2, 3}), zeros({4, 3}, DType::BF16)); }, "linear: weight is bf16 but input is f32");
+  expect_error([] { linear(zeros({2, 3}), zeros({4, 5})); },
+               "linear: input has 3 features (last dim of [2, 3]), weight [4, 5] expects 5");
+  expect_error([] { linear(zeros({2, 3}), zeros({3})); }, "linear: weight must be 2-d [out, in], found shape [3]");
+  expect_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({5})); }, "linear: bias has shape [5], expected [4]");
+  expect_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({4}, DType::F64)); },
+               "linear: bias is f64 but input is f32");
+}

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "backend/cpu/blas_setup.h"
+
 extern "C" void openblas_set_num_threads(int);
 
 namespace ft {
@@ -14,6 +16,7 @@ std::atomic<int> g_threads{0};
 
 void set_num_threads(int n) {
   if (n < 1) n = 1;
+  cpu::ensure_blas_kernels();
   g_threads = n;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
@@ -22,6 +25,7 @@ void set_num_threads(int n) {
 int get_num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);
   if (n == 0) {
+    cpu::ensure_blas_kernels();
     n = omp_get_max_threads();
     g_threads = n;
   }

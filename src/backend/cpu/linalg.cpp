@@ -1,5 +1,7 @@
 #include "backend/cpu/linalg.h"
 
+#include "backend/cpu/blas_setup.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -183,11 +185,10 @@ dnnl::memory::desc mat_desc(int64_t batch, int64_t bstride, int64_t rows, int64_
   return dnnl::memory::desc({batch, rows, cols}, dt, {bs, sr, sc});
 }
 
-// True when OpenBLAS runs its AVX-512 kernels. It picks kernels by CPU model, and on a model it
-// does not know (virtual machines often report a generic "Intel Xeon Processor") it falls back
-// to the SSE3 "Prescott" kernels, about 5x slower; OPENBLAS_CORETYPE=SkylakeX fixes that.
+// True when OpenBLAS runs its AVX-512 kernels (see blas_setup.h for why it might not).
 bool blas_has_avx512_kernels() {
   static const bool fast = [] {
+    ensure_blas_kernels();
     const char* name = openblas_get_corename();
     std::string n = name ? name : "";
     std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });

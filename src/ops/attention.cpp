@@ -62,10 +62,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const DType compute_dtype = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor out = empty({B, H, Tq, D}, q.options());
   Tensor lse = empty({B, H, Tq}, TensorOptions(compute_dtype, q.device()));
-  cpu::attention_forward(q, k, v, params, out, lse);
+  const bool needs_grad = autograd::any_requires_grad({&q, &k, &v});
+  // bf16/f16: backward's Di = rowsum(dO * O) needs O before rounding (see the kernel header).
+  Tensor out_f32;
+  if (needs_grad && compute_dtype != q.dtype()) out_f32 = empty({B, H, Tq, D}, TensorOptions(DType::F32, q.device()));
+  cpu::attention_forward(q, k, v, params, out, lse, out_f32);
 
-  if (autograd::any_requires_grad({&q, &k, &v})) {
-    autograd::SavedTensor sq(q), sk(k), sv(v), sout(out), slse(lse);
+  if (needs_grad) {
+    autograd::SavedTensor sq(q), sk(k), sv(v), sout(out_f32.defined() ? out_f32 : out), slse(lse);
     autograd::record_function(
         "ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out}, [=](std::vector<Tensor>& g) {
           const char* node = "ScaledDotProductAttentionBackward";

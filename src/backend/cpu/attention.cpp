@@ -26,6 +26,9 @@ namespace ft::cpu {
 
 namespace {
 
+// Backward splits each (b, h)'s key blocks into groups until there are this many tasks.
+constexpr int64_t kMinBackwardTasks = 8;
+
 int64_t g_block_q_override = 0;
 int64_t g_block_k_override = 0;
 
@@ -160,17 +163,19 @@ inline int64_t zigzag(int64_t t, int64_t n) { return (t % 2 == 0) ? t / 2 : n - 
 
 template <class T>
 void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
-                   const Tensor& lse) {
+                   const Tensor& lse, const Tensor& out_f32) {
   using C = compute_t<T>;
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   T* O = out.data<T>();
   C* L = lse.data<C>();
+  float* O32 = out_f32.defined() ? out_f32.data<float>() : nullptr;
   if (Tq == 0 || D == 0) {
     for (int64_t i = 0; i < B * H * Tq; ++i) L[i] = Tk == 0 ? -std::numeric_limits<C>::infinity() : C(0);
     return;
   }
   if (Tk == 0) {  // softmax over nothing: the weighted sum is empty
     for (int64_t i = 0; i < out.numel(); ++i) O[i] = static_cast<T>(C(0));
+    if (O32) std::fill(O32, O32 + out.numel(), 0.0f);
     for (int64_t i = 0; i < B * H * Tq; ++i) L[i] = -std::numeric_limits<C>::infinity();
     return;
   }
@@ -234,6 +239,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         const C* a = acc.data() + r * D;
         T* o = O + (bh * Tq + i0 + r) * D;
         for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(a[d] * inv);
+        if (O32) {
+          float* o32 = O32 + (bh * Tq + i0 + r) * D;
+          for (int64_t d = 0; d < D; ++d) o32[d] = static_cast<float>(a[d] * inv);
+        }
         L[bh * Tq + i0 + r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
       }
     }
@@ -257,7 +266,6 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     return;
   }
   const Operand<T> Q(q), K(k), V(v), dO(dout);
-  const T* O = out.data<T>();
   const C* L = lse.data<C>();
   const Blocks bl = choose_blocks(D);
   const int64_t bq = bl.q, bk = bl.k;
@@ -272,36 +280,44 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   // dropout (sum_j dZ_ij Z_ij = dO_i . O_i where Z is the dropped P).
   Tensor delta_t = empty({BH * Tq}, TensorOptions(cdt));
   C* delta = delta_t.data<C>();
-  parallel_for(0, BH * Tq, 256, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t bh = r / Tq, i = r % Tq;
-      const T* g = dO.row(bh / H, bh % H, i);
-      const T* o = O + r * D;
-      C s = 0;
-      for (int64_t d = 0; d < D; ++d) s += static_cast<C>(g[d * dO.sd]) * static_cast<C>(o[d]);
-      delta[r] = s;
-    }
-  });
+  auto row_dots = [&](const auto* O) {
+    parallel_for(0, BH * Tq, 256, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t bh = r / Tq, i = r % Tq;
+        const T* g = dO.row(bh / H, bh % H, i);
+        const auto* o = O + r * D;
+        C s = 0;
+        for (int64_t d = 0; d < D; ++d) s += static_cast<C>(g[d * dO.sd]) * static_cast<C>(o[d]);
+        delta[r] = s;
+      }
+    });
+  };
+  if (out.dtype() == q.dtype()) {
+    row_dots(out.data<T>());
+  } else {
+    FT_CHECK(out.dtype() == DType::F32, "attention_backward: out must be q's dtype or f32");
+    row_dots(out.data<float>());
+  }
 
   // Parallel over (b, h, group of key blocks): each task owns its dK/dV rows outright. dQ sums
   // over key blocks, so every group accumulates into its own dQ partial (groups > 1 only when
   // B*H is too small to keep the threads busy) and the partials are added in a fixed order
   // afterwards. The grouping depends on the shapes only, not on the thread count, so results
   // are bitwise identical for any number of threads.
-  const int64_t G = std::min(nkb, std::max<int64_t>(1, (16 + BH - 1) / BH));
-  const bool direct = G == 1 && std::is_same_v<T, C>;
-  Tensor dq_partial;
-  C* dqacc;
-  if (direct) {
-    dqacc = reinterpret_cast<C*>(dQ);
-  } else {
-    dq_partial = empty({G, BH * Tq * D}, TensorOptions(cdt));
-    dqacc = dq_partial.data<C>();
-  }
+  // Group 0 accumulates straight into dq when dq is in the compute type.
+  const int64_t G = std::min(nkb, std::max<int64_t>(1, (kMinBackwardTasks + BH - 1) / BH));
+  constexpr bool in_place = std::is_same_v<T, C>;
   const int64_t per_group = BH * Tq * D;
-  {
-    C* z = dqacc;
-    parallel_for(0, G * per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
+  const int64_t nbuf = in_place ? G - 1 : G;
+  Tensor dq_partial = empty({nbuf * per_group}, TensorOptions(cdt));
+  C* buf = dq_partial.data<C>();
+  auto dq_group = [&](int64_t g) -> C* {
+    if constexpr (in_place) return g == 0 ? reinterpret_cast<C*>(dQ) : buf + (g - 1) * per_group;
+    return buf + g * per_group;
+  };
+  for (int64_t g = 0; g < G; ++g) {
+    C* z = dq_group(g);
+    parallel_for(0, per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
   }
 
   parallel_for(0, BH * G, 1, [&](int64_t t0, int64_t t1) {
@@ -309,7 +325,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         dS(bq * bk), M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / G, g = t % G, b = bh / H, h = bh % H;
-      C* dqg = dqacc + g * per_group + bh * Tq * D;
+      C* dqg = dq_group(g) + bh * Tq * D;
       // Interleaved key blocks per group: under causal masking early key blocks have more
       // queries, and interleaving spreads them evenly across groups.
       for (int64_t kb = g; kb < nkb; kb += G) {
@@ -370,11 +386,13 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     }
   });
 
-  if (!direct) {
+  if (!in_place || G > 1) {
+    std::vector<const C*> parts(G);
+    for (int64_t g = 0; g < G; ++g) parts[g] = dq_group(g);
     parallel_for(0, per_group, 1 << 14, [&](int64_t a, int64_t e) {
       for (int64_t i = a; i < e; ++i) {
-        C s = dqacc[i];
-        for (int64_t g = 1; g < G; ++g) s += dqacc[g * per_group + i];
+        C s = parts[0][i];
+        for (int64_t g = 1; g < G; ++g) s += parts[g][i];
         dQ[i] = static_cast<T>(s);
       }
     });
@@ -384,8 +402,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
-                       const Tensor& out, const Tensor& lse) {
-  FT_DISPATCH_FLOATING(q.dtype(), "scaled_dot_product_attention", [&] { forward_typed<scalar_t>(q, k, v, p, out, lse); });
+                       const Tensor& out, const Tensor& lse, const Tensor& out_f32) {
+  FT_DISPATCH_FLOATING(q.dtype(), "scaled_dot_product_attention",
+                       [&] { forward_typed<scalar_t>(q, k, v, p, out, lse, out_f32); });
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,

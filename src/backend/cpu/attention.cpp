@@ -1,7 +1,10 @@
 // Tiled attention kernels; the algorithm is described in attention.h. Implementation notes:
-// - Tiles are multiplied with OpenBLAS (cblas_sgemm / cblas_dgemm). Tile sizes keep every call
-//   at M*N*K <= 64*64*64, below OpenBLAS's threshold for spawning its own threads, so each
-//   call runs on the calling pool thread and the pool threads never oversubscribe the cores.
+// - f32 tiles (also bf16/f16, widened) are multiplied with oneDNN's dnnl_sgemm, which picks its
+//   AVX2/AVX-512 kernels from the CPU's feature bits. OpenBLAS picks kernels by CPU model and on
+//   virtualised CPUs reporting a generic model falls back to SSE3 ("Prescott") kernels, 7x
+//   slower here. f64 (used for checking) goes through cblas_dgemm. Inside the parallel_for both
+//   run single-threaded on the calling pool thread (nested OpenMP regions are serialised, and
+//   the tiles are below OpenBLAS's threading threshold), so threads never oversubscribe cores.
 // - f32/f64 operands whose last dimension is dense are handed to the GEMM in place (any B/H/T
 //   strides: the row stride becomes the leading dimension); other layouts and bf16/f16 are
 //   packed tile by tile into a dense compute-type buffer (bf16/f16 widened to f32).
@@ -10,6 +13,7 @@
 #include "backend/cpu/attention.h"
 
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <bit>
@@ -26,6 +30,13 @@ namespace ft::cpu {
 
 namespace {
 
+// Flops below which a parallel_for chunk is not worth waking another thread for.
+constexpr int64_t kMinChunkFlops = 1 << 18;
+
+inline int64_t grain_for(int64_t flops_per_task) {
+  return std::max<int64_t>(1, kMinChunkFlops / std::max<int64_t>(flops_per_task, 1));
+}
+
 // Backward splits each (b, h)'s key blocks into groups until there are this many tasks.
 constexpr int64_t kMinBackwardTasks = 8;
 
@@ -38,7 +49,8 @@ struct Blocks {
 
 Blocks choose_blocks(int64_t D) {
   // 64 x 64 tiles at D <= 64 are 16 KiB of f32 each: Q, K, V, S and the accumulator fit in L2
-  // together. Wider heads shrink the key block to stay under OpenBLAS's threading threshold.
+  // together. Wider heads shrink the key block to keep that footprint (and, for f64, to stay
+  // under OpenBLAS's threading threshold of M*N*K = 64^3).
   Blocks b{64, 64};
   if (D > 64) b.k = std::max<int64_t>(8, (64 * 64 / D) / 8 * 8);
   if (g_block_q_override > 0) b.q = g_block_q_override;
@@ -48,8 +60,8 @@ Blocks choose_blocks(int64_t D) {
 
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
-              ldb, beta, C, ldc);
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  FT_CHECK(st == dnnl_success, "scaled_dot_product_attention: dnnl_sgemm failed with status ", static_cast<int>(st));
 }
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
@@ -190,7 +202,9 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   const C inv_keep = static_cast<C>(1.0 / (1.0 - p.dropout_p));
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
 
-  parallel_for(0, ntasks, 1, [&](int64_t t0, int64_t t1) {
+  // Two GEMMs of bq x Tk x D per task (half of Tk under causal masking, on average).
+  const int64_t task_flops = 4 * bq * D * (p.causal ? (Tk + 1) / 2 : Tk);
+  parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     std::vector<C> qbuf(bq * D), kbuf(bk * D), vbuf(bk * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t task = p.causal ? zigzag(t, ntasks) : t;
@@ -281,7 +295,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   Tensor delta_t = empty({BH * Tq}, TensorOptions(cdt));
   C* delta = delta_t.data<C>();
   auto row_dots = [&](const auto* O) {
-    parallel_for(0, BH * Tq, 256, [&](int64_t r0, int64_t r1) {
+    parallel_for(0, BH * Tq, grain_for(2 * D), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t bh = r / Tq, i = r % Tq;
         const T* g = dO.row(bh / H, bh % H, i);
@@ -320,7 +334,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     parallel_for(0, per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
   }
 
-  parallel_for(0, BH * G, 1, [&](int64_t t0, int64_t t1) {
+  // Five GEMMs of Tq x (Tk / G) x D per task (half under causal masking).
+  const int64_t task_flops = 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
+  parallel_for(0, BH * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     std::vector<C> kbuf(bk * D), vbuf(bk * D), qbuf(bq * D), dobuf(bq * D), P(bq * bk), Z(dropout ? bq * bk : 0),
         dS(bq * bk), M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D);
     for (int64_t t = t0; t < t1; ++t) {

@@ -117,7 +117,7 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 
 TEST(AttentionParity, AllCases) {
   const std::vector<std::string> configs = {"self",          "causal", "long",      "cross", "cross_causal",
-                                            "causal_q_gt_k", "transposed", "bthd", "qkv"};
+                                            "causal_q_gt_k", "transposed", "bthd", "qkv", "mqa"};
   for (const char* dt : {"f32", "f64", "bf16", "f16"}) {
     for (const std::string& cfg : configs) {
       if (std::string(dt) == "f16" && cfg != "self" && cfg != "cross_causal" && cfg != "bthd") continue;
@@ -139,7 +139,10 @@ TEST(AttentionParity, AllCases) {
         continue;
       }
       Tensor q = c.input("q", true), k = c.input("k", true), v = c.input("v", true);
-      if (layout == "bthd") {
+      if (layout == "mqa") {  // k, v broadcast over heads (zero stride)
+        const int64_t H = q.size(1);
+        y = scaled_dot_product_attention(q, k.expand({-1, H, -1, -1}), v.expand({-1, H, -1, -1}), causal, 0.0, scale);
+      } else if (layout == "bthd") {
         y = scaled_dot_product_attention(q.permute({0, 2, 1, 3}), k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}),
                                          causal, 0.0, scale);
       } else {

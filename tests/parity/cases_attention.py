@@ -38,7 +38,8 @@ def bhtd(t):
 
 # name -> (B, H, Tq, Tk, D, causal, scale, layout)
 #   layout: "contig"; "transposed" (all dims reversed: head dim not dense, kernel packs tiles);
-#   "bthd" (q, k, v stored [B, T, H, D] and permuted); "qkv" (one [B, T, 3, H, D] tensor split).
+#   "bthd" (q, k, v stored [B, T, H, D] and permuted); "qkv" (one [B, T, 3, H, D] tensor split);
+#   "mqa" (k and v are [B, 1, T, D] broadcast over the heads: zero head stride).
 CONFIGS = {
     "self": (2, 3, 40, 40, 16, False, None, "contig"),
     "causal": (2, 2, 70, 70, 64, True, None, "contig"),
@@ -49,6 +50,7 @@ CONFIGS = {
     "transposed": (2, 2, 37, 53, 16, True, None, "transposed"),
     "bthd": (2, 3, 45, 45, 16, True, None, "bthd"),
     "qkv": (2, 2, 33, 33, 16, True, None, "qkv"),
+    "mqa": (2, 3, 20, 29, 16, False, None, "mqa"),
 }
 DTYPE_CONFIGS = {
     "f32": list(CONFIGS),
@@ -75,6 +77,14 @@ def make(name, dtype, cfg):
 
         def fn(q, k, v):
             return sdpa_ref(bhtd(q), bhtd(k), bhtd(v), causal, scale)
+
+        return case(name, fn, {"q": q, "k": k, "v": v}, dtype=dtype, params=params)
+    if layout == "mqa":
+        q = amp * randn(name + "q", B, H, Tq, D)
+        k, v = (amp * randn(name + s, B, 1, Tk, D) for s in ("k", "v"))
+
+        def fn(q, k, v):
+            return sdpa_ref(q, k.expand(B, H, Tk, D), v.expand(B, H, Tk, D), causal, scale)
 
         return case(name, fn, {"q": q, "k": k, "v": v}, dtype=dtype, params=params)
     q, k, v = (amp * randn(name + s, B, H, T, D) for s, T in (("q", Tq), ("k", Tk), ("v", Tk)))

@@ -181,8 +181,8 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   T* O = out.data<T>();
   C* L = lse.data<C>();
   float* O32 = out_f32.defined() ? out_f32.data<float>() : nullptr;
-  if (Tq == 0 || D == 0) {
-    for (int64_t i = 0; i < B * H * Tq; ++i) L[i] = Tk == 0 ? -std::numeric_limits<C>::infinity() : C(0);
+  if (Tq == 0 || D == 0) {  // D == 0: every score is 0, so the logsumexp is log(Tk)
+    for (int64_t i = 0; i < B * H * Tq; ++i) L[i] = std::log(static_cast<C>(Tk));
     return;
   }
   if (Tk == 0) {  // softmax over nothing: the weighted sum is empty

@@ -1,0 +1,58 @@
+// Tiled scaled dot-product attention on the CPU (FlashAttention forward, FlashAttention-2 style
+// backward).
+//
+// Forward, for each (batch, head, block of Bq queries), with the key/value sequence walked in
+// blocks of Bk rows:
+//   S = scale * Q_blk K_blk^T              (Bq x Bk, one small GEMM)
+//   m' = max(m, rowmax S); P = exp(S - m'); l = l * exp(m - m') + rowsum P
+//   O  = O * exp(m - m') + dropout(P) V_blk (second small GEMM)
+// and at the end O /= l and L = m + log(l) (the row's logsumexp). Only O and L are written.
+// Backward recomputes P = exp(S - L) tile by tile instead of reading a stored probability
+// matrix, so neither pass ever holds more than a Bq x Bk score tile per thread: memory is
+// O(T * D) instead of O(T^2), and the traffic is O(T^2 * D / B) reads of K/V (forward) or Q/dO
+// (backward) from cache-sized tiles against O(T^2 * D) flops, so the GEMMs run from L1/L2.
+//
+// Causal masking is top-left aligned (key j is visible to query i iff j <= i, torch's
+// is_causal); key blocks entirely above the diagonal are skipped, halving the work.
+//
+// Dropout is applied to the normalised probabilities (PyTorch semantics: the softmax
+// normaliser uses the undropped P). The keep decision of element (b, h, i, j) is
+//   uniform_from_word(philox_word(seed, base, ((b*H + h)*Tq + i)*Tk + j)) < 1 - p
+// (the rule bernoulli_mask uses), so the backward pass regenerates exactly the forward mask
+// from the counters alone, whatever the tiling or the number of threads.
+#pragma once
+#include <cstdint>
+
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+struct AttentionParams {
+  bool causal = false;
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0;         // Philox key
+  uint64_t philox_base = 0;  // first counter block reserved for this call's mask
+};
+
+// q [B, H, Tq, D], k and v [B, H, Tk, D], any strides, all of one floating dtype.
+// out: [B, H, Tq, D] contiguous, q's dtype. lse: [B, H, Tq] contiguous, f64 for f64 inputs and
+// f32 otherwise (the dtype the kernel computes in). out_f32, when defined (bf16/f16 inputs
+// whose gradient is needed), receives the output before rounding, contiguous f32.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
+                       const Tensor& out, const Tensor& lse, const Tensor& out_f32 = Tensor());
+
+// Gradients given the forward's output and lse and the upstream gradient dout (any strides).
+// `out` is the forward output, or for bf16/f16 preferably its unrounded f32 version: it only
+// enters through Di = rowsum(dO * O), which subtracts from dP and so turns the output's
+// rounding error (2^-9 relative in bf16) into errors of dq and dk comparable to their size.
+// dq, dk, dv: contiguous, shaped and typed like q, k, v.
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                        const Tensor& dout, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv);
+
+// Overrides the tile sizes (0 restores the automatic choice). For tests, which use tiles smaller
+// than T to exercise multi-tile paths and the causal block skip; not thread-safe.
+void set_attention_block_sizes_for_testing(int64_t block_q, int64_t block_k);
+
+}  // namespace ft::cpu

@@ -1,0 +1,88 @@
+// scaled_dot_product_attention: validation, dropout RNG reservation and autograd. The tiled
+// kernels (and why they never materialise the [Tq, Tk] score matrix) are in
+// backend/cpu/attention.{h,cpp}. Forward saves only q, k, v, the output and the per-row
+// logsumexp; backward recomputes the probabilities tile by tile.
+#include "fasttrain/ops/attention.h"
+
+#include <cmath>
+
+#include "backend/cpu/attention.h"
+#include "ops/common.h"
+
+namespace ft {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p, std::optional<double> scale) {
+  FT_CHECK(q.defined() && k.defined() && v.defined(), kOp, ": q, k and v must be defined tensors");
+  const Tensor* ts[] = {&q, &k, &v};
+  const char* names[] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) {
+    FT_CHECK(ts[i]->dim() == 4, kOp, ": ", names[i], " must have 4 dimensions [B, H, T, D], found ", ts[i]->dim(),
+             " (shape ", ts[i]->shape().str(), ")");
+    ops::check_floating(*ts[i], kOp, names[i]);
+  }
+  FT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), kOp, ": q, k and v must have one dtype, found q ",
+           dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()));
+  ops::common_device({&q, &k, &v}, kOp);
+  ops::check_cpu(q, kOp);
+  for (int i = 1; i < 3; ++i) {
+    const Tensor& t = *ts[i];
+    FT_CHECK(t.size(0) == q.size(0), kOp, ": q has batch size ", q.size(0), ", ", names[i], " has ", t.size(0));
+    FT_CHECK(t.size(1) == q.size(1), kOp, ": q has ", q.size(1), " heads, ", names[i], " has ", t.size(1));
+    FT_CHECK(t.size(3) == q.size(3), kOp, ": q has head dim ", q.size(3), ", ", names[i], " has ", t.size(3));
+  }
+  FT_CHECK(v.size(2) == k.size(2), kOp, ": k has ", k.size(2), " keys, v has ", v.size(2),
+           " values (expected the same sequence length)");
+  FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, kOp, ": dropout_p must be in [0, 1), found ", dropout_p);
+  if (scale) FT_CHECK(std::isfinite(*scale), kOp, ": scale must be finite, found ", *scale);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
+                                    std::optional<double> scale, Generator* gen) {
+  check_inputs(q, k, v, dropout_p, scale);
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+
+  cpu::AttentionParams params;
+  params.causal = causal;
+  params.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
+  params.dropout_p = dropout_p;
+  if (dropout_p > 0) {
+    // One counter block per 4 score elements, reserved once; the kernels derive each element's
+    // counter from its flat (b, h, i, j) index, so backward regenerates the same mask.
+    Generator& g = gen ? *gen : default_generator();
+    params.seed = g.seed();
+    params.philox_base = g.reserve(static_cast<uint64_t>((B * H * Tq * Tk + 3) / 4));
+  }
+
+  const DType compute_dtype = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  Tensor out = empty({B, H, Tq, D}, q.options());
+  Tensor lse = empty({B, H, Tq}, TensorOptions(compute_dtype, q.device()));
+  const bool needs_grad = autograd::any_requires_grad({&q, &k, &v});
+  // bf16/f16: backward's Di = rowsum(dO * O) needs O before rounding (see the kernel header).
+  Tensor out_f32;
+  if (needs_grad && compute_dtype != q.dtype()) out_f32 = empty({B, H, Tq, D}, TensorOptions(DType::F32, q.device()));
+  cpu::attention_forward(q, k, v, params, out, lse, out_f32);
+
+  if (needs_grad) {
+    autograd::SavedTensor sq(q), sk(k), sv(v), sout(out_f32.defined() ? out_f32 : out), slse(lse);
+    autograd::record_function(
+        "ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out}, [=](std::vector<Tensor>& g) {
+          const char* node = "ScaledDotProductAttentionBackward";
+          Tensor qv = sq.get(node), kv = sk.get(node), vv = sv.get(node);
+          Tensor dq = empty(qv.shape(), qv.options());
+          Tensor dk = empty(kv.shape(), kv.options());
+          Tensor dv = empty(vv.shape(), vv.options());
+          Tensor go = g[0].dtype() == qv.dtype() ? g[0] : g[0].to(qv.dtype());
+          cpu::attention_backward(qv, kv, vv, sout.get(node), slse.get(node), go, params, dq, dk, dv);
+          return std::vector<Tensor>{dq, dk, dv};
+        });
+  }
+  return out;
+}
+
+}  // namespace ft

@@ -1,0 +1,382 @@
+// scaled_dot_product_attention: PyTorch parity (hand-written reference, since PyTorch 1.13 has
+// no F.scaled_dot_product_attention), f64 gradient checks with tiles smaller than T, dropout
+// reproducibility, memory that does not grow with T^2, and argument validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/attention.h"
+#include "fasttrain/fasttrain.h"
+#include "support/gradcheck.h"
+#include "support/parity.h"
+
+using namespace ft;
+using test::ParityCase;
+
+namespace {
+
+// Tiles smaller than the sequence, so multiple query and key blocks, partial last blocks and
+// the causal block skip are all exercised at gradcheck sizes.
+struct SmallBlocks {
+  SmallBlocks(int64_t bq, int64_t bk) { cpu::set_attention_block_sizes_for_testing(bq, bk); }
+  ~SmallBlocks() { cpu::set_attention_block_sizes_for_testing(0, 0); }
+};
+
+struct Threads {
+  int saved = get_num_threads();
+  explicit Threads(int n) { set_num_threads(n); }
+  ~Threads() { set_num_threads(saved); }
+};
+
+Tensor randn64(const Shape& s, uint64_t seed, double amp = 1.0) {
+  Generator g(seed);
+  return mul(randn(s, DType::F64, &g), amp);
+}
+
+// Dense f64 reference with an explicit dropout mask rebuilt from the documented Philox rule:
+// element (b, h, i, j) is kept iff uniform_from_word(philox_word(seed, base, flat)) < 1 - p.
+struct Reference {
+  std::vector<double> out, dq, dk, dv;
+};
+
+Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, bool causal, double p,
+                    double scale, uint64_t seed, uint64_t base) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+  std::vector<double> Q = q.contiguous().to_vector(), K = k.contiguous().to_vector(), V = v.contiguous().to_vector(),
+                      G = gout.contiguous().to_vector();
+  Reference r;
+  r.out.assign(Q.size(), 0);
+  r.dq.assign(Q.size(), 0);
+  r.dk.assign(K.size(), 0);
+  r.dv.assign(V.size(), 0);
+  std::vector<double> P(Tk), M(Tk), Z(Tk), dP(Tk);
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const double* q0 = &Q[bh * Tq * D];
+    const double* k0 = &K[bh * Tk * D];
+    const double* v0 = &V[bh * Tk * D];
+    const double* g0 = &G[bh * Tq * D];
+    for (int64_t i = 0; i < Tq; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < Tk; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += q0[i * D + d] * k0[j * D + d];
+        P[j] = (causal && j > i) ? -INFINITY : s * scale;
+        mx = std::max(mx, P[j]);
+      }
+      double l = 0;
+      for (int64_t j = 0; j < Tk; ++j) l += (P[j] = std::exp(P[j] - mx));
+      for (int64_t j = 0; j < Tk; ++j) {
+        P[j] /= l;
+        const uint64_t flat = static_cast<uint64_t>((bh * Tq + i) * Tk + j);
+        const bool keep = p == 0 || uniform_from_word(philox_word(seed, base, flat)) < static_cast<float>(1 - p);
+        M[j] = keep ? 1.0 / (1 - p) : 0.0;
+        Z[j] = P[j] * M[j];
+      }
+      for (int64_t j = 0; j < Tk; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          r.out[(bh * Tq + i) * D + d] += Z[j] * v0[j * D + d];
+          r.dv[(bh * Tk + j) * D + d] += Z[j] * g0[i * D + d];
+        }
+      // dP = (dO V^T) * mask; dS = P * (dP - sum_j dP P)
+      double dot = 0;
+      for (int64_t j = 0; j < Tk; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += g0[i * D + d] * v0[j * D + d];
+        dP[j] = s * M[j];
+        dot += dP[j] * P[j];
+      }
+      for (int64_t j = 0; j < Tk; ++j) {
+        const double ds = P[j] * (dP[j] - dot) * scale;
+        for (int64_t d = 0; d < D; ++d) {
+          r.dq[(bh * Tq + i) * D + d] += ds * k0[j * D + d];
+          r.dk[(bh * Tk + j) * D + d] += ds * q0[i * D + d];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+void expect_near_vec(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::fabs(a[i] - b[i]) > worst) worst = std::fabs(a[i] - b[i]), at = i;
+  EXPECT_LE(worst, tol) << what << ": element " << at << " is " << a[at] << ", expected " << b[at];
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  std::vector<double> x = a.to_vector(), y = b.to_vector();
+  return x == y;
+}
+
+}  // namespace
+
+// --- parity with PyTorch -------------------------------------------------------------------
+
+TEST(AttentionParity, AllCases) {
+  const std::vector<std::string> configs = {"self",          "causal", "long",      "cross", "cross_causal",
+                                            "causal_q_gt_k", "transposed", "bthd", "qkv", "mqa"};
+  for (const char* dt : {"f32", "f64", "bf16", "f16"}) {
+    for (const std::string& cfg : configs) {
+      if (std::string(dt) == "f16" && cfg != "self" && cfg != "cross_causal" && cfg != "bthd") continue;
+      const std::string name = "sdpa_" + cfg + "_" + dt;
+      SCOPED_TRACE(name);
+      FT_PARITY_CASE(c, name);
+      const bool causal = c.param<bool>("causal");
+      const double s = c.param<double>("scale");
+      const std::optional<double> scale = s > 0 ? std::optional<double>(s) : std::nullopt;
+      const std::string layout = c.param<std::string>("layout");
+      Tensor y;
+      if (layout == "qkv") {
+        Tensor qkv = c.input("qkv", true);  // [B, T, 3, H, D]
+        auto part = [&](int i) { return qkv.select(2, i).permute({0, 2, 1, 3}); };
+        y = scaled_dot_product_attention(part(0), part(1), part(2), causal, 0.0, scale);
+        c.expect_output(y);
+        c.backward({y});
+        c.expect_grad("qkv", qkv);
+        continue;
+      }
+      Tensor q = c.input("q", true), k = c.input("k", true), v = c.input("v", true);
+      if (layout == "mqa") {  // k, v broadcast over heads (zero stride)
+        const int64_t H = q.size(1);
+        y = scaled_dot_product_attention(q, k.expand({-1, H, -1, -1}), v.expand({-1, H, -1, -1}), causal, 0.0, scale);
+      } else if (layout == "bthd") {
+        y = scaled_dot_product_attention(q.permute({0, 2, 1, 3}), k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}),
+                                         causal, 0.0, scale);
+      } else {
+        if (layout == "transposed") EXPECT_FALSE(q.is_contiguous());
+        y = scaled_dot_product_attention(q, k, v, causal, 0.0, scale);
+      }
+      EXPECT_EQ(y.dtype(), c.dtype());
+      EXPECT_TRUE(y.is_contiguous());
+      c.expect_output(y);
+      c.backward({y});
+      c.expect_grad("q", q);
+      c.expect_grad("k", k);
+      c.expect_grad("v", v);
+    }
+  }
+}
+
+// --- gradient checks (f64, finite differences) -------------------------------------------
+
+TEST(AttentionGrad, NonCausalMultiTile) {
+  SmallBlocks blocks(3, 4);
+  Tensor q = randn64({1, 2, 7, 5}, 1).requires_grad_(), k = randn64({1, 2, 9, 5}, 2).requires_grad_(),
+         v = randn64({1, 2, 9, 5}, 3).requires_grad_();
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); },
+                   {q, k, v});
+}
+
+TEST(AttentionGrad, CausalMultiTileWithBlockSkip) {
+  SmallBlocks blocks(3, 2);  // key blocks wholly above the diagonal are skipped
+  for (auto [tq, tk] : {std::pair<int64_t, int64_t>{8, 8}, {6, 9}, {9, 5}}) {
+    SCOPED_TRACE(std::to_string(tq) + "x" + std::to_string(tk));
+    Tensor q = randn64({2, 1, tq, 4}, 4, 1.5).requires_grad_(), k = randn64({2, 1, tk, 4}, 5, 1.5).requires_grad_(),
+           v = randn64({2, 1, tk, 4}, 6).requires_grad_();
+    EXPECT_GRADCHECK(
+        [](const std::vector<Tensor>& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true, 0.0, 0.7); },
+        {q, k, v});
+  }
+}
+
+TEST(AttentionGrad, NonContiguousInputs) {
+  SmallBlocks blocks(4, 3);
+  // [B, T, H, D] storage permuted to [B, H, T, D]; v additionally has a non-dense head dim.
+  Tensor qs = randn64({2, 6, 2, 4}, 7).requires_grad_(), ks = randn64({2, 7, 2, 4}, 8).requires_grad_();
+  Tensor vs = randn64({4, 7, 2, 2}, 9).requires_grad_();  // [D, T, H, B]
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& x) {
+        Tensor q = x[0].permute({0, 2, 1, 3}), k = x[1].permute({0, 2, 1, 3}), v = x[2].permute({3, 2, 1, 0});
+        return scaled_dot_product_attention(q, k, v, true);
+      },
+      {qs, ks, vs});
+}
+
+TEST(AttentionGrad, Dropout) {
+  SmallBlocks blocks(3, 4);
+  Tensor q = randn64({1, 2, 6, 4}, 10).requires_grad_(), k = randn64({1, 2, 7, 4}, 11).requires_grad_(),
+         v = randn64({1, 2, 7, 4}, 12).requires_grad_();
+  // A fresh generator per call: every evaluation draws the same mask.
+  for (bool causal : {false, true}) {
+    EXPECT_GRADCHECK(
+        [causal](const std::vector<Tensor>& x) {
+          Generator g(99);
+          return scaled_dot_product_attention(x[0], x[1], x[2], causal, 0.4, std::nullopt, &g);
+        },
+        {q, k, v});
+  }
+}
+
+// --- dropout ------------------------------------------------------------------------------
+
+TEST(AttentionDropout, MatchesExplicitPhiloxMaskForwardAndBackward) {
+  SmallBlocks blocks(5, 6);  // tiling must not change which elements are dropped
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    Tensor q = randn64({2, 2, 11, 8}, 20).requires_grad_(), k = randn64({2, 2, 13, 8}, 21).requires_grad_(),
+           v = randn64({2, 2, 13, 8}, 22).requires_grad_();
+    Generator g(2024);
+    g.reserve(5);  // a non-zero base offset
+    const uint64_t base = g.state().offset;
+    const double p = 0.3, scale = 0.4;
+    Tensor y = scaled_dot_product_attention(q, k, v, causal, p, scale, &g);
+    EXPECT_EQ(g.state().offset, base + (2 * 2 * 11 * 13 + 3) / 4);
+    Tensor gout = randn64(y.shape(), 23);
+    std::vector<Tensor> grads = autograd::grad({y}, {q, k, v}, {gout});
+    Reference r = reference(q, k, v, gout, causal, p, scale, 2024, base);
+    expect_near_vec(y.to_vector(), r.out, 1e-12, "out");
+    expect_near_vec(grads[0].to_vector(), r.dq, 1e-12, "dq");
+    expect_near_vec(grads[1].to_vector(), r.dk, 1e-12, "dk");
+    expect_near_vec(grads[2].to_vector(), r.dv, 1e-12, "dv");
+  }
+}
+
+TEST(AttentionDropout, SameResultOnOneAndTwoThreads) {
+  // Sizes large enough that both passes really split across two threads (the parallel grain is
+  // work-based); B*H = 1 also makes the backward split each head's keys into dQ groups.
+  for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {2, 4}}) {
+    Generator init(5);
+    Tensor q = randn({B, H, 150, 32}, {}, &init).requires_grad_(), k = randn({B, H, 140, 32}, {}, &init).requires_grad_(),
+           v = randn({B, H, 140, 32}, {}, &init).requires_grad_();
+    Tensor gout = randn({B, H, 150, 32}, {}, &init);
+    std::vector<Tensor> res[2];
+    for (int n : {1, 2}) {
+      Threads t(n);
+      Generator g(77);
+      Tensor y = scaled_dot_product_attention(q, k, v, true, 0.2, std::nullopt, &g);
+      res[n - 1] = autograd::grad({y}, {q, k, v}, {gout});
+      res[n - 1].push_back(y);
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(res[0][i], res[1][i])) << "result " << i;
+  }
+}
+
+TEST(AttentionDropout, PreservesMeanAndAdvancesGenerator) {
+  // With v = 1 every undropped output is exactly 1; dropout rescales kept weights by 1/(1-p), so
+  // the mean stays 1 in expectation (std of this mean is ~0.003 here).
+  Tensor q = randn64({1, 4, 128, 16}, 30), k = randn64({1, 4, 128, 16}, 31);
+  Tensor v = ones({1, 4, 128, 16}, DType::F64);
+  Generator g(3);
+  Tensor y1 = scaled_dot_product_attention(q, k, v, false, 0.3, std::nullopt, &g);
+  EXPECT_NEAR(mean(y1).item<double>(), 1.0, 0.02);
+  Tensor y0 = scaled_dot_product_attention(q, k, v, false, 0.0);
+  EXPECT_NEAR(mean(y0).item<double>(), 1.0, 1e-12);
+  Tensor y2 = scaled_dot_product_attention(q, k, v, false, 0.3, std::nullopt, &g);
+  EXPECT_FALSE(bitwise_equal(y1, y2)) << "a second call must draw a fresh mask";
+  // f32 path: same mean property, and the dropped output differs from the undropped one.
+  Tensor y3 = scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), false, 0.3,
+                                           std::nullopt, &g);
+  EXPECT_NEAR(mean(y3).item<double>(), 1.0, 0.02);
+}
+
+// --- options, layouts, tiling -------------------------------------------------------------
+
+TEST(Attention, DefaultScaleAndTilingInvariance) {
+  Tensor q = randn64({2, 3, 33, 8}, 40), k = randn64({2, 3, 45, 8}, 41), v = randn64({2, 3, 45, 8}, 42);
+  Tensor gout = randn64({2, 3, 33, 8}, 43);
+  for (bool causal : {false, true}) {
+    Tensor a = scaled_dot_product_attention(q, k, v, causal);
+    Tensor b = scaled_dot_product_attention(q, k, v, causal, 0.0, 1.0 / std::sqrt(8.0));
+    EXPECT_TRUE(bitwise_equal(a, b));
+    Reference r = reference(q, k, v, gout, causal, 0.0, 1.0 / std::sqrt(8.0), 0, 0);
+    expect_near_vec(a.to_vector(), r.out, 1e-12, "default tiles");
+    SmallBlocks blocks(7, 5);
+    expect_near_vec(scaled_dot_product_attention(q, k, v, causal).to_vector(), r.out, 1e-12, "7x5 tiles");
+  }
+}
+
+TEST(Attention, F32MatchesF64AcrossTiles) {
+  // The f32 path uses a polynomial exp; check it against f64 on a long, multi-tile sequence.
+  Tensor q = randn64({1, 2, 200, 64}, 50, 1.5), k = randn64({1, 2, 200, 64}, 51, 1.5), v = randn64({1, 2, 200, 64}, 52);
+  for (bool causal : {false, true}) {
+    Tensor y64 = scaled_dot_product_attention(q, k, v, causal);
+    Tensor y32 = scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), causal);
+    expect_near_vec(y32.to_vector(), y64.to_vector(), 2e-5, "f32 vs f64");
+  }
+}
+
+TEST(Attention, WideHeadsAndEmptySequences) {
+  // D = 128 takes the narrower key block.
+  Tensor q = randn64({1, 1, 20, 128}, 60), k = randn64({1, 1, 70, 128}, 61), v = randn64({1, 1, 70, 128}, 62);
+  Tensor gout = randn64({1, 1, 20, 128}, 63);
+  Reference r = reference(q, k, v, gout, false, 0.0, 1.0 / std::sqrt(128.0), 0, 0);
+  expect_near_vec(scaled_dot_product_attention(q, k, v).to_vector(), r.out, 1e-12, "D=128");
+  // No queries: an empty output of the right shape.
+  Tensor e = scaled_dot_product_attention(zeros({2, 2, 0, 4}), zeros({2, 2, 3, 4}), zeros({2, 2, 3, 4}));
+  EXPECT_EQ(e.shape(), Shape({2, 2, 0, 4}));
+}
+
+// --- memory -------------------------------------------------------------------------------
+
+TEST(Attention, MemoryDoesNotScaleWithTSquared) {
+  const int64_t T = 2048, D = 64;
+  Generator g(1);
+  Tensor q = randn({1, 1, T, D}, {}, &g), k = randn({1, 1, T, D}, {}, &g), v = randn({1, 1, T, D}, {}, &g);
+  Allocator& alloc = allocator_for(Device::cpu());
+  const int64_t scores_bytes = T * T * 4;  // what a materialised f32 score matrix would take
+  {
+    autograd::NoGradGuard ng;
+    const int64_t before = alloc.stats().allocated_bytes;
+    alloc.reset_peak();
+    Tensor y = scaled_dot_product_attention(q, k, v, true);
+    const int64_t extra = alloc.stats().peak_allocated_bytes - before;
+    // The output (T*D*4 = 512 KiB) and the logsumexp (8 KiB): 1/32 of the score matrix.
+    EXPECT_LE(extra, T * D * 4 + T * 4 + 4096);
+    EXPECT_LT(extra, scores_bytes / 16);
+  }
+  {
+    // Backward: dq, dk, dv, the per-row Di and (B*H = 1 here) the dQ partials of up to 7 more
+    // key-block groups: all O(T*D), together a third of the score matrix.
+    Tensor qr = q.detach().requires_grad_(), kr = k.detach().requires_grad_(), vr = v.detach().requires_grad_();
+    Tensor y = scaled_dot_product_attention(qr, kr, vr, true);
+    Tensor gout = ones_like(y);
+    const int64_t before = alloc.stats().allocated_bytes;
+    alloc.reset_peak();
+    std::vector<Tensor> grads = autograd::grad({y}, {qr, kr, vr}, {gout});
+    const int64_t extra = alloc.stats().peak_allocated_bytes - before;
+    EXPECT_LE(extra, 10 * T * D * 4 + T * 8 + 4096);
+    EXPECT_LT(extra, scores_bytes / 2);
+  }
+}
+
+// --- validation ---------------------------------------------------------------------------
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Attention, ValidatesArguments) {
+  Tensor q = zeros({2, 4, 5, 64}), k = zeros({2, 4, 6, 64}), v = zeros({2, 4, 6, 64});
+  auto sdpa = [](const Tensor& a, const Tensor& b, const Tensor& c) { scaled_dot_product_attention(a, b, c); };
+  EXPECT_EQ(error_of([&] { sdpa(q, zeros({2, 4, 6, 32}), v); }),
+            "scaled_dot_product_attention: q has head dim 64, k has 32");
+  EXPECT_EQ(error_of([&] { sdpa(q, k, zeros({2, 4, 6, 16})); }),
+            "scaled_dot_product_attention: q has head dim 64, v has 16");
+  EXPECT_EQ(error_of([&] { sdpa(q, zeros({3, 4, 6, 64}), v); }),
+            "scaled_dot_product_attention: q has batch size 2, k has 3");
+  EXPECT_EQ(error_of([&] { sdpa(q, k, zeros({2, 2, 6, 64})); }), "scaled_dot_product_attention: q has 4 heads, v has 2");
+  EXPECT_EQ(error_of([&] { sdpa(q, k, zeros({2, 4, 7, 64})); }),
+            "scaled_dot_product_attention: k has 6 keys, v has 7 values (expected the same sequence length)");
+  EXPECT_EQ(error_of([&] { sdpa(zeros({4, 5, 64}), k, v); }),
+            "scaled_dot_product_attention: q must have 4 dimensions [B, H, T, D], found 3 (shape [4, 5, 64])");
+  EXPECT_EQ(error_of([&] { sdpa(q, k.to(DType::BF16), v); }),
+            "scaled_dot_product_attention: q, k and v must have one dtype, found q f32, k bf16, v f32");
+  EXPECT_EQ(error_of([&] { sdpa(q.to(DType::I64), k, v); }),
+            "scaled_dot_product_attention: q must be a floating-point tensor, found i64");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, v, false, 1.0); }),
+            "scaled_dot_product_attention: dropout_p must be in [0, 1), found 1");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, v, false, -0.1); }),
+            "scaled_dot_product_attention: dropout_p must be in [0, 1), found -0.1");
+  EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, v, false, 0.0, INFINITY); }),
+            "scaled_dot_product_attention: scale must be finite, found inf");
+}

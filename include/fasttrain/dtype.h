@@ -25,12 +25,13 @@ struct bf16 {
   bf16() = default;
   bf16(float f) : bits(from_float(f)) {}
   operator float() const { return to_float(bits); }
+  // Branch-free (a select, not a jump) so loops converting to bf16 vectorise.
   static uint16_t from_float(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
-    return static_cast<uint16_t>(u >> 16);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest, ties to even
+    const uint32_t quiet_nan = (u >> 16) | 0x40u;
+    return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   }
   static float to_float(uint16_t b) {
     uint32_t u = static_cast<uint32_t>(b) << 16;

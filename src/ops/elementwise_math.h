@@ -10,7 +10,37 @@
 #define FT_HD inline
 #endif
 
+#ifndef __CUDACC__
+#include "backend/cpu/fast_exp.h"
+#endif
+
 namespace ft::math {
+
+// exp for the formulas below: on the CPU, f32 uses the vectorisable fast_exp (glibc's expf is a
+// scalar call that would dominate every activation); f64 and device code use the library exp.
+template <class T>
+FT_HD T exp_(T x) {
+#ifndef __CUDACC__
+  if constexpr (std::is_same_v<T, float>) return ft::cpu::fast_exp(x);
+#endif
+  using std::exp;
+  return exp(x);
+}
+
+// tanh through exp: tanh(x) = 1 - 2 / (exp(2x) + 1), with its odd Taylor series near 0 where
+// that form cancels.
+template <class T>
+FT_HD T tanh_(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    const T big = T(1) - T(2) / (exp_(T(2) * x) + T(1));
+    const T x2 = x * x;
+    const T small = x * (T(1) + x2 * (T(-1.0 / 3) + x2 * (T(2.0 / 15) + x2 * T(-17.0 / 315))));
+    return (x > T(-0.0625) && x < T(0.0625)) ? small : big;
+  } else {
+    using std::tanh;
+    return tanh(x);
+  }
+}
 
 enum class UnaryOp { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Square, Tanh, Sigmoid, Relu, GeluErf, GeluTanh, Silu };
 enum class BinaryOp { Add, Sub, Mul, Div, Max, Min, Pow, Eq, Ne, Lt, Le, Gt, Ge };
@@ -21,21 +51,21 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
 template <class T>
 FT_HD T unary(UnaryOp op, T x) {
-  using std::erf, std::exp, std::log, std::sqrt, std::tanh, std::fabs;
+  using std::erf, std::log, std::sqrt, std::fabs;
   switch (op) {
     case UnaryOp::Neg: return -x;
     case UnaryOp::Abs: return fabs(x);
-    case UnaryOp::Exp: return exp(x);
+    case UnaryOp::Exp: return exp_(x);
     case UnaryOp::Log: return log(x);
     case UnaryOp::Sqrt: return sqrt(x);
     case UnaryOp::Rsqrt: return T(1) / sqrt(x);
     case UnaryOp::Square: return x * x;
-    case UnaryOp::Tanh: return tanh(x);
-    case UnaryOp::Sigmoid: return T(1) / (T(1) + exp(-x));
+    case UnaryOp::Tanh: return tanh_(x);
+    case UnaryOp::Sigmoid: return T(1) / (T(1) + exp_(-x));
     case UnaryOp::Relu: return x > T(0) ? x : T(0);
     case UnaryOp::GeluErf: return T(0.5) * x * (T(1) + erf(x * T(kInvSqrt2)));
-    case UnaryOp::GeluTanh: return T(0.5) * x * (T(1) + tanh(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
-    case UnaryOp::Silu: return x / (T(1) + exp(-x));
+    case UnaryOp::GeluTanh: return T(0.5) * x * (T(1) + tanh_(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
+    case UnaryOp::Silu: return x / (T(1) + exp_(-x));
   }
   return x;
 }
@@ -43,7 +73,7 @@ FT_HD T unary(UnaryOp op, T x) {
 // d unary(x) / dx, given x (and y = unary(x) where that is cheaper).
 template <class T>
 FT_HD T unary_derivative(UnaryOp op, T x, T y) {
-  using std::erf, std::exp, std::sqrt, std::tanh;
+  using std::erf;
   switch (op) {
     case UnaryOp::Neg: return T(-1);
     case UnaryOp::Abs: return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
@@ -56,15 +86,15 @@ FT_HD T unary_derivative(UnaryOp op, T x, T y) {
     case UnaryOp::Sigmoid: return y * (T(1) - y);
     case UnaryOp::Relu: return x > T(0) ? T(1) : T(0);
     case UnaryOp::GeluErf:
-      return T(0.5) * (T(1) + erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp(T(-0.5) * x * x);
+      return T(0.5) * (T(1) + erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x);
     case UnaryOp::GeluTanh: {
       T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
-      T t = tanh(inner);
+      T t = tanh_(inner);
       T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
       return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
     }
     case UnaryOp::Silu: {
-      T s = T(1) / (T(1) + exp(-x));
+      T s = T(1) / (T(1) + exp_(-x));
       return s * (T(1) + x * (T(1) - s));
     }
   }

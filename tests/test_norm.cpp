@@ -236,19 +236,24 @@ TEST(Norm, LayerNormMatchesComposedOpsInAllDtypes) {
   }
 }
 
-TEST(Norm, WeightGradientIndependentOfThreadCount) {
+TEST(Norm, ColumnSumsIndependentOfThreadCount) {
+  // big enough for several row blocks with partial sums (layer-norm weight gradient,
+  // channels-last batch-norm statistics and gradients)
   Generator g(9);
-  Tensor x = randn({300, 48}, {}, &g);
-  Tensor gy = randn({300, 48}, {}, &g);
+  Tensor x = randn({800, 48}, {}, &g), gy = randn({800, 48}, {}, &g);
+  Tensor xb = randn({16, 24, 12, 12}, {}, &g).contiguous_channels_last(), gb = randn({16, 24, 12, 12}, {}, &g);
   auto run = [&](int threads) {
     set_num_threads(threads);
     Tensor w = ones({48}).requires_grad_(), xx = x.detach().requires_grad_();
     autograd::backward({layer_norm(xx, {48}, w, Tensor())}, {gy});
-    return std::make_pair(w.grad().to_vector(), xx.grad().to_vector());
+    Tensor wb = ones({24}).requires_grad_(), xbb = xb.detach().requires_grad_();
+    Tensor yb = batch_norm(xbb, Tensor(), Tensor(), wb, Tensor(), true);
+    autograd::backward({yb}, {gb});
+    return std::vector<std::vector<double>>{w.grad().to_vector(), xx.grad().to_vector(), yb.to_vector(),
+                                            wb.grad().to_vector(), xbb.grad().to_vector()};
   };
   const int prev = get_num_threads();
   auto a = run(1), b = run(2);
   set_num_threads(prev);
-  EXPECT_EQ(a.first, b.first);
-  EXPECT_EQ(a.second, b.second);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "result " << i;
 }

@@ -44,10 +44,14 @@ C dense_sq_dev(const T* x, int64_t n, C mu) {
   return s;
 }
 
-// Number of row blocks with private partial column sums. Independent of the thread count up to
-// 16 threads, so column sums (weight gradients, channels-last statistics) are bitwise the same
-// on 1 and 2 threads.
-int64_t row_blocks(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(rows, std::max(16, get_num_threads()))); }
+// Number of row blocks with private partial column sums for a [rows, cols] reduction: one for
+// small inputs (not worth waking threads), else 16 (or one per thread beyond 16 threads). It
+// depends on the thread count only beyond 16 threads, so column sums (weight gradients,
+// channels-last statistics) are bitwise the same on 1 and 2 threads.
+int64_t row_blocks(int64_t rows, int64_t cols) {
+  if (rows * cols < 32768) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(rows, std::max(16, get_num_threads())));
+}
 
 // Runs f(block, row_begin, row_end) for each of nb row blocks, in parallel.
 template <class F>
@@ -121,7 +125,7 @@ void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mea
   const std::vector<C> wv = feature_vector<C>(w, N, C(1));
   const C* wp = wv.data();
   const bool need_dw = dw.defined(), need_db = db.defined();
-  const int64_t nb = row_blocks(M);
+  const int64_t nb = row_blocks(M, N);
   std::vector<C> pw(need_dw ? nb * N : 0, C(0)), pb(need_db ? nb * N : 0, C(0));
   const C inv_n = C(1) / static_cast<C>(std::max<int64_t>(N, 1));
   for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
@@ -196,7 +200,7 @@ void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, R
     return;
   }
   const int64_t M = L.N * L.S;
-  const int64_t nb = row_blocks(M);
+  const int64_t nb = row_blocks(M, C);
   std::vector<double> p1(nb * C, 0.0), p2(nb * C, 0.0);
   for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
     double* a1 = p1.data() + blk * C;

@@ -2,8 +2,9 @@
 // over the dense input) uses counter base + i/4, word i%4, and is kept iff
 // uniform_from_word(word) < keep, the rule bernoulli_mask uses, so the mask is the same on any
 // number of threads and on a GPU kernel that follows the same rule. Eight counter blocks are
-// computed together in lane arrays so the 32x32->64-bit multiplies of the Philox rounds
-// vectorise; the keep test is an integer compare on the top 24 bits of the word.
+// computed together in AVX2 registers (vpmuludq for the 32x32->64-bit Philox multiplies; a scalar
+// fallback without AVX2); the keep test is an integer compare on the top 24 bits of each word,
+// and the output is x * (mask * scale), branch-free.
 #pragma once
 #include <cstdint>
 

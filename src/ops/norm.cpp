@@ -47,10 +47,10 @@ Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   for (int i = 0; tail_ok && i < k; ++i) tail_ok = x.size(x.dim() - k + i) == normalized_shape[i];
   FT_CHECK(tail_ok, op, ": input of shape ", x.shape().str(), " does not end with normalized_shape ",
            normalized_shape.str());
-  FT_CHECK(!weight.defined() || weight.shape() == normalized_shape, op, ": weight has shape ", weight.defined() ? weight.shape().str() : "",
-           ", expected normalized_shape ", normalized_shape.str());
-  FT_CHECK(!bias.defined() || bias.shape() == normalized_shape, op, ": bias has shape ", bias.defined() ? bias.shape().str() : "",
-           ", expected normalized_shape ", normalized_shape.str());
+  for (const auto& [p, what] : {std::pair<const Tensor*, const char*>{&weight, "weight"}, {&bias, "bias"}}) {
+    FT_CHECK(!p->defined() || p->shape() == normalized_shape, op, ": ", what, " has shape ",
+             p->defined() ? p->shape().str() : "", ", expected normalized_shape ", normalized_shape.str());
+  }
   FT_CHECK(eps >= 0, op, ": eps must be non-negative, found ", eps);
 
   const DType ct = compute_dtype(x.dtype());

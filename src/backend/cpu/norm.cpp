@@ -1,0 +1,425 @@
+// Layer/RMS/batch-norm kernels; the layout and threading scheme is described in norm.h.
+#include "backend/cpu/norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/dispatch.h"
+#include "fasttrain/parallel.h"
+
+namespace ft::cpu {
+
+namespace {
+
+// kAcc independent accumulators: the loop vectorises over them, and several vector registers of
+// partial sums break the add latency chain (one chain of 8 would run at a quarter of the
+// throughput).
+constexpr int kAcc = 32;
+
+template <class T, class C>
+C dense_sum(const T* x, int64_t n) {
+  C p[kAcc] = {};
+  int64_t i = 0;
+  for (; i + kAcc <= n; i += kAcc)
+    for (int j = 0; j < kAcc; ++j) p[j] += static_cast<C>(x[i + j]);
+  C s = 0;
+  for (; i < n; ++i) s += static_cast<C>(x[i]);
+  for (int j = 0; j < kAcc; ++j) s += p[j];
+  return s;
+}
+
+// sum((x - mu)^2): the second pass of a two-pass variance (exact for any mean offset).
+template <class T, class C>
+C dense_sq_dev(const T* x, int64_t n, C mu) {
+  C p[kAcc] = {};
+  int64_t i = 0;
+  for (; i + kAcc <= n; i += kAcc)
+    for (int j = 0; j < kAcc; ++j) {
+      C d = static_cast<C>(x[i + j]) - mu;
+      p[j] += d * d;
+    }
+  C s = 0;
+  for (; i < n; ++i) {
+    C d = static_cast<C>(x[i]) - mu;
+    s += d * d;
+  }
+  for (int j = 0; j < kAcc; ++j) s += p[j];
+  return s;
+}
+
+// Number of row blocks with private partial column sums for a [rows, cols] reduction: one for
+// small inputs (not worth waking threads), else 16 (or one per thread beyond 16 threads). It
+// depends on the thread count only beyond 16 threads, so column sums (weight gradients,
+// channels-last statistics) are bitwise the same on 1 and 2 threads.
+int64_t row_blocks(int64_t rows, int64_t cols) {
+  if (rows * cols < 32768) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(rows, std::max(16, get_num_threads())));
+}
+
+// Runs f(block, row_begin, row_end) for each of nb row blocks, in parallel.
+template <class F>
+void for_row_blocks(int64_t rows, int64_t nb, F&& f) {
+  parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) f(b, rows * b / nb, rows * (b + 1) / nb);
+  });
+}
+
+// out[c] = sum_b partial[b * n + c]: combines per-block partial sums.
+template <class A, class Out>
+void combine_partials(const std::vector<A>& partial, int64_t nb, int64_t n, Out* out) {
+  parallel_for(0, n, 4096, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      A s = 0;
+      for (int64_t b = 0; b < nb; ++b) s += partial[b * n + c];
+      out[c] = static_cast<Out>(s);
+    }
+  });
+}
+
+// A per-feature vector in the compute dtype, or `fill` everywhere when the tensor is undefined.
+template <class C>
+std::vector<C> feature_vector(const Tensor& t, int64_t n, C fill) {
+  if (!t.defined()) return std::vector<C>(n, fill);
+  const C* p = t.data<C>();
+  return std::vector<C>(p, p + n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm / rms_norm
+
+template <class T>
+void row_norm_forward_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
+                           const Tensor& mean_t, const Tensor& rstd_t) {
+  using C = compute_t<T>;
+  const int64_t N = x.size(-1), M = N ? x.numel() / N : 0;
+  const T* xp = x.data<T>();
+  T* yp = y.data<T>();
+  C* meanp = rms ? nullptr : mean_t.data<C>();
+  C* rstdp = rstd_t.data<C>();
+  const std::vector<C> wv = feature_vector<C>(w, N, C(1)), bv = feature_vector<C>(b, N, C(0));
+  const C* wp = wv.data();
+  const C* bp = bv.data();
+  const C inv_n = C(1) / static_cast<C>(std::max<int64_t>(N, 1));
+  const C ceps = static_cast<C>(eps);
+  parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N, 1)), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      const T* xr = xp + m * N;
+      T* yr = yp + m * N;
+      const C mu = rms ? C(0) : dense_sum<T, C>(xr, N) * inv_n;
+      const C var = dense_sq_dev<T, C>(xr, N, mu) * inv_n;
+      const C rs = C(1) / std::sqrt(var + ceps);
+      if (!rms) meanp[m] = mu;
+      rstdp[m] = rs;
+      for (int64_t i = 0; i < N; ++i) yr[i] = static_cast<T>((static_cast<C>(xr[i]) - mu) * rs * wp[i] + bp[i]);
+    }
+  });
+}
+
+template <class T>
+void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mean_t, const Tensor& rstd_t,
+                            const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  using C = compute_t<T>;
+  const int64_t N = x.size(-1), M = N ? x.numel() / N : 0;
+  const T* xp = x.data<T>();
+  const T* dyp = dy.data<T>();
+  T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+  const C* meanp = rms ? nullptr : mean_t.data<C>();
+  const C* rstdp = rstd_t.data<C>();
+  const std::vector<C> wv = feature_vector<C>(w, N, C(1));
+  const C* wp = wv.data();
+  const bool need_dw = dw.defined(), need_db = db.defined();
+  const int64_t nb = row_blocks(M, N);
+  std::vector<C> pw(need_dw ? nb * N : 0, C(0)), pb(need_db ? nb * N : 0, C(0));
+  const C inv_n = C(1) / static_cast<C>(std::max<int64_t>(N, 1));
+  for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
+    C* pwr = need_dw ? pw.data() + blk * N : nullptr;
+    C* pbr = need_db ? pb.data() + blk * N : nullptr;
+    for (int64_t m = m0; m < m1; ++m) {
+      const T* xr = xp + m * N;
+      const T* dyr = dyp + m * N;
+      const C mu = rms ? C(0) : meanp[m];
+      const C rs = rstdp[m];
+      if (pwr)
+        for (int64_t i = 0; i < N; ++i) pwr[i] += static_cast<C>(dyr[i]) * ((static_cast<C>(xr[i]) - mu) * rs);
+      if (pbr)
+        for (int64_t i = 0; i < N; ++i) pbr[i] += static_cast<C>(dyr[i]);
+      if (!dxp) continue;
+      // s1 = sum(g), s2 = sum(g * xhat) with g = dy * w
+      C s1[kAcc] = {}, s2[kAcc] = {};
+      int64_t i = 0;
+      for (; i + kAcc <= N; i += kAcc)
+        for (int j = 0; j < kAcc; ++j) {
+          C g = static_cast<C>(dyr[i + j]) * wp[i + j];
+          s1[j] += g;
+          s2[j] += g * ((static_cast<C>(xr[i + j]) - mu) * rs);
+        }
+      C a1 = 0, a2 = 0;
+      for (; i < N; ++i) {
+        C g = static_cast<C>(dyr[i]) * wp[i];
+        a1 += g;
+        a2 += g * ((static_cast<C>(xr[i]) - mu) * rs);
+      }
+      for (int j = 0; j < kAcc; ++j) {
+        a1 += s1[j];
+        a2 += s2[j];
+      }
+      const C mg = rms ? C(0) : a1 * inv_n, mgx = a2 * inv_n;
+      T* dxr = dxp + m * N;
+      for (int64_t k = 0; k < N; ++k) {
+        C xhat = (static_cast<C>(xr[k]) - mu) * rs;
+        dxr[k] = static_cast<T>(rs * (static_cast<C>(dyr[k]) * wp[k] - mg - xhat * mgx));
+      }
+    }
+  });
+  if (need_dw) combine_partials(pw, nb, N, dw.data<C>());
+  if (need_db) combine_partials(pb, nb, N, db.data<C>());
+}
+
+// ---------------------------------------------------------------------------------------------
+// batch_norm
+
+// Per-channel sums s1[c] = sum f1(x, dy), s2[c] = sum f2(...) over N*S elements, in double.
+// `row(c, xr, dyr, n, &a1, &a2)` adds one contiguous run of one channel (NCS form);
+// `col(xr, dyr, a1, a2)` adds one [C] row of the MC form into per-channel accumulators.
+template <class T, class RunF, class RowF>
+void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, RowF row, std::vector<double>& s1,
+                  std::vector<double>& s2) {
+  const int64_t C = L.C;
+  s1.assign(C, 0.0);
+  s2.assign(C, 0.0);
+  if (!L.rows) {
+    const int64_t per_channel = L.N * L.S;
+    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(per_channel, 1)), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        double a1 = 0, a2 = 0;
+        for (int64_t n = 0; n < L.N; ++n) {
+          const int64_t off = (n * C + c) * L.S;
+          run(c, x + off, dy ? dy + off : nullptr, L.S, a1, a2);
+        }
+        s1[c] = a1;
+        s2[c] = a2;
+      }
+    });
+    return;
+  }
+  const int64_t M = L.N * L.S;
+  const int64_t nb = row_blocks(M, C);
+  std::vector<double> p1(nb * C, 0.0), p2(nb * C, 0.0);
+  for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
+    double* a1 = p1.data() + blk * C;
+    double* a2 = p2.data() + blk * C;
+    for (int64_t m = m0; m < m1; ++m) row(x + m * C, dy ? dy + m * C : nullptr, a1, a2);
+  });
+  combine_partials(p1, nb, C, s1.data());
+  combine_partials(p2, nb, C, s2.data());
+}
+
+// y = f(c, x, dy) elementwise with per-channel coefficients: run(c, xr, dyr, yr, n) handles a
+// contiguous run of channel c (NCS), row(xr, dyr, yr) one [C] row (MC).
+template <class T, class RunF, class RowF>
+void channel_map(const BatchNormLayout& L, const T* x, const T* dy, T* y, RunF run, RowF row) {
+  const int64_t C = L.C;
+  if (!L.rows) {
+    parallel_for(0, L.N * C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.S, 1)), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t off = r * L.S;
+        run(r % C, x + off, dy ? dy + off : nullptr, y + off, L.S);
+      }
+    });
+    return;
+  }
+  parallel_for(0, L.N * L.S, std::max<int64_t>(1, 32768 / std::max<int64_t>(C, 1)), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) row(x + m * C, dy ? dy + m * C : nullptr, y + m * C);
+  });
+}
+
+template <class T>
+void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& var_t) {
+  using Cp = compute_t<T>;
+  const int64_t C = L.C;
+  const T* xp = x.data<T>();
+  const double inv_count = 1.0 / static_cast<double>(L.N * L.S);
+  std::vector<double> s1, s2;
+  channel_sums<T>(
+      L, xp, nullptr,
+      [](int64_t, const T* xr, const T*, int64_t n, double& a1, double&) { a1 += dense_sum<T, Cp>(xr, n); },
+      [C](const T* xr, const T*, double* a1, double*) {
+        for (int64_t c = 0; c < C; ++c) a1[c] += static_cast<Cp>(xr[c]);
+      },
+      s1, s2);
+  std::vector<Cp> mu(C);
+  for (int64_t c = 0; c < C; ++c) mu[c] = static_cast<Cp>(s1[c] * inv_count);
+  const Cp* mup = mu.data();
+  channel_sums<T>(
+      L, xp, nullptr,
+      [mup](int64_t c, const T* xr, const T*, int64_t n, double& a1, double&) { a1 += dense_sq_dev<T, Cp>(xr, n, mup[c]); },
+      [C, mup](const T* xr, const T*, double* a1, double*) {
+        for (int64_t c = 0; c < C; ++c) {
+          Cp d = static_cast<Cp>(xr[c]) - mup[c];
+          a1[c] += d * d;
+        }
+      },
+      s2, s1);  // s1 unused here
+  Cp* meanp = mean_t.data<Cp>();
+  Cp* varp = var_t.data<Cp>();
+  for (int64_t c = 0; c < C; ++c) {
+    meanp[c] = mu[c];
+    varp[c] = static_cast<Cp>(s2[c] * inv_count);
+  }
+}
+
+template <class T>
+void batch_norm_apply_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& invstd_t,
+                           const Tensor& w, const Tensor& b, const Tensor& y) {
+  using Cp = compute_t<T>;
+  const int64_t C = L.C;
+  const Cp* meanp = mean_t.data<Cp>();
+  const Cp* isp = invstd_t.data<Cp>();
+  const std::vector<Cp> wv = feature_vector<Cp>(w, C, Cp(1)), bv = feature_vector<Cp>(b, C, Cp(0));
+  // y = x * scale + shift with scale = w * invstd, shift = b - mean * scale
+  std::vector<Cp> scale(C), shift(C);
+  for (int64_t c = 0; c < C; ++c) {
+    scale[c] = wv[c] * isp[c];
+    shift[c] = bv[c] - meanp[c] * scale[c];
+  }
+  const Cp* sc = scale.data();
+  const Cp* sh = shift.data();
+  channel_map<T>(
+      L, x.data<T>(), nullptr, y.data<T>(),
+      [sc, sh](int64_t c, const T* xr, const T*, T* yr, int64_t n) {
+        const Cp a = sc[c], bb = sh[c];
+        for (int64_t i = 0; i < n; ++i) yr[i] = static_cast<T>(static_cast<Cp>(xr[i]) * a + bb);
+      },
+      [C, sc, sh](const T* xr, const T*, T* yr) {
+        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(static_cast<Cp>(xr[c]) * sc[c] + sh[c]);
+      });
+}
+
+template <class T>
+void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t,
+                              const Tensor& invstd_t, const Tensor& w, bool training, const Tensor& dx,
+                              const Tensor& dw, const Tensor& db) {
+  using Cp = compute_t<T>;
+  const int64_t C = L.C;
+  const T* xp = x.data<T>();
+  const T* dyp = dy.data<T>();
+  const Cp* meanp = mean_t.data<Cp>();
+  const Cp* isp = invstd_t.data<Cp>();
+  const std::vector<Cp> wv = feature_vector<Cp>(w, C, Cp(1));
+  const double count = static_cast<double>(L.N * L.S);
+  const bool need_sums = training || dw.defined() || db.defined();
+  std::vector<double> sdy(C, 0.0), sdyx(C, 0.0);
+  if (need_sums) {
+    // sdy = sum(dy), sdyx = sum(dy * (x - mean))
+    channel_sums<T>(
+        L, xp, dyp,
+        [meanp](int64_t c, const T* xr, const T* dyr, int64_t n, double& a1, double& a2) {
+          const Cp mu = meanp[c];
+          Cp p1[kAcc] = {}, p2[kAcc] = {};
+          int64_t i = 0;
+          for (; i + kAcc <= n; i += kAcc)
+            for (int j = 0; j < kAcc; ++j) {
+              Cp g = static_cast<Cp>(dyr[i + j]);
+              p1[j] += g;
+              p2[j] += g * (static_cast<Cp>(xr[i + j]) - mu);
+            }
+          Cp r1 = 0, r2 = 0;
+          for (; i < n; ++i) {
+            Cp g = static_cast<Cp>(dyr[i]);
+            r1 += g;
+            r2 += g * (static_cast<Cp>(xr[i]) - mu);
+          }
+          for (int j = 0; j < kAcc; ++j) {
+            r1 += p1[j];
+            r2 += p2[j];
+          }
+          a1 += r1;
+          a2 += r2;
+        },
+        [C, meanp](const T* xr, const T* dyr, double* a1, double* a2) {
+          for (int64_t c = 0; c < C; ++c) {
+            Cp g = static_cast<Cp>(dyr[c]);
+            a1[c] += g;
+            a2[c] += g * (static_cast<Cp>(xr[c]) - meanp[c]);
+          }
+        },
+        sdy, sdyx);
+  }
+  if (dw.defined()) {
+    Cp* p = dw.data<Cp>();
+    for (int64_t c = 0; c < C; ++c) p[c] = static_cast<Cp>(sdyx[c] * isp[c]);
+  }
+  if (db.defined()) {
+    Cp* p = db.data<Cp>();
+    for (int64_t c = 0; c < C; ++c) p[c] = static_cast<Cp>(sdy[c]);
+  }
+  if (!dx.defined()) return;
+  // dx = dy * k1 + (x - mean) * k2 + k3
+  std::vector<Cp> k1(C), k2(C, Cp(0)), k3(C, Cp(0)), mu(meanp, meanp + C);
+  for (int64_t c = 0; c < C; ++c) {
+    const double is = isp[c], wi = wv[c] * is;
+    k1[c] = static_cast<Cp>(wi);
+    if (training) {
+      k2[c] = static_cast<Cp>(-wi * is * is * sdyx[c] / count);
+      k3[c] = static_cast<Cp>(-wi * sdy[c] / count);
+    }
+  }
+  const Cp *k1p = k1.data(), *k2p = k2.data(), *k3p = k3.data(), *mup = mu.data();
+  if (training) {
+    channel_map<T>(
+        L, xp, dyp, dx.data<T>(),
+        [=](int64_t c, const T* xr, const T* dyr, T* dxr, int64_t n) {
+          const Cp a = k1p[c], bb = k2p[c], cc = k3p[c], m = mup[c];
+          for (int64_t i = 0; i < n; ++i)
+            dxr[i] = static_cast<T>(static_cast<Cp>(dyr[i]) * a + (static_cast<Cp>(xr[i]) - m) * bb + cc);
+        },
+        [=](const T* xr, const T* dyr, T* dxr) {
+          for (int64_t c = 0; c < C; ++c)
+            dxr[c] = static_cast<T>(static_cast<Cp>(dyr[c]) * k1p[c] + (static_cast<Cp>(xr[c]) - mup[c]) * k2p[c] + k3p[c]);
+        });
+  } else {
+    // eval mode is an affine map of x: dx = dy * w * invstd
+    channel_map<T>(
+        L, dyp, nullptr, dx.data<T>(),
+        [=](int64_t c, const T* dyr, const T*, T* dxr, int64_t n) {
+          const Cp a = k1p[c];
+          for (int64_t i = 0; i < n; ++i) dxr[i] = static_cast<T>(static_cast<Cp>(dyr[i]) * a);
+        },
+        [=](const T* dyr, const T*, T* dxr) {
+          for (int64_t c = 0; c < C; ++c) dxr[c] = static_cast<T>(static_cast<Cp>(dyr[c]) * k1p[c]);
+        });
+  }
+}
+
+}  // namespace
+
+void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd) {
+  FT_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm",
+                       [&] { row_norm_forward_impl<scalar_t>(x, w, b, eps, rms, y, mean, rstd); });
+}
+
+void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
+                       bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  FT_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm",
+                       [&] { row_norm_backward_impl<scalar_t>(dy, x, mean, rstd, w, rms, dx, dw, db); });
+}
+
+void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var) {
+  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] { batch_norm_stats_impl<scalar_t>(x, L, mean, var); });
+}
+
+void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& w, const Tensor& b, const Tensor& y) {
+  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] { batch_norm_apply_impl<scalar_t>(x, L, mean, invstd, w, b, y); });
+}
+
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& w, bool training, const Tensor& dx, const Tensor& dw,
+                         const Tensor& db) {
+  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm",
+                       [&] { batch_norm_backward_impl<scalar_t>(dy, x, L, mean, invstd, w, training, dx, dw, db); });
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,60 @@
+// CPU kernels for layer_norm, rms_norm and batch_norm (dropout's are in dropout.h).
+//
+// Row norms (layer/rms) see x as dense [M, N] rows (N = numel of normalized_shape). One thread
+// owns a block of rows; each row is read from cache a few times (statistics, then the normalised
+// write), so the kernel streams x and y through memory once. Statistics are two-pass in the
+// compute type (f32 for f32/bf16/f16, f64 for f64) with 32 independent partial sums, so the inner
+// loops vectorise and are not bound by the latency of one chain of vector adds (with 8 they ran
+// 2x slower than PyTorch). Backward fuses dx (per-row) with the dweight/dbias column sums: every
+// row block accumulates into its own partial buffer, and the partial buffers are added
+// afterwards, so no two threads write the same memory and the result does not depend on
+// scheduling (the block count is fixed up to 16 threads, so 1 and 2 threads agree bitwise).
+//
+// Batch norm sees x in one of two dense forms:
+//   NCS: [N, C, S] (NCHW, S = H*W > 1): channel c is N runs of S contiguous values; threads split
+//        the channels and each run is a vectorised contiguous loop.
+//   MC:  [M, C] rows (channels-last NHWC, 2-d [N, C], or S == 1): a channel is a column; threads
+//        split the rows into blocks with per-block partial sums (as for the layer-norm weight
+//        gradient), and the apply pass is a dense row loop y[m, :] = x[m, :] * scale + shift.
+// Per-channel vectors (mean, invstd, weight, bias) are dense tensors of the compute dtype.
+// NCS runs are summed in the compute type and combined in f64; MC partial sums are f64.
+// Backward is one reduction pass (sum dy, sum dy*(x-mean)) and one map pass
+// dx = dy*k1 + (x-mean)*k2 + k3 with per-channel k's (k2 = k3 = 0 in eval mode).
+//
+// Measured on one core (this machine, [16384, 384] rows, [64, 32, 32, 32] images), against
+// PyTorch 1.13: layer_norm f32 fwd 2.2 ms (3.6), fwd+bwd 5.6 ms (12.3); bf16 fwd 3.0 ms (43);
+// batch_norm f32 NCHW fwd+bwd 2.4 ms (4.4), NHWC 2.6 ms (2.7).
+#pragma once
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+// --- layer_norm / rms_norm ---
+// x: dense [M, N] of any floating dtype. w, b: undefined or dense [N] of the compute dtype.
+// Writes y (dense, x's dtype), and mean/rstd (dense [M], compute dtype; mean is untouched for
+// rms). rms: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps).
+void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
+                      const Tensor& mean, const Tensor& rstd);
+// dy, x: dense [M, N]. Any of dx/dw/db may be undefined (not needed). dw, db: dense [N],
+// compute dtype. dx: dense, x's dtype.
+void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
+                       bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db);
+
+// --- batch_norm ---
+struct BatchNormLayout {
+  int64_t N = 0, C = 0, S = 1;
+  bool rows = false;  // MC form: dense [N*S, C]; otherwise dense [N, C, S]
+};
+// Per-channel batch mean and biased variance (compute dtype [C]).
+void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var);
+// y = (x - mean) * invstd * w + b, in x's layout.
+void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& w, const Tensor& b, const Tensor& y);
+// Training: dx = w*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)) (means over N*S);
+// eval: dx = dy*w*invstd. dw = sum(dy*xhat), db = sum(dy). dy and dx in x's layout; any of
+// dx/dw/db may be undefined.
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& w, bool training, const Tensor& dx, const Tensor& dw,
+                         const Tensor& db);
+
+}  // namespace ft::cpu

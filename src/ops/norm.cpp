@@ -1,0 +1,196 @@
+// layer_norm, rms_norm and batch_norm: validation, output allocation and autograd. The fused
+// forward and backward kernels are in backend/cpu/norm.cpp.
+//
+// Statistics and per-feature parameters are handled in the compute dtype (f32, or f64 for f64
+// inputs), whatever the input dtype: weight/bias/running statistics may be f32 for a bf16 input
+// (PyTorch's mixed-precision batch norm). Gradients come back in each parameter's own dtype.
+#include "fasttrain/ops/norm.h"
+
+#include "backend/cpu/norm.h"
+#include "fasttrain/ops/elementwise.h"
+#include "ops/common.h"
+
+namespace ft {
+
+using autograd::SavedTensor;
+
+namespace {
+
+DType compute_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+
+// A per-feature parameter as a dense compute-dtype tensor (no copy when it already is one).
+Tensor as_compute(const Tensor& t, DType ct) {
+  if (!t.defined()) return t;
+  return t.detach().to(ct).contiguous();
+}
+
+void check_param(const Tensor& p, const Tensor& x, const char* op, const char* what) {
+  if (!p.defined()) return;
+  ops::check_floating(p, op, what);
+  FT_CHECK(p.device() == x.device(), op, ": ", what, " is on ", p.device().str(), " but the input is on ",
+           x.device().str());
+}
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm / rms_norm
+
+Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
+                bool rms) {
+  const char* op = rms ? "rms_norm" : "layer_norm";
+  ops::check_floating(x, op, "input");
+  ops::check_cpu(x, op);
+  check_param(weight, x, op, "weight");
+  check_param(bias, x, op, "bias");
+  const int k = normalized_shape.size();
+  FT_CHECK(k >= 1, op, ": normalized_shape must have at least one dimension, found []");
+  bool tail_ok = x.dim() >= k;
+  for (int i = 0; tail_ok && i < k; ++i) tail_ok = x.size(x.dim() - k + i) == normalized_shape[i];
+  FT_CHECK(tail_ok, op, ": input of shape ", x.shape().str(), " does not end with normalized_shape ",
+           normalized_shape.str());
+  for (const auto& [p, what] : {std::pair<const Tensor*, const char*>{&weight, "weight"}, {&bias, "bias"}}) {
+    FT_CHECK(!p->defined() || p->shape() == normalized_shape, op, ": ", what, " has shape ",
+             p->defined() ? p->shape().str() : "", ", expected normalized_shape ", normalized_shape.str());
+  }
+  FT_CHECK(eps >= 0, op, ": eps must be non-negative, found ", eps);
+
+  const DType ct = compute_dtype(x.dtype());
+  const int64_t N = normalized_shape.numel();
+  const int64_t M = N ? x.numel() / N : 0;
+  Tensor xc = x.detach().contiguous();
+  Tensor wc = as_compute(weight, ct), bc = as_compute(bias, ct);
+  Tensor y = empty(x.shape(), x.options());
+  Tensor mean = rms ? Tensor() : empty({M}, TensorOptions(ct, x.device()));
+  Tensor rstd = empty({M}, TensorOptions(ct, x.device()));
+  cpu::row_norm_forward(xc.view({M, N}), wc, bc, eps, rms, y, mean, rstd);
+
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
+    SavedTensor sx(xc), smean(mean), srstd(rstd), sw(wc);
+    const DType wdt = weight.defined() ? weight.dtype() : ct, bdt = bias.defined() ? bias.dtype() : ct;
+    const Shape wshape = normalized_shape;
+    const char* node = rms ? "RmsNormBackward" : "LayerNormBackward";
+    autograd::record_function(node, {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
+      Tensor xv = sx.get(node), wv = sw.get(node);
+      Tensor dy = g[0].to(xv.dtype()).contiguous();
+      Tensor dx = need_x ? empty(xv.shape(), xv.options()) : Tensor();
+      Tensor dw = need_w ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
+      Tensor db = need_b ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
+      cpu::row_norm_backward(dy.view({M, N}), xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms, dx, dw, db);
+      if (dw.defined()) dw = dw.view(wshape).to(wdt);
+      if (db.defined()) db = db.view(wshape).to(bdt);
+      return std::vector<Tensor>{dx, dw, db};
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// batch_norm
+
+// An empty tensor in x's memory format: NHWC strides when `channels_last`, else contiguous.
+Tensor empty_in_format(const Tensor& x, bool channels_last) {
+  if (!channels_last) return empty(x.shape(), x.options());
+  const Shape& s = x.shape();
+  return empty_strided(s, {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}, x.options());
+}
+
+Tensor in_format(const Tensor& t, bool channels_last) {
+  return channels_last ? t.contiguous_channels_last() : t.contiguous();
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  return row_norm(x, normalized_shape, weight, bias, eps, false);
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
+  return row_norm(x, normalized_shape, weight, Tensor(), eps, true);
+}
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  ops::check_floating(x, op, "input");
+  ops::check_cpu(x, op);
+  FT_CHECK(x.dim() >= 2, op, ": expected an input of shape [N, C, ...] with at least 2 dimensions, found shape ",
+           x.shape().str());
+  const int64_t C = x.size(1);
+  const std::pair<const Tensor*, const char*> params[] = {
+      {&weight, "weight"}, {&bias, "bias"}, {&running_mean, "running_mean"}, {&running_var, "running_var"}};
+  for (const auto& [p, what] : params) {
+    if (!p->defined()) continue;
+    check_param(*p, x, op, what);
+    FT_CHECK(p->dim() == 1 && p->size(0) == C, op, ": ", what, " has shape ", p->shape().str(), ", expected [", C,
+             "] for an input with ", C, " channels");
+  }
+  FT_CHECK(running_mean.defined() == running_var.defined(), op,
+           ": running_mean and running_var must both be given or both be undefined, found only ",
+           running_mean.defined() ? "running_mean" : "running_var");
+  FT_CHECK(training || running_mean.defined(), op,
+           ": eval mode (training=false) needs running_mean and running_var, found none");
+  FT_CHECK(eps >= 0, op, ": eps must be non-negative, found ", eps);
+  int64_t S = 1;
+  for (int i = 2; i < x.dim(); ++i) S *= x.size(i);
+  const int64_t N = x.size(0);
+  FT_CHECK(!training || N * S > 1, op, ": expected more than 1 value per channel when training, found input of shape ",
+           x.shape().str());
+
+  // Dense NCHW stays NCHW; dense NHWC stays NHWC (rows of C); anything else is made contiguous.
+  const bool channels_last = !x.is_contiguous() && x.is_channels_last();
+  Tensor xc = channels_last ? x.detach() : x.detach().contiguous();
+  cpu::BatchNormLayout L;
+  L.N = N;
+  L.C = C;
+  L.S = S;
+  L.rows = channels_last || S == 1;
+
+  const DType ct = compute_dtype(x.dtype());
+  const TensorOptions copts(ct, x.device());
+  Tensor wc = as_compute(weight, ct), bc = as_compute(bias, ct);
+  Tensor mean = empty({C}, copts), invstd;
+  {
+    autograd::NoGradGuard ng;
+    if (training) {
+      Tensor var = empty({C}, copts);
+      cpu::batch_norm_stats(xc, L, mean, var);
+      invstd = rsqrt(add(var, eps));
+      if (running_mean.defined()) {
+        // PyTorch's rule: running = (1 - m) * running + m * batch statistic, with the unbiased
+        // variance; the blend is computed in the compute dtype and rounded once.
+        const double count = static_cast<double>(N * S);
+        Tensor unbiased = mul(var, count / (count - 1));
+        Tensor rm = add(mul(running_mean.detach().to(ct), 1.0 - momentum), mul(mean, momentum));
+        Tensor rv = add(mul(running_var.detach().to(ct), 1.0 - momentum), mul(unbiased, momentum));
+        Tensor(running_mean).copy_(rm);
+        Tensor(running_var).copy_(rv);
+      }
+    } else {
+      mean.copy_(running_mean.detach());
+      invstd = rsqrt(add(running_var.detach().to(ct), eps));
+    }
+  }
+  Tensor y = empty_in_format(x, channels_last);
+  cpu::batch_norm_apply(xc, L, mean, invstd, wc, bc, y);
+
+  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
+    SavedTensor sx(xc), smean(mean), sinv(invstd), sw(wc);
+    const DType wdt = weight.defined() ? weight.dtype() : ct, bdt = bias.defined() ? bias.dtype() : ct;
+    autograd::record_function("BatchNormBackward", {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
+      const char* node = "BatchNormBackward";
+      Tensor xv = sx.get(node);
+      Tensor dy = in_format(g[0].to(xv.dtype()), channels_last);
+      Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
+      Tensor dw = need_w ? empty({C}, copts) : Tensor();
+      Tensor db = need_b ? empty({C}, copts) : Tensor();
+      cpu::batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node), sw.get(node), training, dx, dw, db);
+      if (dw.defined()) dw = dw.to(wdt);
+      if (db.defined()) db = db.to(bdt);
+      return std::vector<Tensor>{dx, dw, db};
+    });
+  }
+  return y;
+}
+
+}  // namespace ft

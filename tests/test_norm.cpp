@@ -1,0 +1,259 @@
+#include <gtest/gtest.h>
+
+#include "fasttrain/fasttrain.h"
+#include "support/gradcheck.h"
+#include "support/parity.h"
+
+using namespace ft;
+using test::ParityCase;
+
+namespace {
+
+const char* kDtypes[] = {"f32", "f64", "bf16", "f16"};
+
+Shape shape_param(const ParityCase& c) { return Shape(c.param<std::vector<int64_t>>("shape")); }
+double param_or(const ParityCase& c, const char* key, double dflt) {
+  return c.params().contains(key) ? c.params()[key].get<double>() : dflt;
+}
+Tensor opt_input(const ParityCase& c, const std::string& name, bool requires_grad) {
+  return c.has(name) ? c.input(name, requires_grad) : Tensor();
+}
+
+void check_layer_norm_case(const std::string& name) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  Tensor x = c.input("x", true), w = opt_input(c, "w", true), b = opt_input(c, "b", true);
+  Tensor y = layer_norm(x, shape_param(c), w, b, param_or(c, "eps", 1e-5));
+  EXPECT_EQ(y.dtype(), c.dtype());
+  c.expect_output(y);
+  c.backward({y});
+  c.expect_grad("x", x);
+  if (w.defined()) c.expect_grad("w", w);
+  if (b.defined()) c.expect_grad("b", b);
+}
+
+void check_rms_norm_case(const std::string& name) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  Tensor x = c.input("x", true), w = opt_input(c, "w", true);
+  Tensor y = rms_norm(x, shape_param(c), w, param_or(c, "eps", 1e-6));
+  c.expect_output(y);
+  c.backward({y});
+  c.expect_grad("x", x);
+  if (w.defined()) c.expect_grad("w", w);
+}
+
+void check_batch_norm_case(const std::string& name) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  Tensor x = c.input("x", true), w = opt_input(c, "w", true), b = opt_input(c, "b", true);
+  Tensor rm = opt_input(c, "rm", false), rv = opt_input(c, "rv", false);
+  const bool training = c.param<bool>("training");
+  Tensor y = batch_norm(x, rm, rv, w, b, training, c.param<double>("momentum"), 1e-5);
+  EXPECT_EQ(y.is_channels_last(), x.is_channels_last() && !x.is_contiguous());
+  c.expect_output(y, 0);
+  if (rm.defined()) {
+    c.expect_output(rm, 1);  // updated in place in training, untouched in eval
+    c.expect_output(rv, 2);
+  }
+  c.backward({y});
+  c.expect_grad("x", x);
+  if (w.defined()) c.expect_grad("w", w);
+  if (b.defined()) c.expect_grad("b", b);
+}
+
+template <class F>
+void expect_error(F&& f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing: " << fragment;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(NormParity, LayerNorm) {
+  for (const char* dt : kDtypes)
+    for (const char* v : {"last", "2d_transposed", "noaffine"}) check_layer_norm_case(std::string("layer_norm_") + dt + "_" + v);
+  for (const char* v : {"weight_only", "bias_only", "long"}) check_layer_norm_case(std::string("layer_norm_f32_") + v);
+}
+
+TEST(NormParity, RmsNorm) {
+  for (const char* dt : kDtypes) {
+    check_rms_norm_case(std::string("rms_norm_") + dt);
+    check_rms_norm_case(std::string("rms_norm_") + dt + "_2d_transposed_noweight");
+  }
+}
+
+TEST(NormParity, BatchNorm) {
+  for (const char* dt : kDtypes)
+    for (const char* form : {"2d", "4d", "cl"})
+      for (const char* mode : {"train", "eval"}) check_batch_norm_case(std::string("batch_norm_") + dt + "_" + form + "_" + mode);
+  check_batch_norm_case("batch_norm_f32_3d_transposed_train");
+  check_batch_norm_case("batch_norm_f32_4d_train_noaffine_nostats");
+  check_batch_norm_case("batch_norm_f64_cl_train_noaffine");
+}
+
+TEST(NormGradcheck, LayerNorm) {
+  Generator g(3);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  // x, weight and bias over one trailing dim
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return layer_norm(in[0], {5}, in[1], in[2]); },
+                   {r({3, 4, 5}), r({5}), r({5})});
+  // two trailing dims of a non-contiguous input, no affine parameters
+  Tensor xt = randn({3, 5, 4}, DType::F64, &g).transpose(1, 2).detach().requires_grad_();
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return layer_norm(in[0], {4, 5}); }, {xt});
+  // weight only
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return layer_norm(in[0], {6}, in[1], Tensor(), 1e-3); },
+                   {r({2, 6}), r({6})});
+}
+
+TEST(NormGradcheck, RmsNorm) {
+  Generator g(4);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return rms_norm(in[0], {6}, in[1]); }, {r({4, 6}), r({6})});
+  Tensor xt = randn({3, 2, 4}, DType::F64, &g).transpose(0, 2).detach().requires_grad_();
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return rms_norm(in[0], {2, 3}); }, {xt});
+}
+
+TEST(NormGradcheck, BatchNorm) {
+  Generator g(5);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  auto fn = [](bool training) {
+    return [training](const std::vector<Tensor>& in) {
+      const int64_t C = in[0].size(1);
+      Tensor rm = full({C}, 0.1, DType::F64), rv = full({C}, 1.3, DType::F64);
+      return batch_norm(in[0], rm, rv, in[1], in[2], training, 0.1, 1e-5);
+    };
+  };
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "eval");
+    EXPECT_GRADCHECK(fn(training), {r({5, 3}), r({3}), r({3})});
+    EXPECT_GRADCHECK(fn(training), {r({2, 3, 2, 3}), r({3}), r({3})});
+    Tensor cl = randn({2, 4, 3, 2}, DType::F64, &g).contiguous_channels_last().detach().requires_grad_();
+    ASSERT_TRUE(cl.is_channels_last());
+    EXPECT_GRADCHECK(fn(training), {cl, r({4}), r({4})});
+    Tensor nc = randn({4, 3, 2}, DType::F64, &g).permute({2, 1, 0}).detach().requires_grad_();  // [2, 3, 4]
+    EXPECT_GRADCHECK(fn(training), {nc, r({3}), r({3})});
+  }
+  // training without running statistics or affine parameters
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+                   {r({3, 2, 4})});
+}
+
+TEST(Norm, BatchNormRunningStatsUpdate) {
+  Generator g(6);
+  Tensor x = randn({6, 3, 2, 2}, {}, &g);
+  Tensor rm = full({3}, 0.5), rv = full({3}, 2.0);
+  const uint32_t vm = rm.version(), vv = rv.version();
+  Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.2);
+  EXPECT_GT(rm.version(), vm);
+  EXPECT_GT(rv.version(), vv);
+  EXPECT_FALSE(rm.requires_grad());
+  // the rule, computed here from the batch with plain reductions
+  Tensor mean_c = mean(x, {0, 2, 3});
+  Tensor var_unbiased = div(sum(square(sub(x, mean_c.view({1, 3, 1, 1}))), {0, 2, 3}), 23.0);
+  std::vector<double> m = mean_c.to_vector(), v = var_unbiased.to_vector(), rmv = rm.to_vector(), rvv = rv.to_vector();
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_NEAR(rmv[c], 0.8 * 0.5 + 0.2 * m[c], 1e-6);
+    EXPECT_NEAR(rvv[c], 0.8 * 2.0 + 0.2 * v[c], 1e-5);
+  }
+  // eval leaves them alone and uses them: y = (x - rm) / sqrt(rv + eps)
+  const uint32_t vm2 = rm.version();
+  Tensor ye = batch_norm(x, rm, rv, Tensor(), Tensor(), false);
+  EXPECT_EQ(rm.version(), vm2);
+  Tensor expect = div(sub(x, rm.view({1, 3, 1, 1})), sqrt(add(rv.view({1, 3, 1, 1}), 1e-5)));
+  EXPECT_TRUE(test::compare(ye, expect, {1e-5, 1e-5}).empty());
+  // running stats of another dtype than the input (bf16 input, f32 statistics)
+  Tensor rm32 = zeros({3}), rv32 = ones({3});
+  Tensor yb = batch_norm(x.to(DType::BF16), rm32, rv32, ones({3}), zeros({3}), true);
+  EXPECT_EQ(yb.dtype(), DType::BF16);
+  EXPECT_NEAR(rm32.to_vector()[1], 0.1 * mean_c.to_vector()[1], 1e-2);
+}
+
+TEST(Norm, BatchNormChannelsLastKeepsFormat) {
+  Generator g(7);
+  Tensor x = randn({2, 5, 3, 3}, {}, &g).contiguous_channels_last().detach().requires_grad_();
+  Tensor w = randn({5}, {}, &g).requires_grad_();
+  Tensor y = batch_norm(x, Tensor(), Tensor(), w, Tensor(), true);
+  EXPECT_TRUE(y.is_channels_last());
+  EXPECT_FALSE(y.is_contiguous());
+  // same numbers as the NCHW path
+  Tensor y2 = batch_norm(x.detach().contiguous(), Tensor(), Tensor(), w.detach(), Tensor(), true);
+  EXPECT_TRUE(test::compare(y, y2, {1e-6, 1e-6}).empty());
+  sum(mul(y, y)).backward();
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_EQ(x.grad().shape(), x.shape());
+}
+
+TEST(Norm, Errors) {
+  Tensor x = zeros({2, 3, 4});
+  expect_error([&] { layer_norm(x, {3}); }, "layer_norm: input of shape [2, 3, 4] does not end with normalized_shape [3]");
+  expect_error([&] { layer_norm(x, {4}, zeros({5})); }, "layer_norm: weight has shape [5], expected normalized_shape [4]");
+  expect_error([&] { layer_norm(x, {4}, Tensor(), zeros({3, 4})); }, "layer_norm: bias has shape [3, 4]");
+  expect_error([&] { layer_norm(x, Shape{}); }, "layer_norm: normalized_shape must have at least one dimension");
+  expect_error([&] { layer_norm(zeros({2, 4}, DType::I64), {4}); }, "layer_norm: input must be a floating-point tensor, found i64");
+  expect_error([&] { rms_norm(x, {3, 4, 4}); }, "rms_norm: input of shape [2, 3, 4] does not end with normalized_shape [3, 4, 4]");
+  expect_error([&] { rms_norm(x, {4}, zeros({4}, DType::I32)); }, "rms_norm: weight must be a floating-point tensor");
+
+  expect_error([&] { batch_norm(zeros({1, 8}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+               "batch_norm: expected more than 1 value per channel when training, found input of shape [1, 8]");
+  expect_error([&] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+               "batch_norm: expected an input of shape [N, C, ...] with at least 2 dimensions, found shape [4]");
+  expect_error([&] { batch_norm(x, Tensor(), Tensor(), zeros({4}), Tensor(), true); },
+               "batch_norm: weight has shape [4], expected [3] for an input with 3 channels");
+  expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), zeros({2}), true); }, "batch_norm: bias has shape [2]");
+  expect_error([&] { batch_norm(x, zeros({2}), ones({2}), Tensor(), Tensor(), true); }, "batch_norm: running_mean has shape [2]");
+  expect_error([&] { batch_norm(x, zeros({3}), ones({4}), Tensor(), Tensor(), false); }, "batch_norm: running_var has shape [4]");
+  expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); },
+               "batch_norm: eval mode (training=false) needs running_mean and running_var");
+  expect_error([&] { batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), true); },
+               "batch_norm: running_mean and running_var must both be given");
+  // a single value per channel is fine in eval mode
+  EXPECT_NO_THROW(batch_norm(zeros({1, 8}), zeros({8}), ones({8}), Tensor(), Tensor(), false));
+}
+
+TEST(Norm, LayerNormMatchesComposedOpsInAllDtypes) {
+  Generator g(8);
+  Tensor x = randn({5, 64}, {}, &g);
+  Tensor w = randn({64}, {}, &g), b = randn({64}, {}, &g);
+  Tensor ref = layer_norm(x.to(DType::F64), {64}, w.to(DType::F64), b.to(DType::F64));
+  // the same thing from elementwise ops and reductions
+  Tensor mu = mean(x.to(DType::F64), {1}, true);
+  Tensor xm = sub(x.to(DType::F64), mu);
+  Tensor composed = add(mul(div(xm, sqrt(add(mean(square(xm), {1}, true), 1e-5))), w.to(DType::F64)), b.to(DType::F64));
+  EXPECT_TRUE(test::compare(ref, composed, {1e-12, 1e-10}).empty());
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    Tensor y = layer_norm(x.to(dt), {64}, w.to(dt), b.to(dt));
+    EXPECT_EQ(y.dtype(), dt);
+    test::Tolerance tol = test::default_tolerance(dt);
+    tol.atol *= 4;  // inputs rounded to dt too
+    tol.rtol *= 4;
+    EXPECT_TRUE(test::compare(y, layer_norm(x.to(dt).to(DType::F64), {64}, w.to(dt).to(DType::F64), b.to(dt).to(DType::F64)), tol).empty())
+        << dtype_name(dt);
+  }
+}
+
+TEST(Norm, ColumnSumsIndependentOfThreadCount) {
+  // big enough for several row blocks with partial sums (layer-norm weight gradient,
+  // channels-last batch-norm statistics and gradients)
+  Generator g(9);
+  Tensor x = randn({800, 48}, {}, &g), gy = randn({800, 48}, {}, &g);
+  Tensor xb = randn({16, 24, 12, 12}, {}, &g).contiguous_channels_last(), gb = randn({16, 24, 12, 12}, {}, &g);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    Tensor w = ones({48}).requires_grad_(), xx = x.detach().requires_grad_();
+    autograd::backward({layer_norm(xx, {48}, w, Tensor())}, {gy});
+    Tensor wb = ones({24}).requires_grad_(), xbb = xb.detach().requires_grad_();
+    Tensor yb = batch_norm(xbb, Tensor(), Tensor(), wb, Tensor(), true);
+    autograd::backward({yb}, {gb});
+    return std::vector<std::vector<double>>{w.grad().to_vector(), xx.grad().to_vector(), yb.to_vector(),
+                                            wb.grad().to_vector(), xbb.grad().to_vector()};
+  };
+  const int prev = get_num_threads();
+  auto a = run(1), b = run(2);
+  set_num_threads(prev);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "result " << i;
+}

@@ -193,15 +193,15 @@ bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Te
     std::lock_guard<std::mutex> lock(g_mutex);
     c = lookup(p, gy.dtype(), false);
     if (c && !c->data_tried) {
-    c->data_tried = true;
-    try {
-      dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_y,
-                                              c->strides, c->dilates, c->pad_l, c->pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
-      if (!is_reference_impl(pd.impl_info_str())) {
-        c->data_pd = pd;
-        c->data = dnnl::convolution_backward_data(pd);
-      }
+      c->data_tried = true;
+      try {
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_y,
+                                                c->strides, c->dilates, c->pad_l, c->pad_r);
+        dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
+        if (!is_reference_impl(pd.impl_info_str())) {
+          c->data_pd = pd;
+          c->data = dnnl::convolution_backward_data(pd);
+        }
       } catch (const dnnl::error&) {
       }
     }
@@ -226,19 +226,19 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
     std::lock_guard<std::mutex> lock(g_mutex);
     c = lookup(p, gy.dtype(), bias);
     if (c && !c->weight_tried) {
-    c->weight_tried = true;
-    try {
-      auto d = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x,
-                                                               c->any_w_f32, c->any_b_f32, c->any_y, c->strides,
-                                                               c->dilates, c->pad_l, c->pad_r)
-                    : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x,
-                                                               c->any_w_f32, c->any_y, c->strides, c->dilates,
-                                                               c->pad_l, c->pad_r);
-      dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
-      if (!is_reference_impl(pd.impl_info_str())) {
-        c->weight_pd = pd;
-        c->weight = dnnl::convolution_backward_weights(pd);
-      }
+      c->weight_tried = true;
+      try {
+        auto d = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x,
+                                                                 c->any_w_f32, c->any_b_f32, c->any_y, c->strides,
+                                                                 c->dilates, c->pad_l, c->pad_r)
+                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x,
+                                                                 c->any_w_f32, c->any_y, c->strides, c->dilates,
+                                                                 c->pad_l, c->pad_r);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
+        if (!is_reference_impl(pd.impl_info_str())) {
+          c->weight_pd = pd;
+          c->weight = dnnl::convolution_backward_weights(pd);
+        }
       } catch (const dnnl::error&) {
       }
     }

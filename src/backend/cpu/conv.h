@@ -1,0 +1,47 @@
+// CPU 2-d convolution kernels: forward, gradient of the input (backward-data) and gradient of the
+// weight and bias (backward-filter).
+//
+//   y[n, o, i, j] = b[o] + sum_{c in group(o), p, q} w[o, c, p, q] * x[n, c, i*sh - ph + p*dh, j*sw - pw + q*dw]
+//
+// f32 and bf16 run on oneDNN's convolution primitives (brgemm/JIT kernels for AVX-512 and
+// AVX-512-BF16), which on the cnn-mini shapes are 3-5x faster than im2col + OpenBLAS sgemm (see
+// conv_onednn.cpp). f16 computes in f32 on converted copies (oneDNN 2.6 has no fast f16 CPU
+// convolution) and rounds the results. f64, and any configuration oneDNN rejects or would only
+// run with its slow reference implementation, use the im2col + GEMM reference path below.
+#pragma once
+#include "fasttrain/ops/conv.h"
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+struct ConvParams {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input
+  int64_t O = 0, kH = 0, kW = 0;       // weight [O, C/groups, kH, kW]
+  int64_t OH = 0, OW = 0;              // output spatial size
+  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  bool channels_last = false;  // x, y, gx, gy are dense NHWC; otherwise dense NCHW
+};
+
+// x, y (and gx, gy) dense in the params' memory format; w and gw contiguous [O, C/g, kH, kW];
+// b and gb contiguous [O] or undefined. All share x's dtype. Outputs are overwritten.
+void conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
+void conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
+void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                            const Tensor& gb);
+
+// The same three passes on the reference path only (f32/f64, or bf16/f16 converted to f32): used
+// as the fallback and by tests that cross-check the oneDNN path.
+void conv2d_forward_reference(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
+void conv2d_backward_data_reference(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
+void conv2d_backward_weight_reference(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                      const Tensor& gb);
+
+// oneDNN path (conv_onednn.cpp). Each returns false, having written nothing, when oneDNN has no
+// fast implementation for the configuration; the caller then falls back to the reference path.
+bool onednn_conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
+bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
+bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                   const Tensor& gb);
+
+}  // namespace ft::cpu

@@ -1,0 +1,36 @@
+// CPU 2-d pooling kernels (max, average, adaptive average), forward and fused backward, for dense
+// NCHW or NHWC (channels-last) tensors.
+//
+// NCHW runs one (n, c) plane per task: windows read short dense runs of a row. NHWC runs one
+// output row (n, oh) per task with the channel loop innermost, so every window position is a
+// dense, vectorisable run of C values. Backward kernels accumulate into a compute-type (f32 for
+// bf16/f16) buffer per plane (NCHW) or per image (NHWC), which no other task touches, so
+// overlapping windows need no atomics and 16-bit gradients are rounded once.
+#pragma once
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+struct PoolParams {
+  int64_t N = 0, C = 0, H = 0, W = 0, OH = 0, OW = 0;
+  int64_t kH = 1, kW = 1, sH = 1, sW = 1, pH = 0, pW = 0, dH = 1, dW = 1;
+  bool count_include_pad = true;  // avg_pool2d
+  bool channels_last = false;
+};
+
+// y[n, c, i, j] = max over the (dilated, padded) window of x; indices (i64, y's layout) hold the
+// flat position h * W + w of the maximum (the first on ties; a NaN wins, as in PyTorch).
+void max_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& indices);
+// gx = 0, then gx[n, c, indices] += gy.
+void max_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& indices, const Tensor& gx);
+
+// PyTorch's avg_pool2d (no ceil mode): the window is clipped to the padded input, and the divisor
+// counts padding when count_include_pad, else only the elements inside the input.
+void avg_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
+void avg_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& gx);
+
+// Bins [floor(i * H / OH), ceil((i + 1) * H / OH)) per output row (likewise for columns).
+void adaptive_avg_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
+void adaptive_avg_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& gx);
+
+}  // namespace ft::cpu

@@ -1,0 +1,221 @@
+#include <gtest/gtest.h>
+
+#include "backend/cpu/conv.h"
+#include "fasttrain/fasttrain.h"
+#include "support/gradcheck.h"
+#include "support/parity.h"
+
+using namespace ft;
+using test::ParityCase;
+
+namespace {
+
+Pair pair_param(const ParityCase& c, const char* key) {
+  auto v = c.param<std::vector<int64_t>>(key);
+  return {v.at(0), v.at(1)};
+}
+
+Tensor randn_like_shape(const Shape& s, DType dt, uint64_t seed) {
+  manual_seed(seed);
+  return randn(s, TensorOptions(dt));
+}
+
+const char* kConfigs[] = {"basic",     "basic_cl",  "stride2",  "stride2_cl", "dilation2",    "dilation2_cl",
+                          "groups2",   "groups2_cl", "depthwise", "depthwise_cl", "rect",      "rect_cl",
+                          "pointwise_cl", "transposed", "cnn_cl", "cnn"};
+
+}  // namespace
+
+TEST(ConvParity, AllConfigs) {
+  for (const char* dt : {"f32", "f64", "bf16"}) {
+    for (const char* cfg : kConfigs) {
+      const std::string name = std::string("conv_") + cfg + "_" + dt;
+      SCOPED_TRACE(name);
+      ParityCase c(name);
+      if (!c.available()) GTEST_SKIP() << c.skip_reason();
+      Tensor x = c.input("x", true), w = c.input("w", true);
+      Tensor b = c.has("b") ? c.input("b", true) : Tensor();
+      Tensor y = conv2d(x, w, b, pair_param(c, "stride"), pair_param(c, "padding"), pair_param(c, "dilation"),
+                        c.param<int64_t>("groups"));
+      EXPECT_EQ(y.dtype(), c.dtype());
+      if (c.param<bool>("channels_last")) {
+        EXPECT_TRUE(x.is_channels_last() && !x.is_contiguous());
+        EXPECT_TRUE(y.is_channels_last()) << "channels-last input must give a channels-last output";
+      } else {
+        EXPECT_TRUE(y.is_contiguous());
+      }
+      c.expect_output(y);
+      c.backward({y});
+      c.expect_grad("x", x);
+      c.expect_grad("w", w);
+      if (b.defined()) c.expect_grad("b", b);
+      if (c.param<bool>("channels_last")) {
+        // The input gradient is produced channels-last (read through autograd::grad, as .grad
+        // accumulation in the engine copies non-contiguous gradients into NCHW).
+        Tensor y2 = conv2d(x, w, b, pair_param(c, "stride"), pair_param(c, "padding"), pair_param(c, "dilation"),
+                           c.param<int64_t>("groups"));
+        Tensor gx = autograd::grad({y2}, {x}, {full_like(y2, 1.0)})[0];
+        EXPECT_TRUE(gx.is_channels_last() && !gx.is_contiguous());
+      }
+    }
+  }
+}
+
+TEST(ConvGradcheck, Configs) {
+  struct Cfg {
+    Shape xs, ws;
+    Pair stride, padding, dilation;
+    int64_t groups;
+    bool bias, channels_last, transposed;
+  };
+  const Cfg cfgs[] = {
+      {{2, 3, 5, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true, false, false},
+      {{1, 4, 7, 6}, {2, 4, 3, 2}, {2, 1}, {1, 0}, {1, 1}, 1, true, false, false},
+      {{1, 2, 7, 7}, {3, 2, 3, 3}, {1, 1}, {2, 1}, {2, 2}, 1, false, false, false},
+      {{2, 4, 5, 5}, {6, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true, true, false},
+      {{1, 3, 6, 5}, {3, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 3, true, false, true},
+      {{2, 4, 6, 5}, {4, 4, 3, 3}, {1, 2}, {1, 1}, {2, 1}, 1, true, true, false},
+  };
+  uint64_t seed = 1;
+  for (const Cfg& k : cfgs) {
+    SCOPED_TRACE(k.xs.str() + " " + k.ws.str());
+    Tensor x = randn_like_shape(k.xs, DType::F64, seed++);
+    if (k.channels_last) x = x.contiguous_channels_last();
+    if (k.transposed) x = randn_like_shape({k.xs[3], k.xs[2], k.xs[1], k.xs[0]}, DType::F64, seed++).permute({3, 2, 1, 0});
+    Tensor w = randn_like_shape(k.ws, DType::F64, seed++);
+    Tensor b = k.bias ? randn_like_shape({k.ws[0]}, DType::F64, seed++) : Tensor();
+    x.requires_grad_();
+    w.requires_grad_();
+    std::vector<Tensor> inputs = {x, w};
+    if (b.defined()) inputs.push_back(b.requires_grad_());
+    EXPECT_GRADCHECK(
+        [&](const std::vector<Tensor>& in) {
+          return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), k.stride, k.padding, k.dilation, k.groups);
+        },
+        inputs);
+  }
+}
+
+// The oneDNN path (f32 and bf16) against the im2col + GEMM reference, on cnn-mini-like shapes that
+// pick oneDNN's fast kernels, in both memory formats and for every pass.
+TEST(ConvKernels, OneDnnMatchesReference) {
+  struct Cfg {
+    int64_t C, O, HW, stride, groups;
+  };
+  for (const Cfg& k : {Cfg{16, 32, 12, 1, 1}, Cfg{32, 32, 8, 2, 1}, Cfg{16, 16, 9, 1, 16}, Cfg{8, 16, 10, 1, 2}}) {
+    for (bool cl : {false, true}) {
+      for (DType dt : {DType::F32, DType::BF16}) {
+        SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " g" +
+                     std::to_string(k.groups) + (cl ? " nhwc " : " nchw ") + dtype_name(dt));
+        cpu::ConvParams p;
+        p.N = 3, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3;
+        p.stride = {k.stride, k.stride}, p.padding = {1, 1}, p.groups = k.groups, p.channels_last = cl;
+        p.OH = (p.H + 2 - 3) / k.stride + 1, p.OW = p.OH;
+        auto fmt = [&](const Tensor& t) { return cl ? t.contiguous_channels_last() : t; };
+        Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 11).to(dt));
+        Tensor w = randn_like_shape({p.O, p.C / p.groups, 3, 3}, DType::F32, 12).to(dt);
+        Tensor b = randn_like_shape({p.O}, DType::F32, 13).to(dt);
+        Tensor gy = fmt(randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 14).to(dt));
+        auto out = [&](const Shape& s) { return fmt(empty(s, TensorOptions(dt))); };
+        Tensor y1 = out({p.N, p.O, p.OH, p.OW}), y2 = out({p.N, p.O, p.OH, p.OW});
+        // The plain 3x3 convolutions must get oneDNN kernels (else this test would compare the
+        // reference with itself); grouped ones may fall back.
+        const bool must = k.groups == 1;
+        bool used = cpu::onednn_conv2d_forward(p, x, w, b, y1);
+        if (must) EXPECT_TRUE(used) << "oneDNN declined the forward";
+        if (!used) cpu::conv2d_forward(p, x, w, b, y1);
+        cpu::conv2d_forward_reference(p, x, w, b, y2);
+        test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-4, 1e-4} : test::Tolerance{3e-2, 2e-2};
+        EXPECT_EQ(test::compare(y1, y2, tol), "");
+        Tensor gx1 = out(x.shape()), gx2 = out(x.shape());
+        used = cpu::onednn_conv2d_backward_data(p, gy, w, gx1);
+        if (must) EXPECT_TRUE(used) << "oneDNN declined backward-data";
+        if (!used) cpu::conv2d_backward_data(p, gy, w, gx1);
+        cpu::conv2d_backward_data_reference(p, gy, w, gx2);
+        EXPECT_EQ(test::compare(gx1, gx2, tol), "");
+        Tensor gw1 = empty(w.shape(), TensorOptions(dt)), gw2 = empty(w.shape(), TensorOptions(dt));
+        Tensor gb1 = empty({p.O}, TensorOptions(dt)), gb2 = empty({p.O}, TensorOptions(dt));
+        used = cpu::onednn_conv2d_backward_weight(p, gy, x, gw1, gb1);
+        if (must) EXPECT_TRUE(used) << "oneDNN declined backward-weights";
+        if (!used) cpu::conv2d_backward_weight(p, gy, x, gw1, gb1);
+        cpu::conv2d_backward_weight_reference(p, gy, x, gw2, gb2);
+        test::Tolerance wtol = dt == DType::F32 ? test::Tolerance{1e-3, 1e-4} : test::Tolerance{0.1, 2e-2};
+        EXPECT_EQ(test::compare(gw1, gw2, wtol), "");
+        EXPECT_EQ(test::compare(gb1, gb2, wtol), "");
+      }
+    }
+  }
+}
+
+// f16 computes in f32 on the f16 values and rounds once: the same as an f32 conv of the rounded
+// inputs, rounded.
+TEST(ConvKernels, F16MatchesRoundedF32) {
+  Tensor x = randn_like_shape({2, 4, 6, 6}, DType::F32, 21).to(DType::F16).contiguous_channels_last();
+  Tensor w = randn_like_shape({8, 4, 3, 3}, DType::F32, 22).to(DType::F16);
+  Tensor b = randn_like_shape({8}, DType::F32, 23).to(DType::F16);
+  x.requires_grad_();
+  w.requires_grad_();
+  b.requires_grad_();
+  Tensor y = conv2d(x, w, b, {1, 1}, {1, 1});
+  EXPECT_EQ(y.dtype(), DType::F16);
+  EXPECT_TRUE(y.is_channels_last());
+  Tensor y32 = conv2d(x.detach().to(DType::F32), w.detach().to(DType::F32), b.detach().to(DType::F32), {1, 1}, {1, 1});
+  EXPECT_EQ(test::compare(y, y32.to(DType::F16), {1e-3, 2e-3}), "");
+  sum(y).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::F16);
+  EXPECT_EQ(w.grad().shape(), w.shape());
+  EXPECT_EQ(b.grad().shape(), b.shape());
+}
+
+// Only some inputs requiring grad: the backward computes just those.
+TEST(ConvAutograd, PartialGradients) {
+  Tensor x = randn_like_shape({2, 3, 5, 5}, DType::F64, 31);
+  Tensor w = randn_like_shape({4, 3, 3, 3}, DType::F64, 32);
+  Tensor b = randn_like_shape({4}, DType::F64, 33).requires_grad_();
+  Tensor y = conv2d(x, w, b, {1, 1}, {1, 1});
+  sum(y).backward();
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  // d sum(y) / d b[o] = N * OH * OW
+  for (double v : b.grad().to_vector()) EXPECT_DOUBLE_EQ(v, 2.0 * 5 * 5);
+  x.requires_grad_();
+  Tensor y2 = conv2d(x, w, Tensor(), {2, 2});
+  EXPECT_TRUE(y2.requires_grad());
+  sum(y2).backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+}
+
+TEST(ConvErrors, Messages) {
+  Tensor x = zeros({2, 3, 8, 8}), w = zeros({8, 4, 3, 3});
+  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "expected an error containing: " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { conv2d(x, w); }, "conv2d: input has 3 channels, weight expects 4 (weight [8, 4, 3, 3], groups 1)");
+  expect_error([&] { conv2d(zeros({3, 8, 8}), w); }, "conv2d: expected a 4-d input [N, C, H, W], found shape [3, 8, 8]");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3})); }, "conv2d: expected a 4-d weight");
+  expect_error([&] { conv2d(zeros({2, 4, 8, 8}), zeros({6, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 3); },
+               "groups 3 does not divide the input's 4 channels");
+  expect_error([&] { conv2d(zeros({2, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2); },
+               "groups 2 does not divide the weight's 5 output channels");
+  expect_error([&] { conv2d(zeros({2, 4, 8, 8}), zeros({4, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 0); },
+               "groups must be positive, found 0");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {0, 1}); }, "conv2d: stride must be positive, found [0, 1]");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, -1}); },
+               "conv2d: dilation must be positive");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {-1, 0}); }, "padding must be non-negative");
+  expect_error([&] { conv2d(zeros({1, 3, 4, 4}), zeros({8, 3, 5, 5})); },
+               "conv2d: kernel 5x5 (dilated) is larger than the padded input 4x4");
+  expect_error([&] { conv2d(zeros({1, 3, 4, 4}), zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {2, 2}); },
+               "kernel 5x5 (dilated) is larger than the padded input 4x4");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}, DType::F64)); }, "conv2d: input has dtype f32 but weight has dtype f64");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), zeros({4})); }, "conv2d: expected bias of shape [8], found [4]");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), zeros({8}, DType::BF16)); },
+               "conv2d: input has dtype f32 but bias has dtype bf16");
+  expect_error([&] { conv2d(zeros({2, 3, 8, 8}, DType::I64), zeros({8, 3, 3, 3}, DType::I64)); },
+               "conv2d: input must be a floating-point tensor, found i64");
+}

@@ -28,10 +28,21 @@ class AccumulateGrad final : public Node {
     }
     if (!leaf_->grad) {
       // Take ownership of the incoming buffer only if nobody else can see it; otherwise copy,
-      // so a later in-place accumulation cannot change another tensor.
-      bool exclusive = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+      // so a later in-place accumulation cannot change another tensor. Either way the gradient
+      // keeps a dense layout (channels-last stays channels-last, like the leaf, as in PyTorch).
+      bool dense = g.is_contiguous() || g.is_channels_last();
+      bool exclusive = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && dense &&
                        g.dtype() == leaf_->dtype;
-      leaf_->grad = exclusive ? g.detach().impl_ptr() : g.to(leaf_->dtype).clone().detach().impl_ptr();
+      if (exclusive) {
+        leaf_->grad = g.detach().impl_ptr();
+      } else {
+        Tensor leaf(leaf_);
+        bool leaf_dense = leaf.is_contiguous() || leaf.is_channels_last();
+        Tensor copy = leaf_dense ? empty_strided(leaf.shape(), leaf.strides(), TensorOptions(leaf_->dtype, leaf.device()))
+                                 : empty(leaf.shape(), TensorOptions(leaf_->dtype, leaf.device()));
+        copy.copy_(g);
+        leaf_->grad = copy.impl_ptr();
+      }
     } else {
       Tensor acc(leaf_->grad);
       add_(acc, g);

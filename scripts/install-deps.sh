@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake            # compiler and build system
   libgtest-dev                     # GoogleTest
-  libopenblas-dev libopenblas0-pthread  # BLAS for f32/f64 GEMM
+  libopenblas-dev libopenblas0-openmp  # BLAS for f32/f64 GEMM (OpenMP build: one thread pool with ours)
+  libopenblas0-pthread             # the BLAS Debian's PyTorch (the benchmark peer) uses
   libdnnl-dev                      # oneDNN: bf16 GEMM and convolutions on the CPU
   nlohmann-json3-dev               # JSON (checkpoint metadata, parity references)
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks

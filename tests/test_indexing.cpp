@@ -2,9 +2,11 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
+#include "support/expect_error.h"
 #include "support/parity.h"
 
 using namespace ft;
+using test::expect_error;
 using test::ParityCase;
 
 namespace {
@@ -19,16 +21,6 @@ void check_case(const ParityCase& c, const std::vector<Tensor>& outs, const std:
   }
   c.backward(outs);
   for (const auto& [name, t] : ins) c.expect_grad(name, t);
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& expected) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing: " << expected;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
 }
 
 void cat_case(const std::string& name, int nin) {

@@ -3,9 +3,11 @@
 #include "backend/cpu/linalg.h"
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
+#include "support/expect_error.h"
 #include "support/parity.h"
 
 using namespace ft;
+using test::expect_error;
 using test::ParityCase;
 
 namespace {
@@ -43,16 +45,6 @@ void check_linear_case(const std::string& name) {
   c.expect_grad("input", x);
   c.expect_grad("weight", w);
   if (b.defined()) c.expect_grad("bias", b);
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& expected) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing: " << expected;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
+#include "support/expect_error.h"
 #include "support/parity.h"
 
 using namespace ft;
+using test::expect_error;
 using test::ParityCase;
 
 namespace {
@@ -60,16 +62,6 @@ void check_batch_norm_case(const std::string& name) {
   c.expect_grad("x", x);
   if (w.defined()) c.expect_grad("w", w);
   if (b.defined()) c.expect_grad("b", b);
-}
-
-template <class F>
-void expect_error(F&& f, const std::string& fragment) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
+#include "support/expect_error.h"
 #include "support/parity.h"
 
 using namespace ft;
+using test::expect_error;
 using test::ParityCase;
 
 namespace {
@@ -38,15 +40,6 @@ void check_case(const std::string& name, F op) {
     Tensor y2 = op(c, x);
     Tensor gx = autograd::grad({y2}, {x}, {full_like(y2, 1.0)})[0];
     EXPECT_TRUE(gx.is_channels_last() && !gx.is_contiguous());
-  }
-}
-
-void expect_error(const std::function<void()>& f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error containing: " << what;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
   }
 }
 

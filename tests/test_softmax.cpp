@@ -6,9 +6,11 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
+#include "support/expect_error.h"
 #include "support/parity.h"
 
 using namespace ft;
+using test::expect_error;
 using test::ParityCase;
 
 namespace {
@@ -30,16 +32,6 @@ Tensor ce_from_case(const ParityCase& c, const Tensor& x) {
 }
 
 Tensor rnd(Shape s, Generator& g) { return randn(s, DType::F64, &g).requires_grad_(); }
-
-template <class F>
-void expect_error(F fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/fast_exp.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 
@@ -69,25 +70,6 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
               ldb, beta, C, ldc);
 }
 
-// exp(x), exact 0 below -87 (masked scores are -inf). Range reduction x = n ln2 + r with the
-// round-to-nearest done by the 1.5 * 2^23 trick, a degree-6 polynomial for exp(r), and 2^n
-// built in the exponent bits: all lane-wise, so loops over it vectorise.
-inline float exp_approx(float x) {
-  const float xc = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : p * scale;
-}
-inline double exp_approx(double x) { return std::exp(x); }
 
 template <class C>
 C row_max(const C* x, int64_t n) {
@@ -109,13 +91,13 @@ C exp_shift_sum(C* x, int64_t n, C shift) {
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
     for (int u = 0; u < 8; ++u) {
-      x[j + u] = exp_approx(x[j + u] - shift);
+      x[j + u] = fast_exp(x[j + u] - shift);
       part[u] += x[j + u];
     }
   C s = 0;
   for (int u = 0; u < 8; ++u) s += part[u];
   for (; j < n; ++j) {
-    x[j] = exp_approx(x[j] - shift);
+    x[j] = fast_exp(x[j] - shift);
     s += x[j];
   }
   return s;
@@ -232,7 +214,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           // The first key block always holds key 0, visible to every row, so m is finite
           // from then on and exp(m - mx) never sees -inf - -inf.
           const C mx = std::max(m[r], row_max(row, nk));
-          const C alpha = exp_approx(m[r] - mx);
+          const C alpha = fast_exp(m[r] - mx);
           const C sum = exp_shift_sum(row, nk, mx);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
@@ -362,7 +344,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             C* row = P.data() + r * bk;
             const C li = L[bh * Tq + i0 + r];
             const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
-            for (int64_t j = 0; j < valid; ++j) row[j] = exp_approx(row[j] - li);
+            for (int64_t j = 0; j < valid; ++j) row[j] = fast_exp(row[j] - li);
             for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
             if (dropout) {
               C* mr = M.data() + r * bk;

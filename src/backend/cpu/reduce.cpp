@@ -60,6 +60,16 @@ ReductionRows reduction_rows(const Tensor& x, const std::vector<bool>& mask) {
   return rows;
 }
 
+Rows3 rows3(const Shape& s, int dim) {
+  Rows3 r;
+  for (int i = 0; i < s.size(); ++i) {
+    if (i < dim) r.outer *= s[i];
+    else if (i == dim) r.R = s[i];
+    else r.inner *= s[i];
+  }
+  return r;
+}
+
 namespace {
 
 template <class T, class Acc>

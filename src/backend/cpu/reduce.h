@@ -18,6 +18,13 @@ struct ReductionRows {
 };
 ReductionRows reduction_rows(const Tensor& x, const std::vector<bool>& mask);
 
+// A tensor viewed as [outer, R, inner] around dimension `dim` (R is that dimension's size): the
+// layout softmax and single-dim reductions iterate over.
+struct Rows3 {
+  int64_t outer = 1, R = 1, inner = 1;
+};
+Rows3 rows3(const Shape& shape, int dim);
+
 // out (any floating/integral dtype, numel K) = sum over reduced dims of x, times `scale`.
 // Floating sums accumulate in f64 per row block for accuracy; ints sum in i64.
 void sum(const Tensor& x, const std::vector<bool>& mask, double scale, const Tensor& out);

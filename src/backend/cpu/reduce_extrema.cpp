@@ -93,20 +93,6 @@ void max_cols(const T* x, int64_t outer, int64_t R, int64_t inner, T* values, in
                });
 }
 
-struct Rows3 {
-  int64_t outer = 1, R = 1, inner = 1;
-};
-
-Rows3 rows3(const Shape& s, int dim) {
-  Rows3 r;
-  for (int i = 0; i < s.size(); ++i) {
-    if (i < dim) r.outer *= s[i];
-    else if (i == dim) r.R = s[i];
-    else r.inner *= s[i];
-  }
-  return r;
-}
-
 // Sum of f(i) for i in [0, n): blocks of 256 in the compute type (vectorised), combined in f64.
 template <class C, class F>
 double blocked_sum(int64_t n, F&& f) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/reduce.h"
 #include "backend/cpu/fast_exp.h"
 #include "fasttrain/parallel.h"
 
@@ -16,20 +17,6 @@ namespace {
 // Columns per block in the inner > 1 path: the block's statistics stay in registers/L1 while
 // the R rows of the block stream through.
 constexpr int64_t kColBlock = 64;
-
-struct Rows3 {
-  int64_t outer = 1, R = 1, inner = 1;
-};
-
-Rows3 rows3(const Shape& s, int dim) {
-  Rows3 r;
-  for (int i = 0; i < s.size(); ++i) {
-    if (i < dim) r.outer *= s[i];
-    else if (i == dim) r.R = s[i];
-    else r.inner *= s[i];
-  }
-  return r;
-}
 
 int64_t row_grain(int64_t work_per_item) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(work_per_item, 1)); }
 

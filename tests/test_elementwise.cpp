@@ -209,3 +209,25 @@ TEST(Elementwise, LargeNonContiguousMatchesContiguous) {
   Tensor s = add(x, x.slice(1, 0, 1));  // broadcast a column
   EXPECT_EQ(s.select(1, 5).to_vector(), add(x.select(1, 5), x.select(1, 0)).to_vector());
 }
+
+TEST(ElementwiseParity, ComparisonsAndLogicalNot) {
+  const std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)> ops[] = {
+      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
+      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
+      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
+      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
+      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
+      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
+  for (const char* dt : {"f32", "bf16", "f64"}) {
+    for (const auto& [name, fn] : ops) {
+      std::string case_name = std::string("cmp_") + name + "_" + dt;
+      SCOPED_TRACE(case_name);
+      FT_PARITY_CASE(c, case_name);
+      Tensor y = fn(c.input("a"), c.input("b"));
+      EXPECT_EQ(y.dtype(), DType::Bool);
+      c.expect_output(y);
+    }
+  }
+  FT_PARITY_CASE(c, "logical_not_bool");
+  c.expect_output(logical_not(c.input("x")));
+}

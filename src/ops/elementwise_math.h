@@ -103,6 +103,8 @@ FT_HD T unary_derivative(UnaryOp op, T x, T y) {
 
 template <class T>
 FT_HD T binary(BinaryOp op, T a, T b) {
+  // bool only reaches here for comparisons (the ops reject bool arithmetic); compute as int.
+  if constexpr (std::is_same_v<T, bool>) return static_cast<bool>(binary<int>(op, a, b));
   switch (op) {
     case BinaryOp::Add: return a + b;
     case BinaryOp::Sub: return a - b;

@@ -10,7 +10,7 @@ namespace ft {
 
 namespace {
 
-std::string pair_str(Pair p) { return "[" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + "]"; }
+std::string pair_str(Pair p) { return detail::concat("[", p[0], ", ", p[1], "]"); }
 
 cpu::PoolParams pool_input(const Tensor& x, const char* op) {
   FT_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W], found shape ", x.shape().str());

@@ -60,3 +60,15 @@ def cases():
     n = "masked_fill_bf16_transposed"
     mask = rng(n).random((6, 5)) > 0.5
     yield case(n, lambda x, m: x.masked_fill(m, 2.0), {"x": transposed(randn(n, 6, 5)), "m": mask}, dtype="bf16", params={"value": 2.0})
+
+    # comparisons give bool tensors; integer-valued inputs make ties common
+    for dtype in ("f32", "bf16", "f64"):
+        for name in ("eq", "ne", "lt", "le", "gt", "ge"):
+            n = f"cmp_{name}_{dtype}"
+            g = rng(n)
+            a = g.integers(-3, 3, (5, 6)).astype(np.float64)
+            b = g.integers(-3, 3, (1, 6)).astype(np.float64)
+            yield case(n, lambda a, b, name=name: getattr(torch, name)(a, b), {"a": transposed(a), "b": b},
+                       dtype=dtype, grad=False)
+    n = "logical_not_bool"
+    yield case(n, lambda x: torch.logical_not(x), {"x": rng(n).random((4, 5)) > 0.5}, grad=False)

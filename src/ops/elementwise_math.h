@@ -104,31 +104,34 @@ FT_HD T unary_derivative(UnaryOp op, T x, T y) {
 template <class T>
 FT_HD T binary(BinaryOp op, T a, T b) {
   // bool only reaches here for comparisons (the ops reject bool arithmetic); compute as int.
-  if constexpr (std::is_same_v<T, bool>) return static_cast<bool>(binary<int>(op, a, b));
-  switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
-    // NaN propagates, as in torch.maximum/minimum
-    case BinaryOp::Max: return (a != a) ? a : (b != b) ? b : (a > b ? a : b);
-    case BinaryOp::Min: return (a != a) ? a : (b != b) ? b : (a < b ? a : b);
-    case BinaryOp::Pow: {
-      if constexpr (std::is_integral_v<T>) {
-        T r = 1;
-        for (long long i = 0; i < static_cast<long long>(b); ++i) r = static_cast<T>(r * a);
-        return r;
-      } else {
-        using std::pow;
-        return pow(a, b);
+  if constexpr (std::is_same_v<T, bool>) {
+    return static_cast<bool>(binary<int>(op, a, b));
+  } else {
+    switch (op) {
+      case BinaryOp::Add: return a + b;
+      case BinaryOp::Sub: return a - b;
+      case BinaryOp::Mul: return a * b;
+      case BinaryOp::Div: return a / b;
+      // NaN propagates, as in torch.maximum/minimum
+      case BinaryOp::Max: return (a != a) ? a : (b != b) ? b : (a > b ? a : b);
+      case BinaryOp::Min: return (a != a) ? a : (b != b) ? b : (a < b ? a : b);
+      case BinaryOp::Pow: {
+        if constexpr (std::is_integral_v<T>) {
+          T r = 1;
+          for (long long i = 0; i < static_cast<long long>(b); ++i) r = static_cast<T>(r * a);
+          return r;
+        } else {
+          using std::pow;
+          return pow(a, b);
+        }
       }
+      case BinaryOp::Eq: return a == b;
+      case BinaryOp::Ne: return a != b;
+      case BinaryOp::Lt: return a < b;
+      case BinaryOp::Le: return a <= b;
+      case BinaryOp::Gt: return a > b;
+      case BinaryOp::Ge: return a >= b;
     }
-    case BinaryOp::Eq: return a == b;
-    case BinaryOp::Ne: return a != b;
-    case BinaryOp::Lt: return a < b;
-    case BinaryOp::Le: return a <= b;
-    case BinaryOp::Gt: return a > b;
-    case BinaryOp::Ge: return a >= b;
   }
   return a;
 }

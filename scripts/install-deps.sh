@@ -10,6 +10,7 @@ packages=(
   libopenblas0-pthread             # the BLAS Debian's PyTorch (the benchmark peer) uses
   libdnnl-dev                      # oneDNN: bf16 GEMM and convolutions on the CPU
   nlohmann-json3-dev               # JSON (checkpoint metadata, parity references)
+  libtomlplusplus-dev libcli11-dev # run configuration files (TOML) and command-line parsing
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
 )
 

@@ -1,0 +1,283 @@
+// Modules: named parameters, buffers and submodules with PyTorch's naming ("blocks.0.attn.weight"),
+// train/eval, state dicts, device/dtype moves, channels-last, initialisers; the layers and the
+// models of shared/BENCH.md. Implemented in src/nn/.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fasttrain/ops.h"
+#include "fasttrain/random.h"
+#include "fasttrain/safetensors.h"
+#include "fasttrain/tensor.h"
+
+namespace ft::nn {
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual std::string type_name() const = 0;  // "Linear", "GPT", ...
+
+  // --- registration (used by constructors) ---
+  // Registers a parameter (a leaf; requires_grad unless frozen) and returns the stored handle.
+  Tensor& register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
+  // Registers a buffer (saved in state_dict, moved by to(), no gradient), e.g. running_mean.
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+  // --- introspection, in registration order, names joined with "." ---
+  // Parameters shared between modules (tied weights) are listed once, under the first name.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();  // includes self as ""
+  int64_t num_parameters() const;  // unique parameters' elements
+
+  // --- modes ---
+  virtual void train(bool on = true);  // recursive
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // --- state ---
+  // Parameters and buffers by name (tied weights appear under every name, as in PyTorch).
+  TensorMap state_dict() const;
+  // Copies values in place (under NoGrad, converting dtype). strict: the key sets must match.
+  // Validates everything before changing anything: a missing/unexpected key or a shape mismatch
+  // throws ft::Error naming the key, expected and found, and leaves the module unchanged.
+  void load_state_dict(const TensorMap& state, bool strict = true);
+  void save(const std::string& safetensors_path) const;  // state_dict to a .safetensors file
+  void load(const std::string& safetensors_path, bool strict = true);
+
+  // --- moves (floating parameters and buffers only for dtype) ---
+  void to(Device device);
+  void to(DType dtype);
+  // Converts 4-d parameters (conv weights) to channels-last memory order.
+  void to_channels_last();
+  void zero_grad(bool set_to_none = true);
+
+ protected:
+  Module() = default;
+  bool training_ = true;
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// A module with one tensor in and one tensor out (layers, Sequential, the models).
+class UnaryModule : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+};
+using ModulePtr = std::shared_ptr<UnaryModule>;
+
+// --- initialisers (in place, under NoGrad, from the given or default generator) ---
+namespace init {
+void normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
+void uniform_(Tensor& t, double low = 0.0, double high = 1.0, Generator* gen = nullptr);
+void zeros_(Tensor& t);
+void ones_(Tensor& t);
+enum class Nonlinearity { Linear, ReLU, LeakyReLU, Tanh };
+// PyTorch's fan computation (fan_in = size(1) * receptive field) and gains.
+void kaiming_uniform_(Tensor& t, double a = 0.0, bool fan_in_mode = true, Nonlinearity nl = Nonlinearity::LeakyReLU,
+                      Generator* gen = nullptr);
+void kaiming_normal_(Tensor& t, double a = 0.0, bool fan_in_mode = true, Nonlinearity nl = Nonlinearity::ReLU,
+                     Generator* gen = nullptr);
+void xavier_uniform_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+void xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
+}  // namespace init
+
+// --- layers (parameter names and default initialisation as in torch.nn) ---
+class Linear : public UnaryModule {  // weight [out, in], bias [out]
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Linear"; }
+  Tensor weight, bias;
+};
+class Conv2d : public UnaryModule {  // weight [out, in/groups, k, k]
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t padding = 0, bool bias = true,
+         int64_t groups = 1, int64_t dilation = 1, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  Tensor weight, bias;
+  int64_t stride, padding, groups, dilation;
+};
+class BatchNorm2d : public UnaryModule {  // weight, bias, running_mean, running_var, num_batches_tracked
+ public:
+  explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  double eps, momentum;
+};
+class LayerNorm : public UnaryModule {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  Tensor weight, bias;
+  int64_t dim;
+  double eps;
+};
+class RMSNorm : public UnaryModule {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "RMSNorm"; }
+  Tensor weight;
+  int64_t dim;
+  double eps;
+};
+class Embedding : public UnaryModule {  // weight [num, dim] ~ N(0, 1)
+ public:
+  Embedding(int64_t num, int64_t dim, Generator* gen = nullptr);
+  Tensor forward(const Tensor& ids) override;
+  std::string type_name() const override { return "Embedding"; }
+  Tensor weight;
+};
+class Dropout : public UnaryModule {
+ public:
+  explicit Dropout(double p = 0.5) : p(p) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Dropout"; }
+  double p;
+};
+class ReLU : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::string type_name() const override { return "ReLU"; }
+};
+class GELU : public UnaryModule {
+ public:
+  explicit GELU(GeluApprox approx = GeluApprox::None) : approx(approx) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, approx); }
+  std::string type_name() const override { return "GELU"; }
+  GeluApprox approx;
+};
+class SiLU : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+  std::string type_name() const override { return "SiLU"; }
+};
+class MaxPool2d : public UnaryModule {
+ public:
+  MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) : kernel(kernel), stride(stride), padding(padding) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "MaxPool2d"; }
+  int64_t kernel, stride, padding;
+};
+class AvgPool2d : public UnaryModule {
+ public:
+  AvgPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) : kernel(kernel), stride(stride), padding(padding) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AvgPool2d"; }
+  int64_t kernel, stride, padding;
+};
+class AdaptiveAvgPool2d : public UnaryModule {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t out) : out(out) {}
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+  int64_t out;
+};
+class Flatten : public UnaryModule {  // flattens all dims after the first
+ public:
+  Tensor forward(const Tensor& x) override { return x.flatten(1); }
+  std::string type_name() const override { return "Flatten"; }
+};
+// Children named "0", "1", ... as in torch.nn.Sequential.
+class Sequential : public UnaryModule {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<ModulePtr> layers);
+  void push_back(ModulePtr m);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Sequential"; }
+  size_t size() const { return layers_.size(); }
+  const ModulePtr& operator[](size_t i) const { return layers_[i]; }
+
+ private:
+  std::vector<ModulePtr> layers_;
+};
+// Children named "0", "1", ...; no forward of its own.
+class ModuleList : public Module {
+ public:
+  void push_back(std::shared_ptr<Module> m);
+  size_t size() const { return items_.size(); }
+  std::shared_ptr<Module> operator[](size_t i) const { return items_[i]; }
+  template <class M>
+  std::shared_ptr<M> at(size_t i) const { return std::dynamic_pointer_cast<M>(items_[i]); }
+  std::string type_name() const override { return "ModuleList"; }
+
+ private:
+  std::vector<std::shared_ptr<Module>> items_;
+};
+// Multi-head causal self-attention with a fused qkv projection (GPT-2 layout): x [B, T, C] ->
+// [B, T, C]; submodules c_attn (C -> 3C) and c_proj (C -> C); attention through the fused
+// scaled_dot_product_attention (causal).
+class CausalSelfAttention : public UnaryModule {
+ public:
+  CausalSelfAttention(int64_t dim, int64_t heads, double dropout = 0.0, Generator* gen = nullptr);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CausalSelfAttention"; }
+  std::shared_ptr<Linear> c_attn, c_proj;
+  int64_t heads;
+  double dropout;
+};
+
+// --- models ---
+// MLP: Linear/ReLU stack; sizes {784, 1024, 1024, 10} is BENCH.md's `mlp`.
+std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& sizes, Generator* gen = nullptr);
+// BENCH.md's `cnn-mini`: 6 x (conv3x3 no bias, BatchNorm, ReLU) with channels 32,32,64(s2),64,
+// 128(s2),128; global average pool; Linear(128, classes). Layout and names as torch.nn.Sequential.
+std::shared_ptr<Sequential> cnn_mini(int64_t in_channels = 3, int64_t classes = 10, Generator* gen = nullptr);
+// ResNets: "resnet20", "resnet56" (CIFAR, 3x32x32, basic blocks 16/32/64) and "resnet18",
+// "resnet50" (ImageNet stem, basic / bottleneck blocks; resnet50 = BENCH.md's, bias-free convs).
+std::shared_ptr<UnaryModule> resnet(const std::string& name, int64_t classes, Generator* gen = nullptr);
+
+struct GPTConfig {
+  int64_t vocab_size = 512;  // padded up to a multiple of 64 by the model
+  int64_t context = 128;
+  int64_t layers = 4;
+  int64_t dim = 256;
+  int64_t heads = 4;
+  double dropout = 0.0;
+  // "gpt-mini" (BENCH.md: vocab 512, ctx 128, 4 layers, width 256, 4 heads), "gpt2" (124M),
+  // "gpt2-medium" (350M), "gpt2-large" (774M); GPT-2 sizes use vocab 50257 -> padded 50304.
+  static GPTConfig preset(const std::string& name);
+};
+// GPT-2: token + position embeddings, pre-norm blocks (ln_1, attn, ln_2, mlp with tanh-GELU),
+// final LayerNorm, head tied to the token embedding. Names follow Hugging Face's GPT-2
+// ("transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", "lm_head.weight", ...).
+// GPT-2 initialisation: Linear/Embedding ~ N(0, 0.02), zero biases (BENCH.md); c_proj weights
+// additionally scaled by 1/sqrt(2 * layers) when gpt2_residual_scaling is set.
+class GPT : public UnaryModule {
+ public:
+  explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false);
+  // ids [B, T] integer -> logits [B, T, padded vocab]
+  Tensor forward(const Tensor& ids) override;
+  std::string type_name() const override { return "GPT"; }
+  const GPTConfig& config() const { return cfg_; }
+  int64_t padded_vocab() const { return padded_vocab_; }
+
+ private:
+  GPTConfig cfg_;
+  int64_t padded_vocab_;
+  std::shared_ptr<Module> transformer_;  // holds wte, wpe, h (ModuleList of blocks), ln_f
+  std::shared_ptr<Linear> lm_head_;
+};
+
+}  // namespace ft::nn

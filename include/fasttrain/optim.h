@@ -1,0 +1,73 @@
+// Optimizers. Each step is one multi-tensor pass over all parameters (a single parallel loop
+// over every element of every parameter, not one op per tensor), with the same math as
+// PyTorch's torch.optim (foreach/fused implementations). Implemented in src/optim/.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fasttrain/safetensors.h"
+#include "fasttrain/tensor.h"
+
+namespace ft::optim {
+
+// Hyper-parameters of one parameter group; fields unused by an optimizer are ignored.
+struct GroupOptions {
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  // SGD
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  // Adam / AdamW
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  GroupOptions options;
+  std::string name;  // e.g. "decay", "no_decay"
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Applies one update to every parameter that has a gradient (parameters without .grad are
+  // skipped, as in PyTorch). Runs under NoGrad.
+  virtual void step() = 0;
+  void zero_grad(bool set_to_none = true);
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // Sets the learning rate of every group (schedules call this each step).
+  void set_lr(double lr);
+  // Optimizer state (step counts, moments) as named tensors "<group>.<index>.<state>" plus
+  // scalar hyper-parameters in metadata, so it can be saved with save_safetensors.
+  virtual TensorMap state_tensors() const = 0;
+  // Restores state saved by state_tensors(); throws ft::Error naming the first mismatch
+  // (missing entry, wrong shape/dtype, different number of parameters) and changes nothing then.
+  virtual void load_state_tensors(const TensorMap& state) = 0;
+  virtual std::string name() const = 0;
+  int64_t step_count() const { return step_count_; }
+
+ protected:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  std::vector<ParamGroup> groups_;
+  int64_t step_count_ = 0;
+};
+
+// SGD with momentum, dampening, Nesterov and (L2, coupled) weight decay: torch.optim.SGD.
+std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups);
+// Adam with L2 weight decay added to the gradient: torch.optim.Adam.
+std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups);
+// AdamW with decoupled weight decay (p -= lr * wd * p): torch.optim.AdamW.
+std::unique_ptr<Optimizer> make_adamw(std::vector<ParamGroup> groups);
+
+// Splits named parameters into a "decay" group and a "no_decay" group: biases (1-d tensors)
+// and norm weights get no weight decay (the Trainer's default, as in GPT-2/nanoGPT practice).
+std::vector<ParamGroup> decay_groups(const std::vector<std::pair<std::string, Tensor>>& named_params,
+                                     const GroupOptions& options);
+
+}  // namespace ft::optim

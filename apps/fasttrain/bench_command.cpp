@@ -1,0 +1,55 @@
+// `fasttrain bench`: times BENCH.md's training step on one CPU workload and prints its JSON line
+// (the same fields as bench/torch_bench.py; bench/compare_cpu.sh runs both and prints ratios).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "fasttrain/bench.h"
+#include "fasttrain/error.h"
+
+namespace {
+
+int run_bench_command(const std::vector<std::string>& args) {
+  ft::bench::BenchOptions o;
+  std::string precision = "fp32";
+  CLI::App app{"Times one training step of a shared/BENCH.md workload (warm-up, then the median of the timed "
+               "steps) and prints one JSON line: impl, workload, device, precision, batch, threads, ms_per_step, "
+               "tokens_per_s or samples_per_s, loss, params.",
+               "fasttrain bench"};
+  app.add_option("--workload", o.workload, "mlp, cnn-mini or gpt-mini")
+      ->check(CLI::IsMember(ft::bench::workload_names()))
+      ->capture_default_str();
+  app.add_option("--precision", precision, "fp32, or bf16 (autocast: bf16 matmuls/convs, fp32 master weights)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "timed steps; the median is reported")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--batch", o.batch, "batch size (default: the workload's, 256 / 64 / 16)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    FT_FAIL("bench: ", e.what(), " (see fasttrain bench --help)");
+  }
+  o.precision = ft::bench::precision_from_name(precision);
+  std::puts(ft::bench::to_json_line(ft::bench::run_bench(o)).c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+FT_REGISTER_COMMAND(bench, "time a BENCH.md training step (mlp, cnn-mini, gpt-mini) and print its JSON line",
+                    run_bench_command);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the six CPU rows of shared/BENCH.md (mlp, cnn-mini, gpt-mini x fp32, bf16) with
+# `fasttrain bench` and with the PyTorch peer alternately, row by row, in one run, and prints a
+# table of ratios (fasttrain speed / PyTorch speed: > 1 means fasttrain is faster). With several
+# rounds, each row's figure is the median over the rounds. Every JSON line is kept in a file.
+# Usage: bench/compare_cpu.sh [build dir (default build/release)] [threads (default 2)]
+#                             [steps (default 10)] [rounds (default 1)] [jsonl out (default <build>/compare_cpu.jsonl)]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:-$here/../build/release}"
+threads="${2:-2}"
+steps="${3:-10}"
+rounds="${4:-1}"
+out="${5:-$build/compare_cpu.jsonl}"
+fasttrain="$build/fasttrain"
+[ -x "$fasttrain" ] || { echo "compare_cpu.sh: $fasttrain not found (build the fasttrain_cli target)" >&2; exit 2; }
+# The peer beside the checkout is the reference (BENCH.md); the copy under bench/ is for machines
+# without ../shared.
+peer="$here/../../shared/peer/torch_bench.py"
+[ -f "$peer" ] || peer="$here/torch_bench.py"
+# OpenBLAS misdetects some AVX-512 VMs and falls back to SSE3 kernels; fasttrain repairs that at
+# start-up (src/backend/cpu/blas_setup.cpp). Give PyTorch, which uses the same OpenBLAS, the same
+# kernels so the comparison is fair.
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo; then
+  if grep -q avx512_bf16 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Cooperlake; else export OPENBLAS_CORETYPE=SkylakeX; fi
+fi
+: >"$out"
+for ((r = 1; r <= rounds; r++)); do
+  for workload in mlp cnn-mini gpt-mini; do
+    for precision in fp32 bf16; do
+      OMP_NUM_THREADS=$threads "$fasttrain" bench --workload "$workload" --precision "$precision" \
+        --threads "$threads" --steps "$steps" | tee -a "$out" >&2
+      OMP_NUM_THREADS=$threads /usr/bin/python3 "$peer" --workload "$workload" --precision "$precision" \
+        --threads "$threads" --steps "$steps" | tee -a "$out" >&2
+    done
+  done
+done
+/usr/bin/python3 - "$out" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def runs(impl, w, p):
+    return [r for r in rows if r["impl"].startswith(impl) and r["workload"] == w and r["precision"] == p]
+print(f"{'workload':9} {'precision':9} {'fasttrain ms':>12} {'pytorch ms':>11} {'ratio':>6}  {'fasttrain loss':>14} {'pytorch loss':>12}  per-round ratios")
+for w in ("mlp", "cnn-mini", "gpt-mini"):
+    for p in ("fp32", "bf16"):
+        ft, pt = runs("fasttrain", w, p), runs("pytorch", w, p)
+        if not ft or not pt:
+            print(f"{w:9} {p:9} {'missing':>12}")
+            continue
+        a = statistics.median(r["ms_per_step"] for r in ft)
+        b = statistics.median(r["ms_per_step"] for r in pt)
+        per = " ".join(f"{y['ms_per_step'] / x['ms_per_step']:.2f}" for x, y in zip(ft, pt))
+        print(f"{w:9} {p:9} {a:12.1f} {b:11.1f} {b / a:6.2f}  {ft[-1]['loss']:14.4f} {pt[-1]['loss']:12.4f}  {per}")
+print(f"# ratio = fasttrain speed / PyTorch speed (PyTorch ms / fasttrain ms); JSON lines in {sys.argv[1]}")
+PY

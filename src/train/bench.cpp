@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"
@@ -78,7 +79,8 @@ Tensor train_step(Workload& w, optim::Optimizer& opt, Precision precision) {
   opt.zero_grad(/*set_to_none=*/true);
   Tensor loss;
   {
-    FT_CHECK(precision == Precision::FP32, "bench: bf16 needs the autocast API");
+    // The peer's `with torch.autocast(...)`: forward and loss inside the region, backward outside.
+    autocast::AutocastGuard amp(DType::BF16, precision == Precision::BF16);
     loss = workload_loss(w, w.model->forward(w.inputs));
   }
   loss.backward();

@@ -10,7 +10,9 @@
 // State, per parameter that has had a gradient: "step" (0-d i64, counted per parameter as in
 // PyTorch) and the optimizer's buffers (SGD: "momentum_buffer" when momentum != 0; Adam/AdamW:
 // "exp_avg", "exp_avg_sq"), f32 (f64 for f64 parameters), plus "master" for bf16/f16 parameters.
-// state_tensors() names them "<group index>.<parameter index>.<state>", e.g. "0.3.exp_avg".
+// state_tensors() names them "<group index>.<parameter index>.<state>", e.g. "0.3.exp_avg", and
+// returns the live buffers without copying (clone them to keep a snapshot across steps);
+// load_state_tensors() copies. Parameters that never had a gradient have no entries.
 #pragma once
 #include <map>
 #include <memory>

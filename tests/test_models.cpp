@@ -3,6 +3,7 @@
 // gradient after one backward of cross-entropy, from PyTorch's own initial weights.
 #include <gtest/gtest.h>
 
+#include "fasttrain/autocast.h"
 #include "fasttrain/fasttrain.h"
 #include "fasttrain/nn.h"
 #include "support/expect_error.h"
@@ -175,4 +176,25 @@ TEST(Models, ResnetNamesAndErrors) {
   r->to_channels_last();
   Tensor z = (*r)(randn({2, 3, 32, 32}).contiguous_channels_last());
   EXPECT_EQ(z.shape(), Shape({2, 10}));
+}
+
+TEST(Models, GptUnderBf16Autocast) {
+  // BENCH.md's bf16 workloads: f32 master weights, bf16 matmuls, f32 loss and gradients.
+  nn::GPTConfig cfg;
+  cfg.vocab_size = 64, cfg.context = 16, cfg.layers = 2, cfg.dim = 32, cfg.heads = 4;
+  nn::GPT gpt(cfg);
+  Tensor ids = randint(0, 64, {2, 16});
+  Tensor ref = cross_entropy(gpt(ids).reshape({-1, 64}), ids.reshape({-1}));
+  Tensor loss;
+  {
+    autocast::AutocastGuard guard(DType::BF16);
+    loss = cross_entropy(gpt(ids).reshape({-1, 64}), ids.reshape({-1}));
+  }
+  EXPECT_EQ(loss.dtype(), DType::F32);
+  EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 0.02 * ref.item<double>());
+  loss.backward();
+  for (auto& [name, p] : gpt.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().dtype(), DType::F32) << name;
+  }
 }

@@ -23,6 +23,9 @@ void check_name(const std::string& name, const std::string& type, const char* wh
 void replace_data(const Tensor& t, const Tensor& data) {
   TensorImpl* impl = t.impl();
   const TensorImpl* src = data.impl();
+  // Counts as a write: anything that recorded the old version (a tensor saved for backward, an
+  // autocast cast cache) must not mistake the new data for the old.
+  src->storage->version.store(t.version() + 1, std::memory_order_relaxed);
   impl->storage = src->storage;
   impl->shape = src->shape;
   impl->strides = src->strides;

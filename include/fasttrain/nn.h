@@ -38,7 +38,8 @@ class Module {
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();  // includes self as ""
+  // Includes self as "" (a non-owning handle: a module may live on the stack); shared submodules once.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
   int64_t num_parameters() const;  // unique parameters' elements
 
   // --- modes ---

@@ -74,6 +74,9 @@ TEST(Module, TiedParametersListedOnceSavedUnderEveryName) {
   EXPECT_EQ(keys(t.state_dict()), (std::vector<std::string>{"a.weight", "a.bias", "b.weight"}));
   EXPECT_TRUE(t.a->weight.same(t.b->weight));
 
+  const uint32_t version = t.a->weight.version();
+  t.to(Device::cpu());  // nothing to move: not a write
+  EXPECT_EQ(t.a->weight.version(), version);
   t.to(DType::F64);
   EXPECT_TRUE(t.a->weight.same(t.b->weight));
   EXPECT_EQ(t.b->weight.dtype(), DType::F64);

@@ -44,7 +44,7 @@ void for_each_unique_tensor(const Module& m, F&& convert) {
     if (!seen.insert(t.impl()).second) return;
     autograd::NoGradGuard ng;
     Tensor moved = convert(t.detach());
-    if (!moved.same(t)) replace_data(t, moved);
+    if (moved.storage() != t.storage()) replace_data(t, moved);  // unchanged: keep the version
     if (is_param && t.impl()->grad) {
       Tensor g(t.impl()->grad);
       Tensor gm = convert(g);

@@ -20,8 +20,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   FT_CHECK(x.dim() == 3 && x.size(2) == C, "CausalSelfAttention: expected input [B, T, ", C, "], found shape ",
            x.shape().str());
   const int64_t B = x.size(0), T = x.size(1), D = C / heads;
-  Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
-  auto head_view = [&](int64_t i) { return qkv.narrow(2, i * C, C).view({B, T, heads, D}).transpose(1, 2); };
+  // [B, T, 3C] viewed as [B, T, 3, H, D] and split in three: backward joins dq, dk and dv (each a
+  // transposed view of the kernel's [B, H, T, D] output) with one strided cat straight into the
+  // [B, T, 3C] gradient. (Three narrows would each scatter into a zeroed [B, T, 3C] buffer and
+  // the engine would add the three up.)
+  std::vector<Tensor> qkv = split(c_attn->forward(x).view({B, T, 3, heads, D}), 1, 2);
+  auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };  // [B, H, T, D]
   Tensor y = scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true,
                                           training_ ? dropout : 0.0);
   y = y.transpose(1, 2).reshape({B, T, C});

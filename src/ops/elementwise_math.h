@@ -7,7 +7,10 @@
 #ifdef __CUDACC__
 #define FT_HD __host__ __device__ __forceinline__
 #else
-#define FT_HD inline
+// Always inlined: the op argument must fold to a constant inside each kernel's loop, or the
+// switch runs per element and the loop does not vectorise (12 ns vs 0.7 ns per tanh-GELU
+// derivative when GCC declined to inline unary_derivative).
+#define FT_HD inline __attribute__((always_inline))
 #endif
 
 #ifndef __CUDACC__

@@ -14,7 +14,9 @@
 
 namespace ft::cpu {
 
-inline float fast_exp(float x) {
+// Always inlined: an out-of-line call inside a loop stops that loop from vectorising, and GCC
+// stops inlining plain `inline` functions in large kernel files (it did in tanh-GELU's backward).
+__attribute__((always_inline)) inline float fast_exp(float x) {
   // x = n ln2 + r with |r| <= ln2/2; exp(r) by Cephes' degree-6 minimax polynomial; 2^n built
   // directly in the exponent bits.
   const float xc = x > 88.3f ? 88.3f : (x < -87.3f ? -87.3f : x);

@@ -111,6 +111,14 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
   using C = compute_t<In>;
   StridedLoop L = make_loop(out, {&a, &b, &c});
   run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+    if (s[0] == sizeof(Out) && s[1] == sizeof(In0) && s[2] == sizeof(In) && s[3] == sizeof(In)) {
+      Out* o = reinterpret_cast<Out*>(p[0]);
+      const In0* x = reinterpret_cast<const In0*>(p[1]);
+      const In* y = reinterpret_cast<const In*>(p[2]);
+      const In* z = reinterpret_cast<const In*>(p[3]);
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(x[i], static_cast<C>(y[i]), static_cast<C>(z[i])));
+      return;
+    }
     for (int64_t i = 0; i < n; ++i)
       *reinterpret_cast<Out*>(p[0] + i * s[0]) =
           static_cast<Out>(op(*reinterpret_cast<const In0*>(p[1] + i * s[1]),

@@ -5,6 +5,9 @@
 # rounds, each row's figure is the median over the rounds. Every JSON line is kept in a file.
 # Usage: bench/compare_cpu.sh [build dir (default build/release)] [threads (default 2)]
 #                             [steps (default 10)] [rounds (default 1)] [jsonl out (default <build>/compare_cpu.jsonl)]
+# On a shared machine other jobs distort the figures badly (two spinning OpenMP threads sharing
+# one free core run 5-20x slower, in both libraries): each pair of runs reports how busy the CPUs
+# were just before it, and FT_BENCH_WAIT_IDLE=S waits up to S seconds for them to go idle first.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../build/release}"
@@ -25,9 +28,26 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo; then
   if grep -q avx512_bf16 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Cooperlake; else export OPENBLAS_CORETYPE=SkylakeX; fi
 fi
 : >"$out"
+# Percent of all CPU time spent busy over the next second (from /proc/stat).
+cpu_busy() {
+  local a b
+  read -r -a a < <(head -1 /proc/stat)
+  sleep 1
+  read -r -a b < <(head -1 /proc/stat)
+  local idle=$(( (b[4] + b[5]) - (a[4] + a[5]) )) total=0 i
+  for i in 1 2 3 4 5 6 7 8; do total=$(( total + b[i] - a[i] )); done
+  echo $(( total > 0 ? 100 * (total - idle) / total : 0 ))
+}
+wait_idle() {
+  local deadline=$(( SECONDS + ${FT_BENCH_WAIT_IDLE:-0} )) busy
+  busy=$(cpu_busy)
+  while (( busy > 10 && SECONDS < deadline )); do busy=$(cpu_busy); done
+  (( busy <= 10 )) || echo "compare_cpu.sh: warning: CPUs ${busy}% busy before $1 $2: figures will be noisy" >&2
+}
 for ((r = 1; r <= rounds; r++)); do
   for workload in mlp cnn-mini gpt-mini; do
     for precision in fp32 bf16; do
+      wait_idle "$workload" "$precision"
       OMP_NUM_THREADS=$threads "$fasttrain" bench --workload "$workload" --precision "$precision" \
         --threads "$threads" --steps "$steps" | tee -a "$out" >&2
       OMP_NUM_THREADS=$threads /usr/bin/python3 "$peer" --workload "$workload" --precision "$precision" \

@@ -6,7 +6,7 @@
 // step: zero grads to none, forward, f32 cross-entropy, backward, AdamW (lr 3e-4, wd 0.1 on every
 // parameter). cnn-mini's BatchNorm runs in training mode (batch statistics) on both sides.
 // Batches are smaller than the benchmark's to keep the test fast: gpt-mini 4 x 128 tokens,
-// cnn-mini 16 images.
+// cnn-mini 16 images; one thread on both sides.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -43,6 +43,9 @@ int run_torch(const std::string& workload, const fs::path& dir) {
 }
 
 void expect_same_curve(const std::string& workload, int64_t batch) {
+  // One thread on both sides: the test stays fast when other jobs share the cores (two spinning
+  // OpenMP threads on one free core can take 20x longer) and agreement does not rest on a split.
+  set_num_threads(1);
   fs::path dir = fs::temp_directory_path() / ("ft_equivalence_" + std::to_string(::getpid()) + "_" + workload);
   fs::remove_all(dir);
   fs::create_directories(dir);

@@ -61,7 +61,7 @@ def peer_name(workload, name):
 def main():
     workload, state_path, batch_path, steps, out = sys.argv[1:6]
     torch.manual_seed(0)
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # as the C++ side
     make_model, _, lossf, *_ = load_peer().workloads()[workload]
     model = make_model()
     # Checksums skipped: test_safetensors covers them, and this file is megabytes.

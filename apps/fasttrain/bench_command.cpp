@@ -25,13 +25,13 @@ int run_bench_command(const std::vector<std::string>& args) {
   app.add_option("--precision", precision, "fp32, or bf16 (autocast: bf16 matmuls/convs, fp32 master weights)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option("--steps", o.steps, "timed steps; the median is reported")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--batch", o.batch, "batch size (default: the workload's, 256 / 64 / 16)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
 
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back

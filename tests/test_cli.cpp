@@ -19,12 +19,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
+struct CliRun {
   int code;
   std::string output;  // stdout and stderr together
 };
 
-Run run_cli(const std::string& args) {
+CliRun run_cli(const std::string& args) {
   const std::string cmd = std::string(FT_CLI_PATH) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
@@ -66,7 +66,7 @@ val_chars = 4000
 
 void expect_error(const std::string& args, const std::string& fragment) {
   SCOPED_TRACE(args);
-  Run r = run_cli(args);
+  CliRun r = run_cli(args);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("fasttrain: error: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(fragment), std::string::npos) << r.output;
@@ -77,7 +77,7 @@ void expect_error(const std::string& args, const std::string& fragment) {
 }  // namespace
 
 TEST(Cli, TrainHelpDocumentsEveryOption) {
-  Run r = run_cli("train --help");
+  CliRun r = run_cli("train --help");
   EXPECT_EQ(r.code, 0) << r.output;
   ft::train::TrainerConfig c;
   ft::train::visit_fields(c, [&](const char* name, auto&, const char*) {
@@ -86,7 +86,7 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   });
   for (const char* extra : {"--config", "--resume", "images: 64"}) EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
-  Run s = run_cli("sample --help");
+  CliRun s = run_cli("sample --help");
   EXPECT_EQ(s.code, 0);
   for (const char* opt : {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"})
     EXPECT_NE(s.output.find(opt), std::string::npos) << opt;
@@ -120,7 +120,7 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   fs::create_directories(dir);
   write(dir + "/run.toml", std::string(kTinyToml) + "lr = 0.002\n");
   const std::string run = dir + "/run";
-  Run r = run_cli("train --config " + dir + "/run.toml --max-steps 2 --run-dir " + run);
+  CliRun r = run_cli("train --config " + dir + "/run.toml --max-steps 2 --run-dir " + run);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("entropy floor"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
@@ -132,7 +132,7 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
   EXPECT_EQ(summary["steps"], 2);
 
-  Run s = run_cli("sample --checkpoint " + run + " --prompt 'the ' --tokens 30 --seed 1");
+  CliRun s = run_cli("sample --checkpoint " + run + " --prompt 'the ' --tokens 30 --seed 1");
   ASSERT_EQ(s.code, 0) << s.output;
   EXPECT_EQ(s.output.substr(0, 4), "the ");
   EXPECT_EQ(s.output.size(), 35u);  // prompt + 30 characters + newline
@@ -145,7 +145,7 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   write(broken + "/config.toml", "task = \"images\"\n");
   expect_error("sample --checkpoint " + broken, "holds a 'images' run; sample needs a char-level GPT");
   // Resuming with a different model is refused before anything is trained.
-  Run k = run_cli("train --config " + dir + "/run.toml --checkpoint-every 1 --max-steps 1 --run-dir " + dir + "/ck");
+  CliRun k = run_cli("train --config " + dir + "/run.toml --checkpoint-every 1 --max-steps 1 --run-dir " + dir + "/ck");
   ASSERT_EQ(k.code, 0) << k.output;
   expect_error("train --resume " + dir + "/ck/checkpoints/step-00000001 --dim 64",
                "the checkpoint was trained with dim = 32, this run has dim = 64");

@@ -96,6 +96,9 @@ TEST(Shapes, DeterministicBalancedAndNormalised) {
   EXPECT_EQ(per_class.size(), 6u);
   for (const auto& [cls, k] : per_class) EXPECT_GT(k, 60) << "class " << cls;
   EXPECT_LT(std::fabs(mean(a.images).item<double>()), 0.3);
+  // Every pixel finite, over enough pixels (4M) that an edge case of the noise draw would show.
+  ImageSet big = make_shapes(5000, 11, ShapesOptions{16, 6, 0.5});
+  for (double v : big.images.to_vector()) ASSERT_TRUE(std::isfinite(v));
   test::expect_error([] { make_shapes(4, 0, ShapesOptions{32, 9, 0.1}); }, "expected 2 to 6 classes, found 9");
   test::expect_error([] { make_shapes(0, 0); }, "at least one image");
 }

@@ -17,11 +17,11 @@ namespace ft::train {
 struct TrainerConfig {
   std::string task = "char";  // "char" (char-level GPT on the Markov text) or "images" (shapes)
   // --- loop ---
-  int64_t max_steps = 1000;
+  int64_t max_steps = 500;
   int64_t max_epochs = 0;  // 0: no epoch limit; otherwise stop after this many passes as well
-  int64_t eval_every = 250;  // Lightning's val_check_interval, in steps; 0: only at the end
+  int64_t eval_every = 100;  // Lightning's val_check_interval, in steps; 0: only at the end
   int64_t eval_batches = 16;  // validation batches per evaluation (images: the whole val split)
-  int64_t log_every_n_steps = 50;
+  int64_t log_every_n_steps = 25;
   int64_t checkpoint_every = 0;  // 0: no checkpoints
   uint64_t seed = 1337;
   bool deterministic = true;  // no nondeterministic kernels (all CPU kernels are deterministic)
@@ -32,17 +32,17 @@ struct TrainerConfig {
   // --- optimisation ---
   int64_t batch_size = 32;
   std::string optimizer = "adamw";  // adamw, adam or sgd
-  double lr = 3e-3;
-  double min_lr = 3e-4;
+  double lr = 5e-3;
+  double min_lr = 5e-4;
   std::string schedule = "cosine";  // "cosine": linear warmup then cosine to min_lr; "constant"
-  int64_t warmup_steps = 100;
+  int64_t warmup_steps = 50;
   double weight_decay = 0.1;  // not applied to biases and norm weights
   double momentum = 0.9;      // sgd
   double beta1 = 0.9, beta2 = 0.99;  // adam/adamw
   double grad_clip = 1.0;     // max global gradient norm; 0: off
   // --- char task ---
   int64_t context = 64;
-  int64_t layers = 4;
+  int64_t layers = 2;
   int64_t dim = 128;
   int64_t heads = 4;
   double dropout = 0.0;

@@ -81,11 +81,12 @@ ImageSet make_shapes(int64_t n, uint64_t seed, const ShapesOptions& o) {
         for (int64_t x = 0; x < S; ++x) {
           const double dx = (x + 0.5 - cx) / radius, dy = (y + 0.5 - cy) / radius;
           const bool in = inside(cls, ca * dx + sa * dy, -sa * dx + ca * dy);
-          // Box-Muller: words 0-1 give channels 0 and 1, words 2-3 channel 2.
+          // Box-Muller: words 0-1 give channels 0 and 1, words 2-3 channel 2. 1 - u lies in
+          // (0, 1], so the logarithm is finite and never positive.
           Philox4 p = philox4x32(noise_key, static_cast<uint64_t>(i * plane + y * S + x));
-          const double r0 = std::sqrt(-2.0 * std::log(uniform_from_word(p.v[0]) + 1e-7));
+          const double r0 = std::sqrt(-2.0 * std::log(1.0 - uniform_from_word(p.v[0])));
           const double t0 = 2 * M_PI * uniform_from_word(p.v[1]);
-          const double r1 = std::sqrt(-2.0 * std::log(uniform_from_word(p.v[2]) + 1e-7));
+          const double r1 = std::sqrt(-2.0 * std::log(1.0 - uniform_from_word(p.v[2])));
           const double g[3] = {r0 * std::cos(t0), r0 * std::sin(t0), r1 * std::cos(2 * M_PI * uniform_from_word(p.v[3]))};
           for (int c = 0; c < 3; ++c) {
             const double value = (in ? fg[c] : bg[c]) + o.noise * g[c];

@@ -132,6 +132,16 @@ TrainResult Trainer::fit() {
     progress.note(buf);
   };
 
+  {
+    char head[320];
+    std::snprintf(head, sizeof head, "train: %s task, %s with %.2fM parameters, steps %lld-%lld of %lld %s, %d threads%s; run folder %s",
+                  c.task.c_str(), model.type_name().c_str(), model.num_parameters() / 1e6,
+                  static_cast<long long>(first_step + 1), static_cast<long long>(end),
+                  static_cast<long long>(task_->items_per_batch()), task_->unit().c_str(), get_num_threads(),
+                  task_->loss_floor() >= 0 ? (", loss floor " + std::to_string(task_->loss_floor()).substr(0, 6)).c_str() : "",
+                  dir.c_str());
+    progress.note(head);
+  }
   double lr = learning_rate(c, step_);
   while (step_ < end) {
     lr = learning_rate(c, step_);

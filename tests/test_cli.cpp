@@ -85,7 +85,7 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
     std::replace(flag.begin(), flag.end(), '_', '-');
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   });
-  for (const char* extra : {"--config", "--resume", "images: 64"}) EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
+  for (const char* extra : {"--config", "--resume", "(default 600; images: 500)"}) EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
   CliRun s = run_cli("sample --help");
   EXPECT_EQ(s.code, 0);
   for (const char* opt : {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"})

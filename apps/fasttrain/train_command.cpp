@@ -62,9 +62,11 @@ int run_train(const std::vector<std::string>& args) {
       "fasttrain train");
   app.set_help_flag("-h,--help", "show this help");
   std::string config_path, resume_dir;
-  app.add_option("--config", config_path, "TOML file with any of the options below (keys with '_'); flags override it");
+  app.add_option("--config", config_path, "TOML file with any of the options below (keys with '_'); flags override it")
+      ->type_name("FILE");
   app.add_option("--resume", resume_dir,
-                 "continue exactly from a checkpoint folder (runs/.../checkpoints/step-N); its config is the base");
+                 "continue exactly from a checkpoint folder (runs/.../checkpoints/step-N); its config is the base")
+      ->type_name("DIR");
 
   // One flag per config field; the help shows the char default and, where it differs, the images one.
   const TrainerConfig char_defaults = TrainerConfig::defaults_for("char");
@@ -75,11 +77,16 @@ int run_train(const std::vector<std::string>& args) {
   std::vector<std::pair<std::string, CLI::Option*>> options;
   size_t i = 0;
   visit_fields(char_defaults, [&](const char* name, const auto& v, const char* help) {
+    using T = std::decay_t<decltype(v)>;
     std::string text = help, def = value_text(v);
-    text += " (default " + def + (defaults_text[i] != def ? "; images: " + defaults_text[i] : "") + ")";
-    std::string flags = "--" + dashed(name);
-    if (flags != std::string("--") + name) flags += std::string(",--") + name;
-    options.emplace_back(name, app.add_option(flags, values[name], text));
+    const bool differs = defaults_text[i] != def && std::string(name) != "task";
+    if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
+    CLI::Option* opt = app.add_option("--" + dashed(name), values[name], text);
+    opt->type_name(std::is_same_v<T, std::string> ? "TEXT"
+                   : std::is_same_v<T, bool>      ? "BOOL"
+                   : std::is_same_v<T, double>    ? "NUM"
+                                                  : "INT");
+    options.emplace_back(name, opt);
     ++i;
   });
 

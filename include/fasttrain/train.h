@@ -17,7 +17,7 @@ namespace ft::train {
 struct TrainerConfig {
   std::string task = "char";  // "char" (char-level GPT on the Markov text) or "images" (shapes)
   // --- loop ---
-  int64_t max_steps = 500;
+  int64_t max_steps = 600;
   int64_t max_epochs = 0;  // 0: no epoch limit; otherwise stop after this many passes as well
   int64_t eval_every = 100;  // Lightning's val_check_interval, in steps; 0: only at the end
   int64_t eval_batches = 16;  // validation batches per evaluation (images: the whole val split)
@@ -48,13 +48,13 @@ struct TrainerConfig {
   double dropout = 0.0;
   int64_t train_chars = 2'000'000;
   int64_t val_chars = 200'000;
-  double goal_gap = 0.1;  // stated goal: final val loss within this many nats of the entropy floor
+  double goal_gap = 0.05;  // stated goal: final val loss within this many nats of the entropy floor
   // --- images task ---
   std::string model = "cnn-mini";  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster)
   int64_t image_size = 32;
   int64_t classes = 6;
-  int64_t train_images = 20000;
-  int64_t val_images = 2000;
+  int64_t train_images = 10000;
+  int64_t val_images = 1000;
   double goal_accuracy = 0.95;  // stated goal: final validation accuracy
 
   // The defaults of a task ("char" or "images"): the fields above with the task's own loop and
@@ -76,7 +76,7 @@ void visit_fields(Config& c, V&& v) {
   v("log_every_n_steps", c.log_every_n_steps, "log training metrics every N steps");
   v("checkpoint_every", c.checkpoint_every, "write a checkpoint every N steps (0: none)");
   v("seed", c.seed, "seed of the data, the initial weights and every random stream");
-  v("deterministic", c.deterministic, "require deterministic kernels (results independent of threads)");
+  v("deterministic", c.deterministic, "require deterministic kernels (every CPU kernel is: results do not depend on threads)");
   v("threads", c.threads, "CPU threads (0: all cores)");
   v("device", c.device, "device: cpu (cuda is not built yet)");
   v("run_dir", c.run_dir, "run folder (default runs/<task>-<timestamp>)");

@@ -17,10 +17,10 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
   TrainerConfig c;  // the member initialisers are the char task's defaults
   c.task = task;
   if (task == "images") {
-    c.max_steps = 400;
+    c.max_steps = 500;
     c.eval_every = 100;
-    c.log_every_n_steps = 20;
-    c.batch_size = 64;
+    c.log_every_n_steps = 25;
+    c.batch_size = 32;
     c.lr = 3e-3;
     c.min_lr = 1e-4;
     c.warmup_steps = 30;

@@ -38,7 +38,8 @@ class Module {
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_children() const;
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();  // includes self as ""
+  // Includes self as "" (a non-owning handle: a module may live on the stack); shared submodules once.
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> named_modules();
   int64_t num_parameters() const;  // unique parameters' elements
 
   // --- modes ---
@@ -102,6 +103,9 @@ void xavier_normal_(Tensor& t, double gain = 1.0, Generator* gen = nullptr);
 class Linear : public UnaryModule {  // weight [out, in], bias [out]
  public:
   Linear(int64_t in, int64_t out, bool bias = true, Generator* gen = nullptr);
+  // Wraps existing tensors as this layer's parameters, without initialising them: weight tying
+  // (GPT's head shares the token embedding) registers the same tensor in two modules.
+  explicit Linear(Tensor weight, Tensor bias = Tensor());
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }
   Tensor weight, bias;
@@ -279,5 +283,14 @@ class GPT : public UnaryModule {
   std::shared_ptr<Module> transformer_;  // holds wte, wpe, h (ModuleList of blocks), ln_f
   std::shared_ptr<Linear> lm_head_;
 };
+
+// Exchanging weights with Hugging Face's GPT-2 files. HF's GPT-2 uses Conv1D layers whose
+// weights are stored [in, out]; ours are nn.Linear-style [out, in], so the c_attn, c_proj and
+// c_fc weights are transposed on the way in and out. Also handled: checkpoints whose keys lack
+// the "transformer." prefix, HF's attention-mask buffers (".attn.bias", ".attn.masked_bias",
+// dropped), a missing "lm_head.weight" (tied: taken from the token embedding), and the vocabulary
+// padding (rows past HF's vocabulary are zero on the way in and cut off on the way out).
+TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model);  // -> load_state_dict(...)
+TensorMap gpt2_to_hf_state(const GPT& model);                       // HF names and layout
 
 }  // namespace ft::nn

@@ -10,7 +10,7 @@ namespace ft {
 // Reads a .npy file into a CPU tensor. Errors name the file and what was wrong (bad magic,
 // unsupported dtype descriptor, Fortran order, a header that disagrees with the file size).
 Tensor load_npy(const std::string& path);
-// Writes a CPU tensor (made contiguous) atomically: temporary file, then rename.
+// Writes a CPU tensor (made contiguous) atomically (atomic_file.h).
 void save_npy(const std::string& path, const Tensor& t);
 
 }  // namespace ft

@@ -1,6 +1,18 @@
 // Optimizers. Each step is one multi-tensor pass over all parameters (a single parallel loop
 // over every element of every parameter, not one op per tensor), with the same math as
 // PyTorch's torch.optim (foreach/fused implementations). Implemented in src/optim/.
+//
+// Parameters: contiguous CPU tensors of f32 or f64 (updated in place, state in the same dtype),
+// or bf16/f16: the optimizer then keeps an fp32 master copy in its state ("master"), updates that
+// and writes the rounded value back to the parameter, so small updates are not lost to rounding.
+// Gradients may be f32, bf16 or f16 for an f32/bf16/f16 parameter (read as f32), f64 for f64.
+//
+// State, per parameter that has had a gradient: "step" (0-d i64, counted per parameter as in
+// PyTorch) and the optimizer's buffers (SGD: "momentum_buffer" when momentum != 0; Adam/AdamW:
+// "exp_avg", "exp_avg_sq"), f32 (f64 for f64 parameters), plus "master" for bf16/f16 parameters.
+// state_tensors() names them "<group index>.<parameter index>.<state>", e.g. "0.3.exp_avg", and
+// returns the live buffers without copying (clone them to keep a snapshot across steps);
+// load_state_tensors() copies. Parameters that never had a gradient have no entries.
 #pragma once
 #include <map>
 #include <memory>
@@ -49,6 +61,12 @@ class Optimizer {
   // Restores state saved by state_tensors(); throws ft::Error naming the first mismatch
   // (missing entry, wrong shape/dtype, different number of parameters) and changes nothing then.
   virtual void load_state_tensors(const TensorMap& state) = 0;
+  // The scalar part of the state, for the same file's "__metadata__": "optimizer" (name()),
+  // "step_count", "groups" and every group's hyper-parameters ("<group>.lr", "<group>.beta1", ...).
+  std::map<std::string, std::string> state_metadata() const;
+  // Restores what state_metadata() wrote (step count and hyper-parameters); checks the optimizer
+  // name and group count and parses every value before changing anything.
+  void load_state_metadata(const std::map<std::string, std::string>& metadata);
   virtual std::string name() const = 0;
   int64_t step_count() const { return step_count_; }
 

@@ -1,5 +1,7 @@
 #include "fasttrain/npy.h"
 
+#include "fasttrain/atomic_file.h"
+
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -91,18 +93,13 @@ void save_npy(const std::string& path, const Tensor& t_in) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    FT_CHECK(f.good(), path, ": cannot open for writing");
-    f.write("\x93NUMPY\x01\x00", 8);
-    uint16_t len = static_cast<uint16_t>(header.size());
-    f.write(reinterpret_cast<const char*>(&len), 2);
-    f.write(header.data(), header.size());
-    f.write(static_cast<const char*>(t.raw_data()), t.nbytes());
-    FT_CHECK(f.good(), path, ": write failed");
-  }
-  FT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename of the temporary file failed");
+  AtomicFileWriter f(path);
+  f.write("\x93NUMPY\x01\x00", 8);
+  uint16_t len = static_cast<uint16_t>(header.size());
+  f.write(&len, 2);
+  f.write(header.data(), header.size());
+  f.write(t.raw_data(), t.nbytes());
+  f.commit();
 }
 
 }  // namespace ft

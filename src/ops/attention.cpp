@@ -2,6 +2,7 @@
 // kernels (and why they never materialise the [Tq, Tk] score matrix) are in
 // backend/cpu/attention.{h,cpp}. Forward saves only q, k, v, the output and the per-row
 // logsumexp; backward recomputes the probabilities tile by tile.
+#include "fasttrain/autocast.h"
 #include "fasttrain/ops/attention.h"
 
 #include <cmath>
@@ -44,6 +45,9 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double drop
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                                     std::optional<double> scale, Generator* gen) {
+  if (autocast::needs_lowp({&q, &k, &v}))
+    return scaled_dot_product_attention(autocast::lowp(q), autocast::lowp(k), autocast::lowp(v), causal, dropout_p,
+                                        scale, gen);
   check_inputs(q, k, v, dropout_p, scale);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
 

@@ -1,5 +1,6 @@
 // conv2d: validation, output allocation in the input's memory format, and the backward (gradients
 // of input, weight and bias from the fused oneDNN / im2col kernels in backend/cpu/conv.*).
+#include "fasttrain/autocast.h"
 #include "backend/cpu/conv.h"
 
 #include "fasttrain/ops/conv.h"
@@ -71,6 +72,8 @@ cpu::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Tensor&
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding, Pair dilation,
               int64_t groups) {
+  if (autocast::needs_lowp({&x, &weight, &bias}))
+    return conv2d(autocast::lowp(x), autocast::lowp(weight), autocast::lowp(bias), stride, padding, dilation, groups);
   const cpu::ConvParams p = conv_params(x, weight, bias, stride, padding, dilation, groups);
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   const Tensor wd = weight.detach().contiguous();

@@ -6,6 +6,7 @@
 // one fused kernel too (math in backend/cpu/loss.h).
 #include <string>
 
+#include "fasttrain/autocast.h"
 #include "backend/cpu/loss.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
@@ -16,6 +17,8 @@ namespace ft {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
+  if (autocast::needs_fp32({&logits}))
+    return cross_entropy(autocast::fp32(logits), target, ignore_index, label_smoothing, reduction);
   const char* op = "cross_entropy";
   ops::common_device({&logits, &target}, op);
   ops::check_floating(logits, op, "logits");

@@ -1,5 +1,6 @@
 // softmax and log_softmax: validation, output allocation and the fused backward (kernels and the
 // math in backend/cpu/softmax.h). cross_entropy lives in loss.cpp.
+#include "fasttrain/autocast.h"
 #include "fasttrain/ops/softmax.h"
 
 #include <string>
@@ -36,7 +37,12 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+// Both are in autocast's f32 class: 16-bit inputs are widened first.
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(autocast::needs_fp32({&x}) ? autocast::fp32(x) : x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl(autocast::needs_fp32({&x}) ? autocast::fp32(x) : x, dim, true);
+}
 
 }  // namespace ft

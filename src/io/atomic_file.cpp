@@ -1,0 +1,72 @@
+#include "fasttrain/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "fasttrain/error.h"
+
+namespace ft {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string parent_dir(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  FT_CHECK(!path_.empty(), "write file: expected a path, found an empty string");
+  tmp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  FT_CHECK(fd_ >= 0, path_, ": cannot create temporary file ", tmp_path_, ": ", errno_text());
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t nbytes) {
+  FT_CHECK(fd_ >= 0 && !committed_, path_, ": write after commit");
+  const char* p = static_cast<const char*>(data);
+  while (nbytes > 0) {
+    ssize_t n = ::write(fd_, p, nbytes);
+    if (n < 0 && errno == EINTR) continue;
+    FT_CHECK(n > 0, path_, ": write to ", tmp_path_, " failed: ", errno_text());
+    p += n;
+    nbytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  FT_CHECK(fd_ >= 0 && !committed_, path_, ": commit called twice");
+  FT_CHECK(::fsync(fd_) == 0, path_, ": fsync of ", tmp_path_, " failed: ", errno_text());
+  int rc = ::close(fd_);
+  fd_ = -1;
+  FT_CHECK(rc == 0, path_, ": close of ", tmp_path_, " failed: ", errno_text());
+  FT_CHECK(std::rename(tmp_path_.c_str(), path_.c_str()) == 0, path_, ": rename of ", tmp_path_,
+           " failed: ", errno_text());
+  committed_ = true;
+  // Without this the rename may not survive a power loss even though the data did.
+  int dir = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  AtomicFileWriter w(path);
+  w.write(contents.data(), contents.size());
+  w.commit();
+}
+
+}  // namespace ft

@@ -1,0 +1,31 @@
+// Causal self-attention, GPT-2 layout. The q, k and v heads are strided views into the fused
+// projection's output ([B, T, 3C] viewed as [B, H, T, D] each): no copies before the fused
+// attention kernel, which reads strided inputs. The one copy is the [B, H, T, D] -> [B, T, C]
+// merge of the heads that c_proj's GEMM needs as dense rows.
+#include "fasttrain/nn.h"
+
+namespace ft::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, double dropout, Generator* gen)
+    : heads(heads), dropout(dropout) {
+  FT_CHECK(dim > 0 && heads > 0 && dim % heads == 0, "CausalSelfAttention: width ", dim,
+           " must be a positive multiple of the number of heads ", heads);
+  FT_CHECK(dropout >= 0 && dropout < 1, "CausalSelfAttention: dropout must be in [0, 1), found ", dropout);
+  c_attn = register_module("c_attn", std::make_shared<Linear>(dim, 3 * dim, true, gen));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(dim, dim, true, gen));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  const int64_t C = c_proj->weight.size(0);
+  FT_CHECK(x.dim() == 3 && x.size(2) == C, "CausalSelfAttention: expected input [B, T, ", C, "], found shape ",
+           x.shape().str());
+  const int64_t B = x.size(0), T = x.size(1), D = C / heads;
+  Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
+  auto head_view = [&](int64_t i) { return qkv.narrow(2, i * C, C).view({B, T, heads, D}).transpose(1, 2); };
+  Tensor y = scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true,
+                                          training_ ? dropout : 0.0);
+  y = y.transpose(1, 2).reshape({B, T, C});
+  return ft::dropout(c_proj->forward(y), dropout, training_);
+}
+
+}  // namespace ft::nn

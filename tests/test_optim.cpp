@@ -1,0 +1,404 @@
+// Optimizers (src/optim/): PyTorch parity of whole trajectories, state save/load, master weights
+// for bf16 parameters, option and state validation, and the multi-tensor pass's properties (no
+// allocation per step, results independent of the thread count).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "fasttrain/fasttrain.h"
+#include "fasttrain/optim.h"
+#include "fasttrain/safetensors.h"
+#include "support/expect_error.h"
+#include "support/parity.h"
+
+using namespace ft;
+using namespace ft::optim;
+using test::expect_error;
+
+namespace {
+
+std::unique_ptr<Optimizer> make(const std::string& kind, std::vector<ParamGroup> groups) {
+  if (kind == "sgd") return make_sgd(std::move(groups));
+  if (kind == "adam") return make_adam(std::move(groups));
+  return make_adamw(std::move(groups));
+}
+
+GroupOptions options_from(const nlohmann::json& g) {
+  GroupOptions o;
+  o.lr = g.at("lr").get<double>();
+  o.weight_decay = g.value("weight_decay", 0.0);
+  o.momentum = g.value("momentum", 0.0);
+  o.dampening = g.value("dampening", 0.0);
+  o.nesterov = g.value("nesterov", false);
+  o.beta1 = g.value("beta1", 0.9);
+  o.beta2 = g.value("beta2", 0.999);
+  o.eps = g.value("eps", 1e-8);
+  return o;
+}
+
+void check_trajectory(const std::string& name) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  const int n = c.param<int>("nparams"), steps = c.param<int>("steps");
+  std::vector<Tensor> params;
+  for (int k = 0; k < n; ++k) params.push_back(c.input("p" + std::to_string(k)).clone().requires_grad_());
+  std::vector<ParamGroup> groups;
+  for (const auto& g : c.params()["groups"]) {
+    ParamGroup pg;
+    for (int k : g["params"]) pg.params.push_back(params[k]);
+    pg.options = options_from(g);
+    groups.push_back(pg);
+  }
+  auto opt = make(c.param<std::string>("kind"), groups);
+  for (int s = 0; s < steps; ++s) {
+    for (int k = 0; k < n; ++k) {
+      const std::string g = "g" + std::to_string(k) + "_" + std::to_string(s);
+      params[k].set_grad(c.has(g) ? c.input(g) : Tensor());
+    }
+    opt->step();
+    for (int k = 0; k < n; ++k) c.expect_output(params[k], s * n + k);
+  }
+  EXPECT_EQ(opt->step_count(), steps);
+}
+
+// A model-like parameter list: matrices and vectors, with deterministic gradients per step.
+std::vector<Tensor> make_params(int count, DType dtype = DType::F32, uint64_t seed = 1) {
+  Generator gen(seed);
+  std::vector<Tensor> ps;
+  for (int i = 0; i < count; ++i) {
+    Shape s = i % 3 == 2 ? Shape{17 + i} : Shape{8 + i, 5};
+    ps.push_back(randn(s, DType::F32, &gen).to(dtype).requires_grad_());
+  }
+  return ps;
+}
+
+void set_grads(const std::vector<Tensor>& ps, int step, DType dtype = DType::F32) {
+  Generator gen(1000 + step);
+  for (const auto& p : ps) p.set_grad(randn(p.shape(), DType::F32, &gen).to(dtype));
+}
+
+std::vector<ParamGroup> two_groups(const std::vector<Tensor>& ps, const GroupOptions& o) {
+  ParamGroup a{{}, o, "decay"}, b{{}, o, "no_decay"};
+  b.options.lr = o.lr / 3;
+  b.options.weight_decay = 0;
+  for (const auto& p : ps) (p.dim() >= 2 ? a : b).params.push_back(p);
+  return {a, b};
+}
+
+std::vector<Tensor> clones(const std::vector<Tensor>& ps) {
+  std::vector<Tensor> out;
+  for (const auto& p : ps) out.push_back(p.detach().clone().requires_grad_());
+  return out;
+}
+
+void expect_identical(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].to_vector(), b[i].to_vector()) << "parameter " << i;
+}
+
+}  // namespace
+
+TEST(OptimParity, Sgd) {
+  for (const char* dt : {"f32", "f64"})
+    for (const char* v : {"plain", "momentum_wd", "dampening", "nesterov", "groups"})
+      check_trajectory(std::string("sgd_") + v + "_" + dt);
+}
+
+TEST(OptimParity, Adam) {
+  for (const char* dt : {"f32", "f64"}) {
+    check_trajectory(std::string("adam_") + dt);
+    check_trajectory(std::string("adam_l2_") + dt);
+  }
+}
+
+TEST(OptimParity, AdamW) {
+  for (const char* dt : {"f32", "f64"}) {
+    check_trajectory(std::string("adamw_") + dt);
+    check_trajectory(std::string("adamw_groups_") + dt);
+  }
+}
+
+// Saving after 3 steps and loading into a fresh optimizer continues exactly the same trajectory.
+TEST(OptimState, SaveLoadContinuesIdentically) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ft_optim_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const std::string kind : {"sgd", "adam", "adamw"}) {
+    SCOPED_TRACE(kind);
+    for (DType dt : {DType::F32, DType::BF16}) {
+      GroupOptions o;
+      o.lr = 0.01;
+      o.weight_decay = 0.1;
+      o.momentum = 0.9;
+      std::vector<Tensor> a = make_params(6, dt);
+      auto opt_a = make(kind, two_groups(a, o));
+      for (int s = 0; s < 3; ++s) {
+        set_grads(a, s, dt);
+        opt_a->step();
+      }
+      const std::string file = (dir / (kind + ".safetensors")).string();
+      save_safetensors(file, opt_a->state_tensors(), opt_a->state_metadata());
+
+      std::vector<Tensor> b = clones(a);
+      GroupOptions other = o;
+      other.lr = 5;  // restored from the metadata
+      auto opt_b = make(kind, two_groups(b, other));
+      SafetensorsFile f = load_safetensors(file);
+      opt_b->load_state_tensors(f.tensors);
+      opt_b->load_state_metadata(f.metadata);
+      EXPECT_EQ(opt_b->step_count(), 3);
+      EXPECT_EQ(opt_b->param_groups()[1].options.lr, o.lr / 3);
+      for (int s = 3; s < 6; ++s) {
+        set_grads(a, s, dt);
+        set_grads(b, s, dt);
+        opt_a->step();
+        opt_b->step();
+      }
+      expect_identical(a, b);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(OptimState, NamesAndContents) {
+  std::vector<Tensor> ps = make_params(3);
+  GroupOptions o;
+  auto opt = make_adamw({{{ps[0], ps[1]}, o, "decay"}, {{ps[2]}, o, "no_decay"}});
+  ps[1].set_grad(ones_like(ps[1]));
+  opt->step();
+  std::vector<std::string> names;
+  for (const auto& [n, t] : opt->state_tensors()) names.push_back(n);
+  // Only the parameter that had a gradient has state.
+  EXPECT_EQ(names, (std::vector<std::string>{"0.1.step", "0.1.exp_avg", "0.1.exp_avg_sq"}));
+  EXPECT_EQ(opt->state_tensors()[0].second.item<int64_t>(), 1);
+  EXPECT_EQ(opt->state_tensors()[0].second.dtype(), DType::I64);
+  auto meta = opt->state_metadata();
+  EXPECT_EQ(meta.at("optimizer"), "adamw");
+  EXPECT_EQ(meta.at("1.name"), "no_decay");
+  EXPECT_EQ(std::stod(meta.at("0.eps")), 1e-8);
+  // SGD without momentum keeps only the step count.
+  auto sgd = make_sgd({{{ps[0]}, o, ""}});
+  ps[0].set_grad(ones_like(ps[0]));
+  sgd->step();
+  EXPECT_EQ(sgd->state_tensors().size(), 1u);
+}
+
+TEST(OptimState, LoadRejectsMismatchesAndChangesNothing) {
+  std::vector<Tensor> ps = make_params(3);
+  GroupOptions o;
+  auto opt = make_adam({{ps, o, "all"}});
+  set_grads(ps, 0);
+  opt->step();
+  TensorMap good = opt->state_tensors();
+  const std::vector<double> before = good[1].second.to_vector();
+  auto with = [&](const std::string& key, Tensor t) {
+    TensorMap m = good;
+    for (auto& [n, v] : m)
+      if (n == key) v = t;
+    if (std::none_of(m.begin(), m.end(), [&](auto& e) { return e.first == key; })) m.emplace_back(key, t);
+    return m;
+  };
+  auto without = [&](const std::string& key) {
+    TensorMap m;
+    for (auto& e : good)
+      if (e.first != key) m.push_back(e);
+    return m;
+  };
+  TensorMap bad_value = with("0.0.exp_avg", full(ps[0].shape(), 123.0));
+  bad_value.emplace_back("0.9.exp_avg", zeros({1}));  // fails after a valid entry was read
+  expect_error([&] { opt->load_state_tensors(bad_value); }, "entry '0.9.exp_avg' is for parameter 9 but group 0 has 3");
+  expect_error([&] { opt->load_state_tensors(with("0.0.exp_avg", zeros({2, 2}))); },
+               "adam state: entry '0.0.exp_avg' has shape [2, 2], the parameter [8, 5]");
+  expect_error([&] { opt->load_state_tensors(with("0.0.exp_avg", zeros(ps[0].shape(), DType::F64))); },
+               "entry '0.0.exp_avg' has dtype f64, expected f32");
+  expect_error([&] { opt->load_state_tensors(without("0.1.exp_avg_sq")); }, "entry '0.1.exp_avg_sq' is missing");
+  expect_error([&] { opt->load_state_tensors(with("1.0.step", scalar_tensor(int64_t{1}, DType::I64))); },
+               "is for group 1 but the optimizer has 1 groups");
+  expect_error([&] { opt->load_state_tensors(with("0.0.momentum_buffer", zeros(ps[0].shape()))); },
+               "'momentum_buffer' is not a state of f32 parameters of this adam group");
+  expect_error([&] { opt->load_state_tensors(with("exp_avg", zeros({1}))); }, "is not named <group>.<index>.<state>");
+  expect_error([&] { opt->load_state_tensors(with("0.0.step", scalar_tensor(1.5))); }, "must be one integer");
+  EXPECT_EQ(opt->state_tensors()[1].second.to_vector(), before);
+
+  auto meta = opt->state_metadata();
+  meta["optimizer"] = "sgd";
+  expect_error([&] { opt->load_state_metadata(meta); }, "saved by optimizer 'sgd', expected 'adam'");
+  meta = opt->state_metadata();
+  meta["0.lr"] = "fast";
+  expect_error([&] { opt->load_state_metadata(meta); }, "metadata '0.lr' is not a number: 'fast'");
+  EXPECT_EQ(opt->param_groups()[0].options.lr, o.lr);
+}
+
+// bf16 parameters are updated through an fp32 master copy: the master follows exactly the
+// trajectory of an f32 parameter, and the bf16 parameter is its rounding.
+TEST(OptimMasterWeights, Bf16FollowsTheF32Trajectory) {
+  for (const std::string kind : {"sgd", "adamw"}) {
+    SCOPED_TRACE(kind);
+    std::vector<Tensor> low = make_params(4, DType::BF16);
+    std::vector<Tensor> ref;
+    for (const auto& p : low) ref.push_back(p.detach().to(DType::F32).requires_grad_());
+    GroupOptions o;
+    o.lr = 1e-4;  // updates far below bf16 resolution: lost without a master copy
+    o.momentum = 0.9;
+    o.weight_decay = 0.1;
+    auto opt_low = make(kind, {{low, o, ""}});
+    auto opt_ref = make(kind, {{ref, o, ""}});
+    for (int s = 0; s < 4; ++s) {
+      set_grads(low, s, DType::BF16);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i].set_grad(low[i].grad().to(DType::F32));
+      opt_low->step();
+      opt_ref->step();
+    }
+    TensorMap state = opt_low->state_tensors();
+    for (size_t i = 0; i < low.size(); ++i) {
+      const std::string master = "0." + std::to_string(i) + ".master";
+      auto it = std::find_if(state.begin(), state.end(), [&](auto& e) { return e.first == master; });
+      ASSERT_NE(it, state.end()) << master;
+      EXPECT_EQ(it->second.to_vector(), ref[i].to_vector());
+      EXPECT_EQ(low[i].to_vector(), ref[i].to(DType::BF16).to_vector());
+    }
+  }
+}
+
+TEST(OptimMultiTensor, ResultsDoNotDependOnThreadCount) {
+  const int threads = get_num_threads();
+  std::vector<std::vector<Tensor>> results;
+  for (int t : {1, 2, 3}) {
+    set_num_threads(t);
+    Generator gen(3);
+    std::vector<Tensor> ps{randn({300, 301}, DType::F32, &gen).requires_grad_(), randn({7}, DType::F32, &gen).requires_grad_(),
+          randn({50000}, DType::F32, &gen).requires_grad_()};
+    GroupOptions o;
+    o.weight_decay = 0.1;
+    auto opt = make_adamw({{ps, o, ""}});
+    for (int s = 0; s < 3; ++s) {
+      set_grads(ps, s);
+      opt->step();
+    }
+    results.push_back(ps);
+  }
+  set_num_threads(threads);
+  expect_identical(results[0], results[1]);
+  expect_identical(results[0], results[2]);
+}
+
+// Once the state exists a step allocates nothing from the tensor allocator.
+TEST(OptimMultiTensor, NoAllocationPerStep) {
+  for (const std::string kind : {"sgd", "adam", "adamw"}) {
+    SCOPED_TRACE(kind);
+    std::vector<Tensor> ps = make_params(50);
+    GroupOptions o;
+    o.momentum = 0.9;
+    auto opt = make(kind, two_groups(ps, o));
+    set_grads(ps, 0);
+    opt->step();  // creates the state
+    auto& alloc = allocator_for(Device::cpu());
+    const int64_t before = alloc.stats().num_allocs;
+    for (int s = 0; s < 3; ++s) opt->step();
+    EXPECT_EQ(alloc.stats().num_allocs, before);
+  }
+}
+
+TEST(Optim, SkipsParametersWithoutGradient) {
+  std::vector<Tensor> ps = make_params(2);
+  const std::vector<double> before0 = ps[0].to_vector(), before1 = ps[1].to_vector();
+  auto opt = make_adamw({{ps, GroupOptions{}, ""}});
+  ps[0].set_grad(ones_like(ps[0]));
+  const uint32_t version0 = ps[0].version(), version1 = ps[1].version();
+  opt->step();
+  EXPECT_NE(ps[0].to_vector(), before0);
+  EXPECT_GT(ps[0].version(), version0);  // in-place update is visible to autograd's checks
+  EXPECT_EQ(ps[1].to_vector(), before1);
+  EXPECT_EQ(ps[1].version(), version1);
+}
+
+TEST(Optim, ZeroGradAndSetLr) {
+  std::vector<Tensor> ps = make_params(2);
+  auto opt = make_sgd({{{ps[0]}, GroupOptions{}, "a"}, {{ps[1]}, GroupOptions{}, "b"}});
+  set_grads(ps, 0);
+  opt->zero_grad(false);
+  EXPECT_EQ(ps[0].grad().to_vector(), std::vector<double>(ps[0].numel(), 0.0));
+  opt->zero_grad();
+  EXPECT_FALSE(ps[0].grad().defined());
+  EXPECT_FALSE(ps[1].grad().defined());
+  opt->set_lr(0.25);
+  for (const auto& g : opt->param_groups()) EXPECT_EQ(g.options.lr, 0.25);
+  expect_error([&] { opt->set_lr(-1); }, "sgd: Invalid learning rate: -1");
+}
+
+TEST(Optim, ValidatesOptions) {
+  std::vector<Tensor> ps = make_params(1);
+  auto with = [&](auto edit) {
+    GroupOptions o;
+    edit(o);
+    return std::vector<ParamGroup>{{ps, o, "g"}};
+  };
+  expect_error([&] { make_sgd(with([](GroupOptions& o) { o.lr = -0.1; })); },
+               "sgd: Invalid learning rate: -0.1 (group 0 ('g'))");
+  expect_error([&] { make_sgd(with([](GroupOptions& o) { o.momentum = -1; })); }, "sgd: Invalid momentum value: -1");
+  expect_error([&] { make_sgd(with([](GroupOptions& o) { o.weight_decay = -1; })); }, "Invalid weight_decay value: -1");
+  expect_error([&] { make_sgd(with([](GroupOptions& o) { o.nesterov = true; })); },
+               "Nesterov momentum requires a momentum and zero dampening");
+  expect_error([&] { make_sgd(with([](GroupOptions& o) { o.nesterov = true; o.momentum = 0.9; o.dampening = 0.1; })); },
+               "Nesterov momentum requires a momentum and zero dampening");
+  expect_error([&] { make_adam(with([](GroupOptions& o) { o.beta1 = 1.0; })); },
+               "adam: Invalid beta parameter at index 0: 1");
+  expect_error([&] { make_adamw(with([](GroupOptions& o) { o.beta2 = -0.5; })); },
+               "adamw: Invalid beta parameter at index 1: -0.5");
+  expect_error([&] { make_adamw(with([](GroupOptions& o) { o.eps = 0; })); }, "adamw: Invalid epsilon value: 0");
+  expect_error([&] { make_adamw(with([](GroupOptions& o) { o.lr = std::nan(""); })); }, "Invalid learning rate: nan");
+  // Edited through param_groups() after construction: caught at the next step.
+  auto opt = make_adamw(with([](GroupOptions&) {}));
+  opt->param_groups()[0].options.beta1 = 2;
+  expect_error([&] { opt->step(); }, "Invalid beta parameter at index 0: 2");
+}
+
+TEST(Optim, ValidatesParametersAndGradients) {
+  std::vector<Tensor> ps = make_params(2);
+  expect_error([&] { make_sgd({{{ps[0], ps[0]}, GroupOptions{}, ""}}); },
+               "some parameters appear in more than one parameter group");
+  expect_error([&] { make_sgd({{{}, GroupOptions{}, ""}}); }, "empty parameter list");
+  expect_error([&] { make_sgd({{{zeros({3}, DType::I64)}, GroupOptions{}, ""}}); },
+               "parameter 0 of group 0 has dtype i64, expected a floating dtype");
+  expect_error([&] { make_sgd({{{zeros({3, 4}).t()}, GroupOptions{}, "w"}}); },
+               "parameter 0 of group 0 ('w') is not contiguous");
+  auto opt = make_adamw({{ps, GroupOptions{}, ""}});
+  ps[0].impl()->grad = zeros({2, 2}).impl_ptr();  // bypasses set_grad's own check
+  expect_error([&] { opt->step(); }, "adamw: gradient of parameter 0 of group 0 has shape [2, 2], expected [8, 5]");
+  ps[0].set_grad(zeros(ps[0].shape(), DType::F64));
+  expect_error([&] { opt->step(); }, "has dtype f64 for a f32 parameter (expected f32, bf16 or f16)");
+  EXPECT_EQ(opt->step_count(), 0);
+  EXPECT_TRUE(opt->state_tensors().empty());  // nothing was changed by the failed steps
+}
+
+TEST(Optim, Bf16GradientsForF32Parameters) {
+  std::vector<Tensor> a = make_params(3), b = clones(a);
+  auto opt_a = make_adamw({{a, GroupOptions{}, ""}}), opt_b = make_adamw({{b, GroupOptions{}, ""}});
+  set_grads(a, 0, DType::BF16);
+  for (size_t i = 0; i < a.size(); ++i) b[i].set_grad(a[i].grad().to(DType::F32));
+  opt_a->step();
+  opt_b->step();
+  expect_identical(a, b);
+}
+
+TEST(DecayGroups, MatricesDecayVectorsDoNot) {
+  Tensor w = randn({4, 3}).requires_grad_(), b = zeros({4}).requires_grad_(), ln = ones({3}).requires_grad_();
+  Tensor emb = randn({10, 3}).requires_grad_(), frozen = randn({3, 3});
+  GroupOptions o;
+  o.weight_decay = 0.1;
+  o.lr = 0.5;
+  auto groups = decay_groups({{"fc.weight", w}, {"fc.bias", b}, {"ln.weight", ln}, {"wte.weight", emb},
+                              {"frozen", frozen}, {"lm_head.weight", emb}},
+                             o);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].name, "decay");
+  EXPECT_EQ(groups[1].name, "no_decay");
+  ASSERT_EQ(groups[0].params.size(), 2u);  // the tied lm_head weight appears once
+  EXPECT_TRUE(groups[0].params[0].same(w));
+  EXPECT_TRUE(groups[0].params[1].same(emb));
+  ASSERT_EQ(groups[1].params.size(), 2u);
+  EXPECT_TRUE(groups[1].params[0].same(b));
+  EXPECT_EQ(groups[0].options.weight_decay, 0.1);
+  EXPECT_EQ(groups[1].options.weight_decay, 0.0);
+  EXPECT_EQ(groups[1].options.lr, 0.5);
+  expect_error([&] { decay_groups({{"x", Tensor()}}, o); }, "decay_groups: parameter 'x' is undefined");
+}

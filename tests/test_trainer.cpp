@@ -176,6 +176,21 @@ TEST(Trainer, ImagesTaskReaches95PercentValidationAccuracy) {
   fs::remove_all(c.run_dir);
 }
 
+TEST(Trainer, MaxEpochsStopsBeforeMaxSteps) {
+  TrainerConfig c = TrainerConfig::defaults_for("images");
+  c.run_dir = temp_dir("epochs");
+  c.progress = false;
+  c.model = "cnn-tiny";
+  c.image_size = 16;
+  c.train_images = 70;  // two full batches of 32 per epoch; the last 6 images wait for the next epoch
+  c.val_images = 10;
+  c.max_epochs = 2;
+  c.max_steps = 100;
+  Trainer t(c);
+  EXPECT_EQ(t.fit().steps, 4);
+  fs::remove_all(c.run_dir);
+}
+
 // A run interrupted at a checkpoint and resumed logs bitwise the same losses as one that never
 // stopped: model, optimizer moments, step, data position, RNG and the partly summed log interval
 // are all restored. The checkpoint (step 3) falls inside a log interval (2) on purpose.

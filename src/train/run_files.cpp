@@ -34,20 +34,6 @@ std::string parent_of(const std::string& path) {
 
 }  // namespace
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    FT_CHECK(f.good(), path, ": cannot open for writing: ", std::strerror(errno));
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.flush();
-    FT_CHECK(f.good(), path, ": write failed");
-  }
-  fsync_path(tmp, O_RDONLY);
-  FT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": rename of the temporary file failed: ",
-           std::strerror(errno));
-}
-
 std::string read_text(const std::string& path, const char* what) {
   std::ifstream f(path, std::ios::binary);
   FT_CHECK(f.good(), path, ": cannot read ", what, " (", std::strerror(errno), ")");

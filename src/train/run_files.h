@@ -1,12 +1,11 @@
-// Files of a run folder: atomic text writes, reads with clear errors, run folder naming, and
-// atomic checkpoint folders (written under a temporary name, then renamed into place).
+// Files of a run folder: reads with clear errors, run folder naming, and atomic checkpoint
+// folders (written under a temporary name, then renamed into place). Single files are written
+// with write_file_atomically (fasttrain/atomic_file.h).
 #pragma once
 #include <string>
 
 namespace ft::train {
 
-// Writes `text` to `path` atomically: temporary file in the same folder, fsync, rename.
-void write_text_atomic(const std::string& path, const std::string& text);
 // The whole file; a missing or unreadable file is an error naming it and `what` it should be.
 std::string read_text(const std::string& path, const char* what);
 // "runs/<task>-YYYYMMDD-HHMMSS" (with a numeric suffix if that folder already exists).

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/atomic_file.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
@@ -27,9 +28,12 @@ namespace {
 
 // Options that define the model, the data or the optimizer state: a checkpoint only resumes
 // under the same values. The others (steps, intervals, lr schedule, threads, folders) may change.
-const char* const kLockedOnResume[] = {"task",    "seed",       "batch_size",   "optimizer",   "context",
-                                       "layers",  "dim",        "heads",        "train_chars", "val_chars",
-                                       "model",   "image_size", "classes",      "train_images", "val_images"};
+// The optimizer's hyper-parameters other than the learning rate travel in its state, so they are
+// locked too; the learning rate is set from the schedule every step.
+const char* const kLockedOnResume[] = {"task",         "seed",       "batch_size", "optimizer",   "weight_decay",
+                                       "momentum",     "beta1",      "beta2",      "context",     "layers",
+                                       "dim",          "heads",      "train_chars", "val_chars",  "model",
+                                       "image_size",   "classes",    "train_images", "val_images"};
 
 json config_to_json(const TrainerConfig& c) {
   json j = json::object();
@@ -91,8 +95,8 @@ TrainResult Trainer::fit() {
   make_dirs(dir);
   TrainerConfig resolved = c;
   resolved.run_dir = dir;
-  write_text_atomic(dir + "/config.toml", config_to_toml(resolved));
-  write_text_atomic(dir + "/task.json", task_->describe().dump(2) + "\n");
+  write_file_atomically(dir + "/config.toml", config_to_toml(resolved));
+  write_file_atomically(dir + "/task.json", task_->describe().dump(2) + "\n");
   std::ofstream csv(dir + "/metrics.csv", std::ios::trunc);
   FT_CHECK(csv.good(), dir, "/metrics.csv: cannot open for writing");
   csv << "step,epoch,split,loss,accuracy,lr,items_per_s,elapsed_s\n";
@@ -214,7 +218,7 @@ TrainResult Trainer::fit() {
     summary["loss_floor"] = result.floor;
     summary["gap"] = result.final_val_loss - result.floor;
   }
-  write_text_atomic(dir + "/summary.json", summary.dump(2) + "\n");
+  write_file_atomically(dir + "/summary.json", summary.dump(2) + "\n");
   return result;
 }
 
@@ -224,7 +228,8 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   fs::remove_all(tmp, ec);
   make_dirs(tmp);
   task_->model().save(tmp + "/model.safetensors");
-  save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors());
+  save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
+                   impl_->optimizer->state_metadata());
   const GeneratorState g = default_generator().state();
   json state = {{"step", step_},
                 {"epoch", static_cast<double>(step_) / static_cast<double>(task_->batches_per_epoch())},
@@ -234,9 +239,9 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"pending_loss_count", impl_->loss_count},
                 {"optimizer", impl_->optimizer->name()},
                 {"config", config_to_json(config_)}};
-  write_text_atomic(tmp + "/trainer_state.json", state.dump(2) + "\n");
-  write_text_atomic(tmp + "/config.toml", config_to_toml(config_));
-  write_text_atomic(tmp + "/task.json", task_->describe().dump(2) + "\n");
+  write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
+  write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
+  write_file_atomically(tmp + "/task.json", task_->describe().dump(2) + "\n");
   commit_dir(tmp, dir);
 }
 
@@ -275,6 +280,7 @@ void Trainer::resume(const std::string& dir) {
   SafetensorsFile opt_state = load_safetensors(dir + "/optimizer.safetensors");
   task_->model().load_state_dict(weights.tensors, /*strict=*/true);
   impl_->optimizer->load_state_tensors(opt_state.tensors);
+  impl_->optimizer->load_state_metadata(opt_state.metadata);
   step_ = step;
   default_generator().set_state(g);
   impl_->loss_count = pending_count;

@@ -30,10 +30,6 @@ class CharTask : public Task {
       : c_(c),
         source_(data::MarkovText::builtin()),
         corpus_(source_, c.train_chars, c.val_chars, derive_seed(c.seed, SeedUse::Data)) {
-    FT_CHECK(static_cast<int64_t>(corpus_.train().size()) > c.context + 1 &&
-                 static_cast<int64_t>(corpus_.val().size()) > c.context + 1,
-             "char task: train_chars and val_chars must exceed context + 1 = ", c.context + 1, ", found ",
-             c.train_chars, " and ", c.val_chars);
     Generator init(derive_seed(c.seed, SeedUse::Init));
     model_ = make_char_model(c, corpus_.vocab_size(), &init);
   }

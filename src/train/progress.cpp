@@ -39,11 +39,15 @@ ProgressLine::ProgressLine(bool enabled, int64_t first_step, int64_t total_steps
 void ProgressLine::draw(int64_t step, double elapsed_s, bool newline) {
   const int64_t done = step - first_step_;
   const double eta = done > 0 ? elapsed_s / done * (total_ - step) : 0;
-  std::string loss = loss_ >= 0 ? std::to_string(loss_).substr(0, 6) : "-";
-  std::fprintf(stderr, "%sstep %lld/%lld  loss %s  lr %.2e  %s %s/s  %s < %s%s", tty_ ? "\r\033[K" : "",
-               static_cast<long long>(step), static_cast<long long>(total_), loss.c_str(), lr_,
-               rate_text(rate_).c_str(), unit_.c_str(), clock_text(elapsed_s).c_str(), clock_text(eta).c_str(),
-               newline ? "\n" : "");
+  // Until the first log interval there is no loss, rate or lr to show yet.
+  const bool logged = loss_ >= 0;
+  char lr[16];
+  std::snprintf(lr, sizeof lr, "%.2e", lr_);
+  std::fprintf(stderr, "%sstep %lld/%lld  loss %s  lr %s  %s %s/s  %s < %s%s", tty_ ? "\r\033[K" : "",
+               static_cast<long long>(step), static_cast<long long>(total_),
+               logged ? std::to_string(loss_).substr(0, 6).c_str() : "-", logged ? lr : "-",
+               logged ? rate_text(rate_).c_str() : "-", unit_.c_str(), clock_text(elapsed_s).c_str(),
+               clock_text(eta).c_str(), newline ? "\n" : "");
   std::fflush(stderr);
   drawn_ = !newline;
 }

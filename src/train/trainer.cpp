@@ -138,7 +138,7 @@ TrainResult Trainer::fit() {
 
   {
     char head[320];
-    std::snprintf(head, sizeof head, "train: %s task, %s with %.2fM parameters, steps %lld-%lld of %lld %s, %d threads%s; run folder %s",
+    std::snprintf(head, sizeof head, "train: %s task, %s with %.2fM parameters, steps %lld-%lld of %lld %s, %d thread(s)%s; run folder %s",
                   c.task.c_str(), model.type_name().c_str(), model.num_parameters() / 1e6,
                   static_cast<long long>(first_step + 1), static_cast<long long>(end),
                   static_cast<long long>(task_->items_per_batch()), task_->unit().c_str(), get_num_threads(),

@@ -15,7 +15,7 @@ std::map<std::string, Command>& commands() {
 
 namespace {
 
-const char* kDefaultCommand = "demo";
+const char* kDefaultCommand = "train";
 
 void print_usage() {
   std::printf("fasttrain 0.1.0 - a deep-learning training engine\n\nusage: fasttrain [command] [options]\n\ncommands:\n");

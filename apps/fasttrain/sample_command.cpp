@@ -1,0 +1,41 @@
+// `fasttrain sample`: continues a prompt with a char-level GPT trained by `fasttrain train`.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "fasttrain/train.h"
+
+using namespace ft;
+
+namespace {
+
+int run_sample(const std::vector<std::string>& args) {
+  CLI::App app("Generates text with a char-level GPT trained by fasttrain train.", "fasttrain sample");
+  app.set_help_flag("-h,--help", "show this help");
+  std::string dir;
+  train::SampleOptions o;
+  app.add_option("--checkpoint", dir, "run folder or checkpoint folder of a char-task run")->required();
+  app.add_option("--prompt", o.prompt, "text to continue (default \"" + o.prompt + "\")");
+  app.add_option("--tokens", o.tokens, "characters to generate (default " + std::to_string(o.tokens) + ")");
+  app.add_option("--temperature", o.temperature, "sampling temperature; 0 picks the most likely character (default 0.8)");
+  app.add_option("--top-k", o.top_k, "sample among the k most likely characters; 0: all (default 0)");
+  app.add_option("--seed", o.seed, "random seed (default 0)");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    FT_FAIL("sample: ", e.what(), " (see fasttrain sample --help)");
+  }
+  std::printf("%s\n", train::sample_text(dir, o).c_str());
+  return 0;
+}
+
+}  // namespace
+
+FT_REGISTER_COMMAND(sample, "generate text from a char-level GPT trained by fasttrain train", run_sample);

@@ -1,0 +1,223 @@
+// TrainerConfig: per-task defaults, validation, and its text forms (flags and TOML), all driven
+// by visit_fields() so an option is declared once.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <type_traits>
+
+#include <toml++/toml.h>
+
+#include "fasttrain/train.h"
+
+namespace ft::train {
+
+TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
+  TrainerConfig c;  // the member initialisers are the char task's defaults
+  c.task = task;
+  if (task == "images") {
+    c.max_steps = 500;
+    c.eval_every = 100;
+    c.log_every_n_steps = 25;
+    c.batch_size = 32;
+    c.lr = 3e-3;
+    c.min_lr = 1e-4;
+    c.warmup_steps = 30;
+    c.weight_decay = 5e-4;
+    c.beta2 = 0.999;
+    c.grad_clip = 0.0;
+  }
+  return c;
+}
+
+namespace {
+
+template <class T>
+constexpr bool is_field_type_v = std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t> ||
+                                 std::is_same_v<T, double> || std::is_same_v<T, bool> ||
+                                 std::is_same_v<T, std::string>;
+
+// Shortest decimal that reads back to the same double, always with a '.' or exponent so TOML
+// keeps it a float.
+std::string format_double(double x) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEni") == std::string::npos) s += ".0";
+  return s;
+}
+
+// Whether an option belongs to one task only: its help text starts with "char:" or "images:".
+std::string scope_of(const char* help) {
+  std::string h = help;
+  if (h.rfind("char:", 0) == 0) return "char";
+  if (h.rfind("images:", 0) == 0) return "images";
+  return "";
+}
+
+}  // namespace
+
+std::string option_scope(const std::string& name) {
+  std::string scope;
+  bool found = false;
+  TrainerConfig c;
+  visit_fields(c, [&](const char* n, auto&, const char* help) {
+    if (name == n) {
+      scope = scope_of(help);
+      found = true;
+    }
+  });
+  FT_CHECK(found, "unknown option '", name, "'");
+  return scope;
+}
+
+void TrainerConfig::validate() const {
+  auto check = [](bool ok, const char* name, const char* expected, const auto& found) {
+    FT_CHECK(ok, "option ", name, ": expected ", expected, ", found ", found);
+  };
+  check(task == "char" || task == "images", "task", "char or images", "'" + task + "'");
+  if (device.rfind("cuda", 0) == 0) FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
+  check(device == "cpu", "device", "cpu", "'" + device + "'");
+  check(max_steps >= 1, "max_steps", "at least 1", max_steps);
+  check(max_epochs >= 0, "max_epochs", "0 (no limit) or more", max_epochs);
+  check(eval_every >= 0, "eval_every", "0 (only at the end) or more", eval_every);
+  check(eval_batches >= 1, "eval_batches", "at least 1", eval_batches);
+  check(log_every_n_steps >= 1, "log_every_n_steps", "at least 1", log_every_n_steps);
+  check(checkpoint_every >= 0, "checkpoint_every", "0 (none) or more", checkpoint_every);
+  check(threads >= 0 && threads <= 1024, "threads", "0 (all cores) to 1024", threads);
+  check(batch_size >= 1, "batch_size", "at least 1", batch_size);
+  check(optimizer == "adamw" || optimizer == "adam" || optimizer == "sgd", "optimizer", "adamw, adam or sgd",
+        "'" + optimizer + "'");
+  check(std::isfinite(lr) && lr > 0, "lr", "a positive learning rate", lr);
+  check(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min_lr", "a value in [0, lr]", min_lr);
+  check(schedule == "cosine" || schedule == "constant", "schedule", "cosine or constant", "'" + schedule + "'");
+  check(warmup_steps >= 0, "warmup_steps", "0 or more", warmup_steps);
+  check(std::isfinite(weight_decay) && weight_decay >= 0, "weight_decay", "0 or more", weight_decay);
+  check(momentum >= 0 && momentum < 1, "momentum", "a value in [0, 1)", momentum);
+  check(beta1 >= 0 && beta1 < 1, "beta1", "a value in [0, 1)", beta1);
+  check(beta2 >= 0 && beta2 < 1, "beta2", "a value in [0, 1)", beta2);
+  check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
+  if (task == "char") {
+    check(context >= 1 && context <= 4096, "context", "1 to 4096", context);
+    check(layers >= 1, "layers", "at least 1", layers);
+    check(heads >= 1, "heads", "at least 1", heads);
+    FT_CHECK(dim >= 1 && dim % heads == 0, "option dim: expected a positive multiple of heads (", heads, "), found ", dim);
+    check(dropout >= 0 && dropout < 1, "dropout", "a value in [0, 1)", dropout);
+    FT_CHECK(train_chars > context + 1 && val_chars > context + 1, "options train_chars and val_chars: expected more than "
+             "context + 1 = ", context + 1, " characters each, found ", train_chars, " and ", val_chars);
+    check(goal_gap > 0, "goal_gap", "a positive gap in nats", goal_gap);
+  } else {
+    check(model == "cnn-mini" || model == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + model + "'");
+    check(image_size >= 8 && image_size <= 512, "image_size", "8 to 512", image_size);
+    check(classes >= 2 && classes <= 6, "classes", "2 to 6", classes);
+    FT_CHECK(train_images >= batch_size, "option train_images: expected at least batch_size = ", batch_size,
+             " images, found ", train_images);
+    check(val_images >= 1, "val_images", "at least 1", val_images);
+    check(goal_accuracy > 0 && goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", goal_accuracy);
+  }
+}
+
+std::string config_to_toml(const TrainerConfig& c) {
+  std::ostringstream os;
+  os << "# fasttrain train configuration (every option resolved); usable with --config\n";
+  visit_fields(c, [&](const char* name, const auto& v, const char*) {
+    using T = std::decay_t<decltype(v)>;
+    static_assert(is_field_type_v<T>);
+    os << name << " = ";
+    if constexpr (std::is_same_v<T, std::string>)
+      os << toml::value<std::string>(v);
+    else if constexpr (std::is_same_v<T, bool>)
+      os << (v ? "true" : "false");
+    else if constexpr (std::is_same_v<T, double>)
+      os << format_double(v);
+    else
+      os << v;
+    os << "\n";
+  });
+  return os.str();
+}
+
+void apply_toml(TrainerConfig& into, const std::string& text, const std::string& source) {
+  toml::table table;
+  try {
+    table = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    FT_FAIL(source, ":", where.line, ":", where.column, ": invalid TOML: ", e.description());
+  }
+  for (auto&& [key, node] : table) {
+    const std::string k(key.str());
+    bool known = false;
+    visit_fields(into, [&](const char* name, auto& field, const char*) {
+      if (k != name) return;
+      known = true;
+      using T = std::decay_t<decltype(field)>;
+      auto wrong = [&](const char* expected) {
+        FT_FAIL(source, ": key '", k, "': expected ", expected, ", found a ", node.type());
+      };
+      if constexpr (std::is_same_v<T, std::string>) {
+        if (!node.is_string()) wrong("a string");
+        field = *node.template value<std::string>();
+      } else if constexpr (std::is_same_v<T, bool>) {
+        if (!node.is_boolean()) wrong("true or false");
+        field = *node.template value<bool>();
+      } else if constexpr (std::is_same_v<T, double>) {
+        if (!node.is_number()) wrong("a number");
+        field = *node.template value<double>();
+      } else {
+        if (!node.is_integer()) wrong("an integer");
+        const int64_t v = *node.template value<int64_t>();
+        if constexpr (std::is_same_v<T, uint64_t>) FT_CHECK(v >= 0, source, ": key '", k, "': expected a non-negative integer, found ", v);
+        field = static_cast<T>(v);
+      }
+    });
+    FT_CHECK(known, source, ": unknown key '", k, "' (the keys are the options of fasttrain train --help, with '_')");
+  }
+}
+
+void set_field(TrainerConfig& c, const std::string& key, const std::string& value) {
+  bool known = false;
+  visit_fields(c, [&](const char* name, auto& field, const char*) {
+    if (key != name) return;
+    known = true;
+    using T = std::decay_t<decltype(field)>;
+    auto bad = [&](const char* expected) { FT_FAIL("option ", name, ": expected ", expected, ", found '", value, "'"); };
+    if constexpr (std::is_same_v<T, std::string>) {
+      field = value;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (value == "true" || value == "1" || value == "yes" || value == "on")
+        field = true;
+      else if (value == "false" || value == "0" || value == "no" || value == "off")
+        field = false;
+      else
+        bad("true or false");
+    } else if constexpr (std::is_same_v<T, double>) {
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0') bad("a number");
+      field = v;
+    } else {
+      char* end = nullptr;
+      errno = 0;
+      if (value.empty() || (std::is_same_v<T, uint64_t> && value[0] == '-')) bad("a non-negative integer");
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (*end != '\0' || errno == ERANGE) bad("an integer");
+      field = static_cast<T>(v);
+    }
+  });
+  FT_CHECK(known, "unknown option '", key, "'");
+}
+
+double learning_rate(const TrainerConfig& c, int64_t step) {
+  if (c.schedule == "constant") return c.lr;
+  if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  const double span = static_cast<double>(std::max<int64_t>(1, c.max_steps - c.warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+}  // namespace ft::train

@@ -1,0 +1,153 @@
+// The fasttrain program's train and sample commands, run as a user runs them: exit codes and
+// messages for bad input (one clear line, exit 2, never a crash), --help, TOML config files with
+// flag overrides, and sampling from a trained run.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/train.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliRun {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun run_cli(const std::string& args) {
+  const std::string cmd = std::string(FT_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("fasttrain_test_cli_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+// Options of a char run that takes well under a second.
+const char* kTinyToml = R"(progress = false
+max_steps = 3
+warmup_steps = 1
+eval_batches = 1
+batch_size = 4
+context = 16
+layers = 1
+dim = 32
+heads = 2
+train_chars = 20000
+val_chars = 4000
+)";
+
+void expect_error(const std::string& args, const std::string& fragment) {
+  SCOPED_TRACE(args);
+  CliRun r = run_cli(args);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("fasttrain: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << r.output;
+  // One message, not a cascade (and no progress line: errors happen before training starts).
+  EXPECT_LE(std::count(r.output.begin(), r.output.end(), '\n'), 2) << r.output;
+}
+
+}  // namespace
+
+TEST(Cli, TrainHelpDocumentsEveryOption) {
+  CliRun r = run_cli("train --help");
+  EXPECT_EQ(r.code, 0) << r.output;
+  ft::train::TrainerConfig c;
+  ft::train::visit_fields(c, [&](const char* name, auto&, const char*) {
+    std::string flag = std::string("--") + name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  });
+  for (const char* extra : {"--config", "--resume", "(default 600; images: 500)"}) EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
+  CliRun s = run_cli("sample --help");
+  EXPECT_EQ(s.code, 0);
+  for (const char* opt : {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"})
+    EXPECT_NE(s.output.find(opt), std::string::npos) << opt;
+}
+
+TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
+  expect_error("train --bogus 1", "--bogus");
+  expect_error("train --batch-size 0", "option batch_size: expected at least 1, found 0");
+  expect_error("train --lr -0.5", "option lr: expected a positive learning rate, found -0.5");
+  expect_error("train --max-steps ten", "option max_steps: expected an integer, found 'ten'");
+  expect_error("train --device cuda", "no CUDA kernels in this build yet");
+  expect_error("train --task images --context 32", "option --context applies to the char task, not images");
+  expect_error("train --task text", "option task: expected char or images, found 'text'");
+  expect_error("train --config /nonexistent/run.toml", "cannot read the config file /nonexistent/run.toml");
+  expect_error("train --resume /nonexistent/ckpt", "/nonexistent/ckpt: no such run or checkpoint folder");
+  expect_error("sample", "--checkpoint is required");
+  expect_error("sample --checkpoint /nonexistent/run", "/nonexistent/run: no such run or checkpoint folder");
+  expect_error("sample --checkpoint . --tokens -1", "--tokens");
+
+  const std::string dir = temp_dir("bad_toml");
+  fs::create_directories(dir);
+  write(dir + "/unknown.toml", "max_steps = 3\nlearning_rate = 0.1\n");
+  expect_error("train --config " + dir + "/unknown.toml", "unknown key 'learning_rate'");
+  write(dir + "/typed.toml", "batch_size = \"big\"\n");
+  expect_error("train --config " + dir + "/typed.toml", "key 'batch_size': expected an integer");
+  fs::remove_all(dir);
+}
+
+TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
+  const std::string dir = temp_dir("toml_run");
+  fs::create_directories(dir);
+  write(dir + "/run.toml", std::string(kTinyToml) + "lr = 0.002\n");
+  const std::string run = dir + "/run";
+  CliRun r = run_cli("train --config " + dir + "/run.toml --max-steps 2 --run-dir " + run);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("entropy floor"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
+  ft::train::TrainerConfig c = ft::train::load_run_config(run);
+  EXPECT_EQ(c.max_steps, 2);    // the flag won
+  EXPECT_EQ(c.lr, 0.002);       // from the file
+  EXPECT_EQ(c.dim, 32);         // from the file
+  EXPECT_EQ(c.beta2, 0.99);     // the char default
+  auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
+  EXPECT_EQ(summary["steps"], 2);
+
+  CliRun s = run_cli("sample --checkpoint " + run + " --prompt 'the ' --tokens 30 --seed 1");
+  ASSERT_EQ(s.code, 0) << s.output;
+  EXPECT_EQ(s.output.substr(0, 4), "the ");
+  EXPECT_EQ(s.output.size(), 35u);  // prompt + 30 characters + newline
+
+  // A corrupt weights file and a run of the wrong task: one message each, never a crash.
+  const std::string broken = dir + "/broken";
+  fs::copy(run, broken, fs::copy_options::recursive);
+  write(broken + "/model.safetensors", "not a safetensors file");
+  expect_error("sample --checkpoint " + broken, "model.safetensors");
+  write(broken + "/config.toml", "task = \"images\"\n");
+  expect_error("sample --checkpoint " + broken, "holds a 'images' run; sample needs a char-level GPT");
+  // Resuming with a different model is refused before anything is trained.
+  CliRun k = run_cli("train --config " + dir + "/run.toml --checkpoint-every 1 --max-steps 1 --run-dir " + dir + "/ck");
+  ASSERT_EQ(k.code, 0) << k.output;
+  expect_error("train --resume " + dir + "/ck/checkpoints/step-00000001 --dim 64",
+               "the checkpoint was trained with dim = 32, this run has dim = 64");
+  fs::remove_all(dir);
+}

@@ -1,0 +1,336 @@
+// The Trainer: schedule, clipping, config forms, the two tasks reaching their goals (with fewer
+// steps than the CLI defaults), exact resume, the run folder, and sampling.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/data.h"
+#include "fasttrain/fasttrain.h"
+#include "fasttrain/nn.h"
+#include "fasttrain/safetensors.h"
+#include "fasttrain/train.h"
+#include "support/expect_error.h"
+#include "train/task.h"
+
+using namespace ft;
+using namespace ft::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("fasttrain_test_trainer_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+// A char config small enough to train in well under a second.
+TrainerConfig tiny_char(const std::string& run_dir) {
+  TrainerConfig c = TrainerConfig::defaults_for("char");
+  c.run_dir = run_dir;
+  c.progress = false;
+  c.max_steps = 8;
+  c.warmup_steps = 2;
+  c.log_every_n_steps = 2;
+  c.eval_every = 4;
+  c.eval_batches = 2;
+  c.batch_size = 4;
+  c.context = 16;
+  c.layers = 1;
+  c.dim = 32;
+  c.heads = 2;
+  c.train_chars = 20000;
+  c.val_chars = 4000;
+  return c;
+}
+
+}  // namespace
+
+TEST(Schedule, WarmupThenCosineToMinLr) {
+  TrainerConfig c;
+  c.lr = 1.0;
+  c.min_lr = 0.1;
+  c.warmup_steps = 10;
+  c.max_steps = 110;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1.0);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1.0);
+  EXPECT_NEAR(learning_rate(c, 60), 0.55, 1e-12);  // half way down the cosine
+  EXPECT_NEAR(learning_rate(c, 110), 0.1, 1e-12);
+  c.schedule = "constant";
+  EXPECT_DOUBLE_EQ(learning_rate(c, 60), 1.0);
+}
+
+TEST(ClipGradNorm, ScalesToTheGlobalNormLikePyTorch) {
+  Tensor a = zeros({3}).requires_grad_(), b = zeros({2, 2}).requires_grad_(), unused = zeros({5}).requires_grad_();
+  a.set_grad(from_vector({3, 0, 0}, {3}));
+  b.set_grad(from_vector({0, 4, 0, 0}, {2, 2}));
+  EXPECT_NEAR(clip_grad_norm({a, b, unused}, 10.0), 5.0, 1e-12);  // under the limit: unchanged
+  EXPECT_EQ(a.grad().to_vector(), std::vector<double>({3, 0, 0}));
+  EXPECT_NEAR(clip_grad_norm({a, b, unused}, 1.0), 5.0, 1e-12);
+  const double coef = 1.0 / (5.0 + 1e-6);
+  EXPECT_NEAR(a.grad().to_vector()[0], 3 * coef, 1e-6);
+  EXPECT_NEAR(b.grad().to_vector()[1], 4 * coef, 1e-6);
+  test::expect_error([&] { clip_grad_norm({a}, 0.0); }, "positive max_norm");
+}
+
+TEST(TrainerConfig, TomlRoundTripAndErrors) {
+  TrainerConfig c = TrainerConfig::defaults_for("images");
+  c.lr = 0.0123;
+  c.run_dir = "some \"quoted\" dir";
+  c.progress = false;
+  TrainerConfig back;
+  apply_toml(back, config_to_toml(c), "round-trip");
+  EXPECT_EQ(config_to_toml(back), config_to_toml(c));
+  EXPECT_EQ(back.lr, 0.0123);
+  EXPECT_EQ(back.task, "images");
+
+  test::expect_error([&] { apply_toml(back, "max_step = 3\n", "run.toml"); }, "run.toml: unknown key 'max_step'");
+  test::expect_error([&] { apply_toml(back, "max_steps = \"many\"\n", "run.toml"); },
+                     "key 'max_steps': expected an integer, found a string");
+  test::expect_error([&] { apply_toml(back, "lr = [1, 2\n", "run.toml"); }, "run.toml:1");
+  test::expect_error([&] { set_field(back, "lr", "fast"); }, "option lr: expected a number, found 'fast'");
+  test::expect_error([&] { set_field(back, "seed", "-1"); }, "non-negative integer");
+  test::expect_error([&] { set_field(back, "nope", "1"); }, "unknown option 'nope'");
+  EXPECT_EQ(option_scope("context"), "char");
+  EXPECT_EQ(option_scope("image_size"), "images");
+  EXPECT_EQ(option_scope("lr"), "");
+}
+
+TEST(TrainerConfig, ValidateNamesTheOption) {
+  auto bad = [](auto change, const std::string& fragment) {
+    TrainerConfig c;
+    change(c);
+    test::expect_error([&] { c.validate(); }, fragment);
+  };
+  bad([](TrainerConfig& c) { c.batch_size = 0; }, "option batch_size: expected at least 1, found 0");
+  bad([](TrainerConfig& c) { c.lr = -1; }, "option lr: expected a positive learning rate, found -1");
+  bad([](TrainerConfig& c) { c.device = "cuda"; }, "no CUDA kernels in this build yet");
+  bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, found 'tpu'");
+  bad([](TrainerConfig& c) { c.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
+  bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam or sgd");
+  bad([](TrainerConfig& c) { c.min_lr = 1; }, "option min_lr");
+  bad(
+      [](TrainerConfig& c) {
+        c = TrainerConfig::defaults_for("images");
+        c.classes = 7;
+      },
+      "option classes: expected 2 to 6, found 7");
+}
+
+// The default char task's goal, with fewer steps and shorter windows: the CLI default (600
+// steps of 32 x 64 characters) states and meets a gap of 0.05 nats; a third of the tokens
+// (180 steps of 64 x 32) must come within 0.3 nats of the floor, far below the 2.2 nats of the
+// best predictor that sees only one character (the floor's first_order_entropy).
+TEST(Trainer, CharTaskApproachesTheEntropyFloor) {
+  TrainerConfig c = TrainerConfig::defaults_for("char");
+  c.run_dir = temp_dir("char_goal");
+  c.progress = false;
+  c.max_steps = 180;
+  c.warmup_steps = 20;
+  c.eval_every = 0;
+  c.context = 32;
+  c.batch_size = 64;
+  c.train_chars = 400000;
+  c.goal_gap = 0.3;
+  // Results do not depend on the thread count; one thread keeps the time steady (about 15 s)
+  // when other test processes share the two cores (OpenMP barriers spin on an oversubscribed
+  // machine and two threads then run several times slower than one).
+  c.threads = 1;
+  Trainer t(c);
+  TrainResult r = t.fit();
+  EXPECT_NEAR(r.floor, data::MarkovText::builtin().window_floor(32), 1e-12);
+  EXPECT_TRUE(r.goal_met) << r.goal;
+  EXPECT_GE(r.final_val_loss, r.floor - 0.02) << "below the entropy floor: " << r.goal;
+  fs::remove_all(c.run_dir);
+}
+
+// The images task with the small CNN on 16 x 16 images: >= 95% validation accuracy (the CLI
+// default, cnn-mini on 32 x 32, reaches 99.9% in 500 steps).
+TEST(Trainer, ImagesTaskReaches95PercentValidationAccuracy) {
+  TrainerConfig c = TrainerConfig::defaults_for("images");
+  c.run_dir = temp_dir("images_goal");
+  c.progress = false;
+  c.model = "cnn-tiny";
+  c.image_size = 16;
+  c.max_steps = 800;
+  c.eval_every = 0;
+  c.threads = 1;  // as above
+  Trainer t(c);
+  TrainResult r = t.fit();
+  EXPECT_GE(r.final_val_accuracy, 0.95) << r.goal;
+  EXPECT_TRUE(r.goal_met);
+  fs::remove_all(c.run_dir);
+}
+
+TEST(Trainer, MaxEpochsStopsBeforeMaxSteps) {
+  TrainerConfig c = TrainerConfig::defaults_for("images");
+  c.run_dir = temp_dir("epochs");
+  c.progress = false;
+  c.model = "cnn-tiny";
+  c.image_size = 16;
+  c.train_images = 70;  // two full batches of 32 per epoch; the last 6 images wait for the next epoch
+  c.val_images = 10;
+  c.max_epochs = 2;
+  c.max_steps = 100;
+  Trainer t(c);
+  EXPECT_EQ(t.fit().steps, 4);
+  fs::remove_all(c.run_dir);
+}
+
+// A run interrupted at a checkpoint and resumed logs bitwise the same losses as one that never
+// stopped: model, optimizer moments, step, data position, RNG and the partly summed log interval
+// are all restored. The checkpoint (step 3) falls inside a log interval (2) on purpose.
+TEST(Trainer, ResumeContinuesExactly) {
+  for (const char* task : {"char", "images"}) {
+    SCOPED_TRACE(task);
+    TrainerConfig c = tiny_char(temp_dir(std::string("resume_a_") + task));
+    if (std::string(task) == "images") {
+      TrainerConfig i = TrainerConfig::defaults_for("images");
+      i.run_dir = c.run_dir;
+      i.progress = false;
+      i.model = "cnn-tiny";
+      i.image_size = 16;
+      i.train_images = 40;  // 5 batches per epoch: the run crosses an epoch boundary
+      i.val_images = 20;
+      i.batch_size = 8;
+      i.max_steps = 8;
+      i.log_every_n_steps = 2;
+      i.eval_every = 4;
+      c = i;
+    }
+    c.checkpoint_every = 3;
+    c.dropout = std::string(task) == "char" ? 0.1 : 0.0;  // exercises the restored dropout stream
+    Trainer a(c);
+    a.fit();
+    const std::string ckpt = c.run_dir + "/checkpoints/step-00000003";
+    ASSERT_TRUE(fs::exists(ckpt + "/trainer_state.json"));
+    for (const char* f : {"model.safetensors", "optimizer.safetensors", "config.toml", "task.json"})
+      EXPECT_TRUE(fs::exists(ckpt + "/" + f)) << f;
+
+    TrainerConfig cb = c;
+    cb.run_dir = temp_dir(std::string("resume_b_") + task);
+    Trainer b(cb);
+    b.resume(ckpt);
+    EXPECT_EQ(b.step(), 3);
+    b.fit();
+    std::vector<MetricRow> tail;
+    for (const MetricRow& r : a.history())
+      if (r.step > 3) tail.push_back(r);
+    ASSERT_EQ(tail.size(), b.history().size());
+    for (size_t k = 0; k < tail.size(); ++k) {
+      EXPECT_EQ(tail[k].step, b.history()[k].step);
+      EXPECT_EQ(tail[k].split, b.history()[k].split);
+      EXPECT_EQ(tail[k].loss, b.history()[k].loss) << "step " << tail[k].step << " " << tail[k].split;
+      EXPECT_EQ(tail[k].accuracy, b.history()[k].accuracy);
+    }
+    fs::remove_all(c.run_dir);
+    fs::remove_all(cb.run_dir);
+  }
+}
+
+TEST(Trainer, ResumeRejectsMismatchAndBadCheckpoints) {
+  TrainerConfig c = tiny_char(temp_dir("resume_bad"));
+  c.max_steps = 2;
+  c.checkpoint_every = 2;
+  Trainer(c).fit();
+  const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
+
+  TrainerConfig other = c;
+  other.dim = 64;
+  Trainer wrong(other);
+  test::expect_error([&] { wrong.resume(ckpt); }, "resume: the checkpoint was trained with dim = 32, this run has dim = 64");
+  Trainer t(c);
+  test::expect_error([&] { t.resume(c.run_dir + "/nowhere"); }, "no such checkpoint folder");
+  test::expect_error([&] { t.resume(c.run_dir); }, "is not a checkpoint folder (it has no trainer_state.json)");
+
+  // A truncated weights file is rejected by the safetensors loader, and nothing is half-loaded.
+  const std::string broken = c.run_dir + "/broken";
+  fs::copy(ckpt, broken);
+  fs::resize_file(broken + "/model.safetensors", fs::file_size(broken + "/model.safetensors") / 2);
+  try {
+    t.resume(broken);
+    ADD_FAILURE() << "a truncated checkpoint was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.step(), 0);
+  fs::remove_all(c.run_dir);
+}
+
+TEST(Trainer, RunFolderHoldsMetricsConfigWeightsAndSummary) {
+  TrainerConfig c = tiny_char(temp_dir("run_folder"));
+  Trainer t(c);
+  TrainResult r = t.fit();
+  EXPECT_EQ(r.run_dir, c.run_dir);
+  EXPECT_EQ(r.steps, 8);
+
+  std::istringstream csv(slurp(c.run_dir + "/metrics.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "step,epoch,split,loss,accuracy,lr,items_per_s,elapsed_s");
+  int train_rows = 0, val_rows = 0;
+  while (std::getline(csv, line)) {
+    if (line.find(",train,") != std::string::npos) ++train_rows;
+    if (line.find(",val,") != std::string::npos) ++val_rows;
+  }
+  EXPECT_EQ(train_rows, 4);  // steps 2, 4, 6, 8
+  EXPECT_EQ(val_rows, 2);    // steps 4, 8
+
+  TrainerConfig back = load_run_config(c.run_dir);
+  EXPECT_EQ(config_to_toml(back), config_to_toml(c));
+
+  SafetensorsFile weights = load_safetensors(c.run_dir + "/model.safetensors");
+  TensorMap state = t.task().model().state_dict();
+  ASSERT_EQ(weights.tensors.size(), state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    EXPECT_EQ(weights.tensors[i].first, state[i].first);
+    EXPECT_EQ(weights.tensors[i].second.to_vector(), state[i].second.to_vector()) << state[i].first;
+  }
+
+  auto summary = nlohmann::json::parse(slurp(c.run_dir + "/summary.json"));
+  EXPECT_EQ(summary["steps"], 8);
+  EXPECT_EQ(summary["final_val_loss"].get<double>(), r.final_val_loss);
+  EXPECT_NEAR(summary["gap"].get<double>(), r.final_val_loss - r.floor, 1e-12);
+  EXPECT_EQ(summary["goal_met"].get<bool>(), r.goal_met);
+  auto task = nlohmann::json::parse(slurp(c.run_dir + "/task.json"));
+  EXPECT_EQ(task["vocab"].get<std::string>(), data::MarkovText::builtin().alphabet());
+  fs::remove_all(c.run_dir);
+}
+
+TEST(Sample, ContinuesThePromptDeterministically) {
+  TrainerConfig c = tiny_char(temp_dir("sample"));
+  Trainer(c).fit();
+  SampleOptions o;
+  o.prompt = "the ";
+  o.tokens = 40;
+  o.seed = 3;
+  std::string a = sample_text(c.run_dir, o), b = sample_text(c.run_dir, o);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 44u);
+  EXPECT_EQ(a.substr(0, 4), "the ");
+  o.top_k = 1;  // top-1 sampling is greedy decoding
+  SampleOptions greedy = o;
+  greedy.top_k = 0;
+  greedy.temperature = 0;
+  EXPECT_EQ(sample_text(c.run_dir, o), sample_text(c.run_dir, greedy));
+  o.prompt = "~";
+  test::expect_error([&] { sample_text(c.run_dir, o); }, "character '~'");
+  o.prompt = "a";
+  o.top_k = 1000;
+  test::expect_error([&] { sample_text(c.run_dir, o); }, "--top-k at most the vocabulary size");
+  fs::remove_all(c.run_dir);
+}

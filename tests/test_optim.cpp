@@ -402,3 +402,28 @@ TEST(DecayGroups, MatricesDecayVectorsDoNot) {
   EXPECT_EQ(groups[1].options.lr, 0.5);
   expect_error([&] { decay_groups({{"x", Tensor()}}, o); }, "decay_groups: parameter 'x' is undefined");
 }
+
+// Conv weights after Module::to_channels_last() are NHWC-dense: the fused pass must pair each
+// element with its own gradient and state whatever the layouts.
+TEST(OptimLayouts, ChannelsLastParametersTrainLikeContiguousOnes) {
+  Generator gen(3);
+  Tensor init = randn({4, 3, 3, 3}, {}, &gen);
+  Tensor a = init.clone().requires_grad_();
+  Tensor b = init.contiguous_channels_last().detach().requires_grad_();
+  ASSERT_TRUE(b.is_channels_last());
+  optim::GroupOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.01;
+  auto opt_a = optim::make_adamw({{{a}, o, "a"}});
+  auto opt_b = optim::make_adamw({{{b}, o, "b"}});
+  for (int step = 0; step < 3; ++step) {
+    Tensor g = randn({4, 3, 3, 3}, {}, &gen);
+    a.set_grad(g);
+    // alternate the gradient's layout: matching channels-last, then plain contiguous
+    b.set_grad(step % 2 == 0 ? g.contiguous_channels_last() : g.clone());
+    opt_a->step();
+    opt_b->step();
+  }
+  EXPECT_TRUE(b.is_channels_last());
+  EXPECT_EQ(a.to_vector(), b.to_vector());
+}

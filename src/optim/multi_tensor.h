@@ -62,7 +62,7 @@ class MultiTensorOptimizer : public Optimizer {
 
   std::vector<std::vector<ParamState>> state_;  // [group][parameter]
   std::vector<Segment> segments_;
-  std::vector<Tensor> contiguous_grads_;  // copies of non-contiguous gradients, held for the pass
+  std::vector<Tensor> contiguous_grads_;  // gradients copied into their parameter's memory order, held for the pass
 };
 
 template <class Kernel>

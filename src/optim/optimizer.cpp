@@ -32,6 +32,28 @@ void for_each_option(Options& o, F&& f) {
   f("eps", o.eps);
 }
 
+// The fused pass walks a parameter, its gradient and its state as flat arrays of numel elements,
+// so all of them must be dense in the same memory order (contiguous, or channels-last for conv
+// weights after Module::to_channels_last()).
+bool same_dense_layout(const Tensor& t, const Tensor& p) {
+  if (p.is_contiguous()) return t.is_contiguous();
+  return t.is_channels_last() && !t.is_contiguous();
+}
+
+Tensor empty_in_layout_of(const Tensor& p, DType dtype) {
+  return p.is_contiguous() ? empty(p.shape(), TensorOptions(dtype, p.device()))
+                           : empty_strided(p.shape(), p.strides(), TensorOptions(dtype, p.device()));
+}
+
+// t copied into p's memory order (t itself when it already has it).
+Tensor in_layout_of(const Tensor& p, const Tensor& t) {
+  if (same_dense_layout(t, p)) return t;
+  Tensor out = empty_in_layout_of(p, t.dtype());
+  autograd::NoGradGuard no_grad;
+  out.copy_(t);
+  return out;
+}
+
 }  // namespace
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
@@ -46,7 +68,9 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
                ", expected a floating dtype (f32, f64, bf16, f16)");
       FT_CHECK(p.device().is_cpu(), "optimizer: ", where, " is on ", p.device().str(),
                "; the optimizers run on the CPU only so far");
-      FT_CHECK(p.is_contiguous(), "optimizer: ", where, " is not contiguous (shape ", p.shape().str(), ")");
+      FT_CHECK(p.is_contiguous() || p.is_channels_last(), "optimizer: ", where,
+               " is not dense (expected contiguous or channels-last memory; shape ", p.shape().str(), ", strides ",
+               p.strides().str(), ")");
       FT_CHECK(seen.insert(p.impl()).second, "optimizer: some parameters appear in more than one parameter group (",
                where, ")");
       ++total;
@@ -173,8 +197,8 @@ int64_t MultiTensorOptimizer::prepare_step() {
       const Tensor& p = groups_[g].params[i];
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
-      if (!grad.is_contiguous()) {
-        grad = grad.contiguous();
+      if (!same_dense_layout(grad, p)) {
+        grad = in_layout_of(p, grad);
         contiguous_grads_.push_back(grad);
       }
       ParamState& st = state_[g][i];
@@ -182,11 +206,11 @@ int64_t MultiTensorOptimizer::prepare_step() {
       const DType state_dtype = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
       if (static_cast<int>(st.buffers.size()) != nbuf) {  // first step, or momentum switched on
         st.buffers.resize(nbuf);
-        for (auto& b : st.buffers) b = zeros(p.shape(), state_dtype);
+        for (auto& b : st.buffers) b = empty_in_layout_of(p, state_dtype).zero_();
         s.fresh_buffers = true;
       }
       if ((p.dtype() == DType::BF16 || p.dtype() == DType::F16) && !st.master.defined())
-        st.master = p.to(DType::F32).contiguous();
+        st.master = in_layout_of(p, p.to(DType::F32));
       ++st.step;
       s.begin = total;
       s.numel = p.numel();
@@ -280,7 +304,8 @@ void MultiTensorOptimizer::load_state_tensors(const TensorMap& state) {
                p.shape().str());
       FT_CHECK(t.dtype() == want, who, ": entry '", key, "' has dtype ", dtype_name(t.dtype()), ", expected ",
                dtype_name(want));
-      Tensor copy = t.to(Device::cpu()).clone().contiguous();
+      Tensor copy = empty_in_layout_of(p, want);
+      copy.copy_(t.to(Device::cpu()));
       if (is_master) {
         st.master = copy;
       } else {

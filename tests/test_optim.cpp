@@ -360,7 +360,7 @@ TEST(Optim, ValidatesParametersAndGradients) {
   expect_error([&] { make_sgd({{{zeros({3}, DType::I64)}, GroupOptions{}, ""}}); },
                "parameter 0 of group 0 has dtype i64, expected a floating dtype");
   expect_error([&] { make_sgd({{{zeros({3, 4}).t()}, GroupOptions{}, "w"}}); },
-               "parameter 0 of group 0 ('w') is not contiguous");
+               "parameter 0 of group 0 ('w') is not dense (expected contiguous or channels-last memory");
   auto opt = make_adamw({{ps, GroupOptions{}, ""}});
   ps[0].impl()->grad = zeros({2, 2}).impl_ptr();  // bypasses set_grad's own check
   expect_error([&] { opt->step(); }, "adamw: gradient of parameter 0 of group 0 has shape [2, 2], expected [8, 5]");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/bench.h"
 #include "fasttrain/error.h"
@@ -34,15 +35,7 @@ int run_bench_command(const std::vector<std::string>& args) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    FT_FAIL("bench: ", e.what(), " (see fasttrain bench --help)");
-  }
+  if (!ft::cli::parse_command_line(app, args, "bench")) return 0;
   o.precision = ft::bench::precision_from_name(precision);
   std::puts(ft::bench::to_json_line(ft::bench::run_bench(o)).c_str());
   std::fflush(stdout);

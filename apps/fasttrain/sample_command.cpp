@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/train.h"
 
@@ -23,15 +24,7 @@ int run_sample(const std::vector<std::string>& args) {
   app.add_option("--temperature", o.temperature, "sampling temperature; 0 picks the most likely character (default 0.8)");
   app.add_option("--top-k", o.top_k, "sample among the k most likely characters; 0: all (default 0)");
   app.add_option("--seed", o.seed, "random seed (default 0)");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    FT_FAIL("sample: ", e.what(), " (see fasttrain sample --help)");
-  }
+  if (!cli::parse_command_line(app, args, "sample")) return 0;
   std::printf("%s\n", train::sample_text(dir, o).c_str());
   return 0;
 }

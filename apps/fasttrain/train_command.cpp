@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/train.h"
@@ -90,15 +91,7 @@ int run_train(const std::vector<std::string>& args) {
     ++i;
   });
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    FT_FAIL("train: ", e.what(), " (see fasttrain train --help)");
-  }
+  if (!cli::parse_command_line(app, args, "train")) return 0;
   auto given = [&](const std::string& name) {
     for (const auto& [n, opt] : options)
       if (n == name) return opt->count() > 0;

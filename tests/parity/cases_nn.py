@@ -1,8 +1,8 @@
 """Reference cases for the models (tests/test_models.cpp).
 
-The PyTorch models are shared/peer/torch_bench.py's definitions, copied here (tests must not
-depend on a file outside the checkout), plus the ResNets that torch_bench.py does not define,
-written in the same style. Two kinds of case:
+The PyTorch models are torch_bench.py's definitions (imported from the copy under bench/, since
+tests must not depend on a file outside the checkout), plus the ResNets that torch_bench.py does
+not define, written in the same style. Two kinds of case:
 
 - nn_structure_<model>: the model's state-dict names and shapes, in order, and its parameter
   count (tied weights once), as params; nothing to compute.
@@ -10,7 +10,9 @@ written in the same style. Two kinds of case:
   named as the C++ model names them; the outputs are the cross-entropy loss (out0, backpropagated
   with a random upstream gradient) and the logits (out1). The weights' gradients are compared.
 """
+import importlib.util
 import math
+import os
 
 import numpy as np
 import torch
@@ -21,86 +23,15 @@ from torch.nn.utils.stateless import functional_call
 from parity_lib import case, randn, rng
 
 
-# ---------------------------------------------------------------- torch_bench.py's models (verbatim)
-
-class Block(nn.Module):
-    def __init__(self, d, h):
-        super().__init__()
-        self.h = h
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.fc2 = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.h)  # PyTorch 1.13: no fused sdpa
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
-        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
-        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, ctx, layers, d, heads):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(ctx, d)
-        self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
-        self.lnf = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-        self.head.weight = self.wte.weight  # tied, as in GPT-2
-        for m in self.modules():  # GPT-2 initialisation
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, 0.0, 0.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.zeros_(m.bias)
-
-    def forward(self, idx):
-        B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.lnf(x))
-
-
-def conv_bn_relu(i, o, s=1):
-    return nn.Sequential(nn.Conv2d(i, o, 3, s, 1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True))
-
-
-def cnn_mini():
-    return nn.Sequential(conv_bn_relu(3, 32), conv_bn_relu(32, 32), conv_bn_relu(32, 64, 2), conv_bn_relu(64, 64),
-                         conv_bn_relu(64, 128, 2), conv_bn_relu(128, 128), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(128, 10))
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, i, mid, o, stride):
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(i, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
-            nn.Conv2d(mid, mid, 3, stride, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU(inplace=True),
-            nn.Conv2d(mid, o, 1, bias=False), nn.BatchNorm2d(o))
-        self.short = (nn.Sequential(nn.Conv2d(i, o, 1, stride, bias=False), nn.BatchNorm2d(o))
-                      if stride != 1 or i != o else nn.Identity())
-
-    def forward(self, x):
-        return F.relu(self.body(x) + self.short(x))
-
-
-def resnet50(classes=1000):
-    layers, i = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
-                 nn.MaxPool2d(3, 2, 1)], 64
-    for mid, n, s in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        for k in range(n):
-            layers.append(Bottleneck(i, mid, mid * 4, s if k == 0 else 1))
-            i = mid * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(i, classes)]
-    return nn.Sequential(*layers)
+# ---------------------------------------------------------------- torch_bench.py's models
+# Imported from the project's copy of the shared peer (bench/torch_bench.py, kept identical to
+# shared/peer/torch_bench.py), so the reference models are the benchmark's own code.
+_peer_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "torch_bench.py")
+_spec = importlib.util.spec_from_file_location("torch_bench", _peer_path)
+_peer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_peer)
+Block, GPT, conv_bn_relu, cnn_mini, Bottleneck, resnet50 = (
+    _peer.Block, _peer.GPT, _peer.conv_bn_relu, _peer.cnn_mini, _peer.Bottleneck, _peer.resnet50)
 
 
 def mlp_bench():

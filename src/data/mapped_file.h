@@ -1,0 +1,27 @@
+// A whole file mapped into memory, shared by every reader that hands out zero-copy views of it
+// (token shards, .npy arrays, MNIST, CIFAR-10). The mapping lives as long as its last owner: a
+// reader, or a tensor made with from_blob whose deleter holds the shared_ptr.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace ft::data {
+
+struct MappedFile {
+  MappedFile() = default;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();  // unmaps
+
+  std::string path;
+  char* data = nullptr;  // nullptr for an empty file
+  size_t size = 0;
+};
+
+// Maps `path` (MAP_PRIVATE, read-write). Private and writable because from_blob tensors are
+// writable: an in-place op on such a view changes this process's copy-on-write pages, never the
+// file, and never faults. Throws ft::Error naming the file when it cannot be opened or mapped.
+std::shared_ptr<const MappedFile> map_file(const std::string& path);
+
+}  // namespace ft::data

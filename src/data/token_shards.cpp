@@ -1,0 +1,108 @@
+// llm.c token shards: validation on open, zero-copy access, windows, the writer and the dataset.
+#include "fasttrain/token_shards.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "data/mapped_file.h"
+#include "data/sample_fields.h"
+#include "fasttrain/atomic_file.h"
+
+namespace ft::data {
+
+TokenShard::TokenShard(const std::string& path) : file_(map_file(path)) {
+  FT_CHECK(static_cast<int64_t>(file_->size) >= kTokenShardHeaderBytes, path, ": truncated token shard: ", file_->size,
+           " bytes, shorter than the ", kTokenShardHeaderBytes, "-byte header");
+  int32_t header[3];  // magic, version, token count (the rest of the 256 is unused)
+  std::memcpy(header, file_->data, sizeof(header));
+  FT_CHECK(header[0] == kTokenShardMagic, path, ": not a token shard: magic ", header[0], " (expected ",
+           kTokenShardMagic, ")");
+  FT_CHECK(header[1] == kTokenShardVersion, path, ": unsupported token shard version ", header[1], " (expected ",
+           kTokenShardVersion, ")");
+  int64_t payload = static_cast<int64_t>(file_->size) - kTokenShardHeaderBytes;
+  FT_CHECK(header[2] >= 0 && 2 * static_cast<int64_t>(header[2]) == payload, path, ": header says ", header[2],
+           " tokens (", 2 * static_cast<int64_t>(header[2]), " bytes) but the file holds ", payload,
+           " bytes after the header");
+  count_ = header[2];
+  // The mapping is page-aligned and the header is 1024 bytes, so the tokens are 2-byte aligned.
+  tokens_ = reinterpret_cast<const uint16_t*>(file_->data + kTokenShardHeaderBytes);
+}
+
+const std::string& TokenShard::path() const { return file_->path; }
+
+Tensor TokenShard::token_bytes() const {
+  auto keep = file_;
+  return from_blob(const_cast<uint16_t*>(tokens_), Shape{2 * count_}, TensorOptions(DType::U8),
+                   [keep](void*) mutable { keep.reset(); });
+}
+
+void TokenShard::copy_window(int64_t start, int64_t count, int64_t* out) const {
+  FT_CHECK(start >= 0 && count >= 0 && start + count <= count_, path(), ": token window [", start, ", ", start + count,
+           ") is outside the shard's ", count_, " tokens");
+  const uint16_t* src = tokens_ + start;
+  for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+}
+
+Tensor TokenShard::window(int64_t start, int64_t count) const {
+  FT_CHECK(count >= 0, path(), ": token window length must be non-negative, found ", count);
+  Tensor t = empty(Shape{count}, DType::I64);
+  copy_window(start, count, t.data<int64_t>());
+  return t;
+}
+
+std::vector<TokenShard> open_token_shards(const std::string& pattern) {
+  glob_t g{};
+  int rc = ::glob(pattern.c_str(), 0, nullptr, &g);  // glob(3) sorts the matches
+  std::vector<std::string> paths;
+  if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+  ::globfree(&g);
+  FT_CHECK(rc != GLOB_NOSPACE && rc != GLOB_ABORTED, "token shards: cannot expand pattern '", pattern, "'");
+  FT_CHECK(!paths.empty(), "token shards: no file matches '", pattern, "'");
+  std::vector<TokenShard> shards;
+  shards.reserve(paths.size());
+  for (const auto& p : paths) shards.emplace_back(p);
+  return shards;
+}
+
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  FT_CHECK(tokens.size() <= 0x7fffffffu, path, ": a token shard holds at most 2147483647 tokens, found ",
+           tokens.size());
+  int32_t header[kTokenShardHeaderBytes / 4] = {};
+  header[0] = kTokenShardMagic;
+  header[1] = kTokenShardVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  AtomicFileWriter f(path);
+  f.write(header, sizeof(header));
+  f.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  f.commit();
+}
+
+TokenWindowDataset::TokenWindowDataset(std::vector<TokenShard> shards, int64_t context)
+    : shards_(std::move(shards)), context_(context) {
+  FT_CHECK(context_ > 0, "TokenWindowDataset: context must be positive, found ", context_);
+  FT_CHECK(!shards_.empty(), "TokenWindowDataset: expected at least one shard");
+  spec_ = {{"tokens", Shape{context_}, DType::I64}, {"targets", Shape{context_}, DType::I64}};
+  first_window_.assign(1, 0);
+  for (const auto& s : shards_) {
+    // The last window needs one token past its end for the final target.
+    int64_t windows = s.size() > 0 ? (s.size() - 1) / context_ : 0;
+    first_window_.push_back(first_window_.back() + windows);
+  }
+}
+
+TokenWindowDataset::TokenWindowDataset(const std::string& pattern, int64_t context)
+    : TokenWindowDataset(open_token_shards(pattern), context) {}
+
+void TokenWindowDataset::read(int64_t index, uint64_t, const std::vector<Tensor>& fields) const {
+  FT_CHECK(index >= 0 && index < size(), "TokenWindowDataset: sample ", index, " out of range [0, ", size(), ")");
+  check_sample_fields("TokenWindowDataset", spec_, fields);
+  // The shard holding window `index`: the last s with first_window_[s] <= index.
+  size_t s = std::upper_bound(first_window_.begin(), first_window_.end(), index) - first_window_.begin() - 1;
+  int64_t start = (index - first_window_[s]) * context_;
+  shards_[s].copy_window(start, context_, fields[0].data<int64_t>());
+  shards_[s].copy_window(start + 1, context_, fields[1].data<int64_t>());
+}
+
+}  // namespace ft::data

@@ -1,6 +1,7 @@
 #include "fasttrain/npy.h"
 
 #include "fasttrain/atomic_file.h"
+#include "io/npy_header.h"
 
 #include <cstdio>
 #include <cstring>
@@ -38,12 +39,8 @@ DType dtype_of_descr(const std::string& d, const std::string& path) {
 
 }  // namespace
 
-Tensor load_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  FT_CHECK(f.good(), path, ": cannot open file");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  FT_CHECK(bytes.size() >= 10 && std::string(bytes.data(), 6) == "\x93NUMPY", path,
-           ": not a .npy file (expected magic \\x93NUMPY)");
+NpyHeader parse_npy_header(const char* bytes, size_t size, const std::string& path) {
+  FT_CHECK(size >= 10 && std::string(bytes, 6) == "\x93NUMPY", path, ": not a .npy file (expected magic \\x93NUMPY)");
   int major = static_cast<unsigned char>(bytes[6]);
   FT_CHECK(major >= 1 && major <= 3, path, ": unsupported .npy version ", major, " (expected 1, 2 or 3)");
   size_t header_len, header_start;
@@ -51,13 +48,13 @@ Tensor load_npy(const std::string& path) {
     header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
     header_start = 10;
   } else {
-    FT_CHECK(bytes.size() >= 12, path, ": truncated .npy header");
+    FT_CHECK(size >= 12, path, ": truncated .npy header");
     header_len = 0;
     for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
     header_start = 12;
   }
-  FT_CHECK(header_start + header_len <= bytes.size(), path, ": header length ", header_len, " runs past the end of the file");
-  std::string header(bytes.data() + header_start, header_len);
+  FT_CHECK(header_start + header_len <= size, path, ": header length ", header_len, " runs past the end of the file");
+  std::string header(bytes + header_start, header_len);
   std::smatch m;
   FT_CHECK(std::regex_search(header, m, std::regex("'descr':\\s*'([^']+)'")), path, ": header has no 'descr'");
   DType dt = dtype_of_descr(m[1], path);
@@ -71,14 +68,31 @@ Tensor load_npy(const std::string& path) {
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.find_first_not_of(" ") == std::string::npos) continue;
-    shape.push_back(std::stoll(item));
+    size_t pos = 0;
+    long long d = -1;
+    try {
+      d = std::stoll(item, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    FT_CHECK(pos > 0 && item.find_first_not_of(" ", pos) == std::string::npos && d >= 0, path,
+             ": header shape has an invalid dimension '", item, "'");
+    shape.push_back(d);
   }
   size_t data_start = header_start + header_len;
   size_t expected = shape.numel() * dtype_size(dt);
-  FT_CHECK(bytes.size() - data_start == expected, path, ": header says ", shape.str(), " ", dtype_name(dt), " (",
-           expected, " bytes) but the file holds ", bytes.size() - data_start, " bytes of data");
-  Tensor t = empty(shape, dt);
-  if (expected) std::memcpy(t.raw_data(), bytes.data() + data_start, expected);
+  FT_CHECK(size - data_start == expected, path, ": header says ", shape.str(), " ", dtype_name(dt), " (", expected,
+           " bytes) but the file holds ", size - data_start, " bytes of data");
+  return {dt, shape, data_start};
+}
+
+Tensor load_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  FT_CHECK(f.good(), path, ": cannot open file");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  NpyHeader h = parse_npy_header(bytes.data(), bytes.size(), path);
+  Tensor t = empty(h.shape, h.dtype);
+  if (t.nbytes()) std::memcpy(t.raw_data(), bytes.data() + h.data_offset, t.nbytes());
   return t;
 }
 

@@ -151,3 +151,20 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
                "the checkpoint was trained with dim = 32, this run has dim = 64");
   fs::remove_all(dir);
 }
+
+// `fasttrain data` converts text into shards and prints each one it wrote.
+TEST(Cli, DataWritesByteTokenShards) {
+  const std::string dir = temp_dir("data");
+  fs::create_directories(dir);
+  write(dir + "/in.txt", "abcdefg");
+  CliRun r = run_cli("data --input " + dir + "/in.txt --output " + dir + "/shards --shard-tokens 4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir + "/shards/tokens_000000.bin: 4 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir + "/shards/tokens_000001.bin: 3 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 shards, 7 tokens"), std::string::npos) << r.output;
+  EXPECT_EQ(fs::file_size(dir + "/shards/tokens_000001.bin"), 1024u + 2 * 3);
+  r = run_cli("data --input " + dir + "/missing --output " + dir + "/shards");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("input '" + dir + "/missing' does not exist"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}

@@ -155,3 +155,30 @@ TEST_F(TokenShards, ViewOutlivesTheShard) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(TokenShards, TextFolderToByteShards) {
+  fs::create_directories(dir_ / "text");
+  std::ofstream(dir_ / "text" / "b.txt", std::ios::binary) << "world\xff";
+  std::ofstream(dir_ / "text" / "a.txt", std::ios::binary) << "hello ";
+  fs::create_directories(dir_ / "text" / "sub");  // folders inside are skipped
+  auto written = write_byte_token_shards((dir_ / "text").string(), file("out"), "t", 5);
+  const std::string text = "hello world\xff";  // a.txt then b.txt
+  ASSERT_EQ(written.size(), 3u);
+  std::string back;
+  for (size_t i = 0; i < written.size(); ++i) {
+    EXPECT_EQ(written[i].path, file("out/t_00000" + std::to_string(i) + ".bin"));
+    TokenShard s(written[i].path);
+    EXPECT_EQ(s.size(), written[i].tokens);
+    for (int64_t k = 0; k < s.size(); ++k) back.push_back(static_cast<char>(s.tokens()[k]));
+  }
+  EXPECT_EQ(back, text);
+  EXPECT_EQ(written[2].tokens, 2);
+  expect_error([&] { write_byte_token_shards(file("nope"), file("out"), "t", 5); }, "input '" + file("nope") + "' does not exist");
+  std::ofstream(file("empty.txt")).flush();
+  expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 5); }, "holds no text (0 bytes)");
+  expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 0); }, "tokens per shard must be in 1-2147483647, found 0");
+}
+
+}  // namespace

@@ -47,6 +47,17 @@ std::vector<TokenShard> open_token_shards(const std::string& pattern);
 // Writes a shard atomically (atomic_file.h). At most 2^31 - 1 tokens (the header's int32 count).
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
+// Byte-level tokenisation (token = byte value, vocabulary of 256) of a text file, or of every
+// regular file directly inside a folder (sorted by name, concatenated), into shards of at most
+// `shard_tokens` tokens written atomically as <out_dir>/<prefix>_000000.bin, _000001.bin, ...
+// Creates out_dir. Returns what it wrote, in order. Throws when the input is missing or empty.
+struct WrittenShard {
+  std::string path;
+  int64_t tokens;
+};
+std::vector<WrittenShard> write_byte_token_shards(const std::string& input, const std::string& out_dir,
+                                                  const std::string& prefix, int64_t shard_tokens);
+
 // Next-token windows over shards: sample i is `context` tokens and the `context` tokens that
 // follow each of them, fields "tokens" [context] i64 and "targets" [context] i64. Windows never
 // straddle two shards: a shard of n tokens holds (n - 1) / context windows, non-overlapping,

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/column_softmax_stats.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
 #include "fasttrain/parallel.h"
@@ -59,28 +60,7 @@ void forward_cols(const T* x, const int64_t* target, int64_t N, int64_t C, int64
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n = b / nblk, p0 = (b % nblk) * kPosBlock, w = std::min(kPosBlock, S - p0);
       const T* xb = x + n * C * S + p0;
-      for (int64_t j = 0; j < w; ++j) {
-        m[j] = -std::numeric_limits<A>::infinity();
-        s[j] = 0;
-        sx[j] = 0;
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        const T* xr = xb + c * S;
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) {
-          const A v = load(xr[j]);
-          m[j] = v > m[j] ? v : m[j];
-        }
-      }
-      for (int64_t c = 0; c < C; ++c) {
-        const T* xr = xb + c * S;
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) {
-          const A v = load(xr[j]);
-          s[j] += fast_exp(v - m[j]);
-          sx[j] += v;
-        }
-      }
+      column_softmax_stats<true>(xb, C, S, w, m, s, sx);
       for (int64_t j = 0; j < w; ++j) {
         const int64_t i = n * S + p0 + j;
         const A l = m[j] + std::log(s[j]);

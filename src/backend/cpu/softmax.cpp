@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/column_softmax_stats.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/reduce.h"
 #include "backend/cpu/fast_exp.h"
@@ -69,23 +70,7 @@ void forward_cols(const T* x, T* y, int64_t outer, int64_t R, int64_t inner, boo
       const int64_t o = b / nblk, c0 = (b % nblk) * kColBlock, w = std::min(kColBlock, inner - c0);
       const T* xb = x + o * R * inner + c0;
       T* yb = y + o * R * inner + c0;
-      for (int64_t j = 0; j < w; ++j) {
-        m[j] = -std::numeric_limits<C>::infinity();
-        s[j] = 0;
-      }
-      for (int64_t r = 0; r < R; ++r) {
-        const T* xr = xb + r * inner;
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) {
-          const C v = load(xr[j]);
-          m[j] = v > m[j] ? v : m[j];
-        }
-      }
-      for (int64_t r = 0; r < R; ++r) {
-        const T* xr = xb + r * inner;
-#pragma omp simd
-        for (int64_t j = 0; j < w; ++j) s[j] += fast_exp(load(xr[j]) - m[j]);
-      }
+      column_softmax_stats<false>(xb, R, inner, w, m, s, static_cast<C*>(nullptr));
       if (log) {
         for (int64_t j = 0; j < w; ++j) s[j] = m[j] + std::log(s[j]);
         for (int64_t r = 0; r < R; ++r) {

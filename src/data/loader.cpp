@@ -1,0 +1,195 @@
+// DataLoader: a fixed pool of batch buffers, worker threads filling whole batches into them, and a
+// consumer that takes them strictly in order. See loader.h for the scheduling rule.
+#include "fasttrain/loader.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "fasttrain/error.h"
+
+namespace ft::data {
+
+const Tensor& Batch::field(std::string_view name) const {
+  FT_CHECK(spec != nullptr, "Batch::field: the batch has no spec");
+  for (size_t f = 0; f < spec->size(); ++f)
+    if ((*spec)[f].name == name) return fields[f];
+  std::string names;
+  for (const auto& fs : *spec) names += (names.empty() ? "" : ", ") + fs.name;
+  FT_FAIL("Batch::field: no field named '", name, "'; the batch has: ", names);
+}
+
+DataLoader::DataLoader(DatasetPtr dataset, LoaderOptions options, SamplerPtr sampler)
+    : dataset_(std::move(dataset)), options_(options), sampler_(std::move(sampler)) {
+  FT_CHECK(dataset_ != nullptr, "DataLoader: expected a dataset, found none");
+  FT_CHECK(options_.batch_size >= 1, "DataLoader: expected batch_size >= 1, found ", options_.batch_size);
+  FT_CHECK(options_.num_workers >= 0, "DataLoader: expected num_workers >= 0, found ", options_.num_workers);
+  FT_CHECK(options_.prefetch_factor >= 1, "DataLoader: expected prefetch_factor >= 1, found ",
+           options_.prefetch_factor);
+  FT_CHECK(!(sampler_ && options_.shuffle),
+           "DataLoader: shuffle must be false when a sampler is given (the sampler decides the order)");
+  const int64_t n = dataset_->size();
+  if (!sampler_) {
+    sampler_ = options_.shuffle ? SamplerPtr(std::make_shared<RandomSampler>(n, options_.seed))
+                                : SamplerPtr(std::make_shared<SequentialSampler>(n));
+  }
+  spec_ = dataset_->spec();
+  FT_CHECK(!spec_.empty(), "DataLoader: expected the dataset's spec() to list at least one field, found none");
+
+  const int64_t samples = sampler_->size();
+  const int64_t b = options_.batch_size;
+  batches_per_epoch_ = options_.drop_last ? samples / b : (samples + b - 1) / b;
+
+  // The pool: every buffer and every row view is made here, once, so steady state allocates
+  // nothing. CPU memory from the caching allocator is 64-byte aligned; the CUDA backend page-locks
+  // these buffers when pin_memory is set.
+  const int pool = std::max(2, options_.num_workers * options_.prefetch_factor);
+  slots_.resize(static_cast<size_t>(pool));
+  for (Slot& slot : slots_) {
+    for (const FieldSpec& fs : spec_) {
+      Shape shape = fs.shape;
+      shape.insert(0, b);
+      slot.full.push_back(empty(shape, fs.dtype));
+    }
+    slot.rows.resize(static_cast<size_t>(b));
+    for (int64_t r = 0; r < b; ++r)
+      for (const Tensor& t : slot.full) slot.rows[r].push_back(t.select(0, r));
+    slot.batch.spec = &spec_;
+    slot.batch.fields = slot.full;
+  }
+  order_.reserve(static_cast<size_t>(std::max<int64_t>(samples, 0)));
+  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();  // each finishes at most the batch in hand
+}
+
+void DataLoader::fill(Slot& slot, int64_t k, uint64_t epoch) const {
+  const int64_t b = options_.batch_size;
+  const int64_t rows = std::min(b, static_cast<int64_t>(order_.size()) - k * b);
+  slot.error.clear();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t index = order_[static_cast<size_t>(k * b + r)];
+    try {
+      dataset_->read(index, epoch, slot.rows[r]);
+    } catch (const std::exception& e) {
+      slot.error = detail::concat("DataLoader: reading sample ", index, " (batch ", k, " of epoch ", epoch,
+                                  ") failed: ", e.what());
+      return;
+    } catch (...) {
+      slot.error = detail::concat("DataLoader: reading sample ", index, " (batch ", k, " of epoch ", epoch,
+                                  ") failed with a non-standard exception");
+      return;
+    }
+  }
+}
+
+void DataLoader::worker_loop() {
+  const auto pool = static_cast<int64_t>(slots_.size());
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // Batch k may be filled once the consumer has released batch k - pool (its slot's last user).
+    work_cv_.wait(lock, [&] {
+      return shutdown_ || (running_ && next_claim_ < batches_per_epoch_ && next_claim_ < released_ + pool);
+    });
+    if (shutdown_) return;
+    const int64_t k = next_claim_++;
+    const uint64_t epoch = epoch_;
+    Slot& slot = slots_[static_cast<size_t>(k % pool)];
+    ++in_flight_;
+    lock.unlock();
+    fill(slot, k, epoch);
+    lock.lock();
+    slot.ready = k;
+    --in_flight_;
+    ready_cv_.notify_all();
+  }
+}
+
+void DataLoader::stop_workers_locked(std::unique_lock<std::mutex>& lock) {
+  running_ = false;
+  ready_cv_.wait(lock, [&] { return in_flight_ == 0; });
+  for (Slot& slot : slots_) slot.ready = -1;
+  holding_ = false;
+  need_start_ = true;
+}
+
+void DataLoader::start_epoch_locked() {
+  sampler_->indices(epoch_, order_);  // reuses order_'s capacity
+  released_ = next_claim_ = position_;
+  running_ = true;
+  need_start_ = false;
+}
+
+const Batch& DataLoader::publish(Slot& slot, int64_t k) {
+  Batch& batch = slot.batch;
+  const int64_t b = options_.batch_size;
+  batch.rows = std::min(b, static_cast<int64_t>(order_.size()) - k * b);
+  for (size_t f = 0; f < slot.full.size(); ++f)
+    batch.fields[f] = batch.rows == b ? slot.full[f] : slot.full[f].narrow(0, 0, batch.rows);
+  batch.epoch = epoch_;
+  batch.index = k;
+  holding_ = true;
+  ++position_;
+  return batch;
+}
+
+const Batch* DataLoader::next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (holding_) {  // the consumer is done with the previous batch: its slot may be refilled
+    holding_ = false;
+    released_ = position_;
+    work_cv_.notify_all();
+  }
+  if (need_start_) {
+    stop_workers_locked(lock);
+    start_epoch_locked();
+    work_cv_.notify_all();
+  }
+  if (position_ >= batches_per_epoch_) {
+    stop_workers_locked(lock);
+    ++epoch_;
+    position_ = 0;
+    return nullptr;
+  }
+  const int64_t k = position_;
+  Slot& slot = slots_[static_cast<size_t>(k % static_cast<int64_t>(slots_.size()))];
+  if (workers_.empty()) {
+    lock.unlock();  // nothing else touches the slot; keep the lock free for state() readers
+    fill(slot, k, epoch_);
+    lock.lock();
+  } else {
+    ready_cv_.wait(lock, [&] { return slot.ready == k; });
+  }
+  if (!slot.error.empty()) {
+    // Stay at this batch: stop the workers so nothing runs past the failure; next() retries it.
+    const std::string message = slot.error;
+    slot.error.clear();
+    stop_workers_locked(lock);
+    throw Error(message);
+  }
+  return &publish(slot, k);
+}
+
+LoaderState DataLoader::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {epoch_, position_, options_.seed};
+}
+
+void DataLoader::load_state(const LoaderState& state) {
+  FT_CHECK(state.seed == options_.seed, "DataLoader::load_state: the state was saved with seed ", state.seed,
+           ", this loader uses seed ", options_.seed, " (the resumed run must use the same seed)");
+  FT_CHECK(state.position >= 0 && state.position <= batches_per_epoch_,
+           "DataLoader::load_state: expected a position in [0, ", batches_per_epoch_, "], found ", state.position);
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_workers_locked(lock);
+  epoch_ = state.epoch;
+  position_ = state.position;
+}
+
+}  // namespace ft::data

@@ -7,6 +7,7 @@
 
 #include "fasttrain/allocator.h"
 #include "fasttrain/image_datasets.h"
+#include "fasttrain/loader.h"
 #include "support/expect_error.h"
 
 using namespace ft;
@@ -125,6 +126,26 @@ TEST_F(ImageDatasets, CifarSamplesAcrossBatches) {
   }
   std::vector<Tensor> wrong{empty(Shape{3, 32, 31}, DType::U8), empty(Shape{}, DType::I64)};
   expect_error([&] { ds.read(0, 0, wrong); }, "field 'image' expected [3, 32, 32] u8, found [3, 32, 31] u8");
+}
+
+// The loader's worker threads fill batch rows through read(): batches match the files.
+TEST_F(ImageDatasets, CifarThroughTheLoader) {
+  const Bytes labels{6, 9, 0, 1, 2, 7, 3};
+  auto ds = std::make_shared<Cifar10Dataset>(std::vector<std::string>{write("b.bin", cifar(labels, 0))});
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.num_workers = 2;
+  DataLoader loader(ds, o);
+  int64_t seen = 0;
+  while (const Batch* b = loader.next()) {
+    const uint8_t* img = b->field("image").data<uint8_t>();
+    const int64_t* lbl = b->field("label").data<int64_t>();
+    for (int64_t r = 0; r < b->rows; ++r, ++seen) {
+      EXPECT_EQ(lbl[r], labels[seen]);
+      for (int64_t k = 0; k < Cifar10Dataset::kImageBytes; k += 97) ASSERT_EQ(img[r * Cifar10Dataset::kImageBytes + k], pixel(seen, k));
+    }
+  }
+  EXPECT_EQ(seen, 7);
 }
 
 TEST_F(ImageDatasets, CifarMalformedFiles) {

@@ -293,3 +293,33 @@ TEST(Npy, RejectsMalformedFiles) {
     EXPECT_NE(std::string(e.what()).find("but the file holds 36 bytes"), std::string::npos) << e.what();
   }
 }
+
+TEST(Tensor, ItemReadsWithoutAllocating) {
+  Tensor x = from_vector({1.5, -2.0, 3.25}, {3}, DType::BF16);
+  Tensor one = x.slice(0, 2, 3);
+  AllocatorStats before = allocator_for(Device::cpu()).stats();
+  EXPECT_EQ(one.item<double>(), 3.25);
+  EXPECT_EQ(arange(7, 8, 1, DType::I64).item<int64_t>(), 7);
+  AllocatorStats after = allocator_for(Device::cpu()).stats();
+  EXPECT_EQ(after.num_allocs, before.num_allocs + 1);  // only arange's own tensor
+}
+
+TEST(Npy, RejectsShapesWhoseByteSizeOverflows) {
+  std::string path = ::testing::TempDir() + "/huge.npy";
+  {
+    std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4611686018427387904, 4), }";
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+    header.push_back('\n');
+    std::ofstream f(path, std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    uint16_t len = static_cast<uint16_t>(header.size());
+    f.write(reinterpret_cast<const char*>(&len), 2);
+    f << header;  // 2^62 * 4 * 8 bytes wraps to 0 without a checked product: no data at all
+  }
+  try {
+    load_npy(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is too large"), std::string::npos) << e.what();
+  }
+}

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/copy.h"
+#include "backend/cpu/dispatch.h"
 #include "backend/cuda_hooks.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops/elementwise.h"
@@ -52,10 +53,11 @@ void* Tensor::raw_data() const {
 
 double Tensor::item_double() const {
   FT_CHECK(numel() == 1, "item(): expected a tensor with one element, found shape ", shape().str());
+  // Read the element in place: item() is called every log step and must not allocate on the CPU.
   Tensor c = device().is_cpu() ? *this : to(Device::cpu());
-  Tensor d = empty({}, DType::F64);
-  cpu::copy(d, c.reshape({}));
-  return *d.data<double>();
+  return FT_DISPATCH_ALL(c.dtype(), "item", [&]() -> double {
+    return static_cast<double>(static_cast<compute_t<scalar_t>>(*static_cast<const scalar_t*>(c.raw_data())));
+  });
 }
 
 std::vector<double> Tensor::to_vector() const {

@@ -80,7 +80,12 @@ NpyHeader parse_npy_header(const char* bytes, size_t size, const std::string& pa
     shape.push_back(d);
   }
   size_t data_start = header_start + header_len;
-  size_t expected = shape.numel() * dtype_size(dt);
+  // Checked product: a hostile header with huge dimensions must not wrap around to a size that
+  // happens to match the file.
+  uint64_t expected = dtype_size(dt);
+  for (int64_t d : shape)
+    FT_CHECK(!__builtin_mul_overflow(expected, static_cast<uint64_t>(d), &expected), path, ": header shape ",
+             shape.str(), " is too large");
   FT_CHECK(size - data_start == expected, path, ": header says ", shape.str(), " ", dtype_name(dt), " (", expected,
            " bytes) but the file holds ", size - data_start, " bytes of data");
   return {dt, shape, data_start};

@@ -83,6 +83,10 @@ void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>
 // `seed`: a pure function of its arguments, so a resumed run draws the same batches.
 std::vector<int64_t> random_window_starts(int64_t tokens, int64_t context, int64_t batch, uint64_t seed,
                                           int64_t index);
+// Row `row` of random_window_starts(tokens, context, batch, seed, index), drawn on its own (no
+// allocation), so a loader worker can fill one sample at a time.
+int64_t random_window_start(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index,
+                            int64_t row);
 
 // Procedurally drawn shapes: each image one filled or outlined shape of random position, size,
 // rotation and colour on a noisy background of another colour.

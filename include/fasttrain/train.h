@@ -29,6 +29,10 @@ struct TrainerConfig {
   std::string device = "cpu";
   std::string run_dir;  // "": runs/<task>-<timestamp>
   bool progress = true;  // the live progress line on stderr
+  // --- data loading (the DataLoader that feeds training batches) ---
+  int64_t workers = 0;      // loader threads; 0: batches are read in the training thread
+  bool pin_memory = false;  // page-locked batch buffers (CUDA); aligned host memory otherwise
+  int64_t prefetch = 2;     // batches in flight per worker
   // --- optimisation ---
   int64_t batch_size = 32;
   std::string optimizer = "adamw";  // adamw, adam or sgd
@@ -81,6 +85,9 @@ void visit_fields(Config& c, V&& v) {
   v("device", c.device, "device: cpu (cuda is not built yet)");
   v("run_dir", c.run_dir, "run folder (default runs/<task>-<timestamp>)");
   v("progress", c.progress, "show the live progress line on stderr");
+  v("workers", c.workers, "data loader worker threads (0: read batches in the training thread)");
+  v("pin_memory", c.pin_memory, "page-locked batch buffers for asynchronous host-to-device copies (CUDA)");
+  v("prefetch", c.prefetch, "batches each data loader worker prepares ahead");
   v("batch_size", c.batch_size, "sequences (char) or images per step");
   v("optimizer", c.optimizer, "adamw, adam or sgd");
   v("lr", c.lr, "peak learning rate");
@@ -137,6 +144,7 @@ struct MetricRow {
   double lr = 0;
   double items_per_s = 0;  // tokens/s (char) or samples/s (images), train rows
   double elapsed_s = 0;
+  double data_wait_ms = 0;  // train rows: mean time per step blocked waiting for the batch
 };
 
 struct TrainResult {
@@ -150,6 +158,7 @@ struct TrainResult {
   std::string goal;  // human sentence: what the goal was and how the run did
   double seconds = 0;
   double items_per_s = 0;  // training throughput (evaluation time excluded)
+  double data_wait_s = 0;  // total time the steps were blocked waiting for their batch
   std::string unit;        // what items_per_s counts: "tokens" or "samples"
   std::string model;       // the model's type name
   int64_t parameters = 0;

@@ -74,18 +74,22 @@ void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>
   }
 }
 
-std::vector<int64_t> random_window_starts(int64_t tokens, int64_t context, int64_t batch, uint64_t seed,
-                                          int64_t index) {
+int64_t random_window_start(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index,
+                            int64_t row) {
   const int64_t range = tokens - context;  // starts in [0, range)
   FT_CHECK(range >= 1, "random_window_starts: ", tokens, " tokens are too few for windows of ", context + 1);
-  std::vector<int64_t> starts(batch);
+  FT_CHECK(row >= 0 && row < batch, "random_window_start: expected a row in [0, ", batch, "), found ", row);
   // Batch `index` owns Philox counters [index * blocks, (index + 1) * blocks): two words per start.
   const uint64_t blocks = static_cast<uint64_t>((batch + 1) / 2);
-  for (int64_t i = 0; i < batch; ++i) {
-    Philox4 w = philox4x32(seed, static_cast<uint64_t>(index) * blocks + static_cast<uint64_t>(i / 2));
-    uint64_t r = (static_cast<uint64_t>(w.v[2 * (i % 2)]) << 32) | w.v[2 * (i % 2) + 1];
-    starts[i] = static_cast<int64_t>(r % static_cast<uint64_t>(range));
-  }
+  Philox4 w = philox4x32(seed, static_cast<uint64_t>(index) * blocks + static_cast<uint64_t>(row / 2));
+  uint64_t r = (static_cast<uint64_t>(w.v[2 * (row % 2)]) << 32) | w.v[2 * (row % 2) + 1];
+  return static_cast<int64_t>(r % static_cast<uint64_t>(range));
+}
+
+std::vector<int64_t> random_window_starts(int64_t tokens, int64_t context, int64_t batch, uint64_t seed,
+                                          int64_t index) {
+  std::vector<int64_t> starts(batch);
+  for (int64_t i = 0; i < batch; ++i) starts[i] = random_window_start(tokens, context, batch, seed, index, i);
   return starts;
 }
 

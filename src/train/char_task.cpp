@@ -24,6 +24,39 @@ std::shared_ptr<nn::GPT> make_char_model(const TrainerConfig& c, int64_t vocab_s
 
 namespace {
 
+// Training windows: sample i of epoch e is row i % batch_size of run-wide batch
+// e * batches_per_epoch + i / batch_size, drawn by random_window_start. Read in sequential order,
+// batch k of epoch e is therefore exactly random_window_starts(..., e * batches_per_epoch + k).
+class CharWindows : public data::Dataset {
+ public:
+  CharWindows(const std::vector<uint8_t>& tokens, int64_t context, int64_t batch_size, int64_t batches_per_epoch,
+              uint64_t seed)
+      : tokens_(tokens), context_(context), batch_(batch_size), per_epoch_(batches_per_epoch), seed_(seed) {}
+
+  int64_t size() const override { return per_epoch_ * batch_; }
+  data::SampleSpec spec() const override {
+    return {{"tokens", Shape{context_}, DType::I64}, {"targets", Shape{context_}, DType::I64}};
+  }
+  void read(int64_t index, uint64_t epoch, const std::vector<Tensor>& fields) const override {
+    FT_CHECK(index >= 0 && index < size(), "char windows: expected a sample index in [0, ", size(), "), found ", index);
+    const int64_t batch = static_cast<int64_t>(epoch) * per_epoch_ + index / batch_;
+    const int64_t start = data::random_window_start(static_cast<int64_t>(tokens_.size()), context_, batch_, seed_,
+                                                    batch, index % batch_);
+    const uint8_t* src = tokens_.data() + start;
+    int64_t* x = fields[0].data<int64_t>();
+    int64_t* y = fields[1].data<int64_t>();
+    for (int64_t t = 0; t < context_; ++t) {
+      x[t] = src[t];
+      y[t] = src[t + 1];
+    }
+  }
+
+ private:
+  const std::vector<uint8_t>& tokens_;  // owned by the task, which outlives its loader
+  int64_t context_, batch_, per_epoch_;
+  uint64_t seed_;
+};
+
 class CharTask : public Task {
  public:
   explicit CharTask(const TrainerConfig& c)
@@ -38,16 +71,14 @@ class CharTask : public Task {
   nn::UnaryModule& model() override { return *model_; }
   std::string unit() const override { return "tokens"; }
   int64_t items_per_batch() const override { return c_.batch_size * c_.context; }
-  int64_t batches_per_epoch() const override {
-    return std::max<int64_t>(1, static_cast<int64_t>(corpus_.train().size()) / items_per_batch());
-  }
 
-  Batch train_batch(int64_t index) override {
-    Batch b;
-    auto starts = data::random_window_starts(static_cast<int64_t>(corpus_.train().size()), c_.context, c_.batch_size,
-                                             derive_seed(c_.seed, SeedUse::TrainBatches), index);
-    data::char_windows(corpus_.train(), starts, c_.context, b.input, b.target);
-    return b;
+  data::DatasetPtr train_dataset() const override {
+    const int64_t per_epoch = std::max<int64_t>(1, static_cast<int64_t>(corpus_.train().size()) / items_per_batch());
+    return std::make_shared<CharWindows>(corpus_.train(), c_.context, c_.batch_size, per_epoch,
+                                         derive_seed(c_.seed, SeedUse::TrainBatches));
+  }
+  data::SamplerPtr train_sampler() const override {
+    return std::make_shared<data::SequentialSampler>(train_dataset()->size());
   }
 
   Tensor loss(const Tensor& logits, const Tensor& target) const override {

@@ -89,6 +89,8 @@ void TrainerConfig::validate() const {
   check(log_every_n_steps >= 1, "log_every_n_steps", "at least 1", log_every_n_steps);
   check(checkpoint_every >= 0, "checkpoint_every", "0 (none) or more", checkpoint_every);
   check(threads >= 0 && threads <= 1024, "threads", "0 (all cores) to 1024", threads);
+  check(workers >= 0 && workers <= 256, "workers", "0 to 256", workers);
+  check(prefetch >= 1 && prefetch <= 64, "prefetch", "1 to 64", prefetch);
   check(batch_size >= 1, "batch_size", "at least 1", batch_size);
   check(optimizer == "adamw" || optimizer == "adam" || optimizer == "sgd", "optimizer", "adamw, adam or sgd",
         "'" + optimizer + "'");

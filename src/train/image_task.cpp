@@ -1,8 +1,9 @@
 // The images task: a small CNN classifies procedurally drawn shapes (data.h, make_shapes).
-// Training batches walk a per-epoch permutation of the training set, so an epoch sees every image
-// once and batch k is a pure function of (seed, k): resuming mid-epoch continues exactly.
+// Training batches walk a per-epoch permutation of the training set (RandomSampler), so an epoch
+// sees every image of its full batches once and batch k of epoch e is a pure function of
+// (seed, e, k): resuming mid-epoch continues exactly.
 #include <cstdio>
-#include <numeric>
+#include <cstring>
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
@@ -32,13 +33,34 @@ std::shared_ptr<nn::UnaryModule> cnn_tiny(int64_t classes, Generator* gen) {
   return seq;
 }
 
+// The rows of an ImageSet as loader samples: "image" f32 [3, size, size] and "label" i64 [].
+class ImageRows : public data::Dataset {
+ public:
+  explicit ImageRows(data::ImageSet set) : set_(std::move(set)) {}
+  int64_t size() const override { return set_.images.size(0); }
+  data::SampleSpec spec() const override {
+    Shape image = set_.images.shape();
+    image.erase(0);
+    return {{"image", image, DType::F32}, {"label", Shape{}, DType::I64}};
+  }
+  void read(int64_t index, uint64_t, const std::vector<Tensor>& fields) const override {
+    FT_CHECK(index >= 0 && index < size(), "images: expected a sample index in [0, ", size(), "), found ", index);
+    const int64_t pixels = fields[0].numel();
+    std::memcpy(fields[0].data<float>(), set_.images.data<float>() + index * pixels, sizeof(float) * pixels);
+    *fields[1].data<int64_t>() = set_.labels.data<int64_t>()[index];
+  }
+
+ private:
+  data::ImageSet set_;
+};
+
 class ImageTask : public Task {
  public:
   explicit ImageTask(const TrainerConfig& c) : c_(c) {
     data::ShapesOptions o;
     o.image_size = c.image_size;
     o.classes = c.classes;
-    train_ = data::make_shapes(c.train_images, derive_seed(c.seed, SeedUse::Data), o);
+    train_ = std::make_shared<ImageRows>(data::make_shapes(c.train_images, derive_seed(c.seed, SeedUse::Data), o));
     val_ = data::make_shapes(c.val_images, derive_seed(c.seed, SeedUse::ValData), o);
     Generator init(derive_seed(c.seed, SeedUse::Init));
     if (c.model == "cnn-mini")
@@ -51,14 +73,9 @@ class ImageTask : public Task {
   nn::UnaryModule& model() override { return *model_; }
   std::string unit() const override { return "samples"; }
   int64_t items_per_batch() const override { return c_.batch_size; }
-  int64_t batches_per_epoch() const override { return c_.train_images / c_.batch_size; }  // drop the last partial batch
-
-  Batch train_batch(int64_t index) override {
-    const int64_t epoch = index / batches_per_epoch(), within = index % batches_per_epoch();
-    if (epoch != order_epoch_) shuffle_for(epoch);
-    Tensor idx = empty({c_.batch_size}, DType::I64);
-    std::copy_n(order_.begin() + within * c_.batch_size, c_.batch_size, idx.data<int64_t>());
-    return {index_select(train_.images, 0, idx), index_select(train_.labels, 0, idx)};
+  data::DatasetPtr train_dataset() const override { return train_; }
+  data::SamplerPtr train_sampler() const override {
+    return std::make_shared<data::RandomSampler>(c_.train_images, derive_seed(c_.seed, SeedUse::TrainBatches));
   }
 
   Tensor loss(const Tensor& logits, const Tensor& target) const override { return cross_entropy(logits, target); }
@@ -97,24 +114,10 @@ class ImageTask : public Task {
   }
 
  private:
-  // Fisher-Yates with the epoch's own Philox stream.
-  void shuffle_for(int64_t epoch) {
-    order_.resize(c_.train_images);
-    std::iota(order_.begin(), order_.end(), 0);
-    const uint64_t key = derive_seed(c_.seed, SeedUse::TrainBatches);
-    for (int64_t i = c_.train_images - 1; i > 0; --i) {
-      Philox4 w = philox4x32(key, static_cast<uint64_t>(i), static_cast<uint64_t>(epoch));
-      const uint64_t r = (static_cast<uint64_t>(w.v[0]) << 32) | w.v[1];
-      std::swap(order_[i], order_[r % static_cast<uint64_t>(i + 1)]);
-    }
-    order_epoch_ = epoch;
-  }
-
   TrainerConfig c_;
-  data::ImageSet train_, val_;
+  std::shared_ptr<const ImageRows> train_;
+  data::ImageSet val_;
   std::shared_ptr<nn::UnaryModule> model_;
-  std::vector<int64_t> order_;
-  int64_t order_epoch_ = -1;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
-// What the Trainer trains: a Task owns the data and the model, hands out training batches by
-// index (a pure function of the seed and the index, so a resumed run sees the same batches), and
-// evaluates on its held-out split. Tasks: "char" (char_task.cpp), "images" (image_task.cpp).
+// What the Trainer trains: a Task owns the data and the model, exposes its training samples as a
+// Dataset with the Sampler that orders them (the Trainer reads them through a DataLoader, so batch
+// k of epoch e is a pure function of the seed, e and k and a resumed run sees the same batches),
+// and evaluates on its held-out split. Tasks: "char" (char_task.cpp), "images" (image_task.cpp).
 #pragma once
 #include <memory>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/loader.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/train.h"
 
@@ -29,9 +31,10 @@ class Task {
   virtual nn::UnaryModule& model() = 0;
   virtual std::string unit() const = 0;  // what throughput counts: "tokens" or "samples"
   virtual int64_t items_per_batch() const = 0;
-  virtual int64_t batches_per_epoch() const = 0;
-  // Training batch number `index` (0-based over the whole run, across epochs).
-  virtual Batch train_batch(int64_t index) = 0;
+  // Training samples: field 0 is the model input, field 1 the target. The Trainer batches them
+  // with batch_size rows and drop_last, in train_sampler() order.
+  virtual data::DatasetPtr train_dataset() const = 0;
+  virtual data::SamplerPtr train_sampler() const = 0;
   virtual Tensor loss(const Tensor& output, const Tensor& target) const = 0;
   // Loss (and accuracy) on the validation split, under inference mode with the model in eval mode.
   virtual EvalResult evaluate() = 0;

@@ -1,4 +1,5 @@
-// The training loop (train.h). One step: set_lr from the schedule, batch by index, zero_grad
+// The training loop (train.h). One step: set_lr from the schedule, the next batch from the
+// DataLoader (timed: the data wait), zero_grad
 // (set to none), forward, loss, backward, optional global-norm clip, optimizer step. The loss
 // stays a tensor, summed on the device between log intervals and read once per interval.
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/atomic_file.h"
+#include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
@@ -67,8 +69,17 @@ json parse_json(const std::string& text, const std::string& path) {
 struct Trainer::Impl {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::vector<Tensor> params;
+  std::unique_ptr<data::DataLoader> loader;  // training batches; its state is the data position
   Tensor loss_sum;  // training loss summed since the last log, on the device
   int64_t loss_count = 0;
+
+  // The next training batch, crossing into the next epoch when this one is exhausted.
+  const data::Batch& next_batch() {
+    const data::Batch* b = loader->next();
+    if (b == nullptr) b = loader->next();
+    FT_CHECK(b != nullptr, "Trainer: the data loader produced an empty epoch");
+    return *b;
+  }
 };
 
 Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
@@ -81,6 +92,16 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
   impl_ = std::make_unique<Impl>();
   impl_->params = task_->model().parameters();
   impl_->optimizer = make_optimizer(config_, task_->model());
+  data::LoaderOptions lo;
+  lo.batch_size = config_.batch_size;
+  lo.num_workers = static_cast<int>(config_.workers);
+  lo.pin_memory = config_.pin_memory;
+  lo.prefetch_factor = static_cast<int>(config_.prefetch);
+  lo.drop_last = true;  // every step sees batch_size samples
+  lo.seed = config_.seed;
+  impl_->loader = std::make_unique<data::DataLoader>(task_->train_dataset(), lo, task_->train_sampler());
+  FT_CHECK(impl_->loader->batches_per_epoch() >= 1, "Trainer: the training data holds fewer than batch_size = ",
+           config_.batch_size, " samples");
 }
 
 Trainer::~Trainer() = default;
@@ -99,23 +120,25 @@ TrainResult Trainer::fit() {
   write_file_atomically(dir + "/task.json", task_->describe().dump(2) + "\n");
   std::ofstream csv(dir + "/metrics.csv", std::ios::trunc);
   FT_CHECK(csv.good(), dir, "/metrics.csv: cannot open for writing");
-  csv << "step,epoch,split,loss,accuracy,lr,items_per_s,elapsed_s\n";
+  csv << "step,epoch,split,loss,accuracy,lr,items_per_s,elapsed_s,data_wait_ms\n";
 
   int64_t end = c.max_steps;
-  if (c.max_epochs > 0) end = std::min(end, c.max_epochs * task_->batches_per_epoch());
+  const int64_t batches_per_epoch = im.loader->batches_per_epoch();
+  if (c.max_epochs > 0) end = std::min(end, c.max_epochs * batches_per_epoch);
   const int64_t first_step = step_;
   ProgressLine progress(c.progress, first_step, end, task_->unit());
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   double eval_seconds = 0, last_log_train_seconds = 0;
+  double data_wait = 0, last_log_data_wait = 0;  // seconds blocked in the loader
   int64_t last_log_step = step_;
-  auto epoch_of = [&](int64_t step) { return static_cast<double>(step) / static_cast<double>(task_->batches_per_epoch()); };
+  auto epoch_of = [&](int64_t step) { return static_cast<double>(step) / static_cast<double>(batches_per_epoch); };
   auto record = [&](const MetricRow& r) {
     history_.push_back(r);
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%lld,%.4f,%s,%.9g,%s,%.9g,%.1f,%.3f\n", static_cast<long long>(r.step), r.epoch,
-                  r.split.c_str(), r.loss, r.accuracy >= 0 ? std::to_string(r.accuracy).c_str() : "", r.lr,
-                  r.items_per_s, r.elapsed_s);
+    std::snprintf(buf, sizeof buf, "%lld,%.4f,%s,%.9g,%s,%.9g,%.1f,%.3f,%.3f\n", static_cast<long long>(r.step),
+                  r.epoch, r.split.c_str(), r.loss, r.accuracy >= 0 ? std::to_string(r.accuracy).c_str() : "", r.lr,
+                  r.items_per_s, r.elapsed_s, r.data_wait_ms);
     csv << buf << std::flush;
   };
   EvalResult last_eval;
@@ -125,7 +148,7 @@ TrainResult Trainer::fit() {
     last_eval = task_->evaluate();
     evaluated = true;
     eval_seconds += elapsed() - start;
-    record({step_, epoch_of(step_), "val", last_eval.loss, last_eval.accuracy, lr, 0, elapsed()});
+    record({step_, epoch_of(step_), "val", last_eval.loss, last_eval.accuracy, lr, 0, elapsed(), 0});
     char buf[160];
     if (last_eval.accuracy >= 0)
       std::snprintf(buf, sizeof buf, "step %lld  val loss %.4f  val accuracy %.2f%%", static_cast<long long>(step_),
@@ -150,9 +173,11 @@ TrainResult Trainer::fit() {
   while (step_ < end) {
     lr = learning_rate(c, step_);
     im.optimizer->set_lr(lr);
-    Batch batch = task_->train_batch(step_);  // the data position is the step
+    const auto wait_start = std::chrono::steady_clock::now();
+    const data::Batch& batch = im.next_batch();  // valid until the next call: the step is done by then
+    data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     model.zero_grad(/*set_to_none=*/true);
-    Tensor loss = task_->loss(model.forward(batch.input), batch.target);
+    Tensor loss = task_->loss(model.forward(batch.fields[0]), batch.fields[1]);
     loss.backward();
     if (c.grad_clip > 0) clip_grad_norm(im.params, c.grad_clip);
     im.optimizer->step();
@@ -169,10 +194,12 @@ TrainResult Trainer::fit() {
       im.loss_count = 0;
       const double rate = static_cast<double>(task_->items_per_batch() * (step_ - last_log_step)) /
                           std::max(1e-9, train_seconds - last_log_train_seconds);
+      const double wait_ms = 1e3 * (data_wait - last_log_data_wait) / static_cast<double>(step_ - last_log_step);
       last_log_step = step_;
       last_log_train_seconds = train_seconds;
+      last_log_data_wait = data_wait;
       result.final_train_loss = train_loss;
-      record({step_, epoch_of(step_), "train", train_loss, -1, lr, rate, now});
+      record({step_, epoch_of(step_), "train", train_loss, -1, lr, rate, now, wait_ms});
       progress.log(step_, train_loss, lr, rate, now);
     } else {
       progress.tick(step_, elapsed());
@@ -193,6 +220,7 @@ TrainResult Trainer::fit() {
   result.seconds = elapsed();
   const double train_seconds = result.seconds - eval_seconds;
   result.items_per_s = train_seconds > 0 ? static_cast<double>(task_->items_per_batch() * (step_ - first_step)) / train_seconds : 0;
+  result.data_wait_s = data_wait;
   result.final_val_loss = last_eval.loss;
   result.final_val_accuracy = last_eval.accuracy;
   result.floor = task_->loss_floor();
@@ -209,6 +237,9 @@ TrainResult Trainer::fit() {
                   {"threads", get_num_threads()},
                   {"unit", task_->unit()},
                   {"items_per_s", result.items_per_s},
+                  {"workers", c.workers},
+                  {"data_wait_s", result.data_wait_s},
+                  {"data_wait_ms_per_step", step_ > first_step ? 1e3 * data_wait / static_cast<double>(step_ - first_step) : 0.0},
                   {"final_train_loss", result.final_train_loss},
                   {"final_val_loss", result.final_val_loss},
                   {"goal", result.goal},
@@ -231,9 +262,10 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
                    impl_->optimizer->state_metadata());
   const GeneratorState g = default_generator().state();
+  const data::LoaderState ls = impl_->loader->state();
   json state = {{"step", step_},
-                {"epoch", static_cast<double>(step_) / static_cast<double>(task_->batches_per_epoch())},
-                {"data_position", step_},
+                {"epoch", static_cast<double>(step_) / static_cast<double>(impl_->loader->batches_per_epoch())},
+                {"loader", {{"epoch", ls.epoch}, {"position", ls.position}, {"seed", ls.seed}}},
                 {"default_generator", {{"seed", g.seed}, {"offset", g.offset}}},
                 {"pending_loss_sum", impl_->loss_count ? impl_->loss_sum.item<double>() : 0.0},
                 {"pending_loss_count", impl_->loss_count},
@@ -265,12 +297,16 @@ void Trainer::resume(const std::string& dir) {
   int64_t step = 0, pending_count = 0;
   double pending_sum = 0;
   GeneratorState g;
+  data::LoaderState ls;
   try {
     step = st.at("step").get<int64_t>();
     pending_count = st.at("pending_loss_count").get<int64_t>();
     pending_sum = st.at("pending_loss_sum").get<double>();
     g.seed = st.at("default_generator").at("seed").get<uint64_t>();
     g.offset = st.at("default_generator").at("offset").get<uint64_t>();
+    ls.epoch = st.at("loader").at("epoch").get<uint64_t>();
+    ls.position = st.at("loader").at("position").get<int64_t>();
+    ls.seed = st.at("loader").at("seed").get<uint64_t>();
   } catch (const json::exception& e) {
     FT_FAIL(state_path, ": malformed trainer state: ", e.what());
   }
@@ -281,6 +317,7 @@ void Trainer::resume(const std::string& dir) {
   task_->model().load_state_dict(weights.tensors, /*strict=*/true);
   impl_->optimizer->load_state_tensors(opt_state.tensors);
   impl_->optimizer->load_state_metadata(opt_state.metadata);
+  impl_->loader->load_state(ls);
   step_ = step;
   default_generator().set_state(g);
   impl_->loss_count = pending_count;

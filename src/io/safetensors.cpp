@@ -265,7 +265,9 @@ SafetensorsFile load_safetensors(const std::string& path) {
   FT_CHECK(covered == data_bytes, path, ": data section holds ", data_bytes, " bytes but the tensors cover ",
            covered, ": ", data_bytes - covered, " trailing bytes (file altered or corrupt)");
   for (const auto& [name, crc] : checksums)
-    FT_CHECK(std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return e.name == name; }), path,
+    // wanted: clang 14 cannot capture a structured binding.
+    FT_CHECK(std::any_of(entries.begin(), entries.end(), [&wanted = name](const Entry& e) { return e.name == wanted; }),
+             path,
              ": metadata has a checksum for tensor '", name, "' which the file does not hold");
 
   result.tensors.reserve(entries.size());

@@ -151,8 +151,9 @@ void apply_toml(TrainerConfig& into, const std::string& text, const std::string&
     const auto& where = e.source().begin;
     FT_FAIL(source, ":", where.line, ":", where.column, ": invalid TOML: ", e.description());
   }
-  for (auto&& [key, node] : table) {
+  for (auto&& [key, entry] : table) {
     const std::string k(key.str());
+    const toml::node& node = entry;  // a plain reference: clang 14 cannot capture structured bindings
     bool known = false;
     visit_fields(into, [&](const char* name, auto& field, const char*) {
       if (k != name) return;

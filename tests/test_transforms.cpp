@@ -10,6 +10,7 @@
 #include "fasttrain/loader.h"
 #include "fasttrain/transforms.h"
 #include "support/expect_error.h"
+#include "support/parity.h"
 
 namespace ft::data {
 namespace {
@@ -85,6 +86,24 @@ TEST(TransformedDataset, MatchesReferenceForEveryDrawnCropAndFlip) {
     EXPECT_EQ(tops.size(), 4u);
     EXPECT_EQ(lefts.size(), 6u);
     EXPECT_EQ(flips.size(), 2u);
+  }
+}
+
+// PyTorch parity of the fused kernel for given draws (tests/parity/cases_transforms.py).
+TEST(TransformedDataset, MatchesPyTorchCropFlipNormalize) {
+  for (const char* name : {"transform_crop32_pad4_0_0_0", "transform_crop32_pad4_8_8_1", "transform_crop32_pad4_3_6_1",
+                           "transform_crop32_pad4_4_4_0", "transform_crop32_pad4_8_1_0"}) {
+    ft::test::ParityCase c(name);
+    if (!c.available()) GTEST_SKIP() << c.skip_reason();
+    ImageTransform t;
+    t.crop_size = c.param<int64_t>("size"), t.padding = c.param<int64_t>("padding"), t.horizontal_flip = true;
+    t.mean = c.param<std::vector<float>>("mean"), t.std = c.param<std::vector<float>>("std");
+    TransformedDataset ds(std::make_shared<ImageBytes>(1, 3, 32, 32), t);
+    Tensor image = c.input("x").to(DType::U8).contiguous(), out = empty(Shape{3, 32, 32}, DType::F32);
+    ds.apply(image.data<uint8_t>(), {c.param<int64_t>("top"), c.param<int64_t>("left"), c.param<bool>("flip")},
+             out.data<float>());
+    SCOPED_TRACE(name);
+    c.expect_output(out);
   }
 }
 

@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev               # JSON (checkpoint metadata, parity references)
   libtomlplusplus-dev libcli11-dev # run configuration files (TOML) and command-line parsing
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
+  clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
 )
 
 missing=()

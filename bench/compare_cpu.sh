@@ -21,12 +21,7 @@ fasttrain="$build/fasttrain"
 # without ../shared.
 peer="$here/../../shared/peer/torch_bench.py"
 [ -f "$peer" ] || peer="$here/torch_bench.py"
-# OpenBLAS misdetects some AVX-512 VMs and falls back to SSE3 kernels; fasttrain repairs that at
-# start-up (src/backend/cpu/blas_setup.cpp). Give PyTorch, which uses the same OpenBLAS, the same
-# kernels so the comparison is fair.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo; then
-  if grep -q avx512_bf16 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Cooperlake; else export OPENBLAS_CORETYPE=SkylakeX; fi
-fi
+source "$(cd "$(dirname "$0")" && pwd)/peer_env.sh"  # same BLAS kernels for the PyTorch peer
 : >"$out"
 # Percent of all CPU time spent busy over the next second (from /proc/stat).
 cpu_busy() {

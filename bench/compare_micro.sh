@@ -8,12 +8,7 @@ build="${1:-$here/../build/release}"
 threads="${2:-2}"
 iters="${3:-10}"
 ops=$(/usr/bin/python3 -c "import json;print(' '.join(sorted({c['name'] for c in json.load(open('$here/micro_cases.json'))['cases']})))")
-# OpenBLAS misdetects some AVX-512 VMs and falls back to SSE3 kernels; fasttrain repairs that at
-# start-up (src/backend/cpu/blas_setup.cpp). Give PyTorch, which uses the same OpenBLAS, the same
-# kernels so the comparison is fair.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo; then
-  if grep -q avx512_bf16 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Cooperlake; else export OPENBLAS_CORETYPE=SkylakeX; fi
-fi
+source "$(cd "$(dirname "$0")" && pwd)/peer_env.sh"  # same BLAS kernels for the PyTorch peer
 out=$(mktemp)
 for name in $ops; do
   OMP_NUM_THREADS=$threads "$build/micro_ops" --threads "$threads" --iters "$iters" --filter "$name" >>"$out"

@@ -36,6 +36,9 @@ struct GroupOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // LAMB (uses beta1, beta2, eps, weight_decay) / LARS (uses momentum, weight_decay)
+  double trust_coefficient = 0.001;  // LARS eta
+  bool exclude_from_adaptation = false;  // LARS: plain SGD+momentum for this group (biases, norms)
 };
 
 struct ParamGroup {
@@ -50,11 +53,19 @@ class Optimizer {
   // Applies one update to every parameter that has a gradient (parameters without .grad are
   // skipped, as in PyTorch). Runs under NoGrad.
   virtual void step() = 0;
+  // The same update, skipped for every parameter when the 0-d f32 tensor `found_inf` (on the
+  // parameters' device) is non-zero — GradScaler's skip decision. The flag is read by the update
+  // kernel itself, never by the host, so the step stays asynchronous on a GPU; skipped steps do
+  // not advance the per-parameter step counts (bias correction stays exact).
+  virtual void step(const Tensor& found_inf) = 0;
   void zero_grad(bool set_to_none = true);
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   // Sets the learning rate of every group (schedules call this each step).
   void set_lr(double lr);
+  // Sets the momentum of every group: `momentum` for SGD/LARS, `beta1` for Adam/AdamW/LAMB
+  // (what 1cycle and cyclic schedules cycle).
+  void set_momentum(double momentum);
   // Optimizer state (step counts, moments) as named tensors "<group>.<index>.<state>" plus
   // scalar hyper-parameters in metadata, so it can be saved with save_safetensors.
   virtual TensorMap state_tensors() const = 0;
@@ -82,6 +93,25 @@ std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups);
 std::unique_ptr<Optimizer> make_adam(std::vector<ParamGroup> groups);
 // AdamW with decoupled weight decay (p -= lr * wd * p): torch.optim.AdamW.
 std::unique_ptr<Optimizer> make_adamw(std::vector<ParamGroup> groups);
+
+// LAMB (You et al. 2019, as in NVIDIA apex FusedLAMB / timm Lamb without grad averaging): the
+// Adam direction with bias correction plus decoupled weight decay, scaled per tensor by the trust
+// ratio ||w|| / ||update|| (1 when either norm is zero). Two multi-tensor passes: norms, then update.
+std::unique_ptr<Optimizer> make_lamb(std::vector<ParamGroup> groups);
+// LARS (You et al. 2017): SGD with momentum where each tensor's learning rate is scaled by
+// trust_coefficient * ||w|| / (||g|| + weight_decay * ||w||) (1 when either norm is zero);
+// groups with exclude_from_adaptation (biases, norm weights) take plain momentum SGD.
+std::unique_ptr<Optimizer> make_lars(std::vector<ParamGroup> groups);
+
+// Gradient clipping, torch.nn.utils.clip_grad_norm_ / clip_grad_value_. The global L2 norm over
+// every gradient is one fused pass; the scale min(1, max_norm / (norm + 1e-6)) is computed and
+// applied by the kernels from the norm tensor, so nothing is read by the host. Returns the norm
+// before clipping as a 0-d f32 tensor (read it only when logging). Parameters without a gradient
+// are skipped. A non-finite norm scales by a non-finite factor, as in PyTorch (GradScaler skips
+// such steps anyway).
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
+// Clamps every gradient element to [-clip_value, clip_value] in one pass.
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 // Splits named parameters into a "decay" group and a "no_decay" group: biases (1-d tensors)
 // and norm weights get no weight decay (the Trainer's default, as in GPT-2/nanoGPT practice).

@@ -49,17 +49,20 @@ TEST(Bench, WorkloadsHaveBenchMdShapesAndParameterCounts) {
   EXPECT_EQ(gpt.model->num_parameters(), 512 * d + 128 * d + 4 * block + 2 * d);  // head tied to wte
 }
 
-TEST(Bench, StepTrainsInBothPrecisions) {
-  for (auto precision : {bench::Precision::FP32, bench::Precision::BF16}) {
+TEST(Bench, StepTrainsInEveryPrecision) {
+  using train::Precision;
+  for (auto precision : {Precision::FP32, Precision::BF16Mixed, Precision::FP16Mixed, Precision::BF16True}) {
     Generator gen(1);
     bench::Workload w = bench::make_workload("mlp", 8, gen);
     auto opt = bench::make_bench_optimizer(*w.model);
-    double first = bench::train_step(w, *opt, precision).item<double>();
+    auto runner = bench::make_step_runner(w, *opt, precision);
+    double first = runner->step(w.inputs, w.targets).item<double>();
     double last = first;
-    for (int i = 0; i < 5; ++i) last = bench::train_step(w, *opt, precision).item<double>();
-    EXPECT_LT(last, first) << bench::precision_name(precision);
-    // Master weights stay f32 under autocast.
-    for (const Tensor& p : w.model->parameters()) EXPECT_EQ(p.dtype(), DType::F32);
+    for (int i = 0; i < 5; ++i) last = runner->step(w.inputs, w.targets).item<double>();
+    EXPECT_LT(last, first) << train::precision_name(precision);
+    // Master weights stay f32 under autocast; bf16-true trains bf16 weights.
+    const DType expected = precision == Precision::BF16True ? DType::BF16 : DType::F32;
+    for (const Tensor& p : w.model->parameters()) EXPECT_EQ(p.dtype(), expected) << train::precision_name(precision);
   }
 }
 

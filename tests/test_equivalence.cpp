@@ -67,8 +67,9 @@ void expect_same_curve(const std::string& workload, int64_t batch) {
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
 
   auto opt = bench::make_bench_optimizer(*w.model);
+  auto runner = bench::make_step_runner(w, *opt, train::Precision::FP32);
   for (int step = 0; step < kSteps; ++step) {
-    double loss = bench::train_step(w, *opt, bench::Precision::FP32).item<double>();
+    double loss = runner->step(w.inputs, w.targets).item<double>();
     EXPECT_NEAR(loss, expected[step], kRelTol * std::abs(expected[step]))
         << workload << " step " << step << ": fasttrain " << loss << ", PyTorch " << expected[step];
   }

@@ -60,32 +60,47 @@ TrainerConfig tiny_char(const std::string& run_dir) {
 
 }  // namespace
 
-TEST(Schedule, WarmupThenCosineToMinLr) {
+TEST(Schedule, ConfigWarmupThenCosineToMinLr) {
   TrainerConfig c;
   c.lr = 1.0;
   c.min_lr = 0.1;
   c.warmup_steps = 10;
   c.max_steps = 110;
-  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 0.1);
-  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1.0);
-  EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1.0);
-  EXPECT_NEAR(learning_rate(c, 60), 0.55, 1e-12);  // half way down the cosine
-  EXPECT_NEAR(learning_rate(c, 110), 0.1, 1e-12);
+  auto s = make_schedule(c);
+  EXPECT_DOUBLE_EQ(s->lr(0), 0.1);
+  EXPECT_DOUBLE_EQ(s->lr(9), 1.0);
+  EXPECT_DOUBLE_EQ(s->lr(10), 1.0);
+  EXPECT_NEAR(s->lr(60), 0.55, 1e-12);  // half way down the cosine
+  EXPECT_NEAR(s->lr(110), 0.1, 1e-12);
   c.schedule = "constant";
-  EXPECT_DOUBLE_EQ(learning_rate(c, 60), 1.0);
+  EXPECT_DOUBLE_EQ(make_schedule(c)->lr(60), 1.0);
+  c.schedule = "multistep";
+  c.milestones = "20,50";
+  c.gamma = 0.5;
+  EXPECT_DOUBLE_EQ(make_schedule(c)->lr(49), 0.5);
+  EXPECT_DOUBLE_EQ(make_schedule(c)->lr(50), 0.25);
+  c.milestones = "20,x";
+  test::expect_error([&] { make_schedule(c); }, "option milestones: expected comma-separated steps");
+  c.schedule = "onecycle";
+  EXPECT_TRUE(make_schedule(c)->momentum(0).has_value());
+  c.schedule = "poly";
+  test::expect_error([&] { make_schedule(c); }, "option schedule: expected cosine, constant, step");
 }
 
-TEST(ClipGradNorm, ScalesToTheGlobalNormLikePyTorch) {
-  Tensor a = zeros({3}).requires_grad_(), b = zeros({2, 2}).requires_grad_(), unused = zeros({5}).requires_grad_();
-  a.set_grad(from_vector({3, 0, 0}, {3}));
-  b.set_grad(from_vector({0, 4, 0, 0}, {2, 2}));
-  EXPECT_NEAR(clip_grad_norm({a, b, unused}, 10.0), 5.0, 1e-12);  // under the limit: unchanged
-  EXPECT_EQ(a.grad().to_vector(), std::vector<double>({3, 0, 0}));
-  EXPECT_NEAR(clip_grad_norm({a, b, unused}, 1.0), 5.0, 1e-12);
-  const double coef = 1.0 / (5.0 + 1e-6);
-  EXPECT_NEAR(a.grad().to_vector()[0], 3 * coef, 1e-6);
-  EXPECT_NEAR(b.grad().to_vector()[1], 4 * coef, 1e-6);
-  test::expect_error([&] { clip_grad_norm({a}, 0.0); }, "positive max_norm");
+TEST(TrainerConfig, MemorySizesAndAutoBatch) {
+  EXPECT_EQ(parse_memory_size(""), 0);
+  EXPECT_EQ(parse_memory_size("512M"), 512LL << 20);
+  EXPECT_EQ(parse_memory_size("1.5G"), 3LL << 29);
+  EXPECT_EQ(parse_memory_size("4096"), 4096);
+  test::expect_error([] { parse_memory_size("lots"); }, "option memory_limit: expected a size like 8G");
+  test::expect_error([] { parse_memory_size("-1G"); }, "expected a positive size");
+  TrainerConfig c;
+  set_field(c, "batch_size", "auto");
+  EXPECT_EQ(c.batch_size, 0);
+  apply_toml(c, "batch_size = 12\n", "t");
+  EXPECT_EQ(c.batch_size, 12);
+  apply_toml(c, "batch_size = \"auto\"\n", "t");
+  EXPECT_EQ(c.batch_size, 0);
 }
 
 TEST(TrainerConfig, TomlRoundTripAndErrors) {

@@ -23,9 +23,15 @@ int run_bench_command(const std::vector<std::string>& args) {
   app.add_option("--workload", o.workload, "mlp, cnn-mini or gpt-mini")
       ->check(CLI::IsMember(ft::bench::workload_names()))
       ->capture_default_str();
-  app.add_option("--precision", precision, "fp32, or bf16 (autocast: bf16 matmuls/convs, fp32 master weights)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+  app.add_option("--precision", precision,
+                 "fp32 (or 32), bf16 (or bf16-mixed: autocast, fp32 master weights), fp16 (or fp16-mixed: autocast "
+                 "and loss scaling), bf16-true, tf32")
       ->capture_default_str();
+  app.add_option("--accumulate", o.accumulate, "micro-batches per step: the batch is split evenly (gradient accumulation)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_flag("--checkpoint-blocks", o.checkpoint_blocks,
+               "activation checkpointing: every transformer block is recomputed in backward (gpt-mini)");
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option("--steps", o.steps, "timed steps; the median is reported")
       ->check(CLI::Range(1, 1000000))
@@ -36,7 +42,7 @@ int run_bench_command(const std::vector<std::string>& args) {
   app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
 
   if (!ft::cli::parse_command_line(app, args, "bench")) return 0;
-  o.precision = ft::bench::precision_from_name(precision);
+  o.precision = ft::train::precision_from_name(precision);
   std::puts(ft::bench::to_json_line(ft::bench::run_bench(o)).c_str());
   std::fflush(stdout);
   return 0;

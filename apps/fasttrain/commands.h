@@ -27,3 +27,6 @@ struct CommandRegistrar {
 
 #define FT_REGISTER_COMMAND(NAME, SUMMARY, FN) \
   static ::ft::cli::CommandRegistrar ft_command_registrar_##NAME(#NAME, SUMMARY, FN)
+// For command names that are not identifiers ("lr-find").
+#define FT_REGISTER_COMMAND_NAMED(ID, NAME, SUMMARY, FN) \
+  static ::ft::cli::CommandRegistrar ft_command_registrar_##ID(NAME, SUMMARY, FN)

@@ -12,6 +12,7 @@
 #include "fasttrain/optim.h"
 #include "fasttrain/random.h"
 #include "fasttrain/tensor.h"
+#include "fasttrain/train_step.h"
 
 namespace ft::bench {
 
@@ -38,18 +39,21 @@ Tensor workload_loss(const Workload& w, const Tensor& output);
 // holding every parameter (as the peer's torch.optim.AdamW(model.parameters(), ...)).
 std::unique_ptr<optim::Optimizer> make_bench_optimizer(const nn::Module& model);
 
-enum class Precision { FP32, BF16 };
-// "fp32" / "bf16"; anything else throws ft::Error naming the accepted values.
-Precision precision_from_name(const std::string& name);
-const char* precision_name(Precision p);
-
-// One training step of BENCH.md: zero grads (set to none), forward (under bf16 autocast for
-// BF16), f32 loss, backward, optimizer step. Returns the loss.
-Tensor train_step(Workload& w, optim::Optimizer& opt, Precision precision);
+// The step runner of a workload: BENCH.md's step (zero grads to none, forward and the f32 loss
+// under autocast in the mixed modes, backward, optimizer step), with gradient accumulation over
+// `accumulate` equal micro-batches of the fixed batch when asked (fasttrain's own rows; the peer
+// has none).
+std::unique_ptr<train::StepRunner> make_step_runner(Workload& w, optim::Optimizer& opt, train::Precision precision,
+                                                    int64_t accumulate = 1);
+// BENCH.md's name of a precision in the JSON line: fp32, bf16, fp16 (mixed modes), else
+// Lightning's name (tf32, bf16-true).
+const char* bench_precision_name(train::Precision p);
 
 struct BenchOptions {
   std::string workload = "gpt-mini";
-  Precision precision = Precision::FP32;
+  train::Precision precision = train::Precision::FP32;
+  int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
+  bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
   int threads = 0;  // 0: all cores
   int steps = 10;   // timed steps; the median is reported
   int warmup = 3;
@@ -59,7 +63,10 @@ struct BenchOptions {
 
 struct BenchResult {
   std::string workload;
-  Precision precision = Precision::FP32;
+  train::Precision precision = train::Precision::FP32;
+  int64_t accumulate = 1;
+  bool checkpoint_blocks = false;
+  int64_t peak_allocated_bytes = 0;  // allocator high-water mark over the timed steps
   int64_t batch = 0;
   int threads = 0;
   double ms_per_step = 0;  // median of the timed steps
@@ -70,11 +77,12 @@ struct BenchResult {
   std::vector<double> step_ms;  // every timed step, in order
 };
 
-// Validates the options (known workload, positive steps/threads/batch, warmup >= 0), builds the
-// workload, warms up, times the steps.
+// Validates the options (known workload, positive steps/threads/batch, warmup >= 0, a batch that
+// divides into `accumulate`), builds the workload, warms up, times the steps.
 BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
-// and rounding: ms 3 decimals, throughput 1, loss 4).
+// and rounding: ms 3 decimals, throughput 1, loss 4); runs with accumulate > 1 or checkpointed
+// blocks add "accumulate" / "checkpoint_blocks" and every line ends with "peak_mem_mb".
 std::string to_json_line(const BenchResult& result);
 
 }  // namespace ft::bench

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "fasttrain/lr_finder.h"
+#include "fasttrain/schedule.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::train {
@@ -34,16 +36,47 @@ struct TrainerConfig {
   bool pin_memory = false;  // page-locked batch buffers (CUDA); aligned host memory otherwise
   int64_t prefetch = 2;     // batches in flight per worker
   // --- optimisation ---
-  int64_t batch_size = 32;
-  std::string optimizer = "adamw";  // adamw, adam or sgd
+  int64_t batch_size = 32;  // 0 ("auto" on the command line): the batch-size finder picks it
+  std::string optimizer = "adamw";  // adamw, adam, sgd, lamb or lars
   double lr = 5e-3;
   double min_lr = 5e-4;
-  std::string schedule = "cosine";  // "cosine": linear warmup then cosine to min_lr; "constant"
+  std::string schedule = "cosine";  // see visit_fields
   int64_t warmup_steps = 50;
   double weight_decay = 0.1;  // not applied to biases and norm weights
-  double momentum = 0.9;      // sgd
-  double beta1 = 0.9, beta2 = 0.99;  // adam/adamw
-  double grad_clip = 1.0;     // max global gradient norm; 0: off
+  double momentum = 0.9;      // sgd, lars
+  double beta1 = 0.9, beta2 = 0.99;  // adam/adamw/lamb
+  double trust_coefficient = 0.001;  // lars
+  double grad_clip = 1.0;     // max global gradient norm (or value); 0: off
+  std::string gradient_clip_algorithm = "norm";  // norm or value
+  int64_t accumulate = 1;     // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
+  // --- schedule parameters ---
+  int64_t step_size = 100;       // step: decay every N steps; cyclic: steps of the rising half cycle
+  int64_t step_size_down = 0;    // cyclic: steps of the falling half (0: step_size)
+  double gamma = 0.1;            // step, multistep, exponential, cyclic exp_range
+  std::string milestones;        // multistep: comma-separated steps
+  double start_factor = 1.0 / 3, end_factor = 1.0;  // linear
+  int64_t linear_steps = 5;      // linear: steps to go from start_factor to end_factor
+  int64_t decay_steps = 0;       // wsd: steps of the final decay (0: a fifth of max_steps)
+  double pct_start = 0.3;        // onecycle
+  std::string anneal_strategy = "cos";  // onecycle: cos or linear
+  double div_factor = 25, final_div_factor = 1e4;  // onecycle
+  bool three_phase = false;      // onecycle
+  std::string cyclic_mode = "triangular";  // cyclic: triangular, triangular2 or exp_range
+  bool cycle_momentum = true;    // onecycle, cyclic
+  double base_momentum = 0.85, max_momentum = 0.95;  // onecycle, cyclic
+  // --- precision and memory ---
+  std::string precision = "32";  // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
+  bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
+  std::string memory_limit;      // CPU memory budget for tensors ("8G", "512M"; "": none)
+  std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
+  int64_t max_batch_size = 4096;  // batch-size finder: upper bound
+  // --- checkpoints and callbacks ---
+  int64_t keep_last = 2;          // newest checkpoints kept (0: all)
+  int64_t keep_best = 1;          // best checkpoints by `monitor` kept besides
+  std::string monitor = "val_loss";  // val_loss (min) or val_accuracy (max)
+  int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
+  double early_stopping_min_delta = 0;
+  bool tensorboard = true;        // TensorBoard event file in <run_dir>/tensorboard
   // --- char task ---
   int64_t context = 64;
   int64_t layers = 2;
@@ -88,17 +121,48 @@ void visit_fields(Config& c, V&& v) {
   v("workers", c.workers, "data loader worker threads (0: read batches in the training thread)");
   v("pin_memory", c.pin_memory, "page-locked batch buffers for asynchronous host-to-device copies (CUDA)");
   v("prefetch", c.prefetch, "batches each data loader worker prepares ahead");
-  v("batch_size", c.batch_size, "sequences (char) or images per step");
-  v("optimizer", c.optimizer, "adamw, adam or sgd");
-  v("lr", c.lr, "peak learning rate");
-  v("min_lr", c.min_lr, "final learning rate of the cosine schedule");
-  v("schedule", c.schedule, "cosine (linear warmup, then cosine decay to min_lr) or constant");
-  v("warmup_steps", c.warmup_steps, "steps of linear warmup (cosine schedule)");
-  v("weight_decay", c.weight_decay, "weight decay (decoupled for adamw; none on biases and norms)");
-  v("momentum", c.momentum, "sgd momentum");
-  v("beta1", c.beta1, "adam/adamw beta1");
-  v("beta2", c.beta2, "adam/adamw beta2");
-  v("grad_clip", c.grad_clip, "clip the global gradient norm to this value (0: off)");
+  v("batch_size", c.batch_size, "sequences (char) or images per micro-batch; auto (0): the largest that fits memory, lr scaled linearly");
+  v("optimizer", c.optimizer, "adamw, adam, sgd, lamb or lars");
+  v("lr", c.lr, "peak learning rate (onecycle: max_lr; cyclic: the top of the cycle)");
+  v("min_lr", c.min_lr, "final learning rate of cosine and wsd; the bottom of the cyclic schedule");
+  v("schedule", c.schedule, "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd (warmup-stable-decay), onecycle or cyclic");
+  v("warmup_steps", c.warmup_steps, "steps of linear warmup (cosine, wsd)");
+  v("weight_decay", c.weight_decay, "weight decay (decoupled for adamw/lamb; none on biases and norms)");
+  v("momentum", c.momentum, "sgd/lars momentum");
+  v("beta1", c.beta1, "adam/adamw/lamb beta1");
+  v("beta2", c.beta2, "adam/adamw/lamb beta2");
+  v("trust_coefficient", c.trust_coefficient, "lars trust coefficient (eta)");
+  v("grad_clip", c.grad_clip, "clip gradients to this global norm (or value, see gradient_clip_algorithm; 0: off)");
+  v("gradient_clip_algorithm", c.gradient_clip_algorithm, "norm (global L2 norm) or value (each element)");
+  v("accumulate", c.accumulate, "micro-batches per optimizer step (gradient accumulation)");
+  v("step_size", c.step_size, "step: decay every N steps; cyclic: steps of the rising half cycle");
+  v("step_size_down", c.step_size_down, "cyclic: steps of the falling half cycle (0: step_size)");
+  v("gamma", c.gamma, "decay factor of step, multistep, exponential and cyclic exp_range");
+  v("milestones", c.milestones, "multistep: comma-separated steps where the lr is multiplied by gamma");
+  v("start_factor", c.start_factor, "linear: lr factor at step 0");
+  v("end_factor", c.end_factor, "linear: lr factor after linear_steps");
+  v("linear_steps", c.linear_steps, "linear: steps from start_factor to end_factor");
+  v("decay_steps", c.decay_steps, "wsd: steps of the final linear decay (0: a fifth of max_steps)");
+  v("pct_start", c.pct_start, "onecycle: fraction of the steps spent increasing the lr");
+  v("anneal_strategy", c.anneal_strategy, "onecycle: cos or linear");
+  v("div_factor", c.div_factor, "onecycle: initial lr = lr / div_factor");
+  v("final_div_factor", c.final_div_factor, "onecycle: final lr = initial lr / final_div_factor");
+  v("three_phase", c.three_phase, "onecycle: three phases (up, down, annihilate) instead of two");
+  v("cyclic_mode", c.cyclic_mode, "cyclic: triangular, triangular2 or exp_range");
+  v("cycle_momentum", c.cycle_momentum, "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
+  v("base_momentum", c.base_momentum, "onecycle/cyclic: lowest momentum");
+  v("max_momentum", c.max_momentum, "onecycle/cyclic: highest momentum");
+  v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true");
+  v("checkpoint_blocks", c.checkpoint_blocks, "activation checkpointing: recompute each transformer/residual block in backward to save memory");
+  v("memory_limit", c.memory_limit, "budget for tensor memory, e.g. 8G or 512M (empty: none); allocations past it fail cleanly");
+  v("batch_size_search", c.batch_size_search, "batch-size finder: power (double until it fails) or binsearch (then bisect)");
+  v("max_batch_size", c.max_batch_size, "batch-size finder: largest batch tried");
+  v("keep_last", c.keep_last, "checkpoints: keep the newest N (0: keep all)");
+  v("keep_best", c.keep_best, "checkpoints: also keep the best N by monitor");
+  v("monitor", c.monitor, "metric for best checkpoints and early stopping: val_loss or val_accuracy");
+  v("early_stopping_patience", c.early_stopping_patience, "stop after N evaluations without improvement of monitor (0: off)");
+  v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
+  v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
   v("context", c.context, "char: characters of context");
   v("layers", c.layers, "char: transformer blocks");
   v("dim", c.dim, "char: model width");
@@ -125,14 +189,10 @@ void set_field(TrainerConfig& c, const std::string& name, const std::string& val
 // visit_fields starts with "char:" or "images:").
 std::string option_scope(const std::string& name);
 
-// Learning rate at `step` (0-based): with the cosine schedule a linear warmup from lr/warmup to lr
-// over warmup_steps, then a half cosine from lr down to min_lr at max_steps; constant otherwise.
-double learning_rate(const TrainerConfig& c, int64_t step);
-
-// Scales the gradients of `params` in place so that their global L2 norm is at most `max_norm`
-// (torch.nn.utils.clip_grad_norm_); returns the norm before clipping. Parameters without a
-// gradient are skipped. The norm is one parallel pass over all gradients.
-double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// The learning-rate schedule of the config (schedule and its parameters; lr, min_lr, max_steps).
+std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c);
+// memory_limit as bytes ("8G", "512M", "1.5G", "1048576"; "" is 0: none); ft::Error otherwise.
+int64_t parse_memory_size(const std::string& text);
 
 // One logged row of metrics.csv.
 struct MetricRow {
@@ -145,6 +205,9 @@ struct MetricRow {
   double items_per_s = 0;  // tokens/s (char) or samples/s (images), train rows
   double elapsed_s = 0;
   double data_wait_ms = 0;  // train rows: mean time per step blocked waiting for the batch
+  double momentum = -1;     // momentum or beta1 in use (-1: the optimizer has none)
+  double grad_norm = -1;    // train rows: global gradient norm before clipping (-1: not computed)
+  double loss_scale = -1;   // train rows, fp16-mixed: the loss scale (-1: no loss scaling)
 };
 
 struct TrainResult {
@@ -162,6 +225,10 @@ struct TrainResult {
   std::string unit;        // what items_per_s counts: "tokens" or "samples"
   std::string model;       // the model's type name
   int64_t parameters = 0;
+  int64_t batch_size = 0;  // as trained (the finder's choice with --batch-size auto)
+  bool interrupted = false;     // SIGINT/SIGTERM: a checkpoint was saved and the run stopped
+  bool stopped_early = false;   // early stopping ended the run
+  std::string last_checkpoint;  // the newest checkpoint folder written ("" if none)
 };
 
 class Task;
@@ -184,6 +251,12 @@ class Trainer {
   const std::vector<MetricRow>& history() const { return history_; }
   // Writes a checkpoint of the current state into `dir` (atomically: a temporary folder renamed).
   void save_checkpoint(const std::string& dir) const;
+  // Asks fit() to save a checkpoint and return after the current step (what SIGINT and SIGTERM
+  // do during fit(); safe to call from a signal handler or another thread).
+  void request_stop();
+  // The learning-rate range test on this run's model, optimizer and data; the model, the
+  // optimizer state and the data position are restored afterwards.
+  LrFindResult lr_find(const LrFindOptions& options);
 
  private:
   struct Impl;
@@ -192,7 +265,26 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
   int64_t step_ = 0;
   std::vector<MetricRow> history_;
+  std::string batch_size_report_;  // what the batch-size finder did, shown when fit() starts
 };
+
+// The batch-size finder (Lightning's BatchSizeFinder): trial optimisation steps of the config's
+// model at growing batch sizes under the memory budget (memory_limit, or on the CPU 80% of the
+// memory available when unset) until one fails for lack of memory; "power" doubles from 2,
+// "binsearch" then bisects between the last success and the first failure. A failed trial leaves
+// the engine usable (the allocator unwinds). Model and data are built afresh and discarded.
+struct BatchSizeSearch {
+  int64_t batch_size = 0;                       // the largest batch that fitted
+  std::vector<std::pair<int64_t, bool>> trials;  // (batch size, fitted) in order
+  int64_t memory_limit = 0;                     // the budget used, bytes
+  std::string report;                           // one line for the log
+};
+BatchSizeSearch find_batch_size(const TrainerConfig& config);
+
+// "runs/<name>-YYYYMMDD-HHMMSS" (with a numeric suffix if that folder already exists).
+std::string default_run_dir(const std::string& name);
+// Makes `dir` and its parents; an error names the folder.
+void make_dirs(const std::string& dir);
 
 // The config a checkpoint or run folder was trained with (its config.toml).
 TrainerConfig load_run_config(const std::string& dir);

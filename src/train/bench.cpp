@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"
@@ -51,11 +52,18 @@ Workload make_workload(const std::string& name, int64_t batch, Generator& gen) {
   return w;
 }
 
-Tensor workload_loss(const Workload& w, const Tensor& output) {
+namespace {
+
+// The peer's loss: cross-entropy in f32 (`logits.float()`), language-model logits flattened.
+Tensor f32_cross_entropy(const Tensor& output, const Tensor& targets) {
   Tensor logits = output.dtype() == DType::F32 ? output : output.to(DType::F32);
-  if (logits.dim() == 3) return cross_entropy(logits.reshape({-1, logits.size(-1)}), w.targets.reshape({-1}));
-  return cross_entropy(logits, w.targets);
+  if (logits.dim() == 3) return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  return cross_entropy(logits, targets);
 }
+
+}  // namespace
+
+Tensor workload_loss(const Workload& w, const Tensor& output) { return f32_cross_entropy(output, w.targets); }
 
 std::unique_ptr<optim::Optimizer> make_bench_optimizer(const nn::Module& model) {
   optim::GroupOptions o;
@@ -67,25 +75,21 @@ std::unique_ptr<optim::Optimizer> make_bench_optimizer(const nn::Module& model) 
   return optim::make_adamw({optim::ParamGroup{model.parameters(), o, "all"}});
 }
 
-Precision precision_from_name(const std::string& name) {
-  if (name == "fp32") return Precision::FP32;
-  if (name == "bf16") return Precision::BF16;
-  FT_FAIL("bench: unknown precision '", name, "' (expected fp32 or bf16)");
+const char* bench_precision_name(train::Precision p) {
+  switch (p) {
+    case train::Precision::FP32: return "fp32";
+    case train::Precision::BF16Mixed: return "bf16";
+    case train::Precision::FP16Mixed: return "fp16";
+    default: return train::precision_name(p);
+  }
 }
 
-const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
-
-Tensor train_step(Workload& w, optim::Optimizer& opt, Precision precision) {
-  opt.zero_grad(/*set_to_none=*/true);
-  Tensor loss;
-  {
-    // The peer's `with torch.autocast(...)`: forward and loss inside the region, backward outside.
-    autocast::AutocastGuard amp(DType::BF16, precision == Precision::BF16);
-    loss = workload_loss(w, w.model->forward(w.inputs));
-  }
-  loss.backward();
-  opt.step();
-  return loss;
+std::unique_ptr<train::StepRunner> make_step_runner(Workload& w, optim::Optimizer& opt, train::Precision precision,
+                                                    int64_t accumulate) {
+  train::StepOptions so;
+  so.precision = precision;
+  so.accumulate = accumulate;
+  return std::make_unique<train::StepRunner>(*w.model, opt, f32_cross_entropy, so);
 }
 
 BenchResult run_bench(const BenchOptions& o) {
@@ -93,19 +97,33 @@ BenchResult run_bench(const BenchOptions& o) {
   FT_CHECK(o.warmup >= 0, "bench: expected --warmup >= 0, found ", o.warmup);
   FT_CHECK(o.threads >= 0, "bench: expected --threads > 0, found ", o.threads);
   FT_CHECK(o.batch >= 0, "bench: expected --batch > 0, found ", o.batch);
+  FT_CHECK(o.accumulate >= 1, "bench: expected --accumulate >= 1, found ", o.accumulate);
   if (o.threads) set_num_threads(o.threads);
   Generator gen(o.seed);
   Workload w = make_workload(o.workload, o.batch, gen);
+  FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
+           o.accumulate, " equal micro-batches");
+  if (o.checkpoint_blocks) {
+    auto* gpt = dynamic_cast<nn::GPT*>(w.model.get());
+    FT_CHECK(gpt != nullptr, "bench: --checkpoint-blocks needs a transformer workload (gpt-mini), found ", o.workload);
+    gpt->set_activation_checkpointing(true);
+  }
   auto opt = make_bench_optimizer(*w.model);
+  auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
 
-  for (int i = 0; i < o.warmup; ++i) train_step(w, *opt, o.precision);
+  for (int i = 0; i < o.warmup; ++i) runner->step(w.inputs, w.targets);
+  Allocator& alloc = allocator_for(Device::cpu());
+  alloc.reset_peak();
   BenchResult r;
   Tensor loss;
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    loss = train_step(w, *opt, o.precision);
+    loss = runner->step(w.inputs, w.targets);
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
+  r.peak_allocated_bytes = alloc.stats().peak_allocated_bytes;
+  r.accumulate = o.accumulate;
+  r.checkpoint_blocks = o.checkpoint_blocks;
   std::vector<double> sorted = r.step_ms;
   std::sort(sorted.begin(), sorted.end());
   r.ms_per_step = sorted[sorted.size() / 2];  // the peer's median: upper middle for even counts
@@ -138,10 +156,13 @@ std::string py_float(double x, int digits) {
 
 std::string to_json_line(const BenchResult& r) {
   std::string s = "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"cpu\", \"precision\": \"" +
-                  precision_name(r.precision) + "\", \"batch\": " + std::to_string(r.batch) +
+                  bench_precision_name(r.precision) + "\", \"batch\": " + std::to_string(r.batch) +
                   ", \"threads\": " + std::to_string(r.threads) + ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) +
                   ", \"" + r.item_unit + "_per_s\": " + py_float(r.items_per_s, 1) +
-                  ", \"loss\": " + py_float(r.loss, 4) + ", \"params\": " + std::to_string(r.params) + "}";
+                  ", \"loss\": " + py_float(r.loss, 4) + ", \"params\": " + std::to_string(r.params);
+  if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
+  if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
+  s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";
   return s;
 }
 

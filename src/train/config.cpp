@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "fasttrain/train.h"
+#include "fasttrain/train_step.h"
 
 namespace ft::train {
 
@@ -91,18 +92,38 @@ void TrainerConfig::validate() const {
   check(threads >= 0 && threads <= 1024, "threads", "0 (all cores) to 1024", threads);
   check(workers >= 0 && workers <= 256, "workers", "0 to 256", workers);
   check(prefetch >= 1 && prefetch <= 64, "prefetch", "1 to 64", prefetch);
-  check(batch_size >= 1, "batch_size", "at least 1", batch_size);
-  check(optimizer == "adamw" || optimizer == "adam" || optimizer == "sgd", "optimizer", "adamw, adam or sgd",
-        "'" + optimizer + "'");
+  check(batch_size >= 0, "batch_size", "at least 1 (or auto)", batch_size);
+  check(optimizer == "adamw" || optimizer == "adam" || optimizer == "sgd" || optimizer == "lamb" ||
+            optimizer == "lars",
+        "optimizer", "adamw, adam, sgd, lamb or lars", "'" + optimizer + "'");
   check(std::isfinite(lr) && lr > 0, "lr", "a positive learning rate", lr);
   check(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min_lr", "a value in [0, lr]", min_lr);
-  check(schedule == "cosine" || schedule == "constant", "schedule", "cosine or constant", "'" + schedule + "'");
   check(warmup_steps >= 0, "warmup_steps", "0 or more", warmup_steps);
   check(std::isfinite(weight_decay) && weight_decay >= 0, "weight_decay", "0 or more", weight_decay);
   check(momentum >= 0 && momentum < 1, "momentum", "a value in [0, 1)", momentum);
   check(beta1 >= 0 && beta1 < 1, "beta1", "a value in [0, 1)", beta1);
   check(beta2 >= 0 && beta2 < 1, "beta2", "a value in [0, 1)", beta2);
+  check(std::isfinite(trust_coefficient) && trust_coefficient > 0, "trust_coefficient", "a positive value",
+        trust_coefficient);
   check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
+  check(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value", "gradient_clip_algorithm",
+        "norm or value", "'" + gradient_clip_algorithm + "'");
+  check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
+  make_schedule(*this);  // validates the schedule and its parameters
+  precision_from_name(precision);
+  parse_memory_size(memory_limit);
+  check(batch_size_search == "power" || batch_size_search == "binsearch", "batch_size_search", "power or binsearch",
+        "'" + batch_size_search + "'");
+  check(max_batch_size >= 1, "max_batch_size", "at least 1", max_batch_size);
+  check(keep_last >= 0, "keep_last", "0 (all) or more", keep_last);
+  check(keep_best >= 0, "keep_best", "0 or more", keep_best);
+  check(monitor == "val_loss" || monitor == "val_accuracy", "monitor", "val_loss or val_accuracy",
+        "'" + monitor + "'");
+  FT_CHECK(monitor != "val_accuracy" || task == "images", "option monitor: val_accuracy is measured by the images "
+           "task only; the ", task, " task reports val_loss");
+  check(early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more", early_stopping_patience);
+  check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
+        "0 or more", early_stopping_min_delta);
   if (task == "char") {
     check(context >= 1 && context <= 4096, "context", "1 to 4096", context);
     check(layers >= 1, "layers", "at least 1", layers);
@@ -116,8 +137,8 @@ void TrainerConfig::validate() const {
     check(model == "cnn-mini" || model == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + model + "'");
     check(image_size >= 8 && image_size <= 512, "image_size", "8 to 512", image_size);
     check(classes >= 2 && classes <= 6, "classes", "2 to 6", classes);
-    FT_CHECK(train_images >= batch_size, "option train_images: expected at least batch_size = ", batch_size,
-             " images, found ", train_images);
+    FT_CHECK(train_images >= batch_size * accumulate, "option train_images: expected at least batch_size x accumulate = ",
+             batch_size * accumulate, " images, found ", train_images);
     check(val_images >= 1, "val_images", "at least 1", val_images);
     check(goal_accuracy > 0 && goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", goal_accuracy);
   }
@@ -172,6 +193,12 @@ void apply_toml(TrainerConfig& into, const std::string& text, const std::string&
         if (!node.is_number()) wrong("a number");
         field = *node.template value<double>();
       } else {
+        if constexpr (std::is_same_v<T, int64_t>) {
+          if (k == "batch_size" && node.is_string() && *node.template value<std::string>() == "auto") {
+            field = 0;  // the batch-size finder
+            return;
+          }
+        }
         if (!node.is_integer()) wrong("an integer");
         const int64_t v = *node.template value<int64_t>();
         if constexpr (std::is_same_v<T, uint64_t>) FT_CHECK(v >= 0, source, ": key '", k, "': expected a non-negative integer, found ", v);
@@ -189,6 +216,12 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
     known = true;
     using T = std::decay_t<decltype(field)>;
     auto bad = [&](const char* expected) { FT_FAIL("option ", name, ": expected ", expected, ", found '", value, "'"); };
+    if constexpr (std::is_same_v<T, int64_t>) {
+      if (key == "batch_size" && value == "auto") {  // the batch-size finder
+        field = 0;
+        return;
+      }
+    }
     if constexpr (std::is_same_v<T, std::string>) {
       field = value;
     } else if constexpr (std::is_same_v<T, bool>) {
@@ -215,12 +248,77 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
   FT_CHECK(known, "unknown option '", key, "'");
 }
 
-double learning_rate(const TrainerConfig& c, int64_t step) {
-  if (c.schedule == "constant") return c.lr;
-  if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
-  const double span = static_cast<double>(std::max<int64_t>(1, c.max_steps - c.warmup_steps));
-  const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / span);
-  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
+std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c) {
+  const std::string& s = c.schedule;
+  if (s == "cosine") return optim::make_cosine_warmup_schedule(c.lr, c.warmup_steps, c.max_steps, c.min_lr);
+  if (s == "constant") return optim::make_constant_schedule(c.lr);
+  if (s == "step") return optim::make_step_schedule(c.lr, c.step_size, c.gamma);
+  if (s == "multistep") {
+    std::vector<int64_t> milestones;
+    std::stringstream in(c.milestones);
+    for (std::string item; std::getline(in, item, ',');) {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(item.c_str(), &end, 10);
+      FT_CHECK(!item.empty() && *end == '\0' && errno == 0, "option milestones: expected comma-separated steps "
+               "like 100,200, found '", c.milestones, "'");
+      milestones.push_back(v);
+    }
+    FT_CHECK(!milestones.empty(), "option milestones: the multistep schedule needs at least one milestone (e.g. "
+             "--milestones 100,200)");
+    return optim::make_multistep_schedule(c.lr, milestones, c.gamma);
+  }
+  if (s == "exponential") return optim::make_exponential_schedule(c.lr, c.gamma);
+  if (s == "linear") return optim::make_linear_schedule(c.lr, c.start_factor, c.end_factor, c.linear_steps);
+  if (s == "wsd") {
+    const int64_t decay = c.decay_steps > 0 ? c.decay_steps : std::max<int64_t>(1, c.max_steps / 5);
+    return optim::make_wsd_schedule(c.lr, c.warmup_steps, decay, c.max_steps, c.min_lr);
+  }
+  if (s == "onecycle") {
+    optim::OneCycleOptions o;
+    o.max_lr = c.lr;
+    o.total_steps = c.max_steps;
+    o.pct_start = c.pct_start;
+    o.anneal_strategy = c.anneal_strategy;
+    o.cycle_momentum = c.cycle_momentum;
+    o.base_momentum = c.base_momentum;
+    o.max_momentum = c.max_momentum;
+    o.div_factor = c.div_factor;
+    o.final_div_factor = c.final_div_factor;
+    o.three_phase = c.three_phase;
+    return optim::make_one_cycle_schedule(o);
+  }
+  if (s == "cyclic") {
+    optim::CyclicOptions o;
+    o.base_lr = c.min_lr;
+    o.max_lr = c.lr;
+    o.step_size_up = c.step_size;
+    o.step_size_down = c.step_size_down;
+    o.mode = c.cyclic_mode;
+    o.gamma = c.gamma;
+    o.cycle_momentum = c.cycle_momentum;
+    o.base_momentum = c.base_momentum;
+    o.max_momentum = c.max_momentum;
+    return optim::make_cyclic_schedule(o);
+  }
+  FT_FAIL("option schedule: expected cosine, constant, step, multistep, exponential, linear, wsd, onecycle or "
+          "cyclic, found '", s, "'");
+}
+
+int64_t parse_memory_size(const std::string& text) {
+  if (text.empty()) return 0;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  double unit = 1;
+  const std::string suffix = end;
+  if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") unit = 1024.0;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MiB") unit = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GiB") unit = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "TB" || suffix == "TiB") unit = 1024.0 * 1024 * 1024 * 1024;
+  else FT_CHECK(suffix.empty(), "option memory_limit: expected a size like 8G, 512M or 1048576, found '", text, "'");
+  FT_CHECK(end != text.c_str() && std::isfinite(v) && v > 0 && v * unit < 9.2e18,
+           "option memory_limit: expected a positive size like 8G, 512M or 1048576, found '", text, "'");
+  return static_cast<int64_t>(v * unit);
 }
 
 }  // namespace ft::train

@@ -85,9 +85,10 @@ class ImageTask : public Task {
     model_->eval();
     const int64_t n = c_.val_images, chunk = 500;
     Tensor loss_sum, correct;
+    const DType input_dtype = model_->parameters().front().dtype();  // bf16 in bf16-true runs
     for (int64_t b = 0; b < n; b += chunk) {
       const int64_t len = std::min(chunk, n - b);
-      Tensor x = val_.images.narrow(0, b, len), y = val_.labels.narrow(0, b, len);
+      Tensor x = val_.images.narrow(0, b, len).to(input_dtype), y = val_.labels.narrow(0, b, len);
       Tensor logits = model_->forward(x);
       Tensor l = cross_entropy(logits, y, -100, 0.0, Reduction::Sum);
       Tensor k = sum(eq(argmax(logits, 1), y).to(DType::F32));

@@ -4,14 +4,13 @@
 #pragma once
 #include <string>
 
+#include "fasttrain/train.h"
+
 namespace ft::train {
 
 // The whole file; a missing or unreadable file is an error naming it and `what` it should be.
 std::string read_text(const std::string& path, const char* what);
-// "runs/<task>-YYYYMMDD-HHMMSS" (with a numeric suffix if that folder already exists).
-std::string default_run_dir(const std::string& task);
-// Makes `dir` and its parents; an error names the folder.
-void make_dirs(const std::string& dir);
+// default_run_dir and make_dirs are declared in fasttrain/train.h (the CLI uses them too).
 // Replaces folder `final_dir` by the fully written folder `tmp_dir` (rename; the parent folder is
 // fsynced so the new entry survives a crash).
 void commit_dir(const std::string& tmp_dir, const std::string& final_dir);

@@ -1,0 +1,109 @@
+// Shared option handling of `fasttrain train` and `fasttrain lr-find` (train_options.h).
+#include "train_options.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <type_traits>
+
+using namespace ft::train;
+
+namespace ft::cli {
+
+namespace {
+
+template <class T>
+std::string value_text(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>)
+    return v.empty() ? "\"\"" : v;
+  else if constexpr (std::is_same_v<T, bool>)
+    return v ? "true" : "false";
+  else {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+}
+
+std::string dashed(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
+  app.add_option("--config", o.config_path, "TOML file with any of the options below (keys with '_'); flags override it")
+      ->type_name("FILE");
+  if (with_resume)
+    app.add_option("--resume", o.resume_dir,
+                   "continue exactly from a checkpoint folder (runs/.../checkpoints/step-N); its config is the base")
+        ->type_name("DIR");
+
+  // One flag per config field; the help shows the char default and, where it differs, the images one.
+  const TrainerConfig char_defaults = TrainerConfig::defaults_for("char");
+  const TrainerConfig image_defaults = TrainerConfig::defaults_for("images");
+  std::vector<std::string> defaults_text;
+  visit_fields(image_defaults, [&](const char*, const auto& v, const char*) { defaults_text.push_back(value_text(v)); });
+  size_t i = 0;
+  visit_fields(char_defaults, [&](const char* name, const auto& v, const char* help) {
+    using T = std::decay_t<decltype(v)>;
+    std::string text = help, def = value_text(v);
+    const bool differs = defaults_text[i] != def && std::string(name) != "task";
+    if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
+    CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
+    opt->type_name(std::is_same_v<T, std::string> ? "TEXT"
+                   : std::is_same_v<T, bool>      ? "BOOL"
+                   : std::is_same_v<T, double>    ? "NUM"
+                                                  : "INT");
+    o.options.emplace_back(name, opt);
+    ++i;
+  });
+
+}
+
+TrainerConfig resolve_train_config(const TrainOptions& o) {
+  auto given = [&](const std::string& name) {
+    for (const auto& [n, opt] : o.options)
+      if (n == name) return opt->count() > 0;
+    return false;
+  };
+
+  // The task decides the defaults: from the flag, else the file, else the checkpoint, else char.
+  std::string file_text;
+  if (!o.config_path.empty()) {
+    std::FILE* f = std::fopen(o.config_path.c_str(), "rb");
+    FT_CHECK(f, "cannot read the config file ", o.config_path);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) file_text.append(buf, n);
+    std::fclose(f);
+  }
+  std::string task = "char";
+  TrainerConfig base;
+  if (!o.resume_dir.empty()) {
+    base = load_run_config(o.resume_dir);
+    base.run_dir.clear();  // a resumed run writes a new run folder unless --run-dir says otherwise
+    task = base.task;
+  }
+  if (!file_text.empty()) {
+    TrainerConfig probe;
+    probe.task.clear();
+    apply_toml(probe, file_text, o.config_path);
+    if (!probe.task.empty()) task = probe.task;
+  }
+  if (given("task")) task = o.values.at("task");
+  TrainerConfig c = o.resume_dir.empty() ? TrainerConfig::defaults_for(task) : base;
+  c.task = task;
+  if (!file_text.empty()) apply_toml(c, file_text, o.config_path);
+  for (const auto& [name, opt] : o.options) {
+    if (opt->count() == 0) continue;
+    const std::string scope = option_scope(name);
+    FT_CHECK(scope.empty() || scope == c.task, "option --", dashed(name), " applies to the ", scope,
+             " task, not ", c.task);
+    set_field(c, name, o.values.at(name));
+  }
+
+  return c;
+}
+
+}  // namespace ft::cli

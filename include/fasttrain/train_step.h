@@ -1,0 +1,82 @@
+// One optimisation step as PyTorch Lightning runs it, usable without the Trainer (the bench and
+// the finders use it too): precision policy (autocast, loss scaling, low-precision weights),
+// gradient accumulation over micro-batches, gradient clipping after unscaling, the optimizer
+// step (skipped on fp16 overflow without a host read) and the loss-scale update.
+// Implemented in src/train/train_step.cpp.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "fasttrain/amp.h"
+#include "fasttrain/nn.h"
+#include "fasttrain/optim.h"
+#include "fasttrain/tensor.h"
+
+namespace ft::train {
+
+// Lightning's `precision` vocabulary.
+//  FP32       "32"          everything in f32
+//  TF32       "tf32"        f32 tensors, TF32 tensor-core matmuls on CUDA (no effect on the CPU)
+//  BF16Mixed  "bf16-mixed"  autocast to bf16 (matmul/linear/conv/attention), f32 master weights
+//  FP16Mixed  "fp16-mixed"  autocast to f16 plus dynamic loss scaling (GradScaler)
+//  BF16True   "bf16-true"   weights and activations in bf16; the optimizer keeps f32 masters
+enum class Precision { FP32, TF32, BF16Mixed, FP16Mixed, BF16True };
+// Accepts the names above (and "fp32"/"32-true", "bf16"/"fp16" for the mixed modes, as BENCH.md
+// writes them); anything else is an ft::Error listing the accepted names.
+Precision precision_from_name(const std::string& name);
+const char* precision_name(Precision p);  // the Lightning name ("32", "bf16-mixed", ...)
+// True for BF16Mixed and FP16Mixed (the modes that run forward under autocast).
+bool precision_is_mixed(Precision p);
+
+struct StepOptions {
+  Precision precision = Precision::FP32;
+  int64_t accumulate = 1;                  // micro-batches per optimizer step
+  std::string clip_algorithm = "norm";     // "norm" (global L2 norm) or "value"
+  double clip = 0;                         // 0: no clipping
+  amp::GradScalerOptions scaler;           // used in FP16Mixed only
+};
+
+// (output, target) -> scalar loss.
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+class StepRunner {
+ public:
+  // Validates the options. For BF16True the model's parameters are converted to bf16 here.
+  StepRunner(nn::UnaryModule& model, optim::Optimizer& optimizer, LossFn loss, StepOptions options);
+
+  // Forward and backward of one micro-batch: the loss is divided by `accumulate` (and scaled in
+  // FP16Mixed) before backward. The first micro-batch of a step clears the gradients (to none).
+  // Returns the micro-batch's loss as computed (undivided, unscaled), detached, on the device.
+  Tensor forward_backward(const Tensor& input, const Tensor& target);
+  // After `accumulate` micro-batches: unscale (fp16), clip, optimizer step (skipped on overflow),
+  // scaler update. Throws ft::Error when called after a different number of micro-batches.
+  void optimizer_step();
+  // Runs a whole step on one batch split into `accumulate` equal micro-batches (the batch's
+  // first dim must divide evenly); returns the mean micro-batch loss (detached).
+  Tensor step(const Tensor& input, const Tensor& target);
+
+  // The global gradient norm before clipping of the last step (0-d tensor; undefined when
+  // clipping by norm is off). Reading it syncs with the device: log intervals only.
+  const Tensor& last_grad_norm() const { return grad_norm_; }
+  // The loss-scaling state (FP16Mixed; disabled otherwise).
+  amp::GradScaler& scaler() { return *scaler_; }
+  const StepOptions& options() const { return options_; }
+  // The input as the model expects it (floating inputs in bf16 for BF16True; else unchanged).
+  Tensor model_input(const Tensor& input) const;
+  // The dtype autocast regions use in mixed modes (BF16 or F16); F32 when not mixed.
+  DType autocast_dtype() const;
+
+ private:
+  nn::UnaryModule& model_;
+  optim::Optimizer& optimizer_;
+  LossFn loss_;
+  StepOptions options_;
+  std::unique_ptr<amp::GradScaler> scaler_;
+  std::vector<Tensor> params_;
+  int64_t micro_ = 0;  // micro-batches run in the current step
+  Tensor grad_norm_;
+};
+
+}  // namespace ft::train

@@ -1,0 +1,114 @@
+// The batch-size finder (train.h: find_batch_size). Each trial is a real optimisation step —
+// forward, backward and the optimizer's update with its state — at the config's precision, so
+// the peak it reaches is the peak training will reach at that batch size.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "fasttrain/allocator.h"
+#include "fasttrain/train.h"
+#include "fasttrain/train_step.h"
+#include "train/run_setup.h"
+#include "train/task.h"
+
+namespace ft::train {
+
+namespace {
+
+// 80% of MemAvailable: what a CPU run may use when the user set no budget.
+int64_t default_cpu_budget() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024 / 10 * 8;
+  FT_FAIL("batch-size finder: cannot read MemAvailable from /proc/meminfo; set --memory-limit");
+}
+
+std::string bytes_text(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+}  // namespace
+
+BatchSizeSearch find_batch_size(const TrainerConfig& config) {
+  TrainerConfig c = config;
+  c.batch_size = 1;  // the task's own loader layout is not used: trials build their batches
+  c.validate();
+  Allocator& alloc = allocator_for(Device::cpu());
+  BatchSizeSearch out;
+  const int64_t user_limit = parse_memory_size(config.memory_limit);
+  out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget();
+  alloc.set_memory_limit(static_cast<size_t>(out.memory_limit));
+
+  std::unique_ptr<Task> task = make_task(c);
+  nn::UnaryModule& model = task->model();
+  model.train();
+  if (c.checkpoint_blocks) set_block_checkpointing(model, true);
+  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(c, model);
+  StepOptions so = step_options(c);
+  so.accumulate = 1;  // memory is set by the micro-batch
+  StepRunner runner(model, *optimizer, [&](const Tensor& o, const Tensor& y) { return task->loss(o, y); }, so);
+  data::DatasetPtr dataset = task->train_dataset();
+  const data::SampleSpec spec = dataset->spec();
+  int64_t cap = std::min(config.max_batch_size, dataset->size() / config.accumulate);
+  FT_CHECK(cap >= 1, "batch-size finder: the training data holds ", dataset->size(), " samples, fewer than accumulate = ",
+           config.accumulate);
+
+  auto fits = [&](int64_t b) {
+    bool ok = true;
+    try {
+      std::vector<Tensor> fields;
+      for (const auto& f : spec) {
+        std::vector<int64_t> dims = {b};
+        for (int64_t d : f.shape) dims.push_back(d);
+        fields.push_back(empty(Shape(dims), TensorOptions(f.dtype)));
+      }
+      for (int64_t i = 0; i < b; ++i) {
+        std::vector<Tensor> rows;
+        for (const Tensor& t : fields) rows.push_back(t.select(0, i));
+        dataset->read(i % dataset->size(), 0, rows);
+      }
+      runner.step(fields[0], fields[1]);
+    } catch (const OutOfMemoryError&) {
+      ok = false;  // everything the trial allocated has been released by the unwinding
+    }
+    out.trials.emplace_back(b, ok);
+    return ok;
+  };
+
+  int64_t good = 0, bad = 0;
+  for (int64_t b = std::min<int64_t>(2, cap);; b = std::min(b * 2, cap)) {
+    if (!fits(b)) {
+      bad = b;
+      break;
+    }
+    good = b;
+    if (b == cap) break;
+  }
+  if (good == 0 && bad > 1 && fits(1)) good = 1;
+  if (config.batch_size_search == "binsearch" && good > 0 && bad > 0) {
+    while (bad - good > 1) {
+      const int64_t mid = good + (bad - good) / 2;
+      (fits(mid) ? good : bad) = mid;
+    }
+  }
+  // Leave the allocator as the run will use it: the user's budget (or none), no cached trial memory.
+  alloc.set_memory_limit(static_cast<size_t>(user_limit));
+  alloc.empty_cache();
+  FT_CHECK(good > 0, "batch-size finder: not even a batch of 1 fits in the memory budget of ",
+           bytes_text(out.memory_limit), " (set a larger --memory-limit)");
+  out.batch_size = good;
+  std::ostringstream r;
+  r << "batch-size finder (" << config.batch_size_search << ", budget " << bytes_text(out.memory_limit) << "):";
+  for (const auto& [b, ok] : out.trials) r << " " << b << (ok ? " ok," : " out of memory,");
+  r << " -> batch size " << good;
+  if (bad == 0) r << " (the largest tried: max_batch_size or the data size)";
+  out.report = r.str();
+  return out;
+}
+
+}  // namespace ft::train

@@ -1,0 +1,348 @@
+// Trainer features of the speed-and-safety issue: precision modes, gradient accumulation,
+// clipping by value, schedules with cycled momentum, the batch-size finder, the LR finder,
+// stopping on a signal, early stopping, checkpoint keeping, TensorBoard logging and checkpoint
+// integrity on resume.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/allocator.h"
+#include "fasttrain/bench.h"
+#include "fasttrain/fasttrain.h"
+#include "fasttrain/tensorboard.h"
+#include "fasttrain/train.h"
+#include "fasttrain/train_step.h"
+#include "support/expect_error.h"
+
+using namespace ft;
+using namespace ft::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("fasttrain_test_features_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  return p.string();
+}
+
+TrainerConfig tiny_char(const std::string& run_dir) {
+  TrainerConfig c = TrainerConfig::defaults_for("char");
+  c.run_dir = run_dir;
+  c.progress = false;
+  c.max_steps = 8;
+  c.warmup_steps = 2;
+  c.log_every_n_steps = 2;
+  c.eval_every = 4;
+  c.eval_batches = 2;
+  c.batch_size = 4;
+  c.context = 16;
+  c.layers = 1;
+  c.dim = 32;
+  c.heads = 2;
+  c.train_chars = 20000;
+  c.val_chars = 4000;
+  return c;
+}
+
+TrainerConfig tiny_images(const std::string& run_dir) {
+  TrainerConfig i = TrainerConfig::defaults_for("images");
+  i.run_dir = run_dir;
+  i.progress = false;
+  i.model = "cnn-tiny";
+  i.image_size = 16;
+  i.train_images = 64;
+  i.val_images = 20;
+  i.batch_size = 8;
+  i.max_steps = 6;
+  i.log_every_n_steps = 2;
+  i.eval_every = 3;
+  return i;
+}
+
+std::vector<std::vector<double>> weights_of(const nn::Module& m) {
+  std::vector<std::vector<double>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to(DType::F64).to_vector());
+  return out;
+}
+
+}  // namespace
+
+// Accumulating 4 micro-batches of 8 is one step on the batch of 32: same update within fp32
+// rounding (the loss is divided by 4 per micro-batch; summation order differs).
+TEST(TrainStep, AccumulatingFourTimesEightEqualsBatch32) {
+  for (const char* workload : {"mlp", "gpt-mini"}) {
+    SCOPED_TRACE(workload);
+    Generator g1(7), g2(7);
+    bench::Workload a = bench::make_workload(workload, workload == std::string("mlp") ? 32 : 4, g1);
+    bench::Workload b = bench::make_workload(workload, workload == std::string("mlp") ? 32 : 4, g2);
+    auto oa = bench::make_bench_optimizer(*a.model), ob = bench::make_bench_optimizer(*b.model);
+    auto ra = bench::make_step_runner(a, *oa, Precision::FP32, 1);
+    auto rb = bench::make_step_runner(b, *ob, Precision::FP32, 4);
+    for (int s = 0; s < 3; ++s) {
+      const double la = ra->step(a.inputs, a.targets).item<double>();
+      const double lb = rb->step(b.inputs, b.targets).item<double>();
+      EXPECT_NEAR(la, lb, 1e-5 * std::abs(la)) << "step " << s;
+    }
+    const auto wa = weights_of(*a.model), wb = weights_of(*b.model);
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < wa.size(); ++i)
+      for (size_t k = 0; k < wa[i].size(); ++k) {
+        max_diff = std::max(max_diff, std::abs(wa[i][k] - wb[i][k]));
+        max_abs = std::max(max_abs, std::abs(wa[i][k]));
+      }
+    EXPECT_LT(max_diff, 1e-5 * max_abs) << "weights differ by " << max_diff;
+    // Only the micro-batch count of a step is allowed.
+    rb->forward_backward(b.inputs.narrow(0, 0, 1), b.targets.narrow(0, 0, 1));
+    test::expect_error([&] { rb->optimizer_step(); }, "optimizer_step() after 1 micro-batches, expected 4");
+  }
+}
+
+TEST(TrainStep, ClipByValueBoundsEveryGradientElement) {
+  Generator gen(3);
+  bench::Workload w = bench::make_workload("mlp", 8, gen);
+  auto opt = optim::make_sgd({optim::ParamGroup{w.model->parameters(), optim::GroupOptions{}, "all"}});
+  StepOptions so;
+  so.clip = 1e-4;
+  so.clip_algorithm = "value";
+  StepRunner runner(*w.model, *opt, [&](const Tensor& o, const Tensor& y) { return bench::workload_loss(w, o); }, so);
+  runner.forward_backward(w.inputs, w.targets);
+  runner.optimizer_step();
+  double largest = 0;
+  for (const Tensor& p : w.model->parameters())
+    for (double g : p.grad().to(DType::F64).to_vector()) largest = std::max(largest, std::abs(g));
+  EXPECT_LE(largest, 1e-4);
+  EXPECT_GT(largest, 0.0);
+  so.clip_algorithm = "max";
+  test::expect_error([&] { StepRunner(*w.model, *opt, nullptr, so); }, "gradient_clip_algorithm: expected norm or value");
+}
+
+// Every precision mode trains the char task; bf16-true keeps bf16 weights, fp16-mixed logs its
+// loss scale, and each resumes exactly.
+TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
+  for (const char* precision : {"32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}) {
+    SCOPED_TRACE(precision);
+    TrainerConfig c = tiny_char(temp_dir(std::string("precision_") + precision));
+    c.precision = precision;
+    c.accumulate = 2;
+    c.checkpoint_every = 4;
+    c.max_steps = 8;
+    Trainer a(c);
+    TrainResult r = a.fit();
+    EXPECT_TRUE(std::isfinite(r.final_train_loss));
+    EXPECT_LT(a.history().back().loss, std::log(128.0));  // below the uniform guess over the padded vocabulary
+    if (std::string(precision) == "bf16-true")
+      for (const Tensor& p : a.task().model().parameters()) EXPECT_EQ(p.dtype(), DType::BF16);
+    bool saw_scale = false;
+    for (const MetricRow& m : a.history())
+      if (m.split == "train") saw_scale |= m.loss_scale > 0;
+    EXPECT_EQ(saw_scale, std::string(precision) == "fp16-mixed");
+
+    TrainerConfig cb = c;
+    cb.run_dir = temp_dir(std::string("precision_b_") + precision);
+    Trainer b(cb);
+    b.resume(c.run_dir + "/checkpoints/step-00000004");
+    b.fit();
+    std::vector<MetricRow> tail;
+    for (const MetricRow& m : a.history())
+      if (m.step > 4) tail.push_back(m);
+    ASSERT_EQ(tail.size(), b.history().size());
+    for (size_t k = 0; k < tail.size(); ++k) EXPECT_EQ(tail[k].loss, b.history()[k].loss) << "step " << tail[k].step;
+    fs::remove_all(c.run_dir);
+    fs::remove_all(cb.run_dir);
+  }
+}
+
+// The schedule drives lr and momentum every step (onecycle cycles Adam's beta1), LAMB and LARS
+// train, and both land in metrics and TensorBoard.
+TEST(Trainer, OneCycleMomentumAndNewOptimizersAreLogged) {
+  for (const char* optimizer : {"adamw", "lamb", "lars"}) {
+    SCOPED_TRACE(optimizer);
+    TrainerConfig c = tiny_char(temp_dir(std::string("onecycle_") + optimizer));
+    c.optimizer = optimizer;
+    c.schedule = "onecycle";
+    c.lr = optimizer == std::string("lars") ? 2.0 : 1e-2;
+    c.log_every_n_steps = 1;
+    Trainer t(c);
+    t.fit();
+    auto schedule = make_schedule(c);
+    for (const MetricRow& m : t.history()) {
+      if (m.split != "train") continue;
+      EXPECT_DOUBLE_EQ(m.lr, schedule->lr(m.step - 1)) << "step " << m.step;
+      EXPECT_DOUBLE_EQ(m.momentum, *schedule->momentum(m.step - 1)) << "step " << m.step;
+    }
+    const auto events = read_tensorboard_scalars(fs::directory_iterator(c.run_dir + "/tensorboard")->path().string());
+    int lr_events = 0;
+    for (const ScalarEvent& e : events) lr_events += e.tag == "train/lr";
+    EXPECT_EQ(lr_events, c.max_steps);  // one per step
+    fs::remove_all(c.run_dir);
+  }
+}
+
+// A SIGTERM during fit() saves a checkpoint after the current step and returns; the run resumes.
+TEST(Trainer, SigtermSavesACheckpointAndStops) {
+  TrainerConfig c = tiny_char(temp_dir("sigterm"));
+  c.max_steps = 100000;
+  c.eval_every = 0;
+  Trainer t(c);
+  std::thread killer([&] {
+    while (!fs::exists(c.run_dir + "/metrics.csv") || fs::file_size(c.run_dir + "/metrics.csv") < 200)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ::kill(::getpid(), SIGTERM);
+  });
+  TrainResult r = t.fit();
+  killer.join();
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_LT(r.steps, c.max_steps);
+  ASSERT_FALSE(r.last_checkpoint.empty());
+  EXPECT_TRUE(fs::exists(r.last_checkpoint + "/trainer_state.json"));
+  TrainerConfig cb = c;
+  cb.run_dir = temp_dir("sigterm_b");
+  cb.max_steps = r.steps + 2;
+  Trainer b(cb);
+  b.resume(r.last_checkpoint);
+  EXPECT_EQ(b.step(), r.steps);
+  EXPECT_EQ(b.fit().steps, r.steps + 2);
+  fs::remove_all(c.run_dir);
+  fs::remove_all(cb.run_dir);
+}
+
+TEST(Trainer, EarlyStoppingAndCheckpointKeeping) {
+  TrainerConfig c = tiny_char(temp_dir("early"));
+  c.max_steps = 40;
+  c.eval_every = 2;
+  c.checkpoint_every = 2;
+  c.keep_last = 2;
+  c.keep_best = 1;
+  c.early_stopping_patience = 3;
+  c.early_stopping_min_delta = 1e9;  // nothing after the first evaluation counts as an improvement
+  Trainer t(c);
+  TrainResult r = t.fit();
+  EXPECT_TRUE(r.stopped_early);
+  EXPECT_EQ(r.steps, 8);  // evaluations at 2 (best), 4, 6, 8: three without improvement
+  std::set<std::string> kept;
+  for (const auto& e : fs::directory_iterator(c.run_dir + "/checkpoints")) kept.insert(e.path().filename());
+  // The newest two and the best by validation loss (every checkpoint step was evaluated).
+  int64_t best_step = -1;
+  double best = INFINITY;
+  for (const MetricRow& m : t.history())
+    if (m.split == "val" && m.loss < best) best = m.loss, best_step = m.step;
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(best_step));
+  EXPECT_EQ(kept, (std::set<std::string>{"step-00000006", "step-00000008", name}));
+  fs::remove_all(c.run_dir);
+}
+
+// A checkpoint with one flipped byte is rejected (CRC) and the model stays as it was.
+TEST(Trainer, AlteredCheckpointIsRejectedAndChangesNothing) {
+  TrainerConfig c = tiny_char(temp_dir("altered"));
+  c.max_steps = 2;
+  c.checkpoint_every = 2;
+  Trainer(c).fit();
+  const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
+  {
+    std::fstream f(ckpt + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte ^= 0x10;
+    f.seekp(-5, std::ios::end);
+    f.write(&byte, 1);
+  }
+  Trainer t(c);
+  const auto before = weights_of(t.task().model());
+  test::expect_error([&] { t.resume(ckpt); }, "CRC");
+  EXPECT_EQ(weights_of(t.task().model()), before);
+  EXPECT_EQ(t.step(), 0);
+  fs::remove_all(c.run_dir);
+}
+
+// --batch-size auto under a memory budget: doubling until a trial fails for lack of memory, the
+// engine usable afterwards, the lr scaled with the batch.
+TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
+  for (const char* search : {"power", "binsearch"}) {
+    SCOPED_TRACE(search);
+    TrainerConfig c = tiny_images(temp_dir(std::string("autobatch_") + search));
+    c.train_images = 2048;
+    c.batch_size = 0;
+    c.memory_limit = "24M";
+    c.batch_size_search = search;
+    const BatchSizeSearch found = find_batch_size(c);
+    ASSERT_GE(found.trials.size(), 2u);
+    bool failed = false;
+    for (const auto& [b, ok] : found.trials) {
+      if (!ok) failed = true;
+      if (ok) EXPECT_LE(b, found.batch_size);
+    }
+    EXPECT_TRUE(failed) << found.report;
+    EXPECT_GE(found.batch_size, 2);
+    if (std::string(search) == "binsearch") {
+      // Bisection ends next to the first failure.
+      int64_t smallest_failure = INT64_MAX;
+      for (const auto& [b, ok] : found.trials)
+        if (!ok) smallest_failure = std::min(smallest_failure, b);
+      EXPECT_EQ(smallest_failure, found.batch_size + 1) << found.report;
+    }
+    Trainer t(c);
+    EXPECT_EQ(t.config().batch_size, found.batch_size);
+    EXPECT_NEAR(t.config().lr, TrainerConfig::defaults_for("images").lr * found.batch_size / 32.0, 1e-12);
+    t.fit();  // the engine is usable after the failed trials
+    allocator_for(Device::cpu()).set_memory_limit(0);
+    fs::remove_all(c.run_dir);
+  }
+}
+
+// lr_find sweeps, suggests a rate, and leaves weights, optimizer and data position untouched.
+TEST(Trainer, LrFindRestoresTheRun) {
+  TrainerConfig c = tiny_char(temp_dir("lrfind"));
+  c.max_steps = 4;
+  TrainerConfig c2 = c;
+  c2.run_dir = temp_dir("lrfind_ref");
+  Trainer t(c);
+  const auto before = weights_of(t.task().model());
+  LrFindOptions o;
+  o.steps = 30;
+  o.min_lr = 1e-5;
+  o.max_lr = 10;
+  LrFindResult r = t.lr_find(o);
+  EXPECT_GE(r.lrs.size(), 5u);
+  EXPECT_GT(r.suggestion, 1e-5);
+  EXPECT_LT(r.suggestion, 10.0);
+  EXPECT_EQ(weights_of(t.task().model()), before);
+  // Training after the sweep is the same as without it.
+  Trainer ref(c2);
+  t.fit();
+  ref.fit();
+  ASSERT_EQ(t.history().size(), ref.history().size());
+  for (size_t k = 0; k < t.history().size(); ++k) EXPECT_EQ(t.history()[k].loss, ref.history()[k].loss);
+  fs::remove_all(c.run_dir);
+  fs::remove_all(c2.run_dir);
+}
+
+// With activation checkpointing the char task trains to the same losses.
+TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
+  TrainerConfig c = tiny_char(temp_dir("ckblocks_a"));
+  c.layers = 2;
+  c.dropout = 0.1;
+  TrainerConfig cb = c;
+  cb.run_dir = temp_dir("ckblocks_b");
+  cb.checkpoint_blocks = true;
+  Trainer a(c), b(cb);
+  a.fit();
+  b.fit();
+  ASSERT_EQ(a.history().size(), b.history().size());
+  for (size_t k = 0; k < a.history().size(); ++k)
+    EXPECT_NEAR(a.history()[k].loss, b.history()[k].loss, 1e-6 * std::abs(a.history()[k].loss));
+  TrainerConfig bad = tiny_images(temp_dir("ckblocks_images"));
+  bad.checkpoint_blocks = true;
+  test::expect_error([&] { Trainer t(bad); }, "checkpoint_blocks: the");
+  fs::remove_all(c.run_dir);
+  fs::remove_all(cb.run_dir);
+}

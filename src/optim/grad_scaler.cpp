@@ -46,7 +46,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
            "update()");
   thread_local optim::detail::GradBlocks gb;  // scratch kept for its capacity
   thread_local std::vector<uint8_t> block_found;
-  std::vector<Tensor> params;
+  thread_local std::vector<Tensor> params;
+  params.clear();
   for (const auto& group : optimizer.param_groups()) params.insert(params.end(), group.params.begin(), group.params.end());
   optim::detail::collect_grads(params, "GradScaler.unscale_", gb);
   block_found.assign(gb.blocks.size(), 0);
@@ -71,7 +72,8 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   for (uint8_t f : block_found) found |= f;
   *found_inf_.data<float>() = found ? 1.0f : 0.0f;
   for (const Tensor& g : gb.grads) g.bump_version();
-  gb.grads.clear();
+  gb.grads.clear();  // do not keep the gradients and parameters alive
+  params.clear();
   unscaled_ = true;
 }
 

@@ -145,14 +145,13 @@ void MultiTensorOptimizer::run_norm_pass(const Kernel& kernel, const Wanted& wan
       [&](int64_t i) { return wanted(segments_[i]) ? segments_[i].numel : int64_t{0}; }, blocks_);
   block_sums_.assign(2 * blocks_.size(), 0.0);
   struct Context {
-    const MultiTensorOptimizer* self;
+    MultiTensorOptimizer* self;
     const Kernel* kernel;
   } ctx{this, &kernel};
   parallel_for(0, static_cast<int64_t>(blocks_.size()), 1, [c = &ctx](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const Block& blk = c->self->blocks_[b];
-      double* sums = const_cast<double*>(c->self->block_sums_.data()) + 2 * b;
-      (*c->kernel)(c->self->segments_[blk.segment], blk.first, blk.numel, sums);
+      (*c->kernel)(c->self->segments_[blk.segment], blk.first, blk.numel, c->self->block_sums_.data() + 2 * b);
     }
   });
   for (auto& s : segments_) s.norms[0] = s.norms[1] = 0;

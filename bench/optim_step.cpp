@@ -1,4 +1,5 @@
-// Optimizer step benchmark: one AdamW / Adam / SGD-momentum step over the parameters of the
+// Optimizer step benchmark: one AdamW / Adam / SGD-momentum / LAMB / LARS step (and AdamW's
+// step(found_inf) as GradScaler calls it, and clip_grad_norm_) over the parameters of the
 // gpt-mini workload (shared/BENCH.md: 52 tensors, 3,323,392 floats, decay / no_decay groups,
 // lr 3e-4, weight decay 0.1, betas 0.9/0.999, eps 1e-8). Prints one JSON line per optimizer, in
 // the same format as bench/torch_optim_step.py. Usage: optim_step [--threads N] [--iters N]
@@ -59,19 +60,30 @@ int main(int argc, char** argv) {
   auto named = gpt_mini_params();
   int64_t numel = 0;
   for (auto& [n, p] : named) numel += p.numel();
-  for (const std::string kind : {"adamw", "adam", "sgd"}) {
+  const Tensor clean = scalar_tensor(0.0f);  // GradScaler's found_inf after a clean unscale_
+  std::vector<Tensor> params;
+  for (auto& [n, p] : named) params.push_back(p);
+  for (const std::string kind : {"adamw", "adam", "sgd", "lamb", "lars", "adamw+found_inf", "clip_grad_norm_"}) {
     optim::GroupOptions o;
     o.lr = 3e-4;
     o.weight_decay = 0.1;
     o.momentum = 0.9;
     auto groups = optim::decay_groups(named, o);
-    auto opt = kind == "adamw" ? optim::make_adamw(groups) : kind == "adam" ? optim::make_adam(groups)
-                                                                            : optim::make_sgd(groups);
-    for (int i = 0; i < 3; ++i) opt->step();
+    auto opt = kind == "adam" ? optim::make_adam(groups)
+               : kind == "sgd" ? optim::make_sgd(groups)
+               : kind == "lamb" ? optim::make_lamb(groups)
+               : kind == "lars" ? optim::make_lars(groups)
+                                : optim::make_adamw(groups);
+    auto run = [&] {
+      if (kind == "adamw+found_inf") opt->step(clean);
+      else if (kind == "clip_grad_norm_") optim::clip_grad_norm_(params, 1e9);  // measures the norm pass
+      else opt->step();
+    };
+    for (int i = 0; i < 3; ++i) run();
     std::vector<double> ms;
     for (int i = 0; i < iters; ++i) {
       auto t0 = std::chrono::steady_clock::now();
-      opt->step();
+      run();
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());

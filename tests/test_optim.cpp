@@ -1,6 +1,7 @@
-// Optimizers (src/optim/): PyTorch parity of whole trajectories, state save/load, master weights
-// for bf16 parameters, option and state validation, and the multi-tensor pass's properties (no
-// allocation per step, results independent of the thread count).
+// Optimizers (src/optim/): PyTorch parity of whole trajectories (LAMB and LARS against reference
+// implementations in tests/parity/cases_optim.py), state save/load, master weights for bf16
+// parameters, option and state validation, the found_inf skip, the multi-tensor pass's properties
+// (no allocation per step, results independent of the thread count), and gradient clipping.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,6 +21,8 @@ namespace {
 std::unique_ptr<Optimizer> make(const std::string& kind, std::vector<ParamGroup> groups) {
   if (kind == "sgd") return make_sgd(std::move(groups));
   if (kind == "adam") return make_adam(std::move(groups));
+  if (kind == "lamb") return make_lamb(std::move(groups));
+  if (kind == "lars") return make_lars(std::move(groups));
   return make_adamw(std::move(groups));
 }
 
@@ -33,6 +36,8 @@ GroupOptions options_from(const nlohmann::json& g) {
   o.beta1 = g.value("beta1", 0.9);
   o.beta2 = g.value("beta2", 0.999);
   o.eps = g.value("eps", 1e-8);
+  o.trust_coefficient = g.value("trust_coefficient", 0.001);
+  o.exclude_from_adaptation = g.value("exclude_from_adaptation", false);
   return o;
 }
 
@@ -118,11 +123,22 @@ TEST(OptimParity, AdamW) {
   }
 }
 
+TEST(OptimParity, Lamb) {
+  for (const char* dt : {"f32", "f64"}) check_trajectory(std::string("lamb_") + dt);
+}
+
+TEST(OptimParity, Lars) {
+  for (const char* dt : {"f32", "f64"}) {
+    check_trajectory(std::string("lars_") + dt);
+    check_trajectory(std::string("lars_nesterov_") + dt);
+  }
+}
+
 // Saving after 3 steps and loading into a fresh optimizer continues exactly the same trajectory.
 TEST(OptimState, SaveLoadContinuesIdentically) {
   const auto dir = std::filesystem::temp_directory_path() / ("ft_optim_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  for (const std::string kind : {"sgd", "adam", "adamw"}) {
+  for (const std::string kind : {"sgd", "adam", "adamw", "lamb", "lars"}) {
     SCOPED_TRACE(kind);
     for (DType dt : {DType::F32, DType::BF16}) {
       GroupOptions o;
@@ -231,7 +247,7 @@ TEST(OptimState, LoadRejectsMismatchesAndChangesNothing) {
 // bf16 parameters are updated through an fp32 master copy: the master follows exactly the
 // trajectory of an f32 parameter, and the bf16 parameter is its rounding.
 TEST(OptimMasterWeights, Bf16FollowsTheF32Trajectory) {
-  for (const std::string kind : {"sgd", "adamw"}) {
+  for (const std::string kind : {"sgd", "adamw", "lamb", "lars"}) {
     SCOPED_TRACE(kind);
     std::vector<Tensor> low = make_params(4, DType::BF16);
     std::vector<Tensor> ref;
@@ -259,31 +275,38 @@ TEST(OptimMasterWeights, Bf16FollowsTheF32Trajectory) {
   }
 }
 
+// Per-tensor norms (LAMB, LARS) are summed in fixed blocks in a fixed order, so they too give
+// bitwise the same trajectory for any thread count.
 TEST(OptimMultiTensor, ResultsDoNotDependOnThreadCount) {
   const int threads = get_num_threads();
-  std::vector<std::vector<Tensor>> results;
-  for (int t : {1, 2, 3}) {
-    set_num_threads(t);
-    Generator gen(3);
-    std::vector<Tensor> ps{randn({300, 301}, DType::F32, &gen).requires_grad_(), randn({7}, DType::F32, &gen).requires_grad_(),
-          randn({50000}, DType::F32, &gen).requires_grad_()};
-    GroupOptions o;
-    o.weight_decay = 0.1;
-    auto opt = make_adamw({{ps, o, ""}});
-    for (int s = 0; s < 3; ++s) {
-      set_grads(ps, s);
-      opt->step();
+  for (const std::string kind : {"adamw", "lamb", "lars"}) {
+    SCOPED_TRACE(kind);
+    std::vector<std::vector<Tensor>> results;
+    for (int t : {1, 2, 3}) {
+      set_num_threads(t);
+      Generator gen(3);
+      std::vector<Tensor> ps{randn({300, 301}, DType::F32, &gen).requires_grad_(),
+                             randn({7}, DType::F32, &gen).requires_grad_(),
+                             randn({50000}, DType::F32, &gen).requires_grad_()};
+      GroupOptions o;
+      o.weight_decay = 0.1;
+      o.momentum = 0.9;
+      auto opt = make(kind, {{ps, o, ""}});
+      for (int s = 0; s < 3; ++s) {
+        set_grads(ps, s);
+        opt->step();
+      }
+      results.push_back(ps);
     }
-    results.push_back(ps);
+    set_num_threads(threads);
+    expect_identical(results[0], results[1]);
+    expect_identical(results[0], results[2]);
   }
-  set_num_threads(threads);
-  expect_identical(results[0], results[1]);
-  expect_identical(results[0], results[2]);
 }
 
 // Once the state exists a step allocates nothing from the tensor allocator.
 TEST(OptimMultiTensor, NoAllocationPerStep) {
-  for (const std::string kind : {"sgd", "adam", "adamw"}) {
+  for (const std::string kind : {"sgd", "adam", "adamw", "lamb", "lars"}) {
     SCOPED_TRACE(kind);
     std::vector<Tensor> ps = make_params(50);
     GroupOptions o;
@@ -292,8 +315,11 @@ TEST(OptimMultiTensor, NoAllocationPerStep) {
     set_grads(ps, 0);
     opt->step();  // creates the state
     auto& alloc = allocator_for(Device::cpu());
+    Tensor clean = scalar_tensor(0.0f), overflow = scalar_tensor(1.0f);
     const int64_t before = alloc.stats().num_allocs;
     for (int s = 0; s < 3; ++s) opt->step();
+    opt->step(clean);
+    opt->step(overflow);
     EXPECT_EQ(alloc.stats().num_allocs, before);
   }
 }
@@ -309,6 +335,74 @@ TEST(Optim, SkipsParametersWithoutGradient) {
   EXPECT_GT(ps[0].version(), version0);  // in-place update is visible to autograd's checks
   EXPECT_EQ(ps[1].to_vector(), before1);
   EXPECT_EQ(ps[1].version(), version1);
+}
+
+// step(found_inf): a set flag leaves parameters, moments and step counts bitwise unchanged, so a
+// run with a skipped step continues exactly like a run that never saw it (bias correction and
+// SGD's first momentum step included); a clear flag is the same as step().
+TEST(OptimSkip, SkippedStepChangesNothing) {
+  for (const std::string kind : {"sgd", "adam", "adamw", "lamb", "lars"}) {
+    SCOPED_TRACE(kind);
+    for (DType dt : {DType::F32, DType::BF16}) {
+      GroupOptions o;
+      o.lr = 0.01;
+      o.momentum = 0.9;
+      o.weight_decay = 0.1;
+      std::vector<Tensor> a = make_params(4, dt), b = clones(a), c = clones(a);
+      auto opt_a = make(kind, two_groups(a, o)), opt_b = make(kind, two_groups(b, o)),
+           opt_c = make(kind, two_groups(c, o));
+      Tensor overflow = scalar_tensor(1.0f), clean = scalar_tensor(0.0f);
+      // a: its very first step is skipped; then a, b (no skipped step) and c (clear flag) agree.
+      set_grads(a, 99, dt);
+      opt_a->step(overflow);
+      expect_identical(a, b);
+      EXPECT_TRUE(opt_a->state_tensors().empty());  // no state yet: every step so far was skipped
+      for (int s = 0; s < 4; ++s) {
+        set_grads(a, s, dt);
+        set_grads(b, s, dt);
+        set_grads(c, s, dt);
+        if (s == 2) {  // a skipped step in the middle: nothing at all changes
+          TensorMap before;
+          for (const auto& [n, t] : opt_a->state_tensors()) before.emplace_back(n, t.clone());
+          std::vector<Tensor> params_before = clones(a);
+          opt_a->step(overflow);
+          expect_identical(a, params_before);
+          const TensorMap after = opt_a->state_tensors();
+          ASSERT_EQ(after.size(), before.size());
+          for (size_t k = 0; k < after.size(); ++k)
+            EXPECT_EQ(after[k].second.to_vector(), before[k].second.to_vector()) << after[k].first;
+        }
+        opt_a->step(clean);
+        opt_b->step();
+        opt_c->step(clean);
+      }
+      expect_identical(a, b);
+      expect_identical(a, c);
+      EXPECT_EQ(opt_a->state_tensors()[0].second.item<int64_t>(), 4);  // "0.0.step": skipped steps not counted
+    }
+  }
+}
+
+TEST(OptimSkip, ValidatesTheFlag) {
+  std::vector<Tensor> ps = make_params(1);
+  auto opt = make_adam({{ps, GroupOptions{}, ""}});
+  set_grads(ps, 0);
+  expect_error([&] { opt->step(scalar_tensor(1.0)); }, "adam: found_inf must be a 0-d f32 tensor, found f64 []");
+  expect_error([&] { opt->step(zeros({2})); }, "found_inf must be a 0-d f32 tensor, found f32 [2]");
+  expect_error([&] { opt->step(Tensor()); }, "found_inf must be a 0-d f32 tensor, found undefined");
+}
+
+TEST(Optim, SetMomentum) {
+  std::vector<Tensor> ps = make_params(2);
+  auto sgd = make_sgd({{{ps[0]}, GroupOptions{}, "a"}, {{ps[1]}, GroupOptions{}, "b"}});
+  sgd->set_momentum(0.85);
+  for (const auto& g : sgd->param_groups()) EXPECT_EQ(g.options.momentum, 0.85);
+  auto adam = make_adamw({{ps, GroupOptions{}, ""}});
+  adam->set_momentum(0.95);
+  EXPECT_EQ(adam->param_groups()[0].options.beta1, 0.95);
+  EXPECT_EQ(adam->param_groups()[0].options.momentum, 0.0);
+  expect_error([&] { adam->set_momentum(1.0); }, "adamw: Invalid beta parameter at index 0: 1");
+  expect_error([&] { sgd->set_momentum(-1); }, "sgd: Invalid momentum value: -1");
 }
 
 TEST(Optim, ZeroGradAndSetLr) {
@@ -345,6 +439,15 @@ TEST(Optim, ValidatesOptions) {
   expect_error([&] { make_adamw(with([](GroupOptions& o) { o.beta2 = -0.5; })); },
                "adamw: Invalid beta parameter at index 1: -0.5");
   expect_error([&] { make_adamw(with([](GroupOptions& o) { o.eps = 0; })); }, "adamw: Invalid epsilon value: 0");
+  expect_error([&] { make_lamb(with([](GroupOptions& o) { o.beta2 = 1; })); },
+               "lamb: Invalid beta parameter at index 1: 1");
+  expect_error([&] { make_lamb(with([](GroupOptions& o) { o.weight_decay = -0.1; })); },
+               "lamb: Invalid weight_decay value: -0.1");
+  expect_error([&] { make_lars(with([](GroupOptions& o) { o.trust_coefficient = 0; })); },
+               "lars: Invalid trust_coefficient value: 0 (expected > 0; group 0 ('g'))");
+  expect_error([&] { make_lars(with([](GroupOptions& o) { o.momentum = -0.5; })); }, "lars: Invalid momentum value: -0.5");
+  expect_error([&] { make_lars(with([](GroupOptions& o) { o.nesterov = true; })); },
+               "lars: Nesterov momentum requires a momentum and zero dampening");
   expect_error([&] { make_adamw(with([](GroupOptions& o) { o.lr = std::nan(""); })); }, "Invalid learning rate: nan");
   // Edited through param_groups() after construction: caught at the next step.
   auto opt = make_adamw(with([](GroupOptions&) {}));
@@ -426,4 +529,78 @@ TEST(OptimLayouts, ChannelsLastParametersTrainLikeContiguousOnes) {
   }
   EXPECT_TRUE(b.is_channels_last());
   EXPECT_EQ(a.to_vector(), b.to_vector());
+}
+
+namespace {
+
+// Runs clip_grad_norm_ / clip_grad_value_ on the case's gradients and compares with PyTorch.
+void check_clip(const std::string& name) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  const int n = c.param<int>("ngrads");
+  std::vector<Tensor> params;
+  for (int k = 0; k < n; ++k) {
+    Tensor g = c.input("g" + std::to_string(k));
+    params.push_back(zeros_like(g).requires_grad_());
+    params.back().set_grad(g.clone());
+  }
+  int first = 0;
+  if (c.param<std::string>("fn") == "norm") {
+    Tensor norm = clip_grad_norm_(params, c.param<double>("limit"));
+    EXPECT_EQ(norm.dtype(), DType::F32);
+    EXPECT_EQ(norm.dim(), 0);
+    c.expect_output(norm.to(c.dtype()), 0);
+    first = 1;
+  } else {
+    clip_grad_value_(params, c.param<double>("limit"));
+  }
+  for (int k = 0; k < n; ++k) c.expect_output(params[k].grad(), first + k);
+}
+
+}  // namespace
+
+TEST(Clip, MatchesPyTorch) {
+  for (const char* dt : {"f32", "f64", "bf16"})
+    for (const char* v : {"norm", "norm_noop", "value"}) check_clip(std::string("clip_") + v + "_" + dt);
+}
+
+TEST(Clip, NormDoesNotDependOnThreadCount) {
+  const int threads = get_num_threads();
+  std::vector<std::vector<double>> norms, grads;
+  for (int t : {1, 2, 3}) {
+    set_num_threads(t);
+    std::vector<Tensor> ps = make_params(5);
+    ps.push_back(zeros({123457}).requires_grad_());
+    set_grads(ps, 0);
+    norms.push_back(clip_grad_norm_(ps, 0.5).to_vector());
+    grads.push_back(ps.back().grad().to_vector());
+  }
+  set_num_threads(threads);
+  EXPECT_EQ(norms[0], norms[1]);
+  EXPECT_EQ(norms[0], norms[2]);
+  EXPECT_EQ(grads[0], grads[2]);
+}
+
+TEST(Clip, SkipsMissingGradientsAndPropagatesNonFinite) {
+  std::vector<Tensor> ps = make_params(3);
+  ps[0].set_grad(full(ps[0].shape(), 3.0));
+  Tensor norm = clip_grad_norm_(ps, 1.0);  // ps[1], ps[2] have no gradient
+  EXPECT_FLOAT_EQ(norm.item<float>(), 3.0f * std::sqrt(static_cast<float>(ps[0].numel())));
+  EXPECT_FALSE(ps[1].grad().defined());
+  ps[1].set_grad(full(ps[1].shape(), std::nan("")));
+  EXPECT_TRUE(std::isnan(clip_grad_norm_(ps, 1.0).item<float>()));
+  EXPECT_TRUE(std::isnan(ps[0].grad().to_vector()[0]));  // as in PyTorch: a NaN factor
+  EXPECT_EQ(clip_grad_norm_({ps[2]}, 1.0).item<float>(), 0.0f);  // nothing to clip
+}
+
+TEST(Clip, ValidatesInput) {
+  std::vector<Tensor> ps = make_params(2);
+  set_grads(ps, 0);
+  expect_error([&] { clip_grad_norm_(ps, 0); }, "clip_grad_norm_: expected a positive max_norm, found 0");
+  expect_error([&] { clip_grad_norm_(ps, std::nan("")); }, "expected a positive max_norm, found nan");
+  expect_error([&] { clip_grad_value_(ps, -1); }, "clip_grad_value_: expected a non-negative clip_value, found -1");
+  expect_error([&] { clip_grad_norm_({Tensor()}, 1); }, "clip_grad_norm_: parameter 0 is undefined");
+  Tensor p = zeros({3, 4}).requires_grad_();
+  p.impl()->grad = zeros({4, 3}).t().impl_ptr();  // a transposed view: not dense in any order we walk
+  expect_error([&] { clip_grad_value_({p}, 1); }, "clip_grad_value_: the gradient of parameter 0 is not dense");
 }

@@ -42,7 +42,7 @@ class GradScaler {
   bool enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
-  // "scale" (f32) and "growth_tracker" (i64 as f32-safe integer count), for checkpoints; loading
+  // "scale" (0-d f32) and "growth_tracker" (0-d i64), the live tensors, for checkpoints; loading
   // checks names, shapes and dtypes before changing anything.
   TensorMap state_tensors() const;
   void load_state_tensors(const TensorMap& state);

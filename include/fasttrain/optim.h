@@ -8,8 +8,10 @@
 // Gradients may be f32, bf16 or f16 for an f32/bf16/f16 parameter (read as f32), f64 for f64.
 //
 // State, per parameter that has had a gradient: "step" (0-d i64, counted per parameter as in
-// PyTorch) and the optimizer's buffers (SGD: "momentum_buffer" when momentum != 0; Adam/AdamW:
+// PyTorch; kept in memory the update kernels read and advance, so skipped steps do not count) and
+// the optimizer's buffers (SGD, LARS: "momentum_buffer" when momentum != 0; Adam/AdamW, LAMB:
 // "exp_avg", "exp_avg_sq"), f32 (f64 for f64 parameters), plus "master" for bf16/f16 parameters.
+// A parameter whose every step so far was skipped has no entries.
 // state_tensors() names them "<group index>.<parameter index>.<state>", e.g. "0.3.exp_avg", and
 // returns the live buffers without copying (clone them to keep a snapshot across steps);
 // load_state_tensors() copies. Parameters that never had a gradient have no entries.
@@ -79,6 +81,7 @@ class Optimizer {
   // name and group count and parses every value before changing anything.
   void load_state_metadata(const std::map<std::string, std::string>& metadata);
   virtual std::string name() const = 0;
+  // Calls of step(), skipped ones included (the per-parameter "step" state counts real updates).
   int64_t step_count() const { return step_count_; }
 
  protected:
@@ -96,11 +99,14 @@ std::unique_ptr<Optimizer> make_adamw(std::vector<ParamGroup> groups);
 
 // LAMB (You et al. 2019, as in NVIDIA apex FusedLAMB / timm Lamb without grad averaging): the
 // Adam direction with bias correction plus decoupled weight decay, scaled per tensor by the trust
-// ratio ||w|| / ||update|| (1 when either norm is zero). Two multi-tensor passes: norms, then update.
+// ratio ||w|| / ||update|| (1 when either norm is zero; every tensor is adapted, the NVLAMB form).
+// Two multi-tensor passes: moments and norms, then update. Names: "lamb"; state as Adam's.
 std::unique_ptr<Optimizer> make_lamb(std::vector<ParamGroup> groups);
 // LARS (You et al. 2017): SGD with momentum where each tensor's learning rate is scaled by
 // trust_coefficient * ||w|| / (||g|| + weight_decay * ||w||) (1 when either norm is zero);
-// groups with exclude_from_adaptation (biases, norm weights) take plain momentum SGD.
+// groups with exclude_from_adaptation (biases, norm weights) take plain momentum SGD. The ratio
+// scales the weight-decayed gradient before momentum (torchlars/timm form); dampening and
+// Nesterov as in SGD. Name "lars"; state as SGD's.
 std::unique_ptr<Optimizer> make_lars(std::vector<ParamGroup> groups);
 
 // Gradient clipping, torch.nn.utils.clip_grad_norm_ / clip_grad_value_. The global L2 norm over

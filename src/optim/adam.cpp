@@ -7,7 +7,6 @@
 // PyTorch's foreach path makes about six passes over the parameters.
 #include <cmath>
 
-#include "fasttrain/autograd.h"
 #include "optim/multi_tensor.h"
 
 namespace ft::optim {
@@ -19,8 +18,8 @@ template <bool kDecoupled, class P, class G>
 void adam_update(const Segment& s, int64_t first, int64_t n) {
   using C = detail::update_t<P>;
   const GroupOptions& o = *s.options;
-  const double bias1 = 1 - std::pow(o.beta1, static_cast<double>(s.step));
-  const double bias2 = 1 - std::pow(o.beta2, static_cast<double>(s.step));
+  const double bias1 = 1 - std::pow(o.beta1, static_cast<double>(*s.step));
+  const double bias2 = 1 - std::pow(o.beta2, static_cast<double>(*s.step));
   const C decay = static_cast<C>(1 - o.lr * o.weight_decay), l2 = static_cast<C>(o.weight_decay);
   const C beta1 = static_cast<C>(o.beta1), one_minus_beta1 = static_cast<C>(1 - o.beta1);
   const C beta2 = static_cast<C>(o.beta2), one_minus_beta2 = static_cast<C>(1 - o.beta2);
@@ -59,14 +58,6 @@ class Adam final : public detail::MultiTensorOptimizer {
   }
   std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
 
-  void step() override {
-    autograd::NoGradGuard no_grad;
-    const int64_t total = prepare_step();
-    if (decoupled_) run_pass(total, &kernel<true>);
-    else run_pass(total, &kernel<false>);
-    finish_step();
-  }
-
  protected:
   int num_buffers(const GroupOptions&) const override { return 2; }
   const char* buffer_name(int index) const override { return index == 0 ? "exp_avg" : "exp_avg_sq"; }
@@ -81,6 +72,10 @@ class Adam final : public detail::MultiTensorOptimizer {
   }
 
  private:
+  void update(int64_t total) override {
+    if (decoupled_) run_pass(total, &kernel<true>);
+    else run_pass(total, &kernel<false>);
+  }
   template <bool kDecoupled>
   static void kernel(const Segment& s, int64_t first, int64_t n) {
     detail::dispatch_param_grad(s.param_dtype, s.grad_dtype, [&](auto p, auto g) {

@@ -30,6 +30,14 @@ void for_each_option(Options& o, F&& f) {
   f("beta1", o.beta1);
   f("beta2", o.beta2);
   f("eps", o.eps);
+  f("trust_coefficient", o.trust_coefficient);
+}
+
+// The boolean hyper-parameters, likewise.
+template <class Options, class F>
+void for_each_flag(Options& o, F&& f) {
+  f("nesterov", o.nesterov);
+  f("exclude_from_adaptation", o.exclude_from_adaptation);
 }
 
 // The fused pass walks a parameter, its gradient and its state as flat arrays of numel elements,
@@ -96,6 +104,17 @@ void Optimizer::set_lr(double lr) {
   for (auto& group : groups_) group.options.lr = lr;
 }
 
+void Optimizer::set_momentum(double momentum) {
+  // Adam-style optimizers keep their momentum as beta1 (what torch's schedules cycle too).
+  const bool adam_style = name() == "adam" || name() == "adamw" || name() == "lamb";
+  if (adam_style)
+    FT_CHECK(momentum >= 0 && momentum < 1, name(), ": Invalid beta parameter at index 0: ", momentum,
+             " (set_momentum expects a value in [0, 1))");
+  else
+    FT_CHECK(momentum >= 0, name(), ": Invalid momentum value: ", momentum, " (expected >= 0)");
+  for (auto& group : groups_) (adam_style ? group.options.beta1 : group.options.momentum) = momentum;
+}
+
 std::map<std::string, std::string> Optimizer::state_metadata() const {
   std::map<std::string, std::string> m{{"optimizer", name()},
                                        {"step_count", std::to_string(step_count_)},
@@ -103,7 +122,7 @@ std::map<std::string, std::string> Optimizer::state_metadata() const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = std::to_string(g) + ".";
     for_each_option(groups_[g].options, [&](const char* key, double v) { m[prefix + key] = format_double(v); });
-    m[prefix + "nesterov"] = groups_[g].options.nesterov ? "true" : "false";
+    for_each_flag(groups_[g].options, [&](const char* key, bool v) { m[prefix + key] = v ? "true" : "false"; });
     m[prefix + "name"] = groups_[g].name;
   }
   return m;
@@ -139,10 +158,12 @@ void Optimizer::load_state_metadata(const std::map<std::string, std::string>& me
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = std::to_string(g) + ".";
     for_each_option(options[g], [&](const char* key, double& v) { parse_number(prefix + key, v); });
-    const std::string& nesterov = get(prefix + "nesterov");
-    FT_CHECK(nesterov == "true" || nesterov == "false", name(), " state: metadata '", prefix,
-             "nesterov' must be true or false, found '", nesterov, "'");
-    options[g].nesterov = nesterov == "true";
+    for_each_flag(options[g], [&](const char* key, bool& v) {
+      const std::string& text = get(prefix + key);
+      FT_CHECK(text == "true" || text == "false", name(), " state: metadata '", prefix, key,
+               "' must be true or false, found '", text, "'");
+      v = text == "true";
+    });
   }
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = options[g];
   step_count_ = steps;
@@ -161,12 +182,20 @@ void MultiTensorOptimizer::check_all_options() const {
 
 std::string MultiTensorOptimizer::group_label(size_t g) const { return optim::group_label(groups_, g); }
 
-int64_t MultiTensorOptimizer::prepare_step() {
+int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
   // Groups and parameters may have been edited through param_groups(): check before any change.
   check_all_options();
   for (size_t g = 0; g < groups_.size(); ++g)
     FT_CHECK(groups_[g].params.size() == state_[g].size(), name(), ": ", group_label(g), " had ",
              state_[g].size(), " parameters when the optimizer was made, now ", groups_[g].params.size());
+  if (found_inf != nullptr) {
+    FT_CHECK(found_inf->defined() && found_inf->numel() == 1 && found_inf->dim() == 0 &&
+                 found_inf->dtype() == DType::F32,
+             name(), ": found_inf must be a 0-d f32 tensor, found ",
+             found_inf->defined() ? std::string(dtype_name(found_inf->dtype())) + " " + found_inf->shape().str() : "undefined");
+    FT_CHECK(found_inf->device().is_cpu(), name(), ": found_inf is on ", found_inf->device().str(),
+             ", the parameters on cpu");
+  }
   contiguous_grads_.clear();
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
@@ -189,6 +218,9 @@ int64_t MultiTensorOptimizer::prepare_step() {
   }
 
   segments_.clear();
+  skip_flag_ = found_inf != nullptr ? found_inf->data<float>() : nullptr;
+  // The step-count "kernel": += 1, or += 1 - found_inf (read from the flag's memory).
+  const int64_t advance = skip_flag_ != nullptr && *skip_flag_ != 0 ? 0 : 1;
   int64_t total = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const GroupOptions& options = groups_[g].options;
@@ -203,15 +235,17 @@ int64_t MultiTensorOptimizer::prepare_step() {
       }
       ParamState& st = state_[g][i];
       Segment s;
+      if (!st.step.defined()) st.step = scalar_tensor(int64_t{0}, DType::I64);
+      int64_t& step = *st.step.data<int64_t>();
       const DType state_dtype = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
       if (static_cast<int>(st.buffers.size()) != nbuf) {  // first step, or momentum switched on
         st.buffers.resize(nbuf);
         for (auto& b : st.buffers) b = empty_in_layout_of(p, state_dtype).zero_();
-        s.fresh_buffers = true;
+        st.buffers_first_step = step + 1;
       }
       if ((p.dtype() == DType::BF16 || p.dtype() == DType::F16) && !st.master.defined())
         st.master = in_layout_of(p, p.to(DType::F32));
-      ++st.step;
+      step += advance;
       s.begin = total;
       s.numel = p.numel();
       s.param = p.raw_data();
@@ -220,7 +254,8 @@ int64_t MultiTensorOptimizer::prepare_step() {
       s.grad_dtype = grad.dtype();
       s.master = st.master.defined() ? st.master.data<float>() : nullptr;
       for (int k = 0; k < nbuf; ++k) s.buffers[k] = st.buffers[k].raw_data();
-      s.step = st.step;
+      s.step = &step;
+      s.buffers_first_step = st.buffers_first_step;
       s.options = &options;
       if (s.numel == 0) continue;
       segments_.push_back(s);
@@ -230,11 +265,19 @@ int64_t MultiTensorOptimizer::prepare_step() {
   return total;
 }
 
+void MultiTensorOptimizer::run_step(const Tensor* found_inf) {
+  autograd::NoGradGuard no_grad;
+  const int64_t total = prepare_step(found_inf);
+  update(total);
+  finish_step();
+}
+
 void MultiTensorOptimizer::finish_step() {
   for (auto& group : groups_)
     for (auto& p : group.params)
       if (p.impl()->grad) p.bump_version();
   contiguous_grads_.clear();
+  skip_flag_ = nullptr;
   ++step_count_;
 }
 
@@ -244,9 +287,10 @@ TensorMap MultiTensorOptimizer::state_tensors() const {
     const int nbuf = num_buffers(groups_[g].options);
     for (size_t i = 0; i < state_[g].size(); ++i) {
       const ParamState& st = state_[g][i];
-      if (st.step == 0) continue;  // never updated: no state, as in PyTorch
+      // Never updated (no gradient yet, or every step skipped): no state, as in PyTorch.
+      if (!st.step.defined() || st.step.item<int64_t>() == 0) continue;
       const std::string prefix = std::to_string(g) + "." + std::to_string(i) + ".";
-      out.emplace_back(prefix + "step", scalar_tensor(st.step, DType::I64));
+      out.emplace_back(prefix + "step", st.step);
       for (int k = 0; k < nbuf && k < static_cast<int>(st.buffers.size()); ++k)
         out.emplace_back(prefix + buffer_name(k), st.buffers[k]);
       if (st.master.defined()) out.emplace_back(prefix + "master", st.master);
@@ -288,8 +332,9 @@ void MultiTensorOptimizer::load_state_tensors(const TensorMap& state) {
     if (kind == "step") {
       FT_CHECK(t.numel() == 1 && is_integral(t.dtype()) && t.dtype() != DType::Bool, who, ": entry '", key,
                "' must be one integer, found ", dtype_name(t.dtype()), " ", t.shape().str());
-      st.step = t.item<int64_t>();
-      FT_CHECK(st.step >= 1, who, ": entry '", key, "' holds step ", st.step, ", expected >= 1");
+      const int64_t step = t.item<int64_t>();
+      FT_CHECK(step >= 1, who, ": entry '", key, "' holds step ", step, ", expected >= 1");
+      st.step = scalar_tensor(step, DType::I64);
     } else {
       const bool is_master = kind == "master";
       const int nbuf = num_buffers(groups_[g].options);

@@ -122,10 +122,15 @@ void write_lr_find_svg(const std::string& path, const LrFindResult& result) {
     if (std::isfinite(result.smoothed[i]) && result.lrs[i] > 0) shown.push_back(i);
   FT_CHECK(!shown.empty(), "write_lr_find_svg: no point with a finite smoothed loss and a positive lr");
 
+  // The loss axis spans the curve before the divergence: the diverging point can be orders of
+  // magnitude higher and would flatten everything else; it is drawn leaving the plot (clipped).
+  const size_t last = result.diverged && shown.size() > 2 ? shown.size() - 1 : shown.size();
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  for (size_t i : shown) {
+  for (size_t k = 0; k < shown.size(); ++k) {
+    const size_t i = shown[k];
     x0 = std::min(x0, std::log10(result.lrs[i]));
     x1 = std::max(x1, std::log10(result.lrs[i]));
+    if (k >= last) continue;
     y0 = std::min(y0, result.smoothed[i]);
     y1 = std::max(y1, result.smoothed[i]);
   }
@@ -165,7 +170,9 @@ void write_lr_find_svg(const std::string& path, const LrFindResult& result) {
   }
   s += "</g>\n";
   // The curve.
-  s += "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
+  s += "<clipPath id=\"plot-area\"><rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(pw) +
+       "\" height=\"" + num(ph) + "\"/></clipPath>\n";
+  s += "<polyline clip-path=\"url(#plot-area)\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
   for (size_t k = 0; k < shown.size(); ++k) {
     const size_t i = shown[k];
     s += (k ? " " : "") + num(px(result.lrs[i])) + "," + num(py(result.smoothed[i]));

@@ -24,8 +24,12 @@ class TensorBoardWriter {
   const std::string& path() const { return path_; }
 
  private:
+  void write_record();  // frames event_ as a TFRecord and appends it to the file
+
   std::string path_;
   std::FILE* file_ = nullptr;
+  // Encoding buffers reused by every add_scalar (no allocation per step once grown).
+  std::string value_, summary_, event_, record_;
 };
 
 // A scalar read back from an event file.

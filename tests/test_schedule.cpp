@@ -113,26 +113,6 @@ TEST(Schedule, CyclicMatchesPyTorch) {
     check_against_pytorch(n);
 }
 
-// The factory must reproduce the Trainer's cosine schedule (train::learning_rate) bit for bit,
-// so that it can replace it.
-TEST(Schedule, CosineEqualsTrainerScheduleExactly) {
-  struct Case {
-    double lr, min_lr;
-    int64_t warmup, max_steps;
-  };
-  for (const Case k : {Case{3e-4, 1e-5, 30, 500}, Case{0.1, 0.0, 0, 7}, Case{1.0, 0.5, 9, 4}}) {
-    train::TrainerConfig c;
-    c.schedule = "cosine";
-    c.lr = k.lr;
-    c.min_lr = k.min_lr;
-    c.warmup_steps = k.warmup;
-    c.max_steps = k.max_steps;
-    const auto s = make_cosine_warmup_schedule(k.lr, k.warmup, k.max_steps, k.min_lr);
-    for (int64_t step = 0; step < k.max_steps + 5; ++step)
-      EXPECT_EQ(s->lr(step), train::learning_rate(c, step)) << "step " << step;
-  }
-}
-
 TEST(Schedule, OneCycleHoldsFinalValuesPastTheEnd) {
   OneCycleOptions o;
   o.total_steps = 20;

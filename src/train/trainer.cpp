@@ -124,7 +124,8 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
   if (config_.early_stopping_patience > 0)
     impl_->early_stopping =
         std::make_unique<EarlyStopping>(mode, config_.early_stopping_patience, config_.early_stopping_min_delta);
-  impl_->keeper = std::make_unique<CheckpointKeeper>(config_.keep_last, config_.keep_best, mode);
+  if (config_.keep_last > 0)  // keep_last 0 keeps every checkpoint
+    impl_->keeper = std::make_unique<CheckpointKeeper>(config_.keep_last, config_.keep_best, mode);
   data::LoaderOptions lo;
   lo.batch_size = config_.batch_size;
   lo.num_workers = static_cast<int>(config_.workers);
@@ -235,10 +236,8 @@ TrainResult Trainer::fit() {
     make_dirs(dir + "/checkpoints");
     const std::string path = dir + "/checkpoints/" + name;
     const double metric = last_eval_step == step_ ? monitored(c, last_eval) : std::nan("");
-    // Registered before writing so the saved keeper state already lists this checkpoint.
-    const std::vector<std::string> unkept = im.keeper->add(path, step_, metric);
     save_checkpoint(path);
-    delete_unkept(unkept);
+    if (im.keeper) delete_unkept(im.keeper->add(path, step_, metric));
     result.last_checkpoint = path;
   };
 
@@ -297,8 +296,7 @@ TrainResult Trainer::fit() {
         tb->add_scalar("train/loss", train_loss, step_);
         tb->add_scalar("train/" + task_->unit() + "_per_s", rate, step_);
         if (grad_norm >= 0) tb->add_scalar("train/grad_norm", grad_norm, step_);
-        if (loss_scale >= 0) tb->add_scalar("train/loss_scale", loss_scale, step_);
-        tb->flush();
+        if (loss_scale >= 0) tb->add_scalar("train/loss_scale", loss_scale, step_);  // flushed at evaluations
       }
       progress.log(step_, train_loss, lr, rate, now);
     } else {
@@ -354,7 +352,7 @@ TrainResult Trainer::fit() {
                   {"goal", result.goal},
                   {"goal_met", result.goal_met}};
   if (!result.last_checkpoint.empty()) summary["last_checkpoint"] = result.last_checkpoint;
-  if (!im.keeper->best_dir().empty()) summary["best_checkpoint"] = im.keeper->best_dir();
+  if (im.keeper && !im.keeper->best_dir().empty()) summary["best_checkpoint"] = im.keeper->best_dir();
   if (result.final_val_accuracy >= 0) summary["final_val_accuracy"] = result.final_val_accuracy;
   if (result.floor >= 0) {
     summary["loss_floor"] = result.floor;
@@ -382,7 +380,6 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"pending_loss_sum", impl_->loss_count ? impl_->loss_sum.item<double>() : 0.0},
                 {"pending_loss_count", impl_->loss_count},
                 {"optimizer", impl_->optimizer->name()},
-                {"checkpoint_keeper", impl_->keeper->state()},
                 {"config", config_to_json(config_)}};
   if (impl_->early_stopping) state["early_stopping"] = impl_->early_stopping->state();
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");

@@ -21,4 +21,9 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
 // Single-input, single-output convenience.
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
 
+// True while a checkpointed function is being re-run in backward. Layers with side effects that
+// must happen once per forward skip them then: BatchNorm does not update its running statistics
+// (or num_batches_tracked) a second time.
+bool recomputing();
+
 }  // namespace ft::autograd

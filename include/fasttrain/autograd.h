@@ -120,6 +120,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
 
+// For a node that runs a backward pass of its own while the engine runs it (activation
+// checkpointing backpropagates through its recomputation): backpropagates `grad_roots` from
+// `roots` and returns the gradients reaching `inputs` (leaves requiring grad; their .grad is left
+// alone). Other leaves are treated as the enclosing pass treats them: under backward() their .grad
+// accumulates; under grad() it is left alone and gradients for grad()'s inputs join its results.
+std::vector<Tensor> nested_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
+                                    const std::vector<Tensor>& inputs);
+
 // --- helpers for op authors ---
 // True when grad mode is on and any of the tensors requires grad.
 bool any_requires_grad(std::initializer_list<const Tensor*> inputs);

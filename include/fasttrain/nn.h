@@ -83,6 +83,27 @@ class UnaryModule : public Module {
 };
 using ModulePtr = std::shared_ptr<UnaryModule>;
 
+// A repeated block of a model (GPT's transformer blocks, the ResNets' residual blocks) whose
+// forward can run under activation checkpointing (autograd::checkpoint): its activations are
+// recomputed in backward instead of kept. Off by default; names and state_dict are unaffected.
+class CheckpointableBlock : public UnaryModule {
+ public:
+  Tensor forward(const Tensor& x) final;
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
+
+ protected:
+  virtual Tensor block_forward(const Tensor& x) = 0;
+
+ private:
+  bool checkpointing_ = false;
+};
+
+// Turns activation checkpointing on or off for every CheckpointableBlock in `model` (itself
+// included) and returns how many there are; throws if there are none (a model with no
+// checkpointable blocks would silently keep all its activations).
+int64_t set_activation_checkpointing(Module& model, bool on);
+
 // --- initialisers (in place, under NoGrad, from the given or default generator) ---
 namespace init {
 void normal_(Tensor& t, double mean = 0.0, double std = 1.0, Generator* gen = nullptr);
@@ -248,6 +269,7 @@ std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& sizes, Generator* ge
 // BENCH.md's `cnn-mini`: 6 x (conv3x3 no bias, BatchNorm, ReLU) with channels 32,32,64(s2),64,
 // 128(s2),128; global average pool; Linear(128, classes). Layout and names as torch.nn.Sequential.
 std::shared_ptr<Sequential> cnn_mini(int64_t in_channels = 3, int64_t classes = 10, Generator* gen = nullptr);
+// Their residual blocks are CheckpointableBlocks: nn::set_activation_checkpointing(*net, true).
 // ResNets: "resnet20", "resnet56" (CIFAR, 3x32x32, basic blocks 16/32/64) and "resnet18",
 // "resnet50" (ImageNet stem, basic / bottleneck blocks; resnet50 = BENCH.md's, bias-free convs).
 std::shared_ptr<UnaryModule> resnet(const std::string& name, int64_t classes, Generator* gen = nullptr);
@@ -276,6 +298,8 @@ class GPT : public UnaryModule {
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return cfg_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  // Checkpoints every transformer block (see CheckpointableBlock).
+  void set_activation_checkpointing(bool on);
 
  private:
   GPTConfig cfg_;

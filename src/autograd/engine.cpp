@@ -139,10 +139,28 @@ void record_function(const char* name, const std::vector<const Tensor*>& inputs,
 
 namespace {
 
-// Shared by backward() and grad(): runs the graph above `roots`. When `capture` is non-empty,
-// gradients arriving at those edges are stored in `captured` instead of flowing into leaves.
+// What a backward pass does with gradients besides running nodes. grad() stops at leaves and
+// stores the gradients reaching its inputs' edges in `slots`; backward() accumulates into
+// leaves. A nested pass (nested_backward) adds its own captured edges to those of the pass it
+// runs inside, so gradients for the enclosing grad()'s inputs still land in its results.
+struct RunContext {
+  bool stop_at_leaves = false;
+  std::vector<Edge> capture;
+  std::vector<Tensor*> slots;  // one per capture edge
+};
+
+// The pass this thread is running, if any (nodes may start nested passes).
+thread_local RunContext* tls_current_run = nullptr;
+
+bool captures(const RunContext& ctx, const Node* fn) {
+  for (const Edge& e : ctx.capture)
+    if (e.fn.get() == fn) return true;
+  return false;
+}
+
+// Runs the graph above `roots` under `ctx`'s rules.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph,
-                  const std::vector<Edge>& capture, std::vector<Tensor>* captured) {
+                  RunContext& ctx) {
   FT_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: ", roots.size(), " outputs but ",
            grad_roots.size(), " gradients");
   std::vector<Edge> root_edges;
@@ -181,9 +199,9 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   auto accumulate = [&](const Edge& e, Tensor g) {
-    for (size_t c = 0; c < capture.size(); ++c) {
-      if (capture[c].fn == e.fn && capture[c].input_nr == e.input_nr) {
-        Tensor& slot = (*captured)[c];
+    for (size_t c = 0; c < ctx.capture.size(); ++c) {
+      if (ctx.capture[c].fn == e.fn && ctx.capture[c].input_nr == e.input_nr) {
+        Tensor& slot = *ctx.slots[c];
         slot = slot.defined() ? add(slot, g) : g;
       }
     }
@@ -203,7 +221,11 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     if (deps[e.fn.get()] == 0 && queued.insert(e.fn.get()).second) ready.push(e.fn);
 
   NoGradGuard no_grad;  // backward formulas are not themselves recorded (no double backward)
-  const bool capturing = !capture.empty();
+  struct CurrentRun {  // restores the enclosing pass's context, also when a node throws
+    RunContext* prev;
+    explicit CurrentRun(RunContext* c) : prev(tls_current_run) { tls_current_run = c; }
+    ~CurrentRun() { tls_current_run = prev; }
+  } current_run(&ctx);
   while (!ready.empty()) {
     std::shared_ptr<Node> node = ready.top();
     ready.pop();
@@ -220,10 +242,10 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
         if (r.defined()) grads[i] = r;
       }
     }
-    // grad() must not touch leaves' .grad: stop at accumulators.
+    // grad() must not touch leaves' .grad, nor a pass their captured gradients: stop there.
     bool is_accumulator = node->next_edges.empty() && node->name() == "AccumulateGrad";
     std::vector<Tensor> input_grads;
-    if (!(capturing && is_accumulator)) input_grads = node->apply(grads);
+    if (!(is_accumulator && (ctx.stop_at_leaves || captures(ctx, node.get())))) input_grads = node->apply(grads);
     if (!retain_graph) node->release_saved();
     FT_CHECK(input_grads.size() <= node->next_edges.size(), node->name(), ": returned ", input_grads.size(),
              " gradients for ", node->next_edges.size(), " inputs");
@@ -245,18 +267,39 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
-  run_backward(roots, grad_roots, retain_graph, {}, nullptr);
+  RunContext ctx;
+  run_backward(roots, grad_roots, retain_graph, ctx);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, bool retain_graph) {
-  std::vector<Edge> capture;
-  for (const Tensor& t : inputs) {
-    FT_CHECK(t.requires_grad(), "grad: an input does not require grad");
-    capture.push_back(edge_of(t));
-  }
   std::vector<Tensor> captured(inputs.size());
-  run_backward(outputs, grad_outputs, retain_graph, capture, &captured);
+  RunContext ctx;
+  ctx.stop_at_leaves = true;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    FT_CHECK(inputs[i].requires_grad(), "grad: input ", i, " does not require grad");
+    ctx.capture.push_back(edge_of(inputs[i]));
+    ctx.slots.push_back(&captured[i]);
+  }
+  run_backward(outputs, grad_outputs, retain_graph, ctx);
+  return captured;
+}
+
+std::vector<Tensor> nested_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots,
+                                    const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> captured(inputs.size());
+  RunContext ctx;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    FT_CHECK(inputs[i].requires_grad(), "nested_backward: input ", i, " does not require grad");
+    ctx.capture.push_back(edge_of(inputs[i]));
+    ctx.slots.push_back(&captured[i]);
+  }
+  if (RunContext* outer = tls_current_run) {
+    ctx.stop_at_leaves = outer->stop_at_leaves;
+    ctx.capture.insert(ctx.capture.end(), outer->capture.begin(), outer->capture.end());
+    ctx.slots.insert(ctx.slots.end(), outer->slots.begin(), outer->slots.end());
+  }
+  run_backward(roots, grad_roots, /*retain_graph=*/false, ctx);
   return captured;
 }
 

@@ -25,7 +25,7 @@ class GPT2MLP : public UnaryModule {
   double dropout_;
 };
 
-class GPT2Block : public UnaryModule {
+class GPT2Block : public CheckpointableBlock {
  public:
   GPT2Block(const GPTConfig& cfg, Generator* gen) {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.dim));
@@ -33,7 +33,7 @@ class GPT2Block : public UnaryModule {
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.dim));
     mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen));
   }
-  Tensor forward(const Tensor& x) override {
+  Tensor block_forward(const Tensor& x) override {
     Tensor h = add(x, attn->forward(ln_1->forward(x)));
     return add(h, mlp->forward(ln_2->forward(h)));
   }
@@ -120,6 +120,10 @@ Tensor GPT::forward(const Tensor& ids) {
   x = dropout(x, cfg_.dropout, training_);
   for (auto& block : tr.blocks) x = block->forward(x);
   return lm_head_->forward(tr.ln_f->forward(x));
+}
+
+void GPT::set_activation_checkpointing(bool on) {
+  for (auto& block : body(transformer_).blocks) block->set_activation_checkpointing(on);
 }
 
 // ---------------------------------------------------------------- Hugging Face exchange

@@ -1,6 +1,7 @@
 // The torch.nn layers: parameters named and initialised as PyTorch does, forward through the ops.
 #include <cmath>
 
+#include "fasttrain/activation_checkpoint.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/nn.h"
 
@@ -77,6 +78,8 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum) : eps(ep
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   FT_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-d input [N, C, H, W], found shape ", x.shape().str());
+  // Re-run by activation checkpointing's backward: the forward already updated the statistics.
+  if (training_ && autograd::recomputing()) return batch_norm(x, Tensor(), Tensor(), weight, bias, true, momentum, eps);
   Tensor y = batch_norm(x, running_mean, running_var, weight, bias, training_, momentum, eps);
   if (training_) {
     autograd::NoGradGuard ng;

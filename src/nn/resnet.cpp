@@ -13,14 +13,14 @@
 namespace ft::nn {
 namespace {
 
-class ResidualBlock : public UnaryModule {
+class ResidualBlock : public CheckpointableBlock {
  public:
   ResidualBlock(std::string type, std::shared_ptr<Sequential> body, std::shared_ptr<Sequential> shortcut)
       : type_(std::move(type)) {
     body_ = register_module("body", std::move(body));
     if (shortcut) short_ = register_module("short", std::move(shortcut));
   }
-  Tensor forward(const Tensor& x) override {
+  Tensor block_forward(const Tensor& x) override {
     Tensor y = body_->forward(x);
     return relu(add(y, short_ ? short_->forward(x) : x));
   }

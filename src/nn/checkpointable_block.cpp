@@ -1,0 +1,25 @@
+// Model blocks that can run under activation checkpointing, and switching it on for a model.
+#include "fasttrain/activation_checkpoint.h"
+#include "fasttrain/nn.h"
+
+namespace ft::nn {
+
+Tensor CheckpointableBlock::forward(const Tensor& x) {
+  if (!checkpointing_) return block_forward(x);
+  return autograd::checkpoint([this](const Tensor& in) { return block_forward(in); }, x);
+}
+
+int64_t set_activation_checkpointing(Module& model, bool on) {
+  int64_t blocks = 0;
+  for (auto& [name, m] : model.named_modules()) {
+    if (auto* block = dynamic_cast<CheckpointableBlock*>(m.get())) {
+      block->set_activation_checkpointing(on);
+      ++blocks;
+    }
+  }
+  FT_CHECK(blocks > 0, "set_activation_checkpointing: expected a model with checkpointable blocks (GPT, a ResNet), "
+           "found none in a ", model.type_name());
+  return blocks;
+}
+
+}  // namespace ft::nn

@@ -208,7 +208,7 @@ TEST(GradScaler, StateRoundTrip) {
   amp::GradScaler c;
   expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0f)}}); },
                "GradScaler state: entry 'growth_tracker' is missing");
-  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0)}, state[1]}); },
+  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0, DType::F64)}, state[1]}); },
                "GradScaler state: entry 'scale' must be a 0-d f32 tensor, found f64 []");
   expect_error([&] { c.load_state_tensors({state[0], state[1], {"extra", scalar_tensor(1.0f)}}); },
                "GradScaler state: unexpected entry 'extra'");

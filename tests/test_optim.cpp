@@ -402,6 +402,12 @@ TEST(Optim, SetMomentum) {
   EXPECT_EQ(adam->param_groups()[0].options.beta1, 0.95);
   EXPECT_EQ(adam->param_groups()[0].options.momentum, 0.0);
   expect_error([&] { adam->set_momentum(1.0); }, "adamw: Invalid beta parameter at index 0: 1");
+  auto lamb = make_lamb({{ps, GroupOptions{}, ""}});
+  lamb->set_momentum(0.8);
+  EXPECT_EQ(lamb->param_groups()[0].options.beta1, 0.8);
+  auto lars = make_lars({{ps, GroupOptions{}, ""}});
+  lars->set_momentum(0.8);
+  EXPECT_EQ(lars->param_groups()[0].options.momentum, 0.8);
   expect_error([&] { sgd->set_momentum(-1); }, "sgd: Invalid momentum value: -1");
 }
 

@@ -180,6 +180,25 @@ TEST(GradScaler, UnscaleBeforeClippingAndOnlyOnce) {
   expect_error([&] { fresh.update(); }, "GradScaler.update: No inf checks were recorded prior to update");
 }
 
+// The intended order with clipping: unscale_, clip the true gradients, then step (which does not
+// unscale again).
+TEST(GradScaler, ClippingSeesUnscaledGradients) {
+  std::vector<Tensor> a = make_params(2), b = clones(a);
+  optim::GroupOptions o;
+  o.lr = 0.1;
+  auto opt_a = optim::make_sgd({{a, o, ""}}), opt_b = optim::make_sgd({{b, o, ""}});
+  amp::GradScaler scaler(small_interval(10));
+  set_grads(a, 0, scaler.get_scale());
+  set_grads(b, 0);
+  scaler.unscale_(*opt_a);
+  const Tensor norm_a = optim::clip_grad_norm_(a, 0.5), norm_b = optim::clip_grad_norm_(b, 0.5);
+  EXPECT_EQ(norm_a.item<float>(), norm_b.item<float>());
+  scaler.step(*opt_a);
+  scaler.update();
+  opt_b->step();
+  EXPECT_EQ(values(a), values(b));
+}
+
 TEST(GradScaler, StateRoundTrip) {
   std::vector<Tensor> ps = make_params(1);
   auto opt = optim::make_sgd({{ps, optim::GroupOptions{}, ""}});
@@ -208,7 +227,7 @@ TEST(GradScaler, StateRoundTrip) {
   amp::GradScaler c;
   expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0f)}}); },
                "GradScaler state: entry 'growth_tracker' is missing");
-  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0)}, state[1]}); },
+  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0, DType::F64)}, state[1]}); },
                "GradScaler state: entry 'scale' must be a 0-d f32 tensor, found f64 []");
   expect_error([&] { c.load_state_tensors({state[0], state[1], {"extra", scalar_tensor(1.0f)}}); },
                "GradScaler state: unexpected entry 'extra'");

@@ -44,9 +44,14 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!options_.enabled) return;
   FT_CHECK(!unscaled_, "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last "
            "update()");
-  thread_local optim::detail::GradBlocks gb;  // scratch kept for its capacity
-  thread_local std::vector<uint8_t> block_found;
-  thread_local std::vector<Tensor> params;
+  // Scratch kept for its capacity, named through references: inside the parallel lambda a
+  // thread-local's own name would denote the worker thread's (empty) copy.
+  thread_local optim::detail::GradBlocks gb_scratch;
+  thread_local std::vector<uint8_t> found_scratch;
+  thread_local std::vector<Tensor> params_scratch;
+  optim::detail::GradBlocks& gb = gb_scratch;
+  std::vector<uint8_t>& block_found = found_scratch;
+  std::vector<Tensor>& params = params_scratch;
   params.clear();
   for (const auto& group : optimizer.param_groups()) params.insert(params.end(), group.params.begin(), group.params.end());
   optim::detail::collect_grads(params, "GradScaler.unscale_", gb);

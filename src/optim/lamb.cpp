@@ -43,6 +43,7 @@ void lamb_moments_and_norms(const Segment& s, int64_t first, int64_t n, double* 
   C* __restrict v = static_cast<C*>(s.buffers[1]) + first;
   const C* __restrict w = detail::weights<P>(s) + first;
   double w_sq = 0, u_sq = 0;
+#pragma omp simd reduction(+ : w_sq, u_sq)
   for (int64_t i = 0; i < n; ++i) {
     const C gi = static_cast<C>(static_cast<compute_t<G>>(g[i]));
     const C mi = k.beta1 * m[i] + k.one_minus_beta1 * gi;

@@ -21,6 +21,7 @@ void lars_norms(const Segment& s, int64_t first, int64_t n, double* sums) {
   const G* __restrict g = static_cast<const G*>(s.grad) + first;
   const C* __restrict w = detail::weights<P>(s) + first;
   double w_sq = 0, g_sq = 0;
+#pragma omp simd reduction(+ : w_sq, g_sq)
   for (int64_t i = 0; i < n; ++i) {
     const double gi = static_cast<C>(static_cast<compute_t<G>>(g[i]));
     w_sq += static_cast<double>(w[i]) * w[i];

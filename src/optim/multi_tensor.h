@@ -1,9 +1,9 @@
-// What the multi-tensor optimizers (SGD, Adam/AdamW, LAMB, LARS) share: per-parameter state with its save/load as named tensors, and
-// the multi-tensor pass. A step gathers every parameter that has a gradient into a list of
-// Segments laid end to end in one flat index space, then runs ONE parallel_for over all of it:
-// each thread takes an equal share of the elements, whatever the tensor sizes (a big tensor is
-// split between threads, many small ones share one), and applies the whole update to each
-// element in one read and one write of p, g and the moments. No allocation happens in a step
+// What the multi-tensor optimizers (SGD, Adam/AdamW, LAMB, LARS) share: per-parameter state
+// with its save/load as named tensors, and the multi-tensor pass. A step gathers every parameter
+// that has a gradient into a list of Segments laid end to end in one flat index space, then runs
+// ONE parallel_for over all of it: each thread takes an equal share of the elements, whatever
+// the tensor sizes (a big tensor is split between threads, many small ones share one), and
+// applies the whole update to each element in one read and one write of p, g and the moments. No allocation happens in a step
 // once the state exists (the segment list keeps its capacity).
 //
 // The per-parameter step count lives in memory (a 0-d i64 tensor per parameter, PyTorch's
@@ -89,7 +89,7 @@ class MultiTensorOptimizer : public Optimizer {
   // count of each parameter with a gradient (by 1, or by 1 - *found_inf when a flag is given:
   // the skip decision is taken here and in the passes, by reading the flag's memory), remembers
   // the flag for the passes and fills segments_. Returns the number of elements.
-  int64_t prepare_step(const Tensor* found_inf = nullptr);
+  int64_t prepare_step(const Tensor* found_inf);
   // Bumps the version counters of the updated parameters and the optimizer's step count.
   void finish_step();
 

@@ -92,6 +92,16 @@ TEST(ActivationCheckpoint, NonGradIntegerAndUnusedInputsAndOutputs) {
   EXPECT_FALSE(scale.grad().defined());
 }
 
+TEST(ActivationCheckpoint, OutputsThatAreAnInputOrAParameterKeepTheirOwnHistory) {
+  Tensor x = leaf({3}, 1), w = leaf({3}, 2);
+  auto outs = checkpoint([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0], w}; }, {x});
+  EXPECT_TRUE(x.is_leaf());  // the node got aliases, not x itself
+  EXPECT_TRUE(w.is_leaf());
+  backward({add(sum(mul(outs[0], 2.0)), sum(mul(outs[1], 3.0)))});
+  EXPECT_EQ(grad_of(x), std::vector<double>(3, 2.0));
+  EXPECT_EQ(grad_of(w), std::vector<double>(3, 3.0));
+}
+
 TEST(ActivationCheckpoint, WithoutGradModeOrGradInputsItIsThePlainFunction) {
   Tensor x = leaf({2, 3}, 1), w = leaf({3, 3}, 2);
   auto fn = [&](const Tensor& a) { return matmul(a, w); };

@@ -1,13 +1,16 @@
 // Loader benchmark (issue 4): samples/s through the DataLoader for
 //   image: CIFAR-like u8 [3, 32, 32] held in memory, RandomCrop(32, padding 4) + horizontal flip +
 //          Normalize in the workers (TransformedDataset), batch 256, shuffled;
-//   token: gpt-mini batches, 16 windows of T = 128 next-token pairs from a generated token shard.
+//   token: gpt-mini batches, 16 windows of T = 128 next-token pairs from a generated token shard;
+//   token-stream: the same batches read as a stream (TokenStreamDataset, an IterableDataset; no
+//          PyTorch counterpart in torch_loader.py, it is compared with `token`).
 // Prints one JSON line, field for field the same as bench/torch_loader.py.
-// Usage: loader --pipeline image|token [--workers N] [--seconds S]
+// Usage: loader --pipeline image|token|token-stream [--workers N] [--seconds S]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <unistd.h>
 
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   }
   try {
     DatasetPtr ds;
+    IterableDatasetPtr stream;
     LoaderOptions o;
     o.num_workers = workers, o.shuffle = true, o.seed = 0;
     std::string shard;
@@ -64,21 +68,26 @@ int main(int argc, char** argv) {
       t.mean = {0.4914f, 0.4822f, 0.4465f}, t.std = {0.2470f, 0.2435f, 0.2616f};
       ds = std::make_shared<TransformedDataset>(std::make_shared<InMemoryImages>(), t);
       o.batch_size = 256;
-    } else if (pipeline == "token") {
+    } else if (pipeline == "token" || pipeline == "token-stream") {
       std::vector<uint16_t> tokens(kTokens);
       for (int64_t k = 0; k < kTokens; ++k) tokens[k] = static_cast<uint16_t>(philox_word(1, 0, k) % 512);
       shard = (std::filesystem::temp_directory_path() / ("ft_loader_bench_" + std::to_string(::getpid()) + ".bin")).string();
       write_token_shard(shard, tokens);
-      ds = std::make_shared<TokenWindowDataset>(shard, kContext);
+      if (pipeline == "token") {
+        ds = std::make_shared<TokenWindowDataset>(shard, kContext);
+      } else {
+        stream = std::make_shared<TokenStreamDataset>(shard, kContext);
+        o.shuffle = false;  // a stream keeps its order
+      }
       o.batch_size = 16;
     } else {
-      std::fprintf(stderr, "loader: --pipeline must be image or token, found %s\n", pipeline.c_str());
+      std::fprintf(stderr, "loader: --pipeline must be image, token or token-stream, found %s\n", pipeline.c_str());
       return 2;
     }
-    DataLoader loader(ds, o);
+    auto loader = stream ? std::make_unique<DataLoader>(stream, o) : std::make_unique<DataLoader>(ds, o);
     auto next = [&]() -> int64_t {
-      const Batch* b = loader.next();
-      if (!b) b = loader.next();  // epoch boundary
+      const Batch* b = loader->next();
+      if (!b) b = loader->next();  // epoch boundary
       return b->rows;
     };
     for (int i = 0; i < 3; ++i) next();  // warm-up: workers started, scratch made

@@ -168,3 +168,24 @@ TEST(Cli, DataWritesByteTokenShards) {
   EXPECT_NE(r.output.find("input '" + dir + "/missing' does not exist"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
+
+// `fasttrain data --vocab char` writes the shards and vocab.json and says so; bad UTF-8 is refused.
+TEST(Cli, DataWritesCharTokenShards) {
+  const std::string dir = temp_dir("data_char");
+  fs::create_directories(dir);
+  write(dir + "/in.txt", "abba\xC3\xA9");
+  CliRun r = run_cli("data --vocab char --input " + dir + "/in.txt --output " + dir + "/shards --shard-tokens 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir + "/shards/tokens_000001.bin: 2 tokens"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir + "/shards/vocab.json: 3 characters"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 shards, 5 tokens, char-level vocabulary of 3"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/shards/vocab.json"));
+  write(dir + "/bad.txt", "ab\xFF");
+  r = run_cli("data --vocab char --input " + dir + "/bad.txt --output " + dir + "/bad");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("'" + dir + "/bad.txt' is not valid UTF-8 at byte offset 2"), std::string::npos) << r.output;
+  r = run_cli("data --vocab word --input " + dir + "/in.txt --output " + dir + "/shards");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--vocab"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}

@@ -198,7 +198,7 @@ TEST(DataLoader, RejectsBadOptionsAndStates) {
   LoaderOptions o = opts(0);
   o.batch_size = 0;
   test::expect_error([&] { DataLoader loader(ds, o); }, "expected batch_size >= 1, found 0");
-  test::expect_error([&] { DataLoader(nullptr, opts(0)); }, "expected a dataset, found none");
+  test::expect_error([&] { DataLoader(DatasetPtr(), opts(0)); }, "expected a dataset, found none");
   test::expect_error([&] { DataLoader(ds, opts(0, true), std::make_shared<SequentialSampler>(10)); },
                      "shuffle must be false when a sampler is given");
   DataLoader loader(ds, opts(0));

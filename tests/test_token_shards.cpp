@@ -1,4 +1,5 @@
-// llm.c token shards: round trip, every malformed-file error, dataset windows, zero-copy views.
+// llm.c token shards: round trip, every malformed-file error, dataset windows, zero-copy views,
+// the streaming reader split between ranks, and byte- and char-level text tokenisation.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <fstream>
 
 #include "fasttrain/allocator.h"
+#include "fasttrain/loader.h"
 #include "fasttrain/token_shards.h"
 #include "support/expect_error.h"
 
@@ -179,6 +181,127 @@ TEST_F(TokenShards, TextFolderToByteShards) {
   std::ofstream(file("empty.txt")).flush();
   expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 5); }, "holds no text (0 bytes)");
   expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 0); }, "tokens per shard must be in 1-2147483647, found 0");
+}
+
+// The stream's windows run on across shard boundaries (an empty shard included): sample i is
+// stream tokens [4i, 4i + 4) and the targets one further on.
+TEST_F(TokenShards, StreamWindowsRunAcrossShards) {
+  const int64_t T = 4;
+  std::vector<uint16_t> all;
+  const size_t sizes[] = {6, 0, 7, 5};
+  for (size_t s = 0; s < 4; ++s) {
+    auto t = iota_tokens(sizes[s], static_cast<uint16_t>(all.size()));
+    write_token_shard(file("s" + std::to_string(s) + ".bin"), t);
+    all.insert(all.end(), t.begin(), t.end());
+  }
+  auto ds = std::make_shared<TokenStreamDataset>(file("s*.bin"), T);
+  ASSERT_EQ(ds->windows(), (18 - 1) / T);
+  LoaderOptions o;
+  o.batch_size = 3;
+  for (int workers : {0, 2}) {
+    o.num_workers = workers;
+    DataLoader loader(ds, o);
+    int64_t window = 0;
+    while (const Batch* b = loader.next()) {
+      for (int64_t r = 0; r < b->rows; ++r, ++window)
+        for (int64_t k = 0; k < T; ++k) {
+          ASSERT_EQ(b->field("tokens").data<int64_t>()[r * T + k], all[window * T + k]) << window;
+          ASSERT_EQ(b->field("targets").data<int64_t>()[r * T + k], all[window * T + k + 1]) << window;
+        }
+    }
+    EXPECT_EQ(window, ds->windows());
+  }
+  // open() positions the stream; skip() stops at the end.
+  std::vector<Tensor> fields{empty(Shape{T}, DType::I64), empty(Shape{T}, DType::I64)};
+  auto stream = ds->open(0, 2);
+  ASSERT_TRUE(stream->next(fields));
+  EXPECT_EQ(fields[0].data<int64_t>()[0], all[8]);
+  EXPECT_EQ(stream->skip(10), 1);
+  EXPECT_FALSE(stream->next(fields));
+  std::vector<Tensor> wrong{empty(Shape{T}, DType::I32), empty(Shape{T}, DType::I64)};
+  expect_error([&] { ds->open(0, 0)->next(wrong); }, "field 'tokens' expected [4] i64, found [4] i32");
+  expect_error([&] { TokenStreamDataset bad(file("s*.bin"), 0); }, "context must be positive, found 0");
+}
+
+// Rank r of W streams shards r, r + W, ...: the ranks' windows together cover each shard once.
+TEST_F(TokenShards, StreamShardsAreSplitBetweenRanks) {
+  for (int s = 0; s < 5; ++s) write_token_shard(file("r" + std::to_string(s) + ".bin"), iota_tokens(9, static_cast<uint16_t>(100 * s)));
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    TokenStreamDataset ds(file("r*.bin"), 4, rank, 2);
+    ASSERT_EQ(ds.shards().size(), rank == 0 ? 3u : 2u);
+    for (size_t i = 0; i < ds.shards().size(); ++i)
+      EXPECT_EQ(ds.shards()[i].path(), file("r" + std::to_string(rank + 2 * static_cast<int64_t>(i)) + ".bin"));
+    EXPECT_EQ(ds.windows(), (9 * static_cast<int64_t>(ds.shards().size()) - 1) / 4);
+  }
+  expect_error([&] { TokenStreamDataset bad(file("r*.bin"), 4, 2, 2); }, "expected 0 <= rank < world_size, found rank 2 of world_size 2");
+  expect_error([&] { TokenStreamDataset bad(file("r*.bin"), 4, 0, 6); }, "5 shard(s) cannot be split between 6 ranks");
+}
+
+// Char-level: ids are the sorted distinct code points of every file; vocab.json decodes the shards.
+TEST_F(TokenShards, TextFolderToCharShards) {
+  fs::create_directories(dir_ / "text");
+  const std::string a = "h\xC3\xA9llo \xE2\x82\xAC", b = "\xF0\x9F\x98\x80h\n";  // é, €, 😀
+  std::ofstream(dir_ / "text" / "a.txt", std::ios::binary) << a;
+  std::ofstream(dir_ / "text" / "b.txt", std::ios::binary) << b;
+  CharTokenShards out = write_char_token_shards((dir_ / "text").string(), file("out"), "c", 4);
+  const std::vector<std::string> vocab = {"\n", " ", "h", "l", "o", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"};
+  EXPECT_EQ(out.vocab, vocab);
+  EXPECT_EQ(out.vocab_path, file("out/vocab.json"));
+  EXPECT_EQ(read_char_vocabulary(out.vocab_path), vocab);
+  ASSERT_EQ(out.shards.size(), 3u);  // 10 characters, 4 per shard
+  std::string back;
+  for (const auto& w : out.shards) {
+    TokenShard s(w.path);
+    for (int64_t k = 0; k < s.size(); ++k) back += vocab.at(s.tokens()[k]);
+  }
+  EXPECT_EQ(back, a + b);
+  // The byte-level path writes no vocabulary file.
+  write_byte_token_shards((dir_ / "text").string(), file("bytes"), "b", 100);
+  EXPECT_FALSE(fs::exists(file("bytes/vocab.json")));
+}
+
+TEST_F(TokenShards, CharShardsRejectInvalidUtf8) {
+  struct Case { std::string text; int64_t offset; const char* why; };
+  const Case cases[] = {
+      {"ab\x80", 2, "a continuation byte without a lead byte"},
+      {"a\xC0\xAF", 1, "a byte that never occurs in UTF-8"},       // overlong '/'
+      {"\xE0\x80\xAF", 0, "a multi-byte sequence is broken off"},  // overlong, 3 bytes
+      {"xy\xED\xA0\x80", 2, "a multi-byte sequence is broken off"},  // a surrogate
+      {"\xF4\x90\x80\x80", 0, "a multi-byte sequence is broken off"},  // past U+10FFFF
+      {"ok\xE2\x82", 2, "the file ends inside a multi-byte sequence"},
+  };
+  for (const Case& c : cases) {
+    std::ofstream(file("bad.txt"), std::ios::binary | std::ios::trunc) << c.text;
+    expect_error([&] { write_char_token_shards(file("bad.txt"), file("out"), "c", 10); },
+                 "'" + file("bad.txt") + "' is not valid UTF-8 at byte offset " + std::to_string(c.offset) + " (" + c.why);
+  }
+  EXPECT_FALSE(fs::exists(file("out")));  // checked before anything is written
+  std::ofstream(file("vocab.json")) << R"({"mode": "byte"})";
+  expect_error([&] { read_char_vocabulary(file("vocab.json")); }, "expected \"mode\": \"char\", found \"byte\"");
+  std::ofstream(file("vocab.json"), std::ios::trunc) << R"({"mode": "char", "vocab_size": 3, "tokens": ["a"]})";
+  expect_error([&] { read_char_vocabulary(file("vocab.json")); }, "says vocab_size 3 but lists 1 tokens");
+  std::ofstream(file("vocab.json"), std::ios::trunc) << "{";
+  expect_error([&] { read_char_vocabulary(file("vocab.json")); }, "is not JSON");
+}
+
+// More than 65536 distinct characters cannot be uint16 ids.
+TEST_F(TokenShards, CharVocabularyMustFitUint16) {
+  std::string text;
+  for (uint32_t cp = 0x1000; cp < 0x1000 + 65537 + 2048; ++cp) {
+    if (cp >= 0xD800 && cp < 0xE000) continue;  // surrogates are not characters
+    if (cp < 0x10000) {
+      text += static_cast<char>(0xE0 | (cp >> 12));
+      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    } else {
+      text += static_cast<char>(0xF0 | (cp >> 18));
+      text += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    }
+    text += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  std::ofstream(file("wide.txt"), std::ios::binary) << text;
+  expect_error([&] { write_char_token_shards(file("wide.txt"), file("out"), "c", 1000); },
+               "has 65537 distinct characters; a char-level vocabulary holds at most 65536");
 }
 
 }  // namespace

@@ -34,4 +34,35 @@ class Dataset {
 
 using DatasetPtr = std::shared_ptr<const Dataset>;
 
+// A cursor over one epoch's stream of samples (see IterableDataset). Used by one thread at a time.
+class SampleStream {
+ public:
+  virtual ~SampleStream() = default;
+  // Writes the next sample into `fields` (one CPU tensor per field, shape and dtype as spec()) and
+  // returns true, or returns false, writing nothing, once the stream has run dry. Should not
+  // allocate. Errors throw ft::Error naming the sample (and file).
+  virtual bool next(const std::vector<Tensor>& fields) = 0;
+  // Passes over up to `n` samples without writing them; returns how many it passed (fewer than
+  // `n` only when the stream runs dry). The loader skips the samples other workers take, so this
+  // should be cheap where the source allows it.
+  virtual int64_t skip(int64_t n) = 0;
+};
+
+// A stream of samples (torch.utils.data.IterableDataset with a fixed sample layout): for data whose
+// size is unknown up front or that is read sequentially. open() must be a pure function of
+// (epoch, start) — every stream opened for an epoch yields the same samples in the same order — so
+// each loader worker can open its own stream and a resumed run can reopen at the point it reached.
+// The loader, not the dataset, splits the stream between workers (loader.h); splitting between
+// ranks, where wanted, is the dataset's (e.g. TokenStreamDataset's rank / world_size).
+class IterableDataset {
+ public:
+  virtual ~IterableDataset() = default;
+  virtual SampleSpec spec() const = 0;
+  // The stream of `epoch` positioned at sample `start` (0-based; past the end gives a dry stream).
+  // Called from worker threads concurrently: must be thread-safe.
+  virtual std::unique_ptr<SampleStream> open(uint64_t epoch, int64_t start) const = 0;
+};
+
+using IterableDatasetPtr = std::shared_ptr<const IterableDataset>;
+
 }  // namespace ft::data

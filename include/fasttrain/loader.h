@@ -116,10 +116,25 @@ struct Batch {
 // Errors thrown by Dataset::read reach next() as ft::Error naming the sample index; the loader
 // stops its workers and stays at that batch (calling next() again retries it). The destructor
 // joins the workers after they finish the batch in hand, at any point in an epoch.
+//
+// Iterable datasets: the epoch's stream is cut into batches of batch_size consecutive samples, and
+// batch k is filled by worker k % N (N = max(1, num_workers)) from that worker's own stream, which
+// skips the N - 1 batches the other workers take in between. Workers thus write disjoint parts of
+// the stream, and batch k always holds stream samples [k * batch_size, (k + 1) * batch_size):
+// the batches are IDENTICAL whatever the worker count (0 included), so a run may even resume with
+// a different one. The epoch ends at the first batch that comes up short (the stream ran dry):
+// it is handed out if it has rows and drop_last is false, and the next call returns nullptr.
+// batches_per_epoch() is -1 (unknown until the stream runs dry); shuffle and samplers do not apply
+// (a stream shuffles itself, per epoch, if it wants to). LoaderState is exact here too: the
+// samples each worker has consumed follow from (epoch, position) — worker w has filled the batches
+// k < position with k % N == w — so load_state() reopens the streams at position * batch_size.
+// Errors name the stream sample, batch, epoch and worker.
 class DataLoader {
  public:
   // `sampler` replaces the default one (then `shuffle` must be false, as in PyTorch).
   DataLoader(DatasetPtr dataset, LoaderOptions options, SamplerPtr sampler = nullptr);
+  // Batches of a stream (see above); `options.shuffle` must be false.
+  DataLoader(IterableDatasetPtr dataset, LoaderOptions options);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -128,6 +143,7 @@ class DataLoader {
   // moves the loader to the start of the next epoch. Not thread-safe: one consumer.
   const Batch* next();
 
+  // -1 for an iterable dataset (the epoch ends when its stream runs dry).
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   const LoaderOptions& options() const { return options_; }
   const SampleSpec& spec() const { return spec_; }
@@ -142,16 +158,34 @@ class DataLoader {
     std::vector<std::vector<Tensor>> rows;     // rows[r][f] = full[f].select(0, r), made once
     Batch batch;
     int64_t ready = -1;                        // the batch number the slot holds, -1 = none
+    int64_t filled = 0;                        // rows written (fewer at the end of the epoch)
     std::string error;                         // set instead of data when a read failed
   };
+  // One worker's stream over an iterable dataset, positioned before stream sample `at` of `epoch`.
+  // Touched only by its worker (or by the consumer when there are no workers).
+  struct Cursor {
+    std::unique_ptr<SampleStream> stream;
+    uint64_t epoch = 0;
+    int64_t at = 0;
+  };
 
-  void worker_loop();
-  void fill(Slot& slot, int64_t k, uint64_t epoch) const;  // sets slot.error on failure
+  void make_pool();
+  void start_workers();
+  void worker_loop(int worker);
+  bool claimable_locked(int worker) const;
+  int64_t claim_locked(int worker);
+  // Fill batch k into `slot` (sets slot.filled, or slot.error on failure).
+  void fill(Slot& slot, int64_t k, uint64_t epoch, int worker);
+  void fill_indexed(Slot& slot, int64_t k, uint64_t epoch) const;
+  void fill_streamed(Slot& slot, int64_t k, uint64_t epoch, int worker);
+  void note_end_locked(const Slot& slot, int64_t k);  // a short stream batch ends the epoch
   void start_epoch_locked();
   void stop_workers_locked(std::unique_lock<std::mutex>& lock);
   const Batch& publish(Slot& slot, int64_t k);
 
   DatasetPtr dataset_;
+  IterableDatasetPtr iterable_;
+  std::vector<Cursor> cursors_;  // per worker (one when there are no workers)
   LoaderOptions options_;
   SamplerPtr sampler_;
   SampleSpec spec_;
@@ -167,6 +201,8 @@ class DataLoader {
   int64_t position_ = 0;     // next batch to hand out
   int64_t released_ = 0;     // batches the consumer has given back
   int64_t next_claim_ = 0;   // next batch a worker may take
+  std::vector<int64_t> own_claim_;  // iterable: worker w's next batch (≡ w mod workers)
+  int64_t end_ = 0;          // batches in this epoch: known up front, or once a stream runs dry
   int in_flight_ = 0;
   bool running_ = false;     // workers may claim batches of this epoch
   bool need_start_ = true;   // order_ must be (re)generated / the pipeline restarted

@@ -58,6 +58,24 @@ struct WrittenShard {
 std::vector<WrittenShard> write_byte_token_shards(const std::string& input, const std::string& out_dir,
                                                   const std::string& prefix, int64_t shard_tokens);
 
+// Char-level tokenisation of the same input: the vocabulary is the distinct Unicode code points of
+// the whole input (every file), sorted by code point, with ids 0..V-1 stored as uint16 (so V must
+// be at most 65536). Writes the shards as write_byte_token_shards does, then <out_dir>/vocab.json:
+// {"mode": "char", "vocab_size": V, "tokens": [the UTF-8 text of id 0, id 1, ...]}. Invalid UTF-8
+// (a stray continuation byte, an overlong form, a surrogate, a code point past U+10FFFF, a sequence
+// cut off by the end of a file) is an error naming the file and the byte offset of the sequence.
+struct CharTokenShards {
+  std::vector<WrittenShard> shards;
+  std::vector<std::string> vocab;  // the UTF-8 text of each id
+  std::string vocab_path;
+};
+CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir,
+                                        const std::string& prefix, int64_t shard_tokens);
+
+// The vocabulary a char-level vocab.json holds (id -> UTF-8 text); errors name the file and what
+// is wrong (not JSON, mode other than "char", vocab_size disagreeing with the token list).
+std::vector<std::string> read_char_vocabulary(const std::string& vocab_json_path);
+
 // Next-token windows over shards: sample i is `context` tokens and the `context` tokens that
 // follow each of them, fields "tokens" [context] i64 and "targets" [context] i64. Windows never
 // straddle two shards: a shard of n tokens holds (n - 1) / context windows, non-overlapping,
@@ -77,6 +95,33 @@ class TokenWindowDataset : public Dataset {
   int64_t context_;
   SampleSpec spec_;
   std::vector<int64_t> first_window_;  // first_window_[s] = windows in shards before s; back() = total
+};
+
+// Next-token windows read as a stream (an IterableDataset): the shards are concatenated into one
+// token stream and sample i is tokens [i * context, (i + 1) * context) with, as targets, the tokens
+// one further on — contiguous windows that, unlike TokenWindowDataset's, run on across shard
+// boundaries, so no token is lost at the end of a shard. Fields as TokenWindowDataset's. Shards are
+// split between ranks: rank r of world_size streams shards r, r + world_size, ... (sorted order),
+// so each rank reads only its own files (ranks may then see different numbers of windows). The
+// same windows every epoch; skipping is O(1).
+class TokenStreamDataset : public IterableDataset {
+ public:
+  TokenStreamDataset(std::vector<TokenShard> shards, int64_t context, int64_t rank = 0, int64_t world_size = 1);
+  TokenStreamDataset(const std::string& pattern, int64_t context, int64_t rank = 0, int64_t world_size = 1);
+
+  SampleSpec spec() const override { return spec_; }
+  std::unique_ptr<SampleStream> open(uint64_t epoch, int64_t start) const override;
+  int64_t windows() const { return windows_; }  // samples in this rank's stream
+  const std::vector<TokenShard>& shards() const { return shards_; }  // this rank's, in stream order
+  // Stream tokens [start, start + count) widened into `out`, across shard boundaries.
+  void copy_tokens(int64_t start, int64_t count, int64_t* out) const;
+
+ private:
+  std::vector<TokenShard> shards_;
+  int64_t context_;
+  SampleSpec spec_;
+  std::vector<int64_t> first_token_;  // first_token_[s] = tokens in shards before s; back() = total
+  int64_t windows_ = 0;
 };
 
 }  // namespace ft::data

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 
 #include "fasttrain/error.h"
 
@@ -38,10 +39,39 @@ DataLoader::DataLoader(DatasetPtr dataset, LoaderOptions options, SamplerPtr sam
   const int64_t samples = sampler_->size();
   const int64_t b = options_.batch_size;
   batches_per_epoch_ = options_.drop_last ? samples / b : (samples + b - 1) / b;
+  make_pool();
+  order_.reserve(static_cast<size_t>(std::max<int64_t>(samples, 0)));
+  start_workers();
+}
 
-  // The pool: every buffer and every row view is made here, once, so steady state allocates
-  // nothing. CPU memory from the caching allocator is 64-byte aligned; the CUDA backend page-locks
-  // these buffers when pin_memory is set.
+DataLoader::DataLoader(IterableDatasetPtr dataset, LoaderOptions options)
+    : iterable_(std::move(dataset)), options_(options) {
+  FT_CHECK(iterable_ != nullptr, "DataLoader: expected an iterable dataset, found none");
+  FT_CHECK(options_.batch_size >= 1, "DataLoader: expected batch_size >= 1, found ", options_.batch_size);
+  FT_CHECK(options_.num_workers >= 0, "DataLoader: expected num_workers >= 0, found ", options_.num_workers);
+  FT_CHECK(options_.prefetch_factor >= 1, "DataLoader: expected prefetch_factor >= 1, found ",
+           options_.prefetch_factor);
+  FT_CHECK(!options_.shuffle,
+           "DataLoader: shuffle must be false for an iterable dataset (a stream decides its own order)");
+  spec_ = iterable_->spec();
+  FT_CHECK(!spec_.empty(), "DataLoader: expected the dataset's spec() to list at least one field, found none");
+  batches_per_epoch_ = -1;
+  cursors_.resize(static_cast<size_t>(std::max(1, options_.num_workers)));
+  own_claim_.resize(cursors_.size());
+  make_pool();
+  start_workers();
+}
+
+void DataLoader::start_workers() {
+  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+}
+
+void DataLoader::make_pool() {
+  // Every buffer and every row view is made here, once, so steady state allocates nothing. CPU
+  // memory from the caching allocator is 64-byte aligned; the CUDA backend page-locks these
+  // buffers when pin_memory is set. The pool is at least the worker count, so every worker can
+  // hold a batch (iterable datasets give each worker its own batches).
+  const int64_t b = options_.batch_size;
   const int pool = std::max(2, options_.num_workers * options_.prefetch_factor);
   slots_.resize(static_cast<size_t>(pool));
   for (Slot& slot : slots_) {
@@ -56,8 +86,6 @@ DataLoader::DataLoader(DatasetPtr dataset, LoaderOptions options, SamplerPtr sam
     slot.batch.spec = &spec_;
     slot.batch.fields = slot.full;
   }
-  order_.reserve(static_cast<size_t>(std::max<int64_t>(samples, 0)));
-  for (int w = 0; w < options_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
 }
 
 DataLoader::~DataLoader() {
@@ -69,10 +97,18 @@ DataLoader::~DataLoader() {
   for (std::thread& t : workers_) t.join();  // each finishes at most the batch in hand
 }
 
-void DataLoader::fill(Slot& slot, int64_t k, uint64_t epoch) const {
+void DataLoader::fill(Slot& slot, int64_t k, uint64_t epoch, int worker) {
+  slot.error.clear();
+  if (iterable_)
+    fill_streamed(slot, k, epoch, worker);
+  else
+    fill_indexed(slot, k, epoch);
+}
+
+void DataLoader::fill_indexed(Slot& slot, int64_t k, uint64_t epoch) const {
   const int64_t b = options_.batch_size;
   const int64_t rows = std::min(b, static_cast<int64_t>(order_.size()) - k * b);
-  slot.error.clear();
+  slot.filled = rows;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t index = order_[static_cast<size_t>(k * b + r)];
     try {
@@ -89,25 +125,81 @@ void DataLoader::fill(Slot& slot, int64_t k, uint64_t epoch) const {
   }
 }
 
-void DataLoader::worker_loop() {
+void DataLoader::fill_streamed(Slot& slot, int64_t k, uint64_t epoch, int worker) {
+  const int64_t b = options_.batch_size;
+  const int64_t start = k * b;
+  Cursor& c = cursors_[static_cast<size_t>(worker)];
+  slot.filled = 0;
+  int64_t sample = start;  // the stream sample being read, for error messages
+  try {
+    // Reopen only when the cursor cannot move forward to `start` (new epoch, resume, after an
+    // error); otherwise skip the batches the other workers took.
+    if (!c.stream || c.epoch != epoch || c.at > start) {
+      c.stream.reset();
+      c.stream = iterable_->open(epoch, start);
+      FT_CHECK(c.stream != nullptr, "the dataset's open() returned no stream");
+      c.epoch = epoch;
+      c.at = start;
+    }
+    if (c.at < start) {
+      const int64_t passed = c.stream->skip(start - c.at);
+      c.at += passed;
+      if (c.at < start) return;  // dry before this batch: it is empty
+    }
+    for (int64_t r = 0; r < b; ++r, ++sample) {
+      if (!c.stream->next(slot.rows[r])) return;
+      ++c.at;
+      ++slot.filled;
+    }
+  } catch (const std::exception& e) {
+    c.stream.reset();  // its position is unknown after a failure
+    slot.error = detail::concat("DataLoader: reading stream sample ", sample, " (batch ", k, " of epoch ", epoch,
+                                ", worker ", worker, ") failed: ", e.what());
+  } catch (...) {
+    c.stream.reset();
+    slot.error = detail::concat("DataLoader: reading stream sample ", sample, " (batch ", k, " of epoch ", epoch,
+                                ", worker ", worker, ") failed with a non-standard exception");
+  }
+}
+
+void DataLoader::note_end_locked(const Slot& slot, int64_t k) {
+  if (!iterable_ || !slot.error.empty() || slot.filled == options_.batch_size) return;
+  // A short batch: the stream ran dry inside it. A partial one is still handed out unless drop_last.
+  const int64_t end = slot.filled > 0 && !options_.drop_last ? k + 1 : k;
+  end_ = std::min(end_, end);
+}
+
+bool DataLoader::claimable_locked(int worker) const {
+  // Batch k may be filled once the consumer has released batch k - pool (its slot's last user).
+  const int64_t k = iterable_ ? own_claim_[static_cast<size_t>(worker)] : next_claim_;
+  return k < end_ && k < released_ + static_cast<int64_t>(slots_.size());
+}
+
+int64_t DataLoader::claim_locked(int worker) {
+  if (!iterable_) return next_claim_++;
+  const int64_t k = own_claim_[static_cast<size_t>(worker)];
+  own_claim_[static_cast<size_t>(worker)] += static_cast<int64_t>(own_claim_.size());
+  return k;
+}
+
+void DataLoader::worker_loop(int worker) {
   const auto pool = static_cast<int64_t>(slots_.size());
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    // Batch k may be filled once the consumer has released batch k - pool (its slot's last user).
-    work_cv_.wait(lock, [&] {
-      return shutdown_ || (running_ && next_claim_ < batches_per_epoch_ && next_claim_ < released_ + pool);
-    });
+    work_cv_.wait(lock, [&] { return shutdown_ || (running_ && claimable_locked(worker)); });
     if (shutdown_) return;
-    const int64_t k = next_claim_++;
+    const int64_t k = claim_locked(worker);
     const uint64_t epoch = epoch_;
     Slot& slot = slots_[static_cast<size_t>(k % pool)];
     ++in_flight_;
     lock.unlock();
-    fill(slot, k, epoch);
+    fill(slot, k, epoch, worker);
     lock.lock();
     slot.ready = k;
+    note_end_locked(slot, k);
     --in_flight_;
     ready_cv_.notify_all();
+    if (iterable_) work_cv_.notify_all();  // a new end_ stops the other workers' claims
   }
 }
 
@@ -120,7 +212,14 @@ void DataLoader::stop_workers_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 void DataLoader::start_epoch_locked() {
-  sampler_->indices(epoch_, order_);  // reuses order_'s capacity
+  if (iterable_) {
+    end_ = std::numeric_limits<int64_t>::max();
+    const auto n = static_cast<int64_t>(own_claim_.size());
+    for (int64_t w = 0; w < n; ++w) own_claim_[static_cast<size_t>(w)] = position_ + ((w - position_ % n) + n) % n;
+  } else {
+    sampler_->indices(epoch_, order_);  // reuses order_'s capacity
+    end_ = batches_per_epoch_;
+  }
   released_ = next_claim_ = position_;
   running_ = true;
   need_start_ = false;
@@ -129,7 +228,7 @@ void DataLoader::start_epoch_locked() {
 const Batch& DataLoader::publish(Slot& slot, int64_t k) {
   Batch& batch = slot.batch;
   const int64_t b = options_.batch_size;
-  batch.rows = std::min(b, static_cast<int64_t>(order_.size()) - k * b);
+  batch.rows = slot.filled;
   for (size_t f = 0; f < slot.full.size(); ++f)
     batch.fields[f] = batch.rows == b ? slot.full[f] : slot.full[f].narrow(0, 0, batch.rows);
   batch.epoch = epoch_;
@@ -151,20 +250,24 @@ const Batch* DataLoader::next() {
     start_epoch_locked();
     work_cv_.notify_all();
   }
-  if (position_ >= batches_per_epoch_) {
+  auto end_epoch = [&] {
     stop_workers_locked(lock);
     ++epoch_;
     position_ = 0;
     return nullptr;
-  }
+  };
+  if (position_ >= end_) return end_epoch();
   const int64_t k = position_;
   Slot& slot = slots_[static_cast<size_t>(k % static_cast<int64_t>(slots_.size()))];
   if (workers_.empty()) {
     lock.unlock();  // nothing else touches the slot; keep the lock free for state() readers
-    fill(slot, k, epoch_);
+    fill(slot, k, epoch_, 0);
     lock.lock();
+    note_end_locked(slot, k);
   } else {
-    ready_cv_.wait(lock, [&] { return slot.ready == k; });
+    // A worker never claims a batch past a known end, so wake for that too.
+    ready_cv_.wait(lock, [&] { return slot.ready == k || position_ >= end_; });
+    if (slot.ready != k) return end_epoch();
   }
   if (!slot.error.empty()) {
     // Stay at this batch: stop the workers so nothing runs past the failure; next() retries it.
@@ -173,6 +276,7 @@ const Batch* DataLoader::next() {
     stop_workers_locked(lock);
     throw Error(message);
   }
+  if (position_ >= end_) return end_epoch();  // a stream ran dry before this batch, or drop_last
   return &publish(slot, k);
 }
 
@@ -184,8 +288,11 @@ LoaderState DataLoader::state() const {
 void DataLoader::load_state(const LoaderState& state) {
   FT_CHECK(state.seed == options_.seed, "DataLoader::load_state: the state was saved with seed ", state.seed,
            ", this loader uses seed ", options_.seed, " (the resumed run must use the same seed)");
-  FT_CHECK(state.position >= 0 && state.position <= batches_per_epoch_,
-           "DataLoader::load_state: expected a position in [0, ", batches_per_epoch_, "], found ", state.position);
+  if (iterable_)
+    FT_CHECK(state.position >= 0, "DataLoader::load_state: expected a position >= 0, found ", state.position);
+  else
+    FT_CHECK(state.position >= 0 && state.position <= batches_per_epoch_, "DataLoader::load_state: expected a position in [0, ",
+             batches_per_epoch_, "], found ", state.position);
   std::unique_lock<std::mutex> lock(mu_);
   stop_workers_locked(lock);
   epoch_ = state.epoch;

@@ -1,8 +1,12 @@
-// Text files to llm.c token shards with a byte-level vocabulary (`fasttrain data`).
+// Text files to llm.c token shards with a byte-level or char-level vocabulary (`fasttrain data`).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/atomic_file.h"
 
 #include "fasttrain/token_shards.h"
 
@@ -25,43 +29,188 @@ std::vector<std::string> text_files(const std::string& input) {
   return files;
 }
 
+void check_shard_tokens(int64_t shard_tokens) {
+  FT_CHECK(shard_tokens > 0 && shard_tokens <= 0x7fffffff, "fasttrain data: tokens per shard must be in 1-2147483647, found ",
+           shard_tokens);
+}
+
+// Shards of at most `shard_tokens` tokens, written as the tokens arrive.
+class ShardWriter {
+ public:
+  ShardWriter(std::string out_dir, std::string prefix, int64_t shard_tokens)
+      : out_dir_(std::move(out_dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {
+    check_shard_tokens(shard_tokens);
+    std::error_code ec;
+    fs::create_directories(out_dir_, ec);
+    FT_CHECK(!ec, "fasttrain data: cannot create folder '", out_dir_, "' (", ec.message(), ")");
+    tokens_.reserve(static_cast<size_t>(std::min<int64_t>(shard_tokens, int64_t{1} << 24)));
+  }
+  void push(uint16_t token) {
+    tokens_.push_back(token);
+    if (static_cast<int64_t>(tokens_.size()) == shard_tokens_) flush();
+  }
+  // Writes the last, partial shard; returns every shard written.
+  std::vector<WrittenShard> finish(const std::string& input) {
+    if (!tokens_.empty()) flush();
+    FT_CHECK(!written_.empty(), "fasttrain data: input '", input, "' holds no text (0 bytes)");
+    return std::move(written_);
+  }
+
+ private:
+  void flush() {
+    char name[32];
+    std::snprintf(name, sizeof name, "_%06zu.bin", written_.size());
+    std::string path = (fs::path(out_dir_) / (prefix_ + name)).string();
+    write_token_shard(path, tokens_);
+    written_.push_back({path, static_cast<int64_t>(tokens_.size())});
+    tokens_.clear();
+  }
+
+  std::string out_dir_, prefix_;
+  int64_t shard_tokens_;
+  std::vector<uint16_t> tokens_;
+  std::vector<WrittenShard> written_;
+};
+
+// Calls on_byte(offset, byte) for every byte of `file`, read in 64 KiB chunks.
+template <class F>
+void for_each_byte(const std::string& file, F&& on_byte) {
+  std::ifstream in(file, std::ios::binary);
+  FT_CHECK(in.good(), "fasttrain data: cannot open '", file, "'");
+  std::vector<char> chunk(1 << 16);
+  int64_t offset = 0;
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) on_byte(offset++, static_cast<unsigned char>(chunk[i]));
+  }
+  FT_CHECK(in.eof(), "fasttrain data: error reading '", file, "'");
+}
+
+// Calls on_code_point(cp) for every code point of a UTF-8 file; invalid UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF) is an error naming the file and offset.
+template <class F>
+void for_each_code_point(const std::string& file, F&& on_code_point) {
+  uint32_t cp = 0;
+  int need = 0;                      // continuation bytes still expected
+  uint8_t lo = 0x80, hi = 0xBF;      // the allowed range of the next continuation byte
+  int64_t start = 0;                 // offset of the sequence being decoded
+  auto bad = [&](int64_t offset, const char* what) {
+    FT_FAIL("fasttrain data: '", file, "' is not valid UTF-8 at byte offset ", offset, " (", what,
+            "); --vocab char needs UTF-8 text, --vocab byte takes any bytes");
+  };
+  for_each_byte(file, [&](int64_t offset, uint8_t byte) {
+    if (need > 0) {
+      if (byte < lo || byte > hi) bad(start, "a multi-byte sequence is broken off");
+      cp = (cp << 6) | (byte & 0x3Fu);
+      lo = 0x80;
+      hi = 0xBF;
+      if (--need == 0) on_code_point(cp);
+      return;
+    }
+    start = offset;
+    if (byte < 0x80) {
+      on_code_point(byte);
+    } else if (byte >= 0xC2 && byte <= 0xDF) {
+      cp = byte & 0x1Fu, need = 1;
+    } else if (byte >= 0xE0 && byte <= 0xEF) {
+      cp = byte & 0x0Fu, need = 2;
+      if (byte == 0xE0) lo = 0xA0;  // overlong otherwise
+      if (byte == 0xED) hi = 0x9F;  // surrogates otherwise
+    } else if (byte >= 0xF0 && byte <= 0xF4) {
+      cp = byte & 0x07u, need = 3;
+      if (byte == 0xF0) lo = 0x90;  // overlong otherwise
+      if (byte == 0xF4) hi = 0x8F;  // past U+10FFFF otherwise
+    } else {
+      bad(offset, byte < 0xC0 ? "a continuation byte without a lead byte" : "a byte that never occurs in UTF-8");
+    }
+  });
+  if (need > 0) bad(start, "the file ends inside a multi-byte sequence");
+}
+
+std::string utf8(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+constexpr uint32_t kCodePoints = 0x110000;
+constexpr int64_t kMaxCharVocab = 65536;  // ids are uint16
+
 }  // namespace
 
 std::vector<WrittenShard> write_byte_token_shards(const std::string& input, const std::string& out_dir,
                                                   const std::string& prefix, int64_t shard_tokens) {
-  FT_CHECK(shard_tokens > 0 && shard_tokens <= 0x7fffffff, "fasttrain data: tokens per shard must be in 1-2147483647, found ",
-           shard_tokens);
+  check_shard_tokens(shard_tokens);
   std::vector<std::string> files = text_files(input);
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  FT_CHECK(!ec, "fasttrain data: cannot create folder '", out_dir, "' (", ec.message(), ")");
+  ShardWriter writer(out_dir, prefix, shard_tokens);
+  for (const auto& file : files) for_each_byte(file, [&](int64_t, uint8_t byte) { writer.push(byte); });
+  return writer.finish(input);
+}
 
-  std::vector<WrittenShard> written;
-  std::vector<uint16_t> tokens;
-  tokens.reserve(static_cast<size_t>(std::min<int64_t>(shard_tokens, int64_t{1} << 24)));
-  auto flush = [&] {
-    char name[32];
-    std::snprintf(name, sizeof name, "_%06zu.bin", written.size());
-    std::string path = (fs::path(out_dir) / (prefix + name)).string();
-    write_token_shard(path, tokens);
-    written.push_back({path, static_cast<int64_t>(tokens.size())});
-    tokens.clear();
-  };
-  std::vector<char> chunk(1 << 16);
-  for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    FT_CHECK(in.good(), "fasttrain data: cannot open '", file, "'");
-    while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0) {
-      for (std::streamsize i = 0; i < in.gcount(); ++i) {
-        tokens.push_back(static_cast<unsigned char>(chunk[i]));
-        if (static_cast<int64_t>(tokens.size()) == shard_tokens) flush();
-      }
-    }
-    FT_CHECK(in.eof(), "fasttrain data: error reading '", file, "'");
+CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir,
+                                        const std::string& prefix, int64_t shard_tokens) {
+  check_shard_tokens(shard_tokens);
+  std::vector<std::string> files = text_files(input);
+  // Pass 1: the vocabulary (and the UTF-8 check, before anything is written).
+  std::vector<uint8_t> seen(kCodePoints, 0);
+  for (const auto& file : files) for_each_code_point(file, [&](uint32_t cp) { seen[cp] = 1; });
+  std::vector<int32_t> id_of(kCodePoints, -1);
+  CharTokenShards out;
+  for (uint32_t cp = 0; cp < kCodePoints; ++cp) {
+    if (!seen[cp]) continue;
+    id_of[cp] = static_cast<int32_t>(out.vocab.size());
+    out.vocab.push_back(utf8(cp));
   }
-  if (!tokens.empty()) flush();
-  FT_CHECK(!written.empty(), "fasttrain data: input '", input, "' holds no text (0 bytes)");
-  return written;
+  FT_CHECK(static_cast<int64_t>(out.vocab.size()) <= kMaxCharVocab, "fasttrain data: input '", input, "' has ",
+           out.vocab.size(), " distinct characters; a char-level vocabulary holds at most ", kMaxCharVocab,
+           " (uint16 token ids)");
+  // Pass 2: the shards.
+  ShardWriter writer(out_dir, prefix, shard_tokens);
+  for (const auto& file : files)
+    for_each_code_point(file, [&](uint32_t cp) { writer.push(static_cast<uint16_t>(id_of[cp])); });
+  out.shards = writer.finish(input);
+  nlohmann::json vocab = {{"mode", "char"}, {"vocab_size", out.vocab.size()}, {"tokens", out.vocab}};
+  out.vocab_path = (fs::path(out_dir) / "vocab.json").string();
+  write_file_atomically(out.vocab_path, vocab.dump(1) + "\n");
+  return out;
+}
+
+std::vector<std::string> read_char_vocabulary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in.good(), "read_char_vocabulary: cannot open '", path, "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    FT_FAIL("read_char_vocabulary: '", path, "' is not JSON (", e.what(), ")");
+  }
+  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "char", "read_char_vocabulary: '", path,
+           "' expected \"mode\": \"char\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  FT_CHECK(j.contains("tokens") && j["tokens"].is_array(), "read_char_vocabulary: '", path,
+           "' expected a \"tokens\" list, found none");
+  std::vector<std::string> vocab;
+  for (const auto& t : j["tokens"]) {
+    FT_CHECK(t.is_string(), "read_char_vocabulary: '", path, "' token ", vocab.size(), " is not a string: ", t.dump());
+    vocab.push_back(t.get<std::string>());
+  }
+  FT_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer() &&
+               j["vocab_size"].get<int64_t>() == static_cast<int64_t>(vocab.size()),
+           "read_char_vocabulary: '", path, "' says vocab_size ", j.contains("vocab_size") ? j["vocab_size"].dump() : "none",
+           " but lists ", vocab.size(), " tokens");
+  return vocab;
 }
 
 }  // namespace ft::data

@@ -13,8 +13,8 @@ using test::expect_error;
 
 namespace {
 
-#define SKIP_WITHOUT_BF16()                                                  \
-  if (!cpu::gemm_bf16_available()) GTEST_SKIP() << "CPU lacks AVX512-BF16"
+#define SKIP_WITHOUT_AVX512()                                                  \
+  if (!cpu::gemm_bf16_available()) GTEST_SKIP() << "CPU lacks AVX-512"
 
 // A bf16 matrix [rows, cols] stored transposed or not, with `gap` elements between neighbours
 // along the contiguous dim (gap 2 reads every other element, a layout BLAS cannot express).
@@ -49,15 +49,20 @@ struct Problem {
   bool ta = false, tb = false;
   int64_t gap = 1;
   bool c_bf16 = false, accumulate = false, bias = false;
+  cpu::GemmBf16Kernel kernel = cpu::GemmBf16Kernel::Auto;
 };
 
-// Runs gemm_bf16 and compares every element with an f64 reference from the same bf16 inputs.
+const cpu::GemmBf16Kernel kKernels[] = {cpu::GemmBf16Kernel::Fma, cpu::GemmBf16Kernel::Dot};
+
+// Runs gemm_bf16 (skipped for a kernel this CPU cannot run) and compares every element with an f64 reference from the same bf16 inputs.
 // f32 accumulation of K products errs by at most about K ulps of sum |a b|; a bf16 output adds
 // half a bf16 ulp (2^-9 relative).
 void check(const Problem& p, Generator& g) {
   SCOPED_TRACE(::testing::Message() << "M=" << p.M << " N=" << p.N << " K=" << p.K << " ta=" << p.ta
                                     << " tb=" << p.tb << " gap=" << p.gap << " bf16out=" << p.c_bf16
-                                    << " acc=" << p.accumulate << " bias=" << p.bias);
+                                    << " acc=" << p.accumulate << " bias=" << p.bias
+                                    << " kernel=" << cpu::gemm_bf16_kernel_name(p.kernel));
+  if (!cpu::gemm_bf16_available(p.kernel)) return;
   Mat a = random_mat(p.M, p.K, p.ta, p.gap, g), b = random_mat(p.K, p.N, p.tb, p.gap, g);
   Mat bias = random_mat(1, p.N, false, 1, g);
   const int64_t ldc = p.N + 3;  // a padded output checks that ldc is honoured
@@ -83,6 +88,7 @@ void check(const Problem& p, Generator& g) {
   args.c_bf16 = p.c_bf16;
   args.accumulate = p.accumulate;
   args.bias = p.bias ? bias.data.data() : nullptr;
+  args.kernel = p.kernel;
   cpu::gemm_bf16(args);
   for (int64_t m = 0; m < p.M; ++m) {
     for (int64_t n = 0; n < ldc; ++n) {
@@ -110,33 +116,36 @@ void check(const Problem& p, Generator& g) {
 }  // namespace
 
 TEST(GemmBf16, EdgeSizesAllTransposes) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT_AVX512();
   Generator g(1);
   const int64_t sizes[] = {1, 15, 16, 17, 31, 33};
   for (int64_t M : sizes)
     for (int64_t N : sizes)
       for (int64_t K : {int64_t(1), int64_t(2), int64_t(17), int64_t(32)})
-        for (int t = 0; t < 4; ++t) check({M, N, K, bool(t & 1), bool(t & 2)}, g);
+        for (int t = 0; t < 4; ++t)
+          for (auto kern : kKernels) check({M, N, K, bool(t & 1), bool(t & 2), 1, false, false, false, kern}, g);
 }
 
 TEST(GemmBf16, LargerShapesOutputsAndEpilogues) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT_AVX512();
   Generator g(2);
-  for (int t = 0; t < 4; ++t) {
-    const bool ta = t & 1, tb = t & 2;
-    check({257, 255, 33, ta, tb}, g);
-    check({29, 40, 257, ta, tb, 1, true}, g);
-    check({113, 97, 255, ta, tb, 2, false, true}, g);  // strided (every other element), accumulate
-    check({130, 65, 64, ta, tb, 1, true, true}, g);      // bf16 accumulate
-    check({15, 33, 31, ta, tb, 2, true, false, true}, g);  // bias
-    check({127, 129, 15, ta, tb, 1, false, false, true}, g);
+  for (auto kern : kKernels) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      check({257, 255, 33, ta, tb, 1, false, false, false, kern}, g);
+      check({29, 40, 600, ta, tb, 1, true, false, false, kern}, g);     // several K blocks
+      check({113, 97, 257, ta, tb, 2, false, true, false, kern}, g);    // every other element, accumulate
+      check({130, 65, 64, ta, tb, 1, true, true, false, kern}, g);      // bf16 accumulate
+      check({15, 33, 31, ta, tb, 2, true, false, true, kern}, g);       // bias
+      check({127, 129, 515, ta, tb, 1, false, false, true, kern}, g);
+    }
+    check({7, 9, 0, false, false, 1, false, false, true, kern}, g);  // empty sum: bias only
+    check({7, 9, 0, false, false, 1, true, true, false, kern}, g);   // empty sum: unchanged
   }
-  check({7, 9, 0, false, false, 1, false, false, true}, g);  // empty sum: bias only
-  check({7, 9, 0, false, false, 1, true, true}, g);          // empty sum: unchanged
 }
 
 TEST(GemmBf16, IndependentOfThreadCount) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT_AVX512();
   Generator g(3);
   Tensor a = randn({300, 257}, DType::BF16, &g), b = randn({257, 200}, DType::BF16, &g);
   Tensor bias = randn({200}, DType::BF16, &g);
@@ -158,7 +167,7 @@ TEST(GemmBf16, IndependentOfThreadCount) {
 
 TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
   // Both accumulate in f32 and round once: they differ by at most about one bf16 rounding.
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT_AVX512();
   Generator g(4);
   Tensor a = randn({2, 3, 40, 70}, DType::BF16, &g).transpose(2, 3);          // [2, 3, 70, 40] transposed
   Tensor b = randn({3, 40, 50}, DType::BF16, &g).expand({2, 3, 40, 50});       // broadcast batch
@@ -177,7 +186,7 @@ TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
 }
 
 TEST(GemmBf16, DeclinesAliasedOutputs) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT_AVX512();
   Tensor a = ones({2, 4, 3}, DType::BF16), b = ones({2, 3, 5}, DType::BF16);
   Tensor out = zeros({1, 4, 5}, DType::BF16).expand({2, 4, 5});
   EXPECT_FALSE(cpu::matmul_gemm_bf16(a, b, out, true));
@@ -185,7 +194,7 @@ TEST(GemmBf16, DeclinesAliasedOutputs) {
 }
 
 TEST(GemmBf16, Errors) {
-  SKIP_WITHOUT_BF16();
+  SKIP_WITHOUT_AVX512();
   std::vector<uint16_t> a(16), b(16);
   std::vector<float> c(16);
   cpu::GemmBf16Args g;

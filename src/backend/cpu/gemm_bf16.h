@@ -1,26 +1,36 @@
-// A bf16 GEMM built on AVX512-BF16's vdpbf16ps (two bf16 products summed into each f32 lane):
+// A GEMM for bf16 operands with f32 accumulation:
 //
-//   C[m, n] (+)= sum_k A[m, k] * B[k, n] (+ bias[n])     f32 accumulation, f32 or bf16 C
+//   C[m, n] (+)= sum_k A[m, k] * B[k, n] (+ bias[n])     f32 or bf16 C
 //
-// Why it exists: on this AVX512-BF16 CPU without AMX, vdpbf16ps does twice the multiply-adds
-// of vfmadd231ps per instruction, while oneDNN 2.6's bf16 matmul and convert-to-f32 + sgemm both
-// stay below sgemm's speed, so bf16 training was slower than f32.
+// Why it exists: bf16 matmul used to convert both operands to f32 in memory and call sgemm, or
+// run oneDNN 2.6's bf16 matmul (slower still on this CPU). This GEMM widens bf16 to f32 while
+// packing (no converted copies, no allocation per call), reads transposed and strided views
+// through its packing, and fuses bias, accumulation and the bf16 rounding into the one store of
+// each output tile.
 //
-// How: GotoBLAS-style. B is packed once per call into 32-column strips, k-pair interleaved
-// ([k/2][32][2], one zmm per 16 columns per k pair, zero-padded for odd K and the last strip);
-// each task packs its block of A rows as [k/2][rows][2] so the pair (A[m,k], A[m,k+1]) is one
-// 32-bit broadcast. A 14 x 32 register tile (28 zmm accumulators) runs over the whole K, so C is
-// read and written exactly once (accumulate, bias and the bf16 rounding happen at the store).
-// Packing reads any element strides, so transposed views need no copy. Work is split over
-// (row block, column block) tasks on the project's pool; each C element is one dot product in
-// k order computed by one task, so results are bitwise identical for any thread count.
+// Two inner products (GemmBf16Kernel):
+// - Fma: packed f32 operands, vfmadd231ps. The default: measured on this Sapphire-Rapids-class
+//   VM (no AMX), one core runs 7.1 G vfmadd231ps/s (226 GFLOP/s) but only 1.76 G vdpbf16ps/s
+//   (113 GFLOP/s): vdpbf16ps does twice the work per instruction at a quarter of the rate.
+// - Dot: bf16 pairs, vdpbf16ps (AVX512-BF16); kept for CPUs where it runs at the FMA rate.
+//
+// How: GotoBLAS-style. B is packed once per call into 32-column strips, A per task into 14-row
+// strips (Fma: [K][width] f32; Dot: k pairs interleaved, [K/2][width][2], so (A[m,k], A[m,k+1])
+// is one 32-bit broadcast), zero-padded at the edges and for odd K. A 14 x 32 register tile
+// (28 zmm accumulators) runs over the whole K, so C is read and written exactly once. Work is
+// split over row strips (and column blocks when rows are few) on the project's pool; each C
+// element is one dot product in k order computed by one task, so results are bitwise identical
+// for any thread count.
 #pragma once
 #include <cstdint>
 
 namespace ft::cpu {
 
-// True when the CPU has AVX512-BF16 (and the compiler could build the kernel): gemm_bf16 may run.
-bool gemm_bf16_available();
+enum class GemmBf16Kernel { Auto, Dot, Fma };  // Auto = Fma (see above)
+const char* gemm_bf16_kernel_name(GemmBf16Kernel k);
+
+// True when the CPU can run the kernel: AVX-512 (F, BW, VL), plus AVX512-BF16 for Dot.
+bool gemm_bf16_available(GemmBf16Kernel k = GemmBf16Kernel::Auto);
 
 struct GemmBf16Args {
   int64_t M = 0, N = 0, K = 0;
@@ -35,10 +45,11 @@ struct GemmBf16Args {
   bool c_bf16 = false;
   bool accumulate = false;          // C += A B instead of C = A B
   const uint16_t* bias = nullptr;   // optional bf16 [N], unit stride, added to every row
+  GemmBf16Kernel kernel = GemmBf16Kernel::Auto;
 };
 
 // Runs the GEMM, parallel over the thread pool (inline when already inside a parallel region).
-// Throws ft::Error when the CPU lacks AVX512-BF16 or the arguments are inconsistent.
+// Throws ft::Error when the CPU cannot run the kernel or the arguments are inconsistent.
 void gemm_bf16(const GemmBf16Args& args);
 
 }  // namespace ft::cpu

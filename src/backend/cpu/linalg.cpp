@@ -353,7 +353,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate
       // matmul reaches ~110 GFLOP/s at 512^3 and ~65 at 2048x768x768; convert + sgemm reaches
       // ~180 and ~140 with OpenBLAS's AVX-512 kernels but only ~30 and ~25 with its Prescott
       // fallback. So oneDNN unless OpenBLAS runs its AVX-512 kernels.
-      // gemm_bf16 (vdpbf16ps) beats both where the CPU has AVX512-BF16 (see gemm_bf16.h).
+      // gemm_bf16 skips the conversion passes of the via-f32 path (see gemm_bf16.h).
       if (matmul_gemm_bf16(a, b, out, accumulate, bias)) return;
       if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;
       matmul_via_f32(a, b, out, accumulate, bias);

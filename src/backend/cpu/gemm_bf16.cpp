@@ -280,7 +280,7 @@ void run_gemm(const GemmBf16Args& g) {
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / item_flops);
 
   // Depth units per K block, and the staging area for partial sums when there are several.
-  const int64_t kc = kKC / S, kblocks = (depth + kc - 1) / kc;
+  const int64_t kc = kKC / S, kblocks = std::max<int64_t>(1, (depth + kc - 1) / kc);  // K = 0: one empty block
   const int64_t block_cols = strips_per_block * kNR;
   parallel_for(0, nblocks * mstrips, grain, [&](int64_t t0, int64_t t1) {
     thread_local std::vector<T> abuf;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -268,30 +269,34 @@ void run_gemm(const GemmBf16Args& g) {
     for (int64_t s = s0; s < s1; ++s) pack_b_strip<V>(g, s * kNR, depth, bpack + s * bstrip);
   });
 
-  // Work items are (column block, row strip) pairs, column block outermost; the pool hands each
-  // thread one contiguous range, so rows are balanced to within one strip. Column blocks only
-  // when there are too few row strips to balance the threads (each block repacks A).
+  // Work items are (column block, group of up to kStripsPerBlock row strips). Threads take items
+  // from a shared counter rather than fixed ranges, so on a busy machine a thread that is
+  // descheduled does not hold the others up; which thread computes an item does not change its
+  // values. Column blocks only when there are too few row groups to keep the threads busy
+  // (each block repacks its A strips).
   const int64_t mstrips = (g.M + kMR - 1) / kMR;
+  const int64_t groups = (mstrips + kStripsPerBlock - 1) / kStripsPerBlock;
   const int64_t threads = get_num_threads();
-  const int64_t nblocks = mstrips < 16 * threads ? std::min<int64_t>(nstrips, threads) : 1;
+  const int64_t nblocks = std::min<int64_t>(nstrips, (4 * threads + groups - 1) / groups);
   const int64_t strips_per_block = (nstrips + nblocks - 1) / nblocks;
-  // Enough multiply-adds per chunk that waking the pool pays off.
-  const int64_t item_flops = kMR * std::min(strips_per_block * kNR, g.N) * std::max<int64_t>(g.K, 1);
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 20) / item_flops);
+  const int64_t items = nblocks * groups;
+  // About 2 MFLOP per thread at least, so small GEMMs do not pay for waking the pool.
+  const int64_t flops = 2 * g.M * g.N * std::max<int64_t>(g.K, 1);
+  const int64_t workers = std::clamp<int64_t>(flops >> 21, 1, std::min(threads, items));
 
   // Depth units per K block, and the staging area for partial sums when there are several.
   const int64_t kc = kKC / S, kblocks = std::max<int64_t>(1, (depth + kc - 1) / kc);  // K = 0: one empty block
   const int64_t block_cols = strips_per_block * kNR;
-  parallel_for(0, nblocks * mstrips, grain, [&](int64_t t0, int64_t t1) {
+  std::atomic<int64_t> next{0};
+  parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     thread_local std::vector<T> abuf;
     thread_local std::vector<float> pbuf;
     const int64_t astrip = std::min(kc, depth) * S * kMR;
     T* apack = scratch(abuf, static_cast<size_t>(kStripsPerBlock * astrip));
     float* partial = kblocks > 1 ? scratch(pbuf, static_cast<size_t>(kStripsPerBlock * kMR * block_cols)) : nullptr;
-    for (int64_t t = t0; t < t1;) {
-      // A group of up to kStripsPerBlock row strips within one column block.
-      const int64_t nb = t / mstrips, first = t % mstrips;
-      const int64_t count = std::min({kStripsPerBlock, t1 - t, mstrips - first});
+    for (int64_t item = next++; item < items; item = next++) {
+      const int64_t nb = item / groups, first = (item % groups) * kStripsPerBlock;
+      const int64_t count = std::min(kStripsPerBlock, mstrips - first);
       const int64_t s_begin = nb * strips_per_block, s_end = std::min(nstrips, s_begin + strips_per_block);
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         const int64_t d0 = kb * kc, dn = std::min(kc, depth - d0);
@@ -310,7 +315,6 @@ void run_gemm(const GemmBf16Args& g) {
           }
         }
       }
-      t += count;
     }
   });
 }

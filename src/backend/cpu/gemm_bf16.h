@@ -17,10 +17,10 @@
 // How: GotoBLAS-style. B is packed once per call into 32-column strips, A per task into 14-row
 // strips (Fma: [K][width] f32; Dot: k pairs interleaved, [K/2][width][2], so (A[m,k], A[m,k+1])
 // is one 32-bit broadcast), zero-padded at the edges and for odd K. A 14 x 32 register tile
-// (28 zmm accumulators) runs over the whole K, so C is read and written exactly once. Work is
-// split over row strips (and column blocks when rows are few) on the project's pool; each C
-// element is one dot product in k order computed by one task, so results are bitwise identical
-// for any thread count.
+// (28 zmm accumulators) runs over K in blocks of 256 (partial sums of earlier blocks staged in
+// f32), so C is read and written exactly once. Threads of the project's pool take (row group,
+// column block) items from a shared counter; each C element is one dot product in k order
+// computed by one item, so results are bitwise identical for any thread count.
 #pragma once
 #include <cstdint>
 

@@ -2,8 +2,9 @@
 // vdpbf16ps kernels), oneDNN's bf16 matmul and bf16 via f32 + sgemm, at the GEMM shapes of one gpt-mini training step (batch 16 x
 // context 128 = 2048 tokens, width 256, MLP 1024, vocab 512) in the layouts linear uses: forward
 // x W^T, input gradient dY W, weight gradient dY^T X. Prints one JSON line per (shape, path)
-// with the median of --iters runs: wall-clock ms and process CPU ms (all threads; on a shared,
-// loaded machine the CPU time is the steadier measure of the work done).
+// with the median of --iters runs: wall-clock ms and process CPU ms (all threads). The CPU time
+// is only as fine as the kernel's accounting (a scheduler tick on some VMs), so trust it for
+// shapes that run many ticks; on a loaded machine compare paths within one run.
 // Usage: gemm_paths [--threads N] [--iters N]
 #include <algorithm>
 #include <chrono>

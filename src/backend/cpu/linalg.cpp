@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/copy.h"
+#include "backend/cpu/gemm_bf16.h"
 #include "fasttrain/parallel.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -269,6 +270,52 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, co
   return true;
 }
 
+bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+  if (!gemm_bf16_available() || out.dtype() != DType::BF16 || a.dtype() != DType::BF16 || b.dtype() != DType::BF16)
+    return false;
+  // Gradients of broadcast operands (aliased output batches) are summed over batches in f32 by
+  // the via-f32 path; rounding after every batch here would lose accuracy.
+  MatLayout lc;
+  if (batch_aliases(out) || !matrix_layout(out, lc) || lc.trans) return false;
+  const int nd = out.dim();
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a.size(nd - 1);
+  const Tensor bias_c = bias.defined() ? bias.contiguous() : Tensor();
+  GemmBf16Args g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.a_rs = a.stride(nd - 2);
+  g.a_cs = a.stride(nd - 1);
+  g.b_rs = b.stride(nd - 2);
+  g.b_cs = b.stride(nd - 1);
+  g.ldc = lc.ld;
+  g.c_bf16 = true;
+  g.accumulate = accumulate;
+  g.bias = bias_c.defined() ? reinterpret_cast<const uint16_t*>(bias_c.data<bf16>()) : nullptr;
+  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b), oc = batch_offsets(out);
+  const auto* pa = reinterpret_cast<const uint16_t*>(a.data<bf16>());
+  const auto* pb = reinterpret_cast<const uint16_t*>(b.data<bf16>());
+  auto* pc = reinterpret_cast<uint16_t*>(out.data<bf16>());
+  auto run = [&](int64_t i) {
+    GemmBf16Args gi = g;
+    gi.a = pa + oa[i];
+    gi.b = pb + ob[i];
+    gi.c = pc + oc[i];
+    gemm_bf16(gi);
+  };
+  const int64_t nb = static_cast<int64_t>(oc.size());
+  // Small GEMMs are spread over batches (each then runs on one thread); large ones are
+  // parallel inside.
+  if (nb > 1 && M * N * K <= kSmallGemm) {
+    parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) run(i);
+    });
+  } else {
+    for (int64_t i = 0; i < nb; ++i) run(i);
+  }
+  return true;
+}
+
 void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
   Converted a32 = convert_compact(a, DType::F32, true), b32 = convert_compact(b, DType::F32, true);
   Converted c32 = convert_compact(out, DType::F32, accumulate);
@@ -306,6 +353,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate
       // matmul reaches ~110 GFLOP/s at 512^3 and ~65 at 2048x768x768; convert + sgemm reaches
       // ~180 and ~140 with OpenBLAS's AVX-512 kernels but only ~30 and ~25 with its Prescott
       // fallback. So oneDNN unless OpenBLAS runs its AVX-512 kernels.
+      // gemm_bf16 skips the conversion passes of the via-f32 path (see gemm_bf16.h).
+      if (matmul_gemm_bf16(a, b, out, accumulate, bias)) return;
       if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;
       matmul_via_f32(a, b, out, accumulate, bias);
       return;

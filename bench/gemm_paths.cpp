@@ -1,0 +1,120 @@
+// GEMM path benchmark: GFLOP/s of f32 sgemm, the bf16 GEMM (gemm_bf16, its f32-FMA and
+// vdpbf16ps kernels), oneDNN's bf16 matmul and bf16 via f32 + sgemm, at the GEMM shapes of one gpt-mini training step (batch 16 x
+// context 128 = 2048 tokens, width 256, MLP 1024, vocab 512) in the layouts linear uses: forward
+// x W^T, input gradient dY W, weight gradient dY^T X. Prints one JSON line per (shape, path)
+// with the median of --iters runs: wall-clock ms and process CPU ms (all threads). The CPU time
+// is only as fine as the kernel's accounting (a scheduler tick on some VMs), so trust it for
+// shapes that run many ticks; on a loaded machine compare paths within one run.
+// Usage: gemm_paths [--threads N] [--iters N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/linalg.h"
+#include "fasttrain/fasttrain.h"
+
+using namespace ft;
+
+namespace {
+
+double cpu_ms() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+struct Timing {
+  double wall_ms, cpu_ms;
+};
+
+Timing median_times(const std::function<void()>& f, int iters) {
+  std::vector<double> wall, cpu;
+  for (int i = 0; i < 2 + iters; ++i) {
+    const double c0 = cpu_ms();
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 2) wall.push_back(ms), cpu.push_back(cpu_ms() - c0);
+  }
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, iters = 9;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: gemm_paths [--threads N] [--iters N]\n");
+      return 2;
+    }
+  }
+  set_num_threads(threads);
+  const int64_t T = 2048;
+  struct Linear {
+    int64_t in, out;
+  };
+  const Linear layers[] = {{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 512}};
+  Generator g(0);
+  for (const Linear& l : layers) {
+    Tensor x = randn({T, l.in}, DType::F32, &g), w = randn({l.out, l.in}, DType::F32, &g);
+    Tensor dy = randn({T, l.out}, DType::F32, &g);
+    struct Case {
+      const char* name;
+      Tensor a, b;
+    };
+    const Case cases[] = {{"fwd x@W^T", x, w.t()}, {"bwd dY@W", dy, w}, {"bwd dY^T@X", dy.t(), x}};
+    for (const Case& c : cases) {
+      const int64_t M = c.a.size(0), K = c.a.size(1), N = c.b.size(1);
+      Tensor a16 = c.a.to(DType::BF16), b16 = c.b.to(DType::BF16);
+      // to() keeps the layout of a transposed view only if it copies strides; rebuild them so
+      // the bf16 operands are transposed views like the f32 ones.
+      if (c.a.stride(0) == 1) a16 = c.a.t().contiguous().to(DType::BF16).t();
+      if (c.b.stride(0) == 1) b16 = c.b.t().contiguous().to(DType::BF16).t();
+      Tensor o32 = empty({M, N}, DType::F32), o16 = empty({M, N}, DType::BF16);
+      std::vector<std::pair<const char*, std::function<void()>>> paths = {
+          {"sgemm_f32", [&] { cpu::matmul(c.a, c.b, o32); }},
+          {"via_f32", [&] { cpu::matmul_via_f32(a16, b16, o16); }},
+          {"onednn_bf16", [&] { cpu::matmul_onednn(a16, b16, o16); }},
+      };
+      if (cpu::gemm_bf16_available())
+        paths.push_back({"gemm_bf16_fma", [&] { cpu::matmul_gemm_bf16(a16, b16, o16); }});
+      cpu::GemmBf16Args dot;
+      dot.M = M;
+      dot.N = N;
+      dot.K = K;
+      dot.a = reinterpret_cast<const uint16_t*>(a16.data<bf16>());
+      dot.a_rs = a16.stride(0);
+      dot.a_cs = a16.stride(1);
+      dot.b = reinterpret_cast<const uint16_t*>(b16.data<bf16>());
+      dot.b_rs = b16.stride(0);
+      dot.b_cs = b16.stride(1);
+      dot.c = o16.data<bf16>();
+      dot.ldc = N;
+      dot.c_bf16 = true;
+      dot.kernel = cpu::GemmBf16Kernel::Dot;
+      if (cpu::gemm_bf16_available(dot.kernel)) paths.push_back({"gemm_bf16_dot", [&] { cpu::gemm_bf16(dot); }});
+      for (auto& [path, fn] : paths) {
+        const Timing t = median_times(fn, iters);
+        const double flop = 2.0 * M * N * K;
+        std::printf(
+            "{\"bench\": \"gemm\", \"case\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"path\": \"%s\", "
+            "\"threads\": %d, \"ms\": %.4f, \"cpu_ms\": %.4f, \"gflops\": %.1f, \"gflop_per_cpu_s\": %.1f}\n",
+            c.name, (long long)M, (long long)N, (long long)K, path, threads, t.wall_ms, t.cpu_ms, flop * 1e-6 / t.wall_ms,
+            flop * 1e-6 / t.cpu_ms);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

@@ -122,7 +122,7 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
 TEST(Bench, RejectsBadOptionsWithClearMessages) {
   Generator gen(0);
   expect_error([&] { bench::make_workload("resnet9", 0, gen); }, "unknown workload 'resnet9' (expected one of: mlp, cnn-mini, gpt-mini)");
-  expect_error([&] { bench::precision_from_name("fp16"); }, "unknown precision 'fp16' (expected fp32 or bf16)");
+  expect_error([&] { train::precision_from_name("fp8"); }, "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
   bench::BenchOptions o;
   o.workload = "mlp";
   o.steps = 0;

@@ -202,12 +202,12 @@ struct MetricRow {
   double loss = 0;
   double accuracy = -1;  // images, val rows; -1 where not measured
   double lr = 0;
+  double momentum = -1;     // momentum or beta1 in use (-1: not logged on this row)
+  double grad_norm = -1;    // train rows: global gradient norm before clipping (-1: not computed)
+  double loss_scale = -1;   // train rows, fp16-mixed: the loss scale (-1: no loss scaling)
   double items_per_s = 0;  // tokens/s (char) or samples/s (images), train rows
   double elapsed_s = 0;
   double data_wait_ms = 0;  // train rows: mean time per step blocked waiting for the batch
-  double momentum = -1;     // momentum or beta1 in use (-1: the optimizer has none)
-  double grad_norm = -1;    // train rows: global gradient norm before clipping (-1: not computed)
-  double loss_scale = -1;   // train rows, fp16-mixed: the loss scale (-1: no loss scaling)
 };
 
 struct TrainResult {

@@ -103,11 +103,7 @@ BenchResult run_bench(const BenchOptions& o) {
   Workload w = make_workload(o.workload, o.batch, gen);
   FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
            o.accumulate, " equal micro-batches");
-  if (o.checkpoint_blocks) {
-    auto* gpt = dynamic_cast<nn::GPT*>(w.model.get());
-    FT_CHECK(gpt != nullptr, "bench: --checkpoint-blocks needs a transformer workload (gpt-mini), found ", o.workload);
-    gpt->set_activation_checkpointing(true);
-  }
+  if (o.checkpoint_blocks) nn::set_activation_checkpointing(*w.model, true);
   auto opt = make_bench_optimizer(*w.model);
   auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
 

@@ -33,12 +33,7 @@ StepOptions step_options(const TrainerConfig& c) {
 }
 
 void set_block_checkpointing(nn::UnaryModule& model, bool enabled) {
-  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) {
-    gpt->set_activation_checkpointing(enabled);
-    return;
-  }
-  FT_FAIL("checkpoint_blocks: the ", model.type_name(), " model has no transformer or residual blocks to checkpoint "
-          "(GPT and the ResNets have)");
+  nn::set_activation_checkpointing(model, enabled);
 }
 
 }  // namespace ft::train

@@ -94,7 +94,7 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   std::vector<std::string> keys;
   for (auto& [k, v] : j.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"impl", "workload", "device", "precision", "batch", "threads",
-                                            "ms_per_step", "samples_per_s", "loss", "params"}));
+                                            "ms_per_step", "samples_per_s", "loss", "params", "peak_mem_mb"}));
   EXPECT_EQ(j["impl"], "fasttrain");
   EXPECT_EQ(j["workload"], "mlp");
   EXPECT_EQ(j["device"], "cpu");

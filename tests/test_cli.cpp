@@ -94,7 +94,9 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
 
 TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --bogus 1", "--bogus");
-  expect_error("train --batch-size 0", "option batch_size: expected at least 1, found 0");
+  expect_error("train --batch-size -3", "option batch_size: expected at least 1 (or auto), found -3");
+  expect_error("train --precision fp8", "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
+  expect_error("lr-find --start-lr 1 --end-lr 0.1", "lr_find: max_lr must be finite and greater than min_lr = 1, found 0.1");
   expect_error("train --lr -0.5", "option lr: expected a positive learning rate, found -0.5");
   expect_error("train --max-steps ten", "option max_steps: expected an integer, found 'ten'");
   expect_error("train --device cuda", "no CUDA kernels in this build yet");
@@ -187,5 +189,22 @@ TEST(Cli, DataWritesCharTokenShards) {
   r = run_cli("data --vocab word --input " + dir + "/in.txt --output " + dir + "/shards");
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("--vocab"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// `fasttrain lr-find` sweeps a small char model, prints a suggestion and writes the curve files.
+TEST(Cli, LrFindWritesTheCurveAndSuggests) {
+  const std::string dir = temp_dir("lrfind");
+  CliRun r = run_cli("lr-find --num-steps 20 --start-lr 1e-4 --end-lr 1 --run-dir " + dir +
+                     " --context 16 --layers 1 --dim 32 --heads 2 --batch-size 4 --train-chars 20000 --val-chars 4000"
+                     " --progress false");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("suggested lr: "), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/lr_find.csv"));
+  EXPECT_TRUE(fs::exists(dir + "/lr_find.svg"));
+  std::ifstream csv(dir + "/lr_find.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "step,lr,loss,smoothed_loss");
   fs::remove_all(dir);
 }

@@ -132,12 +132,12 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
     change(c);
     test::expect_error([&] { c.validate(); }, fragment);
   };
-  bad([](TrainerConfig& c) { c.batch_size = 0; }, "option batch_size: expected at least 1, found 0");
+  bad([](TrainerConfig& c) { c.batch_size = -1; }, "option batch_size: expected at least 1 (or auto), found -1");
   bad([](TrainerConfig& c) { c.lr = -1; }, "option lr: expected a positive learning rate, found -1");
   bad([](TrainerConfig& c) { c.device = "cuda"; }, "no CUDA kernels in this build yet");
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, found 'tpu'");
   bad([](TrainerConfig& c) { c.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
-  bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam or sgd");
+  bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam, sgd, lamb or lars");
   bad([](TrainerConfig& c) { c.min_lr = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {
@@ -367,7 +367,7 @@ TEST(Trainer, RunFolderHoldsMetricsConfigWeightsAndSummary) {
   std::istringstream csv(slurp(c.run_dir + "/metrics.csv"));
   std::string line;
   std::getline(csv, line);
-  EXPECT_EQ(line, "step,epoch,split,loss,accuracy,lr,items_per_s,elapsed_s,data_wait_ms");
+  EXPECT_EQ(line, "step,epoch,split,loss,accuracy,lr,momentum,grad_norm,loss_scale,items_per_s,elapsed_s,data_wait_ms");
   int train_rows = 0, val_rows = 0;
   while (std::getline(csv, line)) {
     if (line.find(",train,") != std::string::npos) ++train_rows;

@@ -86,13 +86,7 @@ class Lamb final : public detail::MultiTensorOptimizer {
   int num_buffers(const GroupOptions&) const override { return 2; }
   const char* buffer_name(int index) const override { return index == 0 ? "exp_avg" : "exp_avg_sq"; }
   void check_options(const GroupOptions& o, size_t g) const override {
-    FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
-    FT_CHECK(o.eps > 0, name(), ": Invalid epsilon value: ", o.eps, " (expected > 0; ", group_label(g), ")");
-    FT_CHECK(o.beta1 >= 0 && o.beta1 < 1, name(), ": Invalid beta parameter at index 0: ", o.beta1, " (",
-             group_label(g), ")");
-    FT_CHECK(o.beta2 >= 0 && o.beta2 < 1, name(), ": Invalid beta parameter at index 1: ", o.beta2, " (",
-             group_label(g), ")");
-    FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
+    check_adam_family_options(o, g);
   }
   void update(int64_t total) override {
     run_norm_pass(

@@ -47,9 +47,7 @@ class Lars final : public detail::MultiTensorOptimizer {
   int num_buffers(const GroupOptions& o) const override { return o.momentum != 0 ? 1 : 0; }
   const char* buffer_name(int) const override { return "momentum_buffer"; }
   void check_options(const GroupOptions& o, size_t g) const override {
-    FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
-    FT_CHECK(o.momentum >= 0, name(), ": Invalid momentum value: ", o.momentum, " (", group_label(g), ")");
-    FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
+    check_momentum_family_options(o, g);
     FT_CHECK(o.trust_coefficient > 0, name(), ": Invalid trust_coefficient value: ", o.trust_coefficient,
              " (expected > 0; ", group_label(g), ")");
     FT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), name(),

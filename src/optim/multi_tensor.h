@@ -81,6 +81,10 @@ class MultiTensorOptimizer : public Optimizer {
   virtual void check_options(const GroupOptions& options, size_t g) const = 0;
   void check_all_options() const;  // call from the derived constructor
   std::string group_label(size_t g) const;  // "group 1 ('no_decay')", for messages
+  // PyTorch's checks shared by a family, with its messages: lr, eps, betas and weight decay
+  // (Adam, AdamW, LAMB); lr, momentum and weight decay (SGD, LARS).
+  void check_adam_family_options(const GroupOptions& o, size_t g) const;
+  void check_momentum_family_options(const GroupOptions& o, size_t g) const;
 
   // The optimizer's passes over the `total` elements of segments_.
   virtual void update(int64_t total) = 0;

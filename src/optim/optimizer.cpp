@@ -182,6 +182,22 @@ void MultiTensorOptimizer::check_all_options() const {
 
 std::string MultiTensorOptimizer::group_label(size_t g) const { return optim::group_label(groups_, g); }
 
+void MultiTensorOptimizer::check_adam_family_options(const GroupOptions& o, size_t g) const {
+    FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
+    FT_CHECK(o.eps > 0, name(), ": Invalid epsilon value: ", o.eps, " (expected > 0; ", group_label(g), ")");
+    FT_CHECK(o.beta1 >= 0 && o.beta1 < 1, name(), ": Invalid beta parameter at index 0: ", o.beta1, " (",
+             group_label(g), ")");
+    FT_CHECK(o.beta2 >= 0 && o.beta2 < 1, name(), ": Invalid beta parameter at index 1: ", o.beta2, " (",
+             group_label(g), ")");
+    FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
+}
+
+void MultiTensorOptimizer::check_momentum_family_options(const GroupOptions& o, size_t g) const {
+    FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
+    FT_CHECK(o.momentum >= 0, name(), ": Invalid momentum value: ", o.momentum, " (", group_label(g), ")");
+    FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
+}
+
 int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
   // Groups and parameters may have been edited through param_groups(): check before any change.
   check_all_options();

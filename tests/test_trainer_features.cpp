@@ -20,6 +20,7 @@
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
 #include "support/expect_error.h"
+#include "support/trainer_configs.h"
 #include "train/task.h"
 
 using namespace ft;
@@ -28,30 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("fasttrain_test_features_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  return p.string();
-}
+std::string temp_dir(const std::string& name) { return test::scratch_dir("fasttrain_test_features", name); }
 
-TrainerConfig tiny_char(const std::string& run_dir) {
-  TrainerConfig c = TrainerConfig::defaults_for("char");
-  c.run_dir = run_dir;
-  c.progress = false;
-  c.max_steps = 8;
-  c.warmup_steps = 2;
-  c.log_every_n_steps = 2;
-  c.eval_every = 4;
-  c.eval_batches = 2;
-  c.batch_size = 4;
-  c.context = 16;
-  c.layers = 1;
-  c.dim = 32;
-  c.heads = 2;
-  c.train_chars = 20000;
-  c.val_chars = 4000;
-  return c;
-}
+using test::tiny_char;
 
 TrainerConfig tiny_images(const std::string& run_dir) {
   TrainerConfig i = TrainerConfig::defaults_for("images");

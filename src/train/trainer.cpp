@@ -87,6 +87,26 @@ struct Trainer::Impl {
     FT_CHECK(b != nullptr, "Trainer: the data loader produced an empty epoch");
     return *b;
   }
+  // The StepRunner for the current optimizer (rebuilt when lr_find replaces the optimizer).
+  void make_runner(const TrainerConfig& c, Task& task) {
+    runner = std::make_unique<StepRunner>(
+        task.model(), *optimizer, [&task](const Tensor& out, const Tensor& y) { return task.loss(out, y); },
+        step_options(c));
+  }
+  // One optimisation step over `accumulate` loader batches; returns the micro-batch losses summed
+  // on the device and adds the time spent waiting for batches to *data_wait.
+  Tensor train_step(int64_t accumulate, double* data_wait) {
+    Tensor loss_sum;
+    for (int64_t micro = 0; micro < accumulate; ++micro) {
+      const auto wait_start = std::chrono::steady_clock::now();
+      const data::Batch& batch = next_batch();  // valid until the next call: used before it
+      *data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+      Tensor l = runner->forward_backward(batch.fields[0], batch.fields[1]);
+      loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
+    }
+    runner->optimizer_step();
+    return loss_sum;
+  }
   double momentum_in_use() const {
     const auto& o = optimizer->param_groups().front().options;
     const std::string n = optimizer->name();
@@ -117,9 +137,7 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
   impl_ = std::make_unique<Impl>();
   impl_->optimizer = make_optimizer(config_, task_->model());
   impl_->schedule = make_schedule(config_);
-  impl_->runner = std::make_unique<StepRunner>(
-      task_->model(), *impl_->optimizer, [task = task_.get()](const Tensor& out, const Tensor& y) { return task->loss(out, y); },
-      step_options(config_));
+  impl_->make_runner(config_, *task_);
   const MonitorMode mode = config_.monitor == "val_accuracy" ? MonitorMode::Max : MonitorMode::Min;
   if (config_.early_stopping_patience > 0)
     impl_->early_stopping =
@@ -263,15 +281,9 @@ TrainResult Trainer::fit() {
       tb->add_scalar("train/lr", lr, step_);
       tb->add_scalar("train/momentum", im.momentum_in_use(), step_);
     }
-    for (int64_t micro = 0; micro < c.accumulate; ++micro) {
-      const auto wait_start = std::chrono::steady_clock::now();
-      const data::Batch& batch = im.next_batch();  // valid until the next call: used before it
-      data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-      Tensor l = im.runner->forward_backward(batch.fields[0], batch.fields[1]);
-      im.loss_sum = im.loss_sum.defined() ? add(im.loss_sum, l) : l;
-      ++im.loss_count;
-    }
-    im.runner->optimizer_step();
+    Tensor l = im.train_step(c.accumulate, &data_wait);
+    im.loss_sum = im.loss_sum.defined() ? add(im.loss_sum, l) : l;
+    im.loss_count += c.accumulate;
     ++step_;
 
     const bool last = step_ == end;
@@ -459,16 +471,10 @@ LrFindResult Trainer::lr_find(const LrFindOptions& options) {
   const data::LoaderState loader_state = im.loader->state();
   const GeneratorState generator = default_generator().state();
 
+  double data_wait = 0;
   auto sweep_step = [&](double lr) {
     im.optimizer->set_lr(lr);
-    Tensor loss_sum;
-    for (int64_t micro = 0; micro < config_.accumulate; ++micro) {
-      const data::Batch& batch = im.next_batch();
-      Tensor l = im.runner->forward_backward(batch.fields[0], batch.fields[1]);
-      loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
-    }
-    im.runner->optimizer_step();
-    return loss_sum.item<double>() / static_cast<double>(config_.accumulate);
+    return im.train_step(config_.accumulate, &data_wait).item<double>() / static_cast<double>(config_.accumulate);
   };
   LrFindResult result = find_lr(sweep_step, options);
 
@@ -479,9 +485,7 @@ LrFindResult Trainer::lr_find(const LrFindOptions& options) {
     im.optimizer->load_state_tensors(opt_tensors);
     im.optimizer->load_state_metadata(opt_meta);
   }
-  im.runner = std::make_unique<StepRunner>(
-      model, *im.optimizer, [task = task_.get()](const Tensor& out, const Tensor& y) { return task->loss(out, y); },
-      step_options(config_));
+  im.make_runner(config_, *task_);
   im.runner->scaler().load_state_tensors(scaler_state);
   im.loader->load_state(loader_state);
   default_generator().set_state(generator);

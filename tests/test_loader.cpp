@@ -8,54 +8,15 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/loader.h"
 #include "support/expect_error.h"
+#include "support/synthetic_dataset.h"
 
 namespace ft::data {
 namespace {
 
-// Sample i: image [2, 3] float = 100 i + j + epoch / 4 (so the epoch reaches read()), label = i.
-// Sample `broken` throws while `fail` is set.
-class SyntheticDataset : public Dataset {
- public:
-  explicit SyntheticDataset(int64_t n, int64_t broken = -1) : n_(n), broken_(broken) {}
-  int64_t size() const override { return n_; }
-  SampleSpec spec() const override { return {{"image", {2, 3}, DType::F32}, {"label", {}, DType::I64}}; }
-  void read(int64_t index, uint64_t epoch, const std::vector<Tensor>& fields) const override {
-    FT_CHECK(!(index == broken_ && fail.load()), "synthetic: sample file vanished");
-    float* image = fields[0].data<float>();
-    for (int j = 0; j < 6; ++j) image[j] = static_cast<float>(100 * index + j) + static_cast<float>(epoch) / 4;
-    *fields[1].data<int64_t>() = index;
-  }
-  mutable std::atomic<bool> fail{true};
-
- private:
-  int64_t n_, broken_;
-};
-
-// What a batch held, copied out (the batch's tensors are reused after the next call).
-struct Seen {
-  std::vector<int64_t> labels;
-  std::vector<float> images;
-  uint64_t epoch;
-  int64_t index;
-  bool operator==(const Seen&) const = default;
-};
-
-Seen copy(const Batch& b) {
-  Seen s{{}, {}, b.epoch, b.index};
-  const int64_t* l = b.field("label").data<int64_t>();
-  s.labels.assign(l, l + b.rows);
-  const float* x = b.field("image").data<float>();
-  s.images.assign(x, x + b.rows * 6);
-  return s;
-}
-
-// Every batch of the next `epochs` epochs.
-std::vector<Seen> drain(DataLoader& loader, int epochs) {
-  std::vector<Seen> out;
-  for (int e = 0; e < epochs; ++e)
-    while (const Batch* b = loader.next()) out.push_back(copy(*b));
-  return out;
-}
+using test_support::copy;
+using test_support::drain;
+using test_support::Seen;
+using test_support::SyntheticDataset;
 
 LoaderOptions opts(int workers, bool shuffle = true) {
   LoaderOptions o;

@@ -52,6 +52,45 @@ class StreamGuard {
   Stream previous_;
 };
 
+// A stream of its own, for work that should overlap the compute stream (host-to-device copies of
+// the next batch). On CUDA it is created non-blocking, so it never waits for the legacy default
+// stream; on the CPU, where work runs synchronously in the calling thread, it is the null stream.
+// Destroying it lets already-issued work finish first (cudaStreamDestroy semantics).
+class OwnedStream {
+ public:
+  explicit OwnedStream(Device device);
+  ~OwnedStream();
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  Stream get() const { return stream_; }
+
+ private:
+  Stream stream_;
+};
+
+// A point in a stream's work (torch.cuda.Event without timing). record() marks the work issued so
+// far on a stream; block() makes another stream wait for it on the device (the host goes on);
+// synchronize() makes the host wait; query() says whether it has been reached. An event never
+// recorded counts as reached. On the CPU every call returns at once: CPU work is complete when the
+// call that issued it returns.
+class Event {
+ public:
+  explicit Event(Device device);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Device device() const { return device_; }
+  void record(Stream stream);
+  void block(Stream stream) const;
+  void synchronize() const;
+  bool query() const;
+
+ private:
+  void check_stream(Stream stream, const char* what) const;
+  Device device_;
+  void* handle_ = nullptr;  // cudaEvent_t
+};
+
 // Number of usable CUDA devices; 0 when the build has no CUDA or no driver/GPU is present.
 int cuda_device_count();
 bool cuda_available();

@@ -78,8 +78,8 @@ class DistributedSampler : public Sampler {
 struct LoaderOptions {
   int64_t batch_size = 1;
   int num_workers = 0;      // 0: samples are read in the thread that calls next()
-  // Accepted for the CUDA backend, which page-locks the batch buffers so host-to-device copies can
-  // be asynchronous. Without a CUDA runtime the buffers are 64-byte-aligned host memory either way.
+  // Page-locked batch buffers (empty_pinned) when a CUDA device is present, so DevicePrefetcher's
+  // host-to-device copies are asynchronous. Without one they are 64-byte-aligned host memory.
   bool pin_memory = false;
   int prefetch_factor = 2;  // batches in flight per worker; the pool holds max(2, workers * this)
   bool drop_last = false;   // drop the epoch's last, partial batch

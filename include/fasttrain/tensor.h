@@ -49,6 +49,7 @@ struct Storage {
   DataPtr data;
   size_t nbytes = 0;
   Device device;
+  bool pinned = false;  // page-locked host memory (empty_pinned): async host-to-device copies
   // Bumped by every in-place write (unless in inference mode); shared by all views.
   std::atomic<uint32_t> version{0};
   void* ptr() const { return data.get(); }
@@ -115,6 +116,8 @@ class Tensor {
   bool is_contiguous() const;
   // True when the memory is dense in NHWC order for a 4-d tensor (channels-last).
   bool is_channels_last() const;
+  // True for page-locked host memory (empty_pinned with a CUDA device present).
+  bool is_pinned() const { return storage()->pinned; }
   TensorOptions options() const { return TensorOptions(dtype(), device()); }
   const std::shared_ptr<Storage>& storage() const { return checked().storage; }
   uint32_t version() const { return storage()->version.load(std::memory_order_relaxed); }
@@ -194,6 +197,10 @@ class Tensor {
 Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor empty_strided(const Shape& shape, const Strides& strides, TensorOptions opts = {});
 Tensor empty_like(const Tensor& t);  // same shape/dtype/device, contiguous
+// A contiguous CPU tensor in page-locked memory (pin_memory=True), from which the CUDA backend
+// copies to the device asynchronously. Without a usable CUDA device it is ordinary 64-byte-aligned
+// host memory (is_pinned() false): pinning only pays off when there is a device to copy to.
+Tensor empty_pinned(const Shape& shape, DType dtype = DType::F32);
 Tensor zeros(const Shape& shape, TensorOptions opts = {});
 Tensor ones(const Shape& shape, TensorOptions opts = {});
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts = {});

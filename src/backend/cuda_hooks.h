@@ -9,12 +9,27 @@
 
 namespace ft {
 
+class Allocator;
+
 struct CudaHooks {
   int (*device_count)() = nullptr;  // 0 when no driver or no GPU
   void (*synchronize)(Stream) = nullptr;
   // Copies nbytes between host and device memory (either side may be the device) on `stream`.
   void (*memcpy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, Stream stream,
                  bool non_blocking) = nullptr;
+
+  // Streams and events (handles are cudaStream_t / cudaEvent_t).
+  void* (*stream_create)(int device) = nullptr;  // non-blocking with respect to the legacy stream
+  void (*stream_destroy)(Stream) = nullptr;
+  void* (*event_create)(int device) = nullptr;    // timing disabled: cheapest to record and wait on
+  void (*event_destroy)(void* event) = nullptr;
+  void (*event_record)(void* event, Stream) = nullptr;
+  void (*stream_wait_event)(Stream, void* event) = nullptr;  // device-side wait: the host goes on
+  void (*event_synchronize)(void* event) = nullptr;          // host waits
+  bool (*event_query)(void* event) = nullptr;                // true once the recorded work is done
+
+  // Page-locked host memory (cudaHostAlloc), cached; see pinned_host_allocator().
+  Allocator* pinned_allocator = nullptr;
 };
 
 CudaHooks& cuda_hooks();

@@ -1,35 +1,26 @@
-// CPU caching allocator. Sizes are rounded up to one of four classes per power of two (at most
-// 25% waste), and freed blocks are kept per class for reuse. Reuse matters on the CPU too: a
-// fresh multi-megabyte malloc is served by mmap and page-faulted on first touch, which costs more
-// than many small kernels.
+// CPU caching allocator. Sizes are rounded up to a size class (core/size_class.h), and freed
+// blocks are kept per class for reuse. Reuse matters on the CPU too: a fresh multi-megabyte malloc
+// is served by mmap and page-faulted on first touch, which costs more than many small kernels.
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda_hooks.h"
+#include "core/size_class.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/error.h"
 
 namespace ft {
 namespace {
 
-size_t round_size(size_t n) {
-  if (n <= 64) return 64;
-  size_t p = 64;
-  while (p < n) p <<= 1;  // smallest power of two >= n
-  size_t quarter = p / 8;  // classes: p/2 + k*p/8, k = 1..4
-  size_t r = p / 2;
-  while (r < n) r += quarter;
-  return r;
-}
-
 std::string mb(int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
 
 class CpuCachingAllocator final : public Allocator {
  public:
   DataPtr allocate(size_t nbytes, Stream) override {
-    size_t size = round_size(std::max<size_t>(nbytes, 1));
+    size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
     void* p = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -116,5 +107,7 @@ Allocator& allocator_for(Device device) {
 }
 
 void register_allocator(DeviceType type, Allocator* allocator) { g_allocators[static_cast<int>(type)] = allocator; }
+
+Allocator* pinned_host_allocator() { return cuda_available() ? cuda_hooks().pinned_allocator : nullptr; }
 
 }  // namespace ft

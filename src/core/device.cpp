@@ -52,3 +52,59 @@ void synchronize(Stream stream) {
 }
 
 }  // namespace ft
+
+// --- OwnedStream and Event ---------------------------------------------------------------------
+namespace ft {
+namespace {
+
+const CudaHooks& hooks_for(Device device, const char* what) {
+  const CudaHooks& h = cuda_hooks();
+  FT_CHECK(h.stream_create != nullptr, what, "(", device.str(), "): this build has no CUDA support");
+  const int n = cuda_device_count();
+  FT_CHECK(device.index >= 0 && device.index < n, what, "(", device.str(), "): device is not available (", n,
+           " CUDA devices found)");
+  return h;
+}
+
+}  // namespace
+
+OwnedStream::OwnedStream(Device device) : stream_{device, nullptr} {
+  if (device.is_cpu()) return;
+  stream_.handle = hooks_for(device, "OwnedStream").stream_create(device.index);
+}
+
+OwnedStream::~OwnedStream() {
+  if (stream_.handle != nullptr) cuda_hooks().stream_destroy(stream_);
+}
+
+Event::Event(Device device) : device_(device) {
+  if (device.is_cpu()) return;
+  handle_ = hooks_for(device, "Event").event_create(device.index);
+}
+
+Event::~Event() {
+  if (handle_ != nullptr) cuda_hooks().event_destroy(handle_);
+}
+
+void Event::check_stream(Stream stream, const char* what) const {
+  FT_CHECK(stream.device == device_, "Event::", what, ": the event belongs to ", device_.str(),
+           ", the stream to ", stream.device.str());
+}
+
+void Event::record(Stream stream) {
+  check_stream(stream, "record");
+  if (handle_ != nullptr) cuda_hooks().event_record(handle_, stream);
+}
+
+void Event::block(Stream stream) const {
+  check_stream(stream, "block");
+  if (handle_ != nullptr) cuda_hooks().stream_wait_event(stream, handle_);
+}
+
+void Event::synchronize() const {
+  if (handle_ != nullptr) cuda_hooks().event_synchronize(handle_);
+}
+
+bool Event::query() const { return handle_ == nullptr || cuda_hooks().event_query(handle_); }
+
+}  // namespace ft

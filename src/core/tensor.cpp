@@ -123,6 +123,18 @@ Tensor empty_strided(const Shape& shape, const Strides& strides, TensorOptions o
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
 
+Tensor empty_pinned(const Shape& shape, DType dtype) {
+  check_shape(shape, "empty_pinned");
+  Allocator* pinned = pinned_host_allocator();
+  if (pinned == nullptr) return empty(shape, dtype);
+  auto st = std::make_shared<Storage>();
+  st->nbytes = shape.numel() * dtype_size(dtype);
+  st->data = pinned->allocate(st->nbytes, current_stream(Device::cpu()));
+  st->device = Device::cpu();
+  st->pinned = true;
+  return make_tensor(std::move(st), shape, contiguous_strides(shape), 0, dtype);
+}
+
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
   bool rg = opts.requires_grad;
   Tensor t = empty(shape, opts.with_requires_grad(false));
@@ -200,8 +212,11 @@ static Tensor copy_across_devices(const Tensor& src, Device dst_dev, bool non_bl
   Tensor c = src.contiguous();
   Tensor out = empty(c.shape(), TensorOptions(c.dtype(), dst_dev));
   Device stream_dev = dst_dev.is_cuda() ? dst_dev : src.device();
-  cuda_hooks().memcpy(out.raw_data(), dst_dev, c.raw_data(), c.device(), c.nbytes(), current_stream(stream_dev),
-                      non_blocking);
+  const Stream stream = current_stream(stream_dev);
+  cuda_hooks().memcpy(out.raw_data(), dst_dev, c.raw_data(), c.device(), c.nbytes(), stream, non_blocking);
+  // Only a copy from page-locked memory is still reading the source after the call returns (from
+  // pageable memory the driver stages it first): keep the block from reuse until it is done.
+  if (non_blocking && c.is_pinned()) pinned_host_allocator()->record_stream(c.raw_data(), stream);
   return out;
 }
 

@@ -67,10 +67,10 @@ void DataLoader::start_workers() {
 }
 
 void DataLoader::make_pool() {
-  // Every buffer and every row view is made here, once, so steady state allocates nothing. CPU
-  // memory from the caching allocator is 64-byte aligned; the CUDA backend page-locks these
-  // buffers when pin_memory is set. The pool is at least the worker count, so every worker can
-  // hold a batch (iterable datasets give each worker its own batches).
+  // Every buffer and every row view is made here, once, so steady state allocates nothing. With
+  // pin_memory and a CUDA device the buffers are page-locked, so DevicePrefetcher's copies of them
+  // are asynchronous; otherwise they are 64-byte-aligned host memory. The pool is at least the
+  // worker count, so every worker can hold a batch (iterable datasets give each worker its own).
   const int64_t b = options_.batch_size;
   const int pool = std::max(2, options_.num_workers * options_.prefetch_factor);
   slots_.resize(static_cast<size_t>(pool));
@@ -78,7 +78,7 @@ void DataLoader::make_pool() {
     for (const FieldSpec& fs : spec_) {
       Shape shape = fs.shape;
       shape.insert(0, b);
-      slot.full.push_back(empty(shape, fs.dtype));
+      slot.full.push_back(options_.pin_memory ? empty_pinned(shape, fs.dtype) : empty(shape, fs.dtype));
     }
     slot.rows.resize(static_cast<size_t>(b));
     for (int64_t r = 0; r < b; ++r)

@@ -15,6 +15,7 @@
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/callbacks.h"
+#include "fasttrain/device_prefetcher.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/parallel.h"
@@ -73,7 +74,9 @@ struct Trainer::Impl {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::Schedule> schedule;
   std::unique_ptr<StepRunner> runner;
-  std::unique_ptr<data::DataLoader> loader;  // training batches; its state is the data position
+  std::unique_ptr<data::DataLoader> loader;  // training batches
+  // The loader's batches on the training device; its state is the data position.
+  std::unique_ptr<data::DevicePrefetcher> batches;
   std::unique_ptr<EarlyStopping> early_stopping;
   std::unique_ptr<CheckpointKeeper> keeper;
   Tensor loss_sum;  // training loss summed since the last log, on the device
@@ -82,8 +85,8 @@ struct Trainer::Impl {
 
   // The next training batch, crossing into the next epoch when this one is exhausted.
   const data::Batch& next_batch() {
-    const data::Batch* b = loader->next();
-    if (b == nullptr) b = loader->next();
+    const data::Batch* b = batches->next();
+    if (b == nullptr) b = batches->next();
     FT_CHECK(b != nullptr, "Trainer: the data loader produced an empty epoch");
     return *b;
   }
@@ -152,6 +155,7 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
   lo.drop_last = true;  // every step sees batch_size samples
   lo.seed = config_.seed;
   impl_->loader = std::make_unique<data::DataLoader>(task_->train_dataset(), lo, task_->train_sampler());
+  impl_->batches = std::make_unique<data::DevicePrefetcher>(*impl_->loader, Device::parse(config_.device));
   FT_CHECK(impl_->loader->batches_per_epoch() >= config_.accumulate, "Trainer: the training data holds fewer than "
            "batch_size x accumulate = ", config_.batch_size * config_.accumulate, " samples");
 }
@@ -384,7 +388,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                    impl_->optimizer->state_metadata());
   save_safetensors(tmp + "/loss_scaler.safetensors", impl_->runner->scaler().state_tensors());
   const GeneratorState g = default_generator().state();
-  const data::LoaderState ls = impl_->loader->state();
+  const data::LoaderState ls = impl_->batches->state();
   json state = {{"step", step_},
                 {"epoch", static_cast<double>(step_) / static_cast<double>(impl_->loader->batches_per_epoch())},
                 {"loader", {{"epoch", ls.epoch}, {"position", ls.position}, {"seed", ls.seed}}},
@@ -449,7 +453,7 @@ void Trainer::resume(const std::string& dir) {
   } catch (const json::exception& e) {
     FT_FAIL(state_path, ": malformed trainer state: ", e.what());
   }
-  impl_->loader->load_state(ls);
+  impl_->batches->load_state(ls);
   step_ = step;
   default_generator().set_state(g);
   impl_->loss_count = pending_count;
@@ -468,7 +472,7 @@ LrFindResult Trainer::lr_find(const LrFindOptions& options) {
   const auto opt_meta = im.optimizer->state_metadata();
   TensorMap scaler_state;
   for (const auto& [name, t] : im.runner->scaler().state_tensors()) scaler_state.emplace_back(name, t.clone());
-  const data::LoaderState loader_state = im.loader->state();
+  const data::LoaderState loader_state = im.batches->state();
   const GeneratorState generator = default_generator().state();
 
   double data_wait = 0;
@@ -487,7 +491,7 @@ LrFindResult Trainer::lr_find(const LrFindOptions& options) {
   }
   im.make_runner(config_, *task_);
   im.runner->scaler().load_state_tensors(scaler_state);
-  im.loader->load_state(loader_state);
+  im.batches->load_state(loader_state);
   default_generator().set_state(generator);
   return result;
 }

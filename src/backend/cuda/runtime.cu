@@ -1,4 +1,4 @@
-// CUDA runtime glue: device discovery, stream sync, host<->device copies and the device
+// CUDA runtime glue: device discovery, streams and events, host<->device copies and the device
 // allocator. Linked against the static CUDA runtime, which loads the driver only when first
 // used, so a machine without a driver sees zero devices instead of failing to start.
 #include <cuda_runtime.h>
@@ -6,19 +6,11 @@
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda_hooks.h"
-#include "fasttrain/allocator.h"
-#include "fasttrain/error.h"
 
 namespace ft::cuda {
 namespace {
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky error state for recoverable errors
-    FT_FAIL(what, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
-  }
-}
 
 int device_count() {
   static int count = [] {
@@ -45,6 +37,54 @@ void memcpy_any(void* dst, Device dst_dev, const void* src, Device src_dev, size
   auto s = static_cast<cudaStream_t>(stream.handle);
   check(cudaMemcpyAsync(dst, src, nbytes, kind, s), "to()");
   if (!non_blocking) check(cudaStreamSynchronize(s), "to()");
+}
+
+void* stream_create(int device) {
+  check(cudaSetDevice(device), "stream create");
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream create");
+  return s;
+}
+
+// Called from destructors: errors are cleared, not thrown.
+void stream_destroy(Stream s) {
+  cudaSetDevice(s.device.index);
+  cudaStreamDestroy(static_cast<cudaStream_t>(s.handle));
+  cudaGetLastError();
+}
+
+void* event_create(int device) {
+  check(cudaSetDevice(device), "event create");
+  cudaEvent_t ev = nullptr;
+  check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event create");
+  return ev;
+}
+
+void event_destroy(void* event) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  cudaGetLastError();
+}
+
+void event_record(void* event, Stream s) {
+  check(cudaSetDevice(s.device.index), "event record");
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(s.handle)), "event record");
+}
+
+void stream_wait_event(Stream s, void* event) {
+  check(cudaSetDevice(s.device.index), "stream wait");
+  check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.handle), static_cast<cudaEvent_t>(event), 0), "stream wait");
+}
+
+void event_synchronize(void* event) { check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "event wait"); }
+
+bool event_query(void* event) {
+  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(err, "event query");
+  return true;
 }
 
 // Device memory with statistics. The size-class caching and expandable segments of the full
@@ -107,6 +147,15 @@ void register_backend(CudaHooks& hooks) {
   hooks.device_count = device_count;
   hooks.synchronize = synchronize;
   hooks.memcpy = memcpy_any;
+  hooks.stream_create = stream_create;
+  hooks.stream_destroy = stream_destroy;
+  hooks.event_create = event_create;
+  hooks.event_destroy = event_destroy;
+  hooks.event_record = event_record;
+  hooks.stream_wait_event = stream_wait_event;
+  hooks.event_synchronize = event_synchronize;
+  hooks.event_query = event_query;
+  hooks.pinned_allocator = &pinned_host_allocator_instance();
   static CudaAllocator allocator;
   register_allocator(DeviceType::CUDA, &allocator);
 }

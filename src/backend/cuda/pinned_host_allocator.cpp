@@ -1,0 +1,169 @@
+// Page-locked host memory for batch buffers and staging (pinned_host_allocator() in allocator.h).
+// cudaHostAlloc maps and locks pages and costs milliseconds, so blocks are cached by size class
+// like the other allocators. A block freed while asynchronous copies from it may still be queued
+// (record_stream) is parked with an event per stream and reused only once every event is reached,
+// the rule PyTorch's CachingHostAllocator follows too.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/size_class.h"
+
+namespace ft::cuda {
+namespace {
+
+class PinnedHostAllocator final : public Allocator {
+ public:
+  DataPtr allocate(size_t nbytes, Stream) override {
+    const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
+    std::lock_guard<std::mutex> lock(mu_);
+    reclaim_finished_locked();
+    if (limit_ && stats_.allocated_bytes + static_cast<int64_t>(size) > static_cast<int64_t>(limit_))
+      throw OutOfMemoryError(detail::concat("pinned host memory: out of memory: requested ", nbytes, " bytes with ",
+                                            stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
+                                            " reserved, over the limit of ", limit_));
+    void* p = nullptr;
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+    } else {
+      // Portable: pinned for every device's context, so any GPU can copy from it asynchronously.
+      cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        throw OutOfMemoryError(detail::concat("pinned host memory: out of memory: requested ", nbytes,
+                                              " bytes with ", stats_.allocated_bytes, " allocated and ",
+                                              stats_.reserved_bytes, " reserved (cudaHostAlloc: ",
+                                              cudaGetErrorString(err), ")"));
+      }
+      ++stats_.num_system_allocs;
+      stats_.reserved_bytes += static_cast<int64_t>(size);
+    }
+    in_use_[p] = InUse{size, {}};
+    ++stats_.num_allocs;
+    stats_.allocated_bytes += static_cast<int64_t>(size);
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return DataPtr(p, [this](void* ptr) { release(ptr); });
+  }
+
+  // `ptr` may point anywhere inside a block (a view's data).
+  void record_stream(void* ptr, Stream stream) override {
+    if (!stream.device.is_cuda()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_use_.upper_bound(ptr);
+    FT_CHECK(it != in_use_.begin(), "pinned host memory: record_stream: ", ptr, " is not in a pinned block");
+    --it;
+    const auto* base = static_cast<const char*>(it->first);
+    FT_CHECK(static_cast<const char*>(ptr) < base + it->second.size, "pinned host memory: record_stream: ", ptr,
+             " is not in a pinned block");
+    std::vector<Stream>& streams = it->second.streams;
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  }
+
+  AllocatorStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+  void reset_peak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  }
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    reclaim_finished_locked();
+    for (auto& [size, blocks] : free_) {
+      for (void* p : blocks) {
+        cudaFreeHost(p);
+        stats_.reserved_bytes -= static_cast<int64_t>(size);
+        ++stats_.num_system_frees;
+      }
+      blocks.clear();
+    }
+  }
+  void set_memory_limit(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_ = bytes;
+  }
+
+ private:
+  struct InUse {
+    size_t size;
+    std::vector<Stream> streams;  // streams that may still read or write the block
+  };
+  struct Parked {
+    void* ptr;
+    size_t size;
+    std::vector<cudaEvent_t> events;  // one per recorded stream, recorded at free time
+  };
+
+  // Runs from a DataPtr deleter, so it must not throw: a failure to record an event falls back to
+  // waiting for the stream, which is slow but keeps the block from being reused too early.
+  void release(void* ptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_use_.find(ptr);
+    if (it == in_use_.end()) return;
+    const InUse block = std::move(it->second);
+    in_use_.erase(it);
+    stats_.allocated_bytes -= static_cast<int64_t>(block.size);
+    ++stats_.num_frees;
+    Parked parked{ptr, block.size, {}};
+    for (const Stream& s : block.streams) {
+      cudaEvent_t ev = nullptr;
+      auto stream = static_cast<cudaStream_t>(s.handle);
+      if (cudaSetDevice(s.device.index) == cudaSuccess &&
+          cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+          cudaEventRecord(ev, stream) == cudaSuccess) {
+        parked.events.push_back(ev);
+      } else {
+        if (ev != nullptr) cudaEventDestroy(ev);
+        cudaGetLastError();
+        cudaStreamSynchronize(stream);
+        cudaGetLastError();
+      }
+    }
+    if (parked.events.empty())
+      free_[parked.size].push_back(ptr);
+    else
+      parked_.push_back(std::move(parked));
+  }
+
+  // Moves parked blocks whose copies have all finished to the free lists.
+  void reclaim_finished_locked() {
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      bool done = std::all_of(it->events.begin(), it->events.end(),
+                              [](cudaEvent_t ev) { return cudaEventQuery(ev) != cudaErrorNotReady; });
+      if (!done) {
+        ++it;
+        continue;
+      }
+      cudaGetLastError();  // a failed query (a dead context) must not resurface elsewhere
+      for (cudaEvent_t ev : it->events) cudaEventDestroy(ev);
+      free_[it->size].push_back(it->ptr);
+      it = parked_.erase(it);
+    }
+  }
+
+  mutable std::mutex mu_;
+  std::map<void*, InUse> in_use_;  // ordered: record_stream looks up interior pointers
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::deque<Parked> parked_;
+  AllocatorStats stats_;
+  size_t limit_ = 0;
+};
+
+}  // namespace
+
+Allocator& pinned_host_allocator_instance() {
+  // Leaked on purpose: pinned tensors held by static objects may be freed after main() returns.
+  static auto* allocator = new PinnedHostAllocator();
+  return *allocator;
+}
+
+}  // namespace ft::cuda

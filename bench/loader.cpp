@@ -4,8 +4,11 @@
 //   token: gpt-mini batches, 16 windows of T = 128 next-token pairs from a generated token shard;
 //   token-stream: the same batches read as a stream (TokenStreamDataset, an IterableDataset; no
 //          PyTorch counterpart in torch_loader.py, it is compared with `token`).
+// With --device cuda the batches go through DevicePrefetcher from page-locked buffers (the peer:
+// pin_memory=True and .to("cuda", non_blocking=True)), and the clock stops after the device has
+// every batch.
 // Prints one JSON line, field for field the same as bench/torch_loader.py.
-// Usage: loader --pipeline image|token|token-stream [--workers N] [--seconds S]
+// Usage: loader --pipeline image|token|token-stream [--workers N] [--seconds S] [--device cpu|cuda]
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "fasttrain/device_prefetcher.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/random.h"
 #include "fasttrain/token_shards.h"
@@ -49,11 +53,13 @@ int main(int argc, char** argv) {
   std::string pipeline = "image";
   int workers = 0;
   double seconds = 2.0;
+  std::string device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--pipeline") pipeline = argv[i + 1];
     else if (a == "--workers") workers = std::stoi(argv[i + 1]);
     else if (a == "--seconds") seconds = std::stod(argv[i + 1]);
+    else if (a == "--device") device = argv[i + 1];
     else { std::fprintf(stderr, "loader: unknown option %s\n", a.c_str()); return 2; }
   }
   try {
@@ -61,6 +67,8 @@ int main(int argc, char** argv) {
     IterableDatasetPtr stream;
     LoaderOptions o;
     o.num_workers = workers, o.shuffle = true, o.seed = 0;
+    const Device dev = Device::parse(device);
+    o.pin_memory = dev.is_cuda();
     std::string shard;
     if (pipeline == "image") {
       ImageTransform t;
@@ -85,9 +93,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto loader = stream ? std::make_unique<DataLoader>(stream, o) : std::make_unique<DataLoader>(ds, o);
+    DevicePrefetcher batches(*loader, dev);
     auto next = [&]() -> int64_t {
-      const Batch* b = loader->next();
-      if (!b) b = loader->next();  // epoch boundary
+      const Batch* b = batches.next();
+      if (!b) b = batches.next();  // epoch boundary
       return b->rows;
     };
     for (int i = 0; i < 3; ++i) next();  // warm-up: workers started, scratch made
@@ -99,9 +108,12 @@ int main(int argc, char** argv) {
       samples += next();
       elapsed = std::chrono::duration<double>(clock::now() - start).count();
     }
+    synchronize(current_stream(dev));  // the last batch has reached the device
+    elapsed = std::chrono::duration<double>(clock::now() - start).count();
     if (!shard.empty()) std::filesystem::remove(shard);
-    std::printf("{\"impl\": \"fasttrain\", \"pipeline\": \"%s\", \"workers\": %d, \"batch\": %lld, \"samples_per_s\": %.1f}\n",
-                pipeline.c_str(), workers, static_cast<long long>(o.batch_size), samples / elapsed);
+    std::printf("{\"impl\": \"fasttrain\", \"pipeline\": \"%s\", \"device\": \"%s\", \"workers\": %d, \"batch\": %lld, "
+                "\"samples_per_s\": %.1f}\n",
+                pipeline.c_str(), dev.str().c_str(), workers, static_cast<long long>(o.batch_size), samples / elapsed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loader: %s\n", e.what());
     return 1;

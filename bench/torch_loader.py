@@ -2,8 +2,10 @@
 """PyTorch peer of bench/loader.cpp: the same pipelines through torch.utils.data.DataLoader, with
 the transforms written in torch ops (no torchvision): zero-pad 4, random 32x32 crop, horizontal
 flip with p = 0.5, /255 then Normalize, per sample in the workers; and gpt-mini token windows
-read from a np.memmap'd llm.c shard. Prints one JSON line, like the C++ benchmark.
-Usage: torch_loader.py --pipeline image|token [--workers N] [--seconds S]"""
+read from a np.memmap'd llm.c shard. With --device cuda: pin_memory=True and every field moved
+with .to("cuda", non_blocking=True), the clock stopping after a final synchronize.
+Prints one JSON line, like the C++ benchmark.
+Usage: torch_loader.py --pipeline image|token [--workers N] [--seconds S] [--device cpu|cuda]"""
 import argparse, json, os, tempfile, time
 
 import numpy as np
@@ -60,6 +62,7 @@ def main():
     ap.add_argument("--pipeline", choices=["image", "token"], default="image")
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args()
     shard = None
     if a.pipeline == "image":
@@ -68,8 +71,9 @@ def main():
         shard = os.path.join(tempfile.gettempdir(), f"torch_loader_bench_{os.getpid()}.bin")
         write_shard(shard)
         ds, batch = Windows(shard), 16
+    cuda = a.device == "cuda"
     loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=a.workers,
-                                         persistent_workers=a.workers > 0)
+                                         persistent_workers=a.workers > 0, pin_memory=cuda)
     it = iter(loader)
 
     def next_rows():
@@ -79,6 +83,8 @@ def main():
         except StopIteration:
             it = iter(loader)
             b = next(it)
+        if cuda:
+            b = [t.to("cuda", non_blocking=True) for t in b]
         return len(b[0])
 
     for _ in range(3):  # warm-up: workers started
@@ -87,9 +93,13 @@ def main():
     while elapsed < a.seconds:
         samples += next_rows()
         elapsed = time.perf_counter() - start
+    if cuda:
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
     if shard:
         os.remove(shard)
-    print(json.dumps({"impl": "pytorch", "pipeline": a.pipeline, "workers": a.workers, "batch": batch,
+    print(json.dumps({"impl": "pytorch", "pipeline": a.pipeline, "device": a.device, "workers": a.workers,
+                      "batch": batch,
                       "samples_per_s": round(samples / elapsed, 1)}))
 
 

@@ -46,8 +46,28 @@ struct f16 {
   f16() = default;
   f16(float f) : bits(from_float(f)) {}
   operator float() const { return to_float(bits); }
-  static uint16_t from_float(float f);
-  static float to_float(uint16_t h);
+  // With F16C (x86's half-precision conversion instructions, in every AVX2-era CPU) a conversion
+  // is one inlined instruction that rounds to nearest even, as IEEE and the software version do;
+  // without it, the exact software conversion. The two agree on every value (tested), NaNs
+  // included. Per-element calls into the software version used to be ~40% of an fp16-mixed step.
+#if defined(__F16C__) && defined(__FLT16_MAX__)
+  static uint16_t from_float(float f) {
+    const auto h = static_cast<_Float16>(f);
+    uint16_t b;
+    std::memcpy(&b, &h, 2);
+    return b;
+  }
+  static float to_float(uint16_t b) {
+    _Float16 h;
+    std::memcpy(&h, &b, 2);
+    return static_cast<float>(h);
+  }
+#else
+  static uint16_t from_float(float f) { return from_float_software(f); }
+  static float to_float(uint16_t b) { return to_float_software(b); }
+#endif
+  static uint16_t from_float_software(float f);
+  static float to_float_software(uint16_t h);
 };
 
 template <class T> struct dtype_of;

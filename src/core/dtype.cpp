@@ -60,7 +60,7 @@ DType promote_types(DType a, DType b) {
 }
 
 // IEEE binary16 conversions with round-to-nearest-even, subnormals, infinities and NaN.
-uint16_t f16::from_float(float f) {
+uint16_t f16::from_float_software(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -86,7 +86,7 @@ uint16_t f16::from_float(float f) {
   return static_cast<uint16_t>(sign | r);
 }
 
-float f16::to_float(uint16_t h) {
+float f16::to_float_software(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;

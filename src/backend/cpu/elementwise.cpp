@@ -92,8 +92,8 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
 // vectorises; a switch inside the loop cost ~10x on tanh-GELU's backward.
 #define FT_UNARY_BACKWARD_CASE(OP)                                                                    \
   case UnaryOp::OP:                                                                                 \
-    ternary_loop<T, T, T>(out, grad, x, y, [](T g, C xv, C yv) {                                    \
-      return static_cast<C>(g) * math::unary_derivative<C>(UnaryOp::OP, xv, yv);                    \
+    ternary_loop<T, T, T>(out, grad, x, y, [](C g, C xv, C yv) {                                    \
+      return g * math::unary_derivative<C>(UnaryOp::OP, xv, yv);                                    \
     });                                                                                             \
     return;
 

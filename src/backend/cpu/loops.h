@@ -6,6 +6,9 @@
 #pragma once
 #include <array>
 #include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/half_tiles.h"
 
 #include "fasttrain/parallel.h"
 #include "fasttrain/tensor.h"
@@ -71,6 +74,15 @@ void unary_loop(const Tensor& out, const Tensor& in, Op op) {
     Out* o = reinterpret_cast<Out*>(p[0]);
     const In* x = reinterpret_cast<const In*>(p[1]);
     if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+      if constexpr (std::is_same_v<In, f16> && std::is_same_v<Out, f16>) {
+        for_half_tiles(n, [&](int64_t i0, int64_t m) {
+          float t[kHalfTile];
+          widen_halves(x + i0, t, m);
+          for (int64_t i = 0; i < m; ++i) t[i] = static_cast<float>(op(t[i]));
+          narrow_to_halves(t, o + i0, m);
+        });
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<compute_t<In>>(x[i])));
     } else {
       for (int64_t i = 0; i < n; ++i)
@@ -89,6 +101,16 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
     const In* x = reinterpret_cast<const In*>(p[1]);
     const In* y = reinterpret_cast<const In*>(p[2]);
     if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == sizeof(In)) {
+      if constexpr (std::is_same_v<In, f16> && std::is_same_v<Out, f16>) {
+        for_half_tiles(n, [&](int64_t i0, int64_t m) {
+          float tx[kHalfTile], ty[kHalfTile];
+          widen_halves(x + i0, tx, m);
+          widen_halves(y + i0, ty, m);
+          for (int64_t i = 0; i < m; ++i) tx[i] = static_cast<float>(op(tx[i], ty[i]));
+          narrow_to_halves(tx, o + i0, m);
+        });
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<C>(x[i]), static_cast<C>(y[i])));
     } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
       const C yv = static_cast<C>(*y);
@@ -116,6 +138,17 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
       const In0* x = reinterpret_cast<const In0*>(p[1]);
       const In* y = reinterpret_cast<const In*>(p[2]);
       const In* z = reinterpret_cast<const In*>(p[3]);
+      if constexpr (std::is_same_v<In0, f16> && std::is_same_v<In, f16> && std::is_same_v<Out, f16>) {
+        for_half_tiles(n, [&](int64_t i0, int64_t m) {
+          float tx[kHalfTile], ty[kHalfTile], tz[kHalfTile];
+          widen_halves(x + i0, tx, m);
+          widen_halves(y + i0, ty, m);
+          widen_halves(z + i0, tz, m);
+          for (int64_t i = 0; i < m; ++i) tx[i] = static_cast<float>(op(tx[i], ty[i], tz[i]));
+          narrow_to_halves(tx, o + i0, m);
+        });
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(x[i], static_cast<C>(y[i]), static_cast<C>(z[i])));
       return;
     }

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       dot.b_cs = b16.stride(1);
       dot.c = o16.data<bf16>();
       dot.ldc = N;
-      dot.c_bf16 = true;
+      dot.c_half = true;
       dot.kernel = cpu::GemmBf16Kernel::Dot;
       if (cpu::gemm_bf16_available(dot.kernel)) paths.push_back({"gemm_bf16_dot", [&] { cpu::gemm_bf16(dot); }});
       for (auto& [path, fn] : paths) {

@@ -16,17 +16,29 @@ namespace {
 #define SKIP_WITHOUT_AVX512()                                                  \
   if (!cpu::gemm_bf16_available()) GTEST_SKIP() << "CPU lacks AVX-512"
 
-// A bf16 matrix [rows, cols] stored transposed or not, with `gap` elements between neighbours
-// along the contiguous dim (gap 2 reads every other element, a layout BLAS cannot express).
+using cpu::HalfFormat;
+
+double half_value(uint16_t bits, HalfFormat f) {
+  return f == HalfFormat::F16 ? f16::to_float(bits) : bf16::to_float(bits);
+}
+uint16_t to_half(double v, HalfFormat f) {
+  return f == HalfFormat::F16 ? f16::from_float(float(v)) : bf16::from_float(float(v));
+}
+
+// A bf16 or f16 matrix [rows, cols] stored transposed or not, with `gap` elements between
+// neighbours along the contiguous dim (gap 2 reads every other element, a layout BLAS cannot
+// express).
 struct Mat {
   std::vector<uint16_t> data;
   int64_t rs = 0, cs = 0;
   int64_t rows = 0, cols = 0;
-  double at(int64_t r, int64_t c) const { return bf16::to_float(data[r * rs + c * cs]); }
+  HalfFormat format = HalfFormat::BF16;
+  double at(int64_t r, int64_t c) const { return half_value(data[r * rs + c * cs], format); }
 };
 
-Mat random_mat(int64_t rows, int64_t cols, bool trans, int64_t gap, Generator& g) {
+Mat random_mat(int64_t rows, int64_t cols, bool trans, int64_t gap, Generator& g, HalfFormat format) {
   Mat m;
+  m.format = format;
   m.rows = rows;
   m.cols = cols;
   const int64_t inner = trans ? rows : cols, outer = trans ? cols : rows;
@@ -40,7 +52,7 @@ Mat random_mat(int64_t rows, int64_t cols, bool trans, int64_t gap, Generator& g
   }
   std::vector<double> v = randn({rows * cols}, DType::F32, &g).to_vector();
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) m.data[r * m.rs + c * m.cs] = bf16::from_float(float(v[r * cols + c]));
+    for (int64_t c = 0; c < cols; ++c) m.data[r * m.rs + c * m.cs] = to_half(v[r * cols + c], format);
   return m;
 }
 
@@ -48,30 +60,32 @@ struct Problem {
   int64_t M, N, K;
   bool ta = false, tb = false;
   int64_t gap = 1;
-  bool c_bf16 = false, accumulate = false, bias = false;
+  bool c_half = false, accumulate = false, bias = false;
   cpu::GemmBf16Kernel kernel = cpu::GemmBf16Kernel::Auto;
+  HalfFormat format = HalfFormat::BF16;
 };
 
 const cpu::GemmBf16Kernel kKernels[] = {cpu::GemmBf16Kernel::Fma, cpu::GemmBf16Kernel::Dot};
 
-// Runs gemm_bf16 (skipped for a kernel this CPU cannot run) and compares every element with an f64 reference from the same bf16 inputs.
-// f32 accumulation of K products errs by at most about K ulps of sum |a b|; a bf16 output adds
-// half a bf16 ulp (2^-9 relative).
+// Runs gemm_bf16 (skipped for a kernel this CPU cannot run) and compares every element with an
+// f64 reference from the same 16-bit inputs. f32 accumulation of K products errs by at most about
+// K ulps of sum |a b|; a 16-bit output adds half an ulp (2^-9 relative for bf16, 2^-11 for f16).
 void check(const Problem& p, Generator& g) {
   SCOPED_TRACE(::testing::Message() << "M=" << p.M << " N=" << p.N << " K=" << p.K << " ta=" << p.ta
-                                    << " tb=" << p.tb << " gap=" << p.gap << " bf16out=" << p.c_bf16
+                                    << " tb=" << p.tb << " gap=" << p.gap << " bf16out=" << p.c_half
                                     << " acc=" << p.accumulate << " bias=" << p.bias
-                                    << " kernel=" << cpu::gemm_bf16_kernel_name(p.kernel));
+                                    << " kernel=" << cpu::gemm_bf16_kernel_name(p.kernel)
+                                    << " f16=" << (p.format == HalfFormat::F16));
   if (!cpu::gemm_bf16_available(p.kernel)) return;
-  Mat a = random_mat(p.M, p.K, p.ta, p.gap, g), b = random_mat(p.K, p.N, p.tb, p.gap, g);
-  Mat bias = random_mat(1, p.N, false, 1, g);
+  Mat a = random_mat(p.M, p.K, p.ta, p.gap, g, p.format), b = random_mat(p.K, p.N, p.tb, p.gap, g, p.format);
+  Mat bias = random_mat(1, p.N, false, 1, g, p.format);
   const int64_t ldc = p.N + 3;  // a padded output checks that ldc is honoured
   std::vector<double> init = randn({std::max<int64_t>(p.M * ldc, 1)}, DType::F32, &g).to_vector();
   std::vector<float> c32(init.size());
   std::vector<uint16_t> c16(init.size());
   for (size_t i = 0; i < init.size(); ++i) {
-    c16[i] = bf16::from_float(float(init[i]));
-    c32[i] = p.c_bf16 ? bf16::to_float(c16[i]) : float(init[i]);
+    c16[i] = to_half(init[i], p.format);
+    c32[i] = p.c_half ? float(half_value(c16[i], p.format)) : float(init[i]);
   }
   cpu::GemmBf16Args args;
   args.M = p.M;
@@ -83,18 +97,19 @@ void check(const Problem& p, Generator& g) {
   args.b = b.data.data();
   args.b_rs = b.rs;
   args.b_cs = b.cs;
-  args.c = p.c_bf16 ? static_cast<void*>(c16.data()) : static_cast<void*>(c32.data());
+  args.c = p.c_half ? static_cast<void*>(c16.data()) : static_cast<void*>(c32.data());
   args.ldc = ldc;
-  args.c_bf16 = p.c_bf16;
+  args.c_half = p.c_half;
   args.accumulate = p.accumulate;
   args.bias = p.bias ? bias.data.data() : nullptr;
   args.kernel = p.kernel;
+  args.format = p.format;
   cpu::gemm_bf16(args);
   for (int64_t m = 0; m < p.M; ++m) {
     for (int64_t n = 0; n < ldc; ++n) {
       const size_t i = static_cast<size_t>(m * ldc + n);
-      const double got = p.c_bf16 ? bf16::to_float(c16[i]) : c32[i];
-      const double old = p.c_bf16 ? bf16::to_float(bf16::from_float(float(init[i]))) : float(init[i]);
+      const double got = p.c_half ? half_value(c16[i], p.format) : c32[i];
+      const double old = p.c_half ? half_value(to_half(init[i], p.format), p.format) : float(init[i]);
       if (n >= p.N) {  // padding between rows is untouched
         ASSERT_EQ(got, old) << "padding at " << m << ", " << n;
         continue;
@@ -107,7 +122,7 @@ void check(const Problem& p, Generator& g) {
       if (p.bias) ref += bias.at(0, n), mag += std::abs(bias.at(0, n));
       if (p.accumulate) ref += old, mag += std::abs(old);
       double tol = (p.K + 2) * std::ldexp(1.0, -24) * mag + 1e-30;
-      if (p.c_bf16) tol += std::ldexp(1.0, -8) * std::abs(ref);
+      if (p.c_half) tol += std::ldexp(1.0, p.format == HalfFormat::F16 ? -10 : -8) * std::abs(ref);
       ASSERT_NEAR(got, ref, tol) << "at " << m << ", " << n;
     }
   }
@@ -144,37 +159,87 @@ TEST(GemmBf16, LargerShapesOutputsAndEpilogues) {
   }
 }
 
+// f16 operands take the f32-FMA kernel with F16C widening and vcvtps2ph rounding.
+TEST(GemmBf16, F16OperandsEdgeSizesOutputsAndEpilogues) {
+  SKIP_WITHOUT_AVX512();
+  Generator g(5);
+  const auto fma = cpu::GemmBf16Kernel::Fma;
+  const auto f16 = HalfFormat::F16;
+  for (int64_t M : {1, 15, 17, 33})
+    for (int64_t N : {1, 16, 31, 33})
+      for (int64_t K : {1, 2, 17})
+        for (int t = 0; t < 4; ++t) check({M, N, K, bool(t & 1), bool(t & 2), 1, false, false, false, fma, f16}, g);
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    check({257, 255, 33, ta, tb, 1, false, false, false, fma, f16}, g);
+    check({29, 40, 600, ta, tb, 1, true, false, false, fma, f16}, g);   // several K blocks, f16 out
+    check({113, 97, 257, ta, tb, 2, false, true, false, fma, f16}, g);  // every other element, accumulate
+    check({130, 65, 64, ta, tb, 1, true, true, false, fma, f16}, g);    // f16 accumulate
+    check({15, 33, 31, ta, tb, 2, true, false, true, fma, f16}, g);     // bias
+  }
+  check({7, 9, 0, false, false, 1, false, false, true, fma, f16}, g);  // empty sum: bias only
+}
+
+// The packing widens f16 with integer arithmetic of its own; 1 x B must give back every half
+// exactly: zeros, subnormals, normals, infinities (NaNs stay NaN).
+TEST(GemmBf16, F16WideningIsExactForEveryHalf) {
+  SKIP_WITHOUT_AVX512();
+  std::vector<uint16_t> one{f16::from_float(1.0f)}, halves(65536);
+  for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> c(65536);
+  for (bool transposed : {false, true}) {
+    cpu::GemmBf16Args g;
+    g.M = 1, g.N = 65536, g.K = 1;
+    g.a = one.data(), g.a_rs = 1, g.a_cs = 1;
+    g.b = halves.data(), g.b_rs = transposed ? 1 : 65536, g.b_cs = 1;
+    g.c = c.data(), g.ldc = 65536;
+    g.format = HalfFormat::F16;
+    cpu::gemm_bf16(g);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const float want = f16::to_float_software(static_cast<uint16_t>(h));
+      if (std::isnan(want))
+        ASSERT_TRUE(std::isnan(c[h])) << std::hex << h;
+      else
+        ASSERT_EQ(c[h], want) << std::hex << h << (transposed ? " transposed" : "");
+    }
+  }
+}
+
 TEST(GemmBf16, IndependentOfThreadCount) {
   SKIP_WITHOUT_AVX512();
   Generator g(3);
-  Tensor a = randn({300, 257}, DType::BF16, &g), b = randn({257, 200}, DType::BF16, &g);
-  Tensor bias = randn({200}, DType::BF16, &g);
-  const int saved = get_num_threads();
-  std::vector<std::vector<double>> results;
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    Tensor y = empty({300, 200}, DType::BF16), z = zeros({200, 257}, DType::BF16);
-    ASSERT_TRUE(cpu::matmul_gemm_bf16(a, b, y, false, bias));
-    ASSERT_TRUE(cpu::matmul_gemm_bf16(b.t(), a, z, true));  // a transposed operand, accumulating
-    std::vector<double> v = y.to_vector(), w = z.to_vector();
-    v.insert(v.end(), w.begin(), w.end());
-    results.push_back(v);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = randn({300, 257}, dt, &g), b = randn({257, 200}, dt, &g);
+    Tensor bias = randn({200}, dt, &g);
+    const int saved = get_num_threads();
+    std::vector<std::vector<double>> results;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor y = empty({300, 200}, dt), z = zeros({200, 257}, dt);
+      ASSERT_TRUE(cpu::matmul_gemm_bf16(a, b, y, false, bias));
+      ASSERT_TRUE(cpu::matmul_gemm_bf16(b.t(), a, z, true));  // a transposed operand, accumulating
+      std::vector<double> v = y.to_vector(), w = z.to_vector();
+      v.insert(v.end(), w.begin(), w.end());
+      results.push_back(v);
+    }
+    set_num_threads(saved);
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) ASSERT_EQ(results[0][i], results[1][i]) << "element " << i;
   }
-  set_num_threads(saved);
-  ASSERT_EQ(results[0].size(), results[1].size());
-  for (size_t i = 0; i < results[0].size(); ++i) ASSERT_EQ(results[0][i], results[1][i]) << "element " << i;
 }
 
 TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
-  // Both accumulate in f32 and round once: they differ by at most about one bf16 rounding.
+  // Both accumulate in f32 and round once: they differ by at most about one 16-bit rounding.
   SKIP_WITHOUT_AVX512();
   Generator g(4);
-  Tensor a = randn({2, 3, 40, 70}, DType::BF16, &g).transpose(2, 3);          // [2, 3, 70, 40] transposed
-  Tensor b = randn({3, 40, 50}, DType::BF16, &g).expand({2, 3, 40, 50});       // broadcast batch
-  Tensor bias = randn({50}, DType::BF16, &g);
+  for (DType dt : {DType::BF16, DType::F16})
   for (int mode = 0; mode < 3; ++mode) {
-    SCOPED_TRACE(mode);
-    Tensor init = randn({2, 3, 70, 50}, DType::BF16, &g);
+    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " mode " << mode);
+    Tensor a = randn({2, 3, 40, 70}, dt, &g).transpose(2, 3);      // [2, 3, 70, 40] transposed
+    Tensor b = randn({3, 40, 50}, dt, &g).expand({2, 3, 40, 50});  // broadcast batch
+    Tensor bias = randn({50}, dt, &g);
+    Tensor init = randn({2, 3, 70, 50}, dt, &g);
     Tensor y1 = init.clone(), y2 = init.clone();
     const bool acc = mode == 1;
     const Tensor bs = mode == 2 ? bias : Tensor();
@@ -217,4 +282,10 @@ TEST(GemmBf16, Errors) {
   g.accumulate = true;
   g.bias = a.data();
   expect_error([&] { cpu::gemm_bf16(g); }, "gemm_bf16: bias with accumulate is not supported");
+  g.accumulate = false;
+  g.bias = nullptr;
+  g.format = HalfFormat::F16;
+  g.kernel = cpu::GemmBf16Kernel::Dot;
+  if (cpu::gemm_bf16_available(g.kernel))
+    expect_error([&] { cpu::gemm_bf16(g); }, "gemm_bf16: the dot kernel takes bf16 operands, found f16");
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "fasttrain/dtype.h"
 #include "fasttrain/error.h"
 #include "fasttrain/parallel.h"
 
@@ -52,6 +53,26 @@ struct Fma {
   using T = float;
   static constexpr int kStep = 1;
   static T value(uint16_t b) { return bf16_value(b); }
+};
+// IEEE halves: the same packing layout and micro-kernel. The widening is integer arithmetic and
+// a select, which the packing loops vectorise (GCC leaves _Float16 conversions scalar): the
+// exponent and mantissa moved into f32 position and scaled by 2^112 rebias normals and turn
+// subnormals into normals exactly; infinities and NaNs keep an all-ones exponent.
+struct FmaF16 : Fma {
+  static T value(uint16_t b) {
+    const uint32_t magnitude = b & 0x7fffu;
+    float scaled;
+    const uint32_t shifted = magnitude << 13;
+    std::memcpy(&scaled, &shifted, 4);
+    scaled *= 0x1p112f;
+    uint32_t bits;
+    std::memcpy(&bits, &scaled, 4);
+    bits = magnitude >= 0x7c00u ? (shifted | 0x7f800000u) : bits;
+    bits |= uint32_t(b & 0x8000u) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
 };
 
 // B[k, n] for k in [0, K), n in [n0, n0 + kNR) as [depth][kNR][kStep]; zero beyond K or N.
@@ -111,8 +132,9 @@ void pack_a_strip(const GemmBf16Args& g, int64_t m0, int64_t rows, int64_t d0, i
   }
 }
 
-FT_AVX512_KERNEL inline __m512 load_bf16_as_f32(const uint16_t* p, __mmask16 m) {
+FT_AVX512_KERNEL inline __m512 load_half_as_f32(const uint16_t* p, __mmask16 m, HalfFormat format) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  if (format == HalfFormat::F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
@@ -126,6 +148,12 @@ FT_AVX512_KERNEL inline __m256i round_to_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
 }
 
+// Nearest-even rounding to the output format (vcvtps2ph rounds as f16::from_float does).
+FT_AVX512_KERNEL inline __m256i round_to_half(__m512 v, HalfFormat format) {
+  if (format == HalfFormat::F16) return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return round_to_bf16(v);
+}
+
 // Writes the finished tile: bias, accumulation into C and the output rounding happen here, so
 // C is read and written once.
 template <int R>
@@ -136,7 +164,7 @@ FT_AVX512_KERNEL inline void store_tile(const GemmBf16Args& g, __m512 (&acc)[R][
   const __mmask16 masks[2] = {m0k, m1k};
   __m512 bias[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   if (g.bias)
-    for (int h = 0; h < 2; ++h) bias[h] = load_bf16_as_f32(g.bias + n0 + 16 * h, masks[h]);
+    for (int h = 0; h < 2; ++h) bias[h] = load_half_as_f32(g.bias + n0 + 16 * h, masks[h], g.format);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     for (int h = 0; h < 2; ++h) {
@@ -144,10 +172,10 @@ FT_AVX512_KERNEL inline void store_tile(const GemmBf16Args& g, __m512 (&acc)[R][
       const int64_t off = (m0 + r) * g.ldc + n0 + 16 * h;
       __m512 v = acc[r][h];
       if (g.bias) v = _mm512_add_ps(v, bias[h]);
-      if (g.c_bf16) {
+      if (g.c_half) {
         uint16_t* c = static_cast<uint16_t*>(g.c) + off;
-        if (g.accumulate) v = _mm512_add_ps(load_bf16_as_f32(c, masks[h]), v);
-        _mm256_mask_storeu_epi16(c, masks[h], round_to_bf16(v));
+        if (g.accumulate) v = _mm512_add_ps(load_half_as_f32(c, masks[h], g.format), v);
+        _mm256_mask_storeu_epi16(c, masks[h], round_to_half(v, g.format));
       } else {
         float* c = static_cast<float*>(g.c) + off;
         if (g.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(masks[h], c), v);
@@ -240,7 +268,7 @@ MicroKernel<uint16_t> kernel_for(Dot, int64_t rows) {
   static constexpr auto table = dot_table(std::make_integer_sequence<int, kMR>{});
   return table[rows - 1];
 }
-MicroKernel<float> kernel_for(Fma, int64_t rows) {
+MicroKernel<float> kernel_for(Fma, int64_t rows) {  // FmaF16 too
   static constexpr auto table = fma_table(std::make_integer_sequence<int, kMR>{});
   return table[rows - 1];
 }
@@ -354,10 +382,14 @@ void gemm_bf16(const GemmBf16Args& g) {
   FT_CHECK(g.c != nullptr || g.M * g.N == 0, "gemm_bf16: output pointer is null");
   FT_CHECK(g.M <= 1 || g.ldc >= g.N, "gemm_bf16: expected ldc >= N (", g.N, "), found ", g.ldc);
   FT_CHECK(!(g.accumulate && g.bias), "gemm_bf16: bias with accumulate is not supported");
+  FT_CHECK(!(g.kernel == GemmBf16Kernel::Dot && g.format == HalfFormat::F16),
+           "gemm_bf16: the dot kernel takes bf16 operands, found f16 (use the fma kernel)");
   if (g.M == 0 || g.N == 0) return;
   FT_CHECK(g.K == 0 || (g.a != nullptr && g.b != nullptr), "gemm_bf16: operand pointer is null");
   if (g.kernel == GemmBf16Kernel::Dot)
     run_gemm<Dot>(g);
+  else if (g.format == HalfFormat::F16)
+    run_gemm<FmaF16>(g);
   else
     run_gemm<Fma>(g);
 }

@@ -1,7 +1,8 @@
-// A GEMM for bf16 operands with f32 accumulation:
+// A GEMM for 16-bit float operands — bf16, or IEEE f16 (`format`) — with f32 accumulation:
 //
-//   C[m, n] (+)= sum_k A[m, k] * B[k, n] (+ bias[n])     f32 or bf16 C
+//   C[m, n] (+)= sum_k A[m, k] * B[k, n] (+ bias[n])     f32 or 16-bit C
 //
+// (Named for bf16, its first and main use; f16 takes the same path, widened with F16C.)
 // Why it exists: bf16 matmul used to convert both operands to f32 in memory and call sgemm, or
 // run oneDNN 2.6's bf16 matmul (slower still on this CPU). This GEMM widens bf16 to f32 while
 // packing (no converted copies, no allocation per call), reads transposed and strided views
@@ -13,6 +14,7 @@
 //   VM (no AMX), one core runs 7.1 G vfmadd231ps/s (226 GFLOP/s) but only 1.76 G vdpbf16ps/s
 //   (113 GFLOP/s): vdpbf16ps does twice the work per instruction at a quarter of the rate.
 // - Dot: bf16 pairs, vdpbf16ps (AVX512-BF16); kept for CPUs where it runs at the FMA rate.
+//   bf16 only.
 //
 // How: GotoBLAS-style. B is packed once per call into 32-column strips, A per task into 14-row
 // strips (Fma: [K][width] f32; Dot: k pairs interleaved, [K/2][width][2], so (A[m,k], A[m,k+1])
@@ -27,6 +29,7 @@
 namespace ft::cpu {
 
 enum class GemmBf16Kernel { Auto, Dot, Fma };  // Auto = Fma (see above)
+enum class HalfFormat { BF16, F16 };
 const char* gemm_bf16_kernel_name(GemmBf16Kernel k);
 
 // True when the CPU can run the kernel: AVX-512 (F, BW, VL), plus AVX512-BF16 for Dot.
@@ -34,17 +37,18 @@ bool gemm_bf16_available(GemmBf16Kernel k = GemmBf16Kernel::Auto);
 
 struct GemmBf16Args {
   int64_t M = 0, N = 0, K = 0;
-  // A[m, k] = a[m * a_rs + k * a_cs]; B[k, n] = b[k * b_rs + n * b_cs] (bf16 bits, any strides).
+  HalfFormat format = HalfFormat::BF16;  // of a, b, bias, and C when c_half
+  // A[m, k] = a[m * a_rs + k * a_cs]; B[k, n] = b[k * b_rs + n * b_cs] (16-bit patterns, any strides).
   const uint16_t* a = nullptr;
   int64_t a_rs = 0, a_cs = 0;
   const uint16_t* b = nullptr;
   int64_t b_rs = 0, b_cs = 0;
-  // C row-major with leading dimension ldc: float* when c_bf16 is false, bf16 bits otherwise.
+  // C row-major with leading dimension ldc: float* when c_half is false, 16-bit patterns otherwise.
   void* c = nullptr;
   int64_t ldc = 0;
-  bool c_bf16 = false;
+  bool c_half = false;
   bool accumulate = false;          // C += A B instead of C = A B
-  const uint16_t* bias = nullptr;   // optional bf16 [N], unit stride, added to every row
+  const uint16_t* bias = nullptr;   // optional [N], unit stride, added to every row
   GemmBf16Kernel kernel = GemmBf16Kernel::Auto;
 };
 

@@ -271,7 +271,8 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, co
 }
 
 bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
-  if (!gemm_bf16_available() || out.dtype() != DType::BF16 || a.dtype() != DType::BF16 || b.dtype() != DType::BF16)
+  const DType dt = out.dtype();
+  if (!gemm_bf16_available() || (dt != DType::BF16 && dt != DType::F16) || a.dtype() != dt || b.dtype() != dt)
     return false;
   // Gradients of broadcast operands (aliased output batches) are summed over batches in f32 by
   // the via-f32 path; rounding after every batch here would lose accuracy.
@@ -289,13 +290,16 @@ bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool 
   g.b_rs = b.stride(nd - 2);
   g.b_cs = b.stride(nd - 1);
   g.ldc = lc.ld;
-  g.c_bf16 = true;
+  g.format = dt == DType::F16 ? HalfFormat::F16 : HalfFormat::BF16;
+  g.c_half = true;
   g.accumulate = accumulate;
-  g.bias = bias_c.defined() ? reinterpret_cast<const uint16_t*>(bias_c.data<bf16>()) : nullptr;
+  // bf16 and f16 are both 16-bit patterns to the GEMM (g.format says which).
+  auto bits = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw_data()); };
+  g.bias = bias_c.defined() ? bits(bias_c) : nullptr;
   const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b), oc = batch_offsets(out);
-  const auto* pa = reinterpret_cast<const uint16_t*>(a.data<bf16>());
-  const auto* pb = reinterpret_cast<const uint16_t*>(b.data<bf16>());
-  auto* pc = reinterpret_cast<uint16_t*>(out.data<bf16>());
+  const uint16_t* pa = bits(a);
+  const uint16_t* pb = bits(b);
+  uint16_t* pc = bits(out);
   auto run = [&](int64_t i) {
     GemmBf16Args gi = g;
     gi.a = pa + oa[i];
@@ -359,6 +363,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     case DType::F16:
+      if (matmul_gemm_bf16(a, b, out, accumulate, bias)) return;  // widens f16 while packing
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     default:

@@ -33,12 +33,12 @@ namespace ft::cpu {
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
             const Tensor& bias = Tensor());
 
-// The bf16 paths, same contract as matmul, exposed so tests and benchmarks can compare
+// The 16-bit paths, same contract as matmul, exposed so tests and benchmarks can compare
 // them. matmul_onednn (bf16 only, not accumulate) returns false when oneDNN declines the
 // problem; matmul_via_f32 converts to f32, calls sgemm and rounds once (bf16 and f16).
 bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor());
-// matmul_gemm_bf16 (bf16 only) runs gemm_bf16.h's GEMM; it returns false when the CPU lacks
-// AVX-512 or out's batches alias (broadcast-operand gradients, summed in f32 instead).
+// matmul_gemm_bf16 (bf16 or f16, all three tensors alike) runs gemm_bf16.h's GEMM; it returns
+// false for other dtypes, when the CPU lacks AVX-512, or when out's batches alias (broadcast-operand gradients, summed in f32 instead).
 bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                       const Tensor& bias = Tensor());
 void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,

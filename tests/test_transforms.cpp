@@ -164,7 +164,9 @@ TEST(TransformedDataset, AllocatesNothingPerSampleInSteadyState) {
     for (int e = 0; e < 3; ++e)
       while (loader.next()) {
       }
-    EXPECT_EQ(allocator_for(Device::cpu()).stats().num_allocs, before) << workers << " workers";
+    // A worker the scheduler kept off the CPU for the whole warm-up epoch (a loaded machine) makes
+    // its one scratch image later; per-sample allocation would be 192 here.
+    EXPECT_LE(allocator_for(Device::cpu()).stats().num_allocs - before, workers) << workers << " workers";
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda_hooks.h"
+#include "core/allocator_bookkeeping.h"
 #include "core/size_class.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/error.h"
@@ -17,78 +18,40 @@ namespace {
 
 std::string mb(int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
 
-class CpuCachingAllocator final : public Allocator {
+class CpuCachingAllocator final : public AllocatorBookkeeping {
  public:
   DataPtr allocate(size_t nbytes, Stream) override {
-    size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
-    void* p = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (limit_ && stats_.allocated_bytes + static_cast<int64_t>(size) > static_cast<int64_t>(limit_))
+    const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (over_limit_locked(size))
+      throw OutOfMemoryError(detail::concat("cpu: out of memory: requested ", nbytes, " bytes with ",
+                                            stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes,
+                                            " reserved, over the memory limit of ", limit_, " bytes (", mb(limit_),
+                                            ")"));
+    void* p = take_cached_locked(size);
+    const bool from_system = p == nullptr;
+    if (from_system) {
+      p = std::aligned_alloc(64, size);
+      if (!p)
         throw OutOfMemoryError(detail::concat("cpu: out of memory: requested ", nbytes, " bytes with ",
-                                              stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes,
-                                              " reserved, over the memory limit of ", limit_, " bytes (", mb(limit_),
-                                              ")"));
-      auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
-        p = it->second.back();
-        it->second.pop_back();
-      }
-      ++stats_.num_allocs;
-      stats_.allocated_bytes += size;
-      stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-      if (!p) {
-        p = std::aligned_alloc(64, size);
-        if (!p) {
-          stats_.allocated_bytes -= size;
-          --stats_.num_allocs;
-          throw OutOfMemoryError(detail::concat("cpu: out of memory: requested ", nbytes, " bytes with ",
-                                                stats_.allocated_bytes, " bytes allocated and ",
-                                                stats_.reserved_bytes, " reserved"));
-        }
-        ++stats_.num_system_allocs;
-        stats_.reserved_bytes += size;
-      }
+                                              stats_.allocated_bytes, " bytes allocated and ",
+                                              stats_.reserved_bytes, " reserved"));
     }
+    count_allocation_locked(size, from_system);
     return DataPtr(p, [this, size](void* ptr) { release(ptr, size); });
   }
 
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [size, blocks] : free_) {
-      for (void* p : blocks) {
-        std::free(p);
-        stats_.reserved_bytes -= size;
-        ++stats_.num_system_frees;
-      }
-      blocks.clear();
-    }
-  }
-  void set_memory_limit(size_t bytes) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    limit_ = bytes;
+    drop_cache_locked([](void* p) { std::free(p); });
   }
 
  private:
   void release(void* p, size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.allocated_bytes -= size;
-    ++stats_.num_frees;
-    free_[size].push_back(p);
+    count_free_locked(size, /*to_system=*/false);
+    cache_locked(p, size);
   }
-
-  mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  AllocatorStats stats_;
-  size_t limit_ = 0;
 };
 
 Allocator* g_allocators[kNumDeviceTypes] = {};

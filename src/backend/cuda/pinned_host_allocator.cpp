@@ -9,31 +9,28 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/allocator_bookkeeping.h"
 #include "core/size_class.h"
 
 namespace ft::cuda {
 namespace {
 
-class PinnedHostAllocator final : public Allocator {
+class PinnedHostAllocator final : public AllocatorBookkeeping {
  public:
   DataPtr allocate(size_t nbytes, Stream) override {
     const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mu_);
     reclaim_finished_locked();
-    if (limit_ && stats_.allocated_bytes + static_cast<int64_t>(size) > static_cast<int64_t>(limit_))
+    if (over_limit_locked(size))
       throw OutOfMemoryError(detail::concat("pinned host memory: out of memory: requested ", nbytes, " bytes with ",
                                             stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
                                             " reserved, over the limit of ", limit_));
-    void* p = nullptr;
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
-    } else {
+    void* p = take_cached_locked(size);
+    const bool from_system = p == nullptr;
+    if (from_system) {
       // Portable: pinned for every device's context, so any GPU can copy from it asynchronously.
       cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
       if (err != cudaSuccess) {
@@ -43,13 +40,9 @@ class PinnedHostAllocator final : public Allocator {
                                               stats_.reserved_bytes, " reserved (cudaHostAlloc: ",
                                               cudaGetErrorString(err), ")"));
       }
-      ++stats_.num_system_allocs;
-      stats_.reserved_bytes += static_cast<int64_t>(size);
     }
     in_use_[p] = InUse{size, {}};
-    ++stats_.num_allocs;
-    stats_.allocated_bytes += static_cast<int64_t>(size);
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    count_allocation_locked(size, from_system);
     return DataPtr(p, [this](void* ptr) { release(ptr); });
   }
 
@@ -67,29 +60,10 @@ class PinnedHostAllocator final : public Allocator {
     if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
   }
 
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  }
   void empty_cache() override {
     std::lock_guard<std::mutex> lock(mu_);
     reclaim_finished_locked();
-    for (auto& [size, blocks] : free_) {
-      for (void* p : blocks) {
-        cudaFreeHost(p);
-        stats_.reserved_bytes -= static_cast<int64_t>(size);
-        ++stats_.num_system_frees;
-      }
-      blocks.clear();
-    }
-  }
-  void set_memory_limit(size_t bytes) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    limit_ = bytes;
+    drop_cache_locked([](void* p) { cudaFreeHost(p); });
   }
 
  private:
@@ -111,8 +85,7 @@ class PinnedHostAllocator final : public Allocator {
     if (it == in_use_.end()) return;
     const InUse block = std::move(it->second);
     in_use_.erase(it);
-    stats_.allocated_bytes -= static_cast<int64_t>(block.size);
-    ++stats_.num_frees;
+    count_free_locked(block.size, /*to_system=*/false);
     Parked parked{ptr, block.size, {}};
     for (const Stream& s : block.streams) {
       cudaEvent_t ev = nullptr;
@@ -129,7 +102,7 @@ class PinnedHostAllocator final : public Allocator {
       }
     }
     if (parked.events.empty())
-      free_[parked.size].push_back(ptr);
+      cache_locked(ptr, parked.size);
     else
       parked_.push_back(std::move(parked));
   }
@@ -145,17 +118,13 @@ class PinnedHostAllocator final : public Allocator {
       }
       cudaGetLastError();  // a failed query (a dead context) must not resurface elsewhere
       for (cudaEvent_t ev : it->events) cudaEventDestroy(ev);
-      free_[it->size].push_back(it->ptr);
+      cache_locked(it->ptr, it->size);
       it = parked_.erase(it);
     }
   }
 
-  mutable std::mutex mu_;
   std::map<void*, InUse> in_use_;  // ordered: record_stream looks up interior pointers
-  std::unordered_map<size_t, std::vector<void*>> free_;
   std::deque<Parked> parked_;
-  AllocatorStats stats_;
-  size_t limit_ = 0;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda_hooks.h"
+#include "core/allocator_bookkeeping.h"
 
 namespace ft::cuda {
 namespace {
@@ -89,12 +90,12 @@ bool event_query(void* event) {
 
 // Device memory with statistics. The size-class caching and expandable segments of the full
 // caching allocator come with the CUDA backend issue; the interface is already the final one.
-class CudaAllocator final : public Allocator {
+class CudaAllocator final : public AllocatorBookkeeping {
  public:
   DataPtr allocate(size_t nbytes, Stream stream) override {
     std::lock_guard<std::mutex> lock(mu_);
     size_t size = (std::max<size_t>(nbytes, 1) + 511) / 512 * 512;
-    if (limit_ && stats_.allocated_bytes + static_cast<int64_t>(size) > static_cast<int64_t>(limit_))
+    if (over_limit_locked(size))
       throw OutOfMemoryError(detail::concat(stream.device.str(), ": out of memory: requested ", nbytes, " bytes with ",
                                             stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
                                             " reserved, over the limit of ", limit_));
@@ -107,38 +108,14 @@ class CudaAllocator final : public Allocator {
                                             " bytes with ", stats_.allocated_bytes, " allocated and ",
                                             stats_.reserved_bytes, " reserved (", cudaGetErrorString(err), ")"));
     }
-    ++stats_.num_allocs;
-    ++stats_.num_system_allocs;
-    stats_.allocated_bytes += size;
-    stats_.reserved_bytes += size;
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    count_allocation_locked(size, /*from_system=*/true);
     return DataPtr(p, [this, size](void* ptr) {
       std::lock_guard<std::mutex> lock(mu_);
       cudaFree(ptr);
-      stats_.allocated_bytes -= size;
-      stats_.reserved_bytes -= size;
-      ++stats_.num_frees;
-      ++stats_.num_system_frees;
+      count_free_locked(size, /*to_system=*/true);
     });
   }
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
-  void reset_peak() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
-  }
   void empty_cache() override {}
-  void set_memory_limit(size_t bytes) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    limit_ = bytes;
-  }
-
- private:
-  mutable std::mutex mu_;
-  AllocatorStats stats_;
-  size_t limit_ = 0;
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/copy.h"
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/half_tiles.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -102,7 +103,15 @@ void sum_columns(const T* x, int64_t R, int64_t K, double scale, Acc* out) {
     std::vector<double> acc(k1 - k0, 0.0);
     for (int64_t r = 0; r < R; ++r) {
       const T* row = x + r * K;
-      for (int64_t k = k0; k < k1; ++k) acc[k - k0] += static_cast<double>(static_cast<compute_t<T>>(row[k]));
+      if constexpr (std::is_same_v<T, f16>) {  // widened in tiles: a conversion per element stays scalar
+        for_half_tiles(k1 - k0, [&](int64_t i0, int64_t m) {
+          float t[kHalfTile];
+          widen_halves(row + k0 + i0, t, m);
+          for (int64_t i = 0; i < m; ++i) acc[i0 + i] += static_cast<double>(t[i]);
+        });
+      } else {
+        for (int64_t k = k0; k < k1; ++k) acc[k - k0] += static_cast<double>(static_cast<compute_t<T>>(row[k]));
+      }
     }
     for (int64_t k = k0; k < k1; ++k) out[k] = static_cast<Acc>(acc[k - k0] * scale);
   });

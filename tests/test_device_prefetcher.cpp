@@ -102,11 +102,11 @@ TEST(PinnedMemory, WithoutAGpuPinnedBuffersAreAlignedHostMemory) {
 }
 
 TEST(StreamsAndEvents, OnTheCpuEverythingIsAlreadyDone) {
-  OwnedStream stream(Device::cpu());
-  EXPECT_EQ(stream.get().handle, nullptr);
+  const Stream stream = side_stream(Device::cpu());
+  EXPECT_EQ(stream.handle, nullptr);
   Event ev(Device::cpu());
   EXPECT_TRUE(ev.query());  // never recorded
-  ev.record(stream.get());
+  ev.record(stream);
   ev.block(current_stream(Device::cpu()));
   ev.synchronize();
   EXPECT_TRUE(ev.query());
@@ -116,7 +116,7 @@ TEST(StreamsAndEvents, OnTheCpuEverythingIsAlreadyDone) {
 
 TEST(StreamsAndEvents, CudaObjectsWithoutAGpuNameTheDevice) {
   if (cuda_available()) GTEST_SKIP() << "a CUDA device is present";
-  test::expect_error([] { OwnedStream s(Device::cuda(0)); }, "OwnedStream(cuda:0)");
+  test::expect_error([] { side_stream(Device::cuda(0)); }, "side_stream(cuda:0)");
   test::expect_error([] { Event e(Device::cuda(0)); }, "Event(cuda:0)");
   DataLoader loader(std::make_shared<SyntheticDataset>(20), opts(0, true));
   test::expect_error([&] { DevicePrefetcher p(loader, Device::cuda(0)); },

@@ -52,21 +52,14 @@ class StreamGuard {
   Stream previous_;
 };
 
-// A stream of its own, for work that should overlap the compute stream (host-to-device copies of
-// the next batch). On CUDA it is created non-blocking, so it never waits for the legacy default
-// stream; on the CPU, where work runs synchronously in the calling thread, it is the null stream.
-// Destroying it lets already-issued work finish first (cudaStreamDestroy semantics).
-class OwnedStream {
- public:
-  explicit OwnedStream(Device device);
-  ~OwnedStream();
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  Stream get() const { return stream_; }
-
- private:
-  Stream stream_;
-};
+// A stream for work that should overlap the compute stream (host-to-device copies of the next
+// batch): on CUDA, the next of kSideStreams non-blocking streams per device, handed out in turn
+// (so consecutive calls give different streams). They are created on first use and never
+// destroyed, like PyTorch's stream pool, so a stream handle kept by the allocators (record_stream)
+// or waited on by an event stays valid however long the block or event lives. On the CPU, where
+// work runs synchronously in the calling thread, it is the null stream.
+inline constexpr int kSideStreams = 8;
+Stream side_stream(Device device);
 
 // A point in a stream's work (torch.cuda.Event without timing). record() marks the work issued so
 // far on a stream; block() makes another stream wait for it on the device (the host goes on);

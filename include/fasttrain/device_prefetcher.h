@@ -40,7 +40,7 @@ class DevicePrefetcher {
 
   Device device() const { return device_; }
   DataLoader& loader() { return loader_; }
-  Stream copy_stream() const { return copy_stream_.get(); }  // the null stream on the CPU
+  Stream copy_stream() const { return copy_stream_; }  // the null stream on the CPU
 
   // The position as the consumer sees it: a prefetched batch not yet handed out does not count.
   LoaderState state() const;
@@ -59,7 +59,7 @@ class DevicePrefetcher {
 
   DataLoader& loader_;
   Device device_;
-  OwnedStream copy_stream_;
+  Stream copy_stream_;  // a side_stream()
   Staged staged_[2];
   int ahead_ = -1;             // slot holding the prefetched batch, -1 when none
   bool ahead_is_end_ = false;  // the prefetch found the end of the epoch instead of a batch

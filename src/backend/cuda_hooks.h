@@ -20,7 +20,6 @@ struct CudaHooks {
 
   // Streams and events (handles are cudaStream_t / cudaEvent_t).
   void* (*stream_create)(int device) = nullptr;  // non-blocking with respect to the legacy stream
-  void (*stream_destroy)(Stream) = nullptr;
   void* (*event_create)(int device) = nullptr;    // timing disabled: cheapest to record and wait on
   void (*event_destroy)(void* event) = nullptr;
   void (*event_record)(void* event, Stream) = nullptr;

@@ -1,5 +1,7 @@
 #include "fasttrain/device.h"
 
+#include <mutex>
+
 #include "fasttrain/error.h"
 #include "backend/cuda_hooks.h"
 
@@ -53,7 +55,7 @@ void synchronize(Stream stream) {
 
 }  // namespace ft
 
-// --- OwnedStream and Event ---------------------------------------------------------------------
+// --- side streams and events -------------------------------------------------------------------
 namespace ft {
 namespace {
 
@@ -68,13 +70,22 @@ const CudaHooks& hooks_for(Device device, const char* what) {
 
 }  // namespace
 
-OwnedStream::OwnedStream(Device device) : stream_{device, nullptr} {
-  if (device.is_cpu()) return;
-  stream_.handle = hooks_for(device, "OwnedStream").stream_create(device.index);
-}
-
-OwnedStream::~OwnedStream() {
-  if (stream_.handle != nullptr) cuda_hooks().stream_destroy(stream_);
+Stream side_stream(Device device) {
+  if (device.is_cpu()) return Stream{device, nullptr};
+  const CudaHooks& hooks = hooks_for(device, "side_stream");
+  struct Pool {
+    std::mutex mu;
+    void* streams[kSideStreams] = {};
+    int next = 0;
+  };
+  static Pool pools[64];  // per device index, as the current-stream table
+  FT_CHECK(device.index < 64, "side_stream(", device.str(), "): device index out of range");
+  Pool& pool = pools[device.index];
+  std::lock_guard<std::mutex> lock(pool.mu);
+  void*& handle = pool.streams[pool.next];
+  pool.next = (pool.next + 1) % kSideStreams;
+  if (handle == nullptr) handle = hooks.stream_create(device.index);
+  return Stream{device, handle};
 }
 
 Event::Event(Device device) : device_(device) {

@@ -23,7 +23,7 @@ Device checked_device(Device device) {
 }  // namespace
 
 DevicePrefetcher::DevicePrefetcher(DataLoader& loader, Device device)
-    : loader_(loader), device_(checked_device(device)), copy_stream_(device_) {
+    : loader_(loader), device_(checked_device(device)), copy_stream_(side_stream(device_)) {
   if (device_.is_cpu()) return;
   for (Staged& s : staged_) {
     s.copied = std::make_unique<Event>(device_);
@@ -36,7 +36,7 @@ DevicePrefetcher::~DevicePrefetcher() {
   // finish first. A failure here (a lost device) has nowhere to go from a destructor.
   if (device_.is_cpu()) return;
   try {
-    synchronize(copy_stream_.get());
+    synchronize(copy_stream_);
   } catch (const Error&) {
   }
 }
@@ -49,7 +49,7 @@ void DevicePrefetcher::stage(int slot) {
     return;
   }
   Staged& s = staged_[slot];
-  const Stream copy = copy_stream_.get();
+  const Stream copy = copy_stream_;
   if (s.full.empty()) {
     const int64_t b = loader_.options().batch_size;
     for (const FieldSpec& fs : loader_.spec()) {

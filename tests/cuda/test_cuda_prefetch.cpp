@@ -99,22 +99,22 @@ TEST(CudaPinnedMemory, BlocksArePageLockedAndCached) {
 
 TEST(CudaPinnedMemory, ABlockStillReadByAQueuedCopyIsNotReused) {
   REQUIRE_GPU();
-  OwnedStream side(kGpu);
+  const Stream side = side_stream(kGpu);
   StreamGate gate;
-  gate.close(side.get());
+  gate.close(side);
   Tensor host = empty_pinned({1 << 20}, DType::U8);
   std::memset(host.raw_data(), 7, host.nbytes());
   void* block = host.raw_data();
   Tensor device;
   {
-    StreamGuard guard(side.get());
+    StreamGuard guard(side);
     device = host.to(kGpu, DType::U8, /*non_blocking=*/true);  // queued behind the gate
   }
   host = Tensor();  // freed while the copy still has to read it
   Tensor other = empty_pinned({1 << 20}, DType::U8);
   EXPECT_NE(other.raw_data(), block) << "a block was handed out while a copy from it was queued";
   gate.open();
-  synchronize(side.get());
+  synchronize(side);
   Tensor back = device.to(Device::cpu());
   EXPECT_EQ(back.data<uint8_t>()[12345], 7);
   Tensor reused = empty_pinned({1 << 20}, DType::U8);
@@ -123,16 +123,16 @@ TEST(CudaPinnedMemory, ABlockStillReadByAQueuedCopyIsNotReused) {
 
 TEST(CudaStreams, EventsOrderWorkAcrossStreams) {
   REQUIRE_GPU();
-  OwnedStream a(kGpu), b(kGpu);
-  EXPECT_NE(a.get().handle, nullptr);
-  EXPECT_NE(a.get().handle, b.get().handle);
+  const Stream a = side_stream(kGpu), b = side_stream(kGpu);
+  EXPECT_NE(a.handle, nullptr);
+  EXPECT_NE(a.handle, b.handle);  // consecutive side streams differ
   StreamGate gate;
-  gate.close(a.get());
+  gate.close(a);
   Event on_a(kGpu), on_b(kGpu);
   EXPECT_TRUE(on_a.query());  // never recorded
-  on_a.record(a.get());
-  on_a.block(b.get());  // b waits for a on the device; the host goes on
-  on_b.record(b.get());
+  on_a.record(a);
+  on_a.block(b);  // b waits for a on the device; the host goes on
+  on_b.record(b);
   EXPECT_FALSE(on_a.query());
   EXPECT_FALSE(on_b.query());
   gate.open();

@@ -47,13 +47,6 @@ void* stream_create(int device) {
   return s;
 }
 
-// Called from destructors: errors are cleared, not thrown.
-void stream_destroy(Stream s) {
-  cudaSetDevice(s.device.index);
-  cudaStreamDestroy(static_cast<cudaStream_t>(s.handle));
-  cudaGetLastError();
-}
-
 void* event_create(int device) {
   check(cudaSetDevice(device), "event create");
   cudaEvent_t ev = nullptr;
@@ -125,7 +118,6 @@ void register_backend(CudaHooks& hooks) {
   hooks.synchronize = synchronize;
   hooks.memcpy = memcpy_any;
   hooks.stream_create = stream_create;
-  hooks.stream_destroy = stream_destroy;
   hooks.event_create = event_create;
   hooks.event_destroy = event_destroy;
   hooks.event_record = event_record;

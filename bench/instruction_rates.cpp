@@ -2,12 +2,20 @@
 // vfmadd231ps (f32 FMA), vdpbf16ps (bf16 pair dot products, AVX512-BF16) and vfmadd231ph (f16 FMA,
 // AVX512-FP16), each as 12 independent register-only chains so latency is hidden and nothing
 // touches memory. It answers "can a bf16 GEMM beat the f32 one on this CPU?" without AMX: only if
-// vdpbf16ps retires more FLOPs per second than vfmadd231ps. One JSON line per instruction.
+// vdpbf16ps retires more FLOPs per second than vfmadd231ps. One JSON line per instruction, then
+// one saying whether AMX (tdpbf16ps) is usable: CPUID's AMX bits, the OS enabling tile state in
+// XCR0, and Linux granting this process the tile data permission (arch_prctl).
 // Usage: instruction_rates [--iters N]   (N x 12 instructions each, default 2e7)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace {
 
@@ -39,6 +47,28 @@ const Case kCases[] = {
     {"vdpbf16ps", "avx512bf16", 64, FT_CHAIN_LOOP(FT_DP_BF16)},
     {"vfmadd231ph", "avx512fp16", 64, FT_CHAIN_LOOP(FT_FMA_PH)},
 };
+
+void report_amx() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __cpuid_count(7, 0, a, b, c, d);
+  const unsigned amx_bf16 = (d >> 22) & 1, amx_tile = (d >> 24) & 1;
+  unsigned xcr0 = 0;
+  if (__get_cpuid_max(0, nullptr) >= 1) {
+    unsigned a1, b1, c1, d1;
+    __cpuid(1, a1, b1, c1, d1);
+    if ((c1 >> 27) & 1) {  // OSXSAVE: xgetbv is allowed
+      unsigned hi;
+      asm volatile("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
+    }
+  }
+  const unsigned tile_state = (xcr0 >> 17) & (xcr0 >> 18) & 1;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  const bool permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  std::printf("{\"instruction\": \"tdpbf16ps (AMX)\", \"supported\": %s, \"cpuid_amx_bf16\": %u, \"cpuid_amx_tile\": %u, "
+              "\"xcr0_tile_state\": %u, \"tile_permission\": %s}\n",
+              amx_bf16 && amx_tile && tile_state && permitted ? "true" : "false", amx_bf16, amx_tile, tile_state,
+              permitted ? "true" : "false");
+}
 
 bool supported(const char* feature) {
   if (!std::strcmp(feature, "avx512f")) return __builtin_cpu_supports("avx512f");
@@ -78,6 +108,7 @@ int main(int argc, char** argv) {
     std::printf("{\"instruction\": \"%s\", \"supported\": true, \"g_instructions_per_s\": %.2f, \"gflop_per_s\": %.1f}\n",
                 c.name, instructions / s / 1e9, instructions * c.flops_per_instruction / s / 1e9);
   }
+  report_amx();
   return 0;
 #else
   std::fprintf(stderr, "instruction_rates: x86-64 only\n");

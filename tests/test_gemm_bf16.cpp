@@ -233,20 +233,21 @@ TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
   // Both accumulate in f32 and round once: they differ by at most about one 16-bit rounding.
   SKIP_WITHOUT_AVX512();
   Generator g(4);
-  for (DType dt : {DType::BF16, DType::F16})
-  for (int mode = 0; mode < 3; ++mode) {
-    SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " mode " << mode);
-    Tensor a = randn({2, 3, 40, 70}, dt, &g).transpose(2, 3);      // [2, 3, 70, 40] transposed
-    Tensor b = randn({3, 40, 50}, dt, &g).expand({2, 3, 40, 50});  // broadcast batch
-    Tensor bias = randn({50}, dt, &g);
-    Tensor init = randn({2, 3, 70, 50}, dt, &g);
-    Tensor y1 = init.clone(), y2 = init.clone();
-    const bool acc = mode == 1;
-    const Tensor bs = mode == 2 ? bias : Tensor();
-    ASSERT_TRUE(cpu::matmul_gemm_bf16(a, b, y1, acc, bs));
-    cpu::matmul_via_f32(a, b, y2, acc, bs);
-    std::vector<double> v1 = y1.to_vector(), v2 = y2.to_vector();
-    for (size_t i = 0; i < v1.size(); ++i) ASSERT_NEAR(v1[i], v2[i], 1e-2 * std::abs(v2[i]) + 1e-3) << i;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " mode " << mode);
+      Tensor a = randn({2, 3, 40, 70}, dt, &g).transpose(2, 3);      // [2, 3, 70, 40] transposed
+      Tensor b = randn({3, 40, 50}, dt, &g).expand({2, 3, 40, 50});  // broadcast batch
+      Tensor bias = randn({50}, dt, &g);
+      Tensor init = randn({2, 3, 70, 50}, dt, &g);
+      Tensor y1 = init.clone(), y2 = init.clone();
+      const bool acc = mode == 1;
+      const Tensor bs = mode == 2 ? bias : Tensor();
+      ASSERT_TRUE(cpu::matmul_gemm_bf16(a, b, y1, acc, bs));
+      cpu::matmul_via_f32(a, b, y2, acc, bs);
+      std::vector<double> v1 = y1.to_vector(), v2 = y2.to_vector();
+      for (size_t i = 0; i < v1.size(); ++i) ASSERT_NEAR(v1[i], v2[i], 1e-2 * std::abs(v2[i]) + 1e-3) << i;
+    }
   }
 }
 

@@ -70,11 +70,14 @@ std::vector<double> Tensor::to_vector() const {
 
 // --- creation ---
 
-static std::shared_ptr<Storage> new_storage(size_t nbytes, Device device) {
+// `pinned` takes the memory from the page-locked host allocator instead of the device's.
+static std::shared_ptr<Storage> new_storage(size_t nbytes, Device device, Allocator* pinned = nullptr) {
   auto st = std::make_shared<Storage>();
-  st->data = allocator_for(device).allocate(nbytes, current_stream(device));
+  Allocator& allocator = pinned ? *pinned : allocator_for(device);
+  st->data = allocator.allocate(nbytes, current_stream(device));
   st->nbytes = nbytes;
   st->device = device;
+  st->pinned = pinned != nullptr;
   return st;
 }
 
@@ -125,14 +128,9 @@ Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
 
 Tensor empty_pinned(const Shape& shape, DType dtype) {
   check_shape(shape, "empty_pinned");
-  Allocator* pinned = pinned_host_allocator();
-  if (pinned == nullptr) return empty(shape, dtype);
-  auto st = std::make_shared<Storage>();
-  st->nbytes = shape.numel() * dtype_size(dtype);
-  st->data = pinned->allocate(st->nbytes, current_stream(Device::cpu()));
-  st->device = Device::cpu();
-  st->pinned = true;
-  return make_tensor(std::move(st), shape, contiguous_strides(shape), 0, dtype);
+  // Without a usable CUDA device pinned_host_allocator() is null: ordinary CPU memory.
+  return make_tensor(new_storage(shape.numel() * dtype_size(dtype), Device::cpu(), pinned_host_allocator()), shape,
+                     contiguous_strides(shape), 0, dtype);
 }
 
 Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {

@@ -50,8 +50,8 @@ void DevicePrefetcher::stage(int slot) {
   }
   Staged& s = staged_[slot];
   const Stream copy = copy_stream_;
+  const int64_t b = loader_.options().batch_size;
   if (s.full.empty()) {
-    const int64_t b = loader_.options().batch_size;
     for (const FieldSpec& fs : loader_.spec()) {
       Shape shape = fs.shape;
       shape.insert(0, b);
@@ -69,7 +69,6 @@ void DevicePrefetcher::stage(int slot) {
     if (src.is_pinned()) pinned_host_allocator()->record_stream(src.raw_data(), copy);
   }
   s.copied->record(copy);
-  const int64_t b = loader_.options().batch_size;
   for (size_t f = 0; f < s.full.size(); ++f)
     s.batch.fields[f] = host->rows == b ? s.full[f] : s.full[f].narrow(0, 0, host->rows);
   s.batch.epoch = host->epoch;

@@ -23,6 +23,12 @@ void check_lr(const char* schedule, const char* arg, double v) {
 void check_nonnegative(const char* schedule, const char* arg, double v) {
   FT_CHECK(std::isfinite(v) && v >= 0, schedule, ": ", arg, " must be a finite number >= 0, found ", v);
 }
+// The momentum (or Adam beta1) range a cycling schedule moves through.
+void check_cycled_momentum(const char* schedule, double base, double max) {
+  check_nonnegative(schedule, "base_momentum", base);
+  check_nonnegative(schedule, "max_momentum", max);
+  FT_CHECK(base < 1 && max < 1, schedule, ": base_momentum and max_momentum must be < 1, found ", base, " and ", max);
+}
 void check_step(const char* schedule, int64_t step) {
   FT_CHECK(step >= 0, schedule, ": step must be >= 0, found ", step);
 }
@@ -321,13 +327,7 @@ SchedulePtr make_one_cycle_schedule(const OneCycleOptions& o) {
            "one_cycle schedule: anneal_strategy must be 'cos' or 'linear', found '", o.anneal_strategy, "'");
   check_lr("one_cycle schedule", "div_factor", o.div_factor);
   check_lr("one_cycle schedule", "final_div_factor", o.final_div_factor);
-  if (o.cycle_momentum) {
-    check_nonnegative("one_cycle schedule", "base_momentum", o.base_momentum);
-    check_nonnegative("one_cycle schedule", "max_momentum", o.max_momentum);
-    FT_CHECK(o.base_momentum < 1 && o.max_momentum < 1,
-             "one_cycle schedule: base_momentum and max_momentum must be < 1, found ", o.base_momentum, " and ",
-             o.max_momentum);
-  }
+  if (o.cycle_momentum) check_cycled_momentum("one_cycle schedule", o.base_momentum, o.max_momentum);
   return std::make_unique<OneCycleSchedule>(o);
 }
 
@@ -340,13 +340,7 @@ SchedulePtr make_cyclic_schedule(const CyclicOptions& o) {
   FT_CHECK(o.mode == "triangular" || o.mode == "triangular2" || o.mode == "exp_range",
            "cyclic schedule: mode must be 'triangular', 'triangular2' or 'exp_range', found '", o.mode, "'");
   check_lr("cyclic schedule", "gamma", o.gamma);
-  if (o.cycle_momentum) {
-    check_nonnegative("cyclic schedule", "base_momentum", o.base_momentum);
-    check_nonnegative("cyclic schedule", "max_momentum", o.max_momentum);
-    FT_CHECK(o.base_momentum < 1 && o.max_momentum < 1,
-             "cyclic schedule: base_momentum and max_momentum must be < 1, found ", o.base_momentum, " and ",
-             o.max_momentum);
-  }
+  if (o.cycle_momentum) check_cycled_momentum("cyclic schedule", o.base_momentum, o.max_momentum);
   return std::make_unique<CyclicSchedule>(o);
 }
 

@@ -15,6 +15,7 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/fasttrain.h"
+#include "support/require_gpu.h"
 #include "support/expect_error.h"
 #include "support/synthetic_dataset.h"
 
@@ -25,9 +26,6 @@ using test_support::copy;
 using test_support::drain;
 using test_support::Seen;
 using test_support::SyntheticDataset;
-
-#define REQUIRE_GPU()        \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (driver or GPU missing): CUDA test skipped"
 
 const Device kGpu = Device::cuda(0);
 

@@ -2,11 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "fasttrain/fasttrain.h"
+#include "support/require_gpu.h"
 
 using namespace ft;
-
-#define REQUIRE_GPU()                                                                      \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device (driver or GPU missing): CUDA test skipped"
 
 TEST(CudaRuntime, BinaryStartsWithoutDriverAndReportsDevices) {
   // Must not throw or abort whether or not a driver is present.

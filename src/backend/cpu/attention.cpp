@@ -24,7 +24,7 @@
 
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
-#include "backend/cpu/half_tiles.h"
+#include "backend/cpu/copy.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 
@@ -142,14 +142,8 @@ struct Operand {
     for (int64_t r = 0; r < n; ++r) {
       const T* src = p + r * st;
       C* dst = scratch + r * D;
-      if constexpr (std::is_same_v<T, f16> && std::is_same_v<C, float>) {
-        if (sd == 1) {
-          widen_halves(src, dst, D);
-          continue;
-        }
-      }
       if (sd == 1) {
-        for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<C>(src[d]);
+        convert_run(src, dst, D);
       } else {
         for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<C>(src[d * sd]);
       }

@@ -7,28 +7,6 @@
 
 namespace ft::cpu {
 
-template <class To, class From>
-static inline To convert(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<compute_t<From>>(v) != 0;
-  } else if constexpr (std::is_same_v<To, bf16> || std::is_same_v<To, f16>) {
-    return To(static_cast<float>(static_cast<compute_t<From>>(v)));
-  } else {
-    return static_cast<To>(static_cast<compute_t<From>>(v));
-  }
-}
-
-template <class To, class From>
-static void convert_dense(To* o, const From* x, int64_t n) {
-  if constexpr (std::is_same_v<To, float> && std::is_same_v<From, f16>) {
-    widen_halves(x, o, n);  // autocast casts and the f16 matmul's operands
-  } else if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, float>) {
-    narrow_to_halves(x, o, n);
-  } else {
-    for (int64_t i = 0; i < n; ++i) o[i] = convert<To>(x[i]);
-  }
-}
-
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   // Same dtype, both dense in the same layout: one memcpy.
@@ -46,12 +24,12 @@ void copy(const Tensor& dst, const Tensor& src) {
       StridedLoop L = make_loop(dst, {&src});
       run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
         if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
-          To* o = reinterpret_cast<To*>(p[0]);
-          const From* x = reinterpret_cast<const From*>(p[1]);
-          convert_dense(o, x, n);
+          convert_run(reinterpret_cast<const From*>(p[1]), reinterpret_cast<To*>(p[0]), n);
         } else {
-          for (int64_t i = 0; i < n; ++i)
-            *reinterpret_cast<To*>(p[0] + i * s[0]) = convert<To>(*reinterpret_cast<const From*>(p[1] + i * s[1]));
+          for (int64_t i = 0; i < n; ++i) {
+            const From& x = *reinterpret_cast<const From*>(p[1] + i * s[1]);
+            *reinterpret_cast<To*>(p[0] + i * s[0]) = convert_value<To>(x);
+          }
         }
       });
     });

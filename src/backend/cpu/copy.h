@@ -1,8 +1,35 @@
 // Copies with dtype conversion between arbitrarily strided CPU tensors, and fills.
 #pragma once
+#include <type_traits>
+
+#include "backend/cpu/half_tiles.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
+
+// One element converted as copy() converts it (through the source's compute type).
+template <class To, class From>
+inline To convert_value(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<compute_t<From>>(v) != 0;
+  } else if constexpr (std::is_same_v<To, bf16> || std::is_same_v<To, f16>) {
+    return To(static_cast<float>(static_cast<compute_t<From>>(v)));
+  } else {
+    return static_cast<To>(static_cast<compute_t<From>>(v));
+  }
+}
+
+// dst[i] = src[i] converted, for a dense run; f16 <-> f32 through the F16C tiles (half_tiles.h).
+template <class To, class From>
+inline void convert_run(const From* src, To* dst, int64_t n) {
+  if constexpr (std::is_same_v<To, float> && std::is_same_v<From, f16>) {
+    widen_halves(src, dst, n);
+  } else if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, float>) {
+    narrow_to_halves(src, dst, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = convert_value<To>(src[i]);
+  }
+}
 
 // dst = src converted to dst's dtype; src broadcasts to dst's shape.
 void copy(const Tensor& dst, const Tensor& src);

@@ -9,6 +9,7 @@ namespace ft {
 
 enum class DeviceType : uint8_t { CPU = 0, CUDA = 1 };
 inline constexpr int kNumDeviceTypes = 2;
+constexpr const char* device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
 
 struct Device {
   DeviceType type = DeviceType::CPU;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/copy.h"
+#include "backend/kernels.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cuda_hooks.h"
 #include "fasttrain/autograd.h"
@@ -63,7 +63,7 @@ double Tensor::item_double() const {
 std::vector<double> Tensor::to_vector() const {
   Tensor c = device().is_cpu() ? *this : to(Device::cpu());
   Tensor d = empty(shape(), DType::F64);
-  cpu::copy(d, c);
+  backend::kernels(d).copy(d, c);
   const double* p = d.data<double>();
   return std::vector<double>(p, p + d.numel());
 }
@@ -165,7 +165,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
            " values do not fill shape ", shape.str(), " (", shape.numel(), " elements)");
   Tensor src = from_blob(const_cast<double*>(values.data()), shape, DType::F64);
   Tensor out = empty(shape, TensorOptions(opts.dtype, Device::cpu()));
-  cpu::copy(out, src);
+  backend::kernels(out).copy(out, src);
   out = out.to(opts.device);
   if (opts.requires_grad) out.requires_grad_(true);
   return out;
@@ -222,9 +222,8 @@ Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
   if (dev == device() && dt == dtype()) return *this;
   Tensor out;
   if (dev == device()) {
-    FT_CHECK(dev.is_cpu(), "to(", dtype_name(dt), "): dtype conversion on ", dev.str(), " needs the CUDA backend");
     out = empty(shape(), TensorOptions(dt, dev));
-    cpu::copy(out, *this);
+    backend::kernels(out).copy(out, *this);
   } else if (dt == dtype()) {
     out = copy_across_devices(*this, dev, non_blocking);
   } else if (device().is_cpu()) {  // convert first so fewer bytes cross the bus when narrowing
@@ -273,22 +272,16 @@ Tensor& Tensor::copy_(const Tensor& src) {
   broadcast_shapes(shape(), src.shape(), "copy_");
   FT_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source shape ", src.shape().str(),
            " does not broadcast to destination shape ", shape().str());
-  if (device() == src.device()) {
-    FT_CHECK(device().is_cpu(), "copy_ on ", device().str(), " needs the CUDA backend");
-    cpu::copy(*this, src);
-  } else {
-    Tensor moved = src.to(device(), dtype());
-    FT_CHECK(device().is_cpu(), "copy_ on ", device().str(), " needs the CUDA backend");
-    cpu::copy(*this, moved);
-  }
+  // Across devices the source moves first (converted on the way); the copy into this tensor's
+  // view is then a kernel of this tensor's device.
+  backend::kernels(*this).copy(*this, device() == src.device() ? src : src.to(device(), dtype()));
   bump_version();
   return *this;
 }
 
 Tensor& Tensor::fill_(Scalar value) {
   check_inplace_allowed(*this, "fill_");
-  FT_CHECK(device().is_cpu(), "fill_ on ", device().str(), " needs the CUDA backend");
-  cpu::fill(*this, value);
+  backend::kernels(*this).fill(*this, value);
   bump_version();
   return *this;
 }

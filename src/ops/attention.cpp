@@ -7,10 +7,12 @@
 
 #include <cmath>
 
-#include "backend/cpu/attention.h"
+#include "backend/kernels.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 namespace {
 
@@ -28,7 +30,6 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double drop
   FT_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), kOp, ": q, k and v must have one dtype, found q ",
            dtype_name(q.dtype()), ", k ", dtype_name(k.dtype()), ", v ", dtype_name(v.dtype()));
   ops::common_device({&q, &k, &v}, kOp);
-  ops::check_cpu(q, kOp);
   for (int i = 1; i < 3; ++i) {
     const Tensor& t = *ts[i];
     FT_CHECK(t.size(0) == q.size(0), kOp, ": q has batch size ", q.size(0), ", ", names[i], " has ", t.size(0));
@@ -51,7 +52,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   check_inputs(q, k, v, dropout_p, scale);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
 
-  cpu::AttentionParams params;
+  backend::AttentionParams params;
   params.causal = causal;
   params.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
   params.dropout_p = dropout_p;
@@ -70,7 +71,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   // bf16/f16: backward's Di = rowsum(dO * O) needs O before rounding (see the kernel header).
   Tensor out_f32;
   if (needs_grad && compute_dtype != q.dtype()) out_f32 = empty({B, H, Tq, D}, TensorOptions(DType::F32, q.device()));
-  cpu::attention_forward(q, k, v, params, out, lse, out_f32);
+  kernels(q).attention_forward(q, k, v, params, out, lse, out_f32);
 
   if (needs_grad) {
     autograd::SavedTensor sq(q), sk(k), sv(v), sout(out_f32.defined() ? out_f32 : out), slse(lse);
@@ -82,7 +83,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
           Tensor dk = empty(kv.shape(), kv.options());
           Tensor dv = empty(vv.shape(), vv.options());
           Tensor go = g[0].dtype() == qv.dtype() ? g[0] : g[0].to(qv.dtype());
-          cpu::attention_backward(qv, kv, vv, sout.get(node), slse.get(node), go, params, dq, dk, dv);
+          kernels(qv).attention_backward(qv, kv, vv, sout.get(node), slse.get(node), go, params, dq, dk, dv);
           return std::vector<Tensor>{dq, dk, dv};
         });
   }

@@ -21,8 +21,26 @@ void check_floating(const Tensor& t, const char* op, const char* what) {
   FT_CHECK(is_floating(t.dtype()), op, ": ", what, " must be a floating-point tensor, found ", dtype_name(t.dtype()));
 }
 
-void check_cpu(const Tensor& t, const char* op) {
-  FT_CHECK(t.device().is_cpu(), op, ": no kernel for device ", t.device().str(), " in this build yet");
+std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op) {
+  std::vector<bool> mask(std::max(ndim, 0), false);
+  for (int64_t d : dims) {
+    int w = wrap_dim(d, ndim, op);
+    if (ndim == 0) continue;
+    FT_CHECK(!mask[w], op, ": dimension ", w, " appears more than once in ", dims.str());
+    mask[w] = true;
+  }
+  return mask;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim) {
+  Shape out;
+  for (int i = 0; i < shape.size(); ++i) {
+    if (!mask[i])
+      out.push_back(shape[i]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
 }
 
 Tensor scalar_like(Scalar s, const Tensor& like) {

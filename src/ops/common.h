@@ -1,5 +1,7 @@
 // Small helpers shared by op implementations.
 #pragma once
+#include <vector>
+
 #include "fasttrain/autograd.h"
 #include "fasttrain/tensor.h"
 
@@ -9,8 +11,11 @@ namespace ft::ops {
 Device common_device(std::initializer_list<const Tensor*> ts, const char* op);
 // Throws "<op>: <what> must be a floating-point tensor, found i64".
 void check_floating(const Tensor& t, const char* op, const char* what);
-// Throws unless the tensor is on the CPU (until the CUDA backend provides the kernel).
-void check_cpu(const Tensor& t, const char* op);
+// reduced_dims_mask: mask[d] is true for each dim in `dims` (wrapped; an empty list is no dim;
+// a repeated dim is an error naming `op`). reduced_shape: `shape` without the masked dims, or
+// with 1 in their place when keepdim.
+std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op);
+Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim);
 // A 0-d tensor holding `s`, of the dtype an op with tensor `like` computes in.
 Tensor scalar_like(Scalar s, const Tensor& like);
 

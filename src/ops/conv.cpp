@@ -1,7 +1,7 @@
 // conv2d: validation, output allocation in the input's memory format, and the backward (gradients
 // of input, weight and bias from the fused oneDNN / im2col kernels in backend/cpu/conv.*).
 #include "fasttrain/autocast.h"
-#include "backend/cpu/conv.h"
+#include "backend/kernels.h"
 
 #include "fasttrain/ops/conv.h"
 #include "fasttrain/ops/reduce.h"
@@ -9,6 +9,8 @@
 #include "ops/conv_layout.h"
 
 namespace ft {
+
+using backend::kernels;
 
 namespace ops {
 
@@ -28,7 +30,7 @@ Tensor empty_in_format(const Shape& shape, TensorOptions opts, bool channels_las
 
 namespace {
 
-cpu::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding,
+backend::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding,
                             Pair dilation, int64_t groups) {
   const char* op = "conv2d";
   FT_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W], found shape ", x.shape().str());
@@ -43,7 +45,7 @@ cpu::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Tensor&
     FT_CHECK(dilation[i] >= 1, op, ": dilation must be positive, found [", dilation[0], ", ", dilation[1], "]");
     FT_CHECK(padding[i] >= 0, op, ": padding must be non-negative, found [", padding[0], ", ", padding[1], "]");
   }
-  cpu::ConvParams p;
+  backend::ConvParams p;
   p.N = x.size(0), p.C = x.size(1), p.H = x.size(2), p.W = x.size(3);
   p.O = weight.size(0), p.kH = weight.size(2), p.kW = weight.size(3);
   FT_CHECK(p.C % groups == 0, op, ": groups ", groups, " does not divide the input's ", p.C, " channels");
@@ -60,7 +62,6 @@ cpu::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Tensor&
     FT_CHECK(bias.dtype() == x.dtype(), op, ": input has dtype ", dtype_name(x.dtype()), " but bias has dtype ",
              dtype_name(bias.dtype()));
   }
-  ops::check_cpu(x, op);
   p.OH = (p.H + 2 * padding[0] - ekH) / stride[0] + 1;
   p.OW = (p.W + 2 * padding[1] - ekW) / stride[1] + 1;
   p.stride = stride, p.padding = padding, p.dilation = dilation, p.groups = groups;
@@ -74,12 +75,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
               int64_t groups) {
   if (autocast::needs_lowp({&x, &weight, &bias}))
     return conv2d(autocast::lowp(x), autocast::lowp(weight), autocast::lowp(bias), stride, padding, dilation, groups);
-  const cpu::ConvParams p = conv_params(x, weight, bias, stride, padding, dilation, groups);
+  const backend::ConvParams p = conv_params(x, weight, bias, stride, padding, dilation, groups);
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   const Tensor wd = weight.detach().contiguous();
   const Tensor bd = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = ops::empty_in_format({p.N, p.O, p.OH, p.OW}, x.options(), p.channels_last);
-  if (p.N * p.O * p.OH * p.OW > 0) cpu::conv2d_forward(p, xd, wd, bd, y);
+  if (p.N * p.O * p.OH * p.OW > 0) kernels(xd).conv2d_forward(p, xd, wd, bd, y);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
     const Shape x_shape = x.shape(), w_shape = weight.shape();
@@ -95,12 +96,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
           }
           if (need_x) {
             gx = ops::empty_in_format(x_shape, gy.options(), p.channels_last);
-            cpu::conv2d_backward_data(p, gy, sw.get("Conv2dBackward"), gx);
+            kernels(gy).conv2d_backward_data(p, gy, sw.get("Conv2dBackward"), gx);
           }
           if (need_w) {
             gw = empty(w_shape, gy.options());
             if (need_b) gb = empty({p.O}, gy.options());
-            cpu::conv2d_backward_weight(p, gy, sx.get("Conv2dBackward"), gw, gb);
+            kernels(gy).conv2d_backward_weight(p, gy, sx.get("Conv2dBackward"), gw, gb);
           } else if (need_b) {
             gb = sum(gy, {0, 2, 3});
           }

@@ -4,18 +4,19 @@
 // (seed, offset): backward is then a single streaming multiply with no Philox rounds, which on the
 // CPU is faster than recomputing ~10 multiply rounds per 4 elements; the cost is N bytes of
 // activation memory per dropout layer (a quarter of an f32 activation).
-#include "backend/cpu/dropout.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/norm.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const char* op = "dropout";
   FT_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], found ", p);
   ops::check_floating(x, op, "input");
   if (!training || p == 0.0) return x;
-  ops::check_cpu(x, op);
   if (p == 1.0) {
     // Everything dropped: zeros, with a zero gradient.
     Tensor y = zeros(x.shape(), x.options());
@@ -37,14 +38,14 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   Tensor xc = x.detach().contiguous();
   Tensor y = empty(x.shape(), x.options());
   Tensor mask = empty(x.shape(), TensorOptions(DType::U8, x.device()));
-  cpu::dropout_forward(xc, static_cast<float>(1.0 - p), scale, key, base, y, mask);
+  kernels(xc).dropout_forward(xc, static_cast<float>(1.0 - p), scale, key, base, y, mask);
   if (autograd::any_requires_grad({&x})) {
     autograd::SavedTensor smask(mask);
     autograd::record_function("DropoutBackward", {&x}, {&y}, [smask, scale](std::vector<Tensor>& gr) {
       Tensor m = smask.get("DropoutBackward");
       Tensor dy = gr[0].contiguous();
       Tensor dx = empty(dy.shape(), dy.options());
-      cpu::dropout_backward(dy, m, scale, dx);
+      kernels(dy).dropout_backward(dy, m, scale, dx);
       return std::vector<Tensor>{dx};
     });
   }

@@ -2,13 +2,14 @@
 // elementwise_math.h; the loops are in backend/cpu/elementwise.cpp.
 #include "fasttrain/ops/elementwise.h"
 
-#include "backend/cpu/elementwise.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/reduce.h"
 #include "ops/common.h"
 
 namespace ft {
 
 using autograd::record_function;
+using backend::kernels;
 using math::BinaryOp;
 using math::UnaryOp;
 
@@ -28,16 +29,14 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor ac = a.dtype() == dt ? a : a.to(dt);
   Tensor bc = b.dtype() == dt ? b : b.to(dt);
   Tensor out = empty(shape, TensorOptions(math::is_comparison(op) ? DType::Bool : dt, a.device()));
-  ops::check_cpu(a, name);
-  cpu::binary(op, ac, bc, out);
+  kernels(out).binary(op, ac, bc, out);
   return out;
 }
 
 Tensor unary_forward(UnaryOp op, const Tensor& x, const char* name, bool floating_only) {
   if (floating_only) ops::check_floating(x, name, "input");
-  ops::check_cpu(x, name);
   Tensor out = empty(x.shape(), x.options());
-  cpu::unary(op, x, out);
+  kernels(out).unary(op, x, out);
   return out;
 }
 
@@ -52,7 +51,7 @@ Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, const char* node_
       Tensor xv = sx.get(nn.c_str());
       Tensor yv = sy.get(nn.c_str());
       Tensor gx = empty(xv.shape(), xv.options());
-      cpu::unary_backward(op, g[0], xv, yv, gx);
+      kernels(gx).unary_backward(op, g[0], xv, yv, gx);
       return std::vector<Tensor>{gx};
     });
   }
@@ -150,7 +149,8 @@ static Tensor extremum(BinaryOp op, const Tensor& a, const Tensor& b) {
     Shape sha = a.shape(), shb = b.shape();
     bool is_max = op == BinaryOp::Max;
     record_function(is_max ? "MaximumBackward" : "MinimumBackward", {&a, &b}, {&out}, [=](std::vector<Tensor>& g) {
-      Tensor av = sa.get("MaximumBackward"), bv = sb.get("MaximumBackward");
+      const char* node = is_max ? "MaximumBackward" : "MinimumBackward";
+      Tensor av = sa.get(node), bv = sb.get(node);
       Tensor a_wins = (is_max ? gt(av, bv) : lt(av, bv)).to(g[0].dtype());
       Tensor tie = eq(av, bv).to(g[0].dtype());
       Tensor wa = add(a_wins, mul(tie, 0.5));
@@ -220,15 +220,14 @@ Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x, "silu", "SiluBa
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   FT_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   FT_CHECK(!(lo && hi) || *lo <= *hi, "clamp: min ", *lo, " is greater than max ", *hi);
-  ops::check_cpu(x, "clamp");
   Tensor out = empty(x.shape(), x.options());
-  cpu::clamp(x, lo, hi, out);
+  kernels(out).clamp(x, lo, hi, out);
   if (autograd::any_requires_grad({&x})) {
     autograd::SavedTensor sx(x);
     record_function("ClampBackward", {&x}, {&out}, [=](std::vector<Tensor>& g) {
       Tensor xv = sx.get("ClampBackward");
       Tensor gx = empty(xv.shape(), xv.options());
-      cpu::clamp_backward(g[0], xv, lo, hi, gx);
+      kernels(gx).clamp_backward(g[0], xv, lo, hi, gx);
       return std::vector<Tensor>{gx};
     });
   }
@@ -244,9 +243,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Tensor c = cond.dtype() == DType::Bool ? cond : ne(cond, ops::scalar_like(0, cond));
   Tensor ac = a.dtype() == dt ? a : a.to(dt);
   Tensor bc = b.dtype() == dt ? b : b.to(dt);
-  ops::check_cpu(a, "where");
   Tensor out = empty(shape, TensorOptions(dt, a.device()));
-  cpu::where(c, ac, bc, out);
+  kernels(out).where(c, ac, bc, out);
   if (autograd::any_requires_grad({&a, &b})) {
     autograd::SavedTensor sc(c);
     Shape sha = a.shape(), shb = b.shape();
@@ -301,9 +299,8 @@ Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha) {
   FT_CHECK(broadcast_shapes(a.shape(), b.shape(), "add_") == a.shape(), "add_: shape ", b.shape().str(),
            " does not broadcast to ", a.shape().str());
   ops::common_device({&a, &b}, "add_");
-  ops::check_cpu(a, "add_");
   Tensor bc = b.dtype() == a.dtype() ? b : b.to(a.dtype());
-  cpu::add_inplace(a, bc, alpha.to_double());
+  kernels(a).add_inplace(a, bc, alpha.to_double());
   a.bump_version();
   return a;
 }
@@ -311,8 +308,7 @@ Tensor& add_(Tensor& a, const Tensor& b, Scalar alpha) {
 Tensor& mul_(Tensor& a, Scalar b) {
   FT_CHECK(!(autograd::grad_enabled() && a.requires_grad()), "mul_: in-place write to a tensor that requires grad ",
            "while grad mode is on");
-  ops::check_cpu(a, "mul_");
-  cpu::binary(BinaryOp::Mul, a, ops::scalar_like(b, a).to(a.dtype()), a);
+  kernels(a).binary(BinaryOp::Mul, a, ops::scalar_like(b, a).to(a.dtype()), a);
   a.bump_version();
   return a;
 }

@@ -5,10 +5,12 @@
 // dtypes, so repeated indices do not round at every addition).
 #include "fasttrain/ops/indexing.h"
 
-#include "backend/cpu/indexing.h"
+#include "backend/kernels.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 namespace {
 
@@ -38,7 +40,7 @@ std::vector<Tensor> split_impl(const Tensor& x, const std::vector<int64_t>& size
     const Shape shape = x.shape();
     autograd::record_function("SplitBackward", {&x}, outs, [shape, d](std::vector<Tensor>& g) {
       Tensor gx = empty(shape, g[0].options());
-      cpu::cat(g, d, gx);
+      kernels(gx).cat(g, d, gx);
       return std::vector<Tensor>{gx};
     });
   }
@@ -71,9 +73,8 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                " but tensor 0 has ", first.shape().str(), "; sizes must match except in dimension ", d);
     shape[d] += t.size(d);
   }
-  ops::check_cpu(first, "cat");
   Tensor out = empty(shape, first.options());
-  cpu::cat(tensors, d, out);
+  kernels(out).cat(tensors, d, out);
   if (autograd::any_requires_grad(tensors)) {
     std::vector<int64_t> sizes;
     for (const Tensor& t : tensors) sizes.push_back(t.size(d));
@@ -153,20 +154,19 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   FT_CHECK(index.dim() <= 1, "index_select: index must be 1-d, found shape ", index.shape().str());
   FT_CHECK(x.dim() > 0, "index_select: input must have at least 1 dimension");
   const int d = wrap_dim(dim, x.dim(), "index_select");
-  ops::check_cpu(x, "index_select");
-  if (auto bad = cpu::find_out_of_range(index, x.size(d)))
+  if (auto bad = kernels(index).find_out_of_range(index, x.size(d)))
     FT_FAIL("index_select: index ", *bad, " is out of range for dimension ", d, " of size ", x.size(d));
   Shape shape = x.shape();
   shape[d] = index.numel();
   Tensor out = empty(shape, x.options());
-  cpu::index_select(x, d, index, out);
+  kernels(x).index_select(x, d, index, out);
   if (autograd::any_requires_grad({&x})) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     autograd::SavedTensor idx(index.detach());
     autograd::record_function("IndexSelectBackward", {&x}, {&out}, [xs, dt, idx, d](std::vector<Tensor>& g) {
       Tensor acc = zero_acc(xs, dt);
-      cpu::index_add(acc, d, idx.get("IndexSelectBackward"), g[0], std::nullopt);
+      kernels(acc).index_add(acc, d, idx.get("IndexSelectBackward"), g[0], std::nullopt);
       return std::vector<Tensor>{from_acc(acc, dt)};
     });
   }
@@ -184,18 +184,17 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   for (int k = 0; k < x.dim(); ++k)
     FT_CHECK(k == d || index.size(k) <= x.size(k), "gather: index shape ", index.shape().str(),
              " is larger than input shape ", x.shape().str(), " in dimension ", k);
-  ops::check_cpu(x, "gather");
-  if (auto bad = cpu::find_out_of_range(index, x.size(d)))
+  if (auto bad = kernels(index).find_out_of_range(index, x.size(d)))
     FT_FAIL("gather: index ", *bad, " is out of range for dimension ", d, " of size ", x.size(d));
   Tensor out = empty(index.shape(), x.options());
-  cpu::gather(x, d, index, out);
+  kernels(x).gather(x, d, index, out);
   if (autograd::any_requires_grad({&x})) {
     const Shape xs = x.shape();
     const DType dt = x.dtype();
     autograd::SavedTensor idx(index.detach());
     autograd::record_function("GatherBackward", {&x}, {&out}, [xs, dt, idx, d](std::vector<Tensor>& g) {
       Tensor acc = zero_acc(xs, dt);
-      cpu::scatter_add(acc, d, idx.get("GatherBackward"), g[0]);
+      kernels(acc).scatter_add(acc, d, idx.get("GatherBackward"), g[0]);
       return std::vector<Tensor>{from_acc(acc, dt)};
     });
   }
@@ -216,14 +215,13 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t>
              " is out of range for a vocabulary of ", V);
     pad = *padding_idx < 0 ? *padding_idx + V : *padding_idx;
   }
-  ops::check_cpu(weight, "embedding");
-  if (auto bad = cpu::find_out_of_range(ids, V))
+  if (auto bad = kernels(ids).find_out_of_range(ids, V))
     FT_FAIL("embedding: id ", *bad, " is out of range for a vocabulary of ", V);
   Tensor flat = ids.detach().reshape({ids.numel()});
   Shape shape = ids.shape();
   shape.push_back(D);
   Tensor out2 = empty({ids.numel(), D}, weight.options());
-  cpu::index_select(weight, 0, flat, out2);
+  kernels(weight).index_select(weight, 0, flat, out2);
   Tensor out = out2.view(shape);
   if (autograd::any_requires_grad({&weight})) {
     const DType dt = weight.dtype();
@@ -231,7 +229,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t>
     autograd::SavedTensor sids(flat);
     autograd::record_function("EmbeddingBackward", {&weight}, {&out}, [sids, n, V, D, dt, pad](std::vector<Tensor>& g) {
       Tensor acc = zero_acc({V, D}, dt);
-      cpu::index_add(acc, 0, sids.get("EmbeddingBackward"), g[0].reshape({n, D}), pad);
+      kernels(acc).index_add(acc, 0, sids.get("EmbeddingBackward"), g[0].reshape({n, D}), pad);
       return std::vector<Tensor>{from_acc(acc, dt)};
     });
   }

@@ -1,16 +1,18 @@
 // Matrix products: validation, the rank cases of torch.matmul, and gradients. Every product,
-// forward or backward, is one call of cpu::matmul on views: transposes are stride swaps that
+// forward or backward, is one call of the matmul kernel on views: transposes are stride swaps that
 // the kernel hands to BLAS/oneDNN as flags, broadcast batch dims are zero strides, and the
 // gradient of a broadcast operand is reduced inside the GEMMs (see backend/cpu/linalg.h).
 #include "fasttrain/autocast.h"
 #include "fasttrain/ops/linalg.h"
 
-#include "backend/cpu/linalg.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 namespace {
 
@@ -21,7 +23,6 @@ void check_pair(const Tensor& a, const Tensor& b, const char* op) {
   ops::check_floating(b, op, "second operand");
   FT_CHECK(a.dtype() == b.dtype(), op, ": dtype mismatch, first operand is ", dtype_name(a.dtype()),
            " but second operand is ", dtype_name(b.dtype()));
-  ops::check_cpu(a, op);
 }
 
 Shape batch_of(const Shape& s) {
@@ -43,11 +44,11 @@ Shape with_matrix(Shape batch, int64_t rows, int64_t cols) {
 Tensor operand_grad(const Tensor& lhs, const Tensor& rhs, const Shape& shape, const Shape& full, DType dt) {
   if (shape == full) {
     Tensor g = empty(shape, TensorOptions(dt, lhs.device()));
-    cpu::matmul(lhs, rhs, g);
+    kernels(g).matmul(lhs, rhs, g, false, Tensor());
     return g;
   }
   Tensor g = zeros(shape, TensorOptions(dt, lhs.device()));
-  cpu::matmul(lhs, rhs, g.expand(full), /*accumulate=*/true);
+  kernels(g).matmul(lhs, rhs, g.expand(full), /*accumulate=*/true, Tensor());
   return g;
 }
 
@@ -58,7 +59,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, const char* op) {
   const int64_t M = a.size(nd - 2), K = a.size(nd - 1), N = b.size(nd - 1);
   const Shape full_a = with_matrix(batch, M, K), full_b = with_matrix(batch, K, N);
   Tensor out = empty(with_matrix(batch, M, N), a.options());
-  cpu::matmul(a.detach().expand(full_a), b.detach().expand(full_b), out);
+  kernels(out).matmul(a.detach().expand(full_a), b.detach().expand(full_b), out, false, Tensor());
   if (autograd::any_requires_grad({&a, &b})) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     autograd::SavedTensor sa(need_b ? a : Tensor()), sb(need_a ? b : Tensor());
@@ -137,7 +138,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     FT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias has shape ", bias.shape().str(), ", expected [",
              out_f, "]");
   }
-  ops::check_cpu(x, op);
   Shape lead = x.shape();
   lead.resize(x.dim() - 1);
   const int64_t R = lead.numel();
@@ -146,7 +146,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // Leading dims flattened into rows (a view unless x's strides forbid it).
   Tensor x2 = x.detach().reshape({R, in});
   Tensor y2 = empty({R, out_f}, x.options());
-  cpu::matmul(x2, weight.detach().t(), y2, false, bias.defined() ? bias.detach() : Tensor());
+  kernels(y2).matmul(x2, weight.detach().t(), y2, false, bias.defined() ? bias.detach() : Tensor());
   Tensor y = y2.view(y_shape);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
@@ -158,12 +158,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       Tensor gx, gw, gb;
       if (need_x) {  // dx = dy W
         gx = empty({R, in}, gy.options());
-        cpu::matmul(gy, sw.get("LinearBackward"), gx);
+        kernels(gx).matmul(gy, sw.get("LinearBackward"), gx, false, Tensor());
         gx = gx.view(x_shape);
       }
       if (need_w) {  // dW = dy^T x
         gw = empty({out_f, in}, gy.options());
-        cpu::matmul(gy.t(), sx.get("LinearBackward").reshape({R, in}), gw);
+        kernels(gw).matmul(gy.t(), sx.get("LinearBackward").reshape({R, in}), gw, false, Tensor());
       }
       if (need_b) gb = sum(gy, {0});  // db = sum of dy over the rows
       return std::vector<Tensor>{gx, gw, gb};

@@ -7,13 +7,15 @@
 #include <string>
 
 #include "fasttrain/autocast.h"
-#include "backend/cpu/loss.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
 #include "fasttrain/ops/softmax.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
@@ -22,7 +24,6 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   const char* op = "cross_entropy";
   ops::common_device({&logits, &target}, op);
   ops::check_floating(logits, op, "logits");
-  ops::check_cpu(logits, op);
   FT_CHECK(target.dtype() == DType::I64 || target.dtype() == DType::I32, op,
            ": target must be an integer tensor of class indices (i64 or i32), found ", dtype_name(target.dtype()));
   FT_CHECK(logits.dim() >= 1, op, ": logits must have shape [N, C] or [N, C, d...] (or [C]), found a 0-d tensor");
@@ -38,14 +39,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   const int64_t C = logits.dim() == 1 ? logits.size(0) : logits.size(1);
   FT_CHECK(C > 0, op, ": logits have 0 classes (shape ", logits.shape().str(), ")");
   const int64_t S = N == 0 ? 1 : logits.numel() / (N * C);
-  const int64_t count = cpu::check_class_targets(target, C, ignore_index, op);
+  const int64_t count = kernels(target).check_class_targets(target, C, ignore_index, op);
 
   Tensor x = logits.contiguous();
   Tensor t = target.to(DType::I64).contiguous();
   const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
   Tensor loss = empty({N * S}, TensorOptions(acc, logits.device()));
   Tensor lse = empty({N * S}, TensorOptions(acc, logits.device()));
-  cpu::cross_entropy_forward(x, N, C, S, t, ignore_index, label_smoothing, loss, lse);
+  kernels(x).cross_entropy_forward(x, N, C, S, t, ignore_index, label_smoothing, loss, lse);
 
   Tensor out;
   double scale = 1.0;
@@ -71,7 +72,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
                                 Tensor xv = sx.get(node);
                                 Tensor gc = g[0].to(acc).contiguous();
                                 Tensor gx = empty(lshape, xv.options());
-                                cpu::cross_entropy_backward(xv, N, C, S, st.get(node), slse.get(node), ignore_index,
+                                kernels(xv).cross_entropy_backward(xv, N, C, S, st.get(node), slse.get(node), ignore_index,
                                                             label_smoothing, gc, scale, gx);
                                 return std::vector<Tensor>{gx};
                               });

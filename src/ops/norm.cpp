@@ -6,11 +6,13 @@
 // (PyTorch's mixed-precision batch norm). Gradients come back in each parameter's own dtype.
 #include "fasttrain/ops/norm.h"
 
-#include "backend/cpu/norm.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 using autograd::SavedTensor;
 
@@ -38,7 +40,6 @@ Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
                 bool rms) {
   const char* op = rms ? "rms_norm" : "layer_norm";
   ops::check_floating(x, op, "input");
-  ops::check_cpu(x, op);
   check_param(weight, x, op, "weight");
   check_param(bias, x, op, "bias");
   const int k = normalized_shape.size();
@@ -61,7 +62,7 @@ Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   Tensor y = empty(x.shape(), x.options());
   Tensor mean = rms ? Tensor() : empty({M}, TensorOptions(ct, x.device()));
   Tensor rstd = empty({M}, TensorOptions(ct, x.device()));
-  cpu::row_norm_forward(xc.view({M, N}), wc, bc, eps, rms, y, mean, rstd);
+  kernels(y).row_norm_forward(xc.view({M, N}), wc, bc, eps, rms, y, mean, rstd);
 
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
@@ -75,7 +76,7 @@ Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
       Tensor dx = need_x ? empty(xv.shape(), xv.options()) : Tensor();
       Tensor dw = need_w ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
       Tensor db = need_b ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
-      cpu::row_norm_backward(dy.view({M, N}), xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms, dx, dw, db);
+      kernels(dx).row_norm_backward(dy.view({M, N}), xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms, dx, dw, db);
       if (dw.defined()) dw = dw.view(wshape).to(wdt);
       if (db.defined()) db = db.view(wshape).to(bdt);
       return std::vector<Tensor>{dx, dw, db};
@@ -112,7 +113,6 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
                   const Tensor& bias, bool training, double momentum, double eps) {
   const char* op = "batch_norm";
   ops::check_floating(x, op, "input");
-  ops::check_cpu(x, op);
   FT_CHECK(x.dim() >= 2, op, ": expected an input of shape [N, C, ...] with at least 2 dimensions, found shape ",
            x.shape().str());
   const int64_t C = x.size(1);
@@ -139,7 +139,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   // Dense NCHW stays NCHW; dense NHWC stays NHWC (rows of C); anything else is made contiguous.
   const bool channels_last = !x.is_contiguous() && x.is_channels_last();
   Tensor xc = channels_last ? x.detach() : x.detach().contiguous();
-  cpu::BatchNormLayout L;
+  backend::BatchNormLayout L;
   L.N = N;
   L.C = C;
   L.S = S;
@@ -153,7 +153,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     autograd::NoGradGuard ng;
     if (training) {
       Tensor var = empty({C}, copts);
-      cpu::batch_norm_stats(xc, L, mean, var);
+      kernels(xc).batch_norm_stats(xc, L, mean, var);
       invstd = rsqrt(add(var, eps));
       if (running_mean.defined()) {
         // PyTorch's rule: running = (1 - m) * running + m * batch statistic, with the unbiased
@@ -171,7 +171,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     }
   }
   Tensor y = empty_in_format(x, channels_last);
-  cpu::batch_norm_apply(xc, L, mean, invstd, wc, bc, y);
+  kernels(xc).batch_norm_apply(xc, L, mean, invstd, wc, bc, y);
 
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
@@ -184,7 +184,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
       Tensor dw = need_w ? empty({C}, copts) : Tensor();
       Tensor db = need_b ? empty({C}, copts) : Tensor();
-      cpu::batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node), sw.get(node), training, dx, dw, db);
+      kernels(dy).batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node), sw.get(node), training, dx, dw, db);
       if (dw.defined()) dw = dw.to(wdt);
       if (db.defined()) db = db.to(bdt);
       return std::vector<Tensor>{dx, dw, db};

@@ -1,6 +1,6 @@
 // Pooling ops: validation, output allocation in the input's memory format, and backward through
 // the fused kernels of backend/cpu/pool.*.
-#include "backend/cpu/pool.h"
+#include "backend/kernels.h"
 
 #include "fasttrain/ops/conv.h"
 #include "ops/common.h"
@@ -8,23 +8,24 @@
 
 namespace ft {
 
+using backend::kernels;
+
 namespace {
 
 std::string pair_str(Pair p) { return detail::concat("[", p[0], ", ", p[1], "]"); }
 
-cpu::PoolParams pool_input(const Tensor& x, const char* op) {
+backend::PoolParams pool_input(const Tensor& x, const char* op) {
   FT_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W], found shape ", x.shape().str());
   ops::check_floating(x, op, "input");
-  ops::check_cpu(x, op);
   FT_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": input has an empty spatial size, shape ", x.shape().str());
-  cpu::PoolParams p;
+  backend::PoolParams p;
   p.N = x.size(0), p.C = x.size(1), p.H = x.size(2), p.W = x.size(3);
   p.channels_last = ops::prefers_channels_last(x);
   return p;
 }
 
 // Fills kernel/stride/padding/dilation and the output size (floor mode, as PyTorch's default).
-void window_params(cpu::PoolParams& p, Pair kernel, Pair stride, Pair padding, Pair dilation, const char* op) {
+void window_params(backend::PoolParams& p, Pair kernel, Pair stride, Pair padding, Pair dilation, const char* op) {
   FT_CHECK(kernel[0] >= 1 && kernel[1] >= 1, op, ": kernel size must be positive, found ", pair_str(kernel));
   FT_CHECK(stride[0] >= 0 && stride[1] >= 0, op, ": stride must be positive (or 0 for the kernel size), found ",
            pair_str(stride));
@@ -46,7 +47,7 @@ void window_params(cpu::PoolParams& p, Pair kernel, Pair stride, Pair padding, P
 // Records a backward that turns the output gradient (made dense in the input's format) into the
 // input gradient with `kernel(p, gy, gx)`.
 template <class K>
-void record_pool_backward(const char* name, const Tensor& x, Tensor& y, const cpu::PoolParams& p, K kernel) {
+void record_pool_backward(const char* name, const Tensor& x, Tensor& y, const backend::PoolParams& p, K kernel) {
   if (!autograd::any_requires_grad({&x})) return;
   const Shape xs = x.shape();
   autograd::record_function(name, {&x}, {&y}, [=](std::vector<Tensor>& g) {
@@ -61,41 +62,45 @@ void record_pool_backward(const char* name, const Tensor& x, Tensor& y, const cp
 
 Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair dilation) {
   const char* op = "max_pool2d";
-  cpu::PoolParams p = pool_input(x, op);
+  backend::PoolParams p = pool_input(x, op);
   window_params(p, kernel, stride, padding, dilation, op);
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   Tensor y = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, x.options(), p.channels_last);
   Tensor indices = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, TensorOptions(DType::I64), p.channels_last);
-  if (y.numel() > 0) cpu::max_pool2d_forward(p, xd, y, indices);
+  if (y.numel() > 0) kernels(xd).max_pool2d_forward(p, xd, y, indices);
   autograd::SavedTensor si(autograd::any_requires_grad({&x}) ? indices : Tensor());
-  record_pool_backward("MaxPool2dBackward", x, y, p, [si](const cpu::PoolParams& p, const Tensor& gy, const Tensor& gx) {
-    cpu::max_pool2d_backward(p, gy, si.get("MaxPool2dBackward"), gx);
+  record_pool_backward("MaxPool2dBackward", x, y, p, [si](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
+    kernels(gy).max_pool2d_backward(p, gy, si.get("MaxPool2dBackward"), gx);
   });
   return y;
 }
 
 Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool count_include_pad) {
   const char* op = "avg_pool2d";
-  cpu::PoolParams p = pool_input(x, op);
+  backend::PoolParams p = pool_input(x, op);
   window_params(p, kernel, stride, padding, {1, 1}, op);
   p.count_include_pad = count_include_pad;
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   Tensor y = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, x.options(), p.channels_last);
-  if (y.numel() > 0) cpu::avg_pool2d_forward(p, xd, y);
-  record_pool_backward("AvgPool2dBackward", x, y, p, cpu::avg_pool2d_backward);
+  if (y.numel() > 0) kernels(xd).avg_pool2d_forward(p, xd, y);
+  record_pool_backward("AvgPool2dBackward", x, y, p, [](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
+    kernels(gx).avg_pool2d_backward(p, gy, gx);
+  });
   return y;
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size) {
   const char* op = "adaptive_avg_pool2d";
-  cpu::PoolParams p = pool_input(x, op);
+  backend::PoolParams p = pool_input(x, op);
   FT_CHECK(output_size[0] >= 1 && output_size[1] >= 1, op, ": output size must be positive, found ",
            pair_str(output_size));
   p.OH = output_size[0], p.OW = output_size[1];
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   Tensor y = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, x.options(), p.channels_last);
-  if (y.numel() > 0) cpu::adaptive_avg_pool2d_forward(p, xd, y);
-  record_pool_backward("AdaptiveAvgPool2dBackward", x, y, p, cpu::adaptive_avg_pool2d_backward);
+  if (y.numel() > 0) kernels(xd).adaptive_avg_pool2d_forward(p, xd, y);
+  record_pool_backward("AdaptiveAvgPool2dBackward", x, y, p, [](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
+    kernels(gx).adaptive_avg_pool2d_backward(p, gy, gx);
+  });
   return y;
 }
 

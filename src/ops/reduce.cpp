@@ -1,18 +1,19 @@
 // Reductions: sum and mean here; var, max and argmax in reduce_extrema.cpp.
 #include "fasttrain/ops/reduce.h"
 
-#include "backend/cpu/reduce.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "ops/common.h"
 
 namespace ft {
 
+using backend::kernels;
+
 namespace {
 
 Tensor sum_impl(const Tensor& x, const Dims& dims, bool keepdim, bool average, const char* name) {
-  ops::check_cpu(x, name);
-  std::vector<bool> mask = cpu::reduced_dims_mask(dims, x.dim(), name);
-  Shape out_shape = cpu::reduced_shape(x.shape(), mask, keepdim);
+  std::vector<bool> mask = ops::reduced_dims_mask(dims, x.dim(), name);
+  Shape out_shape = ops::reduced_shape(x.shape(), mask, keepdim);
   int64_t count = 1;
   for (int i = 0; i < x.dim(); ++i)
     if (mask[i]) count *= x.size(i);
@@ -21,10 +22,10 @@ Tensor sum_impl(const Tensor& x, const Dims& dims, bool keepdim, bool average, c
     ops::check_floating(x, name, "input");
   }
   Tensor out = empty(out_shape, TensorOptions(out_dtype, x.device()));
-  cpu::sum(x, mask, average ? 1.0 / std::max<int64_t>(count, 1) : 1.0, out);
+  kernels(x).sum(x, mask, average ? 1.0 / std::max<int64_t>(count, 1) : 1.0, out);
   if (autograd::any_requires_grad({&x})) {
     Shape in_shape = x.shape();
-    Shape kept_shape = cpu::reduced_shape(x.shape(), mask, true);
+    Shape kept_shape = ops::reduced_shape(x.shape(), mask, true);
     double scale = average ? 1.0 / std::max<int64_t>(count, 1) : 1.0;
     autograd::record_function(average ? "MeanBackward" : "SumBackward", {&x}, {&out},
                               [in_shape, kept_shape, scale](std::vector<Tensor>& g) {

@@ -2,13 +2,14 @@
 // backend/cpu/reduce_extrema.h). As in PyTorch 1.13, an empty `dims` list reduces every dim.
 #include <cmath>
 
-#include "backend/cpu/reduce.h"
-#include "backend/cpu/reduce_extrema.h"
+#include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 namespace {
 
@@ -21,7 +22,6 @@ Dims dims_or_all(const Tensor& x, const Dims& dims) {
 
 // max or argmax along one dim; `values` left undefined when !want_values.
 ValuesIndices max_dim_impl(const Tensor& x, int64_t dim, bool keepdim, bool want_values, const char* name) {
-  ops::check_cpu(x, name);
   const int d = wrap_dim(dim, x.dim(), name);
   // A 0-d tensor is its own max along dim 0 (PyTorch allows dim 0 / -1 there).
   Tensor xr = x.dim() == 0 ? x.reshape({1}) : x;
@@ -29,12 +29,12 @@ ValuesIndices max_dim_impl(const Tensor& x, int64_t dim, bool keepdim, bool want
            x.shape().str(), ")");
   std::vector<bool> mask(xr.dim(), false);
   mask[d] = true;
-  Shape out_shape = x.dim() == 0 ? Shape{} : cpu::reduced_shape(xr.shape(), mask, keepdim);
+  Shape out_shape = x.dim() == 0 ? Shape{} : ops::reduced_shape(xr.shape(), mask, keepdim);
   Tensor xc = xr.contiguous();
   ValuesIndices r;
   if (want_values) r.values = empty(out_shape, x.options());
   r.indices = empty(out_shape, TensorOptions(DType::I64, x.device()));
-  cpu::max_dim(xc, d, r.values, r.indices);
+  kernels(xc).max_dim(xc, d, r.values, r.indices);
   return r;
 }
 
@@ -43,24 +43,23 @@ ValuesIndices max_dim_impl(const Tensor& x, int64_t dim, bool keepdim, bool want
 Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) {
   const char* name = "var";
   ops::check_floating(x, name, "input");
-  ops::check_cpu(x, name);
   FT_CHECK(correction >= 0, name, ": correction must be >= 0, found ", correction);
   const Dims rd = dims_or_all(x, dims);
-  std::vector<bool> mask = cpu::reduced_dims_mask(rd, x.dim(), name);
+  std::vector<bool> mask = ops::reduced_dims_mask(rd, x.dim(), name);
   int64_t count = 1;
   for (int i = 0; i < x.dim(); ++i)
     if (mask[i]) count *= x.size(i);
   // PyTorch's divisor: max(count - correction, 0); dividing by 0 gives inf (or NaN for 0/0).
   const double divisor = static_cast<double>(std::max<int64_t>(count - correction, 0));
-  Tensor out = empty(cpu::reduced_shape(x.shape(), mask, keepdim), x.options());
+  Tensor out = empty(ops::reduced_shape(x.shape(), mask, keepdim), x.options());
   if (x.dim() == 0) {
-    cpu::var(x.reshape({1}), {true}, divisor, out);
+    kernels(out).var(x.reshape({1}), {true}, divisor, out);
   } else {
-    cpu::var(x, mask, divisor, out);
+    kernels(x).var(x, mask, divisor, out);
   }
   if (autograd::any_requires_grad({&x})) {
     autograd::SavedTensor sx(x);
-    Shape kept = cpu::reduced_shape(x.shape(), mask, true);
+    Shape kept = ops::reduced_shape(x.shape(), mask, true);
     autograd::record_function("VarBackward", {&x}, {&out}, [sx, kept, rd, divisor](std::vector<Tensor>& g) {
       // d var / d x_i = 2 (x_i - mean) / divisor; composed from existing ops (three light passes).
       Tensor xv = sx.get("VarBackward");
@@ -73,11 +72,10 @@ Tensor var(const Tensor& x, const Dims& dims, int64_t correction, bool keepdim) 
 
 Tensor max(const Tensor& x) {
   const char* name = "max";
-  ops::check_cpu(x, name);
   FT_CHECK(x.numel() > 0, name, ": cannot take the max of an empty tensor (shape ", x.shape().str(), ")");
   Tensor xc = x.contiguous();
   Tensor value = empty({}, x.options());
-  cpu::max_all(xc, value, Tensor());
+  kernels(xc).max_all(xc, value, Tensor());
   if (autograd::any_requires_grad({&x})) {
     autograd::SavedTensor sx(x), sv(value);
     autograd::record_function("MaxBackward", {&x}, {&value}, [sx, sv](std::vector<Tensor>& g) {
@@ -104,7 +102,7 @@ ValuesIndices max(const Tensor& x, int64_t dim, bool keepdim) {
       Tensor gc = g[0].contiguous();
       Shape s = in_shape.size() == 0 ? Shape{1} : in_shape;
       Tensor gx = empty(s, gc.options());
-      cpu::max_dim_backward(gc, idx, d, gx);
+      kernels(gc).max_dim_backward(gc, idx, d, gx);
       return std::vector<Tensor>{in_shape.size() == 0 ? gx.reshape({}) : gx};
     });
   }
@@ -117,10 +115,9 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor argmax(const Tensor& x) {
   const char* name = "argmax";
-  ops::check_cpu(x, name);
   FT_CHECK(x.numel() > 0, name, ": cannot take the argmax of an empty tensor (shape ", x.shape().str(), ")");
   Tensor index = empty({}, TensorOptions(DType::I64, x.device()));
-  cpu::max_all(x.contiguous(), Tensor(), index);
+  kernels(index).max_all(x.contiguous(), Tensor(), index);
   return index;
 }
 

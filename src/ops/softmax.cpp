@@ -5,21 +5,22 @@
 
 #include <string>
 
-#include "backend/cpu/softmax.h"
+#include "backend/kernels.h"
 #include "ops/common.h"
 
 namespace ft {
+
+using backend::kernels;
 
 namespace {
 
 Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   ops::check_floating(x, name, "input");
-  ops::check_cpu(x, name);
   const int d = wrap_dim(dim, x.dim(), name);
   Tensor xc = x.contiguous();
   Tensor y = empty(x.shape(), x.options());
-  cpu::softmax_forward(xc, d, log, y);
+  kernels(xc).softmax_forward(xc, d, log, y);
   if (autograd::any_requires_grad({&x})) {
     // Only the output is needed: both gradients are functions of y and g.
     autograd::SavedTensor sy(y);
@@ -28,7 +29,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
       Tensor yv = sy.get(node);
       Tensor gc = g[0].to(yv.dtype()).contiguous();
       Tensor gx = empty(yv.shape(), yv.options());
-      cpu::softmax_backward(gc, yv, d, log, gx);
+      kernels(gc).softmax_backward(gc, yv, d, log, gx);
       return std::vector<Tensor>{gx};
     });
   }

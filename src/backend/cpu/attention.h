@@ -21,19 +21,14 @@
 // (the rule bernoulli_mask uses), so the backward pass regenerates exactly the forward mask
 // from the counters alone, whatever the tiling or the number of threads.
 #pragma once
+#include "backend/kernel_params.h"
 #include <cstdint>
 
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-struct AttentionParams {
-  bool causal = false;
-  double scale = 1.0;
-  double dropout_p = 0.0;
-  uint64_t seed = 0;         // Philox key
-  uint64_t philox_base = 0;  // first counter block reserved for this call's mask
-};
+using backend::AttentionParams;
 
 // q [B, H, Tq, D], k and v [B, H, Tk, D], any strides, all of one floating dtype.
 // out: [B, H, Tq, D] contiguous, q's dtype. lse: [B, H, Tq] contiguous, f64 for f64 inputs and

@@ -9,19 +9,13 @@
 // convolution) and rounds the results. f64, and any configuration oneDNN rejects or would only
 // run with its slow reference implementation, use the im2col + GEMM reference path below.
 #pragma once
+#include "backend/kernel_params.h"
 #include "fasttrain/ops/conv.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-struct ConvParams {
-  int64_t N = 0, C = 0, H = 0, W = 0;  // input
-  int64_t O = 0, kH = 0, kW = 0;       // weight [O, C/groups, kH, kW]
-  int64_t OH = 0, OW = 0;              // output spatial size
-  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
-  int64_t groups = 1;
-  bool channels_last = false;  // x, y, gx, gy are dense NHWC; otherwise dense NCHW
-};
+using backend::ConvParams;
 
 // x, y (and gx, gy) dense in the params' memory format; w and gw contiguous [O, C/g, kH, kW];
 // b and gb contiguous [O] or undefined. All share x's dtype. Outputs are overwritten.

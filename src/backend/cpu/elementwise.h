@@ -1,9 +1,9 @@
-// CPU kernels of the elementwise family (formulas in ops/elementwise_math.h).
+// CPU kernels of the elementwise family (formulas in backend/elementwise_math.h).
 #pragma once
 #include <optional>
 
 #include "fasttrain/tensor.h"
-#include "ops/elementwise_math.h"
+#include "backend/elementwise_math.h"
 
 namespace ft::cpu {
 

@@ -330,7 +330,11 @@ void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool ac
   copy(o.detach().as_strided(s, o.strides(), o.offset()), c32.compact);
 }
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+namespace {
+
+// packed_half: bf16/f16 products may take the packed AVX-512 GEMM (the table decides, isa.h).
+void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias,
+                 bool packed_half) {
   const int nd = out.dim();
   FT_CHECK(nd >= 2 && a.dim() == nd && b.dim() == nd, "matmul: internal error, operands must have equal rank >= 2");
   FT_CHECK(!(accumulate && bias.defined()), "matmul: internal error, bias with accumulate");
@@ -358,17 +362,27 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate
       // ~180 and ~140 with OpenBLAS's AVX-512 kernels but only ~30 and ~25 with its Prescott
       // fallback. So oneDNN unless OpenBLAS runs its AVX-512 kernels.
       // gemm_bf16 skips the conversion passes of the via-f32 path (see gemm_bf16.h).
-      if (matmul_gemm_bf16(a, b, out, accumulate, bias)) return;
+      if (packed_half && matmul_gemm_bf16(a, b, out, accumulate, bias)) return;
       if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     case DType::F16:
-      if (matmul_gemm_bf16(a, b, out, accumulate, bias)) return;  // widens f16 while packing
+      if (packed_half && matmul_gemm_bf16(a, b, out, accumulate, bias)) return;  // widens f16 while packing
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     default:
       FT_FAIL("matmul: expected a floating-point tensor, found dtype ", dtype_name(out.dtype()));
   }
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+  matmul_impl(a, b, out, accumulate, bias, true);
+}
+
+void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+  matmul_impl(a, b, out, accumulate, bias, false);
 }
 
 }  // namespace ft::cpu

@@ -32,6 +32,10 @@ namespace ft::cpu {
 // not with accumulate) is added to every row.
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
             const Tensor& bias = Tensor());
+// The same for CPUs below AVX-512 (the kernel table's choice, isa.h): bf16/f16 never take the
+// packed GEMM.
+void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+                     const Tensor& bias = Tensor());
 
 // The 16-bit paths, same contract as matmul, exposed so tests and benchmarks can compare
 // them. matmul_onednn (bf16 only, not accumulate) returns false when oneDNN declines the

@@ -25,6 +25,7 @@
 // PyTorch 1.13: layer_norm f32 fwd 2.2 ms (3.6), fwd+bwd 5.6 ms (12.3); bf16 fwd 3.0 ms (43);
 // batch_norm f32 NCHW fwd+bwd 2.4 ms (4.4), NHWC 2.6 ms (2.7).
 #pragma once
+#include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
@@ -40,11 +41,7 @@ void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double 
 void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
                        bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
-// --- batch_norm ---
-struct BatchNormLayout {
-  int64_t N = 0, C = 0, S = 1;
-  bool rows = false;  // MC form: dense [N*S, C]; otherwise dense [N, C, S]
-};
+using backend::BatchNormLayout;
 // Per-channel batch mean and biased variance (compute dtype [C]).
 void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var);
 // y = (x - mean) * invstd * w + b, in x's layout.

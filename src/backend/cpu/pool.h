@@ -7,16 +7,12 @@
 // bf16/f16) buffer per plane (NCHW) or per image (NHWC), which no other task touches, so
 // overlapping windows need no atomics and 16-bit gradients are rounded once.
 #pragma once
+#include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-struct PoolParams {
-  int64_t N = 0, C = 0, H = 0, W = 0, OH = 0, OW = 0;
-  int64_t kH = 1, kW = 1, sH = 1, sW = 1, pH = 0, pW = 0, dH = 1, dW = 1;
-  bool count_include_pad = true;  // avg_pool2d
-  bool channels_last = false;
-};
+using backend::PoolParams;
 
 // y[n, c, i, j] = max over the (dilated, padded) window of x; indices (i64, y's layout) hold the
 // flat position h * W + w of the maximum (the first on ties; a NaN wins, as in PyTorch).

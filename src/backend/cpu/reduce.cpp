@@ -13,28 +13,6 @@
 
 namespace ft::cpu {
 
-std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op) {
-  std::vector<bool> mask(std::max(ndim, 0), false);
-  for (int64_t d : dims) {
-    int w = wrap_dim(d, ndim, op);
-    if (ndim == 0) continue;
-    FT_CHECK(!mask[w], op, ": dimension ", w, " appears more than once in ", dims.str());
-    mask[w] = true;
-  }
-  return mask;
-}
-
-Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim) {
-  Shape out;
-  for (int i = 0; i < shape.size(); ++i) {
-    if (!mask[i])
-      out.push_back(shape[i]);
-    else if (keepdim)
-      out.push_back(1);
-  }
-  return out;
-}
-
 ReductionRows reduction_rows(const Tensor& x, const std::vector<bool>& mask) {
   Dims order;
   int64_t K = 1, R = 1;

@@ -4,11 +4,6 @@
 
 namespace ft::cpu {
 
-// Marks which dims of a rank-n tensor are reduced; validates and de-duplicates `dims`.
-std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op);
-// Shape after reducing `mask` dims, keeping them as size 1 when keepdim.
-Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim);
-
 // The input viewed as rows: out element k reduces the R values x[k, 0..R) (kept dims first,
 // reduced dims last, as a permuted view). When `inner_contiguous`, the R values of a row are
 // dense (stride 1) and row k starts at row_offset(k); otherwise `values` is a dense [K, R] copy.

@@ -1,0 +1,40 @@
+// Parameter blocks that ops fill in and every backend's kernels read: plain sizes and flags,
+// no device assumptions, so src/ops can describe a convolution, pooling window, attention call or
+// BatchNorm layout once for the CPU and CUDA kernels alike.
+#pragma once
+#include <cstdint>
+
+#include "fasttrain/ops/conv.h"  // Pair
+
+namespace ft::backend {
+
+struct ConvParams {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input
+  int64_t O = 0, kH = 0, kW = 0;       // weight [O, C/groups, kH, kW]
+  int64_t OH = 0, OW = 0;              // output spatial size
+  Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  bool channels_last = false;  // x, y, gx, gy are dense NHWC; otherwise dense NCHW
+};
+
+struct PoolParams {
+  int64_t N = 0, C = 0, H = 0, W = 0, OH = 0, OW = 0;
+  int64_t kH = 1, kW = 1, sH = 1, sW = 1, pH = 0, pW = 0, dH = 1, dW = 1;
+  bool count_include_pad = true;  // avg_pool2d
+  bool channels_last = false;
+};
+
+struct AttentionParams {
+  bool causal = false;
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0;         // Philox key
+  uint64_t philox_base = 0;  // first counter block reserved for this call's mask
+};
+
+struct BatchNormLayout {
+  int64_t N = 0, C = 0, S = 1;
+  bool rows = false;  // MC form: dense [N*S, C]; otherwise dense [N, C, S]
+};
+
+}  // namespace ft::backend

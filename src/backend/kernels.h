@@ -1,0 +1,74 @@
+// The kernel table per device (ggml's backend interface, MLX's eval_cpu / eval_gpu): an op in
+// src/ops validates its inputs, decides dtypes and records autograd, then runs
+//
+//   backend::kernels(x.device()).unary(op, x, out);
+//
+// Each backend fills a Kernels table once (the CPU at first use, for the instruction set chosen
+// then; CUDA when its runtime registers). An entry a backend does not provide stays empty, and
+// calling it raises "no <device> kernel for <name>" here, the one place that error is made.
+#pragma once
+#include <type_traits>
+#include <utility>
+
+#include "backend/kernel_list.h"
+#include "backend/kernel_list_optim.h"
+#include "fasttrain/device.h"
+
+namespace ft::backend {
+
+[[noreturn]] void missing_kernel(DeviceType device, const char* name);
+
+// One table slot: a function pointer that knows its own name and its table's device, so an
+// empty slot can say which kernel is missing where.
+template <class Sig>
+class Kernel;
+template <class R, class... Args>
+class Kernel<R(Args...)> {
+ public:
+  using Fn = R (*)(Args...);
+  explicit constexpr Kernel(const char* name) : name_(name) {}
+  Kernel& operator=(Fn fn) {
+    fn_ = fn;
+    return *this;
+  }
+  R operator()(Args... args) const {
+    if (fn_ == nullptr) missing_kernel(device_, name_);
+    return fn_(std::forward<Args>(args)...);
+  }
+  bool has_value() const { return fn_ != nullptr; }
+  const char* name() const { return name_; }
+  void set_device(DeviceType d) { device_ = d; }
+
+ private:
+  Fn fn_ = nullptr;
+  const char* name_;
+  DeviceType device_ = DeviceType::CPU;
+};
+
+struct Kernels {
+#define FT_KERNEL_SLOT(name, sig) Kernel<sig> name{#name};
+  FT_KERNELS(FT_KERNEL_SLOT)
+  FT_KERNELS_OPTIM(FT_KERNEL_SLOT)
+#undef FT_KERNEL_SLOT
+
+  explicit Kernels(DeviceType device);
+  // Calls f(slot) for every entry, in list order (completeness checks, listings).
+  template <class F>
+  void for_each(F&& f) const {
+#define FT_KERNEL_VISIT(name, sig) f(name);
+    FT_KERNELS(FT_KERNEL_VISIT)
+    FT_KERNELS_OPTIM(FT_KERNEL_VISIT)
+#undef FT_KERNEL_VISIT
+  }
+  DeviceType device;
+};
+
+// The table for a device. The CPU's always exists; another device's exists once its backend
+// registered one (a device type without a backend in this build gets an empty table, so every
+// kernel call names what is missing).
+const Kernels& kernels(Device device);
+inline const Kernels& kernels(const Tensor& on) { return kernels(on.device()); }
+// Called by a backend at start-up; the table must outlive the program.
+void register_kernels(DeviceType device, const Kernels* table);
+
+}  // namespace ft::backend

@@ -2,12 +2,12 @@
 // kernels (and why they never materialise the [Tq, Tk] score matrix) are in
 // backend/cpu/attention.{h,cpp}. Forward saves only q, k, v, the output and the per-row
 // logsumexp; backward recomputes the probabilities tile by tile.
-#include "fasttrain/autocast.h"
 #include "fasttrain/ops/attention.h"
 
 #include <cmath>
 
 #include "backend/kernels.h"
+#include "ops/autocast_policy.h"
 #include "ops/common.h"
 
 namespace ft {
@@ -46,9 +46,8 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double drop
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
                                     std::optional<double> scale, Generator* gen) {
-  if (autocast::needs_lowp({&q, &k, &v}))
-    return scaled_dot_product_attention(autocast::lowp(q), autocast::lowp(k), autocast::lowp(v), causal, dropout_p,
-                                        scale, gen);
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::scaled_dot_product_attention, q, k, v))
+    return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], causal, dropout_p, scale, gen);
   check_inputs(q, k, v, dropout_p, scale);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
 

@@ -1,10 +1,10 @@
 // conv2d: validation, output allocation in the input's memory format, and the backward (gradients
 // of input, weight and bias from the fused oneDNN / im2col kernels in backend/cpu/conv.*).
-#include "fasttrain/autocast.h"
 #include "backend/kernels.h"
 
 #include "fasttrain/ops/conv.h"
 #include "fasttrain/ops/reduce.h"
+#include "ops/autocast_policy.h"
 #include "ops/common.h"
 #include "ops/conv_layout.h"
 
@@ -73,8 +73,8 @@ backend::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Ten
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding, Pair dilation,
               int64_t groups) {
-  if (autocast::needs_lowp({&x, &weight, &bias}))
-    return conv2d(autocast::lowp(x), autocast::lowp(weight), autocast::lowp(bias), stride, padding, dilation, groups);
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::conv2d, x, weight, bias))
+    return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation, groups);
   const backend::ConvParams p = conv_params(x, weight, bias, stride, padding, dilation, groups);
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   const Tensor wd = weight.detach().contiguous();

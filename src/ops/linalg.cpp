@@ -2,12 +2,12 @@
 // forward or backward, is one call of the matmul kernel on views: transposes are stride swaps that
 // the kernel hands to BLAS/oneDNN as flags, broadcast batch dims are zero strides, and the
 // gradient of a broadcast operand is reduced inside the GEMMs (see backend/cpu/linalg.h).
-#include "fasttrain/autocast.h"
 #include "fasttrain/ops/linalg.h"
 
 #include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
+#include "ops/autocast_policy.h"
 #include "ops/common.h"
 
 namespace ft {
@@ -84,7 +84,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, const char* op) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (autocast::needs_lowp({&a, &b})) return matmul(autocast::lowp(a), autocast::lowp(b));
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::matmul, a, b)) return matmul((*c)[0], (*c)[1]);
   check_pair(a, b, "matmul");
   FT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both operands need at least 1 dimension, found shapes ",
            a.shape().str(), " and ", b.shape().str());
@@ -109,7 +109,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
-  if (autocast::needs_lowp({&a, &b})) return bmm(autocast::lowp(a), autocast::lowp(b));
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::bmm, a, b)) return bmm((*c)[0], (*c)[1]);
   check_pair(a, b, "bmm");
   FT_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two 3-d tensors, found shapes ", a.shape().str(), " and ",
            b.shape().str());
@@ -119,8 +119,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (autocast::needs_lowp({&x, &weight, &bias}))
-    return linear(autocast::lowp(x), autocast::lowp(weight), autocast::lowp(bias));
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::linear, x, weight, bias)) return linear((*c)[0], (*c)[1], (*c)[2]);
   const char* op = "linear";
   FT_CHECK(x.defined() && weight.defined(), "linear: input and weight must be defined");
   ops::common_device({&x, &weight, &bias}, op);

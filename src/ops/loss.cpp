@@ -6,11 +6,11 @@
 // one fused kernel too (math in backend/cpu/loss.h).
 #include <string>
 
-#include "fasttrain/autocast.h"
 #include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
 #include "fasttrain/ops/softmax.h"
+#include "ops/autocast_policy.h"
 #include "ops/common.h"
 
 namespace ft {
@@ -19,8 +19,8 @@ using backend::kernels;
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
-  if (autocast::needs_fp32({&logits}))
-    return cross_entropy(autocast::fp32(logits), target, ignore_index, label_smoothing, reduction);
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::cross_entropy, logits))
+    return cross_entropy((*c)[0], target, ignore_index, label_smoothing, reduction);
   const char* op = "cross_entropy";
   ops::common_device({&logits, &target}, op);
   ops::check_floating(logits, op, "logits");

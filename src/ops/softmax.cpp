@@ -1,11 +1,11 @@
 // softmax and log_softmax: validation, output allocation and the fused backward (kernels and the
 // math in backend/cpu/softmax.h). cross_entropy lives in loss.cpp.
-#include "fasttrain/autocast.h"
 #include "fasttrain/ops/softmax.h"
 
 #include <string>
 
 #include "backend/kernels.h"
+#include "ops/autocast_policy.h"
 #include "ops/common.h"
 
 namespace ft {
@@ -38,12 +38,13 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log) {
 
 }  // namespace
 
-// Both are in autocast's f32 class: 16-bit inputs are widened first.
 Tensor softmax(const Tensor& x, int64_t dim) {
-  return softmax_impl(autocast::needs_fp32({&x}) ? autocast::fp32(x) : x, dim, false);
+  auto c = ops::autocast_inputs(ops::AutocastOp::softmax, x);
+  return softmax_impl(c ? (*c)[0] : x, dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  return softmax_impl(autocast::needs_fp32({&x}) ? autocast::fp32(x) : x, dim, true);
+  auto c = ops::autocast_inputs(ops::AutocastOp::log_softmax, x);
+  return softmax_impl(c ? (*c)[0] : x, dim, true);
 }
 
 }  // namespace ft

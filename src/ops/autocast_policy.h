@@ -1,0 +1,58 @@
+// Autocast's per-op policy in one table (torch.autocast's op lists): which ops run in the
+// low-precision dtype and which widen 16-bit inputs to f32. An op not in the table runs in its
+// inputs' promoted dtype. An op consults the table first thing:
+//
+//   if (auto c = ops::autocast_inputs(AutocastOp::linear, x, weight, bias)) return linear((*c)[0], (*c)[1], (*c)[2]);
+//
+// and re-dispatches on the cast inputs; the cast ones no longer ask for a cast, so it recurses once.
+#pragma once
+#include <array>
+#include <iterator>
+#include <optional>
+
+#include "fasttrain/autocast.h"
+
+namespace ft::ops {
+
+enum class CastClass {
+  LowPrecision,  // f32 inputs are cast to the region's bf16/f16 (products: where the speed is)
+  Float32,       // bf16/f16 inputs are widened (exp/log/sums over many terms: where range and accuracy are)
+};
+
+#define FT_AUTOCAST_OPS(X)                                                                         \
+  X(matmul, LowPrecision)                                                                          \
+  X(bmm, LowPrecision)                                                                             \
+  X(linear, LowPrecision)                                                                          \
+  X(conv2d, LowPrecision)                                                                          \
+  X(scaled_dot_product_attention, LowPrecision)                                                    \
+  X(softmax, Float32)                                                                              \
+  X(log_softmax, Float32)                                                                          \
+  X(cross_entropy, Float32)
+
+enum class AutocastOp {
+#define FT_AUTOCAST_ENUM(op, cls) op,
+  FT_AUTOCAST_OPS(FT_AUTOCAST_ENUM)
+#undef FT_AUTOCAST_ENUM
+};
+
+inline constexpr CastClass kAutocastPolicy[] = {
+#define FT_AUTOCAST_CLASS(op, cls) CastClass::cls,
+    FT_AUTOCAST_OPS(FT_AUTOCAST_CLASS)
+#undef FT_AUTOCAST_CLASS
+};
+
+constexpr CastClass autocast_class(AutocastOp op) { return kAutocastPolicy[static_cast<int>(op)]; }
+
+// The inputs cast as `op`'s class asks when autocast is on and one of them needs it; nullopt
+// when the op should run on its inputs as they are.
+template <class... T>
+std::optional<std::array<Tensor, sizeof...(T)>> autocast_inputs(AutocastOp op, const T&... inputs) {
+  if (autocast_class(op) == CastClass::LowPrecision) {
+    if (!autocast::needs_lowp({&inputs...})) return std::nullopt;
+    return std::array<Tensor, sizeof...(T)>{autocast::lowp(inputs)...};
+  }
+  if (!autocast::needs_fp32({&inputs...})) return std::nullopt;
+  return std::array<Tensor, sizeof...(T)>{autocast::fp32(inputs)...};
+}
+
+}  // namespace ft::ops

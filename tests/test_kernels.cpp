@@ -1,0 +1,132 @@
+// The kernel table: the CPU's is complete for every instruction-set level this CPU runs, its
+// variants agree, a device without a kernel raises the one error, and FASTTRAIN_CPU_ISA is
+// read as documented.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/kernels.h"
+#include "fasttrain/fasttrain.h"
+#include "ops/autocast_policy.h"
+#include "support/expect_error.h"
+
+namespace ft {
+namespace {
+
+using backend::Kernels;
+using cpu::CpuIsa;
+
+// ||a - b|| / ||b|| over all elements, in f64.
+double relative_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (x[i] - y[i]) * (x[i] - y[i]);
+    den += y[i] * y[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(Kernels, CpuTableIsCompleteAtEveryLevel) {
+  for (CpuIsa isa : cpu::kCpuIsaLevels) {
+    if (isa > cpu::detected_cpu_isa()) break;
+    int entries = 0;
+    backend::cpu_kernels_for(isa).for_each([&](const auto& slot) {
+      ++entries;
+      EXPECT_TRUE(slot.has_value()) << "cpu (" << cpu::cpu_isa_name(isa) << ") has no kernel for " << slot.name();
+    });
+    EXPECT_GT(entries, 40);
+  }
+}
+
+TEST(Kernels, DeviceWithoutKernelNamesDeviceAndKernel) {
+  // This build registers no CUDA kernels: every CUDA slot is empty, and the call says which.
+  const Kernels& cuda = backend::kernels(Device::cuda(0));
+  EXPECT_EQ(cuda.device, DeviceType::CUDA);
+  Tensor x = ones({4}), out = empty({4});
+  test::expect_error([&] { cuda.unary(math::UnaryOp::Exp, x, out); }, "no cuda kernel for unary");
+  test::expect_error([&] { cuda.matmul(x, x, out, false, Tensor()); }, "no cuda kernel for matmul");
+  // The check happens before the call: the output is untouched.
+  EXPECT_EQ(out.numel(), 4);
+}
+
+TEST(Kernels, CpuDispatchGoesThroughTheTable) {
+  Tensor x = randn({3, 5}, TensorOptions(DType::F64));
+  Tensor via_table = empty({3, 5}, TensorOptions(DType::F64));
+  backend::kernels(x).unary(math::UnaryOp::Tanh, x, via_table);
+  EXPECT_EQ(via_table.to_vector(), tanh(x).to_vector());
+}
+
+// bf16/f16 products take the packed AVX-512 GEMM or the portable path depending on the level;
+// both accumulate in f32, so they agree within 16-bit rounding of the result.
+TEST(Kernels, MatmulVariantsAgree) {
+  if (cpu::detected_cpu_isa() < CpuIsa::Avx512) GTEST_SKIP() << "SKIP: this CPU has no AVX-512 variant to compare";
+  const Kernels& fast = backend::cpu_kernels_for(CpuIsa::Avx512);
+  const Kernels& portable = backend::cpu_kernels_for(CpuIsa::Generic);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor a = randn({2, 37, 70}).to(dt), b = randn({2, 70, 45}).to(dt), bias = randn({45}).to(dt);
+    Tensor c1 = empty({2, 37, 45}, TensorOptions(dt)), c2 = empty({2, 37, 45}, TensorOptions(dt));
+    fast.matmul(a, b, c1, false, bias);
+    portable.matmul(a, b, c2, false, bias);
+    Tensor ref = add(matmul(a.to(DType::F64), b.to(DType::F64)), bias.to(DType::F64));
+    EXPECT_LT(relative_error(c1, ref), 1e-2) << dtype_name(dt);
+    EXPECT_LT(relative_error(c2, ref), 1e-2) << dtype_name(dt);
+    EXPECT_GT(relative_error(c1, ref), 0) << "a bf16/f16 result equal to the f64 one means the test compares nothing";
+  }
+}
+
+TEST(Kernels, IsaNamesRoundTrip) {
+  for (CpuIsa isa : cpu::kCpuIsaLevels) EXPECT_EQ(cpu::parse_cpu_isa(cpu::cpu_isa_name(isa)), isa);
+  EXPECT_FALSE(cpu::parse_cpu_isa("sse2").has_value());
+}
+
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty())
+      unsetenv(name_);
+    else
+      setenv(name_, old_.c_str(), 1);
+  }
+  const char* name_;
+  std::string old_;
+};
+
+TEST(Kernels, EnvironmentLowersTheLevel) {
+  {
+    ScopedEnv env("FASTTRAIN_CPU_ISA", "generic");
+    EXPECT_EQ(cpu::selected_cpu_isa(), CpuIsa::Generic);
+  }
+  {
+    ScopedEnv env("FASTTRAIN_CPU_ISA", "sse2");
+    test::expect_error([] { cpu::selected_cpu_isa(); }, "expected generic, avx2, avx512, avx512_bf16 or amx, found 'sse2'");
+  }
+  if (cpu::detected_cpu_isa() < CpuIsa::Amx) {
+    ScopedEnv env("FASTTRAIN_CPU_ISA", "amx");
+    test::expect_error([] { cpu::selected_cpu_isa(); }, "above what this CPU runs");
+  }
+}
+
+TEST(Kernels, AutocastPolicyTable) {
+  using ops::AutocastOp;
+  using ops::CastClass;
+  EXPECT_EQ(ops::autocast_class(AutocastOp::linear), CastClass::LowPrecision);
+  EXPECT_EQ(ops::autocast_class(AutocastOp::cross_entropy), CastClass::Float32);
+  Tensor w = randn({4, 3}), h = randn({2, 3}).to(DType::BF16);
+  EXPECT_FALSE(ops::autocast_inputs(AutocastOp::linear, w, w).has_value());  // autocast off
+  autocast::AutocastGuard guard(DType::BF16);
+  auto lin = ops::autocast_inputs(AutocastOp::linear, h, w);
+  ASSERT_TRUE(lin.has_value());
+  EXPECT_EQ((*lin)[1].dtype(), DType::BF16);
+  auto ce = ops::autocast_inputs(AutocastOp::cross_entropy, h);
+  ASSERT_TRUE(ce.has_value());
+  EXPECT_EQ((*ce)[0].dtype(), DType::F32);
+}
+
+}  // namespace
+}  // namespace ft

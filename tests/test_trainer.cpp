@@ -117,6 +117,8 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, found 'tpu'");
   bad([](TrainerConfig& c) { c.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
   bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam, sgd, lamb or lars");
+  bad([](TrainerConfig& c) { c.optimizer = "Adam"; },
+      "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
   bad([](TrainerConfig& c) { c.min_lr = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {

@@ -112,9 +112,7 @@ struct Trainer::Impl {
   }
   double momentum_in_use() const {
     const auto& o = optimizer->param_groups().front().options;
-    const std::string n = optimizer->name();
-    if (n == "sgd" || n == "lars") return o.momentum;
-    return o.beta1;
+    return optim::optimizer_family(optimizer->kind()) == optim::OptimizerFamily::Adam ? o.beta1 : o.momentum;
   }
 };
 

@@ -113,11 +113,10 @@ void TrainerConfig::validate() const {
   check(std::isfinite(trust_coefficient) && trust_coefficient > 0, "trust_coefficient", "a positive value",
         trust_coefficient);
   check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
-  check(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value", "gradient_clip_algorithm",
-        "norm or value", "'" + gradient_clip_algorithm + "'");
+  check_name(clip_algorithm_from_name, gradient_clip_algorithm);
   check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
   make_schedule(*this);  // validates the schedule and its parameters
-  precision_from_name(precision);
+  check_name(precision_from_name, precision);
   parse_memory_size(memory_limit);
   check(batch_size_search == "power" || batch_size_search == "binsearch", "batch_size_search", "power or binsearch",
         "'" + batch_size_search + "'");

@@ -31,7 +31,7 @@ StepOptions step_options(const TrainerConfig& c) {
   so.precision = precision_from_name(c.precision);
   so.accumulate = c.accumulate;
   so.clip = c.grad_clip;
-  so.clip_algorithm = c.gradient_clip_algorithm;
+  so.clip_algorithm = clip_algorithm_from_name(c.gradient_clip_algorithm);
   return so;
 }
 

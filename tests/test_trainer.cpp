@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -166,6 +167,21 @@ TEST(TrainerConfig, NamedOptionsParseToKinds) {
   EXPECT_EQ(c.gradient_clip_algorithm, "value");
   apply_toml(c, "optimizer = \"lion\"\n", "t");
   test::expect_error([&] { c.validate(); }, "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
+}
+
+// The options a checkpoint resumes only under the same value are marked in visit_fields itself.
+TEST(TrainerConfig, ResumeLocksTheOptionsThatDefineModelDataAndOptimizerState) {
+  std::set<std::string> locked, free;
+  TrainerConfig c;
+  visit_fields(c, [&](const char* name, auto&, const char*, OnResume on_resume) {
+    (on_resume == OnResume::MustMatch ? locked : free).insert(name);
+  });
+  for (const char* name : {"task", "seed", "batch_size", "optimizer", "beta1", "momentum", "precision", "accumulate",
+                           "dim", "context", "model", "classes"})
+    EXPECT_EQ(locked.count(name), 1u) << name;
+  for (const char* name : {"max_steps", "lr", "schedule", "threads", "run_dir", "grad_clip", "gradient_clip_algorithm",
+                           "eval_every", "keep_last"})
+    EXPECT_EQ(free.count(name), 1u) << name;
 }
 
 // The default char task's goal, with fewer steps and shorter windows: the CLI default (600

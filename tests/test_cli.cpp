@@ -96,6 +96,9 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --bogus 1", "--bogus");
   expect_error("train --batch-size -3", "option batch_size: expected at least 1 (or auto), found -3");
   expect_error("train --precision fp8", "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
+  expect_error("train --optimizer lion", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
+  expect_error("train --gradient-clip-algorithm max",
+               "option gradient_clip_algorithm: expected norm or value, found 'max'");
   expect_error("lr-find --start-lr 1 --end-lr 0.1", "lr_find: max_lr must be finite and greater than min_lr = 1, found 0.1");
   expect_error("train --lr -0.5", "option lr: expected a positive learning rate, found -0.5");
   expect_error("train --max-steps ten", "option max_steps: expected an integer, found 'ten'");
@@ -114,6 +117,9 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --config " + dir + "/unknown.toml", "unknown key 'learning_rate'");
   write(dir + "/typed.toml", "batch_size = \"big\"\n");
   expect_error("train --config " + dir + "/typed.toml", "key 'batch_size': expected an integer");
+  write(dir + "/optimizer.toml", "optimizer = \"lion\"\n");
+  expect_error("train --config " + dir + "/optimizer.toml",
+               "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
   fs::remove_all(dir);
 }
 

@@ -411,6 +411,35 @@ TEST(Optim, SetMomentum) {
   expect_error([&] { sgd->set_momentum(-1); }, "sgd: Invalid momentum value: -1");
 }
 
+// Each optimizer knows its kind; the kind's name is what configs and saved states hold, and it
+// parses back to the same kind.
+TEST(Optim, KindsNamesAndFamilies) {
+  std::vector<Tensor> ps = make_params(1);
+  const std::pair<std::unique_ptr<Optimizer>, OptimizerKind> made[] = {
+      {make_adamw({{ps, GroupOptions{}, ""}}), OptimizerKind::AdamW},
+      {make_adam({{ps, GroupOptions{}, ""}}), OptimizerKind::Adam},
+      {make_sgd({{ps, GroupOptions{}, ""}}), OptimizerKind::SGD},
+      {make_lamb({{ps, GroupOptions{}, ""}}), OptimizerKind::LAMB},
+      {make_lars({{ps, GroupOptions{}, ""}}), OptimizerKind::LARS}};
+  ASSERT_EQ(std::size(made), kOptimizerKindCount);
+  for (const auto& [opt, kind] : made) {
+    EXPECT_EQ(opt->kind(), kind);
+    EXPECT_EQ(opt->name(), optimizer_name(kind));
+    EXPECT_EQ(optimizer_kind_from_name(opt->name()), kind);
+    EXPECT_EQ(opt->state_metadata().at("optimizer"), opt->name());
+  }
+  EXPECT_EQ(optimizer_name(OptimizerKind::AdamW), std::string("adamw"));
+  EXPECT_EQ(optimizer_name(OptimizerKind::LARS), std::string("lars"));
+  for (OptimizerKind k : {OptimizerKind::AdamW, OptimizerKind::Adam, OptimizerKind::LAMB})
+    EXPECT_EQ(optimizer_family(k), OptimizerFamily::Adam) << optimizer_name(k);
+  for (OptimizerKind k : {OptimizerKind::SGD, OptimizerKind::LARS})
+    EXPECT_EQ(optimizer_family(k), OptimizerFamily::Momentum) << optimizer_name(k);
+  expect_error([] { optimizer_kind_from_name("lion"); },
+               "optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
+  expect_error([] { optimizer_kind_from_name("AdamW"); }, "found 'AdamW'");
+  expect_error([] { optimizer_kind_from_name(""); }, "found ''");
+}
+
 TEST(Optim, ZeroGradAndSetLr) {
   std::vector<Tensor> ps = make_params(2);
   auto opt = make_sgd({{{ps[0]}, GroupOptions{}, "a"}, {{ps[1]}, GroupOptions{}, "b"}});

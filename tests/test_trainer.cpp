@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "fasttrain/nn.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/train.h"
+#include "fasttrain/train_step.h"
 #include "support/expect_error.h"
 #include "support/trainer_configs.h"
 #include "train/seeds.h"
@@ -117,6 +119,11 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, found 'tpu'");
   bad([](TrainerConfig& c) { c.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
   bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam, sgd, lamb or lars");
+  bad([](TrainerConfig& c) { c.optimizer = "Adam"; },
+      "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
+  bad([](TrainerConfig& c) { c.gradient_clip_algorithm = "max"; },
+      "option gradient_clip_algorithm: expected norm or value, found 'max'");
+  bad([](TrainerConfig& c) { c.precision = "fp8"; }, "option precision: expected 32, tf32");
   bad([](TrainerConfig& c) { c.min_lr = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {
@@ -124,6 +131,57 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
         c.classes = 7;
       },
       "option classes: expected 2 to 6, found 7");
+}
+
+// The names of the optimizer and gradient_clip_algorithm options are parsed to enums where the
+// config is turned into an optimizer and step options; the help text lists the same names.
+TEST(TrainerConfig, NamedOptionsParseToKinds) {
+  std::string optimizer_help, clip_help;
+  TrainerConfig c;
+  visit_fields(c, [&](const char* name, auto&, const char* help) {
+    if (name == std::string("optimizer")) optimizer_help = help;
+    if (name == std::string("gradient_clip_algorithm")) clip_help = help;
+  });
+  for (size_t k = 0; k < optim::kOptimizerKindCount; ++k) {
+    const auto kind = static_cast<optim::OptimizerKind>(k);
+    const std::string name = optim::optimizer_name(kind);
+    EXPECT_NE(optimizer_help.find(name), std::string::npos) << name;
+    c.optimizer = name;
+    c.validate();
+  }
+  for (size_t a = 0; a < kClipAlgorithmCount; ++a) {
+    const auto algorithm = static_cast<ClipAlgorithm>(a);
+    const std::string name = clip_algorithm_name(algorithm);
+    EXPECT_NE(clip_help.find(name), std::string::npos) << name;
+    EXPECT_EQ(clip_algorithm_from_name(name), algorithm);
+  }
+  EXPECT_EQ(clip_algorithm_name(ClipAlgorithm::Norm), std::string("norm"));
+  EXPECT_EQ(clip_algorithm_name(ClipAlgorithm::Value), std::string("value"));
+  test::expect_error([] { clip_algorithm_from_name("Norm"); },
+                     "gradient_clip_algorithm: expected norm or value, found 'Norm'");
+  // Set from text as the CLI and TOML files do: the string is kept, validation names the option.
+  set_field(c, "optimizer", "sgd");
+  apply_toml(c, "gradient_clip_algorithm = \"value\"\n", "t");
+  c.validate();
+  EXPECT_EQ(c.optimizer, "sgd");
+  EXPECT_EQ(c.gradient_clip_algorithm, "value");
+  apply_toml(c, "optimizer = \"lion\"\n", "t");
+  test::expect_error([&] { c.validate(); }, "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
+}
+
+// The options a checkpoint resumes only under the same value are marked in visit_fields itself.
+TEST(TrainerConfig, ResumeLocksTheOptionsThatDefineModelDataAndOptimizerState) {
+  std::set<std::string> locked, free;
+  TrainerConfig c;
+  visit_fields(c, [&](const char* name, auto&, const char*, OnResume on_resume) {
+    (on_resume == OnResume::MustMatch ? locked : free).insert(name);
+  });
+  for (const char* name : {"task", "seed", "batch_size", "optimizer", "beta1", "momentum", "precision", "accumulate",
+                           "dim", "context", "model", "classes"})
+    EXPECT_EQ(locked.count(name), 1u) << name;
+  for (const char* name : {"max_steps", "lr", "schedule", "threads", "run_dir", "grad_clip", "gradient_clip_algorithm",
+                           "eval_every", "keep_last"})
+    EXPECT_EQ(free.count(name), 1u) << name;
 }
 
 // The default char task's goal, with fewer steps and shorter windows: the CLI default (600

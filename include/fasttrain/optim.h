@@ -16,6 +16,7 @@
 // returns the live buffers without copying (clone them to keep a snapshot across steps);
 // load_state_tensors() copies. Parameters that never had a gradient have no entries.
 #pragma once
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,23 @@ struct ParamGroup {
   std::string name;  // e.g. "decay", "no_decay"
 };
 
+// The optimizers by kind, for code that must tell them apart. Their names (optimizer_name:
+// "adamw", "adam", "sgd", "lamb", "lars") are the values of the Trainer's `optimizer` option and
+// what an optimizer's saved state records, so they never change; code compares kinds.
+enum class OptimizerKind { AdamW, Adam, SGD, LAMB, LARS };
+inline constexpr size_t kOptimizerKindCount = 5;  // the enumerators above (tables indexed by kind check it)
+
+// Where an optimizer keeps what schedules cycle as "momentum" (set_momentum): the Adam family
+// (Adam, AdamW, LAMB) in beta1, the decay of its gradient average; the momentum family (SGD,
+// LARS) in momentum, the decay of its momentum buffer.
+enum class OptimizerFamily { Adam, Momentum };
+
+const char* optimizer_name(OptimizerKind kind);
+OptimizerFamily optimizer_family(OptimizerKind kind);
+// The kind named `name`; anything else is an ft::Error "optimizer: expected adamw, adam, sgd,
+// lamb or lars, found '<name>'".
+OptimizerKind optimizer_kind_from_name(const std::string& name);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -80,7 +98,9 @@ class Optimizer {
   // Restores what state_metadata() wrote (step count and hyper-parameters); checks the optimizer
   // name and group count and parses every value before changing anything.
   void load_state_metadata(const std::map<std::string, std::string>& metadata);
-  virtual std::string name() const = 0;
+  virtual OptimizerKind kind() const = 0;
+  // optimizer_name(kind()): what messages and the saved state call this optimizer.
+  std::string name() const { return optimizer_name(kind()); }
   // Calls of step(), skipped ones included (the per-parameter "step" state counts real updates).
   int64_t step_count() const { return step_count_; }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fasttrain/lr_finder.h"
@@ -101,18 +102,34 @@ struct TrainerConfig {
   void validate() const;
 };
 
-// Calls v(name, field, help) for every field of `c` in a fixed order; field is a reference to
-// an int64_t, uint64_t, double, bool or std::string member. One list for CLI, TOML and JSON.
+// Whether a checkpoint resumes under another value of an option. MustMatch: the option defines
+// the model, the data or the optimizer state. The optimizer's hyper-parameters other than the
+// learning rate travel in its state, so they must match too (the learning rate is set from the
+// schedule every step); precision and accumulate change what a step computes and how far the
+// data advances per step. The others (steps, intervals, the lr schedule, threads, folders) may
+// change.
+enum class OnResume { MayChange, MustMatch };
+
+// Calls v(name, field, help) for every field of `c` in a fixed order, or v(name, field, help,
+// on_resume) when v takes four arguments; field is a reference to an int64_t, uint64_t, double,
+// bool or std::string member. One list for CLI, TOML, JSON and the checks of resume().
 template <class Config, class V>
-void visit_fields(Config& c, V&& v) {
-  v("task", c.task, "task: char (char-level GPT on generated text) or images (procedural shapes)");
+void visit_fields(Config& c, V&& visitor) {
+  auto v = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume = OnResume::MayChange) {
+    if constexpr (std::is_invocable_v<V&, const char*, decltype(field), const char*, OnResume>)
+      visitor(name, field, help, on_resume);
+    else
+      visitor(name, field, help);
+  };
+  constexpr OnResume locked = OnResume::MustMatch;
+  v("task", c.task, "task: char (char-level GPT on generated text) or images (procedural shapes)", locked);
   v("max_steps", c.max_steps, "optimisation steps");
   v("max_epochs", c.max_epochs, "stop after this many passes over the training data as well (0: no limit)");
   v("eval_every", c.eval_every, "evaluate on the validation split every N steps (0: only at the end)");
   v("eval_batches", c.eval_batches, "validation batches per evaluation (images: the whole split)");
   v("log_every_n_steps", c.log_every_n_steps, "log training metrics every N steps");
   v("checkpoint_every", c.checkpoint_every, "write a checkpoint every N steps (0: none)");
-  v("seed", c.seed, "seed of the data, the initial weights and every random stream");
+  v("seed", c.seed, "seed of the data, the initial weights and every random stream", locked);
   v("deterministic", c.deterministic, "require deterministic kernels (every CPU kernel is: results do not depend on threads)");
   v("threads", c.threads, "CPU threads (0: all cores)");
   v("device", c.device, "device: cpu (cuda is not built yet)");
@@ -121,20 +138,20 @@ void visit_fields(Config& c, V&& v) {
   v("workers", c.workers, "data loader worker threads (0: read batches in the training thread)");
   v("pin_memory", c.pin_memory, "page-locked batch buffers for asynchronous host-to-device copies (CUDA)");
   v("prefetch", c.prefetch, "batches each data loader worker prepares ahead");
-  v("batch_size", c.batch_size, "sequences (char) or images per micro-batch; auto (0): the largest that fits memory, lr scaled linearly");
-  v("optimizer", c.optimizer, "adamw, adam, sgd, lamb or lars");
+  v("batch_size", c.batch_size, "sequences (char) or images per micro-batch; auto (0): the largest that fits memory, lr scaled linearly", locked);
+  v("optimizer", c.optimizer, "adamw, adam, sgd, lamb or lars", locked);
   v("lr", c.lr, "peak learning rate (onecycle: max_lr; cyclic: the top of the cycle)");
   v("min_lr", c.min_lr, "final learning rate of cosine and wsd; the bottom of the cyclic schedule");
   v("schedule", c.schedule, "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd (warmup-stable-decay), onecycle or cyclic");
   v("warmup_steps", c.warmup_steps, "steps of linear warmup (cosine, wsd)");
-  v("weight_decay", c.weight_decay, "weight decay (decoupled for adamw/lamb; none on biases and norms)");
-  v("momentum", c.momentum, "sgd/lars momentum");
-  v("beta1", c.beta1, "adam/adamw/lamb beta1");
-  v("beta2", c.beta2, "adam/adamw/lamb beta2");
-  v("trust_coefficient", c.trust_coefficient, "lars trust coefficient (eta)");
+  v("weight_decay", c.weight_decay, "weight decay (decoupled for adamw/lamb; none on biases and norms)", locked);
+  v("momentum", c.momentum, "sgd/lars momentum", locked);
+  v("beta1", c.beta1, "adam/adamw/lamb beta1", locked);
+  v("beta2", c.beta2, "adam/adamw/lamb beta2", locked);
+  v("trust_coefficient", c.trust_coefficient, "lars trust coefficient (eta)", locked);
   v("grad_clip", c.grad_clip, "clip gradients to this global norm (or value, see gradient_clip_algorithm; 0: off)");
   v("gradient_clip_algorithm", c.gradient_clip_algorithm, "norm (global L2 norm) or value (each element)");
-  v("accumulate", c.accumulate, "micro-batches per optimizer step (gradient accumulation)");
+  v("accumulate", c.accumulate, "micro-batches per optimizer step (gradient accumulation)", locked);
   v("step_size", c.step_size, "step: decay every N steps; cyclic: steps of the rising half cycle");
   v("step_size_down", c.step_size_down, "cyclic: steps of the falling half cycle (0: step_size)");
   v("gamma", c.gamma, "decay factor of step, multistep, exponential and cyclic exp_range");
@@ -152,7 +169,7 @@ void visit_fields(Config& c, V&& v) {
   v("cycle_momentum", c.cycle_momentum, "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
   v("base_momentum", c.base_momentum, "onecycle/cyclic: lowest momentum");
   v("max_momentum", c.max_momentum, "onecycle/cyclic: highest momentum");
-  v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true");
+  v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true", locked);
   v("checkpoint_blocks", c.checkpoint_blocks, "activation checkpointing: recompute each transformer/residual block in backward to save memory");
   v("memory_limit", c.memory_limit, "budget for tensor memory, e.g. 8G or 512M (empty: none); allocations past it fail cleanly");
   v("batch_size_search", c.batch_size_search, "batch-size finder: power (double until it fails) or binsearch (then bisect)");
@@ -163,19 +180,19 @@ void visit_fields(Config& c, V&& v) {
   v("early_stopping_patience", c.early_stopping_patience, "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
-  v("context", c.context, "char: characters of context");
-  v("layers", c.layers, "char: transformer blocks");
-  v("dim", c.dim, "char: model width");
-  v("heads", c.heads, "char: attention heads");
+  v("context", c.context, "char: characters of context", locked);
+  v("layers", c.layers, "char: transformer blocks", locked);
+  v("dim", c.dim, "char: model width", locked);
+  v("heads", c.heads, "char: attention heads", locked);
   v("dropout", c.dropout, "char: dropout probability");
-  v("train_chars", c.train_chars, "char: characters in the generated training text");
-  v("val_chars", c.val_chars, "char: characters in the generated validation text");
+  v("train_chars", c.train_chars, "char: characters in the generated training text", locked);
+  v("val_chars", c.val_chars, "char: characters in the generated validation text", locked);
   v("goal_gap", c.goal_gap, "char: goal, validation loss within this many nats of the entropy floor");
-  v("model", c.model, "images: cnn-mini (BENCH.md) or cnn-tiny");
-  v("image_size", c.image_size, "images: image side in pixels");
-  v("classes", c.classes, "images: number of shape classes (2-6)");
-  v("train_images", c.train_images, "images: training images");
-  v("val_images", c.val_images, "images: validation images");
+  v("model", c.model, "images: cnn-mini (BENCH.md) or cnn-tiny", locked);
+  v("image_size", c.image_size, "images: image side in pixels", locked);
+  v("classes", c.classes, "images: number of shape classes (2-6)", locked);
+  v("train_images", c.train_images, "images: training images", locked);
+  v("val_images", c.val_images, "images: validation images", locked);
   v("goal_accuracy", c.goal_accuracy, "images: goal, validation accuracy");
 }
 

@@ -4,6 +4,7 @@
 // step (skipped on fp16 overflow without a host read) and the loss-scale update.
 // Implemented in src/train/train_step.cpp.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,6 +24,7 @@ namespace ft::train {
 //  FP16Mixed  "fp16-mixed"  autocast to f16 plus dynamic loss scaling (GradScaler)
 //  BF16True   "bf16-true"   weights and activations in bf16; the optimizer keeps f32 masters
 enum class Precision { FP32, TF32, BF16Mixed, FP16Mixed, BF16True };
+inline constexpr size_t kPrecisionCount = 5;  // the enumerators above (the name table checks it)
 // Accepts the names above (and "fp32"/"32-true", "bf16"/"fp16" for the mixed modes, as BENCH.md
 // writes them); anything else is an ft::Error listing the accepted names.
 Precision precision_from_name(const std::string& name);
@@ -30,10 +32,20 @@ const char* precision_name(Precision p);  // the Lightning name ("32", "bf16-mix
 // True for BF16Mixed and FP16Mixed (the modes that run forward under autocast).
 bool precision_is_mixed(Precision p);
 
+// Lightning's `gradient_clip_algorithm`:
+//  Norm   "norm"   scale every gradient by one factor so their global L2 norm is at most `clip`
+//  Value  "value"  clamp each gradient element to [-clip, clip]
+enum class ClipAlgorithm { Norm, Value };
+inline constexpr size_t kClipAlgorithmCount = 2;  // the enumerators above (the name table checks it)
+// Accepts the names above; anything else is an ft::Error "gradient_clip_algorithm: expected norm
+// or value, found '<name>'".
+ClipAlgorithm clip_algorithm_from_name(const std::string& name);
+const char* clip_algorithm_name(ClipAlgorithm a);
+
 struct StepOptions {
   Precision precision = Precision::FP32;
   int64_t accumulate = 1;                  // micro-batches per optimizer step
-  std::string clip_algorithm = "norm";     // "norm" (global L2 norm) or "value"
+  ClipAlgorithm clip_algorithm = ClipAlgorithm::Norm;
   double clip = 0;                         // 0: no clipping
   amp::GradScalerOptions scaler;           // used in FP16Mixed only
 };

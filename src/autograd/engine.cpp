@@ -243,7 +243,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       }
     }
     // grad() must not touch leaves' .grad, nor a pass their captured gradients: stop there.
-    bool is_accumulator = node->next_edges.empty() && node->name() == "AccumulateGrad";
+    const bool is_accumulator = dynamic_cast<const AccumulateGrad*>(node.get()) != nullptr;
     std::vector<Tensor> input_grads;
     if (!(is_accumulator && (ctx.stop_at_leaves || captures(ctx, node.get())))) input_grads = node->apply(grads);
     if (!retain_graph) node->release_saved();

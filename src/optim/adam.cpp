@@ -56,7 +56,7 @@ class Adam final : public detail::MultiTensorOptimizer {
       : MultiTensorOptimizer(std::move(groups)), decoupled_(decoupled) {
     check_all_options();
   }
-  std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
+  OptimizerKind kind() const override { return decoupled_ ? OptimizerKind::AdamW : OptimizerKind::Adam; }
 
  protected:
   int num_buffers(const GroupOptions&) const override { return 2; }

@@ -80,7 +80,7 @@ void lamb_apply(const Segment& s, int64_t first, int64_t n) {
 class Lamb final : public detail::MultiTensorOptimizer {
  public:
   explicit Lamb(std::vector<ParamGroup> groups) : MultiTensorOptimizer(std::move(groups)) { check_all_options(); }
-  std::string name() const override { return "lamb"; }
+  OptimizerKind kind() const override { return OptimizerKind::LAMB; }
 
  protected:
   int num_buffers(const GroupOptions&) const override { return 2; }

@@ -41,7 +41,7 @@ double trust_ratio(const Segment& s) {
 class Lars final : public detail::MultiTensorOptimizer {
  public:
   explicit Lars(std::vector<ParamGroup> groups) : MultiTensorOptimizer(std::move(groups)) { check_all_options(); }
-  std::string name() const override { return "lars"; }
+  OptimizerKind kind() const override { return OptimizerKind::LARS; }
 
  protected:
   int num_buffers(const GroupOptions& o) const override { return o.momentum != 0 ? 1 : 0; }

@@ -105,8 +105,8 @@ void Optimizer::set_lr(double lr) {
 }
 
 void Optimizer::set_momentum(double momentum) {
-  // Adam-style optimizers keep their momentum as beta1 (what torch's schedules cycle too).
-  const bool adam_style = name() == "adam" || name() == "adamw" || name() == "lamb";
+  // The Adam family keeps its momentum as beta1 (what torch's schedules cycle too).
+  const bool adam_style = optimizer_family(kind()) == OptimizerFamily::Adam;
   if (adam_style)
     FT_CHECK(momentum >= 0 && momentum < 1, name(), ": Invalid beta parameter at index 0: ", momentum,
              " (set_momentum expects a value in [0, 1))");

@@ -11,7 +11,7 @@ using detail::Segment;
 class Sgd final : public detail::MultiTensorOptimizer {
  public:
   explicit Sgd(std::vector<ParamGroup> groups) : MultiTensorOptimizer(std::move(groups)) { check_all_options(); }
-  std::string name() const override { return "sgd"; }
+  OptimizerKind kind() const override { return OptimizerKind::SGD; }
 
  protected:
   int num_buffers(const GroupOptions& o) const override { return o.momentum != 0 ? 1 : 0; }

@@ -9,6 +9,7 @@
 
 #include <toml++/toml.h>
 
+#include "fasttrain/optim.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
 
@@ -80,6 +81,14 @@ void TrainerConfig::validate() const {
   auto check = [](bool ok, const char* name, const char* expected, const auto& found) {
     FT_CHECK(ok, "option ", name, ": expected ", expected, ", found ", found);
   };
+  // The name parsers' errors say what was expected and found; here the name came from an option.
+  auto check_name = [](const auto& parse, const std::string& value) {
+    try {
+      parse(value);
+    } catch (const Error& e) {
+      FT_FAIL("option ", e.what());
+    }
+  };
   check(task == "char" || task == "images", "task", "char or images", "'" + task + "'");
   if (device.rfind("cuda", 0) == 0) FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
   check(device == "cpu", "device", "cpu", "'" + device + "'");
@@ -93,9 +102,7 @@ void TrainerConfig::validate() const {
   check(workers >= 0 && workers <= 256, "workers", "0 to 256", workers);
   check(prefetch >= 1 && prefetch <= 64, "prefetch", "1 to 64", prefetch);
   check(batch_size >= 0, "batch_size", "at least 1 (or auto)", batch_size);
-  check(optimizer == "adamw" || optimizer == "adam" || optimizer == "sgd" || optimizer == "lamb" ||
-            optimizer == "lars",
-        "optimizer", "adamw, adam, sgd, lamb or lars", "'" + optimizer + "'");
+  check_name(optim::optimizer_kind_from_name, optimizer);
   check(std::isfinite(lr) && lr > 0, "lr", "a positive learning rate", lr);
   check(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min_lr", "a value in [0, lr]", min_lr);
   check(warmup_steps >= 0, "warmup_steps", "0 or more", warmup_steps);
@@ -106,11 +113,10 @@ void TrainerConfig::validate() const {
   check(std::isfinite(trust_coefficient) && trust_coefficient > 0, "trust_coefficient", "a positive value",
         trust_coefficient);
   check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
-  check(gradient_clip_algorithm == "norm" || gradient_clip_algorithm == "value", "gradient_clip_algorithm",
-        "norm or value", "'" + gradient_clip_algorithm + "'");
+  check_name(clip_algorithm_from_name, gradient_clip_algorithm);
   check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
   make_schedule(*this);  // validates the schedule and its parameters
-  precision_from_name(precision);
+  check_name(precision_from_name, precision);
   parse_memory_size(memory_limit);
   check(batch_size_search == "power" || batch_size_search == "binsearch", "batch_size_search", "power or binsearch",
         "'" + batch_size_search + "'");

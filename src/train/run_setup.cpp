@@ -12,15 +12,18 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, nn::Mod
   o.beta2 = c.beta2;
   o.trust_coefficient = c.trust_coefficient;
   auto groups = optim::decay_groups(model.named_parameters(), o);
-  if (c.optimizer == "sgd") return optim::make_sgd(std::move(groups));
-  if (c.optimizer == "adam") return optim::make_adam(std::move(groups));
-  if (c.optimizer == "lamb") return optim::make_lamb(std::move(groups));
-  if (c.optimizer == "lars") {
-    // LARS's layer-wise rate is for weight matrices; biases and norms take plain momentum SGD.
-    for (auto& g : groups) g.options.exclude_from_adaptation = g.name == "no_decay";
-    return optim::make_lars(std::move(groups));
+  switch (optim::optimizer_kind_from_name(c.optimizer)) {
+    case optim::OptimizerKind::AdamW: return optim::make_adamw(std::move(groups));
+    case optim::OptimizerKind::Adam: return optim::make_adam(std::move(groups));
+    case optim::OptimizerKind::SGD: return optim::make_sgd(std::move(groups));
+    case optim::OptimizerKind::LAMB: return optim::make_lamb(std::move(groups));
+    case optim::OptimizerKind::LARS:
+      // LARS's layer-wise rate is for weight matrices; biases and norms take plain momentum SGD.
+      for (auto& g : groups) g.options.exclude_from_adaptation = g.name == "no_decay";
+      return optim::make_lars(std::move(groups));
   }
-  return optim::make_adamw(std::move(groups));
+  // Only a kind added to OptimizerKind without a case above gets here (and -Wswitch says so).
+  FT_FAIL("make_optimizer: no factory for optimizer '", c.optimizer, "'");
 }
 
 StepOptions step_options(const TrainerConfig& c) {
@@ -28,7 +31,7 @@ StepOptions step_options(const TrainerConfig& c) {
   so.precision = precision_from_name(c.precision);
   so.accumulate = c.accumulate;
   so.clip = c.grad_clip;
-  so.clip_algorithm = c.gradient_clip_algorithm;
+  so.clip_algorithm = clip_algorithm_from_name(c.gradient_clip_algorithm);
   return so;
 }
 

@@ -2,6 +2,9 @@
 // optimizer step and loss scaling, in the order Lightning applies them.
 #include "fasttrain/train_step.h"
 
+#include <iterator>
+
+#include "core/name_table.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"
@@ -11,39 +14,53 @@ namespace ft::train {
 namespace {
 
 struct PrecisionName {
-  Precision precision;
+  Precision value;
   const char* name;
 };
-// Lightning's names first (precision_name returns those), then the aliases BENCH.md uses.
+// Lightning's names first, in enum order (precision_name indexes them), then the aliases BENCH.md
+// uses.
 constexpr PrecisionName kPrecisionNames[] = {
     {Precision::FP32, "32"},           {Precision::TF32, "tf32"},           {Precision::BF16Mixed, "bf16-mixed"},
     {Precision::FP16Mixed, "fp16-mixed"}, {Precision::BF16True, "bf16-true"}, {Precision::FP32, "fp32"},
     {Precision::FP32, "32-true"},      {Precision::BF16Mixed, "bf16"},      {Precision::FP16Mixed, "fp16"},
     {Precision::FP16Mixed, "16-mixed"}};
+static_assert(ft::detail::rows_start_in_enum_order(kPrecisionNames, kPrecisionCount),
+              "one Lightning name per Precision first, in enum order");
+
+struct ClipAlgorithmName {
+  ClipAlgorithm value;
+  const char* name;
+};
+constexpr ClipAlgorithmName kClipAlgorithmNames[] = {{ClipAlgorithm::Norm, "norm"}, {ClipAlgorithm::Value, "value"}};
+static_assert(std::size(kClipAlgorithmNames) == kClipAlgorithmCount &&
+                  ft::detail::rows_start_in_enum_order(kClipAlgorithmNames, kClipAlgorithmCount),
+              "one row per ClipAlgorithm, in enum order");
 
 }  // namespace
 
 Precision precision_from_name(const std::string& name) {
   for (const auto& p : kPrecisionNames)
-    if (name == p.name) return p.precision;
+    if (name == p.name) return p.value;
   FT_FAIL("precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true (or fp32, bf16, fp16), found '", name,
           "'");
 }
 
-const char* precision_name(Precision p) {
-  for (const auto& n : kPrecisionNames)
-    if (n.precision == p) return n.name;
-  return "?";
-}
+const char* precision_name(Precision p) { return kPrecisionNames[static_cast<size_t>(p)].name; }
 
 bool precision_is_mixed(Precision p) { return p == Precision::BF16Mixed || p == Precision::FP16Mixed; }
+
+ClipAlgorithm clip_algorithm_from_name(const std::string& name) {
+  for (const auto& a : kClipAlgorithmNames)
+    if (name == a.name) return a.value;
+  FT_FAIL("gradient_clip_algorithm: expected ", ft::detail::names_list(kClipAlgorithmNames), ", found '", name, "'");
+}
+
+const char* clip_algorithm_name(ClipAlgorithm a) { return kClipAlgorithmNames[static_cast<size_t>(a)].name; }
 
 StepRunner::StepRunner(nn::UnaryModule& model, optim::Optimizer& optimizer, LossFn loss, StepOptions options)
     : model_(model), optimizer_(optimizer), loss_(std::move(loss)), options_(std::move(options)) {
   FT_CHECK(options_.accumulate >= 1, "accumulate: expected at least 1 micro-batch per step, found ",
            options_.accumulate);
-  FT_CHECK(options_.clip_algorithm == "norm" || options_.clip_algorithm == "value",
-           "gradient_clip_algorithm: expected norm or value, found '", options_.clip_algorithm, "'");
   FT_CHECK(options_.clip >= 0, "gradient clipping: expected 0 (off) or a positive value, found ", options_.clip);
   amp::GradScalerOptions so = options_.scaler;
   so.enabled = options_.precision == Precision::FP16Mixed;
@@ -95,7 +112,7 @@ void StepRunner::optimizer_step() {
   if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
   grad_norm_ = Tensor();
   if (options_.clip > 0) {
-    if (options_.clip_algorithm == "norm")
+    if (options_.clip_algorithm == ClipAlgorithm::Norm)
       grad_norm_ = optim::clip_grad_norm_(params_, options_.clip);
     else
       optim::clip_grad_value_(params_, options_.clip);

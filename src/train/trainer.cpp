@@ -37,17 +37,6 @@ using nlohmann::json;
 
 namespace {
 
-// Options that define the model, the data or the optimizer state: a checkpoint only resumes
-// under the same values. The others (steps, intervals, lr schedule, threads, folders) may change.
-// The optimizer's hyper-parameters other than the learning rate travel in its state, so they are
-// locked too; the learning rate is set from the schedule every step.
-// Precision and accumulation change what a step computes and how far the data advances per step.
-const char* const kLockedOnResume[] = {"task",       "seed",        "batch_size",   "optimizer",  "weight_decay",
-                                       "momentum",   "beta1",       "beta2",        "trust_coefficient",
-                                       "context",    "layers",      "dim",          "heads",      "train_chars",
-                                       "val_chars",  "model",       "image_size",   "classes",    "train_images",
-                                       "val_images", "precision",   "accumulate"};
-
 json config_to_json(const TrainerConfig& c) {
   json j = json::object();
   visit_fields(c, [&](const char* name, const auto& v, const char*) { j[name] = v; });
@@ -112,9 +101,7 @@ struct Trainer::Impl {
   }
   double momentum_in_use() const {
     const auto& o = optimizer->param_groups().front().options;
-    const std::string n = optimizer->name();
-    if (n == "sgd" || n == "lars") return o.momentum;
-    return o.beta1;
+    return optim::optimizer_family(optimizer->kind()) == optim::OptimizerFamily::Adam ? o.beta1 : o.momentum;
   }
 };
 
@@ -417,9 +404,11 @@ void Trainer::resume(const std::string& dir) {
   FT_CHECK(fs::is_directory(dir), "resume: ", dir, ": no such checkpoint folder");
   FT_CHECK(fs::exists(state_path), "resume: ", dir, " is not a checkpoint folder (it has no trainer_state.json)");
   const json saved = config_to_json(load_run_config(dir)), now = config_to_json(config_);
-  for (const char* key : kLockedOnResume)
-    FT_CHECK(saved[key] == now[key], "resume: the checkpoint was trained with ", key, " = ", saved[key].dump(),
-             ", this run has ", key, " = ", now[key].dump());
+  visit_fields(config_, [&](const char* key, const auto&, const char*, OnResume on_resume) {
+    if (on_resume == OnResume::MustMatch)
+      FT_CHECK(saved[key] == now[key], "resume: the checkpoint was trained with ", key, " = ", saved[key].dump(),
+               ", this run has ", key, " = ", now[key].dump());
+  });
   const json st = parse_json(read_text(state_path, "the trainer state"), state_path);
   int64_t step = 0, pending_count = 0;
   double pending_sum = 0;

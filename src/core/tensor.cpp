@@ -269,7 +269,6 @@ static void check_inplace_allowed(const Tensor& t, const char* what) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace_allowed(*this, "copy_");
-  broadcast_shapes(shape(), src.shape(), "copy_");
   FT_CHECK(broadcast_shapes(shape(), src.shape(), "copy_") == shape(), "copy_: source shape ", src.shape().str(),
            " does not broadcast to destination shape ", shape().str());
   // Across devices the source moves first (converted on the way); the copy into this tensor's

@@ -60,9 +60,17 @@ TEST(Module, RegistrationErrors) {
     std::string type_name() const override { return "M"; }
     void add(const std::string& n) { register_parameter(n, zeros({2})); }
     void add_int(const std::string& n) { register_parameter(n, zeros({2}, DType::I64)); }
+    void add_buffer(const std::string& n) { register_buffer(n, zeros({2})); }
+    void add_module(const std::string& n) { register_module(n, nn::mlp({2, 2})); }
   } m;
   m.add("w");
   expect_error([&] { m.add("w"); }, "M: \"w\" is already registered");
+  // Parameters, buffers and submodules share one namespace, whichever comes first.
+  expect_error([&] { m.add_buffer("w"); }, "M: \"w\" is already registered (as a parameter)");
+  m.add_module("sub");
+  expect_error([&] { m.add("sub"); }, "M: \"sub\" is already registered (as a submodule)");
+  m.add_buffer("b");
+  expect_error([&] { m.add_module("b"); }, "M: \"b\" is already registered (as a buffer)");
   expect_error([&] { m.add("a.b"); }, "must not contain '.'");
   expect_error([&] { m.add_int("i"); }, "must be floating point; found i64");
 }

@@ -13,10 +13,19 @@
 namespace ft::nn {
 namespace {
 
-void check_name(const std::string& name, const std::string& type, const char* what) {
+// Parameters, buffers and submodules share one namespace: a state-dict key such as "fc.weight"
+// must lead to exactly one tensor, so a new name may be taken by none of the three.
+template <class Params, class Children>
+void check_new_name(const std::string& name, const std::string& type, const char* what, const Params& params,
+                    const Params& buffers, const Children& children) {
   FT_CHECK(!name.empty(), type, ": ", what, " name must not be empty");
   FT_CHECK(name.find('.') == std::string::npos, type, ": ", what, " name \"", name,
            "\" must not contain '.' (dots join the names of nested modules)");
+  auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& entry) { return entry.first == name; });
+  };
+  const char* holder = taken(params) ? "parameter" : taken(buffers) ? "buffer" : taken(children) ? "submodule" : "";
+  FT_CHECK(*holder == '\0', type, ": \"", name, "\" is already registered (as a ", holder, ")");
 }
 
 // Replaces the data behind `t` (all handles to its impl) with `data`; keeps autograd identity.
@@ -60,13 +69,10 @@ void for_each_unique_tensor(const Module& m, F&& convert) {
 // ---------------------------------------------------------------- registration
 
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
-  check_name(name, type_name(), "parameter");
+  check_new_name(name, type_name(), "parameter", params_, buffers_, children_);
   FT_CHECK(t.defined(), type_name(), ": parameter \"", name, "\" is an undefined tensor");
   FT_CHECK(!requires_grad || is_floating(t.dtype()), type_name(), ": parameter \"", name,
            "\" requires grad, so it must be floating point; found ", dtype_name(t.dtype()));
-  for (auto* list : {&params_, &buffers_})
-    for (auto& [n, _] : *list) FT_CHECK(n != name, type_name(), ": \"", name, "\" is already registered");
-  for (auto& [n, _] : children_) FT_CHECK(n != name, type_name(), ": \"", name, "\" is already a submodule");
   if (!t.is_leaf()) t = t.detach();
   t.requires_grad_(requires_grad);
   params_.emplace_back(name, t);
@@ -74,22 +80,16 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requi
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor t) {
-  check_name(name, type_name(), "buffer");
+  check_new_name(name, type_name(), "buffer", params_, buffers_, children_);
   FT_CHECK(t.defined(), type_name(), ": buffer \"", name, "\" is an undefined tensor");
-  for (auto* list : {&params_, &buffers_})
-    for (auto& [n, _] : *list) FT_CHECK(n != name, type_name(), ": \"", name, "\" is already registered");
-  for (auto& [n, _] : children_) FT_CHECK(n != name, type_name(), ": \"", name, "\" is already a submodule");
   buffers_.emplace_back(name, t.detach());
   return buffers_.back().second;
 }
 
 void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
-  check_name(name, type_name(), "submodule");
+  check_new_name(name, type_name(), "submodule", params_, buffers_, children_);
   FT_CHECK(m != nullptr, type_name(), ": submodule \"", name, "\" is null");
   FT_CHECK(m.get() != this, type_name(), ": a module cannot be its own submodule (\"", name, "\")");
-  for (auto* list : {&params_, &buffers_})
-    for (auto& [n, _] : *list) FT_CHECK(n != name, type_name(), ": \"", name, "\" is already a parameter or buffer");
-  for (auto& [n, _] : children_) FT_CHECK(n != name, type_name(), ": submodule \"", name, "\" is already registered");
   children_.emplace_back(name, std::move(m));
 }
 

@@ -99,7 +99,7 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling) : cfg
   for (auto& [name, m] : named_modules()) {
     if (m.get() == lm_head_.get()) continue;  // tied to wte, initialised there
     if (auto* lin = dynamic_cast<Linear*>(m.get())) {
-      const bool residual = name.size() >= 7 && name.compare(name.size() - 7, 7, ".c_proj") == 0;
+      const bool residual = name.ends_with(".c_proj");
       init::normal_(lin->weight, 0.0, residual ? res_std : 0.02, gen);
       if (lin->bias.defined()) init::zeros_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m.get())) {
@@ -132,15 +132,9 @@ namespace {
 
 // HF's Conv1D layers: their weights are [in, out] in HF files.
 bool is_conv1d_weight(const std::string& name) {
-  for (const char* suffix : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    const std::string s(suffix);
-    if (name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
-  }
+  for (const char* suffix : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (name.ends_with(suffix)) return true;
   return false;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -153,9 +147,9 @@ TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model) {
   for (auto& [key, t] : hf) {
     FT_CHECK(t.defined(), "gpt2_from_hf_state: \"", key, "\" holds an undefined tensor");
     // HF's causal-mask buffers are not weights.
-    if (ends_with(key, ".attn.bias") || ends_with(key, ".attn.masked_bias")) continue;
+    if (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias")) continue;
     std::string name = key;
-    if (name != "lm_head.weight" && name.rfind("transformer.", 0) != 0) name = "transformer." + name;
+    if (name != "lm_head.weight" && !name.starts_with("transformer.")) name = "transformer." + name;
     Tensor v = t;
     if (is_conv1d_weight(name)) {
       FT_CHECK(t.dim() == 2, "gpt2_from_hf_state: \"", key, "\" must be 2-d, found shape ", t.shape().str());

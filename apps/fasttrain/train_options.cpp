@@ -2,7 +2,6 @@
 #include "train_options.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <sstream>
 #include <type_traits>
 
@@ -70,14 +69,8 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
   };
 
   // The task decides the defaults: from the flag, else the file, else the checkpoint, else char.
-  std::string file_text;
-  if (!o.config_path.empty()) {
-    std::FILE* f = std::fopen(o.config_path.c_str(), "rb");
-    FT_CHECK(f, "cannot read the config file ", o.config_path);
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) file_text.append(buf, n);
-    std::fclose(f);
-  }
+  const std::string file_text =
+      o.config_path.empty() ? "" : read_text(o.config_path, ("the config file " + o.config_path).c_str());
   std::string task = "char";
   TrainerConfig base;
   if (!o.resume_dir.empty()) {

@@ -302,6 +302,8 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config);
 std::string default_run_dir(const std::string& name);
 // Makes `dir` and its parents; an error names the folder.
 void make_dirs(const std::string& dir);
+// The whole file; a missing or unreadable file is an error naming it and `what` it should be.
+std::string read_text(const std::string& path, const char* what);
 
 // The config a checkpoint or run folder was trained with (its config.toml).
 TrainerConfig load_run_config(const std::string& dir);

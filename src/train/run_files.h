@@ -8,9 +8,7 @@
 
 namespace ft::train {
 
-// The whole file; a missing or unreadable file is an error naming it and `what` it should be.
-std::string read_text(const std::string& path, const char* what);
-// default_run_dir and make_dirs are declared in fasttrain/train.h (the CLI uses them too).
+// default_run_dir, make_dirs and read_text are declared in fasttrain/train.h (the CLI uses them too).
 // Replaces folder `final_dir` by the fully written folder `tmp_dir` (rename; the parent folder is
 // fsynced so the new entry survives a crash).
 void commit_dir(const std::string& tmp_dir, const std::string& final_dir);

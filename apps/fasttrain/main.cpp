@@ -16,9 +16,13 @@ std::map<std::string, Command>& commands() {
 namespace {
 
 const char* kDefaultCommand = "train";
+// From project(VERSION) in CMakeLists.txt (a compile definition of this program), so a release
+// bumps the version in one place.
+const char* kVersion = FASTTRAIN_VERSION;
 
 void print_usage() {
-  std::printf("fasttrain 0.1.0 - a deep-learning training engine\n\nusage: fasttrain [command] [options]\n\ncommands:\n");
+  std::printf("fasttrain %s - a deep-learning training engine\n\nusage: fasttrain [command] [options]\n\ncommands:\n",
+              kVersion);
   for (const auto& [name, cmd] : ft::cli::commands())
     std::printf("  %-10s %s%s\n", name.c_str(), cmd.summary.c_str(), name == kDefaultCommand ? " (default)" : "");
   std::printf("  %-10s %s\n", "info", "print the build configuration, threads and CUDA devices");
@@ -26,7 +30,7 @@ void print_usage() {
 }
 
 int run_info() {
-  std::printf("fasttrain 0.1.0\n");
+  std::printf("fasttrain %s\n", kVersion);
 #ifdef FASTTRAIN_WITH_CUDA
   std::printf("CUDA backend: compiled in; %d device(s) visible\n", ft::cuda_device_count());
 #else
@@ -46,7 +50,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!args.empty() && args[0] == "--version") {
-      std::puts("fasttrain 0.1.0");
+      std::printf("fasttrain %s\n", kVersion);
       return 0;
     }
     std::string name = kDefaultCommand;

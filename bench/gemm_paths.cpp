@@ -1,10 +1,11 @@
-// GEMM path benchmark: GFLOP/s of f32 sgemm, the bf16 GEMM (gemm_bf16, its f32-FMA and
-// vdpbf16ps kernels), oneDNN's bf16 matmul and bf16 via f32 + sgemm, at the GEMM shapes of one gpt-mini training step (batch 16 x
-// context 128 = 2048 tokens, width 256, MLP 1024, vocab 512) in the layouts linear uses: forward
-// x W^T, input gradient dY W, weight gradient dY^T X. Prints one JSON line per (shape, path)
-// with the median of --iters runs: wall-clock ms and process CPU ms (all threads). The CPU time
-// is only as fine as the kernel's accounting (a scheduler tick on some VMs), so trust it for
-// shapes that run many ticks; on a loaded machine compare paths within one run.
+// GEMM path benchmark: GFLOP/s of f32 sgemm, the 16-bit GEMM on bf16 operands (gemm_half, its
+// f32-FMA and vdpbf16ps kernels; the function and its paths were called gemm_bf16 before), oneDNN's
+// bf16 matmul and bf16 via f32 + sgemm, at the GEMM shapes of one gpt-mini training step (batch 16
+// x context 128 = 2048 tokens, width 256, MLP 1024, vocab 512) in the layouts linear uses: forward
+// x W^T, input gradient dY W, weight gradient dY^T X. Prints one JSON line per (shape, path) with
+// the median of --iters runs: wall-clock ms and process CPU ms (all threads). The CPU time is only
+// as fine as the kernel's accounting (a scheduler tick on some VMs), so trust it for shapes that
+// run many ticks; on a loaded machine compare paths within one run.
 // Usage: gemm_paths [--threads N] [--iters N]
 #include <algorithm>
 #include <chrono>
@@ -15,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_half.h"
 #include "backend/cpu/linalg.h"
 #include "fasttrain/fasttrain.h"
 
@@ -87,9 +88,9 @@ int main(int argc, char** argv) {
           {"via_f32", [&] { cpu::matmul_via_f32(a16, b16, o16); }},
           {"onednn_bf16", [&] { cpu::matmul_onednn(a16, b16, o16); }},
       };
-      if (cpu::gemm_bf16_available())
-        paths.push_back({"gemm_bf16_fma", [&] { cpu::matmul_gemm_bf16(a16, b16, o16); }});
-      cpu::GemmBf16Args dot;
+      if (cpu::gemm_half_available())
+        paths.push_back({"gemm_half_fma", [&] { cpu::matmul_gemm_half(a16, b16, o16); }});
+      cpu::GemmHalfArgs dot;
       dot.M = M;
       dot.N = N;
       dot.K = K;
@@ -102,8 +103,8 @@ int main(int argc, char** argv) {
       dot.c = o16.data<bf16>();
       dot.ldc = N;
       dot.c_half = true;
-      dot.kernel = cpu::GemmBf16Kernel::Dot;
-      if (cpu::gemm_bf16_available(dot.kernel)) paths.push_back({"gemm_bf16_dot", [&] { cpu::gemm_bf16(dot); }});
+      dot.kernel = cpu::GemmHalfKernel::Dot;
+      if (cpu::gemm_half_available(dot.kernel)) paths.push_back({"gemm_half_dot", [&] { cpu::gemm_half(dot); }});
       for (auto& [path, fn] : paths) {
         const Timing t = median_times(fn, iters);
         const double flop = 2.0 * M * N * K;

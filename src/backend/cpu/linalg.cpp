@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/copy.h"
-#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_half.h"
 #include "fasttrain/parallel.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -270,9 +270,9 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, co
   return true;
 }
 
-bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
+bool matmul_gemm_half(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
   const DType dt = out.dtype();
-  if (!gemm_bf16_available() || (dt != DType::BF16 && dt != DType::F16) || a.dtype() != dt || b.dtype() != dt)
+  if (!gemm_half_available() || (dt != DType::BF16 && dt != DType::F16) || a.dtype() != dt || b.dtype() != dt)
     return false;
   // Gradients of broadcast operands (aliased output batches) are summed over batches in f32 by
   // the via-f32 path; rounding after every batch here would lose accuracy.
@@ -281,7 +281,7 @@ bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool 
   const int nd = out.dim();
   const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a.size(nd - 1);
   const Tensor bias_c = bias.defined() ? bias.contiguous() : Tensor();
-  GemmBf16Args g;
+  GemmHalfArgs g;
   g.M = M;
   g.N = N;
   g.K = K;
@@ -301,11 +301,11 @@ bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool 
   const uint16_t* pb = bits(b);
   uint16_t* pc = bits(out);
   auto run = [&](int64_t i) {
-    GemmBf16Args gi = g;
+    GemmHalfArgs gi = g;
     gi.a = pa + oa[i];
     gi.b = pb + ob[i];
     gi.c = pc + oc[i];
-    gemm_bf16(gi);
+    gemm_half(gi);
   };
   const int64_t nb = static_cast<int64_t>(oc.size());
   // Small GEMMs are spread over batches (each then runs on one thread); large ones are
@@ -361,13 +361,13 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
       // matmul reaches ~110 GFLOP/s at 512^3 and ~65 at 2048x768x768; convert + sgemm reaches
       // ~180 and ~140 with OpenBLAS's AVX-512 kernels but only ~30 and ~25 with its Prescott
       // fallback. So oneDNN unless OpenBLAS runs its AVX-512 kernels.
-      // gemm_bf16 skips the conversion passes of the via-f32 path (see gemm_bf16.h).
-      if (packed_half && matmul_gemm_bf16(a, b, out, accumulate, bias)) return;
+      // gemm_half skips the conversion passes of the via-f32 path (see gemm_half.h).
+      if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;
       if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     case DType::F16:
-      if (packed_half && matmul_gemm_bf16(a, b, out, accumulate, bias)) return;  // widens f16 while packing
+      if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;  // widens f16 while packing
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     default:

@@ -14,12 +14,13 @@
 // - An output whose batch dims have zero strides (the gradient of a broadcast operand, an
 //   expanded view of a zeroed buffer) is accumulated batch by batch with beta = 1: the reduction
 //   over broadcast dims happens inside the GEMMs, without a materialised per-batch gradient.
-// - bf16 runs gemm_bf16 (backend/cpu/gemm_bf16.h: a packed GEMM that widens bf16 to f32 while
-//   packing, reads transposed views through its packing and fuses bias, accumulation and the
-//   bf16 rounding into its store) wherever the CPU has AVX-512, except for aliased
-//   (broadcast-gradient) outputs. Otherwise oneDNN's matmul primitive (bf16 inputs, f32
-//   accumulation, bias fused, primitives cached by shape and strides) or, when OpenBLAS runs
-//   its AVX-512 kernels, conversion to f32 and sgemm. f16 always converts to f32 and uses sgemm.
+// - bf16 and f16 run gemm_half (backend/cpu/gemm_half.h: a packed GEMM that widens 16-bit
+//   operands to f32 while packing, reads transposed views through its packing and fuses bias,
+//   accumulation and the 16-bit rounding into its store) wherever the CPU has AVX-512, except for
+//   aliased (broadcast-gradient) outputs. Otherwise bf16 takes oneDNN's matmul primitive (bf16
+//   inputs, f32 accumulation, bias fused, primitives cached by shape and strides) or, when
+//   OpenBLAS runs its AVX-512 kernels, conversion to f32 and sgemm; f16 converts to f32 and uses
+//   sgemm.
 #pragma once
 #include "fasttrain/tensor.h"
 
@@ -41,9 +42,9 @@ void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool a
 // them. matmul_onednn (bf16 only, not accumulate) returns false when oneDNN declines the
 // problem; matmul_via_f32 converts to f32, calls sgemm and rounds once (bf16 and f16).
 bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor());
-// matmul_gemm_bf16 (bf16 or f16, all three tensors alike) runs gemm_bf16.h's GEMM; it returns
+// matmul_gemm_half (bf16 or f16, all three tensors alike) runs gemm_half.h's GEMM; it returns
 // false for other dtypes, when the CPU lacks AVX-512, or when out's batches alias (broadcast-operand gradients, summed in f32 instead).
-bool matmul_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+bool matmul_gemm_half(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                       const Tensor& bias = Tensor());
 void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                     const Tensor& bias = Tensor());

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_half.h"
 #include "backend/cpu/linalg.h"
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
@@ -14,7 +14,7 @@ using test::expect_error;
 namespace {
 
 #define SKIP_WITHOUT_AVX512()                                                  \
-  if (!cpu::gemm_bf16_available()) GTEST_SKIP() << "CPU lacks AVX-512"
+  if (!cpu::gemm_half_available()) GTEST_SKIP() << "CPU lacks AVX-512"
 
 using cpu::HalfFormat;
 
@@ -61,22 +61,22 @@ struct Problem {
   bool ta = false, tb = false;
   int64_t gap = 1;
   bool c_half = false, accumulate = false, bias = false;
-  cpu::GemmBf16Kernel kernel = cpu::GemmBf16Kernel::Auto;
+  cpu::GemmHalfKernel kernel = cpu::GemmHalfKernel::Auto;
   HalfFormat format = HalfFormat::BF16;
 };
 
-const cpu::GemmBf16Kernel kKernels[] = {cpu::GemmBf16Kernel::Fma, cpu::GemmBf16Kernel::Dot};
+const cpu::GemmHalfKernel kKernels[] = {cpu::GemmHalfKernel::Fma, cpu::GemmHalfKernel::Dot};
 
-// Runs gemm_bf16 (skipped for a kernel this CPU cannot run) and compares every element with an
+// Runs gemm_half (skipped for a kernel this CPU cannot run) and compares every element with an
 // f64 reference from the same 16-bit inputs. f32 accumulation of K products errs by at most about
 // K ulps of sum |a b|; a 16-bit output adds half an ulp (2^-9 relative for bf16, 2^-11 for f16).
 void check(const Problem& p, Generator& g) {
   SCOPED_TRACE(::testing::Message() << "M=" << p.M << " N=" << p.N << " K=" << p.K << " ta=" << p.ta
                                     << " tb=" << p.tb << " gap=" << p.gap << " bf16out=" << p.c_half
                                     << " acc=" << p.accumulate << " bias=" << p.bias
-                                    << " kernel=" << cpu::gemm_bf16_kernel_name(p.kernel)
+                                    << " kernel=" << cpu::gemm_half_kernel_name(p.kernel)
                                     << " f16=" << (p.format == HalfFormat::F16));
-  if (!cpu::gemm_bf16_available(p.kernel)) return;
+  if (!cpu::gemm_half_available(p.kernel)) return;
   Mat a = random_mat(p.M, p.K, p.ta, p.gap, g, p.format), b = random_mat(p.K, p.N, p.tb, p.gap, g, p.format);
   Mat bias = random_mat(1, p.N, false, 1, g, p.format);
   const int64_t ldc = p.N + 3;  // a padded output checks that ldc is honoured
@@ -87,7 +87,7 @@ void check(const Problem& p, Generator& g) {
     c16[i] = to_half(init[i], p.format);
     c32[i] = p.c_half ? float(half_value(c16[i], p.format)) : float(init[i]);
   }
-  cpu::GemmBf16Args args;
+  cpu::GemmHalfArgs args;
   args.M = p.M;
   args.N = p.N;
   args.K = p.K;
@@ -104,7 +104,7 @@ void check(const Problem& p, Generator& g) {
   args.bias = p.bias ? bias.data.data() : nullptr;
   args.kernel = p.kernel;
   args.format = p.format;
-  cpu::gemm_bf16(args);
+  cpu::gemm_half(args);
   for (int64_t m = 0; m < p.M; ++m) {
     for (int64_t n = 0; n < ldc; ++n) {
       const size_t i = static_cast<size_t>(m * ldc + n);
@@ -130,7 +130,7 @@ void check(const Problem& p, Generator& g) {
 
 }  // namespace
 
-TEST(GemmBf16, EdgeSizesAllTransposes) {
+TEST(GemmHalf, EdgeSizesAllTransposes) {
   SKIP_WITHOUT_AVX512();
   Generator g(1);
   const int64_t sizes[] = {1, 15, 16, 17, 31, 33};
@@ -141,7 +141,7 @@ TEST(GemmBf16, EdgeSizesAllTransposes) {
           for (auto kern : kKernels) check({M, N, K, bool(t & 1), bool(t & 2), 1, false, false, false, kern}, g);
 }
 
-TEST(GemmBf16, LargerShapesOutputsAndEpilogues) {
+TEST(GemmHalf, LargerShapesOutputsAndEpilogues) {
   SKIP_WITHOUT_AVX512();
   Generator g(2);
   for (auto kern : kKernels) {
@@ -160,10 +160,10 @@ TEST(GemmBf16, LargerShapesOutputsAndEpilogues) {
 }
 
 // f16 operands take the f32-FMA kernel with F16C widening and vcvtps2ph rounding.
-TEST(GemmBf16, F16OperandsEdgeSizesOutputsAndEpilogues) {
+TEST(GemmHalf, F16OperandsEdgeSizesOutputsAndEpilogues) {
   SKIP_WITHOUT_AVX512();
   Generator g(5);
-  const auto fma = cpu::GemmBf16Kernel::Fma;
+  const auto fma = cpu::GemmHalfKernel::Fma;
   const auto f16 = HalfFormat::F16;
   for (int64_t M : {1, 15, 17, 33})
     for (int64_t N : {1, 16, 31, 33})
@@ -182,19 +182,19 @@ TEST(GemmBf16, F16OperandsEdgeSizesOutputsAndEpilogues) {
 
 // The packing widens f16 with integer arithmetic of its own; 1 x B must give back every half
 // exactly: zeros, subnormals, normals, infinities (NaNs stay NaN).
-TEST(GemmBf16, F16WideningIsExactForEveryHalf) {
+TEST(GemmHalf, F16WideningIsExactForEveryHalf) {
   SKIP_WITHOUT_AVX512();
   std::vector<uint16_t> one{f16::from_float(1.0f)}, halves(65536);
   for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
   std::vector<float> c(65536);
   for (bool transposed : {false, true}) {
-    cpu::GemmBf16Args g;
+    cpu::GemmHalfArgs g;
     g.M = 1, g.N = 65536, g.K = 1;
     g.a = one.data(), g.a_rs = 1, g.a_cs = 1;
     g.b = halves.data(), g.b_rs = transposed ? 1 : 65536, g.b_cs = 1;
     g.c = c.data(), g.ldc = 65536;
     g.format = HalfFormat::F16;
-    cpu::gemm_bf16(g);
+    cpu::gemm_half(g);
     for (uint32_t h = 0; h < 65536; ++h) {
       const float want = f16::to_float_software(static_cast<uint16_t>(h));
       if (std::isnan(want))
@@ -205,7 +205,7 @@ TEST(GemmBf16, F16WideningIsExactForEveryHalf) {
   }
 }
 
-TEST(GemmBf16, IndependentOfThreadCount) {
+TEST(GemmHalf, IndependentOfThreadCount) {
   SKIP_WITHOUT_AVX512();
   Generator g(3);
   for (DType dt : {DType::BF16, DType::F16}) {
@@ -217,8 +217,8 @@ TEST(GemmBf16, IndependentOfThreadCount) {
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       Tensor y = empty({300, 200}, dt), z = zeros({200, 257}, dt);
-      ASSERT_TRUE(cpu::matmul_gemm_bf16(a, b, y, false, bias));
-      ASSERT_TRUE(cpu::matmul_gemm_bf16(b.t(), a, z, true));  // a transposed operand, accumulating
+      ASSERT_TRUE(cpu::matmul_gemm_half(a, b, y, false, bias));
+      ASSERT_TRUE(cpu::matmul_gemm_half(b.t(), a, z, true));  // a transposed operand, accumulating
       std::vector<double> v = y.to_vector(), w = z.to_vector();
       v.insert(v.end(), w.begin(), w.end());
       results.push_back(v);
@@ -229,7 +229,7 @@ TEST(GemmBf16, IndependentOfThreadCount) {
   }
 }
 
-TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
+TEST(GemmHalf, MatmulPathMatchesF32PathOnBatches) {
   // Both accumulate in f32 and round once: they differ by at most about one 16-bit rounding.
   SKIP_WITHOUT_AVX512();
   Generator g(4);
@@ -243,7 +243,7 @@ TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
       Tensor y1 = init.clone(), y2 = init.clone();
       const bool acc = mode == 1;
       const Tensor bs = mode == 2 ? bias : Tensor();
-      ASSERT_TRUE(cpu::matmul_gemm_bf16(a, b, y1, acc, bs));
+      ASSERT_TRUE(cpu::matmul_gemm_half(a, b, y1, acc, bs));
       cpu::matmul_via_f32(a, b, y2, acc, bs);
       std::vector<double> v1 = y1.to_vector(), v2 = y2.to_vector();
       for (size_t i = 0; i < v1.size(); ++i) ASSERT_NEAR(v1[i], v2[i], 1e-2 * std::abs(v2[i]) + 1e-3) << i;
@@ -251,19 +251,19 @@ TEST(GemmBf16, MatmulPathMatchesF32PathOnBatches) {
   }
 }
 
-TEST(GemmBf16, DeclinesAliasedOutputs) {
+TEST(GemmHalf, DeclinesAliasedOutputs) {
   SKIP_WITHOUT_AVX512();
   Tensor a = ones({2, 4, 3}, DType::BF16), b = ones({2, 3, 5}, DType::BF16);
   Tensor out = zeros({1, 4, 5}, DType::BF16).expand({2, 4, 5});
-  EXPECT_FALSE(cpu::matmul_gemm_bf16(a, b, out, true));
-  EXPECT_FALSE(cpu::matmul_gemm_bf16(a.to(DType::F32), b.to(DType::F32), out.to(DType::F32)));
+  EXPECT_FALSE(cpu::matmul_gemm_half(a, b, out, true));
+  EXPECT_FALSE(cpu::matmul_gemm_half(a.to(DType::F32), b.to(DType::F32), out.to(DType::F32)));
 }
 
-TEST(GemmBf16, Errors) {
+TEST(GemmHalf, Errors) {
   SKIP_WITHOUT_AVX512();
   std::vector<uint16_t> a(16), b(16);
   std::vector<float> c(16);
-  cpu::GemmBf16Args g;
+  cpu::GemmHalfArgs g;
   g.M = 4;
   g.N = 4;
   g.K = 4;
@@ -275,18 +275,18 @@ TEST(GemmBf16, Errors) {
   g.b_cs = 1;
   g.c = c.data();
   g.ldc = 3;
-  expect_error([&] { cpu::gemm_bf16(g); }, "gemm_bf16: expected ldc >= N (4), found 3");
+  expect_error([&] { cpu::gemm_half(g); }, "gemm_half: expected ldc >= N (4), found 3");
   g.ldc = 4;
   g.M = -1;
-  expect_error([&] { cpu::gemm_bf16(g); }, "gemm_bf16: expected non-negative sizes, found M=-1 N=4 K=4");
+  expect_error([&] { cpu::gemm_half(g); }, "gemm_half: expected non-negative sizes, found M=-1 N=4 K=4");
   g.M = 4;
   g.accumulate = true;
   g.bias = a.data();
-  expect_error([&] { cpu::gemm_bf16(g); }, "gemm_bf16: bias with accumulate is not supported");
+  expect_error([&] { cpu::gemm_half(g); }, "gemm_half: bias with accumulate is not supported");
   g.accumulate = false;
   g.bias = nullptr;
   g.format = HalfFormat::F16;
-  g.kernel = cpu::GemmBf16Kernel::Dot;
-  if (cpu::gemm_bf16_available(g.kernel))
-    expect_error([&] { cpu::gemm_bf16(g); }, "gemm_bf16: the dot kernel takes bf16 operands, found f16");
+  g.kernel = cpu::GemmHalfKernel::Dot;
+  if (cpu::gemm_half_available(g.kernel))
+    expect_error([&] { cpu::gemm_half(g); }, "gemm_half: the dot kernel takes bf16 operands, found f16");
 }

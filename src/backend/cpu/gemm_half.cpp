@@ -1,4 +1,4 @@
-#include "backend/cpu/gemm_bf16.h"
+#include "backend/cpu/gemm_half.h"
 
 // GCC 12 reports the deliberately undefined lanes inside AVX-512 intrinsics as "maybe
 // uninitialized" when they are inlined into target() functions.
@@ -77,7 +77,7 @@ struct FmaF16 : Fma {
 
 // B[k, n] for k in [0, K), n in [n0, n0 + kNR) as [depth][kNR][kStep]; zero beyond K or N.
 template <class V>
-void pack_b_strip(const GemmBf16Args& g, int64_t n0, int64_t depth, typename V::T* dst) {
+void pack_b_strip(const GemmHalfArgs& g, int64_t n0, int64_t depth, typename V::T* dst) {
   constexpr int S = V::kStep;
   const int64_t nc = std::min<int64_t>(kNR, g.N - n0);
   const uint16_t* b = g.b + n0 * g.b_cs;
@@ -109,7 +109,7 @@ void pack_b_strip(const GemmBf16Args& g, int64_t n0, int64_t depth, typename V::
 // A[m, k] for m in [m0, m0 + rows) (rows <= kMR), depth units [d0, d0 + depth) as
 // [depth][kMR][kStep]; zero beyond K or rows.
 template <class V>
-void pack_a_strip(const GemmBf16Args& g, int64_t m0, int64_t rows, int64_t d0, int64_t depth, typename V::T* dst) {
+void pack_a_strip(const GemmHalfArgs& g, int64_t m0, int64_t rows, int64_t d0, int64_t depth, typename V::T* dst) {
   constexpr int S = V::kStep;
   const uint16_t* a = g.a + m0 * g.a_rs;
   if (S == 1 && g.a_cs == 1 && d0 + depth <= g.K) {
@@ -157,7 +157,7 @@ FT_AVX512_KERNEL inline __m256i round_to_half(__m512 v, HalfFormat format) {
 // Writes the finished tile: bias, accumulation into C and the output rounding happen here, so
 // C is read and written once.
 template <int R>
-FT_AVX512_KERNEL inline void store_tile(const GemmBf16Args& g, __m512 (&acc)[R][2], int64_t m0, int64_t n0,
+FT_AVX512_KERNEL inline void store_tile(const GemmHalfArgs& g, __m512 (&acc)[R][2], int64_t m0, int64_t n0,
                                         int64_t cols) {
   const __mmask16 m0k = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
   const __mmask16 m1k = cols >= 32 ? __mmask16(0xffff) : cols <= 16 ? __mmask16(0) : __mmask16((1u << (cols - 16)) - 1);
@@ -204,7 +204,7 @@ FT_AVX512_KERNEL inline void load_partial(__m512 (&acc)[R][2], const Tile& t) {
 }
 
 template <int R>
-FT_AVX512_KERNEL inline void finish_tile(const GemmBf16Args& g, __m512 (&acc)[R][2], const Tile& t) {
+FT_AVX512_KERNEL inline void finish_tile(const GemmHalfArgs& g, __m512 (&acc)[R][2], const Tile& t) {
   if (t.last) {
     store_tile<R>(g, acc, t.m0, t.n0, t.cols);
     return;
@@ -216,7 +216,7 @@ FT_AVX512_KERNEL inline void finish_tile(const GemmBf16Args& g, __m512 (&acc)[R]
 
 // C[m0 .. m0+R, n0 .. n0+cols) from packed A (R rows used) and one packed B strip, one K block.
 template <int R>
-FT_BF16_KERNEL void dot_kernel(const GemmBf16Args& g, int64_t depth, const uint16_t* ap, const uint16_t* bp,
+FT_BF16_KERNEL void dot_kernel(const GemmHalfArgs& g, int64_t depth, const uint16_t* ap, const uint16_t* bp,
                                const Tile& t) {
   __m512 acc[R][2];
   load_partial<R>(acc, t);
@@ -235,7 +235,7 @@ FT_BF16_KERNEL void dot_kernel(const GemmBf16Args& g, int64_t depth, const uint1
 }
 
 template <int R>
-FT_AVX512_KERNEL void fma_kernel(const GemmBf16Args& g, int64_t depth, const float* ap, const float* bp,
+FT_AVX512_KERNEL void fma_kernel(const GemmHalfArgs& g, int64_t depth, const float* ap, const float* bp,
                                  const Tile& t) {
   __m512 acc[R][2];
   load_partial<R>(acc, t);
@@ -253,7 +253,7 @@ FT_AVX512_KERNEL void fma_kernel(const GemmBf16Args& g, int64_t depth, const flo
 }
 
 template <class T>
-using MicroKernel = void (*)(const GemmBf16Args&, int64_t, const T*, const T*, const Tile&);
+using MicroKernel = void (*)(const GemmHalfArgs&, int64_t, const T*, const T*, const Tile&);
 
 // table[r - 1] handles a tile of r rows.
 template <int... R>
@@ -284,7 +284,7 @@ T* scratch(std::vector<T>& buf, size_t n) {
 }
 
 template <class V>
-void run_gemm(const GemmBf16Args& g) {
+void run_gemm(const GemmHalfArgs& g) {
   using T = typename V::T;
   constexpr int S = V::kStep;
   const int64_t depth = (g.K + S - 1) / S;
@@ -360,33 +360,33 @@ bool has_avx512_bf16() {
 
 }  // namespace
 
-const char* gemm_bf16_kernel_name(GemmBf16Kernel k) {
+const char* gemm_half_kernel_name(GemmHalfKernel k) {
   switch (k) {
-    case GemmBf16Kernel::Auto: return "auto";
-    case GemmBf16Kernel::Dot: return "dot";
-    case GemmBf16Kernel::Fma: return "fma";
+    case GemmHalfKernel::Auto: return "auto";
+    case GemmHalfKernel::Dot: return "dot";
+    case GemmHalfKernel::Fma: return "fma";
   }
   return "?";
 }
 
-bool gemm_bf16_available(GemmBf16Kernel k) {
-  return k == GemmBf16Kernel::Dot ? has_avx512_bf16() : has_avx512();
+bool gemm_half_available(GemmHalfKernel k) {
+  return k == GemmHalfKernel::Dot ? has_avx512_bf16() : has_avx512();
 }
 
-void gemm_bf16(const GemmBf16Args& g) {
-  FT_CHECK(gemm_bf16_available(g.kernel), "gemm_bf16: the ", gemm_bf16_kernel_name(g.kernel),
-           " kernel needs a CPU with AVX-512", g.kernel == GemmBf16Kernel::Dot ? "-BF16" : "",
+void gemm_half(const GemmHalfArgs& g) {
+  FT_CHECK(gemm_half_available(g.kernel), "gemm_half: the ", gemm_half_kernel_name(g.kernel),
+           " kernel needs a CPU with AVX-512", g.kernel == GemmHalfKernel::Dot ? "-BF16" : "",
            ", found none");
-  FT_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "gemm_bf16: expected non-negative sizes, found M=", g.M, " N=", g.N,
+  FT_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "gemm_half: expected non-negative sizes, found M=", g.M, " N=", g.N,
            " K=", g.K);
-  FT_CHECK(g.c != nullptr || g.M * g.N == 0, "gemm_bf16: output pointer is null");
-  FT_CHECK(g.M <= 1 || g.ldc >= g.N, "gemm_bf16: expected ldc >= N (", g.N, "), found ", g.ldc);
-  FT_CHECK(!(g.accumulate && g.bias), "gemm_bf16: bias with accumulate is not supported");
-  FT_CHECK(!(g.kernel == GemmBf16Kernel::Dot && g.format == HalfFormat::F16),
-           "gemm_bf16: the dot kernel takes bf16 operands, found f16 (use the fma kernel)");
+  FT_CHECK(g.c != nullptr || g.M * g.N == 0, "gemm_half: output pointer is null");
+  FT_CHECK(g.M <= 1 || g.ldc >= g.N, "gemm_half: expected ldc >= N (", g.N, "), found ", g.ldc);
+  FT_CHECK(!(g.accumulate && g.bias), "gemm_half: bias with accumulate is not supported");
+  FT_CHECK(!(g.kernel == GemmHalfKernel::Dot && g.format == HalfFormat::F16),
+           "gemm_half: the dot kernel takes bf16 operands, found f16 (use the fma kernel)");
   if (g.M == 0 || g.N == 0) return;
-  FT_CHECK(g.K == 0 || (g.a != nullptr && g.b != nullptr), "gemm_bf16: operand pointer is null");
-  if (g.kernel == GemmBf16Kernel::Dot)
+  FT_CHECK(g.K == 0 || (g.a != nullptr && g.b != nullptr), "gemm_half: operand pointer is null");
+  if (g.kernel == GemmHalfKernel::Dot)
     run_gemm<Dot>(g);
   else if (g.format == HalfFormat::F16)
     run_gemm<FmaF16>(g);

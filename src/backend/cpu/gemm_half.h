@@ -1,15 +1,15 @@
-// A GEMM for 16-bit float operands — bf16, or IEEE f16 (`format`) — with f32 accumulation:
+// A GEMM for 16-bit ("half") float operands — bf16, or IEEE f16 (`format`) — with f32
+// accumulation:
 //
 //   C[m, n] (+)= sum_k A[m, k] * B[k, n] (+ bias[n])     f32 or 16-bit C
 //
-// (Named for bf16, its first and main use; f16 takes the same path, widened with F16C.)
 // Why it exists: bf16 matmul used to convert both operands to f32 in memory and call sgemm, or
 // run oneDNN 2.6's bf16 matmul (slower still on this CPU). This GEMM widens bf16 to f32 while
 // packing (no converted copies, no allocation per call), reads transposed and strided views
 // through its packing, and fuses bias, accumulation and the bf16 rounding into the one store of
 // each output tile.
 //
-// Two inner products (GemmBf16Kernel):
+// Two inner products (GemmHalfKernel):
 // - Fma: packed f32 operands, vfmadd231ps. The default: measured on this Sapphire-Rapids-class
 //   VM (no AMX), one core runs 7.1 G vfmadd231ps/s (226 GFLOP/s) but only 1.76 G vdpbf16ps/s
 //   (113 GFLOP/s): vdpbf16ps does twice the work per instruction at a quarter of the rate.
@@ -28,14 +28,14 @@
 
 namespace ft::cpu {
 
-enum class GemmBf16Kernel { Auto, Dot, Fma };  // Auto = Fma (see above)
+enum class GemmHalfKernel { Auto, Dot, Fma };  // Auto = Fma (see above)
 enum class HalfFormat { BF16, F16 };
-const char* gemm_bf16_kernel_name(GemmBf16Kernel k);
+const char* gemm_half_kernel_name(GemmHalfKernel k);
 
 // True when the CPU can run the kernel: AVX-512 (F, BW, VL), plus AVX512-BF16 for Dot.
-bool gemm_bf16_available(GemmBf16Kernel k = GemmBf16Kernel::Auto);
+bool gemm_half_available(GemmHalfKernel k = GemmHalfKernel::Auto);
 
-struct GemmBf16Args {
+struct GemmHalfArgs {
   int64_t M = 0, N = 0, K = 0;
   HalfFormat format = HalfFormat::BF16;  // of a, b, bias, and C when c_half
   // A[m, k] = a[m * a_rs + k * a_cs]; B[k, n] = b[k * b_rs + n * b_cs] (16-bit patterns, any strides).
@@ -49,11 +49,11 @@ struct GemmBf16Args {
   bool c_half = false;
   bool accumulate = false;          // C += A B instead of C = A B
   const uint16_t* bias = nullptr;   // optional [N], unit stride, added to every row
-  GemmBf16Kernel kernel = GemmBf16Kernel::Auto;
+  GemmHalfKernel kernel = GemmHalfKernel::Auto;
 };
 
 // Runs the GEMM, parallel over the thread pool (inline when already inside a parallel region).
 // Throws ft::Error when the CPU cannot run the kernel or the arguments are inconsistent.
-void gemm_bf16(const GemmBf16Args& args);
+void gemm_half(const GemmHalfArgs& args);
 
 }  // namespace ft::cpu

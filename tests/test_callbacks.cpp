@@ -9,6 +9,8 @@
 #include <fstream>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "fasttrain/callbacks.h"
 #include "support/expect_error.h"
 
@@ -105,7 +107,7 @@ TEST(EarlyStopping, StateRoundTripContinuesIdentically) {
     EarlyStopping a(MonitorMode::Min, 3, 0.1);
     for (int i = 0; i < cut; ++i) a.update(values[i]);
     EarlyStopping b(MonitorMode::Min, 3, 0.1);
-    b.load_state(nlohmann::json::parse(a.state().dump()));  // through text, as in a checkpoint
+    b.load_state(a.state());  // through text, as in a checkpoint
     EXPECT_EQ(b.best(), a.best());
     EXPECT_EQ(b.wait_count(), a.wait_count());
     for (size_t i = cut; i < values.size(); ++i) {
@@ -120,27 +122,28 @@ TEST(EarlyStopping, RejectsBadConfigurationAndState) {
   expect_error([] { EarlyStopping(MonitorMode::Min, 1, -0.5); }, "expected a finite min_delta >= 0, found -0.5");
   expect_error([] { EarlyStopping(MonitorMode::Min, 1, kNaN); }, "finite min_delta");
   EarlyStopping es(MonitorMode::Min, 2);
-  const nlohmann::json good = es.state();
-  expect_error([&] { es.load_state(nlohmann::json::array()); }, "early stopping state: expected a JSON object, found array");
-  expect_error([&] { EarlyStopping(MonitorMode::Max, 2).load_state(good); },
+  const nlohmann::json good = nlohmann::json::parse(es.state());
+  expect_error([&] { es.load_state("[]"); }, "early stopping state: expected a JSON object, found array");
+  expect_error([&] { es.load_state("{\"mode\": "); }, "early stopping state: not valid JSON");
+  expect_error([&] { EarlyStopping(MonitorMode::Max, 2).load_state(good.dump()); },
                "early stopping state: saved for mode 'min', this run monitors 'max'");
   for (const char* f : {"mode", "best", "wait", "stop"}) {
     nlohmann::json s = good;
     s.erase(f);
-    expect_error([&] { es.load_state(s); }, std::string("missing field '") + f + "'");
+    expect_error([&] { es.load_state(s.dump()); }, std::string("missing field '") + f + "'");
   }
   nlohmann::json s = good;
   s["wait"] = -1;
-  expect_error([&] { es.load_state(s); }, "field 'wait' must be an integer >= 0, found -1");
+  expect_error([&] { es.load_state(s.dump()); }, "field 'wait' must be an integer >= 0, found -1");
   s = good;
   s["best"] = "low";
-  expect_error([&] { es.load_state(s); }, "field 'best' must be a number");
+  expect_error([&] { es.load_state(s.dump()); }, "field 'best' must be a number");
   s = good;
   s["stop"] = 1;
-  expect_error([&] { es.load_state(s); }, "field 'stop' must be true or false, found 1");
+  expect_error([&] { es.load_state(s.dump()); }, "field 'stop' must be true or false, found 1");
   s = good;
   s["mode"] = "avg";
-  expect_error([&] { es.load_state(s); }, "field 'mode' must be \"min\" or \"max\", found \"avg\"");
+  expect_error([&] { es.load_state(s.dump()); }, "field 'mode' must be \"min\" or \"max\", found \"avg\"");
 }
 
 // --- CheckpointKeeper --------------------------------------------------------------------------
@@ -204,7 +207,7 @@ TEST(CheckpointKeeper, StateRoundTripContinuesIdentically) {
   a.add("s2", 200, kNaN);
   a.add("s3", 300, 0.25);
   CheckpointKeeper b(1, 2, MonitorMode::Max);
-  b.load_state(nlohmann::json::parse(a.state().dump()));
+  b.load_state(a.state());
   EXPECT_EQ(b.state(), a.state());
   EXPECT_EQ(b.best_dir(), a.best_dir());
   const std::vector<std::pair<int64_t, double>> next = {{400, 0.1}, {500, kNaN}, {600, 0.75}, {700, 0.3}};
@@ -222,25 +225,26 @@ TEST(CheckpointKeeper, RejectsBadConfigurationInputAndState) {
   expect_error([&] { k.add("s", -2, 0.0); }, "s: expected a step >= 0, found -2");
 
   k.add("s1", 1, 0.5);
-  const nlohmann::json good = k.state();
-  expect_error([&] { CheckpointKeeper(1, 1, MonitorMode::Max).load_state(good); },
+  const nlohmann::json good = nlohmann::json::parse(k.state());
+  expect_error([&] { CheckpointKeeper(1, 1, MonitorMode::Max).load_state(good.dump()); },
                "checkpoint keeping state: saved for mode 'min', this run monitors 'max'");
   nlohmann::json s = good;
   s["kept"] = 3;
-  expect_error([&] { k.load_state(s); }, "field 'kept' must be an array, found number");
+  expect_error([&] { k.load_state(s.dump()); }, "field 'kept' must be an array, found number");
   s = good;
   s["kept"][0].erase("dir");
-  expect_error([&] { k.load_state(s); }, "missing field 'dir'");
+  expect_error([&] { k.load_state(s.dump()); }, "missing field 'dir'");
   s = good;
   s["kept"][0]["dir"] = "";
-  expect_error([&] { k.load_state(s); }, "field 'dir' must be a non-empty string");
+  expect_error([&] { k.load_state(s.dump()); }, "field 'dir' must be a non-empty string");
   s = good;
   s["kept"][0]["step"] = 1.5;
-  expect_error([&] { k.load_state(s); }, "field 'step' must be an integer >= 0, found 1.5");
+  expect_error([&] { k.load_state(s.dump()); }, "field 'step' must be an integer >= 0, found 1.5");
   s = good;
   s["kept"][0]["metric"] = nullptr;
-  expect_error([&] { k.load_state(s); }, "field 'metric' must be a number, \"inf\", \"-inf\" or \"nan\", found null");
-  EXPECT_EQ(k.state(), good);  // a rejected state leaves the keeper as it was
+  expect_error([&] { k.load_state(s.dump()); },
+               "field 'metric' must be a number, \"inf\", \"-inf\" or \"nan\", found null");
+  EXPECT_EQ(nlohmann::json::parse(k.state()), good);  // a rejected state leaves the keeper as it was
 }
 
 TEST(CheckpointKeeper, DeleteUnkeptRemovesFoldersRecursively) {

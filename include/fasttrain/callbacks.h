@@ -1,12 +1,14 @@
 // Decisions the Trainer takes from monitored metrics, as in Lightning's EarlyStopping and
 // ModelCheckpoint callbacks. Plain state machines (no I/O except CheckpointKeeper's deletes), so
 // they are easy to test and their state is saved in checkpoints. Implemented in src/train/callbacks.cpp.
+//
+// State travels as JSON text rather than a JSON library's value type, so that this header (and a
+// program using it) needs nothing beyond the standard library; the Trainer embeds the text in
+// trainer_state.json.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ft::train {
 
@@ -23,8 +25,8 @@ class EarlyStopping {
   bool should_stop() const { return stop_; }
   double best() const { return best_; }
   int64_t wait_count() const { return wait_; }
-  nlohmann::json state() const;
-  void load_state(const nlohmann::json& state);  // validates fields, names the bad one
+  std::string state() const;                      // a JSON object, as text
+  void load_state(const std::string& json_text);  // validates fields, names the bad one
 
  private:
   MonitorMode mode_;
@@ -45,8 +47,8 @@ class CheckpointKeeper {
   std::vector<std::string> add(const std::string& dir, int64_t step, double metric);
   // The best kept checkpoint so far ("" if none has a metric).
   std::string best_dir() const;
-  nlohmann::json state() const;
-  void load_state(const nlohmann::json& state);
+  std::string state() const;  // a JSON object, as text
+  void load_state(const std::string& json_text);
 
  private:
   struct Entry {

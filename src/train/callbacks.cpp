@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "fasttrain/error.h"
 
 namespace ft::train {
@@ -31,6 +33,14 @@ nlohmann::json number_to_json(double v) {
 template <class... Args>
 [[noreturn]] void bad_state(const char* who, const Args&... args) {
   FT_FAIL(who, " state: ", args...);
+}
+
+nlohmann::json parse_state(const char* who, const std::string& text) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    bad_state(who, "not valid JSON (", e.what(), ")");
+  }
 }
 
 const nlohmann::json& field(const char* who, const nlohmann::json& state, const char* name) {
@@ -93,12 +103,15 @@ bool EarlyStopping::update(double value) {
   return stop_;
 }
 
-nlohmann::json EarlyStopping::state() const {
-  return {{"mode", mode_name(mode_)}, {"best", number_to_json(best_)}, {"wait", wait_}, {"stop", stop_}};
+std::string EarlyStopping::state() const {
+  const nlohmann::json state = {
+      {"mode", mode_name(mode_)}, {"best", number_to_json(best_)}, {"wait", wait_}, {"stop", stop_}};
+  return state.dump();
 }
 
-void EarlyStopping::load_state(const nlohmann::json& state) {
+void EarlyStopping::load_state(const std::string& json_text) {
   const char* who = "early stopping";
+  const nlohmann::json state = parse_state(who, json_text);
   check_mode(who, state, mode_);
   const double best = number_from_json(who, field(who, state, "best"), "best");
   const int64_t wait = count_from_json(who, field(who, state, "wait"), "wait");
@@ -171,14 +184,16 @@ std::string CheckpointKeeper::best_dir() const {
   return best ? best->dir : "";
 }
 
-nlohmann::json CheckpointKeeper::state() const {
+std::string CheckpointKeeper::state() const {
   nlohmann::json kept = nlohmann::json::array();
   for (const Entry& e : kept_) kept.push_back({{"dir", e.dir}, {"step", e.step}, {"metric", number_to_json(e.metric)}});
-  return {{"mode", mode_name(mode_)}, {"kept", kept}};
+  const nlohmann::json state = {{"mode", mode_name(mode_)}, {"kept", kept}};
+  return state.dump();
 }
 
-void CheckpointKeeper::load_state(const nlohmann::json& state) {
+void CheckpointKeeper::load_state(const std::string& json_text) {
   const char* who = "checkpoint keeping";
+  const nlohmann::json state = parse_state(who, json_text);
   check_mode(who, state, mode_);
   const nlohmann::json& kept = field(who, state, "kept");
   if (!kept.is_array()) bad_state(who, "field 'kept' must be an array, found ", kept.type_name());

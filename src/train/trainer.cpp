@@ -384,7 +384,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"pending_loss_count", impl_->loss_count},
                 {"optimizer", impl_->optimizer->name()},
                 {"config", config_to_json(config_)}};
-  if (impl_->early_stopping) state["early_stopping"] = impl_->early_stopping->state();
+  if (impl_->early_stopping) state["early_stopping"] = json::parse(impl_->early_stopping->state());
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
   write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
   write_file_atomically(tmp + "/task.json", task_->describe().dump(2) + "\n");
@@ -438,7 +438,8 @@ void Trainer::resume(const std::string& dir) {
   impl_->runner->scaler().load_state_tensors(scaler_state.tensors);
   try {
     // The checkpoint keeper is not restored: it manages the folders of this run, not the old one's.
-    if (impl_->early_stopping && st.contains("early_stopping")) impl_->early_stopping->load_state(st.at("early_stopping"));
+    if (impl_->early_stopping && st.contains("early_stopping"))
+      impl_->early_stopping->load_state(st.at("early_stopping").dump());
   } catch (const json::exception& e) {
     FT_FAIL(state_path, ": malformed trainer state: ", e.what());
   }

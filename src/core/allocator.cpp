@@ -31,7 +31,10 @@ class CpuCachingAllocator final : public AllocatorBookkeeping {
     void* p = take_cached_locked(size);
     const bool from_system = p == nullptr;
     if (from_system) {
-      p = std::aligned_alloc(64, size);
+      // aligned_alloc requires the size to be a multiple of the alignment (C11 7.22.3.1; otherwise
+      // undefined, and ASan stops there), which the size classes below 512 bytes are not (80, 96,
+      // 160, ...). The spare tail is never handed out: the block stays in its size class.
+      p = std::aligned_alloc(64, (size + 63) / 64 * 64);
       if (!p)
         throw OutOfMemoryError(detail::concat("cpu: out of memory: requested ", nbytes, " bytes with ",
                                               stats_.allocated_bytes, " bytes allocated and ",

@@ -6,8 +6,9 @@
 # Usage: bench/compare_cpu.sh [build dir (default build/release)] [threads (default 2)]
 #                             [steps (default 10)] [rounds (default 1)] [jsonl out (default <build>/compare_cpu.jsonl)]
 # On a shared machine other jobs distort the figures badly (two spinning OpenMP threads sharing
-# one free core run 5-20x slower, in both libraries): each pair of runs reports how busy the CPUs
-# were just before it, and FT_BENCH_WAIT_IDLE=S waits up to S seconds for them to go idle first.
+# one free core run many times slower, in both libraries; docs/PERF.md): each pair of runs
+# reports how busy the CPUs were just before it, and FT_BENCH_WAIT_IDLE=S waits up to S seconds
+# for them to go idle first.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../build/release}"

@@ -3,7 +3,8 @@
 #include "backend/cpu/blas_setup.h"
 #include "fasttrain/fasttrain.h"
 
-// On an AVX-512 machine OpenBLAS must not be left on its generic SSE3 kernels (5-8x slower GEMMs).
+// On an AVX-512 machine OpenBLAS must not be left on its generic SSE3 kernels (much slower GEMMs;
+// docs/PERF.md).
 TEST(BlasSetup, AvoidsGenericKernelsOnAvx512Machines) {
   ft::get_num_threads();  // first use of the thread pool configures BLAS
   std::string core = ft::cpu::blas_core_name();

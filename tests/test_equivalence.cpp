@@ -44,7 +44,8 @@ int run_torch(const std::string& workload, const fs::path& dir) {
 
 void expect_same_curve(const std::string& workload, int64_t batch) {
   // One thread on both sides: the test stays fast when other jobs share the cores (two spinning
-  // OpenMP threads on one free core can take 20x longer) and agreement does not rest on a split.
+  // OpenMP threads on one free core can take many times longer; docs/PERF.md) and agreement does
+  // not rest on a split.
   set_num_threads(1);
   fs::path dir = fs::temp_directory_path() / ("ft_equivalence_" + std::to_string(::getpid()) + "_" + workload);
   fs::remove_all(dir);

@@ -199,9 +199,9 @@ TEST(Trainer, CharTaskApproachesTheEntropyFloor) {
   c.batch_size = 64;
   c.train_chars = 400000;
   c.goal_gap = 0.3;
-  // Results do not depend on the thread count; one thread keeps the time steady (about 15 s)
-  // when other test processes share the two cores (OpenMP barriers spin on an oversubscribed
-  // machine and two threads then run several times slower than one).
+  // Results do not depend on the thread count; one thread keeps the time steady when other test
+  // processes share the two cores (OpenMP barriers spin on an oversubscribed machine and two
+  // threads then run several times slower than one).
   c.threads = 1;
   Trainer t(c);
   TrainResult r = t.fit();

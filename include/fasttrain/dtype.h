@@ -49,7 +49,8 @@ struct f16 {
   // With F16C (x86's half-precision conversion instructions, in every AVX2-era CPU) a conversion
   // is one inlined instruction that rounds to nearest even, as IEEE and the software version do;
   // without it, the exact software conversion. The two agree on every value (tested), NaNs
-  // included. Per-element calls into the software version used to be ~40% of an fp16-mixed step.
+  // included. Per-element calls into the software version used to be a large share of an
+  // fp16-mixed step (docs/PERF.md).
 #if defined(__F16C__) && defined(__FLT16_MAX__)
   static uint16_t from_float(float f) {
     const auto h = static_cast<_Float16>(f);

@@ -8,8 +8,8 @@
 #define FT_HD __host__ __device__ __forceinline__
 #else
 // Always inlined: the op argument must fold to a constant inside each kernel's loop, or the
-// switch runs per element and the loop does not vectorise (12 ns vs 0.7 ns per tanh-GELU
-// derivative when GCC declined to inline unary_derivative).
+// switch runs per element and the loop does not vectorise (GCC once declined to inline
+// unary_derivative, and the tanh-GELU derivative became many times slower; docs/PERF.md).
 #define FT_HD inline __attribute__((always_inline))
 #endif
 

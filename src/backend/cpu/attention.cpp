@@ -1,8 +1,8 @@
 // Tiled attention kernels; the algorithm is described in attention.h. Implementation notes:
 // - f32 tiles (also bf16/f16, widened) are multiplied with oneDNN's dnnl_sgemm, which picks its
 //   AVX2/AVX-512 kernels from the CPU's feature bits. OpenBLAS picks kernels by CPU model and on
-//   virtualised CPUs reporting a generic model falls back to SSE3 ("Prescott") kernels, 7x
-//   slower here. f64 (used for checking) goes through cblas_dgemm. Inside the parallel_for both
+//   virtualised CPUs reporting a generic model falls back to SSE3 ("Prescott") kernels, far
+//   slower (docs/PERF.md). f64 (used for checking) goes through cblas_dgemm. Inside the parallel_for both
 //   run single-threaded on the calling pool thread (nested OpenMP regions are serialised, and
 //   the tiles are below OpenBLAS's threading threshold), so threads never oversubscribe cores.
 // - f32/f64 operands whose last dimension is dense are handed to the GEMM in place (any B/H/T

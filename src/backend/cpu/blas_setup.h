@@ -1,6 +1,6 @@
 // OpenBLAS set-up. OpenBLAS picks its kernels by CPU model name; on a CPU it does not recognise
 // (virtual machines often report a generic "Intel Xeon Processor") it falls back to the SSE3
-// "Prescott" kernels, 5-8x slower than its AVX-512 ones on the same machine. The choice is made
+// "Prescott" kernels, several times slower than its AVX-512 ones (docs/PERF.md). The choice is made
 // when the library loads, from OPENBLAS_CORETYPE. ensure_blas_kernels() repairs it once per
 // process: when OpenBLAS chose a generic core, the user did not set OPENBLAS_CORETYPE, and the CPU
 // has AVX-512, it selects the matching AVX-512 core and re-runs OpenBLAS's kernel selection.

@@ -4,10 +4,11 @@
 //   y[n, o, i, j] = b[o] + sum_{c in group(o), p, q} w[o, c, p, q] * x[n, c, i*sh - ph + p*dh, j*sw - pw + q*dw]
 //
 // f32 and bf16 run on oneDNN's convolution primitives (brgemm/JIT kernels for AVX-512 and
-// AVX-512-BF16), which on the cnn-mini shapes are 3-5x faster than im2col + OpenBLAS sgemm (see
-// conv_onednn.cpp). f16 computes in f32 on converted copies (oneDNN 2.6 has no fast f16 CPU
-// convolution) and rounds the results. f64, and any configuration oneDNN rejects or would only
-// run with its slow reference implementation, use the im2col + GEMM reference path below.
+// AVX-512-BF16), which on the cnn-mini shapes are several times faster than im2col + OpenBLAS
+// sgemm (see conv_onednn.cpp; figures in docs/PERF.md). f16 computes in f32 on converted copies
+// (oneDNN 2.6 has no fast f16 CPU convolution) and rounds the results. f64, and any configuration
+// oneDNN rejects or would only run with its slow reference implementation, use the im2col + GEMM
+// reference path below.
 #pragma once
 #include "backend/kernel_params.h"
 #include "fasttrain/ops/conv.h"

@@ -1,10 +1,11 @@
 // Convolution on oneDNN's primitives (f32 and bf16).
 //
 // Why these choices (measured on 2 cores, AVX-512 with BF16, batch 64, 3x3 convs of the cnn-mini
-// model; see the branch report for the table):
+// model; the figures are in docs/PERF.md):
 // - Weights are described with format `any` and reordered from the user's OIHW each call: with a
 //   plain OIHW weight descriptor oneDNN only offers its reference kernel for NHWC activations
-//   (100-1000x slower); with `any` it picks the brgemm kernels, 3-5x faster than im2col+sgemm.
+//   (orders of magnitude slower); with `any` it picks the brgemm kernels, several times faster
+//   than im2col+sgemm.
 // - NHWC (channels-last) activations are used in place: brgconv runs on them directly.
 // - NCHW activations are described with `any` too: oneDNN then picks its blocked (nChw16c) JIT
 //   kernels, and the reorders in and out cost much less than the plain-NCHW GEMM kernel loses.

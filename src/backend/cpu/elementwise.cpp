@@ -89,7 +89,7 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
 }
 
 // grad * f'(x, y), one loop per op (selected outside the loop, as in the forward) so each body
-// vectorises; a switch inside the loop cost ~10x on tanh-GELU's backward.
+// vectorises; a switch inside the loop made tanh-GELU's backward many times slower (docs/PERF.md).
 #define FT_UNARY_BACKWARD_CASE(OP)                                                                    \
   case UnaryOp::OP:                                                                                 \
     ternary_loop<T, T, T>(out, grad, x, y, [](C g, C xv, C yv) {                                    \

@@ -10,9 +10,10 @@
 // each output tile.
 //
 // Two inner products (GemmHalfKernel):
-// - Fma: packed f32 operands, vfmadd231ps. The default: measured on this Sapphire-Rapids-class
-//   VM (no AMX), one core runs 7.1 G vfmadd231ps/s (226 GFLOP/s) but only 1.76 G vdpbf16ps/s
-//   (113 GFLOP/s): vdpbf16ps does twice the work per instruction at a quarter of the rate.
+// - Fma: packed f32 operands, vfmadd231ps. The default: on the Sapphire-Rapids-class development
+//   VM (no AMX) vdpbf16ps does twice the work per instruction but retires so much more slowly
+//   that it computes fewer FLOP per second than vfmadd231ps (bench/instruction_rates measures
+//   both; figures in docs/PERF.md).
 // - Dot: bf16 pairs, vdpbf16ps (AVX512-BF16); kept for CPUs where it runs at the FMA rate.
 //   bf16 only.
 //

@@ -357,10 +357,10 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
       blas_matmul<double>(a, b, out, accumulate, bias);
       return;
     case DType::BF16:
-      // Measured on the target Xeon (AVX512-BF16, no AMX), one core: oneDNN 2.6's brgemm bf16
-      // matmul reaches ~110 GFLOP/s at 512^3 and ~65 at 2048x768x768; convert + sgemm reaches
-      // ~180 and ~140 with OpenBLAS's AVX-512 kernels but only ~30 and ~25 with its Prescott
-      // fallback. So oneDNN unless OpenBLAS runs its AVX-512 kernels.
+      // On the development Xeon (AVX512-BF16, no AMX) convert + sgemm beats oneDNN 2.6's brgemm
+      // bf16 matmul with OpenBLAS's AVX-512 kernels and loses to it by far with OpenBLAS's
+      // Prescott fallback (figures in docs/PERF.md). So oneDNN unless OpenBLAS runs its AVX-512
+      // kernels.
       // gemm_half skips the conversion passes of the via-f32 path (see gemm_half.h).
       if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;
       if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;

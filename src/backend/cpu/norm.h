@@ -4,8 +4,8 @@
 // owns a block of rows; each row is read from cache a few times (statistics, then the normalised
 // write), so the kernel streams x and y through memory once. Statistics are two-pass in the
 // compute type (f32 for f32/bf16/f16, f64 for f64) with 32 independent partial sums, so the inner
-// loops vectorise and are not bound by the latency of one chain of vector adds (with 8 they ran
-// 2x slower than PyTorch). Backward fuses dx (per-row) with the dweight/dbias column sums: every
+// loops vectorise and are not bound by the latency of one chain of vector adds (with 8 they were
+// slower than PyTorch; docs/PERF.md). Backward fuses dx (per-row) with the dweight/dbias column sums: every
 // row block accumulates into its own partial buffer, and the partial buffers are added
 // afterwards, so no two threads write the same memory and the result does not depend on
 // scheduling (the block count is fixed up to 16 threads, so 1 and 2 threads agree bitwise).
@@ -21,9 +21,8 @@
 // Backward is one reduction pass (sum dy, sum dy*(x-mean)) and one map pass
 // dx = dy*k1 + (x-mean)*k2 + k3 with per-channel k's (k2 = k3 = 0 in eval mode).
 //
-// Measured on one core (this machine, [16384, 384] rows, [64, 32, 32, 32] images), against
-// PyTorch 1.13: layer_norm f32 fwd 2.2 ms (3.6), fwd+bwd 5.6 ms (12.3); bf16 fwd 3.0 ms (43);
-// batch_norm f32 NCHW fwd+bwd 2.4 ms (4.4), NHWC 2.6 ms (2.7).
+// Timings against PyTorch are in docs/PERF.md (they depend on the machine, so they are kept with
+// its description rather than here).
 #pragma once
 #include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"

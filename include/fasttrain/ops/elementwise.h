@@ -19,6 +19,10 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, Scalar exponent);
 
+// One-input ops in the input's dtype (16-bit floats computed in f32). neg, abs, square and relu
+// take integer tensors too; the rest need a floating one. Each is one line of FT_UNARY_OPS
+// (src/backend/elementwise_math.h), which generates its definition; that definition needs the
+// declaration here.
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor exp(const Tensor& x);

@@ -1,4 +1,9 @@
-"""Reference cases for the elementwise family (tests/test_elementwise.cpp)."""
+"""Reference cases for the elementwise family (tests/test_elementwise.cpp).
+
+Unary and binary cases carry op=<name in the C++ op lists>; test_elementwise.cpp runs every
+such case from the manifest and fails for a listed op without one. A new activation is one
+line in UNARY (or POSITIVE for ops defined for x > 0).
+"""
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -19,30 +24,33 @@ def cases():
     for dtype in ("f32", "f64", "bf16", "f16"):
         for name, fn in UNARY.items():
             n = f"{name}_{dtype}"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": randn(n, 7, 33)}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": randn(n, 7, 33)}, dtype=dtype, op=name)
             n = f"{name}_{dtype}_transposed"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": transposed(randn(n, 5, 6))}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": transposed(randn(n, 5, 6))}, dtype=dtype, op=name)
         for name, fn in POSITIVE.items():
             n = f"{name}_{dtype}"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": np.abs(randn(n, 7, 33)) + 0.1}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": np.abs(randn(n, 7, 33)) + 0.1}, dtype=dtype, op=name)
             n = f"{name}_{dtype}_strided"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": strided(np.abs(randn(n, 4, 9)) + 0.1)}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": strided(np.abs(randn(n, 4, 9)) + 0.1)}, dtype=dtype, op=name)
         for name, fn in BINARY.items():
             n = f"{name}_{dtype}"
             b = randn(n + "b", 6, 10)
             if name == "div":
                 b = np.sign(b) * (np.abs(b) + 0.5)
-            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 6, 10), "b": b}, dtype=dtype)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 6, 10), "b": b}, dtype=dtype, op=name)
             n = f"{name}_{dtype}_bcast"
             b = randn(n + "b", 1, 10)
             if name == "div":
                 b = np.sign(b) * (np.abs(b) + 0.5)
-            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": transposed(randn(n, 3, 4, 10)), "b": b}, dtype=dtype)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": transposed(randn(n, 3, 4, 10)), "b": b}, dtype=dtype,
+                       op=name)
             n = f"{name}_{dtype}_expand"
-            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 5, 8), "b": broadcast(np.abs(randn(n + "b", 1, 8)) + 0.5, (5, 8))}, dtype=dtype)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 5, 8), "b": broadcast(np.abs(randn(n + "b", 1, 8)) + 0.5, (5, 8))}, dtype=dtype,
+                       op=name)
     # pow with tensor exponent and scalar exponent
     n = "pow_f64"
-    yield case(n, lambda a, b: torch.pow(a, b), {"a": np.abs(randn(n, 4, 5)) + 0.2, "b": randn(n + "b", 4, 5)}, dtype="f64")
+    yield case(n, lambda a, b: torch.pow(a, b), {"a": np.abs(randn(n, 4, 5)) + 0.2, "b": randn(n + "b", 4, 5)}, dtype="f64",
+               op="pow")
     n = "pow_scalar_f32"
     yield case(n, lambda a: torch.pow(a, 3.5), {"a": np.abs(randn(n, 4, 5)) + 0.2}, dtype="f32", params={"e": 3.5})
     # clamp with both bounds and one bound
@@ -69,6 +77,6 @@ def cases():
             a = g.integers(-3, 3, (5, 6)).astype(np.float64)
             b = g.integers(-3, 3, (1, 6)).astype(np.float64)
             yield case(n, lambda a, b, name=name: getattr(torch, name)(a, b), {"a": transposed(a), "b": b},
-                       dtype=dtype, grad=False)
+                       dtype=dtype, grad=False, op=name)
     n = "logical_not_bool"
     yield case(n, lambda x: torch.logical_not(x), {"x": rng(n).random((4, 5)) > 0.5}, grad=False)

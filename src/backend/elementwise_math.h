@@ -117,7 +117,8 @@ FT_HD T pow_(T a, T b) {
      gelu_tanh_derivative(x))                                                                                          \
   OP(Silu,     silu,      Floating, Input,  Public,                                                                    \
      x / (T(1) + exp_(-x)),                                                                                            \
-     silu_derivative(x))
+     silu_derivative(x))                                                                                               \
+  /* end of the list: every op line ends in a backslash, so appending one changes no other line */
 // clang-format on
 
 // The binary ops: OP(Op, name, kind, formula(a, b)). kind Arithmetic: the result has the
@@ -139,7 +140,8 @@ FT_HD T pow_(T a, T b) {
   OP(Lt,  lt,      Comparison, a < b)                                                                                  \
   OP(Le,  le,      Comparison, a <= b)                                                                                 \
   OP(Gt,  gt,      Comparison, a > b)                                                                                  \
-  OP(Ge,  ge,      Comparison, a >= b)
+  OP(Ge,  ge,      Comparison, a >= b)                                                                                 \
+  /* end of the list */
 // clang-format on
 
 #define FT_MATH_ENUMERATOR(Op, ...) Op,

@@ -118,6 +118,7 @@ FT_HD T pow_(T a, T b) {
   OP(Silu,     silu,      Floating, Input,  Public,                                                                    \
      x / (T(1) + exp_(-x)),                                                                                            \
      silu_derivative(x))                                                                                               \
+  OP(Softplus, softplus,  Floating, Input,  Public,   x > T(20) ? x : log1p(exp_(x)), x > T(20) ? T(1) : sigmoid_(x))    \
   /* end of the list: every op line ends in a backslash, so appending one changes no other line */
 // clang-format on
 

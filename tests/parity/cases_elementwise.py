@@ -13,7 +13,7 @@ from parity_lib import broadcast, case, randn, rng, strided, transposed
 UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
-    "square": torch.square,
+    "square": torch.square, "softplus": F.softplus,
 }
 POSITIVE = {"log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
@@ -47,6 +47,9 @@ def cases():
             n = f"{name}_{dtype}_expand"
             yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 5, 8), "b": broadcast(np.abs(randn(n + "b", 1, 8)) + 0.5, (5, 8))}, dtype=dtype,
                        op=name)
+    # softplus returns x itself past its threshold, 20: inputs on both sides
+    n = "softplus_f32_threshold"
+    yield case(n, lambda x: F.softplus(x), {"x": 12 * randn(n, 4, 9)}, op="softplus")
     # pow with tensor exponent and scalar exponent
     n = "pow_f64"
     yield case(n, lambda a, b: torch.pow(a, b), {"a": np.abs(randn(n, 4, 5)) + 0.2, "b": randn(n + "b", 4, 5)}, dtype="f64",

@@ -36,6 +36,8 @@ Tensor relu(const Tensor& x);
 enum class GeluApprox { None, Tanh };  // None: exact x*Phi(x) with erf
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
 Tensor silu(const Tensor& x);
+// log(1 + e^x), and x itself past 20 (PyTorch's softplus with beta 1, threshold 20).
+Tensor softplus(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // Selection: cond is bool (or any dtype, nonzero = true); broadcasting over all three.

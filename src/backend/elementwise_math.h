@@ -91,6 +91,19 @@ FT_HD T silu_derivative(T x) {
   T s = sigmoid_(x);
   return s * (T(1) + x * (T(1) - s));
 }
+// tanh(softplus(x)) = n / (n + 2) with n = e^x (e^x + 2): exp alone, so mish vectorises; past 20
+// it is 1 in double precision, and n would overflow f32 past 44.
+template <class T>
+FT_HD T tanh_softplus_(T x) {
+  const T e = exp_(x);
+  const T n = e * (e + T(2));
+  return x > T(20) ? T(1) : n / (n + T(2));
+}
+template <class T>
+FT_HD T mish_derivative(T x) {
+  const T w = tanh_softplus_(x);
+  return w + x * (T(1) - w * w) * sigmoid_(x);
+}
 template <class T>
 FT_HD T pow_(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
@@ -143,6 +156,7 @@ FT_HD T pow_(T a, T b) {
   OP(Softplus, softplus,  Floating, Input,  Public,                                                                    \
      x > T(20) ? x : (x > T(0) ? x : T(0)) + log1p_unit_(exp_(-fabs(x))),                                              \
      x > T(20) ? T(1) : sigmoid_(x))                                                                                   \
+  OP(Mish,     mish,      Floating, Input,  Public,   x * tanh_softplus_(x), mish_derivative(x))                       \
   /* end of the list: every op line ends in a backslash, so appending one changes no other line */
 // clang-format on
 

@@ -14,6 +14,8 @@ UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
     "square": torch.square, "softplus": F.softplus,
+    # PyTorch 1.13 has no bf16 CPU mish: f32 on the rounded input, rounded, as the bf16 kernel here computes
+    "mish": lambda x: F.mish(x.float()).to(x.dtype) if x.dtype == torch.bfloat16 else F.mish(x),
 }
 POSITIVE = {"log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,

@@ -38,6 +38,8 @@ Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
 Tensor silu(const Tensor& x);
 // log(1 + e^x), and x itself past 20 (PyTorch's softplus with beta 1, threshold 20).
 Tensor softplus(const Tensor& x);
+// x * tanh(softplus(x)) (Misra 2019; PyTorch's mish).
+Tensor mish(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // Selection: cond is bool (or any dtype, nonzero = true); broadcasting over all three.

@@ -70,6 +70,7 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     else if (fn == "gelu") f = [](const Tensor& x) { return gelu(x); };
     else if (fn == "gelu_tanh") f = [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); };
     else if (fn == "softplus") f = [](const Tensor& x) { return softplus(x); };
+    else if (fn == "mish") f = [](const Tensor& x) { return mish(x); };
     else FT_FAIL("micro_ops: unknown activation ", fn);
     return {{r({c["rows"], c["cols"]})}, [f](const std::vector<Tensor>& in) { return f(in[0]); }};
   }

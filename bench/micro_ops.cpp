@@ -1,5 +1,5 @@
 // Op micro-benchmark: times the cases of bench/micro_cases.json (matmul, conv2d, layer_norm,
-// softmax, attention; forward and forward+backward; f32 and bf16) and prints one JSON line per
+// softmax, attention, activations; forward and forward+backward; f32 and bf16) and prints one JSON line per
 // case, in the same format as bench/torch_micro.py so the two can be compared line by line.
 // Usage: micro_ops [--threads N] [--iters N] [--filter S] [--cases PATH]
 #include <algorithm>
@@ -57,6 +57,22 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     return {{r(s), r(s), r(s)}, [causal](const std::vector<Tensor>& in) {
               return scaled_dot_product_attention(in[0], in[1], in[2], causal);
             }};
+  }
+  if (op == "activation") {
+    // Memory-bound: one read and one write per element forward, three reads and a write backward,
+    // so a slow case means the per-element formula stopped vectorising.
+    const std::string fn = c["fn"];
+    std::function<Tensor(const Tensor&)> f;
+    if (fn == "relu") f = [](const Tensor& x) { return relu(x); };
+    else if (fn == "tanh") f = [](const Tensor& x) { return tanh(x); };
+    else if (fn == "sigmoid") f = [](const Tensor& x) { return sigmoid(x); };
+    else if (fn == "silu") f = [](const Tensor& x) { return silu(x); };
+    else if (fn == "gelu") f = [](const Tensor& x) { return gelu(x); };
+    else if (fn == "gelu_tanh") f = [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); };
+    else if (fn == "softplus") f = [](const Tensor& x) { return softplus(x); };
+    else if (fn == "mish") f = [](const Tensor& x) { return mish(x); };
+    else FT_FAIL("micro_ops: unknown activation ", fn);
+    return {{r({c["rows"], c["cols"]})}, [f](const std::vector<Tensor>& in) { return f(in[0]); }};
   }
   FT_FAIL("micro_ops: unknown op ", op);
 }

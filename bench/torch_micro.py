@@ -46,6 +46,11 @@ def make(case, dtype, layout):
     if op == "attention":
         shape = (case["B"], case["H"], case["T"], case["D"])
         return [r(*shape), r(*shape), r(*shape)], lambda q, k, v: attention(q, k, v, case["causal"])
+    if op == "activation":
+        fns = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": F.silu, "gelu": F.gelu,
+               "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "softplus": F.softplus,
+               "mish": F.mish}
+        return [r(case["rows"], case["cols"])], fns[case["fn"]]
     raise ValueError(op)
 
 

@@ -288,6 +288,40 @@ TEST(Attention, DefaultScaleAndTilingInvariance) {
   }
 }
 
+namespace {
+
+// The fused kernel's oracle composed of simple ops, materialising the [Tq, Tk] scores:
+// softmax(Q K^T * scale, keys j > query i masked when causal) V. Forward and backward, f64,
+// with tiles smaller than the sequences.
+Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  if (causal) {
+    const int64_t Tq = q.size(-2), Tk = k.size(-2);
+    Tensor above = gt(arange(0, Tk, 1, DType::I64).reshape({1, Tk}), arange(0, Tq, 1, DType::I64).reshape({Tq, 1}));
+    scores = masked_fill(scores, above, -INFINITY);
+  }
+  return matmul(softmax(scores, -1), v);
+}
+
+}  // namespace
+
+TEST(Attention, MatchesComposedMatmulSoftmax) {
+  SmallBlocks blocks(3, 4);
+  for (bool causal : {false, true}) {
+    for (auto [tq, tk] : {std::pair<int64_t, int64_t>{7, 9}, {9, 5}, {8, 8}}) {
+      SCOPED_TRACE(std::to_string(tq) + "x" + std::to_string(tk) + (causal ? " causal" : ""));
+      Tensor q = randn64({2, 2, tq, 5}, 70, 1.5).requires_grad_(), k = randn64({2, 2, tk, 5}, 71, 1.5).requires_grad_(),
+             v = randn64({2, 2, tk, 5}, 72).requires_grad_();
+      EXPECT_MATCHES_REFERENCE(
+          [causal](const std::vector<Tensor>& x) {
+            return scaled_dot_product_attention(x[0], x[1], x[2], causal, 0.0, 0.6);
+          },
+          [causal](const std::vector<Tensor>& x) { return composed_attention(x[0], x[1], x[2], causal, 0.6); },
+          {q, k, v});
+    }
+  }
+}
+
 TEST(Attention, F32MatchesF64AcrossTiles) {
   // The f32 path uses a polynomial exp; check it against f64 on a long, multi-tile sequence.
   Tensor q = randn64({1, 2, 200, 64}, 50, 1.5), k = randn64({1, 2, 200, 64}, 51, 1.5), v = randn64({1, 2, 200, 64}, 52);

@@ -1,6 +1,16 @@
+// Elementwise ops: PyTorch parity for every case tests/parity/cases_elementwise.py lists (walked
+// from the generator's manifest), gradient checks for every op of the lists in
+// backend/elementwise_math.h, type promotion and errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <set>
+
+#include "backend/elementwise_math.h"
 #include "fasttrain/fasttrain.h"
+#include "ops/unary.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"
 
@@ -9,94 +19,116 @@ using test::ParityCase;
 
 namespace {
 
-Tensor call_unary(const std::string& name, const Tensor& x) {
-  if (name == "neg") return neg(x);
-  if (name == "abs") return abs(x);
-  if (name == "exp") return exp(x);
-  if (name == "log") return log(x);
-  if (name == "sqrt") return sqrt(x);
-  if (name == "rsqrt") return rsqrt(x);
-  if (name == "square") return square(x);
-  if (name == "tanh") return tanh(x);
-  if (name == "sigmoid") return sigmoid(x);
-  if (name == "relu") return relu(x);
-  if (name == "gelu") return gelu(x);
-  if (name == "gelu_tanh") return gelu(x, GeluApprox::Tanh);
-  if (name == "silu") return silu(x);
-  FT_FAIL("unknown unary ", name);
+// Every op of the lists in backend/elementwise_math.h by name: unary ops through the function
+// users call (ops::unary for those reached through another function's option, like gelu's),
+// binary ops through `name(a, b)`. Parity cases name their op (tests/parity/cases_elementwise.py),
+// so a new op needs no edit in this file.
+using UnaryFn = Tensor (*)(const Tensor&);
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+
+struct UnaryEntry {
+  const char* name;
+  math::UnaryOp op;
+  math::UnaryDomain domain;
+  UnaryFn fn;
+};
+#define FT_TEST_CALL_Public(Op, name) [](const Tensor& x) { return ft::name(x); }
+#define FT_TEST_CALL_Internal(Op, name) [](const Tensor& x) { return ops::unary(math::UnaryOp::Op, x); }
+#define FT_TEST_UNARY(Op, name, domain, saves, api, ...) \
+  UnaryEntry{#name, math::UnaryOp::Op, math::UnaryDomain::domain, FT_TEST_CALL_##api(Op, name)},
+const UnaryEntry kUnaryOps[] = {FT_UNARY_OPS(FT_TEST_UNARY)};
+#undef FT_TEST_UNARY
+#undef FT_TEST_CALL_Internal
+#undef FT_TEST_CALL_Public
+
+struct BinaryEntry {
+  const char* name;
+  math::BinaryOp op;
+  BinaryFn fn;
+};
+#define FT_TEST_BINARY(Op, name, ...) \
+  BinaryEntry{#name, math::BinaryOp::Op, [](const Tensor& a, const Tensor& b) { return ft::name(a, b); }},
+const BinaryEntry kBinaryOps[] = {FT_BINARY_OPS(FT_TEST_BINARY)};
+#undef FT_TEST_BINARY
+
+const UnaryEntry* find_unary(const std::string& name) {
+  for (const auto& e : kUnaryOps)
+    if (name == e.name) return &e;
+  return nullptr;
+}
+const BinaryEntry* find_binary(const std::string& name) {
+  for (const auto& e : kBinaryOps)
+    if (name == e.name) return &e;
+  return nullptr;
 }
 
-Tensor call_binary(const std::string& name, const Tensor& a, const Tensor& b) {
-  if (name == "add") return add(a, b);
-  if (name == "sub") return sub(a, b);
-  if (name == "mul") return mul(a, b);
-  if (name == "div") return div(a, b);
-  if (name == "maximum") return maximum(a, b);
-  if (name == "minimum") return minimum(a, b);
-  FT_FAIL("unknown binary ", name);
-}
-
-const char* kDtypes[] = {"f32", "f64", "bf16", "f16"};
-const char* kUnary[] = {"neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "square"};
-const char* kPositive[] = {"log", "sqrt", "rsqrt"};
-const char* kBinary[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
-
-void check_unary_case(const std::string& op, const std::string& case_name) {
-  ParityCase c(case_name);
-  if (!c.available()) GTEST_SKIP() << c.skip_reason();
-  Tensor x = c.input("x", true);
-  Tensor y = call_unary(op, x);
-  EXPECT_EQ(y.dtype(), c.dtype());
+// Runs one manifest case: inputs in call order (those with reference gradients require grad),
+// the output against PyTorch's, then the gradients.
+void check_case(const nlohmann::json& entry, std::optional<DType> expected_dtype,
+                const std::function<Tensor(const std::vector<Tensor>&)>& call) {
+  const std::string name = entry.at("name");
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  const auto grads = entry.at("grads").get<std::vector<std::string>>();
+  std::vector<Tensor> inputs;
+  const auto input_names = entry.at("inputs").get<std::vector<std::string>>();
+  for (const auto& in : input_names)
+    inputs.push_back(c.input(in, std::find(grads.begin(), grads.end(), in) != grads.end()));
+  Tensor y = call(inputs);
+  EXPECT_EQ(y.dtype(), expected_dtype.value_or(c.dtype()));
   c.expect_output(y);
+  if (grads.empty()) return;
   c.backward({y});
-  c.expect_grad("x", x);
+  for (size_t i = 0; i < input_names.size(); ++i)
+    if (std::find(grads.begin(), grads.end(), input_names[i]) != grads.end()) c.expect_grad(input_names[i], inputs[i]);
 }
 
 }  // namespace
 
 TEST(ElementwiseParity, Unary) {
-  for (const char* dt : kDtypes) {
-    for (const char* op : kUnary) {
-      SCOPED_TRACE(std::string(op) + " " + dt);
-      check_unary_case(op, std::string(op) + "_" + dt);
-      check_unary_case(op, std::string(op) + "_" + dt + "_transposed");
-    }
-    for (const char* op : kPositive) {
-      SCOPED_TRACE(std::string(op) + " " + dt);
-      check_unary_case(op, std::string(op) + "_" + dt);
-      check_unary_case(op, std::string(op) + "_" + dt + "_strided");
-    }
+  FT_PARITY_MANIFEST(m);
+  for (const auto& entry : m.op_cases("elementwise")) {
+    const UnaryEntry* u = find_unary(entry.at("op"));
+    if (u == nullptr) continue;
+    check_case(entry, std::nullopt, [u](const std::vector<Tensor>& in) { return u->fn(in.at(0)); });
   }
 }
 
 TEST(ElementwiseParity, Binary) {
-  for (const char* dt : kDtypes) {
-    for (const char* op : kBinary) {
-      for (const char* suffix : {"", "_bcast", "_expand"}) {
-        std::string name = std::string(op) + "_" + dt + suffix;
-        SCOPED_TRACE(name);
-        FT_PARITY_CASE(c, name);
-        Tensor a = c.input("a", true), b = c.input("b", true);
-        Tensor y = call_binary(op, a, b);
-        c.expect_output(y);
-        c.backward({y});
-        c.expect_grad("a", a);
-        c.expect_grad("b", b);
-      }
-    }
+  FT_PARITY_MANIFEST(m);
+  for (const auto& entry : m.op_cases("elementwise")) {
+    const BinaryEntry* b = find_binary(entry.at("op"));
+    if (b == nullptr || math::is_comparison(b->op)) continue;
+    check_case(entry, std::nullopt, [b](const std::vector<Tensor>& in) { return b->fn(in.at(0), in.at(1)); });
   }
 }
 
-TEST(ElementwiseParity, PowClampWhereMaskedFill) {
-  {
-    FT_PARITY_CASE(c, "pow_f64");
-    Tensor a = c.input("a", true), b = c.input("b", true);
-    Tensor y = pow(a, b);
-    c.expect_output(y);
-    c.backward({y});
-    c.expect_grad("a", a);
-    c.expect_grad("b", b);
+// A listed op without a parity case fails here, so the recipe cannot skip that step.
+TEST(ElementwiseParity, EveryListedOpHasCases) {
+  FT_PARITY_MANIFEST(m);
+  std::set<std::string> covered;
+  for (const auto& entry : m.op_cases("elementwise")) {
+    const std::string op = entry.at("op");
+    EXPECT_TRUE(find_unary(op) || find_binary(op))
+        << entry.at("name") << " names op '" << op << "', which is in neither list of backend/elementwise_math.h";
+    covered.insert(op);
   }
+  for (const auto& e : kUnaryOps)
+    EXPECT_TRUE(covered.count(e.name)) << "unary op " << e.name
+                                       << " has no parity case: add it to UNARY in tests/parity/cases_elementwise.py";
+  for (const auto& e : kBinaryOps)
+    EXPECT_TRUE(covered.count(e.name)) << "binary op " << e.name << " has no parity case";
+}
+
+// gelu's `approximate` option picks between two listed ops.
+TEST(Elementwise, GeluApproximationsAreTheListedOps) {
+  Tensor x = randn({4, 9});
+  EXPECT_EQ(gelu(x).to_vector(), ops::unary(math::UnaryOp::Gelu, x).to_vector());
+  EXPECT_EQ(gelu(x, GeluApprox::Tanh).to_vector(), ops::unary(math::UnaryOp::GeluTanh, x).to_vector());
+}
+
+// pow with a tensor exponent runs in Binary; these take parameters.
+TEST(ElementwiseParity, PowClampWhereMaskedFill) {
   {
     FT_PARITY_CASE(c, "pow_scalar_f32");
     Tensor a = c.input("a", true);
@@ -144,23 +176,22 @@ TEST(ElementwiseGradcheck, AllDifferentiableOps) {
   Generator g(11);
   auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
   auto pos = [&](Shape s) { return add(abs(randn(s, DType::F64, &g)), 0.3).detach().requires_grad_(); };
-  for (const char* op : kUnary) {
-    SCOPED_TRACE(op);
-    std::string name = op;
-    EXPECT_GRADCHECK([name](const std::vector<Tensor>& in) { return call_unary(name, in[0]); }, {r({3, 4})});
+  for (const auto& e : kUnaryOps) {
+    SCOPED_TRACE(e.name);
+    UnaryFn fn = e.fn;
+    // log, sqrt and rsqrt are defined for x > 0
+    Tensor x = e.domain == math::UnaryDomain::Positive ? pos({3, 4}) : r({3, 4});
+    EXPECT_GRADCHECK([fn](const std::vector<Tensor>& in) { return fn(in[0]); }, {x});
   }
-  for (const char* op : kPositive) {
-    SCOPED_TRACE(op);
-    std::string name = op;
-    EXPECT_GRADCHECK([name](const std::vector<Tensor>& in) { return call_unary(name, in[0]); }, {pos({3, 4})});
-  }
-  for (const char* op : kBinary) {
-    SCOPED_TRACE(op);
-    std::string name = op;
+  for (const auto& e : kBinaryOps) {
+    // comparisons have no gradient; pow's base must be positive (checked below)
+    if (math::is_comparison(e.op) || e.op == math::BinaryOp::Pow) continue;
+    SCOPED_TRACE(e.name);
+    BinaryFn fn = e.fn;
     // broadcasting in both directions, non-contiguous first operand
     Tensor a = r({4, 3}).t().detach().requires_grad_();
     Tensor b = pos({1, 4});
-    EXPECT_GRADCHECK([name](const std::vector<Tensor>& in) { return call_binary(name, in[0], in[1]); }, {a, b});
+    EXPECT_GRADCHECK([fn](const std::vector<Tensor>& in) { return fn(in[0], in[1]); }, {a, b});
   }
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return pow(in[0], in[1]); }, {pos({3, 2}), r({2})});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return pow(in[0], 2.5); }, {pos({5})});
@@ -211,22 +242,11 @@ TEST(Elementwise, LargeNonContiguousMatchesContiguous) {
 }
 
 TEST(ElementwiseParity, ComparisonsAndLogicalNot) {
-  const std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)> ops[] = {
-      {"eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); }},
-      {"ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); }},
-      {"lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); }},
-      {"le", [](const Tensor& a, const Tensor& b) { return le(a, b); }},
-      {"gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); }},
-      {"ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); }}};
-  for (const char* dt : {"f32", "bf16", "f64"}) {
-    for (const auto& [name, fn] : ops) {
-      std::string case_name = std::string("cmp_") + name + "_" + dt;
-      SCOPED_TRACE(case_name);
-      FT_PARITY_CASE(c, case_name);
-      Tensor y = fn(c.input("a"), c.input("b"));
-      EXPECT_EQ(y.dtype(), DType::Bool);
-      c.expect_output(y);
-    }
+  FT_PARITY_MANIFEST(m);
+  for (const auto& entry : m.op_cases("elementwise")) {
+    const BinaryEntry* b = find_binary(entry.at("op"));
+    if (b == nullptr || !math::is_comparison(b->op)) continue;
+    check_case(entry, DType::Bool, [b](const std::vector<Tensor>& in) { return b->fn(in.at(0), in.at(1)); });
   }
   FT_PARITY_CASE(c, "logical_not_bool");
   c.expect_output(logical_not(c.input("x")));

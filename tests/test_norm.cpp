@@ -228,6 +228,49 @@ TEST(Norm, LayerNormMatchesComposedOpsInAllDtypes) {
   }
 }
 
+// layer_norm and rms_norm are fused kernels (statistics, normalisation and affine in one pass
+// forward, one pass backward); their oracle is the same formula composed of reductions and
+// elementwise ops, whose gradients autograd derives. Forward and backward, f64.
+TEST(Norm, FusedNormsMatchComposedOps) {
+  Generator g(12);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  auto composed_layer_norm = [](const Tensor& x, const Dims& dims, const Tensor& w, const Tensor& b, double eps) {
+    Tensor xm = sub(x, mean(x, dims, true));
+    Tensor y = mul(xm, rsqrt(add(mean(square(xm), dims, true), eps)));
+    if (w.defined()) y = mul(y, w);
+    return b.defined() ? add(y, b) : y;
+  };
+  EXPECT_MATCHES_REFERENCE(
+      [](const std::vector<Tensor>& in) { return layer_norm(in[0], {64}, in[1], in[2]); },
+      [&](const std::vector<Tensor>& in) { return composed_layer_norm(in[0], {-1}, in[1], in[2], 1e-5); },
+      {r({5, 64}), r({64}), r({64})});
+  // two trailing dims of a non-contiguous input, no affine parameters, another eps
+  Tensor xt = randn({3, 5, 4}, DType::F64, &g).transpose(1, 2).detach().requires_grad_();
+  EXPECT_MATCHES_REFERENCE(
+      [](const std::vector<Tensor>& in) {
+        return layer_norm(in[0], {4, 5}, Tensor(), Tensor(), 1e-3);
+      },
+      [&](const std::vector<Tensor>& in) {
+        return composed_layer_norm(in[0], {1, 2}, Tensor(), Tensor(), 1e-3);
+      },
+      {xt});
+  auto composed_rms_norm = [](const Tensor& x, const Dims& dims, const Tensor& w, double eps) {
+    Tensor y = mul(x, rsqrt(add(mean(square(x), dims, true), eps)));
+    return w.defined() ? mul(y, w) : y;
+  };
+  EXPECT_MATCHES_REFERENCE([](const std::vector<Tensor>& in) { return rms_norm(in[0], {48}, in[1]); },
+                           [&](const std::vector<Tensor>& in) { return composed_rms_norm(in[0], {-1}, in[1], 1e-6); },
+                           {r({7, 48}), r({48})});
+  EXPECT_MATCHES_REFERENCE(
+      [](const std::vector<Tensor>& in) {
+        return rms_norm(in[0], {4, 5});
+      },
+      [&](const std::vector<Tensor>& in) {
+        return composed_rms_norm(in[0], {1, 2}, Tensor(), 1e-6);
+      },
+      {xt});
+}
+
 TEST(Norm, ColumnSumsIndependentOfThreadCount) {
   // big enough for several row blocks with partial sums (layer-norm weight gradient,
   // channels-last batch-norm statistics and gradients)

@@ -112,6 +112,61 @@ TEST(SoftmaxGradcheck, CrossEntropy) {
       {rnd({2, 3, 2, 3}, g)});
 }
 
+namespace {
+
+// softmax, log_softmax and cross_entropy are fused kernels; their oracle is the textbook formula
+// composed of elementwise ops, reductions and gather, whose gradients autograd derives. The row
+// maximum is a constant shift (detached): it changes nothing but the range of exp.
+Tensor composed_log_softmax(const Tensor& x, int64_t dim) {
+  Tensor shifted = sub(x, max(x, dim, true).values.detach());
+  return sub(shifted, log(sum(exp(shifted), {dim}, true)));
+}
+
+// PyTorch's cross_entropy over class dim 1: (1 - eps) * nll + eps * mean over classes of -log p,
+// ignored positions excluded from the sum and from the mean's denominator.
+Tensor composed_cross_entropy(const Tensor& x, const Tensor& t, int64_t ignore_index, double eps, Reduction red) {
+  Tensor logp = composed_log_softmax(x, 1);
+  Tensor valid = logical_not(eq(t, ignore_index));
+  Tensor safe_t = where(valid, t, zeros_like(t));
+  Tensor nll = neg(gather(logp, 1, safe_t.unsqueeze(1)).squeeze(1));
+  Tensor smooth = neg(mean(logp, {1}));
+  Tensor loss = mul(add(mul(nll, 1 - eps), mul(smooth, eps)), valid.to(x.dtype()));
+  if (red == Reduction::None) return loss;
+  if (red == Reduction::Sum) return sum(loss);
+  return div(sum(loss), sum(valid.to(x.dtype())));
+}
+
+}  // namespace
+
+TEST(Softmax, FusedKernelsMatchComposedOps) {
+  Generator g(21);
+  for (int64_t dim : {0, 1, -1}) {
+    SCOPED_TRACE(dim);
+    Tensor x = mul(randn({4, 6, 5}, DType::F64, &g), 3.0).detach().requires_grad_();
+    EXPECT_MATCHES_REFERENCE([dim](const std::vector<Tensor>& in) { return log_softmax(in[0], dim); },
+                             [dim](const std::vector<Tensor>& in) { return composed_log_softmax(in[0], dim); }, {x});
+    EXPECT_MATCHES_REFERENCE([dim](const std::vector<Tensor>& in) { return softmax(in[0], dim); },
+                             [dim](const std::vector<Tensor>& in) { return exp(composed_log_softmax(in[0], dim)); },
+                             {x});
+  }
+  Tensor t = from_vector({2, -100, 0, 4, 1, 3, 4, -100}, {8}, DType::I64);
+  for (Reduction red : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+    for (double eps : {0.0, 0.15}) {
+      SCOPED_TRACE(eps);
+      Tensor x = rnd({8, 5}, g);
+      EXPECT_MATCHES_REFERENCE(
+          [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t, -100, eps, red); },
+          [&](const std::vector<Tensor>& in) { return composed_cross_entropy(in[0], t, -100, eps, red); }, {x});
+    }
+  }
+  // [N, C, H, W] logits, non-contiguous, with targets [N, H, W] and ignore_index naming a class
+  Tensor t4 = from_vector({0, 2, 1, 2, 2, 2, 0, 1, 1, 0, 2, 2}, {2, 2, 3}, DType::I64);
+  Tensor x4 = randn({2, 2, 3, 3}, DType::F64, &g).permute({0, 3, 1, 2}).detach().requires_grad_();
+  EXPECT_MATCHES_REFERENCE(
+      [&](const std::vector<Tensor>& in) { return cross_entropy(in[0], t4, 1, 0.1); },
+      [&](const std::vector<Tensor>& in) { return composed_cross_entropy(in[0], t4, 1, 0.1, Reduction::Mean); }, {x4});
+}
+
 TEST(Softmax, Properties) {
   Generator g(1);
   Tensor x = randn({5, 7}, DType::F32, &g);

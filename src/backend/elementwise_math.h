@@ -1,5 +1,7 @@
 // Per-element formulas of the elementwise ops and their derivatives, shared by the CPU kernels
-// and (compiled by nvcc) the CUDA kernels, so each formula is written once.
+// and (compiled by nvcc) the CUDA kernels. Each unary and binary op is one line of the lists
+// below (FT_UNARY_OPS, FT_BINARY_OPS); the enums, the formula switches, the op names, the CPU
+// kernel cases and the op functions in src/ops/elementwise.cpp are all generated from them.
 #pragma once
 #include <cmath>
 #include <type_traits>
@@ -45,61 +47,198 @@ FT_HD T tanh_(T x) {
   }
 }
 
-enum class UnaryOp { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Square, Tanh, Sigmoid, Relu, GeluErf, GeluTanh, Silu };
-enum class BinaryOp { Add, Sub, Mul, Div, Max, Min, Pow, Eq, Ne, Lt, Le, Gt, Ge };
+// log(1 + t) for t in [0, 1]. On the CPU, f32 is computed as 2 atanh(s) with s = t / (2 + t)
+// <= 1/3, whose odd series reaches f32 precision in 8 terms (<= 2 ulp): it vectorises, where
+// glibc's log1pf is a scalar call (40 ns per element in softplus). f64 and device code use log1p.
+template <class T>
+FT_HD T log1p_unit_(T t) {
+#ifndef __CUDACC__
+  if constexpr (std::is_same_v<T, float>) {
+    const T s = t / (T(2) + t), s2 = s * s;
+    T p = T(1.0 / 15);
+    p = p * s2 + T(1.0 / 13);
+    p = p * s2 + T(1.0 / 11);
+    p = p * s2 + T(1.0 / 9);
+    p = p * s2 + T(1.0 / 7);
+    p = p * s2 + T(1.0 / 5);
+    p = p * s2 + T(1.0 / 3);
+    return T(2) * s + T(2) * s * s2 * p;
+  }
+#endif
+  using std::log1p;
+  return log1p(t);
+}
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;
 constexpr double kInvSqrt2 = 0.7071067811865476;
 constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
+// Formulas too long for one line of the lists. Helpers are FT_HD too: one that is not inlined
+// turns its caller's loop scalar.
+template <class T>
+FT_HD T sigmoid_(T x) {
+  return T(1) / (T(1) + exp_(-x));
+}
+template <class T>
+FT_HD T gelu_tanh_derivative(T x) {
+  T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
+  T t = tanh_(inner);
+  T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
+}
+template <class T>
+FT_HD T silu_derivative(T x) {
+  T s = sigmoid_(x);
+  return s * (T(1) + x * (T(1) - s));
+}
+// tanh(softplus(x)) = n / (n + 2) with n = e^x (e^x + 2): exp alone, so mish vectorises; past 20
+// it is 1 in double precision, and n would overflow f32 past 44.
+template <class T>
+FT_HD T tanh_softplus_(T x) {
+  const T e = exp_(x);
+  const T n = e * (e + T(2));
+  return x > T(20) ? T(1) : n / (n + T(2));
+}
+template <class T>
+FT_HD T mish_derivative(T x) {
+  const T w = tanh_softplus_(x);
+  return w + x * (T(1) - w * w) * sigmoid_(x);
+}
+template <class T>
+FT_HD T pow_(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    T r = 1;
+    for (long long i = 0; i < static_cast<long long>(b); ++i) r = static_cast<T>(r * a);
+    return r;
+  } else {
+    using std::pow;
+    return pow(a, b);
+  }
+}
+
+// The unary ops, one line each: OP(Op, name, domain, saves, api, forward(x), derivative(x, y)).
+//   Op          enumerator of UnaryOp; the backward node is named Op "Backward".
+//   name        the op's name in messages and parity cases; with api Public also the function
+//               `Tensor name(const Tensor&)`, which include/fasttrain/ops/elementwise.h declares.
+//   domain      Numeric: every dtype but bool; Floating: floating dtypes; Positive: floating,
+//               defined for x > 0 (gradient checks draw positive inputs).
+//   saves       what backward keeps: Input (x) or Output (y = forward(x), kept instead of x, so
+//               the derivative must be written in y alone, as PyTorch's TanhBackward is).
+//   api         Public (generated function) or Internal (reached through a hand-written function,
+//               e.g. gelu's `approximate` argument).
+//   forward     an expression in x of type T (exp_, tanh_ and the helpers above vectorise;
+//               other libm calls keep the CPU loop scalar).
+//   derivative  d forward / dx as an expression in x and y.
+// Adding an op: one line here, its declaration in the public header, one parity line in
+// tests/parity/cases_elementwise.py (docs/ARCHITECTURE.md, "How to add an op").
+// clang-format off
+#define FT_UNARY_OPS(OP)                                                                                               \
+  /* Op        name       domain    saves   api       forward(x)           derivative(x, y) */                         \
+  OP(Neg,      neg,       Numeric,  Input,  Public,   -x,                  T(-1))                                      \
+  OP(Abs,      abs,       Numeric,  Input,  Public,   fabs(x),             T((x > T(0)) - (x < T(0))))                 \
+  OP(Exp,      exp,       Floating, Output, Public,   exp_(x),             y)                                          \
+  OP(Log,      log,       Positive, Input,  Public,   log(x),              T(1) / x)                                   \
+  OP(Sqrt,     sqrt,      Positive, Output, Public,   sqrt(x),             T(0.5) / y)                                 \
+  OP(Rsqrt,    rsqrt,     Positive, Output, Public,   T(1) / sqrt(x),      T(-0.5) * y * y * y)                        \
+  OP(Square,   square,    Numeric,  Input,  Public,   x * x,               T(2) * x)                                   \
+  OP(Tanh,     tanh,      Floating, Output, Public,   tanh_(x),            T(1) - y * y)                               \
+  OP(Sigmoid,  sigmoid,   Floating, Output, Public,   sigmoid_(x),         y * (T(1) - y))                             \
+  OP(Relu,     relu,      Numeric,  Input,  Public,   x > T(0) ? x : T(0), x > T(0) ? T(1) : T(0))                     \
+  OP(Gelu,     gelu,      Floating, Input,  Internal,                                                                  \
+     T(0.5) * x * (T(1) + erf(x * T(kInvSqrt2))),                                                                      \
+     T(0.5) * (T(1) + erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x))                             \
+  OP(GeluTanh, gelu_tanh, Floating, Input,  Internal,                                                                  \
+     T(0.5) * x * (T(1) + tanh_(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x))),                                     \
+     gelu_tanh_derivative(x))                                                                                          \
+  OP(Silu,     silu,      Floating, Input,  Public,                                                                    \
+     x / (T(1) + exp_(-x)),                                                                                            \
+     silu_derivative(x))                                                                                               \
+  OP(Softplus, softplus,  Floating, Input,  Public,                                                                    \
+     x > T(20) ? x : (x > T(0) ? x : T(0)) + log1p_unit_(exp_(-fabs(x))),                                              \
+     x > T(20) ? T(1) : sigmoid_(x))                                                                                   \
+  OP(Mish,     mish,      Floating, Input,  Public,   x * tanh_softplus_(x), mish_derivative(x))                       \
+  /* end of the list: every op line ends in a backslash, so appending one changes no other line */
+// clang-format on
+
+// The binary ops: OP(Op, name, kind, formula(a, b)). kind Arithmetic: the result has the
+// operands' dtype and bool operands are refused; Comparison: a bool result, for every dtype (the
+// function `Tensor name(a, b)` is generated). Gradients of the arithmetic ops are compositions
+// written in src/ops/elementwise.cpp.
+// clang-format off
+#define FT_BINARY_OPS(OP)                                                                                              \
+  OP(Add, add,     Arithmetic, a + b)                                                                                  \
+  OP(Sub, sub,     Arithmetic, a - b)                                                                                  \
+  OP(Mul, mul,     Arithmetic, a * b)                                                                                  \
+  OP(Div, div,     Arithmetic, a / b)                                                                                  \
+  /* NaN propagates, as in torch.maximum/minimum */                                                                    \
+  OP(Max, maximum, Arithmetic, (a != a) ? a : (b != b) ? b : (a > b ? a : b))                                          \
+  OP(Min, minimum, Arithmetic, (a != a) ? a : (b != b) ? b : (a < b ? a : b))                                          \
+  OP(Pow, pow,     Arithmetic, pow_(a, b))                                                                             \
+  OP(Eq,  eq,      Comparison, a == b)                                                                                 \
+  OP(Ne,  ne,      Comparison, a != b)                                                                                 \
+  OP(Lt,  lt,      Comparison, a < b)                                                                                  \
+  OP(Le,  le,      Comparison, a <= b)                                                                                 \
+  OP(Gt,  gt,      Comparison, a > b)                                                                                  \
+  OP(Ge,  ge,      Comparison, a >= b)                                                                                 \
+  /* end of the list */
+// clang-format on
+
+#define FT_MATH_ENUMERATOR(Op, ...) Op,
+enum class UnaryOp { FT_UNARY_OPS(FT_MATH_ENUMERATOR) };
+enum class BinaryOp { FT_BINARY_OPS(FT_MATH_ENUMERATOR) };
+#undef FT_MATH_ENUMERATOR
+
+enum class UnaryDomain { Numeric, Floating, Positive };
+enum class UnarySaves { Input, Output };
+enum class UnaryApi { Public, Internal };
+enum class BinaryKind { Arithmetic, Comparison };
+
+struct UnaryInfo {
+  const char* name;
+  const char* node;  // autograd node name
+  UnaryDomain domain;
+  UnarySaves saves;
+  UnaryApi api;
+};
+struct BinaryInfo {
+  const char* name;
+  BinaryKind kind;
+};
+
+#define FT_UNARY_INFO(Op, name, domain, saves, api, ...) \
+  UnaryInfo{#name, #Op "Backward", UnaryDomain::domain, UnarySaves::saves, UnaryApi::api},
+inline constexpr UnaryInfo kUnaryInfo[] = {FT_UNARY_OPS(FT_UNARY_INFO)};
+#undef FT_UNARY_INFO
+#define FT_BINARY_INFO(Op, name, kind, ...) BinaryInfo{#name, BinaryKind::kind},
+inline constexpr BinaryInfo kBinaryInfo[] = {FT_BINARY_OPS(FT_BINARY_INFO)};
+#undef FT_BINARY_INFO
+
+constexpr const UnaryInfo& unary_info(UnaryOp op) { return kUnaryInfo[static_cast<int>(op)]; }
+constexpr const BinaryInfo& binary_info(BinaryOp op) { return kBinaryInfo[static_cast<int>(op)]; }
+constexpr bool accepts_integers(UnaryOp op) { return unary_info(op).domain == UnaryDomain::Numeric; }
+constexpr bool is_comparison(BinaryOp op) { return binary_info(op).kind == BinaryKind::Comparison; }
+
 template <class T>
 FT_HD T unary(UnaryOp op, T x) {
-  using std::erf, std::log, std::sqrt, std::fabs;
+  using std::erf, std::log, std::log1p, std::sqrt, std::fabs;
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return fabs(x);
-    case UnaryOp::Exp: return exp_(x);
-    case UnaryOp::Log: return log(x);
-    case UnaryOp::Sqrt: return sqrt(x);
-    case UnaryOp::Rsqrt: return T(1) / sqrt(x);
-    case UnaryOp::Square: return x * x;
-    case UnaryOp::Tanh: return tanh_(x);
-    case UnaryOp::Sigmoid: return T(1) / (T(1) + exp_(-x));
-    case UnaryOp::Relu: return x > T(0) ? x : T(0);
-    case UnaryOp::GeluErf: return T(0.5) * x * (T(1) + erf(x * T(kInvSqrt2)));
-    case UnaryOp::GeluTanh: return T(0.5) * x * (T(1) + tanh_(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x)));
-    case UnaryOp::Silu: return x / (T(1) + exp_(-x));
+#define FT_UNARY_FORWARD_CASE(Op, name, domain, saves, api, forward, derivative) \
+  case UnaryOp::Op: return forward;
+    FT_UNARY_OPS(FT_UNARY_FORWARD_CASE)
+#undef FT_UNARY_FORWARD_CASE
   }
   return x;
 }
 
-// d unary(x) / dx, given x (and y = unary(x) where that is cheaper).
+// d unary(x) / dx, given x and y = unary(x). For ops that save their output, x is y too.
 template <class T>
 FT_HD T unary_derivative(UnaryOp op, T x, T y) {
-  using std::erf;
+  using std::erf, std::log, std::log1p, std::sqrt, std::fabs;
   switch (op) {
-    case UnaryOp::Neg: return T(-1);
-    case UnaryOp::Abs: return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
-    case UnaryOp::Exp: return y;
-    case UnaryOp::Log: return T(1) / x;
-    case UnaryOp::Sqrt: return T(0.5) / y;
-    case UnaryOp::Rsqrt: return T(-0.5) * y * y * y;
-    case UnaryOp::Square: return T(2) * x;
-    case UnaryOp::Tanh: return T(1) - y * y;
-    case UnaryOp::Sigmoid: return y * (T(1) - y);
-    case UnaryOp::Relu: return x > T(0) ? T(1) : T(0);
-    case UnaryOp::GeluErf:
-      return T(0.5) * (T(1) + erf(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x);
-    case UnaryOp::GeluTanh: {
-      T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
-      T t = tanh_(inner);
-      T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
-      return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
-    }
-    case UnaryOp::Silu: {
-      T s = T(1) / (T(1) + exp_(-x));
-      return s * (T(1) + x * (T(1) - s));
-    }
+#define FT_UNARY_DERIVATIVE_CASE(Op, name, domain, saves, api, forward, derivative) \
+  case UnaryOp::Op: return derivative;
+    FT_UNARY_OPS(FT_UNARY_DERIVATIVE_CASE)
+#undef FT_UNARY_DERIVATIVE_CASE
   }
   return T(0);
 }
@@ -111,34 +250,13 @@ FT_HD T binary(BinaryOp op, T a, T b) {
     return static_cast<bool>(binary<int>(op, a, b));
   } else {
     switch (op) {
-      case BinaryOp::Add: return a + b;
-      case BinaryOp::Sub: return a - b;
-      case BinaryOp::Mul: return a * b;
-      case BinaryOp::Div: return a / b;
-      // NaN propagates, as in torch.maximum/minimum
-      case BinaryOp::Max: return (a != a) ? a : (b != b) ? b : (a > b ? a : b);
-      case BinaryOp::Min: return (a != a) ? a : (b != b) ? b : (a < b ? a : b);
-      case BinaryOp::Pow: {
-        if constexpr (std::is_integral_v<T>) {
-          T r = 1;
-          for (long long i = 0; i < static_cast<long long>(b); ++i) r = static_cast<T>(r * a);
-          return r;
-        } else {
-          using std::pow;
-          return pow(a, b);
-        }
-      }
-      case BinaryOp::Eq: return a == b;
-      case BinaryOp::Ne: return a != b;
-      case BinaryOp::Lt: return a < b;
-      case BinaryOp::Le: return a <= b;
-      case BinaryOp::Gt: return a > b;
-      case BinaryOp::Ge: return a >= b;
+#define FT_BINARY_CASE(Op, name, kind, formula) \
+  case BinaryOp::Op: return formula;
+      FT_BINARY_OPS(FT_BINARY_CASE)
+#undef FT_BINARY_CASE
     }
   }
   return a;
 }
-
-inline bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 }  // namespace ft::math

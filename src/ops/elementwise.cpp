@@ -1,10 +1,12 @@
 // Elementwise ops: type promotion, broadcasting, and gradients. The per-element math is in
-// elementwise_math.h; the loops are in backend/cpu/elementwise.cpp.
+// backend/elementwise_math.h, whose op lists also generate the unary functions and the
+// comparisons at the end of this file; the loops are in backend/cpu/elementwise.cpp.
 #include "fasttrain/ops/elementwise.h"
 
 #include "backend/kernels.h"
 #include "fasttrain/ops/reduce.h"
 #include "ops/common.h"
+#include "ops/unary.h"
 
 namespace ft {
 
@@ -15,14 +17,9 @@ using math::UnaryOp;
 
 namespace {
 
-const char* binary_name(BinaryOp op) {
-  static const char* names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"};
-  return names[static_cast<int>(op)];
-}
-
 // Broadcasts and promotes, then runs the kernel. No autograd.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const char* name = binary_name(op);
+  const char* name = math::binary_info(op).name;
   ops::common_device({&a, &b}, name);
   Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   DType dt = promote_types(a.dtype(), b.dtype());
@@ -33,32 +30,28 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor unary_forward(UnaryOp op, const Tensor& x, const char* name, bool floating_only) {
-  if (floating_only) ops::check_floating(x, name, "input");
-  Tensor out = empty(x.shape(), x.options());
-  kernels(out).unary(op, x, out);
-  return out;
-}
+}  // namespace
 
-// Unary op with a fused backward kernel: grad * f'(x).
-Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, const char* node_name, bool save_output) {
-  Tensor y = unary_forward(op, x, name, op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Square &&
-                                            op != UnaryOp::Relu);
+// Every unary op: the dtype check its domain asks for, the kernel, and a fused backward kernel
+// (grad * f'(x) in one pass) reading what the op's list line says it saves.
+Tensor ops::unary(UnaryOp op, const Tensor& x) {
+  const math::UnaryInfo& info = math::unary_info(op);
+  if (info.domain != math::UnaryDomain::Numeric) ops::check_floating(x, info.name, "input");
+  Tensor y = empty(x.shape(), x.options());
+  kernels(y).unary(op, x, y);
   if (autograd::any_requires_grad({&x})) {
-    autograd::SavedTensor sx(x), sy(save_output ? y : Tensor());
-    std::string nn = node_name;
-    record_function(node_name, {&x}, {&y}, [op, sx, sy, nn](std::vector<Tensor>& g) {
-      Tensor xv = sx.get(nn.c_str());
-      Tensor yv = sy.get(nn.c_str());
-      Tensor gx = empty(xv.shape(), xv.options());
-      kernels(gx).unary_backward(op, g[0], xv, yv, gx);
+    // An op whose derivative is written in y keeps y alone: x may be freed after the forward.
+    autograd::SavedTensor saved(info.saves == math::UnarySaves::Output ? y : x);
+    const char* node = info.node;
+    record_function(node, {&x}, {&y}, [op, saved, node](std::vector<Tensor>& g) {
+      Tensor s = saved.get(node);
+      Tensor gx = empty(s.shape(), s.options());
+      kernels(gx).unary_backward(op, g[0], s, s, gx);
       return std::vector<Tensor>{gx};
     });
   }
   return y;
 }
-
-}  // namespace
 
 Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
@@ -199,23 +192,11 @@ Tensor pow(const Tensor& a, Scalar exponent) {
   return out;
 }
 
-// --- unary ---
+// --- unary (the rest are generated at the end of the file) ---
 
-Tensor neg(const Tensor& x) { return unary_op(UnaryOp::Neg, x, "neg", "NegBackward", false); }
-Tensor abs(const Tensor& x) { return unary_op(UnaryOp::Abs, x, "abs", "AbsBackward", false); }
-Tensor exp(const Tensor& x) { return unary_op(UnaryOp::Exp, x, "exp", "ExpBackward", true); }
-Tensor log(const Tensor& x) { return unary_op(UnaryOp::Log, x, "log", "LogBackward", false); }
-Tensor sqrt(const Tensor& x) { return unary_op(UnaryOp::Sqrt, x, "sqrt", "SqrtBackward", true); }
-Tensor rsqrt(const Tensor& x) { return unary_op(UnaryOp::Rsqrt, x, "rsqrt", "RsqrtBackward", true); }
-Tensor square(const Tensor& x) { return unary_op(UnaryOp::Square, x, "square", "SquareBackward", false); }
-Tensor tanh(const Tensor& x) { return unary_op(UnaryOp::Tanh, x, "tanh", "TanhBackward", true); }
-Tensor sigmoid(const Tensor& x) { return unary_op(UnaryOp::Sigmoid, x, "sigmoid", "SigmoidBackward", true); }
-Tensor relu(const Tensor& x) { return unary_op(UnaryOp::Relu, x, "relu", "ReluBackward", false); }
 Tensor gelu(const Tensor& x, GeluApprox approximate) {
-  return approximate == GeluApprox::Tanh ? unary_op(UnaryOp::GeluTanh, x, "gelu", "GeluTanhBackward", false)
-                                         : unary_op(UnaryOp::GeluErf, x, "gelu", "GeluBackward", false);
+  return ops::unary(approximate == GeluApprox::Tanh ? UnaryOp::GeluTanh : UnaryOp::Gelu, x);
 }
-Tensor silu(const Tensor& x) { return unary_op(UnaryOp::Silu, x, "silu", "SiluBackward", false); }
 
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   FT_CHECK(lo || hi, "clamp: at least one of min and max must be given");
@@ -278,14 +259,8 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   return out;
 }
 
-// --- comparisons ---
+// --- comparisons (tensor-tensor forms are generated at the end of the file) ---
 
-Tensor eq(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return binary_forward(BinaryOp::Ge, a, b); }
 Tensor eq(const Tensor& a, Scalar b) { return eq(a, ops::scalar_like(b, a)); }
 Tensor gt(const Tensor& a, Scalar b) { return gt(a, ops::scalar_like(b, a)); }
 Tensor lt(const Tensor& a, Scalar b) { return lt(a, ops::scalar_like(b, a)); }
@@ -314,3 +289,24 @@ Tensor& mul_(Tensor& a, Scalar b) {
 }
 
 }  // namespace ft
+
+// One function per Public unary op and per comparison of the lists in elementwise_math.h.
+// Defined by qualified name outside the namespace: that needs a declaration in the public
+// header, so a list line without one fails to compile here.
+#define FT_UNARY_FUNCTION_Public(Op, name) \
+  ft::Tensor ft::name(const Tensor& x) { return ops::unary(math::UnaryOp::Op, x); }
+#define FT_UNARY_FUNCTION_Internal(Op, name)
+#define FT_UNARY_FUNCTION(Op, name, domain, saves, api, ...) FT_UNARY_FUNCTION_##api(Op, name)
+FT_UNARY_OPS(FT_UNARY_FUNCTION)
+#undef FT_UNARY_FUNCTION
+#undef FT_UNARY_FUNCTION_Internal
+#undef FT_UNARY_FUNCTION_Public
+
+#define FT_BINARY_FUNCTION_Comparison(Op, name) \
+  ft::Tensor ft::name(const Tensor& a, const Tensor& b) { return binary_forward(math::BinaryOp::Op, a, b); }
+#define FT_BINARY_FUNCTION_Arithmetic(Op, name)
+#define FT_BINARY_FUNCTION(Op, name, kind, formula) FT_BINARY_FUNCTION_##kind(Op, name)
+FT_BINARY_OPS(FT_BINARY_FUNCTION)
+#undef FT_BINARY_FUNCTION
+#undef FT_BINARY_FUNCTION_Arithmetic
+#undef FT_BINARY_FUNCTION_Comparison

@@ -1,4 +1,9 @@
-"""Reference cases for the elementwise family (tests/test_elementwise.cpp)."""
+"""Reference cases for the elementwise family (tests/test_elementwise.cpp).
+
+Unary and binary cases carry op=<name in the C++ op lists>; test_elementwise.cpp runs every
+such case from the manifest and fails for a listed op without one. A new activation is one
+line in UNARY (or POSITIVE for ops defined for x > 0).
+"""
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -8,7 +13,9 @@ from parity_lib import broadcast, case, randn, rng, strided, transposed
 UNARY = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
     "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
-    "square": torch.square,
+    "square": torch.square, "softplus": F.softplus,
+    # PyTorch 1.13 has no bf16 CPU mish: f32 on the rounded input, rounded, as the bf16 kernel here computes
+    "mish": lambda x: F.mish(x.float()).to(x.dtype) if x.dtype == torch.bfloat16 else F.mish(x),
 }
 POSITIVE = {"log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
@@ -19,30 +26,36 @@ def cases():
     for dtype in ("f32", "f64", "bf16", "f16"):
         for name, fn in UNARY.items():
             n = f"{name}_{dtype}"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": randn(n, 7, 33)}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": randn(n, 7, 33)}, dtype=dtype, op=name)
             n = f"{name}_{dtype}_transposed"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": transposed(randn(n, 5, 6))}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": transposed(randn(n, 5, 6))}, dtype=dtype, op=name)
         for name, fn in POSITIVE.items():
             n = f"{name}_{dtype}"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": np.abs(randn(n, 7, 33)) + 0.1}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": np.abs(randn(n, 7, 33)) + 0.1}, dtype=dtype, op=name)
             n = f"{name}_{dtype}_strided"
-            yield case(n, lambda x, fn=fn: fn(x), {"x": strided(np.abs(randn(n, 4, 9)) + 0.1)}, dtype=dtype)
+            yield case(n, lambda x, fn=fn: fn(x), {"x": strided(np.abs(randn(n, 4, 9)) + 0.1)}, dtype=dtype, op=name)
         for name, fn in BINARY.items():
             n = f"{name}_{dtype}"
             b = randn(n + "b", 6, 10)
             if name == "div":
                 b = np.sign(b) * (np.abs(b) + 0.5)
-            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 6, 10), "b": b}, dtype=dtype)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 6, 10), "b": b}, dtype=dtype, op=name)
             n = f"{name}_{dtype}_bcast"
             b = randn(n + "b", 1, 10)
             if name == "div":
                 b = np.sign(b) * (np.abs(b) + 0.5)
-            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": transposed(randn(n, 3, 4, 10)), "b": b}, dtype=dtype)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": transposed(randn(n, 3, 4, 10)), "b": b}, dtype=dtype,
+                       op=name)
             n = f"{name}_{dtype}_expand"
-            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 5, 8), "b": broadcast(np.abs(randn(n + "b", 1, 8)) + 0.5, (5, 8))}, dtype=dtype)
+            yield case(n, lambda a, b, fn=fn: fn(a, b), {"a": randn(n, 5, 8), "b": broadcast(np.abs(randn(n + "b", 1, 8)) + 0.5, (5, 8))}, dtype=dtype,
+                       op=name)
+    # softplus returns x itself past its threshold, 20: inputs on both sides
+    n = "softplus_f32_threshold"
+    yield case(n, lambda x: F.softplus(x), {"x": 12 * randn(n, 4, 9)}, op="softplus")
     # pow with tensor exponent and scalar exponent
     n = "pow_f64"
-    yield case(n, lambda a, b: torch.pow(a, b), {"a": np.abs(randn(n, 4, 5)) + 0.2, "b": randn(n + "b", 4, 5)}, dtype="f64")
+    yield case(n, lambda a, b: torch.pow(a, b), {"a": np.abs(randn(n, 4, 5)) + 0.2, "b": randn(n + "b", 4, 5)}, dtype="f64",
+               op="pow")
     n = "pow_scalar_f32"
     yield case(n, lambda a: torch.pow(a, 3.5), {"a": np.abs(randn(n, 4, 5)) + 0.2}, dtype="f32", params={"e": 3.5})
     # clamp with both bounds and one bound
@@ -69,6 +82,6 @@ def cases():
             a = g.integers(-3, 3, (5, 6)).astype(np.float64)
             b = g.integers(-3, 3, (1, 6)).astype(np.float64)
             yield case(n, lambda a, b, name=name: getattr(torch, name)(a, b), {"a": transposed(a), "b": b},
-                       dtype=dtype, grad=False)
+                       dtype=dtype, grad=False, op=name)
     n = "logical_not_bool"
     yield case(n, lambda x: torch.logical_not(x), {"x": rng(n).random((4, 5)) > 0.5}, grad=False)

@@ -2,7 +2,9 @@
 """Writes PyTorch reference values for the parity tests.
 
 Usage: generate.py OUTDIR. Imports every cases_*.py beside this file; each defines cases(),
-yielding parity_lib.Case objects. Writes OUTDIR/COMPLETE when done, which the C++ tests check.
+yielding parity_lib.Case objects. Writes OUTDIR/manifest.json (every case: family, op, dtype,
+input names in call order, number of outputs, inputs with reference gradients) and then
+OUTDIR/COMPLETE, which the C++ tests check.
 """
 import glob
 import importlib.util
@@ -59,6 +61,7 @@ def build_input(spec, dtype):
 
 
 def run_case(c, outdir):
+    """Writes the case's files and returns its manifest entry."""
     d = os.path.join(outdir, c.name)
     os.makedirs(d, exist_ok=True)
     tensors, metas, leaves = {}, {}, {}
@@ -88,8 +91,10 @@ def run_case(c, outdir):
             go = torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)
             save(os.path.join(d, f"gout{i}.npy"), go)
             grads_out.append((o, go))
+    grad_names = []
     if leaves and grads_out:
         names = list(leaves)
+        grad_names = names
         gs = torch.autograd.grad([o for o, _ in grads_out], [leaves[n] for n in names],
                                  [go for _, go in grads_out], allow_unused=True)
         for n, gr in zip(names, gs):
@@ -103,6 +108,8 @@ def run_case(c, outdir):
         meta["rtol"] = c.rtol
     with open(os.path.join(d, "meta.json"), "w") as f:
         json.dump(meta, f)
+    return {"name": c.name, "op": c.op, "dtype": c.dtype, "inputs": list(c.inputs), "outputs": len(outs),
+            "grads": grad_names}
 
 
 def main():
@@ -112,9 +119,10 @@ def main():
     os.makedirs(outdir)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
-    count = 0
     names = set()
+    manifest = []
     for path in sorted(glob.glob(os.path.join(here, "cases_*.py"))):
+        family = os.path.basename(path)[len("cases_"):-len(".py")]
         spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -122,8 +130,10 @@ def main():
             if c.name in names:
                 raise SystemExit(f"duplicate parity case name {c.name} in {path}")
             names.add(c.name)
-            run_case(c, outdir)
-            count += 1
+            manifest.append({"family": family, **run_case(c, outdir)})
+    count = len(manifest)
+    with open(os.path.join(outdir, "manifest.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "cases": manifest}, f, indent=0)
     open(os.path.join(outdir, "COMPLETE"), "w").write(f"{count}\n")
     print(f"parity: wrote {count} PyTorch {torch.__version__} reference cases to {outdir}")
 

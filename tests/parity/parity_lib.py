@@ -2,7 +2,9 @@
 
 A case names an op call on concrete inputs. generate.py runs it in PyTorch and writes, under
 OUTDIR/<name>/: in_<input>.npy, out<i>.npy, gout<i>.npy (random upstream gradients) and
-grad_<input>.npy, plus meta.json (dtype, params, input layouts, optional tolerances).
+grad_<input>.npy, plus meta.json (dtype, params, input layouts, optional tolerances). A case
+that names the op it runs (`op`, the name in the C++ op lists) is also listed with it in
+OUTDIR/manifest.json, which C++ tests walk instead of repeating case names.
 """
 import zlib
 
@@ -42,8 +44,10 @@ def channels_last(a):
 
 
 class Case:
-    def __init__(self, name, fn, inputs, dtype="f32", params=None, grad=None, atol=None, rtol=None, nograd=()):
+    def __init__(self, name, fn, inputs, dtype="f32", params=None, grad=None, atol=None, rtol=None, nograd=(),
+                 op=None):
         self.name = name
+        self.op = op  # the op the case runs, for tests that walk the manifest (None: not listed)
         self.fn = fn
         self.inputs = inputs
         self.dtype = dtype

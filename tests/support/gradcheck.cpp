@@ -6,6 +6,7 @@
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/random.h"
+#include "support/parity.h"
 
 namespace ft::test {
 
@@ -64,6 +65,35 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     }
   }
   return report.str();
+}
+
+std::string compare_with_reference(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
+                                   const std::function<Tensor(const std::vector<Tensor>&)>& reference,
+                                   const std::vector<Tensor>& inputs, double atol, double rtol) {
+  const Tolerance tol{atol, rtol};
+  Tensor y = fn(inputs), y_ref = reference(inputs);
+  std::string msg = compare(y, y_ref, tol);
+  if (!msg.empty()) return "output: " + msg;
+  std::vector<Tensor> wrt;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined() && inputs[i].requires_grad()) {
+      wrt.push_back(inputs[i]);
+      index.push_back(i);
+    }
+  if (wrt.empty()) return "";
+  Generator gen(4321);
+  Tensor gout = randn(y.shape(), y.dtype(), &gen);
+  std::vector<Tensor> g = autograd::grad({y}, wrt, {gout});
+  std::vector<Tensor> g_ref = autograd::grad({y_ref}, wrt, {gout});
+  for (size_t w = 0; w < wrt.size(); ++w) {
+    // an input the function does not reach gets no gradient: compare as zeros
+    Tensor a = g[w].defined() ? g[w] : zeros(wrt[w].shape(), wrt[w].dtype());
+    Tensor e = g_ref[w].defined() ? g_ref[w] : zeros(wrt[w].shape(), wrt[w].dtype());
+    msg = compare(a, e, tol);
+    if (!msg.empty()) return "gradient of input " + std::to_string(index[w]) + ": " + msg;
+  }
+  return "";
 }
 
 }  // namespace ft::test

@@ -54,15 +54,49 @@ std::string compare(const Tensor& actual, const Tensor& expected, Tolerance tol)
   return os.str();
 }
 
+namespace {
+
+std::string parity_root() {
+  const char* env = std::getenv("FT_PARITY_DIR");
+  return env ? env : FT_PARITY_DIR;
+}
+
+// Empty when the references exist, else why they do not.
+std::string missing_references(const std::string& root) {
+  if (fs::exists(root + "/COMPLETE")) return "";
+  return "parity references not generated (" + root +
+         "): install python3-torch (apt-get install python3-torch) and rerun ctest";
+}
+
+}  // namespace
+
+const ParityManifest& parity_manifest() {
+  static const ParityManifest manifest = [] {
+    ParityManifest m;
+    const std::string root = parity_root();
+    m.skip_reason = missing_references(root);
+    if (!m.skip_reason.empty()) return m;
+    std::ifstream f(root + "/manifest.json");
+    FT_CHECK(f.good(), "parity: ", root, "/manifest.json is missing although the references are complete");
+    m.cases = nlohmann::json::parse(f).at("cases");
+    m.available = true;
+    return m;
+  }();
+  return manifest;
+}
+
+std::vector<nlohmann::json> ParityManifest::op_cases(const std::string& family) const {
+  std::vector<nlohmann::json> out;
+  for (const auto& c : cases)
+    if (c.at("family") == family && !c.at("op").is_null()) out.push_back(c);
+  return out;
+}
+
 ParityCase::ParityCase(const std::string& name) {
-  std::string root = FT_PARITY_DIR;
-  if (const char* env = std::getenv("FT_PARITY_DIR")) root = env;
+  const std::string root = parity_root();
   dir_ = root + "/" + name;
-  if (!fs::exists(root + "/COMPLETE")) {
-    skip_reason_ = "parity references not generated (" + root +
-                   "): install python3-torch (apt-get install python3-torch) and rerun ctest";
-    return;
-  }
+  skip_reason_ = missing_references(root);
+  if (!skip_reason_.empty()) return;
   if (!fs::exists(dir_ + "/meta.json")) {
     ADD_FAILURE() << "parity case '" << name << "' is missing from " << root << " (not defined in tests/parity/*.py?)";
     skip_reason_ = "missing case";

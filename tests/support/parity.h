@@ -61,10 +61,29 @@ class ParityCase {
   std::string skip_reason_;
 };
 
+// The generator's manifest.json: one entry per case with "name", "family" (the cases_<family>.py
+// it came from), "op" (the op it runs, or null), "dtype", "inputs" (names in call order),
+// "outputs" (count) and "grads" (inputs with reference gradients). Tests that walk it run every
+// case of an op without naming cases themselves. Not available (with the reason) when the
+// references were not generated.
+struct ParityManifest {
+  bool available = false;
+  std::string skip_reason;
+  nlohmann::json cases = nlohmann::json::array();
+  // The entries of one family that name an op.
+  std::vector<nlohmann::json> op_cases(const std::string& family) const;
+};
+const ParityManifest& parity_manifest();
+
 // Compares two tensors elementwise; empty on success, else the worst element and counts.
 std::string compare(const Tensor& actual, const Tensor& expected, Tolerance tol);
 
 }  // namespace ft::test
+
+// Usage: FT_PARITY_MANIFEST(m);  then walk m.op_cases("elementwise").
+#define FT_PARITY_MANIFEST(var)                                          \
+  const ::ft::test::ParityManifest& var = ::ft::test::parity_manifest(); \
+  if (!var.available) GTEST_SKIP() << var.skip_reason
 
 // Usage: FT_PARITY_CASE(c, "softmax_f32_dim1");  then use c.input(...), c.expect_output(...).
 #define FT_PARITY_CASE(var, name)                        \

@@ -19,6 +19,10 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, Scalar exponent);
 
+// One-input ops in the input's dtype (16-bit floats computed in f32). neg, abs, square and relu
+// take integer tensors too; the rest need a floating one. Each is one line of FT_UNARY_OPS
+// (src/backend/elementwise_math.h), which generates its definition; that definition needs the
+// declaration here.
 Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor exp(const Tensor& x);
@@ -32,6 +36,10 @@ Tensor relu(const Tensor& x);
 enum class GeluApprox { None, Tanh };  // None: exact x*Phi(x) with erf
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
 Tensor silu(const Tensor& x);
+// log(1 + e^x), and x itself past 20 (PyTorch's softplus with beta 1, threshold 20).
+Tensor softplus(const Tensor& x);
+// x * tanh(softplus(x)) (Misra 2019; PyTorch's mish).
+Tensor mish(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // Selection: cond is bool (or any dtype, nonzero = true); broadcasting over all three.

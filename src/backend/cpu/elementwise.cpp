@@ -14,11 +14,11 @@ namespace {
 
 // Loop bodies are forced inline, as FT_HD formulas are: GCC inlines a lambda into its loop by
 // size heuristics, and once the cases were generated it stopped doing so for tanh-GELU's
-// backward (33 ms instead of 4 ms forward+backward over 2M floats: the loop went scalar).
+// backward, and the loop went scalar (docs/PERF.md, "Figures formerly in code comments").
 #define FT_LOOP_BODY __attribute__((always_inline))
 
 // One loop per op, selected outside the loop, so each body is a single formula the compiler
-// can vectorise (a switch inside the loop cost ~10x on tanh-GELU's backward). The cases come
+// can vectorise (a switch inside the loop is many times slower). The cases come
 // from the op lists in elementwise_math.h; an integer tensor only reaches ops whose domain
 // admits it (the op checked), the rest of the integer instantiation is never compiled.
 #define FT_UNARY_CASE(Op, ...)                                                                   \

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,16 +63,20 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     // Memory-bound: one read and one write per element forward, three reads and a write backward,
     // so a slow case means the per-element formula stopped vectorising.
     const std::string fn = c["fn"];
-    std::function<Tensor(const Tensor&)> f;
-    if (fn == "relu") f = [](const Tensor& x) { return relu(x); };
-    else if (fn == "tanh") f = [](const Tensor& x) { return tanh(x); };
-    else if (fn == "sigmoid") f = [](const Tensor& x) { return sigmoid(x); };
-    else if (fn == "silu") f = [](const Tensor& x) { return silu(x); };
-    else if (fn == "gelu") f = [](const Tensor& x) { return gelu(x); };
-    else if (fn == "gelu_tanh") f = [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); };
-    else if (fn == "softplus") f = [](const Tensor& x) { return softplus(x); };
-    else if (fn == "mish") f = [](const Tensor& x) { return mish(x); };
-    else FT_FAIL("micro_ops: unknown activation ", fn);
+    using Activation = Tensor (*)(const Tensor&);
+    static const std::map<std::string, Activation> activations = {
+        {"relu", [](const Tensor& x) { return relu(x); }},
+        {"tanh", [](const Tensor& x) { return tanh(x); }},
+        {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+        {"silu", [](const Tensor& x) { return silu(x); }},
+        {"gelu", [](const Tensor& x) { return gelu(x); }},
+        {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); }},
+        {"softplus", [](const Tensor& x) { return softplus(x); }},
+        {"mish", [](const Tensor& x) { return mish(x); }},
+    };
+    auto it = activations.find(fn);
+    FT_CHECK(it != activations.end(), "micro_ops: unknown activation ", fn);
+    Activation f = it->second;
     return {{r({c["rows"], c["cols"]})}, [f](const std::vector<Tensor>& in) { return f(in[0]); }};
   }
   FT_FAIL("micro_ops: unknown op ", op);

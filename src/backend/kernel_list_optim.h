@@ -8,11 +8,17 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/multi_tensor.h"
 #include "backend/random_math.h"
 #include "fasttrain/tensor.h"
 
 // clang-format off
 #define FT_KERNELS_OPTIM(X)                                                                                         \
+  /* multi-tensor optimizer steps: advance the step counts, then update every segment (multi_tensor.h) */          \
+  X(sgd_step, void(const MultiTensorStep& step))                                                                    \
+  X(adam_step, void(const MultiTensorStep& step, bool decoupled_weight_decay))                                      \
+  X(lamb_step, void(const MultiTensorStep& step))                                                                   \
+  X(lars_step, void(const MultiTensorStep& step))                                                                   \
   /* clipping: total_norm (0-d f32 or f64) = the global L2 norm; gradients scaled by min(1, clip_coefficient) */   \
   X(clip_grad_norm, void(std::span<const Tensor> grads, double max_norm, const Tensor& total_norm))                \
   X(clip_grad_value, void(std::span<const Tensor> grads, double clip_value))                                        \

@@ -2,9 +2,11 @@
 // over every element of every parameter, not one op per tensor), with the same math as
 // PyTorch's torch.optim (foreach/fused implementations). Implemented in src/optim/.
 //
-// Parameters: contiguous CPU tensors of f32 or f64 (updated in place, state in the same dtype),
-// or bf16/f16: the optimizer then keeps an fp32 master copy in its state ("master"), updates that
-// and writes the rounded value back to the parameter, so small updates are not lost to rounding.
+// Parameters: dense tensors (contiguous or channels-last) all on one device, whose kernel table
+// runs the update (src/backend/kernel_list_optim.h); f32 or f64 (updated in place, state in the
+// same dtype), or bf16/f16: the optimizer then keeps an fp32 master copy in its state ("master"),
+// updates that and writes the rounded value back to the parameter, so small updates are not lost
+// to rounding.
 // Gradients may be f32, bf16 or f16 for an f32/bf16/f16 parameter (read as f32), f64 for f64.
 //
 // State, per parameter that has had a gradient: "step" (0-d i64, counted per parameter as in
@@ -107,6 +109,7 @@ class Optimizer {
  protected:
   explicit Optimizer(std::vector<ParamGroup> groups);
   std::vector<ParamGroup> groups_;
+  Device device_;  // of every parameter (checked by the constructor)
   int64_t step_count_ = 0;
 };
 

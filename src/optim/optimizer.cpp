@@ -74,8 +74,9 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
       FT_CHECK(p.defined(), "optimizer: ", where, " is undefined");
       FT_CHECK(is_floating(p.dtype()), "optimizer: ", where, " has dtype ", dtype_name(p.dtype()),
                ", expected a floating dtype (f32, f64, bf16, f16)");
-      FT_CHECK(p.device().is_cpu(), "optimizer: ", where, " is on ", p.device().str(),
-               "; the optimizers run on the CPU only so far");
+      if (total == 0) device_ = p.device();  // the first parameter's: the kernel table the steps use
+      FT_CHECK(p.device() == device_, "optimizer: ", where, " is on ", p.device().str(), ", the first parameter on ",
+               device_.str(), " (a step runs on one device)");
       FT_CHECK(p.is_contiguous() || p.is_channels_last(), "optimizer: ", where,
                " is not dense (expected contiguous or channels-last memory; shape ", p.shape().str(), ", strides ",
                p.strides().str(), ")");
@@ -209,8 +210,8 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
                  found_inf->dtype() == DType::F32,
              name(), ": found_inf must be a 0-d f32 tensor, found ",
              found_inf->defined() ? std::string(dtype_name(found_inf->dtype())) + " " + found_inf->shape().str() : "undefined");
-    FT_CHECK(found_inf->device().is_cpu(), name(), ": found_inf is on ", found_inf->device().str(),
-             ", the parameters on cpu");
+    FT_CHECK(found_inf->device() == device_, name(), ": found_inf is on ", found_inf->device().str(),
+             ", the parameters on ", device_.str());
   }
   contiguous_grads_.clear();
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -220,6 +221,9 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
       if (!grad.defined()) continue;
       // Built only when a check fails (FT_CHECK evaluates its message lazily): no per-step strings.
       auto where = [&] { return "parameter " + std::to_string(i) + " of " + group_label(g); };
+      // Parameters may have been replaced through param_groups() since the constructor checked them.
+      FT_CHECK(p.device() == device_, name(), ": ", where(), " is on ", p.device().str(), ", the optimizer on ",
+               device_.str());
       FT_CHECK(grad.shape() == p.shape(), name(), ": gradient of ", where(), " has shape ", grad.shape().str(),
                ", expected ", p.shape().str());
       FT_CHECK(grad.device() == p.device(), name(), ": gradient of ", where(), " is on ", grad.device().str(),
@@ -234,9 +238,6 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
   }
 
   segments_.clear();
-  skip_flag_ = found_inf != nullptr ? found_inf->data<float>() : nullptr;
-  // The step-count "kernel": += 1, or += 1 - found_inf (read from the flag's memory).
-  const int64_t advance = skip_flag_ != nullptr && *skip_flag_ != 0 ? 0 : 1;
   int64_t total = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const GroupOptions& options = groups_[g].options;
@@ -250,18 +251,18 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
         contiguous_grads_.push_back(grad);
       }
       ParamState& st = state_[g][i];
-      Segment s;
-      if (!st.step.defined()) st.step = scalar_tensor(int64_t{0}, DType::I64);
-      int64_t& step = *st.step.data<int64_t>();
+      backend::Segment s;
+      const bool new_state = !st.step.defined();
+      if (new_state) st.step = scalar_tensor(int64_t{0}, TensorOptions(DType::I64, device_));
       const DType state_dtype = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
       if (static_cast<int>(st.buffers.size()) != nbuf) {  // first step, or momentum switched on
         st.buffers.resize(nbuf);
         for (auto& b : st.buffers) b = empty_in_layout_of(p, state_dtype).zero_();
-        st.buffers_first_step = step + 1;
+        // The one read of a step count by the host, when buffers are made (rare, and it allocates anyway).
+        st.buffers_first_step = (new_state ? 0 : st.step.item<int64_t>()) + 1;
       }
       if ((p.dtype() == DType::BF16 || p.dtype() == DType::F16) && !st.master.defined())
         st.master = in_layout_of(p, p.to(DType::F32));
-      step += advance;
       s.begin = total;
       s.numel = p.numel();
       s.param = p.raw_data();
@@ -270,11 +271,10 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
       s.grad_dtype = grad.dtype();
       s.master = st.master.defined() ? st.master.data<float>() : nullptr;
       for (int k = 0; k < nbuf; ++k) s.buffers[k] = st.buffers[k].raw_data();
-      s.step = &step;
+      s.step = st.step.data<int64_t>();
       s.buffers_first_step = st.buffers_first_step;
       s.options = &options;
-      if (s.numel == 0) continue;
-      segments_.push_back(s);
+      segments_.push_back(s);  // an empty parameter too: its step count advances
       total += s.numel;
     }
   }
@@ -283,8 +283,11 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
 
 void MultiTensorOptimizer::run_step(const Tensor* found_inf) {
   autograd::NoGradGuard no_grad;
-  const int64_t total = prepare_step(found_inf);
-  update(total);
+  backend::MultiTensorStep step;
+  step.total = prepare_step(found_inf);
+  step.segments = segments_;
+  step.found_inf = found_inf != nullptr ? found_inf->data<float>() : nullptr;
+  update(backend::kernels(device_), step);
   finish_step();
 }
 
@@ -293,7 +296,6 @@ void MultiTensorOptimizer::finish_step() {
     for (auto& p : group.params)
       if (p.impl()->grad) p.bump_version();
   contiguous_grads_.clear();
-  skip_flag_ = nullptr;
   ++step_count_;
 }
 
@@ -350,7 +352,7 @@ void MultiTensorOptimizer::load_state_tensors(const TensorMap& state) {
                "' must be one integer, found ", dtype_name(t.dtype()), " ", t.shape().str());
       const int64_t step = t.item<int64_t>();
       FT_CHECK(step >= 1, who, ": entry '", key, "' holds step ", step, ", expected >= 1");
-      st.step = scalar_tensor(step, DType::I64);
+      st.step = scalar_tensor(step, TensorOptions(DType::I64, device_));
     } else {
       const bool is_master = kind == "master";
       const int nbuf = num_buffers(groups_[g].options);
@@ -366,7 +368,7 @@ void MultiTensorOptimizer::load_state_tensors(const TensorMap& state) {
       FT_CHECK(t.dtype() == want, who, ": entry '", key, "' has dtype ", dtype_name(t.dtype()), ", expected ",
                dtype_name(want));
       Tensor copy = empty_in_layout_of(p, want);
-      copy.copy_(t.to(Device::cpu()));
+      copy.copy_(t);
       if (is_master) {
         st.master = copy;
       } else {

@@ -1,12 +1,10 @@
-// SGD (torch.optim.SGD, maximize off): the momentum update of momentum_update.h with a trust
-// ratio of 1, as one multi-tensor pass.
-#include "optim/momentum_update.h"
+// SGD (torch.optim.SGD, maximize off): momentum, dampening, Nesterov and coupled weight decay, as
+// one multi-tensor pass (the device's sgd_step; the math is backend/optim_math.h's momentum update
+// with a trust ratio of 1).
 #include "optim/multi_tensor.h"
 
 namespace ft::optim {
 namespace {
-
-using detail::Segment;
 
 class Sgd final : public detail::MultiTensorOptimizer {
  public:
@@ -24,11 +22,8 @@ class Sgd final : public detail::MultiTensorOptimizer {
   }
 
  private:
-  void update(int64_t total) override { run_pass(total, &kernel); }
-  static void kernel(const Segment& s, int64_t first, int64_t n) {
-    detail::dispatch_param_grad(s.param_dtype, s.grad_dtype, [&](auto p, auto g) {
-      detail::momentum_update<decltype(p), decltype(g)>(s, first, n, 1);
-    });
+  void update(const backend::Kernels& kernels, const backend::MultiTensorStep& step) override {
+    kernels.sgd_step(step);
   }
 };
 

@@ -2,6 +2,7 @@
 #include "train/run_files.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,11 +62,28 @@ void make_dirs(const std::string& dir) {
 
 void commit_dir(const std::string& tmp_dir, const std::string& final_dir) {
   std::error_code ec;
-  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+  if (fs::exists(final_dir)) {
+    // Removing the old folder first would leave a moment with neither; swap the two names instead,
+    // then delete the old folder under its temporary name.
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_path(parent_of(final_dir), O_RDONLY | O_DIRECTORY);
+      fs::remove_all(tmp_dir, ec);
+      FT_CHECK(!ec, tmp_dir, ": cannot delete the replaced folder: ", ec.message());
+      return;
+    }
+    fs::remove_all(final_dir, ec);  // a file system without RENAME_EXCHANGE
+  }
   FT_CHECK(!ec, final_dir, ": cannot replace the old folder: ", ec.message());
   FT_CHECK(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, final_dir, ": rename of ", tmp_dir, " failed: ",
            std::strerror(errno));
   fsync_path(parent_of(final_dir), O_RDONLY | O_DIRECTORY);
+}
+
+bool is_temporary_name(const std::string& name) {
+  if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) return true;
+  const size_t at = name.rfind(".tmp.");
+  return at != std::string::npos && at + 5 < name.size() &&
+         name.find_first_not_of("0123456789", at + 5) == std::string::npos;
 }
 
 }  // namespace ft::train

@@ -12,7 +12,12 @@ namespace ft::train {
 std::string read_text(const std::string& path, const char* what);
 // default_run_dir and make_dirs are declared in fasttrain/train.h (the CLI uses them too).
 // Replaces folder `final_dir` by the fully written folder `tmp_dir` (rename; the parent folder is
-// fsynced so the new entry survives a crash).
+// fsynced so the new entry survives a crash). An existing final_dir is swapped out atomically, so a
+// crash at any moment leaves a complete folder under the final name.
 void commit_dir(const std::string& tmp_dir, const std::string& final_dir);
+
+// A folder or file name ending in ".tmp" (checkpoint folders being written or deleted) or
+// ".tmp.<pid>" (AtomicFileWriter): never complete, whatever it holds.
+bool is_temporary_name(const std::string& name);
 
 }  // namespace ft::train

@@ -94,7 +94,18 @@ struct Trainer::Impl {
   Tensor loss_sum;  // training loss summed since the last log, on the device
   int64_t loss_count = 0;
   std::atomic<bool> stop_requested{false};
-  std::string resumed_from;  // the checkpoint folder resume() read ("" if none)
+  std::string resumed_from;                 // the checkpoint folder resume() read ("" if none)
+  double checkpoint_metric = std::nan("");  // the monitored value saved with the next checkpoint
+  // The evaluation done at the step of the next checkpoint (saved with it) or of the resumed one,
+  // so a run resumed at its last step does not evaluate and log that step a second time.
+  int64_t checkpoint_eval_step = -1;
+  EvalResult checkpoint_eval;
+
+  // Whether `run_dir` is the run folder the resumed checkpoint lives in (<run_dir>/checkpoints/step-N).
+  bool resumed_into(const std::string& run_dir) const {
+    std::error_code ec;
+    return !resumed_from.empty() && fs::equivalent(fs::path(resumed_from).parent_path().parent_path(), run_dir, ec);
+  }
 
   // The next training batch, crossing into the next epoch when this one is exhausted.
   const data::Batch& next_batch() {
@@ -191,9 +202,20 @@ TrainResult Trainer::fit() {
   resolved.run_dir = dir;
   write_file_atomically(dir + "/config.toml", config_to_toml(resolved));
   write_file_atomically(dir + "/task.json", task_->describe().dump(2) + "\n");
-  std::ofstream csv(dir + "/metrics.csv", std::ios::trunc);
+  // Resumed into its own run folder (a restarted job): what a killed process left half-written
+  // goes, the rows logged after the checkpoint are logged again, and the checkpoints already
+  // there count towards keep_last / keep_best instead of piling up.
+  const bool resumed_here = im.resumed_into(dir);
+  if (resumed_here) remove_stale_temporaries(dir);
+  const bool append =
+      resumed_here && truncate_metrics_after(dir + "/metrics.csv", step_) && fs::file_size(dir + "/metrics.csv") > 0;
+  std::ofstream csv(dir + "/metrics.csv", append ? std::ios::app : std::ios::trunc);
   FT_CHECK(csv.good(), dir, "/metrics.csv: cannot open for writing");
-  csv << "step,epoch,split,loss,accuracy,lr,momentum,grad_norm,loss_scale,items_per_s,elapsed_s,data_wait_ms\n";
+  if (!append)
+    csv << "step,epoch,split,loss,accuracy,lr,momentum,grad_norm,loss_scale,items_per_s,elapsed_s,data_wait_ms\n";
+  if (resumed_here && im.keeper)
+    for (const SavedCheckpoint& saved : complete_checkpoints(dir))
+      if (saved.step <= step_) delete_unkept(im.keeper->add(saved.dir, saved.step, saved.metric));
   std::unique_ptr<TensorBoardWriter> tb;
   if (c.tensorboard) {
     make_dirs(dir + "/tensorboard");
@@ -234,6 +256,10 @@ TrainResult Trainer::fit() {
   };
   EvalResult last_eval;
   int64_t last_eval_step = -1;
+  if (im.checkpoint_eval_step == step_) {  // e.g. resumed from a checkpoint taken right after one
+    last_eval = im.checkpoint_eval;
+    last_eval_step = step_;
+  }
   auto evaluate = [&](double lr) {
     fault::point("eval");
     const double start = elapsed();
@@ -275,6 +301,9 @@ TrainResult Trainer::fit() {
     make_dirs(dir + "/checkpoints");
     const std::string path = dir + "/checkpoints/" + name;
     const double metric = last_eval_step == step_ ? monitored(c, last_eval) : std::nan("");
+    im.checkpoint_metric = metric;
+    im.checkpoint_eval_step = last_eval_step;
+    im.checkpoint_eval = last_eval;
     try {
       save_checkpoint(path);
     } catch (const Error& e) {
@@ -446,7 +475,10 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"pending_loss_sum", impl_->loss_count ? impl_->loss_sum.item<double>() : 0.0},
                 {"pending_loss_count", impl_->loss_count},
                 {"optimizer", impl_->optimizer->name()},
+                {"monitored", impl_->checkpoint_metric},
                 {"config", config_to_json(config_)}};
+  if (impl_->checkpoint_eval_step == step_)
+    state["evaluation"] = {{"loss", impl_->checkpoint_eval.loss}, {"accuracy", impl_->checkpoint_eval.accuracy}};
   if (impl_->early_stopping) state["early_stopping"] = impl_->early_stopping->state();
   // Last: a folder holding trainer_state.json holds every other file too.
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
@@ -479,7 +511,14 @@ void Trainer::resume(const std::string& dir) {
   double pending_sum = 0;
   GeneratorState g;
   data::LoaderState ls;
+  EvalResult evaluation;
+  const bool evaluated = st.contains("evaluation");
   try {
+    if (evaluated) {
+      auto number = [](const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };  // NaN is null
+      evaluation.loss = number(st.at("evaluation").at("loss"));
+      evaluation.accuracy = number(st.at("evaluation").at("accuracy"));
+    }
     step = st.at("step").get<int64_t>();
     pending_count = st.at("pending_loss_count").get<int64_t>();
     pending_sum = st.at("pending_loss_sum").get<double>();
@@ -513,6 +552,8 @@ void Trainer::resume(const std::string& dir) {
   impl_->loss_count = pending_count;
   impl_->loss_sum = pending_count ? scalar_tensor(pending_sum, DType::F32) : Tensor();
   impl_->resumed_from = dir;
+  impl_->checkpoint_eval_step = evaluated ? step : -1;
+  impl_->checkpoint_eval = evaluation;
 }
 
 LrFindResult Trainer::lr_find(const LrFindOptions& options) {

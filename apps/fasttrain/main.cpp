@@ -1,4 +1,5 @@
 // The fasttrain program: dispatches to the subcommands registered in apps/fasttrain/*_command.cpp.
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ int run_info() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) the kernel would kill us with SIGXFSZ and no word of which
+  // file; ignored, the write fails with EFBIG and the error names the file.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {

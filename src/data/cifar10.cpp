@@ -36,8 +36,12 @@ void Cifar10Dataset::read(int64_t index, uint64_t, const std::vector<Tensor>& fi
   check_sample_fields("Cifar10Dataset", spec_, fields);
   size_t f = std::upper_bound(first_record_.begin(), first_record_.end(), index) - first_record_.begin() - 1;
   const char* record = files_[f]->data + (index - first_record_[f]) * kRecordBytes;
-  std::memcpy(fields[0].raw_data(), record + 1, kImageBytes);
-  *fields[1].data<int64_t>() = static_cast<unsigned char>(record[0]);
+  void* image = fields[0].raw_data();
+  int64_t* label = fields[1].data<int64_t>();
+  files_[f]->read([&] {
+    std::memcpy(image, record + 1, kImageBytes);
+    *label = static_cast<unsigned char>(record[0]);
+  });
 }
 
 }  // namespace ft::data

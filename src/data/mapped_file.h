@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "io/mapped_read.h"
+
 namespace ft::data {
 
 struct MappedFile {
@@ -17,6 +19,13 @@ struct MappedFile {
   std::string path;
   char* data = nullptr;  // nullptr for an empty file
   size_t size = 0;
+
+  // Runs `copy` (a plain loop reading this mapping) so that the file being truncated by another
+  // program meanwhile is an ft::Error naming it, not a SIGBUS that kills the run (io/mapped_read.h).
+  template <class F>
+  void read(F&& copy) const {
+    io::guarded_read(path, data, size, copy);
+  }
 };
 
 // Maps `path` (MAP_PRIVATE, read-write). Private and writable because from_blob tensors are

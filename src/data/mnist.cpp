@@ -59,8 +59,10 @@ MnistDataset::MnistDataset(const std::string& images_path, const std::string& la
 void MnistDataset::read(int64_t index, uint64_t, const std::vector<Tensor>& fields) const {
   FT_CHECK(index >= 0 && index < count_, "MnistDataset: sample ", index, " out of range [0, ", count_, ")");
   check_sample_fields("MnistDataset", spec_, fields);
-  std::memcpy(fields[0].raw_data(), images_->data + 16 + index * image_bytes_, image_bytes_);
-  *fields[1].data<int64_t>() = static_cast<unsigned char>(labels_->data[8 + index]);
+  void* image = fields[0].raw_data();
+  int64_t* label = fields[1].data<int64_t>();
+  images_->read([&] { std::memcpy(image, images_->data + 16 + index * image_bytes_, image_bytes_); });
+  labels_->read([&] { *label = static_cast<unsigned char>(labels_->data[8 + index]); });
 }
 
 }  // namespace ft::data

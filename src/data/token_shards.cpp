@@ -42,7 +42,9 @@ void TokenShard::copy_window(int64_t start, int64_t count, int64_t* out) const {
   FT_CHECK(start >= 0 && count >= 0 && start + count <= count_, path(), ": token window [", start, ", ", start + count,
            ") is outside the shard's ", count_, " tokens");
   const uint16_t* src = tokens_ + start;
-  for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+  file_->read([&] {
+    for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+  });
 }
 
 Tensor TokenShard::window(int64_t start, int64_t count) const {

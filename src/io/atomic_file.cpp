@@ -1,18 +1,32 @@
 #include "fasttrain/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include "core/fault_injection.h"
 #include "fasttrain/error.h"
 
 namespace ft {
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
+// strerror plus what the user can do about the errors a full disk or a limit produces.
+std::string errno_text() {
+  const int err = errno;
+  std::string text = std::strerror(err);
+  if (err == EFBIG) {
+    struct rlimit limit {};
+    if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+      text += " (the file-size limit, ulimit -f, is " + std::to_string(limit.rlim_cur) + " bytes)";
+  } else if (err == ENOSPC || err == EDQUOT) {
+    text += " (free some space or write elsewhere)";
+  }
+  return text;
+}
 
 std::string parent_dir(const std::string& path) {
   size_t slash = path.find_last_of('/');
@@ -40,7 +54,7 @@ void AtomicFileWriter::write(const void* data, size_t nbytes) {
   while (nbytes > 0) {
     ssize_t n = ::write(fd_, p, nbytes);
     if (n < 0 && errno == EINTR) continue;
-    FT_CHECK(n > 0, path_, ": write to ", tmp_path_, " failed: ", errno_text());
+    FT_CHECK(n > 0, path_, ": cannot write the file: ", errno_text());
     p += n;
     nbytes -= static_cast<size_t>(n);
   }
@@ -48,10 +62,11 @@ void AtomicFileWriter::write(const void* data, size_t nbytes) {
 
 void AtomicFileWriter::commit() {
   FT_CHECK(fd_ >= 0 && !committed_, path_, ": commit called twice");
-  FT_CHECK(::fsync(fd_) == 0, path_, ": fsync of ", tmp_path_, " failed: ", errno_text());
+  FT_CHECK(::fsync(fd_) == 0, path_, ": cannot write the file: fsync of ", tmp_path_, " failed: ", errno_text());
   int rc = ::close(fd_);
   fd_ = -1;
-  FT_CHECK(rc == 0, path_, ": close of ", tmp_path_, " failed: ", errno_text());
+  FT_CHECK(rc == 0, path_, ": cannot write the file: close of ", tmp_path_, " failed: ", errno_text());
+  fault::point("file-rename", path_);
   FT_CHECK(std::rename(tmp_path_.c_str(), path_.c_str()) == 0, path_, ": rename of ", tmp_path_,
            " failed: ", errno_text());
   committed_ = true;

@@ -19,8 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fault_injection.h"
 #include "fasttrain/atomic_file.h"
 #include "io/crc32c.h"
+#include "io/mapped_read.h"
 
 namespace ft {
 namespace {
@@ -205,18 +207,27 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
 
 SafetensorsFile load_safetensors(const std::string& path) {
   MappedFile file(path);
+  fault::point("load", path);
   const uint64_t size = file.size();
   FT_CHECK(size >= 8, path, ": file is ", size, " bytes, too short for the 8-byte header length");
+  // Every read of the mapping is a guarded copy: the file may be truncated under us (mapped_read.h).
+  auto copy_out = [&](void* dst, uint64_t offset, uint64_t nbytes) {
+    const unsigned char* src = file.data() + offset;
+    io::guarded_read(path, file.data(), size, [&] { std::memcpy(dst, src, nbytes); });
+  };
+  unsigned char len[8];
+  copy_out(len, 0, 8);
   uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(file.data()[i]) << (8 * i);
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len[i]) << (8 * i);
   FT_CHECK(header_len <= size - 8, path, ": header length ", header_len, " runs past the end of the file (",
            size, " bytes): truncated or not a safetensors file");
   FT_CHECK(header_len <= kMaxHeaderBytes, path, ": header length ", header_len, " exceeds the limit of ",
            kMaxHeaderBytes, " bytes");
-  const char* header_text = reinterpret_cast<const char*>(file.data() + 8);
+  std::string header_text(header_len, '\0');
+  copy_out(header_text.data(), 8, header_len);
   ordered_json header;
   try {
-    header = ordered_json::parse(header_text, header_text + header_len);
+    header = ordered_json::parse(header_text);
   } catch (const nlohmann::json::exception& e) {
     FT_FAIL(path, ": malformed JSON header: ", e.what());
   }
@@ -272,14 +283,13 @@ SafetensorsFile load_safetensors(const std::string& path) {
 
   result.tensors.reserve(entries.size());
   for (const Entry* e : by_offset) {
-    const unsigned char* src = file.data() + data_start + e->begin;
     const size_t nbytes = e->end - e->begin;
+    Tensor t = empty(e->shape, e->dtype);
+    if (nbytes) copy_out(t.raw_data(), data_start + e->begin, nbytes);
     auto it = checksums.find(e->name);
     if (it != checksums.end())
-      FT_CHECK(io::crc32c(src, nbytes) == it->second, path, ": tensor '", e->name,
+      FT_CHECK(io::crc32c(t.raw_data(), nbytes) == it->second, path, ": tensor '", e->name,
                "' checksum mismatch: file altered or corrupt");
-    Tensor t = empty(e->shape, e->dtype);
-    if (nbytes) std::memcpy(t.raw_data(), src, nbytes);
     result.tensors.emplace_back(e->name, std::move(t));
   }
   return result;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 
@@ -214,7 +215,14 @@ void delete_unkept(const std::vector<std::string>& dirs) {
   for (const std::string& dir : dirs) {
     FT_CHECK(!dir.empty(), "delete checkpoints: expected a folder, found an empty string");
     std::error_code ec;
-    std::filesystem::remove_all(dir, ec);  // a folder already gone removes nothing and is no error
+    // Renamed first: a deletion cut short by a crash must not leave a partial folder under a
+    // complete checkpoint's name (run_files.h: names ending in .tmp are never complete).
+    std::string doomed = dir;
+    while (!doomed.empty() && doomed.back() == '/') doomed.pop_back();
+    doomed += ".tmp";
+    std::filesystem::remove_all(doomed, ec);
+    if (std::rename(dir.c_str(), doomed.c_str()) != 0) doomed = dir;
+    std::filesystem::remove_all(doomed, ec);  // a folder already gone removes nothing and is no error
     FT_CHECK(!ec, dir, ": cannot delete the checkpoint folder: ", ec.message());
   }
 }

@@ -2,15 +2,23 @@
 #include "train/run_files.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/atomic_file.h"
 #include "fasttrain/error.h"
 
 namespace ft::train {
@@ -61,11 +69,91 @@ void make_dirs(const std::string& dir) {
 
 void commit_dir(const std::string& tmp_dir, const std::string& final_dir) {
   std::error_code ec;
-  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+  if (fs::exists(final_dir)) {
+    // Removing the old folder first would leave a moment with neither; swap the two names instead,
+    // then delete the old folder under its temporary name.
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_path(parent_of(final_dir), O_RDONLY | O_DIRECTORY);
+      fs::remove_all(tmp_dir, ec);
+      FT_CHECK(!ec, tmp_dir, ": cannot delete the replaced folder: ", ec.message());
+      return;
+    }
+    fs::remove_all(final_dir, ec);  // a file system without RENAME_EXCHANGE
+  }
   FT_CHECK(!ec, final_dir, ": cannot replace the old folder: ", ec.message());
   FT_CHECK(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, final_dir, ": rename of ", tmp_dir, " failed: ",
            std::strerror(errno));
   fsync_path(parent_of(final_dir), O_RDONLY | O_DIRECTORY);
+}
+
+bool is_temporary_name(const std::string& name) {
+  if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) return true;
+  const size_t at = name.rfind(".tmp.");
+  return at != std::string::npos && at + 5 < name.size() &&
+         name.find_first_not_of("0123456789", at + 5) == std::string::npos;
+}
+
+int remove_stale_temporaries(const std::string& run_dir) {
+  int removed = 0;
+  for (const std::string& dir : {run_dir, run_dir + "/checkpoints", run_dir + "/tensorboard"}) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!is_temporary_name(name)) continue;
+      const size_t at = name.rfind(".tmp.");
+      if (at != std::string::npos && name.size() > at + 5) {
+        // AtomicFileWriter names its file after its process: one still running is not stale.
+        const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+        if (pid == ::getpid() || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+      }
+      std::error_code rm;
+      fs::remove_all(entry.path(), rm);
+      FT_CHECK(!rm, entry.path().string(), ": cannot delete what an interrupted run left half-written: ", rm.message());
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+std::vector<SavedCheckpoint> complete_checkpoints(const std::string& run_dir) {
+  std::vector<SavedCheckpoint> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() == 5 || is_temporary_name(name) ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    const std::string state_path = entry.path().string() + "/trainer_state.json";
+    if (!fs::exists(state_path)) continue;
+    double metric = std::nan("");
+    try {
+      const nlohmann::json st = nlohmann::json::parse(read_text(state_path, "the trainer state"));
+      if (st.contains("monitored") && st["monitored"].is_number()) metric = st["monitored"].get<double>();
+    } catch (const std::exception&) {
+      // A state that does not parse is reported when someone resumes from it; here it has no metric.
+    }
+    found.push_back({entry.path().string(), std::stoll(name.substr(5)), metric});
+  }
+  std::sort(found.begin(), found.end(),
+            [](const SavedCheckpoint& a, const SavedCheckpoint& b) { return a.step < b.step; });
+  return found;
+}
+
+bool truncate_metrics_after(const std::string& csv_path, int64_t step) {
+  if (!fs::exists(csv_path)) return false;
+  const std::string text = read_text(csv_path, "the metrics");
+  std::string kept;
+  size_t begin = 0;
+  for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    // A line cut short by a kill has no newline and is dropped with everything after `step`.
+    const std::string line = text.substr(begin, end + 1 - begin);
+    char* stop = nullptr;
+    const long long row_step = std::strtoll(line.c_str(), &stop, 10);
+    const bool header = begin == 0;
+    if (header || (stop != line.c_str() && *stop == ',' && row_step <= step)) kept += line;
+  }
+  write_file_atomically(csv_path, kept);
+  return true;
 }
 
 }  // namespace ft::train

@@ -24,6 +24,9 @@ StopSignalScope::StopSignalScope(std::atomic<bool>& flag) : prev_flag_(g_flag.ex
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
+  // The run goes on after the first signal: a read or write it interrupted must resume, not fail
+  // with EINTR (checkpoint files, metrics.csv, the loader's waits).
+  sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int_);
   sigaction(SIGTERM, &sa, &old_term_);

@@ -2,9 +2,13 @@
 // optimizer step and loss scaling, in the order Lightning applies them.
 #include "fasttrain/train_step.h"
 
+<<<<<<< HEAD
 #include <iterator>
 
 #include "core/name_table.h"
+=======
+#include "core/fault_injection.h"
+>>>>>>> faults
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"
@@ -89,6 +93,7 @@ Tensor StepRunner::forward_backward(const Tensor& input, const Tensor& target) {
   FT_CHECK(micro_ < options_.accumulate, "StepRunner: ", micro_, " micro-batches already run for this step of ",
            options_.accumulate, "; call optimizer_step() first");
   if (micro_ == 0) optimizer_.zero_grad(/*set_to_none=*/true);
+  fault::point("forward");
   Tensor loss;
   {
     // Forward and loss under autocast, backward outside it (torch.autocast's rule).
@@ -99,6 +104,7 @@ Tensor StepRunner::forward_backward(const Tensor& input, const Tensor& target) {
   Tensor to_backprop = loss;
   if (options_.accumulate > 1) to_backprop = div(to_backprop, static_cast<double>(options_.accumulate));
   if (scaler_->enabled()) to_backprop = scaler_->scale(to_backprop);
+  fault::point("backward");
   to_backprop.backward();
   ++micro_;
   // Summed over log intervals by callers: keep it f32 (bf16-true losses are bf16).
@@ -108,6 +114,7 @@ Tensor StepRunner::forward_backward(const Tensor& input, const Tensor& target) {
 void StepRunner::optimizer_step() {
   FT_CHECK(micro_ == options_.accumulate, "StepRunner: optimizer_step() after ", micro_, " micro-batches, expected ",
            options_.accumulate, " (accumulate)");
+  fault::point("optimizer");
   micro_ = 0;
   if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
   grad_norm_ = Tensor();

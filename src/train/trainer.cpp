@@ -3,8 +3,10 @@
 // unscale / clip / optimizer step / loss-scale update (StepRunner, train_step.h). The loss stays a
 // tensor, summed on the device between log intervals and read once per interval.
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fault_injection.h"
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/callbacks.h"
@@ -49,6 +52,15 @@ double monitored(const TrainerConfig& c, const EvalResult& r) {
   return r.loss;
 }
 
+// A folder whose writing was interrupted (checkpoints/step-N.tmp) is refused whatever it holds.
+void check_finished(const std::string& dir, const char* who) {
+  fs::path folder = fs::path(dir).lexically_normal();
+  if (folder.filename().empty()) folder = folder.parent_path();  // "step-N/"
+  FT_CHECK(!is_temporary_name(folder.filename().string()), who, dir,
+           " is an unfinished checkpoint folder (its writing was interrupted); use a complete one, "
+           "checkpoints/step-N without .tmp");
+}
+
 json parse_json(const std::string& text, const std::string& path) {
   try {
     return json::parse(text);
@@ -71,9 +83,22 @@ struct Trainer::Impl {
   Tensor loss_sum;  // training loss summed since the last log, on the device
   int64_t loss_count = 0;
   std::atomic<bool> stop_requested{false};
+  std::string resumed_from;                 // the checkpoint folder resume() read ("" if none)
+  double checkpoint_metric = std::nan("");  // the monitored value saved with the next checkpoint
+  // The evaluation done at the step of the next checkpoint (saved with it) or of the resumed one,
+  // so a run resumed at its last step does not evaluate and log that step a second time.
+  int64_t checkpoint_eval_step = -1;
+  EvalResult checkpoint_eval;
+
+  // Whether `run_dir` is the run folder the resumed checkpoint lives in (<run_dir>/checkpoints/step-N).
+  bool resumed_into(const std::string& run_dir) const {
+    std::error_code ec;
+    return !resumed_from.empty() && fs::equivalent(fs::path(resumed_from).parent_path().parent_path(), run_dir, ec);
+  }
 
   // The next training batch, crossing into the next epoch when this one is exhausted.
   const data::Batch& next_batch() {
+    fault::point("data");
     const data::Batch* b = batches->next();
     if (b == nullptr) b = batches->next();
     FT_CHECK(b != nullptr, "Trainer: the data loader produced an empty epoch");
@@ -164,9 +189,20 @@ TrainResult Trainer::fit() {
   resolved.run_dir = dir;
   write_file_atomically(dir + "/config.toml", config_to_toml(resolved));
   write_file_atomically(dir + "/task.json", task_->describe().dump(2) + "\n");
-  std::ofstream csv(dir + "/metrics.csv", std::ios::trunc);
+  // Resumed into its own run folder (a restarted job): what a killed process left half-written
+  // goes, the rows logged after the checkpoint are logged again, and the checkpoints already
+  // there count towards keep_last / keep_best instead of piling up.
+  const bool resumed_here = im.resumed_into(dir);
+  if (resumed_here) remove_stale_temporaries(dir);
+  const bool append =
+      resumed_here && truncate_metrics_after(dir + "/metrics.csv", step_) && fs::file_size(dir + "/metrics.csv") > 0;
+  std::ofstream csv(dir + "/metrics.csv", append ? std::ios::app : std::ios::trunc);
   FT_CHECK(csv.good(), dir, "/metrics.csv: cannot open for writing");
-  csv << "step,epoch,split,loss,accuracy,lr,momentum,grad_norm,loss_scale,items_per_s,elapsed_s,data_wait_ms\n";
+  if (!append)
+    csv << "step,epoch,split,loss,accuracy,lr,momentum,grad_norm,loss_scale,items_per_s,elapsed_s,data_wait_ms\n";
+  if (resumed_here && im.keeper)
+    for (const SavedCheckpoint& saved : complete_checkpoints(dir))
+      if (saved.step <= step_) delete_unkept(im.keeper->add(saved.dir, saved.step, saved.metric));
   std::unique_ptr<TensorBoardWriter> tb;
   if (c.tensorboard) {
     make_dirs(dir + "/tensorboard");
@@ -202,10 +238,17 @@ TrainResult Trainer::fit() {
                   opt(r.grad_norm, "%.9g").c_str(), opt(r.loss_scale, "%.9g").c_str(), r.items_per_s, r.elapsed_s,
                   r.data_wait_ms);
     csv << buf << std::flush;
+    // A full disk must stop the run with a message, not leave a metrics file silently cut short.
+    FT_CHECK(csv.good(), dir, "/metrics.csv: cannot write the file: ", std::strerror(errno));
   };
   EvalResult last_eval;
   int64_t last_eval_step = -1;
+  if (im.checkpoint_eval_step == step_) {  // e.g. resumed from a checkpoint taken right after one
+    last_eval = im.checkpoint_eval;
+    last_eval_step = step_;
+  }
   auto evaluate = [&](double lr) {
+    fault::point("eval");
     const double start = elapsed();
     {
       // Evaluation runs in the training precision (Lightning does the same).
@@ -245,7 +288,16 @@ TrainResult Trainer::fit() {
     make_dirs(dir + "/checkpoints");
     const std::string path = dir + "/checkpoints/" + name;
     const double metric = last_eval_step == step_ ? monitored(c, last_eval) : std::nan("");
-    save_checkpoint(path);
+    im.checkpoint_metric = metric;
+    im.checkpoint_eval_step = last_eval_step;
+    im.checkpoint_eval = last_eval;
+    try {
+      save_checkpoint(path);
+    } catch (const Error& e) {
+      const std::string& previous = result.last_checkpoint.empty() ? im.resumed_from : result.last_checkpoint;
+      throw Error("checkpoint " + path + " was not written: " + e.what() +
+                  (previous.empty() ? std::string() : "; the previous checkpoint " + previous + " is intact"));
+    }
     if (im.keeper) delete_unkept(im.keeper->add(path, step_, metric));
     result.last_checkpoint = path;
   };
@@ -272,7 +324,18 @@ TrainResult Trainer::fit() {
       tb->add_scalar("train/lr", lr, step_);
       tb->add_scalar("train/momentum", im.momentum_in_use(), step_);
     }
-    Tensor l = im.train_step(c.accumulate, &data_wait);
+    Tensor l;
+    try {
+      l = im.train_step(c.accumulate, &data_wait);
+    } catch (const OutOfMemoryError& e) {
+      throw OutOfMemoryError(detail::concat(
+          "training step ", step_ + 1, ": ", e.what(), " (try a smaller --batch-size or --batch-size auto; ",
+          result.last_checkpoint.empty() && im.resumed_from.empty()
+              ? std::string("no checkpoint was written")
+              : "resume from the last checkpoint, " +
+                    (result.last_checkpoint.empty() ? im.resumed_from : result.last_checkpoint),
+          ")"));
+    }
     im.loss_sum = im.loss_sum.defined() ? add(im.loss_sum, l) : l;
     im.loss_count += c.accumulate;
     ++step_;
@@ -369,11 +432,27 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   const std::string tmp = dir + ".tmp";
   std::error_code ec;
   fs::remove_all(tmp, ec);
+  // A half-written folder helps nobody (its name already says it is unfinished): gone on any error.
+  struct RemoveUnlessCommitted {
+    const std::string& path;
+    bool committed = false;
+    ~RemoveUnlessCommitted() {
+      std::error_code ignored;
+      if (!committed) fs::remove_all(path, ignored);
+    }
+  } cleanup{tmp};
   make_dirs(tmp);
   task_->model().save(tmp + "/model.safetensors");
+  fault::point("checkpoint-file", tmp + "/model.safetensors");
   save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
                    impl_->optimizer->state_metadata());
+  fault::point("checkpoint-file", tmp + "/optimizer.safetensors");
   save_safetensors(tmp + "/loss_scaler.safetensors", impl_->runner->scaler().state_tensors());
+  fault::point("checkpoint-file", tmp + "/loss_scaler.safetensors");
+  write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
+  fault::point("checkpoint-file", tmp + "/config.toml");
+  write_file_atomically(tmp + "/task.json", task_->describe().dump(2) + "\n");
+  fault::point("checkpoint-file", tmp + "/task.json");
   const GeneratorState g = default_generator().state();
   const data::LoaderState ls = impl_->batches->state();
   json state = {{"step", step_},
@@ -383,16 +462,26 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"pending_loss_sum", impl_->loss_count ? impl_->loss_sum.item<double>() : 0.0},
                 {"pending_loss_count", impl_->loss_count},
                 {"optimizer", impl_->optimizer->name()},
+                {"monitored", impl_->checkpoint_metric},
                 {"config", config_to_json(config_)}};
+<<<<<<< HEAD
   if (impl_->early_stopping) state["early_stopping"] = json::parse(impl_->early_stopping->state());
+=======
+  if (impl_->checkpoint_eval_step == step_)
+    state["evaluation"] = {{"loss", impl_->checkpoint_eval.loss}, {"accuracy", impl_->checkpoint_eval.accuracy}};
+  if (impl_->early_stopping) state["early_stopping"] = impl_->early_stopping->state();
+  // Last: a folder holding trainer_state.json holds every other file too.
+>>>>>>> faults
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
-  write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
-  write_file_atomically(tmp + "/task.json", task_->describe().dump(2) + "\n");
+  fault::point("checkpoint-file", tmp + "/trainer_state.json");
+  fault::point("checkpoint-commit", dir);
   commit_dir(tmp, dir);
+  cleanup.committed = true;
 }
 
 TrainerConfig load_run_config(const std::string& dir) {
   FT_CHECK(fs::is_directory(dir), dir, ": no such run or checkpoint folder");
+  check_finished(dir, "");
   const std::string path = dir + "/config.toml";
   TrainerConfig c;
   apply_toml(c, read_text(path, "the run configuration"), path);
@@ -402,6 +491,7 @@ TrainerConfig load_run_config(const std::string& dir) {
 void Trainer::resume(const std::string& dir) {
   const std::string state_path = dir + "/trainer_state.json";
   FT_CHECK(fs::is_directory(dir), "resume: ", dir, ": no such checkpoint folder");
+  check_finished(dir, "resume: ");
   FT_CHECK(fs::exists(state_path), "resume: ", dir, " is not a checkpoint folder (it has no trainer_state.json)");
   const json saved = config_to_json(load_run_config(dir)), now = config_to_json(config_);
   visit_fields(config_, [&](const char* key, const auto&, const char*, OnResume on_resume) {
@@ -414,7 +504,14 @@ void Trainer::resume(const std::string& dir) {
   double pending_sum = 0;
   GeneratorState g;
   data::LoaderState ls;
+  EvalResult evaluation;
+  const bool evaluated = st.contains("evaluation");
   try {
+    if (evaluated) {
+      auto number = [](const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };  // NaN is null
+      evaluation.loss = number(st.at("evaluation").at("loss"));
+      evaluation.accuracy = number(st.at("evaluation").at("accuracy"));
+    }
     step = st.at("step").get<int64_t>();
     pending_count = st.at("pending_loss_count").get<int64_t>();
     pending_sum = st.at("pending_loss_sum").get<double>();
@@ -448,6 +545,9 @@ void Trainer::resume(const std::string& dir) {
   default_generator().set_state(g);
   impl_->loss_count = pending_count;
   impl_->loss_sum = pending_count ? scalar_tensor(pending_sum, DType::F32) : Tensor();
+  impl_->resumed_from = dir;
+  impl_->checkpoint_eval_step = evaluated ? step : -1;
+  impl_->checkpoint_eval = evaluation;
 }
 
 LrFindResult Trainer::lr_find(const LrFindOptions& options) {

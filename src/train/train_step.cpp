@@ -2,13 +2,10 @@
 // optimizer step and loss scaling, in the order Lightning applies them.
 #include "fasttrain/train_step.h"
 
-<<<<<<< HEAD
 #include <iterator>
 
-#include "core/name_table.h"
-=======
 #include "core/fault_injection.h"
->>>>>>> faults
+#include "core/name_table.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"

@@ -464,14 +464,10 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"optimizer", impl_->optimizer->name()},
                 {"monitored", impl_->checkpoint_metric},
                 {"config", config_to_json(config_)}};
-<<<<<<< HEAD
-  if (impl_->early_stopping) state["early_stopping"] = json::parse(impl_->early_stopping->state());
-=======
   if (impl_->checkpoint_eval_step == step_)
     state["evaluation"] = {{"loss", impl_->checkpoint_eval.loss}, {"accuracy", impl_->checkpoint_eval.accuracy}};
-  if (impl_->early_stopping) state["early_stopping"] = impl_->early_stopping->state();
+  if (impl_->early_stopping) state["early_stopping"] = json::parse(impl_->early_stopping->state());
   // Last: a folder holding trainer_state.json holds every other file too.
->>>>>>> faults
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
   fault::point("checkpoint-file", tmp + "/trainer_state.json");
   fault::point("checkpoint-commit", dir);

@@ -39,10 +39,11 @@ void measure(const char* workload, nn::UnaryModule& model, const Tensor& x, cons
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    std::printf("{\"impl\": \"fasttrain\", \"workload\": \"%s\", \"checkpointing\": %s, \"threads\": %d, "
-                "\"ms_per_step\": %.2f, \"peak_mib\": %.1f}\n",
-                workload, on ? "true" : "false", threads, ms[ms.size() / 2],
-                (alloc.stats().peak_allocated_bytes - base) / 1048576.0);
+    std::printf(
+        "{\"impl\": \"fasttrain\", \"workload\": \"%s\", \"checkpointing\": %s, \"threads\": %d, "
+        "\"ms_per_step\": %.2f, \"peak_mib\": %.1f}\n",
+        workload, on ? "true" : "false", threads, ms[ms.size() / 2],
+        (alloc.stats().peak_allocated_bytes - base) / 1048576.0);
   }
 }
 
@@ -51,9 +52,12 @@ void measure(const char* workload, nn::UnaryModule& model, const Tensor& x, cons
 int main(int argc, char** argv) {
   int threads = 2, iters = 5, batch = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--iters"))
+      iters = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch"))
+      batch = std::atoi(argv[i + 1]);
   }
   set_num_threads(threads);
   Generator gen(0);

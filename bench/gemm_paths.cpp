@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -53,8 +53,10 @@ Timing median_times(const std::function<void()>& f, int iters) {
 int main(int argc, char** argv) {
   int threads = 2, iters = 9;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--iters"))
+      iters = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: gemm_paths [--threads N] [--iters N]\n");
       return 2;
@@ -88,8 +90,7 @@ int main(int argc, char** argv) {
           {"via_f32", [&] { cpu::matmul_via_f32(a16, b16, o16); }},
           {"onednn_bf16", [&] { cpu::matmul_onednn(a16, b16, o16); }},
       };
-      if (cpu::gemm_half_available())
-        paths.push_back({"gemm_half_fma", [&] { cpu::matmul_gemm_half(a16, b16, o16); }});
+      if (cpu::gemm_half_available()) paths.push_back({"gemm_half_fma", [&] { cpu::matmul_gemm_half(a16, b16, o16); }});
       cpu::GemmHalfArgs dot;
       dot.M = M;
       dot.N = N;
@@ -111,8 +112,8 @@ int main(int argc, char** argv) {
         std::printf(
             "{\"bench\": \"gemm\", \"case\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"path\": \"%s\", "
             "\"threads\": %d, \"ms\": %.4f, \"cpu_ms\": %.4f, \"gflops\": %.1f, \"gflop_per_cpu_s\": %.1f}\n",
-            c.name, (long long)M, (long long)N, (long long)K, path, threads, t.wall_ms, t.cpu_ms, flop * 1e-6 / t.wall_ms,
-            flop * 1e-6 / t.cpu_ms);
+            c.name, (long long)M, (long long)N, (long long)K, path, threads, t.wall_ms, t.cpu_ms,
+            flop * 1e-6 / t.wall_ms, flop * 1e-6 / t.cpu_ms);
         std::fflush(stdout);
       }
     }

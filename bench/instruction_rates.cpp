@@ -25,19 +25,20 @@ namespace {
 #define FT_DP_BF16(i) "vdpbf16ps %%zmm1, %%zmm2, %%zmm" #i "\n\t"
 #define FT_FMA_PH(i) "vfmadd231ph %%zmm1, %%zmm2, %%zmm" #i "\n\t"
 // Zero operands keep every value finite (no denormal or NaN slow paths).
-#define FT_CHAIN_LOOP(BODY)                                                         \
-  [](long n) {                                                                      \
-    asm volatile("vpxord %%zmm1, %%zmm1, %%zmm1\n\tvpxord %%zmm2, %%zmm2, %%zmm2\n\t" \
-                 "1:\n\t" FT_TWELVE(BODY) "dec %0\n\tjnz 1b"                        \
-                 : "+r"(n)                                                          \
-                 :                                                                  \
-                 : "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",  \
-                   "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14");           \
+#define FT_CHAIN_LOOP(BODY)                                                                                           \
+  [](long n) {                                                                                                        \
+    asm volatile(                                                                                                     \
+        "vpxord %%zmm1, %%zmm1, %%zmm1\n\tvpxord %%zmm2, %%zmm2, %%zmm2\n\t"                                          \
+        "1:\n\t" FT_TWELVE(BODY) "dec %0\n\tjnz 1b"                                                                   \
+        : "+r"(n)                                                                                                     \
+        :                                                                                                             \
+        : "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", \
+          "xmm14");                                                                                                   \
   }
 
 struct Case {
   const char* name;
-  bool (*supported)();  // __builtin_cpu_supports wants a literal, hence one lambda per case
+  bool (*supported)();        // __builtin_cpu_supports wants a literal, hence one lambda per case
   int flops_per_instruction;  // per 512-bit instruction
   void (*run)(long);
 };
@@ -64,10 +65,11 @@ void report_amx() {
   const unsigned tile_state = (xcr0 >> 17) & (xcr0 >> 18) & 1;
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   const bool permitted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  std::printf("{\"instruction\": \"tdpbf16ps (AMX)\", \"supported\": %s, \"cpuid_amx_bf16\": %u, \"cpuid_amx_tile\": %u, "
-              "\"xcr0_tile_state\": %u, \"tile_permission\": %s}\n",
-              amx_bf16 && amx_tile && tile_state && permitted ? "true" : "false", amx_bf16, amx_tile, tile_state,
-              permitted ? "true" : "false");
+  std::printf(
+      "{\"instruction\": \"tdpbf16ps (AMX)\", \"supported\": %s, \"cpuid_amx_bf16\": %u, \"cpuid_amx_tile\": %u, "
+      "\"xcr0_tile_state\": %u, \"tile_permission\": %s}\n",
+      amx_bf16 && amx_tile && tile_state && permitted ? "true" : "false", amx_bf16, amx_tile, tile_state,
+      permitted ? "true" : "false");
 }
 
 #endif
@@ -99,8 +101,9 @@ int main(int argc, char** argv) {
     c.run(iters);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double instructions = 12.0 * static_cast<double>(iters);
-    std::printf("{\"instruction\": \"%s\", \"supported\": true, \"g_instructions_per_s\": %.2f, \"gflop_per_s\": %.1f}\n",
-                c.name, instructions / s / 1e9, instructions * c.flops_per_instruction / s / 1e9);
+    std::printf(
+        "{\"instruction\": \"%s\", \"supported\": true, \"g_instructions_per_s\": %.2f, \"gflop_per_s\": %.1f}\n",
+        c.name, instructions / s / 1e9, instructions * c.flops_per_instruction / s / 1e9);
   }
   report_amx();
   return 0;

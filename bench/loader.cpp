@@ -9,13 +9,13 @@
 // every batch.
 // Prints one JSON line, field for field the same as bench/torch_loader.py.
 // Usage: loader --pipeline image|token|token-stream [--workers N] [--seconds S] [--device cpu|cuda]
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/loader.h"
@@ -56,11 +56,18 @@ int main(int argc, char** argv) {
   std::string device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--pipeline") pipeline = argv[i + 1];
-    else if (a == "--workers") workers = std::stoi(argv[i + 1]);
-    else if (a == "--seconds") seconds = std::stod(argv[i + 1]);
-    else if (a == "--device") device = argv[i + 1];
-    else { std::fprintf(stderr, "loader: unknown option %s\n", a.c_str()); return 2; }
+    if (a == "--pipeline")
+      pipeline = argv[i + 1];
+    else if (a == "--workers")
+      workers = std::stoi(argv[i + 1]);
+    else if (a == "--seconds")
+      seconds = std::stod(argv[i + 1]);
+    else if (a == "--device")
+      device = argv[i + 1];
+    else {
+      std::fprintf(stderr, "loader: unknown option %s\n", a.c_str());
+      return 2;
+    }
   }
   try {
     DatasetPtr ds;
@@ -79,7 +86,8 @@ int main(int argc, char** argv) {
     } else if (pipeline == "token" || pipeline == "token-stream") {
       std::vector<uint16_t> tokens(kTokens);
       for (int64_t k = 0; k < kTokens; ++k) tokens[k] = static_cast<uint16_t>(philox_word(1, 0, k) % 512);
-      shard = (std::filesystem::temp_directory_path() / ("ft_loader_bench_" + std::to_string(::getpid()) + ".bin")).string();
+      shard = (std::filesystem::temp_directory_path() / ("ft_loader_bench_" + std::to_string(::getpid()) + ".bin"))
+                  .string();
       write_token_shard(shard, tokens);
       if (pipeline == "token") {
         ds = std::make_shared<TokenWindowDataset>(shard, kContext);
@@ -111,9 +119,10 @@ int main(int argc, char** argv) {
     synchronize(current_stream(dev));  // the last batch has reached the device
     elapsed = std::chrono::duration<double>(clock::now() - start).count();
     if (!shard.empty()) std::filesystem::remove(shard);
-    std::printf("{\"impl\": \"fasttrain\", \"pipeline\": \"%s\", \"device\": \"%s\", \"workers\": %d, \"batch\": %lld, "
-                "\"samples_per_s\": %.1f}\n",
-                pipeline.c_str(), dev.str().c_str(), workers, static_cast<long long>(o.batch_size), samples / elapsed);
+    std::printf(
+        "{\"impl\": \"fasttrain\", \"pipeline\": \"%s\", \"device\": \"%s\", \"workers\": %d, \"batch\": %lld, "
+        "\"samples_per_s\": %.1f}\n",
+        pipeline.c_str(), dev.str().c_str(), workers, static_cast<long long>(o.batch_size), samples / elapsed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loader: %s\n", e.what());
     return 1;

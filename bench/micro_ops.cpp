@@ -119,10 +119,14 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--threads") threads = std::stoi(value());
-    else if (a == "--iters") iters = std::stoi(value());
-    else if (a == "--filter") filter = value();
-    else if (a == "--cases") cases_path = value();
+    if (a == "--threads")
+      threads = std::stoi(value());
+    else if (a == "--iters")
+      iters = std::stoi(value());
+    else if (a == "--filter")
+      filter = value();
+    else if (a == "--cases")
+      cases_path = value();
     else {
       std::fprintf(stderr, "micro_ops: unknown option %s (options: --threads --iters --filter --cases)\n", a.c_str());
       return 2;
@@ -138,13 +142,14 @@ int main(int argc, char** argv) {
   for (const auto& c : spec["cases"]) {
     std::string op = c["op"], name = c["name"];
     if (!filter.empty() && op.find(filter) == std::string::npos && name.find(filter) == std::string::npos) continue;
-    std::vector<std::string> layouts = spec["layouts"].contains(op) ? spec["layouts"][op].get<std::vector<std::string>>()
-                                                                     : std::vector<std::string>{""};
+    std::vector<std::string> layouts = spec["layouts"].contains(op)
+                                           ? spec["layouts"][op].get<std::vector<std::string>>()
+                                           : std::vector<std::string>{""};
     for (const auto& layout : layouts)
       for (const auto& dt : spec["dtypes"])
         for (const auto& mode : spec["modes"]) {
-          json line = {{"impl", "fasttrain"}, {"op", op}, {"case", name}, {"layout", layout}, {"dtype", dt},
-                       {"mode", mode}, {"threads", threads}};
+          json line = {{"impl", "fasttrain"}, {"op", op},     {"case", name},      {"layout", layout},
+                       {"dtype", dt},         {"mode", mode}, {"threads", threads}};
           try {
             line["ms"] = std::round(time_case(c, dtype_from_name(dt), layout, mode == "fwd+bwd", iters) * 1e4) / 1e4;
           } catch (const Error& e) {

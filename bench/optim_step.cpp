@@ -53,8 +53,10 @@ std::vector<std::pair<std::string, Tensor>> gpt_mini_params() {
 int main(int argc, char** argv) {
   int threads = 2, iters = 50;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--iters"))
+      iters = std::atoi(argv[i + 1]);
   }
   set_num_threads(threads);
   auto named = gpt_mini_params();
@@ -69,15 +71,18 @@ int main(int argc, char** argv) {
     o.weight_decay = 0.1;
     o.momentum = 0.9;
     auto groups = optim::decay_groups(named, o);
-    auto opt = kind == "adam" ? optim::make_adam(groups)
-               : kind == "sgd" ? optim::make_sgd(groups)
+    auto opt = kind == "adam"   ? optim::make_adam(groups)
+               : kind == "sgd"  ? optim::make_sgd(groups)
                : kind == "lamb" ? optim::make_lamb(groups)
                : kind == "lars" ? optim::make_lars(groups)
                                 : optim::make_adamw(groups);
     auto run = [&] {
-      if (kind == "adamw+found_inf") opt->step(clean);
-      else if (kind == "clip_grad_norm_") optim::clip_grad_norm_(params, 1e9);  // measures the norm pass
-      else opt->step();
+      if (kind == "adamw+found_inf")
+        opt->step(clean);
+      else if (kind == "clip_grad_norm_")
+        optim::clip_grad_norm_(params, 1e9);  // measures the norm pass
+      else
+        opt->step();
     };
     for (int i = 0; i < 3; ++i) run();
     std::vector<double> ms;
@@ -87,8 +92,9 @@ int main(int argc, char** argv) {
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    std::printf("{\"impl\": \"fasttrain\", \"workload\": \"optim-gpt-mini\", \"optimizer\": \"%s\", \"threads\": %d, "
-                "\"tensors\": %zu, \"params\": %lld, \"ms_per_step\": %.3f}\n",
-                kind.c_str(), threads, named.size(), static_cast<long long>(numel), ms[ms.size() / 2]);
+    std::printf(
+        "{\"impl\": \"fasttrain\", \"workload\": \"optim-gpt-mini\", \"optimizer\": \"%s\", \"threads\": %d, "
+        "\"tensors\": %zu, \"params\": %lld, \"ms_per_step\": %.3f}\n",
+        kind.c_str(), threads, named.size(), static_cast<long long>(numel), ms[ms.size() / 2]);
   }
 }

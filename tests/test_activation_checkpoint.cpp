@@ -184,8 +184,11 @@ TEST(ActivationCheckpoint, NestedCheckpointsReenterTheEngine) {
 TEST(ActivationCheckpoint, Errors) {
   Tensor x = leaf({2, 2}, 1);
   expect_error([&] { checkpoint(autograd::CheckpointFn(), {x}); }, "expected a function, found an empty one");
-  expect_error([&] { checkpoint([](const std::vector<Tensor>& in) { return in; }, {x, Tensor()}); },
-               "input 1 is undefined");
+  expect_error(
+      [&] {
+        checkpoint([](const std::vector<Tensor>& in) { return in; }, {x, Tensor()});
+      },
+      "input 1 is undefined");
   // A function that does something else when re-run.
   int calls = 0;
   auto flaky = [&](const std::vector<Tensor>& in) {
@@ -203,8 +206,12 @@ TEST(ActivationCheckpoint, Errors) {
     add_(base, ones({3}));
   }
   expect_error([&] { backward({sum(out)}); }, "modified in place");
-  expect_error([] { nn::Linear lin(2, 2); nn::set_activation_checkpointing(lin, true); },
-               "expected a model with checkpointable blocks (GPT, a ResNet), found none in a Linear");
+  expect_error(
+      [] {
+        nn::Linear lin(2, 2);
+        nn::set_activation_checkpointing(lin, true);
+      },
+      "expected a model with checkpointable blocks (GPT, a ResNet), found none in a Linear");
 }
 
 namespace {
@@ -287,8 +294,9 @@ TEST(ActivationCheckpoint, GPTPeakMemoryFalls) {
     return alloc.stats().peak_allocated_bytes - before;
   };
   int64_t plain = peak(false), ck = peak(true);
-  std::printf("gpt-mini B=8 T=%lld forward+backward peak allocator memory: %.1f MiB without, %.1f MiB with "
-              "activation checkpointing\n",
-              static_cast<long long>(cfg.context), plain / 1048576.0, ck / 1048576.0);
+  std::printf(
+      "gpt-mini B=8 T=%lld forward+backward peak allocator memory: %.1f MiB without, %.1f MiB with "
+      "activation checkpointing\n",
+      static_cast<long long>(cfg.context), plain / 1048576.0, ck / 1048576.0);
   EXPECT_LT(ck, plain);
 }

@@ -116,8 +116,8 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 // --- parity with PyTorch -------------------------------------------------------------------
 
 TEST(AttentionParity, AllCases) {
-  const std::vector<std::string> configs = {"self",          "causal", "long",      "cross", "cross_causal",
-                                            "causal_q_gt_k", "transposed", "bthd", "qkv", "mqa"};
+  const std::vector<std::string> configs = {"self",          "causal",     "long", "cross", "cross_causal",
+                                            "causal_q_gt_k", "transposed", "bthd", "qkv",   "mqa"};
   for (const char* dt : {"f32", "f64", "bf16", "f16"}) {
     for (const std::string& cfg : configs) {
       if (std::string(dt) == "f16" && cfg != "self" && cfg != "cross_causal" && cfg != "bthd") continue;
@@ -239,7 +239,8 @@ TEST(AttentionDropout, SameResultOnOneAndTwoThreads) {
   // work-based); B*H = 1 also makes the backward split each head's keys into dQ groups.
   for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {2, 4}}) {
     Generator init(5);
-    Tensor q = randn({B, H, 150, 32}, {}, &init).requires_grad_(), k = randn({B, H, 140, 32}, {}, &init).requires_grad_(),
+    Tensor q = randn({B, H, 150, 32}, {}, &init).requires_grad_(),
+           k = randn({B, H, 140, 32}, {}, &init).requires_grad_(),
            v = randn({B, H, 140, 32}, {}, &init).requires_grad_();
     Tensor gout = randn({B, H, 150, 32}, {}, &init);
     std::vector<Tensor> res[2];
@@ -267,8 +268,8 @@ TEST(AttentionDropout, PreservesMeanAndAdvancesGenerator) {
   Tensor y2 = scaled_dot_product_attention(q, k, v, false, 0.3, std::nullopt, &g);
   EXPECT_FALSE(bitwise_equal(y1, y2)) << "a second call must draw a fresh mask";
   // f32 path: same mean property, and the dropped output differs from the undropped one.
-  Tensor y3 = scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), false, 0.3,
-                                           std::nullopt, &g);
+  Tensor y3 =
+      scaled_dot_product_attention(q.to(DType::F32), k.to(DType::F32), v.to(DType::F32), false, 0.3, std::nullopt, &g);
   EXPECT_NEAR(mean(y3).item<double>(), 1.0, 0.02);
 }
 
@@ -392,16 +393,29 @@ std::string error_of(const std::function<void()>& f) {
 TEST(Attention, ValidatesArguments) {
   Tensor q = zeros({2, 4, 5, 64}), k = zeros({2, 4, 6, 64}), v = zeros({2, 4, 6, 64});
   auto sdpa = [](const Tensor& a, const Tensor& b, const Tensor& c) { scaled_dot_product_attention(a, b, c); };
-  EXPECT_EQ(error_of([&] { sdpa(q, zeros({2, 4, 6, 32}), v); }),
+  EXPECT_EQ(error_of([&] {
+              sdpa(q, zeros({2, 4, 6, 32}), v);
+            }),
             "scaled_dot_product_attention: q has head dim 64, k has 32");
-  EXPECT_EQ(error_of([&] { sdpa(q, k, zeros({2, 4, 6, 16})); }),
+  EXPECT_EQ(error_of([&] {
+              sdpa(q, k, zeros({2, 4, 6, 16}));
+            }),
             "scaled_dot_product_attention: q has head dim 64, v has 16");
-  EXPECT_EQ(error_of([&] { sdpa(q, zeros({3, 4, 6, 64}), v); }),
+  EXPECT_EQ(error_of([&] {
+              sdpa(q, zeros({3, 4, 6, 64}), v);
+            }),
             "scaled_dot_product_attention: q has batch size 2, k has 3");
-  EXPECT_EQ(error_of([&] { sdpa(q, k, zeros({2, 2, 6, 64})); }), "scaled_dot_product_attention: q has 4 heads, v has 2");
-  EXPECT_EQ(error_of([&] { sdpa(q, k, zeros({2, 4, 7, 64})); }),
+  EXPECT_EQ(error_of([&] {
+              sdpa(q, k, zeros({2, 2, 6, 64}));
+            }),
+            "scaled_dot_product_attention: q has 4 heads, v has 2");
+  EXPECT_EQ(error_of([&] {
+              sdpa(q, k, zeros({2, 4, 7, 64}));
+            }),
             "scaled_dot_product_attention: k has 6 keys, v has 7 values (expected the same sequence length)");
-  EXPECT_EQ(error_of([&] { sdpa(zeros({4, 5, 64}), k, v); }),
+  EXPECT_EQ(error_of([&] {
+              sdpa(zeros({4, 5, 64}), k, v);
+            }),
             "scaled_dot_product_attention: q must have 4 dimensions [B, H, T, D], found 3 (shape [4, 5, 64])");
   EXPECT_EQ(error_of([&] { sdpa(q, k.to(DType::BF16), v); }),
             "scaled_dot_product_attention: q, k and v must have one dtype, found q f32, k bf16, v f32");

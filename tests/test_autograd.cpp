@@ -9,8 +9,8 @@ using namespace ft;
 
 TEST(Autograd, ChainRuleThroughSharedInputs) {
   Tensor x = from_vector({1, 2, 3}, {3}, DType::F64).requires_grad_();
-  Tensor y = mul(x, x);          // x^2
-  Tensor z = add(y, mul(x, 3.0)); // x^2 + 3x
+  Tensor y = mul(x, x);            // x^2
+  Tensor z = add(y, mul(x, 3.0));  // x^2 + 3x
   sum(z).backward();
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{5, 7, 9}));
 }
@@ -142,7 +142,11 @@ TEST(Autograd, ViewOpsGradcheck) {
   Tensor x = randn({3, 4, 5}, DType::F64).requires_grad_();
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return in[0].transpose(0, 2).reshape({20, 3}); }, {x});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return in[0].permute({1, 2, 0}).slice(0, 1, 4, 2); }, {x});
-  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return in[0].select(1, 2).unsqueeze(1).expand({3, 6, 5}); }, {x});
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& in) {
+        return in[0].select(1, 2).unsqueeze(1).expand({3, 6, 5});
+      },
+      {x});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return in[0].narrow(2, 1, 3).contiguous().view({-1}); }, {x});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return in[0].to(DType::F32).to(DType::F64); }, {x},
                    test::GradcheckOptions{1e-3, 1e-4, 1e-3});
@@ -157,6 +161,6 @@ TEST(Autograd, ErrorsAreClear) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("implicit ones only for one-element outputs"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(ones({2}).backward(), Error);  // does not require grad
+  EXPECT_THROW(ones({2}).backward(), Error);   // does not require grad
   EXPECT_THROW(y.backward(ones({3})), Error);  // wrong gradient shape
 }

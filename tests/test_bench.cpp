@@ -25,7 +25,8 @@ TEST(Bench, WorkloadsHaveBenchMdShapesAndParameterCounts) {
   EXPECT_EQ(mlp.inputs.shape(), Shape({256, 784}));
   EXPECT_EQ(mlp.targets.shape(), Shape({256}));
   EXPECT_EQ(mlp.item_unit, "samples");
-  EXPECT_EQ(mlp.model->num_parameters(), linear_params(784, 1024) + linear_params(1024, 1024) + linear_params(1024, 10));
+  EXPECT_EQ(mlp.model->num_parameters(),
+            linear_params(784, 1024) + linear_params(1024, 1024) + linear_params(1024, 10));
 
   bench::Workload cnn = bench::make_workload("cnn-mini", 0, gen);
   EXPECT_EQ(cnn.batch, 64);
@@ -44,8 +45,8 @@ TEST(Bench, WorkloadsHaveBenchMdShapesAndParameterCounts) {
   EXPECT_EQ(gpt.items_per_sample, 128);
   EXPECT_EQ(gpt.item_unit, "tokens");
   const int64_t d = 256;
-  const int64_t block = 2 * 2 * d + linear_params(d, 3 * d) + linear_params(d, d) + linear_params(d, 4 * d) +
-                        linear_params(4 * d, d);
+  const int64_t block =
+      2 * 2 * d + linear_params(d, 3 * d) + linear_params(d, d) + linear_params(d, 4 * d) + linear_params(4 * d, d);
   EXPECT_EQ(gpt.model->num_parameters(), 512 * d + 128 * d + 4 * block + 2 * d);  // head tied to wte
 }
 
@@ -121,8 +122,10 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
 
 TEST(Bench, RejectsBadOptionsWithClearMessages) {
   Generator gen(0);
-  expect_error([&] { bench::make_workload("resnet9", 0, gen); }, "unknown workload 'resnet9' (expected one of: mlp, cnn-mini, gpt-mini)");
-  expect_error([&] { train::precision_from_name("fp8"); }, "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
+  expect_error([&] { bench::make_workload("resnet9", 0, gen); },
+               "unknown workload 'resnet9' (expected one of: mlp, cnn-mini, gpt-mini)");
+  expect_error([&] { train::precision_from_name("fp8"); },
+               "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
   bench::BenchOptions o;
   o.workload = "mlp";
   o.steps = 0;

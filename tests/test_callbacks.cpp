@@ -218,7 +218,8 @@ TEST(CheckpointKeeper, StateRoundTripContinuesIdentically) {
 }
 
 TEST(CheckpointKeeper, RejectsBadConfigurationInputAndState) {
-  expect_error([] { CheckpointKeeper(-1, 1, MonitorMode::Min); }, "expected keep_last >= 0 and keep_best >= 0, found -1 and 1");
+  expect_error([] { CheckpointKeeper(-1, 1, MonitorMode::Min); },
+               "expected keep_last >= 0 and keep_best >= 0, found -1 and 1");
   expect_error([] { CheckpointKeeper(0, 0, MonitorMode::Min); }, "keep_last and keep_best are both 0");
   CheckpointKeeper k(1, 1, MonitorMode::Min);
   expect_error([&] { k.add("", 1, 0.0); }, "expected a checkpoint folder, found an empty string");

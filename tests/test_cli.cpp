@@ -85,7 +85,8 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
     std::replace(flag.begin(), flag.end(), '_', '-');
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   });
-  for (const char* extra : {"--config", "--resume", "(default 600; images: 500)"}) EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
+  for (const char* extra : {"--config", "--resume", "(default 600; images: 500)"})
+    EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
   CliRun s = run_cli("sample --help");
   EXPECT_EQ(s.code, 0);
   for (const char* opt : {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"})
@@ -99,7 +100,8 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --optimizer lion", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
   expect_error("train --gradient-clip-algorithm max",
                "option gradient_clip_algorithm: expected norm or value, found 'max'");
-  expect_error("lr-find --start-lr 1 --end-lr 0.1", "lr_find: max_lr must be finite and greater than min_lr = 1, found 0.1");
+  expect_error("lr-find --start-lr 1 --end-lr 0.1",
+               "lr_find: max_lr must be finite and greater than min_lr = 1, found 0.1");
   expect_error("train --lr -0.5", "option lr: expected a positive learning rate, found -0.5");
   expect_error("train --max-steps ten", "option max_steps: expected an integer, found 'ten'");
   expect_error("train --device cuda", "no CUDA kernels in this build yet");
@@ -133,10 +135,10 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   EXPECT_NE(r.output.find("entropy floor"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
   ft::train::TrainerConfig c = ft::train::load_run_config(run);
-  EXPECT_EQ(c.max_steps, 2);    // the flag won
-  EXPECT_EQ(c.lr, 0.002);       // from the file
-  EXPECT_EQ(c.dim, 32);         // from the file
-  EXPECT_EQ(c.beta2, 0.99);     // the char default
+  EXPECT_EQ(c.max_steps, 2);  // the flag won
+  EXPECT_EQ(c.lr, 0.002);     // from the file
+  EXPECT_EQ(c.dim, 32);       // from the file
+  EXPECT_EQ(c.beta2, 0.99);   // the char default
   auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
   EXPECT_EQ(summary["steps"], 2);
 

@@ -20,9 +20,9 @@ Tensor randn_like_shape(const Shape& s, DType dt, uint64_t seed) {
   return randn(s, TensorOptions(dt));
 }
 
-const char* kConfigs[] = {"basic",     "basic_cl",  "stride2",  "stride2_cl", "dilation2",    "dilation2_cl",
-                          "groups2",   "groups2_cl", "depthwise", "depthwise_cl", "rect",      "rect_cl",
-                          "pointwise_cl", "transposed", "cnn_cl", "cnn"};
+const char* kConfigs[] = {"basic",        "basic_cl",   "stride2",   "stride2_cl",   "dilation2", "dilation2_cl",
+                          "groups2",      "groups2_cl", "depthwise", "depthwise_cl", "rect",      "rect_cl",
+                          "pointwise_cl", "transposed", "cnn_cl",    "cnn"};
 
 }  // namespace
 
@@ -81,7 +81,8 @@ TEST(ConvGradcheck, Configs) {
     SCOPED_TRACE(k.xs.str() + " " + k.ws.str());
     Tensor x = randn_like_shape(k.xs, DType::F64, seed++);
     if (k.channels_last) x = x.contiguous_channels_last();
-    if (k.transposed) x = randn_like_shape({k.xs[3], k.xs[2], k.xs[1], k.xs[0]}, DType::F64, seed++).permute({3, 2, 1, 0});
+    if (k.transposed)
+      x = randn_like_shape({k.xs[3], k.xs[2], k.xs[1], k.xs[0]}, DType::F64, seed++).permute({3, 2, 1, 0});
     Tensor w = randn_like_shape(k.ws, DType::F64, seed++);
     Tensor b = k.bias ? randn_like_shape({k.ws[0]}, DType::F64, seed++) : Tensor();
     x.requires_grad_();
@@ -196,26 +197,62 @@ TEST(ConvErrors, Messages) {
     }
   };
   expect_error([&] { conv2d(x, w); }, "conv2d: input has 3 channels, weight expects 4 (weight [8, 4, 3, 3], groups 1)");
-  expect_error([&] { conv2d(zeros({3, 8, 8}), w); }, "conv2d: expected a 4-d input [N, C, H, W], found shape [3, 8, 8]");
+  expect_error(
+      [&] {
+        conv2d(zeros({3, 8, 8}), w);
+      },
+      "conv2d: expected a 4-d input [N, C, H, W], found shape [3, 8, 8]");
   expect_error([&] { conv2d(x, zeros({8, 3, 3})); }, "conv2d: expected a 4-d weight");
-  expect_error([&] { conv2d(zeros({2, 4, 8, 8}), zeros({6, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 3); },
-               "groups 3 does not divide the input's 4 channels");
-  expect_error([&] { conv2d(zeros({2, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2); },
-               "groups 2 does not divide the weight's 5 output channels");
-  expect_error([&] { conv2d(zeros({2, 4, 8, 8}), zeros({4, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 0); },
-               "groups must be positive, found 0");
-  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {0, 1}); }, "conv2d: stride must be positive, found [0, 1]");
-  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, -1}); },
-               "conv2d: dilation must be positive");
+  expect_error(
+      [&] {
+        conv2d(zeros({2, 4, 8, 8}), zeros({6, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 3);
+      },
+      "groups 3 does not divide the input's 4 channels");
+  expect_error(
+      [&] {
+        conv2d(zeros({2, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2);
+      },
+      "groups 2 does not divide the weight's 5 output channels");
+  expect_error(
+      [&] {
+        conv2d(zeros({2, 4, 8, 8}), zeros({4, 2, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, 1}, 0);
+      },
+      "groups must be positive, found 0");
+  expect_error(
+      [&] {
+        conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {0, 1});
+      },
+      "conv2d: stride must be positive, found [0, 1]");
+  expect_error(
+      [&] {
+        conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {1, -1});
+      },
+      "conv2d: dilation must be positive");
   expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {-1, 0}); }, "padding must be non-negative");
-  expect_error([&] { conv2d(zeros({1, 3, 4, 4}), zeros({8, 3, 5, 5})); },
-               "conv2d: kernel 5x5 (dilated) is larger than the padded input 4x4");
-  expect_error([&] { conv2d(zeros({1, 3, 4, 4}), zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {2, 2}); },
-               "kernel 5x5 (dilated) is larger than the padded input 4x4");
-  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}, DType::F64)); }, "conv2d: input has dtype f32 but weight has dtype f64");
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 3, 4, 4}), zeros({8, 3, 5, 5}));
+      },
+      "conv2d: kernel 5x5 (dilated) is larger than the padded input 4x4");
+  expect_error(
+      [&] {
+        conv2d(zeros({1, 3, 4, 4}), zeros({8, 3, 3, 3}), Tensor(), {1, 1}, {0, 0}, {2, 2});
+      },
+      "kernel 5x5 (dilated) is larger than the padded input 4x4");
+  expect_error(
+      [&] {
+        conv2d(x, zeros({8, 3, 3, 3}, DType::F64));
+      },
+      "conv2d: input has dtype f32 but weight has dtype f64");
   expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), zeros({4})); }, "conv2d: expected bias of shape [8], found [4]");
-  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}), zeros({8}, DType::BF16)); },
-               "conv2d: input has dtype f32 but bias has dtype bf16");
-  expect_error([&] { conv2d(zeros({2, 3, 8, 8}, DType::I64), zeros({8, 3, 3, 3}, DType::I64)); },
-               "conv2d: input must be a floating-point tensor, found i64");
+  expect_error(
+      [&] {
+        conv2d(x, zeros({8, 3, 3, 3}), zeros({8}, DType::BF16));
+      },
+      "conv2d: input has dtype f32 but bias has dtype bf16");
+  expect_error(
+      [&] {
+        conv2d(zeros({2, 3, 8, 8}, DType::I64), zeros({8, 3, 3, 3}, DType::I64));
+      },
+      "conv2d: input must be a floating-point tensor, found i64");
 }

@@ -110,8 +110,11 @@ TEST(StreamsAndEvents, OnTheCpuEverythingIsAlreadyDone) {
   ev.block(current_stream(Device::cpu()));
   ev.synchronize();
   EXPECT_TRUE(ev.query());
-  test::expect_error([&] { ev.record(Stream{Device::cuda(0), nullptr}); },
-                     "Event::record: the event belongs to cpu, the stream to cuda:0");
+  test::expect_error(
+      [&] {
+        ev.record(Stream{Device::cuda(0), nullptr});
+      },
+      "Event::record: the event belongs to cpu, the stream to cuda:0");
 }
 
 TEST(StreamsAndEvents, CudaObjectsWithoutAGpuNameTheDevice) {

@@ -107,7 +107,8 @@ TEST(Dropout, IdentityZerosAndErrors) {
       dropout(x, p);
       ADD_FAILURE() << "no error for p " << p;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("dropout: probability p must be in [0, 1], found"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("dropout: probability p must be in [0, 1], found"), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_THROW(dropout(zeros({3}, DType::I64), 0.5), Error);

@@ -223,7 +223,8 @@ TEST(Elementwise, ShapeAndDeviceErrors) {
     add(zeros({2, 3}), zeros({4}));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("add: shapes [2, 3] and [4] cannot be broadcast"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("add: shapes [2, 3] and [4] cannot be broadcast"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(exp(zeros({2}, DType::I64)), Error);
   EXPECT_THROW(masked_fill(zeros({2}), zeros({2}), 1.0), Error);  // mask must be bool

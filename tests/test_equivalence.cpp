@@ -35,9 +35,9 @@ fs::path script() { return fs::path(__FILE__).parent_path() / "support" / "torch
 
 // Runs the PyTorch side on the weights and batch in `dir`; returns its exit status.
 int run_torch(const std::string& workload, const fs::path& dir) {
-  std::string cmd = "/usr/bin/python3 " + script().string() + " " + workload + " " + (dir / "state.safetensors").string() +
-                    " " + (dir / "batch.safetensors").string() + " " + std::to_string(kSteps) + " " +
-                    (dir / "losses.json").string();
+  std::string cmd = "/usr/bin/python3 " + script().string() + " " + workload + " " +
+                    (dir / "state.safetensors").string() + " " + (dir / "batch.safetensors").string() + " " +
+                    std::to_string(kSteps) + " " + (dir / "losses.json").string();
   int status = std::system(cmd.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

@@ -37,14 +37,23 @@ TEST(Errors, MixedDevicesAreRejectedByEveryOpFamily) {
       {"where", [&] { where(gt(a, 0.0), a, g); }},
       {"matmul", [&] { matmul(a, g); }},
       {"linear", [&] { linear(a, g); }},
-      {"cat", [&] { cat({a, g}); }},
+      {"cat",
+       [&] {
+         cat({a, g});
+       }},
       {"index_select", [&] { index_select(g, 0, ids); }},
       {"embedding", [&] { embedding(ids, g); }},
       {"cross_entropy", [&] { cross_entropy(g, ids); }},
       {"layer_norm", [&] { layer_norm(a, {4}, fake.make({4})); }},
       {"batch_norm", [&] { batch_norm(a, Tensor(), Tensor(), fake.make({4}), Tensor(), true); }},
-      {"conv2d", [&] { conv2d(img, fake.make({4, 4, 3, 3})); }},
-      {"scaled_dot_product_attention", [&] { scaled_dot_product_attention(q, fake.make({1, 1, 4, 4}), q); }},
+      {"conv2d",
+       [&] {
+         conv2d(img, fake.make({4, 4, 3, 3}));
+       }},
+      {"scaled_dot_product_attention",
+       [&] {
+         scaled_dot_product_attention(q, fake.make({1, 1, 4, 4}), q);
+       }},
   };
   for (const auto& [name, call] : calls) {
     SCOPED_TRACE(name);
@@ -61,7 +70,10 @@ TEST(Errors, OpsWithoutKernelsForADeviceSaySo) {
       {"sum", [&] { sum(g); }},
       {"softmax", [&] { softmax(g, -1); }},
       {"matmul", [&] { matmul(g, g); }},
-      {"max_pool2d", [&] { max_pool2d(fake.make({1, 1, 4, 4}), {2, 2}); }},
+      {"max_pool2d",
+       [&] {
+         max_pool2d(fake.make({1, 1, 4, 4}), {2, 2});
+       }},
       {"dropout", [&] { dropout(g, 0.5); }},
       {"rms_norm", [&] { rms_norm(g, {4}); }},
   };

@@ -13,7 +13,7 @@ using test::expect_error;
 
 namespace {
 
-#define SKIP_WITHOUT_AVX512()                                                  \
+#define SKIP_WITHOUT_AVX512() \
   if (!cpu::gemm_half_available()) GTEST_SKIP() << "CPU lacks AVX-512"
 
 using cpu::HalfFormat;
@@ -71,10 +71,9 @@ const cpu::GemmHalfKernel kKernels[] = {cpu::GemmHalfKernel::Fma, cpu::GemmHalfK
 // f64 reference from the same 16-bit inputs. f32 accumulation of K products errs by at most about
 // K ulps of sum |a b|; a 16-bit output adds half an ulp (2^-9 relative for bf16, 2^-11 for f16).
 void check(const Problem& p, Generator& g) {
-  SCOPED_TRACE(::testing::Message() << "M=" << p.M << " N=" << p.N << " K=" << p.K << " ta=" << p.ta
-                                    << " tb=" << p.tb << " gap=" << p.gap << " bf16out=" << p.c_half
-                                    << " acc=" << p.accumulate << " bias=" << p.bias
-                                    << " kernel=" << cpu::gemm_half_kernel_name(p.kernel)
+  SCOPED_TRACE(::testing::Message() << "M=" << p.M << " N=" << p.N << " K=" << p.K << " ta=" << p.ta << " tb=" << p.tb
+                                    << " gap=" << p.gap << " bf16out=" << p.c_half << " acc=" << p.accumulate
+                                    << " bias=" << p.bias << " kernel=" << cpu::gemm_half_kernel_name(p.kernel)
                                     << " f16=" << (p.format == HalfFormat::F16));
   if (!cpu::gemm_half_available(p.kernel)) return;
   Mat a = random_mat(p.M, p.K, p.ta, p.gap, g, p.format), b = random_mat(p.K, p.N, p.tb, p.gap, g, p.format);
@@ -148,10 +147,10 @@ TEST(GemmHalf, LargerShapesOutputsAndEpilogues) {
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
       check({257, 255, 33, ta, tb, 1, false, false, false, kern}, g);
-      check({29, 40, 600, ta, tb, 1, true, false, false, kern}, g);     // several K blocks
-      check({113, 97, 257, ta, tb, 2, false, true, false, kern}, g);    // every other element, accumulate
-      check({130, 65, 64, ta, tb, 1, true, true, false, kern}, g);      // bf16 accumulate
-      check({15, 33, 31, ta, tb, 2, true, false, true, kern}, g);       // bias
+      check({29, 40, 600, ta, tb, 1, true, false, false, kern}, g);   // several K blocks
+      check({113, 97, 257, ta, tb, 2, false, true, false, kern}, g);  // every other element, accumulate
+      check({130, 65, 64, ta, tb, 1, true, true, false, kern}, g);    // bf16 accumulate
+      check({15, 33, 31, ta, tb, 2, true, false, true, kern}, g);     // bias
       check({127, 129, 515, ta, tb, 1, false, false, true, kern}, g);
     }
     check({7, 9, 0, false, false, 1, false, false, true, kern}, g);  // empty sum: bias only

@@ -111,8 +111,8 @@ TEST(GradScaler, OverflowSkipsTheStepAndBacksOff) {
       g.copy_(where(gt(arange(0, g.numel()).reshape(g.shape()), 4.5), full_like(g, bad), g));
       scaler.step(*opt);
       EXPECT_EQ(scaler.found_inf().item<float>(), 1.0f);
-      EXPECT_EQ(values(ps), params_before);            // parameters bitwise unchanged
-      EXPECT_EQ(state_values(*opt), state_before);     // moments and step counts too
+      EXPECT_EQ(values(ps), params_before);         // parameters bitwise unchanged
+      EXPECT_EQ(state_values(*opt), state_before);  // moments and step counts too
       EXPECT_EQ(opt->state_tensors()[0].second.item<int64_t>(), 1);
       scaler.update();
       EXPECT_EQ(scaler.get_scale(), 512.0);
@@ -225,14 +225,26 @@ TEST(GradScaler, StateRoundTrip) {
   EXPECT_EQ(b.get_scale(), 2048.0);
 
   amp::GradScaler c;
-  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0f)}}); },
-               "GradScaler state: entry 'growth_tracker' is missing");
-  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(1.0, DType::F64)}, state[1]}); },
-               "GradScaler state: entry 'scale' must be a 0-d f32 tensor, found f64 []");
-  expect_error([&] { c.load_state_tensors({state[0], state[1], {"extra", scalar_tensor(1.0f)}}); },
-               "GradScaler state: unexpected entry 'extra'");
-  expect_error([&] { c.load_state_tensors({{"scale", scalar_tensor(-1.0f)}, state[1]}); },
-               "'scale' must be positive and finite, found -1");
+  expect_error(
+      [&] {
+        c.load_state_tensors({{"scale", scalar_tensor(1.0f)}});
+      },
+      "GradScaler state: entry 'growth_tracker' is missing");
+  expect_error(
+      [&] {
+        c.load_state_tensors({{"scale", scalar_tensor(1.0, DType::F64)}, state[1]});
+      },
+      "GradScaler state: entry 'scale' must be a 0-d f32 tensor, found f64 []");
+  expect_error(
+      [&] {
+        c.load_state_tensors({state[0], state[1], {"extra", scalar_tensor(1.0f)}});
+      },
+      "GradScaler state: unexpected entry 'extra'");
+  expect_error(
+      [&] {
+        c.load_state_tensors({{"scale", scalar_tensor(-1.0f)}, state[1]});
+      },
+      "'scale' must be positive and finite, found -1");
   EXPECT_EQ(c.get_scale(), 65536.0);  // unchanged by the failed loads
 }
 
@@ -241,7 +253,8 @@ TEST(GradScaler, DisabledIsAPlainStep) {
   o.enabled = false;
   amp::GradScaler scaler(o);
   std::vector<Tensor> a = make_params(2), b = clones(a);
-  auto opt_a = optim::make_adam({{a, optim::GroupOptions{}, ""}}), opt_b = optim::make_adam({{b, optim::GroupOptions{}, ""}});
+  auto opt_a = optim::make_adam({{a, optim::GroupOptions{}, ""}}),
+       opt_b = optim::make_adam({{b, optim::GroupOptions{}, ""}});
   Tensor loss = scalar_tensor(2.5f);
   EXPECT_TRUE(scaler.scale(loss).same(loss));
   set_grads(a, 0);

@@ -104,7 +104,8 @@ TEST_F(ImageDatasets, MnistMalformedFiles) {
   Bytes lb = idx_labels(2049, {1, 2});
   lb.pop_back();
   p = write("ltrunc", lb);
-  expect_error([&] { MnistDataset d(img, p); }, p + ": header says 2 labels (10 bytes with the header) but the file holds 9");
+  expect_error([&] { MnistDataset d(img, p); },
+               p + ": header says 2 labels (10 bytes with the header) but the file holds 9");
   p = write("range", idx_labels(2049, {1, 10}));
   expect_error([&] { MnistDataset d(img, p); }, p + ": label 10 of sample 1 is out of range (expected 0-9)");
 }
@@ -142,7 +143,8 @@ TEST_F(ImageDatasets, CifarThroughTheLoader) {
     const int64_t* lbl = b->field("label").data<int64_t>();
     for (int64_t r = 0; r < b->rows; ++r, ++seen) {
       EXPECT_EQ(lbl[r], labels[seen]);
-      for (int64_t k = 0; k < Cifar10Dataset::kImageBytes; k += 97) ASSERT_EQ(img[r * Cifar10Dataset::kImageBytes + k], pixel(seen, k));
+      for (int64_t k = 0; k < Cifar10Dataset::kImageBytes; k += 97)
+        ASSERT_EQ(img[r * Cifar10Dataset::kImageBytes + k], pixel(seen, k));
     }
   }
   EXPECT_EQ(seen, 7);
@@ -152,7 +154,8 @@ TEST_F(ImageDatasets, CifarMalformedFiles) {
   Bytes b = cifar({1, 2}, 0);
   b.pop_back();
   std::string p = write("trunc.bin", b);
-  expect_error([&] { Cifar10Dataset d({p}); }, p + ": a CIFAR-10 batch is a whole number of 3073-byte records, found 6145 bytes");
+  expect_error([&] { Cifar10Dataset d({p}); },
+               p + ": a CIFAR-10 batch is a whole number of 3073-byte records, found 6145 bytes");
   p = write("empty.bin", {});
   expect_error([&] { Cifar10Dataset d({p}); }, "found 0 bytes");
   p = write("range.bin", cifar({4, 0, 200}, 0));

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "fasttrain/fasttrain.h"
-#include "support/gradcheck.h"
 #include "support/expect_error.h"
+#include "support/gradcheck.h"
 #include "support/parity.h"
 
 using namespace ft;
@@ -14,7 +14,8 @@ namespace {
 const char* kDtypes[] = {"f32", "f64", "bf16", "f16"};
 
 // Compares every output of a multi-output op and the gradients of the named float inputs.
-void check_case(const ParityCase& c, const std::vector<Tensor>& outs, const std::vector<std::pair<std::string, Tensor>>& ins) {
+void check_case(const ParityCase& c, const std::vector<Tensor>& outs,
+                const std::vector<std::pair<std::string, Tensor>>& ins) {
   for (size_t i = 0; i < outs.size(); ++i) {
     EXPECT_EQ(outs[i].dtype(), c.dtype());
     c.expect_output(outs[i], static_cast<int>(i));
@@ -186,31 +187,64 @@ TEST(Indexing, EmbeddingBackwardRepeatedIdsAndPadding) {
 
 TEST(Indexing, Errors) {
   expect_error([] { cat({}, 0); }, "cat: expected a non-empty list of tensors");
-  expect_error([] { cat({zeros({2, 3}), zeros({2, 3}, DType::F64)}, 0); }, "cat: tensor 1 has dtype f64 but tensor 0 has f32");
-  expect_error([] { cat({zeros({2, 3}), zeros({3, 3})}, 1); },
-               "cat: tensor 1 has shape [3, 3] but tensor 0 has [2, 3]; sizes must match except in dimension 1");
+  expect_error(
+      [] {
+        cat({zeros({2, 3}), zeros({2, 3}, DType::F64)}, 0);
+      },
+      "cat: tensor 1 has dtype f64 but tensor 0 has f32");
+  expect_error(
+      [] {
+        cat({zeros({2, 3}), zeros({3, 3})}, 1);
+      },
+      "cat: tensor 1 has shape [3, 3] but tensor 0 has [2, 3]; sizes must match except in dimension 1");
   expect_error([] { cat({zeros({2, 3}), zeros({3})}, 0); }, "cat: tensor 1 has 1 dimensions");
   expect_error([] { cat({zeros({2, 3})}, 2); }, "cat");
-  expect_error([] { stack({zeros({2, 3}), zeros({3, 2})}, 0); }, "stack: tensor 1 has shape [3, 2] but tensor 0 has [2, 3]");
+  expect_error(
+      [] {
+        stack({zeros({2, 3}), zeros({3, 2})}, 0);
+      },
+      "stack: tensor 1 has shape [3, 2] but tensor 0 has [2, 3]");
   expect_error([] { stack({}, 0); }, "stack: expected a non-empty list of tensors");
   expect_error([] { split(zeros({4}), 0); }, "split: split_size must be positive, found 0");
-  expect_error([] { split(zeros({4, 5}), std::vector<int64_t>{2, 2}, 1); },
-               "split: sizes [2, 2] sum to 4 but dimension 1 has size 5");
+  expect_error(
+      [] {
+        split(zeros({4, 5}), std::vector<int64_t>{2, 2}, 1);
+      },
+      "split: sizes [2, 2] sum to 4 but dimension 1 has size 5");
   expect_error([] { chunk(zeros({4}), 0); }, "chunk: number of chunks must be positive, found 0");
-  expect_error([] { index_select(zeros({4, 3}), 0, zeros({2})); }, "index_select: index must be an i64 or i32 tensor, found f32");
-  expect_error([] { index_select(zeros({4, 3}), 1, from_vector({0, 3}, {2}, DType::I64)); },
-               "index_select: index 3 is out of range for dimension 1 of size 3");
+  expect_error(
+      [] {
+        index_select(zeros({4, 3}), 0, zeros({2}));
+      },
+      "index_select: index must be an i64 or i32 tensor, found f32");
+  expect_error(
+      [] {
+        index_select(zeros({4, 3}), 1, from_vector({0, 3}, {2}, DType::I64));
+      },
+      "index_select: index 3 is out of range for dimension 1 of size 3");
   expect_error([] { index_select(zeros({4, 3}), 0, zeros({2, 2}, DType::I64)); }, "index_select: index must be 1-d");
   expect_error([] { gather(zeros({4, 3}), 0, zeros({2}, DType::I64)); }, "gather: index has 1 dimensions");
-  expect_error([] { gather(zeros({4, 3}), 1, from_vector({-1}, {1, 1}, DType::I64)); },
-               "gather: index -1 is out of range for dimension 1 of size 3");
-  expect_error([] { gather(zeros({4, 3}), 0, zeros({2, 5}, DType::I64)); },
-               "gather: index shape [2, 5] is larger than input shape [4, 3] in dimension 1");
-  expect_error([] { embedding(from_vector({600}, {1}, DType::I64), zeros({512, 4})); },
-               "embedding: id 600 is out of range for a vocabulary of 512");
+  expect_error(
+      [] {
+        gather(zeros({4, 3}), 1, from_vector({-1}, {1, 1}, DType::I64));
+      },
+      "gather: index -1 is out of range for dimension 1 of size 3");
+  expect_error(
+      [] {
+        gather(zeros({4, 3}), 0, zeros({2, 5}, DType::I64));
+      },
+      "gather: index shape [2, 5] is larger than input shape [4, 3] in dimension 1");
+  expect_error(
+      [] {
+        embedding(from_vector({600}, {1}, DType::I64), zeros({512, 4}));
+      },
+      "embedding: id 600 is out of range for a vocabulary of 512");
   expect_error([] { embedding(zeros({2}), zeros({8, 4})); }, "embedding: ids must be an i64 or i32 tensor, found f32");
   expect_error([] { embedding(zeros({2}, DType::I64), zeros({8})); }, "embedding: weight must be 2-d");
-  expect_error([] { embedding(zeros({2}, DType::I64), zeros({8, 4}), 8); },
-               "embedding: padding_idx 8 is out of range for a vocabulary of 8");
+  expect_error(
+      [] {
+        embedding(zeros({2}, DType::I64), zeros({8, 4}), 8);
+      },
+      "embedding: padding_idx 8 is out of range for a vocabulary of 8");
   expect_error([] { index_select(zeros({4, 3}), 2, zeros({1}, DType::I64)); }, "index_select");
 }

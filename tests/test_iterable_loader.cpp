@@ -178,8 +178,9 @@ TEST(IterableLoader, ErrorsNameTheSampleAndRetry) {
     DataLoader loader(data, opts(workers));
     ASSERT_NE(loader.next(), nullptr);
     ASSERT_NE(loader.next(), nullptr);
-    expect_error([&] { loader.next(); }, "reading stream sample 9 (batch 2 of epoch 0, worker 0) failed: counting: "
-                                         "sample 9 is unreadable");
+    expect_error([&] { loader.next(); },
+                 "reading stream sample 9 (batch 2 of epoch 0, worker 0) failed: counting: "
+                 "sample 9 is unreadable");
     expect_error([&] { loader.next(); }, "stream sample 9");  // still at batch 2
     data->fail = false;
     const Batch* b = loader.next();

@@ -104,7 +104,8 @@ TEST(Kernels, EnvironmentLowersTheLevel) {
   }
   {
     ScopedEnv env("FASTTRAIN_CPU_ISA", "sse2");
-    test::expect_error([] { cpu::selected_cpu_isa(); }, "expected generic, avx2, avx512, avx512_bf16 or amx, found 'sse2'");
+    test::expect_error([] { cpu::selected_cpu_isa(); },
+                       "expected generic, avx2, avx512, avx512_bf16 or amx, found 'sse2'");
   }
   if (cpu::detected_cpu_isa() < CpuIsa::Amx) {
     ScopedEnv env("FASTTRAIN_CPU_ISA", "amx");

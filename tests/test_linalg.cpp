@@ -2,8 +2,8 @@
 
 #include "backend/cpu/linalg.h"
 #include "fasttrain/fasttrain.h"
-#include "support/gradcheck.h"
 #include "support/expect_error.h"
+#include "support/gradcheck.h"
 #include "support/parity.h"
 
 using namespace ft;
@@ -66,7 +66,8 @@ TEST(LinalgParity, Bmm) {
 
 TEST(LinalgParity, Linear) {
   for (const char* dt : kDtypes)
-    for (const char* v : {"bias", "nobias", "transposed", "1d"}) check_linear_case(std::string("linear_") + v + "_" + dt);
+    for (const char* v : {"bias", "nobias", "transposed", "1d"})
+      check_linear_case(std::string("linear_") + v + "_" + dt);
   check_linear_case("linear_longk_bf16");
 }
 
@@ -74,9 +75,15 @@ TEST(LinalgGradcheck, Matmul) {
   Generator g(3);
   auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
   auto fn = [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); };
-  const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{4, 3}, {3, 2}}, {{3}, {3}}, {{4, 3}, {3}}, {{3}, {3, 2}}, {{2, 4, 3}, {3, 2}},
-      {{4, 3}, {2, 3, 2}}, {{2, 1, 4, 3}, {3, 3, 2}}, {{3}, {2, 3, 2}}, {{2, 4, 3}, {3}}};
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{4, 3}, {3, 2}},
+                                                       {{3}, {3}},
+                                                       {{4, 3}, {3}},
+                                                       {{3}, {3, 2}},
+                                                       {{2, 4, 3}, {3, 2}},
+                                                       {{4, 3}, {2, 3, 2}},
+                                                       {{2, 1, 4, 3}, {3, 3, 2}},
+                                                       {{3}, {2, 3, 2}},
+                                                       {{2, 4, 3}, {3}}};
   for (const auto& [sa, sb] : shapes) {
     SCOPED_TRACE(sa.str() + " x " + sb.str());
     EXPECT_GRADCHECK(fn, {r(sa), r(sb)});
@@ -160,18 +167,30 @@ TEST(Linalg, Errors) {
   expect_error([] { matmul(zeros({3}), zeros({4})); }, "matmul: inner dimensions differ: [3] x [4]");
   expect_error([] { matmul(zeros({}), zeros({4})); }, "matmul: both operands need at least 1 dimension");
   expect_error([] { matmul(zeros({2, 3, 4}), zeros({3, 4, 5})); }, "matmul");
-  expect_error([] { matmul(zeros({2, 3}), zeros({3, 2}, DType::F64)); },
-               "matmul: dtype mismatch, first operand is f32 but second operand is f64");
-  expect_error([] { matmul(zeros({2, 3}, DType::I64), zeros({3, 2}, DType::I64)); },
-               "matmul: first operand must be a floating-point tensor, found i64");
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}), zeros({3, 2}, DType::F64));
+      },
+      "matmul: dtype mismatch, first operand is f32 but second operand is f64");
+  expect_error(
+      [] {
+        matmul(zeros({2, 3}, DType::I64), zeros({3, 2}, DType::I64));
+      },
+      "matmul: first operand must be a floating-point tensor, found i64");
   expect_error([] { bmm(zeros({3, 4}), zeros({4, 5})); }, "bmm: expected two 3-d tensors");
   expect_error([] { bmm(zeros({2, 3, 4}), zeros({3, 4, 5})); }, "bmm: batch sizes differ: [2, 3, 4] x [3, 4, 5]");
   expect_error([] { bmm(zeros({2, 3, 4}), zeros({2, 5, 5})); }, "bmm: inner dimensions differ");
   expect_error([] { linear(zeros({2, 3}), zeros({4, 3}, DType::BF16)); }, "linear: weight is bf16 but input is f32");
-  expect_error([] { linear(zeros({2, 3}), zeros({4, 5})); },
-               "linear: input has 3 features (last dim of [2, 3]), weight [4, 5] expects 5");
+  expect_error(
+      [] {
+        linear(zeros({2, 3}), zeros({4, 5}));
+      },
+      "linear: input has 3 features (last dim of [2, 3]), weight [4, 5] expects 5");
   expect_error([] { linear(zeros({2, 3}), zeros({3})); }, "linear: weight must be 2-d [out, in], found shape [3]");
   expect_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({5})); }, "linear: bias has shape [5], expected [4]");
-  expect_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({4}, DType::F64)); },
-               "linear: bias is f64 but input is f32");
+  expect_error(
+      [] {
+        linear(zeros({2, 3}), zeros({4, 3}), zeros({4}, DType::F64));
+      },
+      "linear: bias is f64 but input is f32");
 }

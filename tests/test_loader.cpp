@@ -108,7 +108,8 @@ TEST(DataLoader, WorkerErrorsNameTheSampleAndTheLoaderCanRetry) {
     auto ds = std::make_shared<SyntheticDataset>(50, 23);
     DataLoader loader(ds, opts(workers, false));
     for (int i = 0; i < 3; ++i) ASSERT_NE(loader.next(), nullptr);  // samples 0..20
-    test::expect_error([&] { loader.next(); }, "reading sample 23 (batch 3 of epoch 0) failed: synthetic: sample file vanished");
+    test::expect_error([&] { loader.next(); },
+                       "reading sample 23 (batch 3 of epoch 0) failed: synthetic: sample file vanished");
     test::expect_error([&] { loader.next(); }, "reading sample 23");  // stays at the failed batch
     EXPECT_EQ(loader.state().position, 3);
     ds->fail = false;  // the file is back

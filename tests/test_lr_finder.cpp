@@ -139,7 +139,12 @@ TEST(LrFinder, StopsAfterTheKnownDivergenceAndSuggestsBelowIt) {
 
 TEST(LrFinder, NonFiniteLossStopsTheSweep) {
   int calls = 0;
-  const LrFindResult r = find_lr([&](double lr) { ++calls; return lr > 1e-3 ? NAN : 1.0 / (1 + lr); }, {});
+  const LrFindResult r = find_lr(
+      [&](double lr) {
+        ++calls;
+        return lr > 1e-3 ? NAN : 1.0 / (1 + lr);
+      },
+      {});
   EXPECT_TRUE(r.diverged);
   EXPECT_EQ(calls, static_cast<int>(r.lrs.size()));
   EXPECT_GT(r.lrs.back(), 1e-3);
@@ -194,7 +199,7 @@ TEST(LrFinder, CsvAndSvgDescribeTheCurve) {
   const std::string points = svg.substr(at, svg.find('"', at) - at);
   size_t finite = 0;
   for (double v : r.smoothed) finite += std::isfinite(v);
-  EXPECT_EQ(count(points, ",") , finite);
+  EXPECT_EQ(count(points, ","), finite);
   EXPECT_EQ(count(points, " ") + 1, finite);
   EXPECT_EQ(count(svg, "<circle"), 1u);  // the suggestion marker
   EXPECT_NE(svg.find("learning rate (log scale)"), std::string::npos);
@@ -215,7 +220,8 @@ TEST(LrFinder, RejectsBadOptionsAndResults) {
   expect_error([&] { find_lr(step, o); }, "lr_find: min_lr must be a finite positive number, found 0");
   o = {};
   o.max_lr = 1e-8;
-  expect_error([&] { find_lr(step, o); }, "lr_find: max_lr must be finite and greater than min_lr = 1e-07, found 1e-08");
+  expect_error([&] { find_lr(step, o); },
+               "lr_find: max_lr must be finite and greater than min_lr = 1e-07, found 1e-08");
   o = {};
   o.steps = 1;
   expect_error([&] { find_lr(step, o); }, "lr_find: steps must be >= 2, found 1");

@@ -154,7 +154,7 @@ TEST(Models, GptHuggingFaceExchange) {
   for (auto& [n, t] : hf) {
     EXPECT_NE(n, "lm_head.weight");
     if (n == "transformer.h.0.attn.c_attn.weight") EXPECT_EQ(t.shape(), Shape({16, 48}));  // Conv1D [in, out]
-    if (n == "transformer.wte.weight") EXPECT_EQ(t.shape(), Shape({100, 16}));           // unpadded
+    if (n == "transformer.wte.weight") EXPECT_EQ(t.shape(), Shape({100, 16}));             // unpadded
   }
   // Round trip, with the original checkpoint's unprefixed names and mask buffers.
   TensorMap unprefixed;

@@ -36,8 +36,9 @@ double max_abs_diff(const Tensor& a, const Tensor& b) { return max(abs(a - b)).i
 TEST(Module, NamesFollowPyTorch) {
   auto net = nn::cnn_mini();
   auto names = keys(net->state_dict());
-  std::vector<std::string> first{"0.0.weight", "0.1.weight", "0.1.bias", "0.1.running_mean", "0.1.running_var",
-                                 "0.1.num_batches_tracked", "1.0.weight"};
+  std::vector<std::string> first{"0.0.weight",       "0.1.weight",      "0.1.bias",
+                                 "0.1.running_mean", "0.1.running_var", "0.1.num_batches_tracked",
+                                 "1.0.weight"};
   ASSERT_GE(names.size(), first.size());
   EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + first.size()), first);
   EXPECT_EQ(names.back(), "8.bias");
@@ -204,10 +205,12 @@ TEST(Init, KaimingAndXavierStatistics) {
 
   Tensor w = empty({256, 128, 3, 3});
   nn::init::kaiming_normal_(w, 0.0, /*fan_in_mode=*/false, nn::init::Nonlinearity::ReLU, &gen);  // fan_out
-  EXPECT_NEAR(std::sqrt(var(w.flatten(), {0}).item<double>()), std::sqrt(2.0 / (256 * 9)), 0.01 * std::sqrt(2.0 / (256 * 9)));
+  EXPECT_NEAR(std::sqrt(var(w.flatten(), {0}).item<double>()), std::sqrt(2.0 / (256 * 9)),
+              0.01 * std::sqrt(2.0 / (256 * 9)));
   Tensor v = empty({300, 500});
   nn::init::xavier_normal_(v, 2.0, &gen);
-  EXPECT_NEAR(std::sqrt(var(v.flatten(), {0}).item<double>()), 2.0 * std::sqrt(2.0 / 800), 0.01 * 2.0 * std::sqrt(2.0 / 800));
+  EXPECT_NEAR(std::sqrt(var(v.flatten(), {0}).item<double>()), 2.0 * std::sqrt(2.0 / 800),
+              0.01 * 2.0 * std::sqrt(2.0 / 800));
   nn::init::xavier_uniform_(v, 1.0, &gen);
   EXPECT_LE(max(abs(v)).item<double>(), std::sqrt(6.0 / 800));
   nn::init::kaiming_uniform_(v, 0.0, true, nn::init::Nonlinearity::Tanh, &gen);
@@ -250,7 +253,9 @@ TEST(Layers, CausalSelfAttentionMatchesComposition) {
   Tensor x = randn({2, 7, 32});
   Tensor y = attn(x);
   Tensor qkv = linear(x, attn.c_attn->weight, attn.c_attn->bias);
-  auto heads = [&](int i) { return qkv.narrow(2, i * 32, 32).contiguous().reshape({2, 7, 4, 8}).permute({0, 2, 1, 3}).contiguous(); };
+  auto heads = [&](int i) {
+    return qkv.narrow(2, i * 32, 32).contiguous().reshape({2, 7, 4, 8}).permute({0, 2, 1, 3}).contiguous();
+  };
   Tensor scores = matmul(heads(0), heads(1).transpose(2, 3)) / std::sqrt(8.0);
   std::vector<double> m(49);
   for (int i = 0; i < 7; ++i)

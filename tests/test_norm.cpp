@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "fasttrain/fasttrain.h"
-#include "support/gradcheck.h"
 #include "support/expect_error.h"
+#include "support/gradcheck.h"
 #include "support/parity.h"
 
 using namespace ft;
@@ -68,7 +68,8 @@ void check_batch_norm_case(const std::string& name) {
 
 TEST(NormParity, LayerNorm) {
   for (const char* dt : kDtypes)
-    for (const char* v : {"last", "2d_transposed", "noaffine"}) check_layer_norm_case(std::string("layer_norm_") + dt + "_" + v);
+    for (const char* v : {"last", "2d_transposed", "noaffine"})
+      check_layer_norm_case(std::string("layer_norm_") + dt + "_" + v);
   for (const char* v : {"weight_only", "bias_only", "long"}) check_layer_norm_case(std::string("layer_norm_f32_") + v);
 }
 
@@ -82,7 +83,8 @@ TEST(NormParity, RmsNorm) {
 TEST(NormParity, BatchNorm) {
   for (const char* dt : kDtypes)
     for (const char* form : {"2d", "4d", "cl"})
-      for (const char* mode : {"train", "eval"}) check_batch_norm_case(std::string("batch_norm_") + dt + "_" + form + "_" + mode);
+      for (const char* mode : {"train", "eval"})
+        check_batch_norm_case(std::string("batch_norm_") + dt + "_" + form + "_" + mode);
   check_batch_norm_case("batch_norm_f32_3d_transposed_train");
   check_batch_norm_case("batch_norm_f32_4d_train_noaffine_nostats");
   check_batch_norm_case("batch_norm_f64_cl_train_noaffine");
@@ -131,8 +133,9 @@ TEST(NormGradcheck, BatchNorm) {
     EXPECT_GRADCHECK(fn(training), {nc, r({3}), r({3})});
   }
   // training without running statistics or affine parameters
-  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                   {r({3, 2, 4})});
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& in) { return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+      {r({3, 2, 4})});
 }
 
 TEST(Norm, BatchNormRunningStatsUpdate) {
@@ -182,23 +185,39 @@ TEST(Norm, BatchNormChannelsLastKeepsFormat) {
 
 TEST(Norm, Errors) {
   Tensor x = zeros({2, 3, 4});
-  expect_error([&] { layer_norm(x, {3}); }, "layer_norm: input of shape [2, 3, 4] does not end with normalized_shape [3]");
-  expect_error([&] { layer_norm(x, {4}, zeros({5})); }, "layer_norm: weight has shape [5], expected normalized_shape [4]");
+  expect_error([&] { layer_norm(x, {3}); },
+               "layer_norm: input of shape [2, 3, 4] does not end with normalized_shape [3]");
+  expect_error([&] { layer_norm(x, {4}, zeros({5})); },
+               "layer_norm: weight has shape [5], expected normalized_shape [4]");
   expect_error([&] { layer_norm(x, {4}, Tensor(), zeros({3, 4})); }, "layer_norm: bias has shape [3, 4]");
   expect_error([&] { layer_norm(x, Shape{}); }, "layer_norm: normalized_shape must have at least one dimension");
-  expect_error([&] { layer_norm(zeros({2, 4}, DType::I64), {4}); }, "layer_norm: input must be a floating-point tensor, found i64");
-  expect_error([&] { rms_norm(x, {3, 4, 4}); }, "rms_norm: input of shape [2, 3, 4] does not end with normalized_shape [3, 4, 4]");
+  expect_error(
+      [&] {
+        layer_norm(zeros({2, 4}, DType::I64), {4});
+      },
+      "layer_norm: input must be a floating-point tensor, found i64");
+  expect_error(
+      [&] {
+        rms_norm(x, {3, 4, 4});
+      },
+      "rms_norm: input of shape [2, 3, 4] does not end with normalized_shape [3, 4, 4]");
   expect_error([&] { rms_norm(x, {4}, zeros({4}, DType::I32)); }, "rms_norm: weight must be a floating-point tensor");
 
-  expect_error([&] { batch_norm(zeros({1, 8}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
-               "batch_norm: expected more than 1 value per channel when training, found input of shape [1, 8]");
+  expect_error(
+      [&] {
+        batch_norm(zeros({1, 8}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      "batch_norm: expected more than 1 value per channel when training, found input of shape [1, 8]");
   expect_error([&] { batch_norm(zeros({4}), Tensor(), Tensor(), Tensor(), Tensor(), true); },
                "batch_norm: expected an input of shape [N, C, ...] with at least 2 dimensions, found shape [4]");
   expect_error([&] { batch_norm(x, Tensor(), Tensor(), zeros({4}), Tensor(), true); },
                "batch_norm: weight has shape [4], expected [3] for an input with 3 channels");
-  expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), zeros({2}), true); }, "batch_norm: bias has shape [2]");
-  expect_error([&] { batch_norm(x, zeros({2}), ones({2}), Tensor(), Tensor(), true); }, "batch_norm: running_mean has shape [2]");
-  expect_error([&] { batch_norm(x, zeros({3}), ones({4}), Tensor(), Tensor(), false); }, "batch_norm: running_var has shape [4]");
+  expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), zeros({2}), true); },
+               "batch_norm: bias has shape [2]");
+  expect_error([&] { batch_norm(x, zeros({2}), ones({2}), Tensor(), Tensor(), true); },
+               "batch_norm: running_mean has shape [2]");
+  expect_error([&] { batch_norm(x, zeros({3}), ones({4}), Tensor(), Tensor(), false); },
+               "batch_norm: running_var has shape [4]");
   expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false); },
                "batch_norm: eval mode (training=false) needs running_mean and running_var");
   expect_error([&] { batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), true); },
@@ -223,7 +242,9 @@ TEST(Norm, LayerNormMatchesComposedOpsInAllDtypes) {
     test::Tolerance tol = test::default_tolerance(dt);
     tol.atol *= 4;  // inputs rounded to dt too
     tol.rtol *= 4;
-    EXPECT_TRUE(test::compare(y, layer_norm(x.to(dt).to(DType::F64), {64}, w.to(dt).to(DType::F64), b.to(dt).to(DType::F64)), tol).empty())
+    EXPECT_TRUE(test::compare(
+                    y, layer_norm(x.to(dt).to(DType::F64), {64}, w.to(dt).to(DType::F64), b.to(dt).to(DType::F64)), tol)
+                    .empty())
         << dtype_name(dt);
   }
 }

@@ -222,8 +222,11 @@ TEST(OptimState, LoadRejectsMismatchesAndChangesNothing) {
   TensorMap bad_value = with("0.0.exp_avg", full(ps[0].shape(), 123.0));
   bad_value.emplace_back("0.9.exp_avg", zeros({1}));  // fails after a valid entry was read
   expect_error([&] { opt->load_state_tensors(bad_value); }, "entry '0.9.exp_avg' is for parameter 9 but group 0 has 3");
-  expect_error([&] { opt->load_state_tensors(with("0.0.exp_avg", zeros({2, 2}))); },
-               "adam state: entry '0.0.exp_avg' has shape [2, 2], the parameter [8, 5]");
+  expect_error(
+      [&] {
+        opt->load_state_tensors(with("0.0.exp_avg", zeros({2, 2})));
+      },
+      "adam state: entry '0.0.exp_avg' has shape [2, 2], the parameter [8, 5]");
   expect_error([&] { opt->load_state_tensors(with("0.0.exp_avg", zeros(ps[0].shape(), DType::F64))); },
                "entry '0.0.exp_avg' has dtype f64, expected f32");
   expect_error([&] { opt->load_state_tensors(without("0.1.exp_avg_sq")); }, "entry '0.1.exp_avg_sq' is missing");
@@ -387,7 +390,8 @@ TEST(OptimSkip, ValidatesTheFlag) {
   std::vector<Tensor> ps = make_params(1);
   auto opt = make_adam({{ps, GroupOptions{}, ""}});
   set_grads(ps, 0);
-  expect_error([&] { opt->step(scalar_tensor(1.0, DType::F64)); }, "adam: found_inf must be a 0-d f32 tensor, found f64 []");
+  expect_error([&] { opt->step(scalar_tensor(1.0, DType::F64)); },
+               "adam: found_inf must be a 0-d f32 tensor, found f64 []");
   expect_error([&] { opt->step(zeros({2})); }, "found_inf must be a 0-d f32 tensor, found f32 [2]");
   expect_error([&] { opt->step(Tensor()); }, "found_inf must be a 0-d f32 tensor, found undefined");
 }
@@ -467,8 +471,15 @@ TEST(Optim, ValidatesOptions) {
   expect_error([&] { make_sgd(with([](GroupOptions& o) { o.weight_decay = -1; })); }, "Invalid weight_decay value: -1");
   expect_error([&] { make_sgd(with([](GroupOptions& o) { o.nesterov = true; })); },
                "Nesterov momentum requires a momentum and zero dampening");
-  expect_error([&] { make_sgd(with([](GroupOptions& o) { o.nesterov = true; o.momentum = 0.9; o.dampening = 0.1; })); },
-               "Nesterov momentum requires a momentum and zero dampening");
+  expect_error(
+      [&] {
+        make_sgd(with([](GroupOptions& o) {
+          o.nesterov = true;
+          o.momentum = 0.9;
+          o.dampening = 0.1;
+        }));
+      },
+      "Nesterov momentum requires a momentum and zero dampening");
   expect_error([&] { make_adam(with([](GroupOptions& o) { o.beta1 = 1.0; })); },
                "adam: Invalid beta parameter at index 0: 1");
   expect_error([&] { make_adamw(with([](GroupOptions& o) { o.beta2 = -0.5; })); },
@@ -480,7 +491,8 @@ TEST(Optim, ValidatesOptions) {
                "lamb: Invalid weight_decay value: -0.1");
   expect_error([&] { make_lars(with([](GroupOptions& o) { o.trust_coefficient = 0; })); },
                "lars: Invalid trust_coefficient value: 0 (expected > 0; group 0 ('g'))");
-  expect_error([&] { make_lars(with([](GroupOptions& o) { o.momentum = -0.5; })); }, "lars: Invalid momentum value: -0.5");
+  expect_error([&] { make_lars(with([](GroupOptions& o) { o.momentum = -0.5; })); },
+               "lars: Invalid momentum value: -0.5");
   expect_error([&] { make_lars(with([](GroupOptions& o) { o.nesterov = true; })); },
                "lars: Nesterov momentum requires a momentum and zero dampening");
   expect_error([&] { make_adamw(with([](GroupOptions& o) { o.lr = std::nan(""); })); }, "Invalid learning rate: nan");
@@ -492,13 +504,22 @@ TEST(Optim, ValidatesOptions) {
 
 TEST(Optim, ValidatesParametersAndGradients) {
   std::vector<Tensor> ps = make_params(2);
-  expect_error([&] { make_sgd({{{ps[0], ps[0]}, GroupOptions{}, ""}}); },
-               "some parameters appear in more than one parameter group");
+  expect_error(
+      [&] {
+        make_sgd({{{ps[0], ps[0]}, GroupOptions{}, ""}});
+      },
+      "some parameters appear in more than one parameter group");
   expect_error([&] { make_sgd({{{}, GroupOptions{}, ""}}); }, "empty parameter list");
-  expect_error([&] { make_sgd({{{zeros({3}, DType::I64)}, GroupOptions{}, ""}}); },
-               "parameter 0 of group 0 has dtype i64, expected a floating dtype");
-  expect_error([&] { make_sgd({{{zeros({3, 4}).t()}, GroupOptions{}, "w"}}); },
-               "parameter 0 of group 0 ('w') is not dense (expected contiguous or channels-last memory");
+  expect_error(
+      [&] {
+        make_sgd({{{zeros({3}, DType::I64)}, GroupOptions{}, ""}});
+      },
+      "parameter 0 of group 0 has dtype i64, expected a floating dtype");
+  expect_error(
+      [&] {
+        make_sgd({{{zeros({3, 4}).t()}, GroupOptions{}, "w"}});
+      },
+      "parameter 0 of group 0 ('w') is not dense (expected contiguous or channels-last memory");
   auto opt = make_adamw({{ps, GroupOptions{}, ""}});
   ps[0].impl()->grad = zeros({2, 2}).impl_ptr();  // bypasses set_grad's own check
   expect_error([&] { opt->step(); }, "adamw: gradient of parameter 0 of group 0 has shape [2, 2], expected [8, 5]");
@@ -524,8 +545,12 @@ TEST(DecayGroups, MatricesDecayVectorsDoNot) {
   GroupOptions o;
   o.weight_decay = 0.1;
   o.lr = 0.5;
-  auto groups = decay_groups({{"fc.weight", w}, {"fc.bias", b}, {"ln.weight", ln}, {"wte.weight", emb},
-                              {"frozen", frozen}, {"lm_head.weight", emb}},
+  auto groups = decay_groups({{"fc.weight", w},
+                              {"fc.bias", b},
+                              {"ln.weight", ln},
+                              {"wte.weight", emb},
+                              {"frozen", frozen},
+                              {"lm_head.weight", emb}},
                              o);
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].name, "decay");
@@ -624,7 +649,7 @@ TEST(Clip, SkipsMissingGradientsAndPropagatesNonFinite) {
   EXPECT_FALSE(ps[1].grad().defined());
   ps[1].set_grad(full(ps[1].shape(), std::nan("")));
   EXPECT_TRUE(std::isnan(clip_grad_norm_(ps, 1.0).item<float>()));
-  EXPECT_TRUE(std::isnan(ps[0].grad().to_vector()[0]));  // as in PyTorch: a NaN factor
+  EXPECT_TRUE(std::isnan(ps[0].grad().to_vector()[0]));          // as in PyTorch: a NaN factor
   EXPECT_EQ(clip_grad_norm_({ps[2]}, 1.0).item<float>(), 0.0f);  // nothing to clip
 }
 

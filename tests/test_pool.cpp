@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "fasttrain/fasttrain.h"
-#include "support/gradcheck.h"
 #include "support/expect_error.h"
+#include "support/gradcheck.h"
 #include "support/parity.h"
 
 using namespace ft;
@@ -79,11 +79,17 @@ TEST(PoolGradcheck, AllPools) {
     x = x.detach().requires_grad_();
     SCOPED_TRACE(x.is_contiguous() ? "nchw" : x.is_channels_last() ? "nhwc" : "permuted");
     EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return max_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x});
-    EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return max_pool2d(in[0], {2, 3}, {1, 2}, {1, 1}, {2, 1}); },
-                     {x});
+    EXPECT_GRADCHECK(
+        [](const std::vector<Tensor>& in) {
+          return max_pool2d(in[0], {2, 3}, {1, 2}, {1, 1}, {2, 1});
+        },
+        {x});
     EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 3}, {2, 2}, {1, 1}); }, {x});
-    EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, false); },
-                     {x});
+    EXPECT_GRADCHECK(
+        [](const std::vector<Tensor>& in) {
+          return avg_pool2d(in[0], {3, 2}, {2, 1}, {1, 1}, false);
+        },
+        {x});
     EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {4, 4}); }, {x});
     EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], {1, 1}); }, {x});
   }
@@ -117,17 +123,34 @@ TEST(PoolAvg, CountIncludePad) {
 
 TEST(PoolErrors, Messages) {
   Tensor x = zeros({2, 3, 8, 8});
-  expect_error([&] { max_pool2d(zeros({3, 8, 8}), {2, 2}); },
-               "max_pool2d: expected a 4-d input [N, C, H, W], found shape [3, 8, 8]");
-  expect_error([&] { max_pool2d(x, {3, 3}, {1, 1}, {2, 2}); },
-               "max_pool2d: padding [2, 2] must be at most half the kernel size [3, 3]");
+  expect_error(
+      [&] {
+        max_pool2d(zeros({3, 8, 8}), {2, 2});
+      },
+      "max_pool2d: expected a 4-d input [N, C, H, W], found shape [3, 8, 8]");
+  expect_error(
+      [&] {
+        max_pool2d(x, {3, 3}, {1, 1}, {2, 2});
+      },
+      "max_pool2d: padding [2, 2] must be at most half the kernel size [3, 3]");
   expect_error([&] { max_pool2d(x, {0, 2}); }, "max_pool2d: kernel size must be positive, found [0, 2]");
   expect_error([&] { max_pool2d(x, {2, 2}, {-1, 1}); }, "max_pool2d: stride must be positive");
   expect_error([&] { max_pool2d(x, {2, 2}, {1, 1}, {0, 0}, {0, 1}); }, "max_pool2d: dilation must be positive");
   expect_error([&] { max_pool2d(x, {9, 2}); }, "max_pool2d: kernel 9x2 (dilated) is larger than the padded input 8x8");
   expect_error([&] { avg_pool2d(x, {3, 3}, {1, 1}, {2, 0}); }, "avg_pool2d: padding [2, 0] must be at most half");
-  expect_error([&] { avg_pool2d(zeros({2, 3, 8, 8}, DType::I64), {2, 2}); },
-               "avg_pool2d: input must be a floating-point tensor, found i64");
-  expect_error([&] { adaptive_avg_pool2d(x, {0, 3}); }, "adaptive_avg_pool2d: output size must be positive, found [0, 3]");
-  expect_error([&] { adaptive_avg_pool2d(zeros({2, 3, 0, 4}), {1, 1}); }, "adaptive_avg_pool2d: input has an empty spatial size");
+  expect_error(
+      [&] {
+        avg_pool2d(zeros({2, 3, 8, 8}, DType::I64), {2, 2});
+      },
+      "avg_pool2d: input must be a floating-point tensor, found i64");
+  expect_error(
+      [&] {
+        adaptive_avg_pool2d(x, {0, 3});
+      },
+      "adaptive_avg_pool2d: output size must be positive, found [0, 3]");
+  expect_error(
+      [&] {
+        adaptive_avg_pool2d(zeros({2, 3, 0, 4}), {1, 1});
+      },
+      "adaptive_avg_pool2d: input has an empty spatial size");
 }

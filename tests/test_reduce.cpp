@@ -34,9 +34,12 @@ TEST(ReduceParity, SumMeanVar) {
         Dims dims = param_dims(c);
         bool keepdim = c.param<bool>("keepdim");
         Tensor y;
-        if (std::string(op) == "sum") y = sum(x, dims, keepdim);
-        else if (std::string(op) == "mean") y = mean(x, dims, keepdim);
-        else y = var(x, dims, c.param<int64_t>("correction"), keepdim);
+        if (std::string(op) == "sum")
+          y = sum(x, dims, keepdim);
+        else if (std::string(op) == "mean")
+          y = mean(x, dims, keepdim);
+        else
+          y = var(x, dims, c.param<int64_t>("correction"), keepdim);
         EXPECT_EQ(y.dtype(), c.dtype());
         c.expect_output(y);
         c.backward({y});
@@ -84,8 +87,8 @@ TEST(ReduceParity, MaxAndArgmax) {
 
 TEST(ReduceGradcheck, SumMeanOverDimSets) {
   Generator g(3);
-  const std::vector<std::pair<Dims, bool>> sets = {
-      {{0}, false}, {{0, 1}, true}, {{2}, false}, {{1}, true}, {{0, 1, 2}, false}, {{-1, 0}, true}, {{}, false}};
+  const std::vector<std::pair<Dims, bool>> sets = {{{0}, false},       {{0, 1}, true},  {{2}, false}, {{1}, true},
+                                                   {{0, 1, 2}, false}, {{-1, 0}, true}, {{}, false}};
   for (const auto& [dims, keepdim] : sets) {
     SCOPED_TRACE(dims.str());
     Dims d = dims;
@@ -110,7 +113,8 @@ TEST(ReduceGradcheck, VarMaxArgmax) {
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return max(in[0]); }, {rnd({4, 5}, g)});
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return max(in[0]); }, {xt});
   for (int64_t dim : {0, 1, -1}) {
-    EXPECT_GRADCHECK([dim](const std::vector<Tensor>& in) { return max(in[0], dim, false).values; }, {rnd({3, 4, 5}, g)});
+    EXPECT_GRADCHECK([dim](const std::vector<Tensor>& in) { return max(in[0], dim, false).values; },
+                     {rnd({3, 4, 5}, g)});
   }
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return max(in[0], 0, true).values; }, {xt});
 }

@@ -30,9 +30,8 @@ fs::path script() { return fs::path(__FILE__).parent_path() / "support" / "safet
 class Safetensors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ft_safetensors_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("ft_safetensors_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -44,7 +43,8 @@ class Safetensors : public ::testing::Test {
 constexpr int kNoTorch = 77;  // the script's exit status when torch is not installed
 
 int run_script(const std::string& cmd, const std::string& path, const std::string& out) {
-  int status = std::system((std::string(kPython) + " " + script().string() + " " + cmd + " " + path + " " + out).c_str());
+  int status =
+      std::system((std::string(kPython) + " " + script().string() + " " + cmd + " " + path + " " + out).c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -100,7 +100,8 @@ TEST(Crc32c, KnownValueAndHardwareMatchesTable) {
   EXPECT_EQ(io::crc32c_portable(check.data(), check.size()), 0xE3069283u);
   std::string data(1000, '\0');
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
-  for (size_t n : {0, 1, 7, 8, 9, 63, 1000}) EXPECT_EQ(io::crc32c(data.data(), n), io::crc32c_portable(data.data(), n)) << n;
+  for (size_t n : {0, 1, 7, 8, 9, 63, 1000})
+    EXPECT_EQ(io::crc32c(data.data(), n), io::crc32c_portable(data.data(), n)) << n;
   // Continuation: checksum of a whole equals the checksum continued over its parts.
   EXPECT_EQ(io::crc32c(data.data() + 300, 700, io::crc32c(data.data(), 300)), io::crc32c(data.data(), 1000));
 }
@@ -141,8 +142,11 @@ TEST_F(Safetensors, WritesAtomicallyAndLeavesNoTemporaryFile) {
   files = 0;
   for (auto& e : fs::directory_iterator(dir_)) files += (void(e), 1);
   EXPECT_EQ(files, 1u);
-  expect_error([&] { save_safetensors(file("missing_dir/m.safetensors"), {{"a", ones({1})}}); },
-               "cannot create temporary file");
+  expect_error(
+      [&] {
+        save_safetensors(file("missing_dir/m.safetensors"), {{"a", ones({1})}});
+      },
+      "cannot create temporary file");
 }
 
 TEST_F(Safetensors, RejectsBadInputToSave) {
@@ -232,13 +236,15 @@ TEST_F(Safetensors, RejectsMalformedHeaders) {
   write_raw(file("count"), R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", data);
   expect_error([&] { load_safetensors(file("count")); },
                "tensor 'a' has shape [3] F32 (12 bytes) but data_offsets [0, 16] span 16 bytes");
-  write_raw(file("overlap"),
-            R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-            data);
+  write_raw(
+      file("overlap"),
+      R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+      data);
   expect_error([&] { load_safetensors(file("overlap")); }, "tensor 'b' data_offsets [8, 16] overlap tensor 'a'");
-  write_raw(file("gap"),
-            R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-            data);
+  write_raw(
+      file("gap"),
+      R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+      data);
   expect_error([&] { load_safetensors(file("gap")); }, "tensor 'b' starts at byte 8 of the data section, expected 4");
   write_raw(file("trailing"), R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data);
   expect_error([&] { load_safetensors(file("trailing")); }, "8 trailing bytes");
@@ -252,7 +258,7 @@ TEST_F(Safetensors, RejectsMalformedHeaders) {
   expect_error([&] { load_safetensors(file("missing")); }, "tensor 'a' has no \"shape\"");
   write_raw(file("meta"), R"({"__metadata__":{"k":3},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data);
   expect_error([&] { load_safetensors(file("meta")); }, "metadata 'k' must be a string");
-  write_raw(file("crc"), R"({"__metadata__":{"crc32c.zz":"00000000"},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-            data);
+  write_raw(file("crc"),
+            R"({"__metadata__":{"crc32c.zz":"00000000"},"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", data);
   expect_error([&] { load_safetensors(file("crc")); }, "checksum for tensor 'zz' which the file does not hold");
 }

@@ -23,9 +23,9 @@ SchedulePtr schedule_from(const nlohmann::json& p) {
   if (kind == "step") return make_step_schedule(p["base_lr"], p["step_size"], p["gamma"]);
   if (kind == "multistep") return make_multistep_schedule(p["base_lr"], p["milestones"], p["gamma"]);
   if (kind == "exponential") return make_exponential_schedule(p["base_lr"], p["gamma"]);
-  if (kind == "linear")
-    return make_linear_schedule(p["base_lr"], p["start_factor"], p["end_factor"], p["total_iters"]);
-  if (kind == "cosine") return make_cosine_warmup_schedule(p["base_lr"], p["warmup_steps"], p["total_steps"], p["min_lr"]);
+  if (kind == "linear") return make_linear_schedule(p["base_lr"], p["start_factor"], p["end_factor"], p["total_iters"]);
+  if (kind == "cosine")
+    return make_cosine_warmup_schedule(p["base_lr"], p["warmup_steps"], p["total_steps"], p["min_lr"]);
   if (kind == "wsd")
     return make_wsd_schedule(p["base_lr"], p["warmup_steps"], p["decay_steps"], p["total_steps"], p["min_lr"]);
   if (kind == "one_cycle") {
@@ -99,8 +99,8 @@ TEST(Schedule, WarmupStableDecayMatchesFormula) {
   check_against_pytorch("wsd_no_warmup");
 }
 TEST(Schedule, OneCycleMatchesPyTorch) {
-  for (const char* n : {"one_cycle_default", "one_cycle_linear", "one_cycle_three_phase", "one_cycle_three_phase_linear",
-                        "one_cycle_options", "one_cycle_no_momentum", "one_cycle_tiny"})
+  for (const char* n : {"one_cycle_default", "one_cycle_linear", "one_cycle_three_phase",
+                        "one_cycle_three_phase_linear", "one_cycle_options", "one_cycle_no_momentum", "one_cycle_tiny"})
     check_against_pytorch(n);
 }
 TEST(Schedule, OneCycleBeta1MatchesPyTorchAdam) {
@@ -133,7 +133,8 @@ TEST(Schedule, NamesAndNoMomentumWhereNotCycled) {
 }
 
 TEST(Schedule, RejectsBadArguments) {
-  expect_error([] { make_constant_schedule(0); }, "constant schedule: base_lr must be a finite positive number, found 0");
+  expect_error([] { make_constant_schedule(0); },
+               "constant schedule: base_lr must be a finite positive number, found 0");
   expect_error([] { make_constant_schedule(NAN); }, "base_lr");
   expect_error([] { make_step_schedule(0.1, 0); }, "step schedule: step_size must be >= 1, found 0");
   expect_error([] { make_step_schedule(0.1, 2, -1); }, "step schedule: gamma");
@@ -146,7 +147,8 @@ TEST(Schedule, RejectsBadArguments) {
   expect_error([] { make_cosine_warmup_schedule(0.1, -1, 10, 0); }, "cosine schedule: warmup_steps must be >= 0");
   expect_error([] { make_cosine_warmup_schedule(0.1, 1, 0, 0); }, "total_steps must be >= 1, found 0");
   expect_error([] { make_cosine_warmup_schedule(0.1, 1, 10, 0.2); }, "min_lr must be in [0, base_lr = 0.1], found 0.2");
-  expect_error([] { make_wsd_schedule(0.1, 5, 6, 10, 0); }, "wsd schedule: warmup_steps + decay_steps must be <= total_steps = 10, found 5 + 6");
+  expect_error([] { make_wsd_schedule(0.1, 5, 6, 10, 0); },
+               "wsd schedule: warmup_steps + decay_steps must be <= total_steps = 10, found 5 + 6");
   expect_error([] { make_wsd_schedule(0.1, 0, 0, 10, 0); }, "decay_steps must be >= 1, found 0");
 
   OneCycleOptions o;
@@ -171,7 +173,8 @@ TEST(Schedule, RejectsBadArguments) {
 
   CyclicOptions c;
   c.mode = "triangle";
-  expect_error([&] { make_cyclic_schedule(c); }, "cyclic schedule: mode must be 'triangular', 'triangular2' or 'exp_range', found 'triangle'");
+  expect_error([&] { make_cyclic_schedule(c); },
+               "cyclic schedule: mode must be 'triangular', 'triangular2' or 'exp_range', found 'triangle'");
   c = {};
   c.step_size_up = 0;
   expect_error([&] { make_cyclic_schedule(c); }, "step_size_up must be >= 1, found 0");

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "fasttrain/fasttrain.h"
-#include "support/gradcheck.h"
 #include "support/expect_error.h"
+#include "support/gradcheck.h"
 #include "support/parity.h"
 
 using namespace ft;
@@ -17,7 +17,8 @@ namespace {
 
 const char* kDtypes[] = {"f32", "f64", "bf16", "f16"};
 const char* kSoftmaxSets[] = {"last", "first", "mid", "mid_t", "last_t", "strided", "wide"};
-const char* kCeSets[] = {"mean", "sum_ignore", "none_smooth", "mean_smooth_ignore_t", "wide", "4d", "4d_none_cl", "3d_sum"};
+const char* kCeSets[] = {"mean", "sum_ignore", "none_smooth", "mean_smooth_ignore_t",
+                         "wide", "4d",         "4d_none_cl",  "3d_sum"};
 
 Reduction reduction_of(const std::string& s) {
   if (s == "mean") return Reduction::Mean;
@@ -107,9 +108,8 @@ TEST(SoftmaxGradcheck, CrossEntropy) {
   Tensor t4 = from_vector({0, 2, 1, -100, 2, 2, 0, 1, 1, 0, -100, 2}, {2, 2, 3}, DType::I64);
   EXPECT_GRADCHECK([t4](const std::vector<Tensor>& in) { return cross_entropy(in[0], t4, -100, 0.2); },
                    {rnd({2, 3, 2, 3}, g)});
-  EXPECT_GRADCHECK(
-      [t4](const std::vector<Tensor>& in) { return cross_entropy(in[0], t4, -100, 0.0, Reduction::None); },
-      {rnd({2, 3, 2, 3}, g)});
+  EXPECT_GRADCHECK([t4](const std::vector<Tensor>& in) { return cross_entropy(in[0], t4, -100, 0.0, Reduction::None); },
+                   {rnd({2, 3, 2, 3}, g)});
 }
 
 namespace {
@@ -215,8 +215,11 @@ TEST(CrossEntropy, Errors) {
                "cross_entropy: target has shape [8], expected [16] to match logits [16, 10]");
   expect_error([&] { cross_entropy(x, zeros({16})); },
                "cross_entropy: target must be an integer tensor of class indices (i64 or i32), found f32");
-  expect_error([&] { cross_entropy(zeros({16, 10}, DType::I64), zeros({16}, DType::I64)); },
-               "cross_entropy: logits must be a floating-point tensor, found i64");
+  expect_error(
+      [&] {
+        cross_entropy(zeros({16, 10}, DType::I64), zeros({16}, DType::I64));
+      },
+      "cross_entropy: logits must be a floating-point tensor, found i64");
   Tensor t = zeros({16}, DType::I64);
   t.select(0, 5).fill_(10);
   expect_error([&] { cross_entropy(x, t); }, "cross_entropy: target 10 at position 5 is out of range for 10 classes");
@@ -224,8 +227,11 @@ TEST(CrossEntropy, Errors) {
   expect_error([&] { cross_entropy(x, t); }, "cross_entropy: target -3 at position 5 is out of range");
   expect_error([&] { cross_entropy(x, zeros({16}, DType::I64), -100, 1.5); },
                "cross_entropy: label_smoothing must be in [0, 1], found 1.5");
-  expect_error([&] { cross_entropy(zeros({2, 3, 4}), zeros({2, 3}, DType::I64)); },
-               "target has shape [2, 3], expected [2, 4]");
+  expect_error(
+      [&] {
+        cross_entropy(zeros({2, 3, 4}), zeros({2, 3}, DType::I64));
+      },
+      "target has shape [2, 3], expected [2, 4]");
   expect_error([] { softmax(zeros({2}, DType::I32), 0); }, "softmax: input must be a floating-point tensor, found i32");
   expect_error([] { log_softmax(zeros({2, 3}), 2); }, "log_softmax: dimension 2 is out of range");
 }

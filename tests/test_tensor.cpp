@@ -23,8 +23,8 @@ TEST(DType, Bf16RoundsToNearestEven) {
 TEST(DType, F16ConversionsMatchIeee) {
   EXPECT_EQ(f16::from_float(1.0f), 0x3c00);
   EXPECT_EQ(f16::from_float(65504.0f), 0x7bff);
-  EXPECT_EQ(f16::from_float(65520.0f), 0x7c00);  // rounds to inf
-  EXPECT_EQ(f16::from_float(5.960464477539063e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(f16::from_float(65520.0f), 0x7c00);                  // rounds to inf
+  EXPECT_EQ(f16::from_float(5.960464477539063e-08f), 0x0001);    // smallest subnormal
   EXPECT_EQ(f16::from_float(2.98023223876953125e-08f), 0x0000);  // half of it: ties to even
   EXPECT_EQ(f16::from_float(-2.0f), 0xc000);
   for (uint32_t h = 0; h < 0x7c00; ++h) {  // every finite positive half round-trips

@@ -107,9 +107,8 @@ double now_seconds() {
 class TensorBoard : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ft_tensorboard_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("ft_tensorboard_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -185,7 +184,8 @@ TEST_F(TensorBoard, FileBytesMatchTheSpec) {
   EXPECT_EQ(actual, expected);
   // Spot-check the independent encoder against bytes written out by hand from the spec:
   // Summary.Value { tag: "a" (0x0a 0x01 'a'), simple_value: 1.0f (0x15, 00 00 80 3f) }.
-  EXPECT_EQ(cat({bytes_field(1, str("a")), float_field(2, 1.0f)}), (Bytes{0x0a, 0x01, 'a', 0x15, 0x00, 0x00, 0x80, 0x3f}));
+  EXPECT_EQ(cat({bytes_field(1, str("a")), float_field(2, 1.0f)}),
+            (Bytes{0x0a, 0x01, 'a', 0x15, 0x00, 0x00, 0x80, 0x3f}));
   EXPECT_EQ(varint_field(2, 300), (Bytes{0x10, 0xac, 0x02}));
 }
 
@@ -194,10 +194,12 @@ TEST_F(TensorBoard, ReadsHandConstructedEventsSkippingUnknownFields) {
   // (an image or tensor summary), and an event with no summary (a file_version event).
   Bytes value_a = cat({float_field(2, 4.5f), varint_field(7, 99), bytes_field(1, str("a"))});
   Bytes value_tensor = cat({bytes_field(1, str("hist")), bytes_field(8, str("opaque tensor"))});
-  Bytes summary = cat({bytes_field(1, value_a), bytes_field(1, value_tensor), bytes_field(1, cat({bytes_field(1, str("b")), float_field(2, -2.0f)}))});
+  Bytes summary = cat({bytes_field(1, value_a), bytes_field(1, value_tensor),
+                       bytes_field(1, cat({bytes_field(1, str("b")), float_field(2, -2.0f)}))});
   Bytes event = cat({bytes_field(5, summary), float_field(9, 1.0f), varint_field(2, 42), double_field(1, 1234.5),
                      double_field(11, 0.0)});
-  write_bytes(file("events"), cat({record(cat({double_field(1, 1.0), bytes_field(3, str("brain.Event:2"))})), record(event)}));
+  write_bytes(file("events"),
+              cat({record(cat({double_field(1, 1.0), bytes_field(3, str("brain.Event:2"))})), record(event)}));
   std::vector<ScalarEvent> s = read_tensorboard_scalars(file("events"));
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].tag, "a");
@@ -221,12 +223,14 @@ TEST_F(TensorBoard, ReportsCorruptionWithTheByteOffset) {
   Bytes b = good;
   b[first.size() + 20] ^= 0x01;  // inside the second payload
   write_bytes(file("payload"), b);
-  expect_error([&] { read_tensorboard_scalars(file("payload")); }, file("payload") + ": corrupted record " + at_second + ": the payload's CRC-32C");
+  expect_error([&] { read_tensorboard_scalars(file("payload")); },
+               file("payload") + ": corrupted record " + at_second + ": the payload's CRC-32C");
 
   b = good;
   b[first.size() + 1] ^= 0x40;  // the second record's length
   write_bytes(file("length"), b);
-  expect_error([&] { read_tensorboard_scalars(file("length")); }, "corrupted record " + at_second + ": the length's CRC-32C");
+  expect_error([&] { read_tensorboard_scalars(file("length")); },
+               "corrupted record " + at_second + ": the length's CRC-32C");
 
   b = good;
   b.back() ^= 0x01;  // the second payload's CRC itself
@@ -236,10 +240,12 @@ TEST_F(TensorBoard, ReportsCorruptionWithTheByteOffset) {
   // Valid framing around a broken protobuf: a length-delimited field longer than its message.
   const Bytes broken = {0x2a, 0x05, 0x0a, 0x01};
   write_bytes(file("proto"), cat({first, record(broken)}));
-  expect_error([&] { read_tensorboard_scalars(file("proto")); },
-               "corrupted event at byte offset " + std::to_string(first.size() + 13) + ": length-delimited field of 5 bytes");
+  expect_error(
+      [&] { read_tensorboard_scalars(file("proto")); },
+      "corrupted event at byte offset " + std::to_string(first.size() + 13) + ": length-delimited field of 5 bytes");
   write_bytes(file("varint"), record({0x10, 0x80, 0x80}));
-  expect_error([&] { read_tensorboard_scalars(file("varint")); }, "corrupted event at byte offset 13: truncated varint");
+  expect_error([&] { read_tensorboard_scalars(file("varint")); },
+               "corrupted event at byte offset 13: truncated varint");
   write_bytes(file("wiretype"), record({0x2b}));  // field 5 as a start-group
   expect_error([&] { read_tensorboard_scalars(file("wiretype")); }, "Event.summary has wire type 3, expected 2");
   write_bytes(file("group"), record({0x33}));  // unknown field 6, start-group
@@ -256,7 +262,8 @@ TEST_F(TensorBoard, ReportsTruncationWithTheByteOffset) {
   expect_error([&] { read_tensorboard_scalars(file("cut2")); }, at_second + ": the header needs 12 bytes, found 5");
   write_bytes(file("cut3"), Bytes(good.begin(), good.begin() + first.size() + 14));
   expect_error([&] { read_tensorboard_scalars(file("cut3")); }, at_second);
-  expect_error([&] { read_tensorboard_scalars(file("missing")); }, file("missing") + ": cannot read TensorBoard event file");
+  expect_error([&] { read_tensorboard_scalars(file("missing")); },
+               file("missing") + ": cannot read TensorBoard event file");
 }
 
 TEST_F(TensorBoard, RejectsBadInput) {

@@ -110,7 +110,10 @@ TEST_F(TokenShards, DatasetWindowsStayWithinEachShard) {
   EXPECT_EQ(spec[0].name, "tokens");
   EXPECT_EQ(spec[1].name, "targets");
   std::vector<Tensor> fields{empty(Shape{T}, DType::I64), empty(Shape{T}, DType::I64)};
-  struct Where { const std::vector<uint16_t>* src; int64_t start; };
+  struct Where {
+    const std::vector<uint16_t>* src;
+    int64_t start;
+  };
   const Where expected[] = {{&a, 0}, {&a, 4}, {&a, 8}, {&c, 0}, {&c, 4}};
   for (int64_t i = 0; i < ds.size(); ++i) {
     ds.read(i, 0, fields);
@@ -177,10 +180,12 @@ TEST_F(TokenShards, TextFolderToByteShards) {
   }
   EXPECT_EQ(back, text);
   EXPECT_EQ(written[2].tokens, 2);
-  expect_error([&] { write_byte_token_shards(file("nope"), file("out"), "t", 5); }, "input '" + file("nope") + "' does not exist");
+  expect_error([&] { write_byte_token_shards(file("nope"), file("out"), "t", 5); },
+               "input '" + file("nope") + "' does not exist");
   std::ofstream(file("empty.txt")).flush();
   expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 5); }, "holds no text (0 bytes)");
-  expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 0); }, "tokens per shard must be in 1-2147483647, found 0");
+  expect_error([&] { write_byte_token_shards(file("empty.txt"), file("out"), "t", 0); },
+               "tokens per shard must be in 1-2147483647, found 0");
 }
 
 // The stream's windows run on across shard boundaries (an empty shard included): sample i is
@@ -225,7 +230,8 @@ TEST_F(TokenShards, StreamWindowsRunAcrossShards) {
 
 // Rank r of W streams shards r, r + W, ...: the ranks' windows together cover each shard once.
 TEST_F(TokenShards, StreamShardsAreSplitBetweenRanks) {
-  for (int s = 0; s < 5; ++s) write_token_shard(file("r" + std::to_string(s) + ".bin"), iota_tokens(9, static_cast<uint16_t>(100 * s)));
+  for (int s = 0; s < 5; ++s)
+    write_token_shard(file("r" + std::to_string(s) + ".bin"), iota_tokens(9, static_cast<uint16_t>(100 * s)));
   for (int64_t rank = 0; rank < 2; ++rank) {
     TokenStreamDataset ds(file("r*.bin"), 4, rank, 2);
     ASSERT_EQ(ds.shards().size(), rank == 0 ? 3u : 2u);
@@ -233,7 +239,8 @@ TEST_F(TokenShards, StreamShardsAreSplitBetweenRanks) {
       EXPECT_EQ(ds.shards()[i].path(), file("r" + std::to_string(rank + 2 * static_cast<int64_t>(i)) + ".bin"));
     EXPECT_EQ(ds.windows(), (9 * static_cast<int64_t>(ds.shards().size()) - 1) / 4);
   }
-  expect_error([&] { TokenStreamDataset bad(file("r*.bin"), 4, 2, 2); }, "expected 0 <= rank < world_size, found rank 2 of world_size 2");
+  expect_error([&] { TokenStreamDataset bad(file("r*.bin"), 4, 2, 2); },
+               "expected 0 <= rank < world_size, found rank 2 of world_size 2");
   expect_error([&] { TokenStreamDataset bad(file("r*.bin"), 4, 0, 6); }, "5 shard(s) cannot be split between 6 ranks");
 }
 
@@ -261,19 +268,24 @@ TEST_F(TokenShards, TextFolderToCharShards) {
 }
 
 TEST_F(TokenShards, CharShardsRejectInvalidUtf8) {
-  struct Case { std::string text; int64_t offset; const char* why; };
+  struct Case {
+    std::string text;
+    int64_t offset;
+    const char* why;
+  };
   const Case cases[] = {
       {"ab\x80", 2, "a continuation byte without a lead byte"},
-      {"a\xC0\xAF", 1, "a byte that never occurs in UTF-8"},       // overlong '/'
-      {"\xE0\x80\xAF", 0, "a multi-byte sequence is broken off"},  // overlong, 3 bytes
-      {"xy\xED\xA0\x80", 2, "a multi-byte sequence is broken off"},  // a surrogate
+      {"a\xC0\xAF", 1, "a byte that never occurs in UTF-8"},           // overlong '/'
+      {"\xE0\x80\xAF", 0, "a multi-byte sequence is broken off"},      // overlong, 3 bytes
+      {"xy\xED\xA0\x80", 2, "a multi-byte sequence is broken off"},    // a surrogate
       {"\xF4\x90\x80\x80", 0, "a multi-byte sequence is broken off"},  // past U+10FFFF
       {"ok\xE2\x82", 2, "the file ends inside a multi-byte sequence"},
   };
   for (const Case& c : cases) {
     std::ofstream(file("bad.txt"), std::ios::binary | std::ios::trunc) << c.text;
-    expect_error([&] { write_char_token_shards(file("bad.txt"), file("out"), "c", 10); },
-                 "'" + file("bad.txt") + "' is not valid UTF-8 at byte offset " + std::to_string(c.offset) + " (" + c.why);
+    expect_error(
+        [&] { write_char_token_shards(file("bad.txt"), file("out"), "c", 10); },
+        "'" + file("bad.txt") + "' is not valid UTF-8 at byte offset " + std::to_string(c.offset) + " (" + c.why);
   }
   EXPECT_FALSE(fs::exists(file("out")));  // checked before anything is written
   std::ofstream(file("vocab.json")) << R"({"mode": "byte"})";

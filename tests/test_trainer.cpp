@@ -361,7 +361,8 @@ TEST(Trainer, WorkersGiveTheSameLossesAndResumeExactly) {
   for (const MetricRow& r : parallel.history())
     if (r.step > 3) tail.push_back(r);
   ASSERT_EQ(tail.size(), resumed.history().size());
-  for (size_t k = 0; k < tail.size(); ++k) EXPECT_EQ(tail[k].loss, resumed.history()[k].loss) << "step " << tail[k].step;
+  for (size_t k = 0; k < tail.size(); ++k)
+    EXPECT_EQ(tail[k].loss, resumed.history()[k].loss) << "step " << tail[k].step;
   for (const auto& d : {c.run_dir, cw.run_dir, cr.run_dir}) fs::remove_all(d);
 }
 
@@ -375,7 +376,8 @@ TEST(Trainer, ResumeRejectsMismatchAndBadCheckpoints) {
   TrainerConfig other = c;
   other.dim = 64;
   Trainer wrong(other);
-  test::expect_error([&] { wrong.resume(ckpt); }, "resume: the checkpoint was trained with dim = 32, this run has dim = 64");
+  test::expect_error([&] { wrong.resume(ckpt); },
+                     "resume: the checkpoint was trained with dim = 32, this run has dim = 64");
   Trainer t(c);
   test::expect_error([&] { t.resume(c.run_dir + "/nowhere"); }, "no such checkpoint folder");
   test::expect_error([&] { t.resume(c.run_dir); }, "is not a checkpoint folder (it has no trainer_state.json)");

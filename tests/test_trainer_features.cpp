@@ -86,7 +86,8 @@ TEST(TrainStep, AccumulatingFourTimesEightEqualsBatch32) {
       const double la = ra->step(a.inputs, a.targets).item<double>();
       const double lb = rb->step(b.inputs, b.targets).item<double>();
       EXPECT_NEAR(la, lb, 1e-6 * std::abs(la)) << "step " << s;
-      EXPECT_LT(relative_difference(a.model->parameters(), b.model->parameters(), true), 1e-5) << "gradients, step " << s;
+      EXPECT_LT(relative_difference(a.model->parameters(), b.model->parameters(), true), 1e-5)
+          << "gradients, step " << s;
     }
     EXPECT_LT(relative_difference(a.model->parameters(), b.model->parameters(), false), 1e-6) << "weights";
     // Only the micro-batch count of a step is allowed.
@@ -102,7 +103,8 @@ TEST(TrainStep, ClipByValueBoundsEveryGradientElement) {
   StepOptions so;
   so.clip = 1e-4;
   so.clip_algorithm = ClipAlgorithm::Value;
-  StepRunner runner(*w.model, *opt, [&](const Tensor& o, const Tensor& y) { return bench::workload_loss(w, o); }, so);
+  StepRunner runner(
+      *w.model, *opt, [&](const Tensor& o, const Tensor& y) { return bench::workload_loss(w, o); }, so);
   runner.forward_backward(w.inputs, w.targets);
   runner.optimizer_step();
   double largest = 0;

@@ -191,8 +191,11 @@ TEST(TransformedDataset, RejectsBadConfigurations) {
   expect_error([] { TransformedDataset(std::make_shared<Floats>(1, 3, 8, 8), {}); },
                "expected 'image' u8 [C, H, W], found f32");
   TransformedDataset ds(images, cifar_like());
-  expect_error([&] { ds.read(0, 0, {empty(Shape{3, 8, 8}, DType::U8), empty(Shape{}, DType::I64)}); },
-               "field 'image' expected");
+  expect_error(
+      [&] {
+        ds.read(0, 0, {empty(Shape{3, 8, 8}, DType::U8), empty(Shape{}, DType::I64)});
+      },
+      "field 'image' expected");
 }
 
 }  // namespace

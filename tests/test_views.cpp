@@ -23,8 +23,8 @@ Tensor apply_view(const std::string& name, const Tensor& x) {
   FT_FAIL("unknown view ", name);
 }
 
-const char* kViews[] = {"reshape", "transpose", "permute", "slice_step", "narrow",
-                        "select", "expand", "unsqueeze_squeeze", "flatten", "contiguous"};
+const char* kViews[] = {"reshape", "transpose", "permute",           "slice_step", "narrow",
+                        "select",  "expand",    "unsqueeze_squeeze", "flatten",    "contiguous"};
 
 }  // namespace
 

@@ -16,10 +16,11 @@ namespace {
 int run_bench_command(const std::vector<std::string>& args) {
   ft::bench::BenchOptions o;
   std::string precision = "fp32";
-  CLI::App app{"Times one training step of a shared/BENCH.md workload (warm-up, then the median of the timed "
-               "steps) and prints one JSON line: impl, workload, device, precision, batch, threads, ms_per_step, "
-               "tokens_per_s or samples_per_s, loss, params.",
-               "fasttrain bench"};
+  CLI::App app{
+      "Times one training step of a shared/BENCH.md workload (warm-up, then the median of the timed "
+      "steps) and prints one JSON line: impl, workload, device, precision, batch, threads, ms_per_step, "
+      "tokens_per_s or samples_per_s, loss, params.",
+      "fasttrain bench"};
   app.add_option("--workload", o.workload, "mlp, cnn-mini or gpt-mini")
       ->check(CLI::IsMember(ft::bench::workload_names()))
       ->capture_default_str();
@@ -27,7 +28,8 @@ int run_bench_command(const std::vector<std::string>& args) {
                  "fp32 (or 32), bf16 (or bf16-mixed: autocast, fp32 master weights), fp16 (or fp16-mixed: autocast "
                  "and loss scaling), bf16-true, tf32")
       ->capture_default_str();
-  app.add_option("--accumulate", o.accumulate, "micro-batches per step: the batch is split evenly (gradient accumulation)")
+  app.add_option("--accumulate", o.accumulate,
+                 "micro-batches per step: the batch is split evenly (gradient accumulation)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_flag("--checkpoint-blocks", o.checkpoint_blocks,

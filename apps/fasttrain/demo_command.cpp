@@ -110,10 +110,10 @@ int run_demo_with(const DemoOptions& o) {
     return p.detach().requires_grad_();
   };
   std::vector<Tensor> params = {
-      param({hidden, 2}, 1.0 / std::sqrt(2.0)),           zeros({hidden}, o.dtype).requires_grad_(),
-      ones({hidden}, o.dtype).requires_grad_(),           zeros({hidden}, o.dtype).requires_grad_(),
-      param({hidden, hidden}, 1.0 / std::sqrt(hidden)),   zeros({hidden}, o.dtype).requires_grad_(),
-      param({3, hidden}, 1.0 / std::sqrt(hidden)),        zeros({3}, o.dtype).requires_grad_()};
+      param({hidden, 2}, 1.0 / std::sqrt(2.0)),         zeros({hidden}, o.dtype).requires_grad_(),
+      ones({hidden}, o.dtype).requires_grad_(),         zeros({hidden}, o.dtype).requires_grad_(),
+      param({hidden, hidden}, 1.0 / std::sqrt(hidden)), zeros({hidden}, o.dtype).requires_grad_(),
+      param({3, hidden}, 1.0 / std::sqrt(hidden)),      zeros({3}, o.dtype).requires_grad_()};
   auto forward = [&](const Tensor& in) {
     Tensor h = linear(in, params[0], params[1]);
     h = gelu(layer_norm(h, {hidden}, params[2], params[3]), GeluApprox::Tanh);

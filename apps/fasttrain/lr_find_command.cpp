@@ -53,4 +53,5 @@ int run_lr_find(const std::vector<std::string>& args) {
 
 }  // namespace
 
-FT_REGISTER_COMMAND_NAMED(lr_find, "lr-find", "learning-rate range test: sweep the lr, plot the loss, suggest a rate", run_lr_find);
+FT_REGISTER_COMMAND_NAMED(lr_find, "lr-find", "learning-rate range test: sweep the lr, plot the loss, suggest a rate",
+                          run_lr_find);

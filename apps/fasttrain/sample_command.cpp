@@ -21,7 +21,8 @@ int run_sample(const std::vector<std::string>& args) {
   app.add_option("--checkpoint", dir, "run folder or checkpoint folder of a char-task run")->required();
   app.add_option("--prompt", o.prompt, "text to continue (default \"" + o.prompt + "\")");
   app.add_option("--tokens", o.tokens, "characters to generate (default " + std::to_string(o.tokens) + ")");
-  app.add_option("--temperature", o.temperature, "sampling temperature; 0 picks the most likely character (default 0.8)");
+  app.add_option("--temperature", o.temperature,
+                 "sampling temperature; 0 picks the most likely character (default 0.8)");
   app.add_option("--top-k", o.top_k, "sample among the k most likely characters; 0: all (default 0)");
   app.add_option("--seed", o.seed, "random seed (default 0)");
   if (!cli::parse_command_line(app, args, "sample")) return 0;

@@ -30,8 +30,8 @@ void print_summary(const TrainResult& r, const TrainerConfig& c) {
               static_cast<long long>(r.steps), clock_text(r.seconds).c_str(), r.items_per_s, r.unit.c_str(),
               static_cast<long long>(c.threads), c.threads == 1 ? "" : "s", r.model.c_str(), r.parameters / 1e6);
   if (r.interrupted) {
-    std::printf("interrupted at step %lld: checkpoint %s (continue with --resume %s)\n", static_cast<long long>(r.steps),
-                r.last_checkpoint.c_str(), r.last_checkpoint.c_str());
+    std::printf("interrupted at step %lld: checkpoint %s (continue with --resume %s)\n",
+                static_cast<long long>(r.steps), r.last_checkpoint.c_str(), r.last_checkpoint.c_str());
   } else {
     if (r.stopped_early) std::printf("stopped early at step %lld (no improvement)\n", static_cast<long long>(r.steps));
     std::printf("final train loss %.4f; %s\n", r.final_train_loss, r.goal.c_str());

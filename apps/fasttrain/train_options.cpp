@@ -32,7 +32,8 @@ std::string dashed(std::string name) {
 }  // namespace
 
 void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
-  app.add_option("--config", o.config_path, "TOML file with any of the options below (keys with '_'); flags override it")
+  app.add_option("--config", o.config_path,
+                 "TOML file with any of the options below (keys with '_'); flags override it")
       ->type_name("FILE");
   if (with_resume)
     app.add_option("--resume", o.resume_dir,
@@ -43,7 +44,8 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
   const TrainerConfig char_defaults = TrainerConfig::defaults_for("char");
   const TrainerConfig image_defaults = TrainerConfig::defaults_for("images");
   std::vector<std::string> defaults_text;
-  visit_fields(image_defaults, [&](const char*, const auto& v, const char*) { defaults_text.push_back(value_text(v)); });
+  visit_fields(image_defaults,
+               [&](const char*, const auto& v, const char*) { defaults_text.push_back(value_text(v)); });
   size_t i = 0;
   visit_fields(char_defaults, [&](const char* name, const auto& v, const char* help) {
     using T = std::decay_t<decltype(v)>;
@@ -58,7 +60,6 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
     o.options.emplace_back(name, opt);
     ++i;
   });
-
 }
 
 TrainerConfig resolve_train_config(const TrainOptions& o) {
@@ -91,8 +92,8 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
   for (const auto& [name, opt] : o.options) {
     if (opt->count() == 0) continue;
     const std::string scope = option_scope(name);
-    FT_CHECK(scope.empty() || scope == c.task, "option --", dashed(name), " applies to the ", scope,
-             " task, not ", c.task);
+    FT_CHECK(scope.empty() || scope == c.task, "option --", dashed(name), " applies to the ", scope, " task, not ",
+             c.task);
     set_field(c, name, o.values.at(name));
   }
 

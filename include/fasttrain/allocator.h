@@ -18,7 +18,7 @@ struct AllocatorStats {
   int64_t peak_allocated_bytes = 0;  // high-water mark of allocated_bytes since reset_peak()
   int64_t num_allocs = 0;            // allocate() calls served (cache hits included)
   int64_t num_frees = 0;
-  int64_t num_system_allocs = 0;     // malloc / cudaMalloc calls: cache misses
+  int64_t num_system_allocs = 0;  // malloc / cudaMalloc calls: cache misses
   int64_t num_system_frees = 0;
 };
 

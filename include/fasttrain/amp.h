@@ -36,7 +36,7 @@ class GradScaler {
   // clears the per-step state.
   void update();
 
-  double get_scale() const;            // reads the device: for logging only
+  double get_scale() const;  // reads the device: for logging only
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& found_inf() const { return found_inf_; }  // of the last unscale_
   bool enabled() const { return options_.enabled; }

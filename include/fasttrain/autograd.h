@@ -38,7 +38,7 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<Edge> next_edges;
   std::vector<OutputMeta> outputs;
   std::vector<std::vector<GradHook>> output_hooks;  // per output: hooks of non-leaf tensors
-  uint64_t sequence_nr;  // creation order; later nodes run first among ready ones
+  uint64_t sequence_nr;                             // creation order; later nodes run first among ready ones
   bool released = false;
 };
 
@@ -113,8 +113,7 @@ class InferenceMode {
 // --- the engine ---
 // Runs backward from `roots`, seeded with `grad_roots` (one per root; an undefined entry means
 // ones for a one-element root). Leaves' .grad accumulate (added to an existing .grad).
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {},
-              bool retain_graph = false);
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots = {}, bool retain_graph = false);
 
 // Gradients of `outputs` w.r.t. `inputs` without touching .grad (used by gradient checks).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
@@ -137,8 +136,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs);
 void record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
             const std::vector<Tensor*>& outputs);
 // Shorthand for the common case: a lambda backward over single or multiple outputs.
-void record_function(const char* name, const std::vector<const Tensor*>& inputs,
-                     const std::vector<Tensor*>& outputs, FunctionNode::Fn fn);
+void record_function(const char* name, const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+                     FunctionNode::Fn fn);
 
 }  // namespace autograd
 

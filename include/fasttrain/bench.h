@@ -54,8 +54,8 @@ struct BenchOptions {
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
-  int threads = 0;  // 0: all cores
-  int steps = 10;   // timed steps; the median is reported
+  int threads = 0;                 // 0: all cores
+  int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
   int64_t batch = 0;  // 0: the workload's default
   uint64_t seed = 0;

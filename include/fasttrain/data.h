@@ -26,8 +26,8 @@ class MarkovText {
   static const MarkovText& builtin();
 
   const std::string& alphabet() const { return alphabet_; }  // sorted distinct characters
-  double entropy_rate() const { return entropy_rate_; }       // H(X_t | X_t-2, X_t-1), nats
-  double first_order_entropy() const { return h1_; }          // H(X_1 | X_0), nats
+  double entropy_rate() const { return entropy_rate_; }      // H(X_t | X_t-2, X_t-1), nats
+  double first_order_entropy() const { return h1_; }         // H(X_1 | X_0), nats
   // The lowest mean loss achievable on windows of `context` next-character predictions that start
   // at a stationary point: the first prediction sees one character of context, the rest two or
   // more, so the floor is (H(X1|X0) + (context - 1) * H) / context.
@@ -77,16 +77,14 @@ std::vector<int64_t> encode_chars(std::string_view vocab, std::string_view text)
 
 // Next-character windows: x [batch, context] and y (x shifted by one) as i64, from windows
 // starting at `starts` (each start + context + 1 <= tokens.size()).
-void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>& starts, int64_t context,
-                  Tensor& x, Tensor& y);
+void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>& starts, int64_t context, Tensor& x,
+                  Tensor& y);
 // `batch` window starts drawn uniformly for training batch number `index` of a run with
 // `seed`: a pure function of its arguments, so a resumed run draws the same batches.
-std::vector<int64_t> random_window_starts(int64_t tokens, int64_t context, int64_t batch, uint64_t seed,
-                                          int64_t index);
+std::vector<int64_t> random_window_starts(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index);
 // Row `row` of random_window_starts(tokens, context, batch, seed, index), drawn on its own (no
 // allocation), so a loader worker can fill one sample at a time.
-int64_t random_window_start(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index,
-                            int64_t row);
+int64_t random_window_start(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index, int64_t row);
 
 // Procedurally drawn shapes: each image one filled or outlined shape of random position, size,
 // rotation and colour on a noisy background of another colour.

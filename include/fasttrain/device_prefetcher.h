@@ -49,22 +49,22 @@ class DevicePrefetcher {
 
  private:
   struct Staged {
-    std::vector<Tensor> full;  // [batch_size, ...] per field on the device, made at first use
-    Batch batch;               // views of `full` handed to the consumer
+    std::vector<Tensor> full;         // [batch_size, ...] per field on the device, made at first use
+    Batch batch;                      // views of `full` handed to the consumer
     std::unique_ptr<Event> copied;    // on the copy stream, after this batch's copies
     std::unique_ptr<Event> released;  // on the compute stream, once the consumer moved past it
   };
-  void stage(int slot);      // takes the loader's next batch and issues its copy into staged_[slot]
-  void release_current();    // the consumer is done issuing work on its batch
+  void stage(int slot);    // takes the loader's next batch and issues its copy into staged_[slot]
+  void release_current();  // the consumer is done issuing work on its batch
 
   DataLoader& loader_;
   Device device_;
   Stream copy_stream_;  // a side_stream()
   Staged staged_[2];
-  int ahead_ = -1;             // slot holding the prefetched batch, -1 when none
-  bool ahead_is_end_ = false;  // the prefetch found the end of the epoch instead of a batch
-  LoaderState before_ahead_;   // the loader's state before that prefetch
-  int current_ = -1;           // slot of the batch the consumer holds, -1 when none
+  int ahead_ = -1;                      // slot holding the prefetched batch, -1 when none
+  bool ahead_is_end_ = false;           // the prefetch found the end of the epoch instead of a batch
+  LoaderState before_ahead_;            // the loader's state before that prefetch
+  int current_ = -1;                    // slot of the batch the consumer holds, -1 when none
   std::exception_ptr lookahead_error_;  // a failed prefetch, thrown when that batch is asked for
 };
 

@@ -12,7 +12,7 @@ enum class DType : uint8_t { F32, F64, BF16, F16, I32, I64, U8, Bool };
 inline constexpr int kNumDTypes = 8;
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "f32", "bf16", ...
+const char* dtype_name(DType t);                 // "f32", "bf16", ...
 DType dtype_from_name(const std::string& name);  // throws on an unknown name
 inline bool is_floating(DType t) { return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16; }
 inline bool is_integral(DType t) { return !is_floating(t); }  // bool counts as integral
@@ -71,20 +71,55 @@ struct f16 {
   static float to_float_software(uint16_t h);
 };
 
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::BF16; };
-template <> struct dtype_of<f16> { static constexpr DType value = DType::F16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::BF16;
+};
+template <>
+struct dtype_of<f16> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::I64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::Bool;
+};
 
 // The type arithmetic on T is carried out in: f32 for the 16-bit floats, T otherwise.
-template <class T> struct compute_type { using type = T; };
-template <> struct compute_type<bf16> { using type = float; };
-template <> struct compute_type<f16> { using type = float; };
-template <class T> using compute_t = typename compute_type<T>::type;
+template <class T>
+struct compute_type {
+  using type = T;
+};
+template <>
+struct compute_type<bf16> {
+  using type = float;
+};
+template <>
+struct compute_type<f16> {
+  using type = float;
+};
+template <class T>
+using compute_t = typename compute_type<T>::type;
 
 }  // namespace ft

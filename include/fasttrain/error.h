@@ -32,8 +32,8 @@ std::string concat(const Args&... args) {
 }  // namespace ft
 
 // FT_CHECK(cond, "op: expected ", a, ", found ", b) throws ft::Error with the concatenated message.
-#define FT_CHECK(cond, ...)                                   \
-  do {                                                        \
+#define FT_CHECK(cond, ...)                                            \
+  do {                                                                 \
     if (!(cond)) throw ::ft::Error(::ft::detail::concat(__VA_ARGS__)); \
   } while (0)
 #define FT_FAIL(...) throw ::ft::Error(::ft::detail::concat(__VA_ARGS__))

@@ -77,7 +77,7 @@ class DistributedSampler : public Sampler {
 // --- loader -----------------------------------------------------------------------------------
 struct LoaderOptions {
   int64_t batch_size = 1;
-  int num_workers = 0;      // 0: samples are read in the thread that calls next()
+  int num_workers = 0;  // 0: samples are read in the thread that calls next()
   // Page-locked batch buffers (empty_pinned) when a CUDA device is present, so DevicePrefetcher's
   // host-to-device copies are asynchronous. Without one they are 64-byte-aligned host memory.
   bool pin_memory = false;
@@ -154,12 +154,12 @@ class DataLoader {
 
  private:
   struct Slot {
-    std::vector<Tensor> full;                  // [batch_size, ...] per field, allocated once
-    std::vector<std::vector<Tensor>> rows;     // rows[r][f] = full[f].select(0, r), made once
+    std::vector<Tensor> full;               // [batch_size, ...] per field, allocated once
+    std::vector<std::vector<Tensor>> rows;  // rows[r][f] = full[f].select(0, r), made once
     Batch batch;
-    int64_t ready = -1;                        // the batch number the slot holds, -1 = none
-    int64_t filled = 0;                        // rows written (fewer at the end of the epoch)
-    std::string error;                         // set instead of data when a read failed
+    int64_t ready = -1;  // the batch number the slot holds, -1 = none
+    int64_t filled = 0;  // rows written (fewer at the end of the epoch)
+    std::string error;   // set instead of data when a read failed
   };
   // One worker's stream over an iterable dataset, positioned before stream sample `at` of `epoch`.
   // Touched only by its worker (or by the consumer when there are no workers).
@@ -198,15 +198,15 @@ class DataLoader {
   std::condition_variable work_cv_;   // workers wait for claimable batches
   std::condition_variable ready_cv_;  // consumer waits for its batch; stop waits for in_flight_
   uint64_t epoch_ = 0;
-  int64_t position_ = 0;     // next batch to hand out
-  int64_t released_ = 0;     // batches the consumer has given back
-  int64_t next_claim_ = 0;   // next batch a worker may take
+  int64_t position_ = 0;            // next batch to hand out
+  int64_t released_ = 0;            // batches the consumer has given back
+  int64_t next_claim_ = 0;          // next batch a worker may take
   std::vector<int64_t> own_claim_;  // iterable: worker w's next batch (≡ w mod workers)
-  int64_t end_ = 0;          // batches in this epoch: known up front, or once a stream runs dry
+  int64_t end_ = 0;                 // batches in this epoch: known up front, or once a stream runs dry
   int in_flight_ = 0;
-  bool running_ = false;     // workers may claim batches of this epoch
-  bool need_start_ = true;   // order_ must be (re)generated / the pipeline restarted
-  bool holding_ = false;     // the consumer holds batch position_ - 1
+  bool running_ = false;    // workers may claim batches of this epoch
+  bool need_start_ = true;  // order_ must be (re)generated / the pipeline restarted
+  bool holding_ = false;    // the consumer holds batch position_ - 1
   bool shutdown_ = false;
   std::vector<std::thread> workers_;
 };

@@ -14,9 +14,9 @@ namespace ft::train {
 struct LrFindOptions {
   double min_lr = 1e-7;
   double max_lr = 10;
-  int64_t steps = 100;          // lr_i = min_lr * (max_lr/min_lr)^(i/(steps-1))
-  double smoothing = 0.98;      // exponential moving average of the loss, bias-corrected
-  double divergence = 4.0;      // stop once the smoothed loss exceeds divergence x the best so far
+  int64_t steps = 100;      // lr_i = min_lr * (max_lr/min_lr)^(i/(steps-1))
+  double smoothing = 0.98;  // exponential moving average of the loss, bias-corrected
+  double divergence = 4.0;  // stop once the smoothed loss exceeds divergence x the best so far
 };
 
 struct LrFindResult {

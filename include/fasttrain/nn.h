@@ -199,14 +199,16 @@ class SiLU : public UnaryModule {
 };
 class MaxPool2d : public UnaryModule {
  public:
-  MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) : kernel(kernel), stride(stride), padding(padding) {}
+  MaxPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
+      : kernel(kernel), stride(stride), padding(padding) {}
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "MaxPool2d"; }
   int64_t kernel, stride, padding;
 };
 class AvgPool2d : public UnaryModule {
  public:
-  AvgPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0) : kernel(kernel), stride(stride), padding(padding) {}
+  AvgPool2d(int64_t kernel, int64_t stride = 0, int64_t padding = 0)
+      : kernel(kernel), stride(stride), padding(padding) {}
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "AvgPool2d"; }
   int64_t kernel, stride, padding;
@@ -244,7 +246,9 @@ class ModuleList : public Module {
   size_t size() const { return items_.size(); }
   std::shared_ptr<Module> operator[](size_t i) const { return items_[i]; }
   template <class M>
-  std::shared_ptr<M> at(size_t i) const { return std::dynamic_pointer_cast<M>(items_[i]); }
+  std::shared_ptr<M> at(size_t i) const {
+    return std::dynamic_pointer_cast<M>(items_[i]);
+  }
   std::string type_name() const override { return "ModuleList"; }
 
  private:
@@ -315,6 +319,6 @@ class GPT : public UnaryModule {
 // dropped), a missing "lm_head.weight" (tied: taken from the token embedding), and the vocabulary
 // padding (rows past HF's vocabulary are zero on the way in and cut off on the way out).
 TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model);  // -> load_state_dict(...)
-TensorMap gpt2_to_hf_state(const GPT& model);                       // HF names and layout
+TensorMap gpt2_to_hf_state(const GPT& model);                         // HF names and layout
 
 }  // namespace ft::nn

@@ -42,7 +42,7 @@ struct GroupOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   // LAMB (uses beta1, beta2, eps, weight_decay) / LARS (uses momentum, weight_decay)
-  double trust_coefficient = 0.001;  // LARS eta
+  double trust_coefficient = 0.001;      // LARS eta
   bool exclude_from_adaptation = false;  // LARS: plain SGD+momentum for this group (biases, norms)
 };
 
@@ -135,9 +135,9 @@ std::unique_ptr<Optimizer> make_lars(std::vector<ParamGroup> groups);
 // Gradient clipping, torch.nn.utils.clip_grad_norm_ / clip_grad_value_. The global L2 norm over
 // every gradient is one fused pass; the scale min(1, max_norm / (norm + 1e-6)) is computed and
 // applied by the kernels from the norm tensor, so nothing is read by the host. Returns the norm
-// before clipping as a 0-d f32 tensor, f64 when every gradient is f64 (read it only when logging). Parameters without a gradient
-// are skipped. A non-finite norm scales by a non-finite factor, as in PyTorch (GradScaler skips
-// such steps anyway).
+// before clipping as a 0-d f32 tensor, f64 when every gradient is f64 (read it only when logging). Parameters without a
+// gradient are skipped. A non-finite norm scales by a non-finite factor, as in PyTorch (GradScaler skips such steps
+// anyway).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 // Clamps every gradient element to [-clip_value, clip_value] in one pass.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);

@@ -39,9 +39,7 @@ struct Philox4 {
 Philox4 philox4x32(uint64_t key, uint64_t ctr_lo, uint64_t ctr_hi = 0);
 
 // Element i of a draw made at generator offset `base` uses counter base + i/4, word i%4.
-inline uint32_t philox_word(uint64_t key, uint64_t base, uint64_t i) {
-  return philox4x32(key, base + i / 4).v[i % 4];
-}
+inline uint32_t philox_word(uint64_t key, uint64_t base, uint64_t i) { return philox4x32(key, base + i / 4).v[i % 4]; }
 inline float uniform_from_word(uint32_t w) { return static_cast<float>(w >> 8) * (1.0f / 16777216.0f); }  // [0,1)
 
 Tensor rand(const Shape& shape, TensorOptions opts = {}, Generator* gen = nullptr);   // U[0,1)

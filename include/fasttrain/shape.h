@@ -18,7 +18,9 @@ class Dims {
   Dims(std::initializer_list<int64_t> v) { assign(v.begin(), v.end()); }
   Dims(const std::vector<int64_t>& v) { assign(v.begin(), v.end()); }
   template <class It>
-  Dims(It b, It e) { assign(b, e); }
+  Dims(It b, It e) {
+    assign(b, e);
+  }
   static Dims filled(int n, int64_t value) {
     Dims d;
     d.resize(n, value);

@@ -56,21 +56,21 @@ struct Storage {
 };
 
 class Tensor;
-using GradHook = std::function<Tensor(const Tensor&)>;       // may return a replacement gradient
-using PostAccumulateHook = std::function<void(Tensor&)>;     // leaf's .grad is final for this pass
+using GradHook = std::function<Tensor(const Tensor&)>;    // may return a replacement gradient
+using PostAccumulateHook = std::function<void(Tensor&)>;  // leaf's .grad is final for this pass
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;
-  Strides strides;  // in elements
+  Strides strides;     // in elements
   int64_t offset = 0;  // in elements
   DType dtype = DType::F32;
 
   // Autograd state.
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
-  uint32_t output_nr = 0;                    // which output of grad_fn this tensor is
+  std::shared_ptr<autograd::Node> grad_fn;         // null for leaves
+  uint32_t output_nr = 0;                          // which output of grad_fn this tensor is
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only, created lazily
   std::vector<GradHook> hooks;                     // leaves only; non-leaf hooks live on grad_fn
   std::vector<PostAccumulateHook> post_accumulate_hooks;
@@ -86,9 +86,21 @@ struct TensorOptions {
   TensorOptions(DType t) : dtype(t) {}
   TensorOptions(Device d) : device(d) {}
   TensorOptions(DType t, Device d) : dtype(t), device(d) {}
-  TensorOptions with_dtype(DType t) const { auto o = *this; o.dtype = t; return o; }
-  TensorOptions with_device(Device d) const { auto o = *this; o.device = d; return o; }
-  TensorOptions with_requires_grad(bool r) const { auto o = *this; o.requires_grad = r; return o; }
+  TensorOptions with_dtype(DType t) const {
+    auto o = *this;
+    o.dtype = t;
+    return o;
+  }
+  TensorOptions with_device(Device d) const {
+    auto o = *this;
+    o.device = d;
+    return o;
+  }
+  TensorOptions with_requires_grad(bool r) const {
+    auto o = *this;
+    o.requires_grad = r;
+    return o;
+  }
 };
 
 class Tensor {
@@ -133,7 +145,9 @@ class Tensor {
   }
   // The single value of a one-element tensor, converted to T (synchronises with the device).
   template <class T>
-  T item() const { return static_cast<T>(item_double()); }
+  T item() const {
+    return static_cast<T>(item_double());
+  }
   double item_double() const;
   // All values in logical (row-major) order, converted to double: for tests and printing.
   std::vector<double> to_vector() const;
@@ -148,12 +162,12 @@ class Tensor {
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python a[s:e:st]
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;  // removes `dim`
-  Tensor expand(const Shape& shape) const;           // -1 keeps a size; broadcast rules
+  Tensor expand(const Shape& shape) const;          // -1 keeps a size; broadcast rules
   Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
   Tensor squeeze(int64_t dim) const;
   Tensor squeeze() const;  // all size-1 dims
   Tensor unsqueeze(int64_t dim) const;
-  Tensor contiguous() const;           // self if already contiguous
+  Tensor contiguous() const;                // self if already contiguous
   Tensor contiguous_channels_last() const;  // NHWC memory order for 4-d tensors
   Tensor as_strided(const Shape& shape, const Strides& strides, int64_t offset) const;  // not differentiable
 
@@ -217,8 +231,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape, Tensor
 // when the last view of the tensor goes away; without one the caller keeps the memory alive.
 Tensor from_blob(void* data, const Shape& shape, const Strides& strides, TensorOptions opts = {},
                  std::function<void(void*)> deleter = nullptr);
-Tensor from_blob(void* data, const Shape& shape, TensorOptions opts = {},
-                 std::function<void(void*)> deleter = nullptr);
+Tensor from_blob(void* data, const Shape& shape, TensorOptions opts = {}, std::function<void(void*)> deleter = nullptr);
 
 // Readable printing, PyTorch style, summarised with "..." past 1000 elements.
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

@@ -69,8 +69,8 @@ struct CharTokenShards {
   std::vector<std::string> vocab;  // the UTF-8 text of each id
   std::string vocab_path;
 };
-CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir,
-                                        const std::string& prefix, int64_t shard_tokens);
+CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir, const std::string& prefix,
+                                        int64_t shard_tokens);
 
 // The vocabulary a char-level vocab.json holds (id -> UTF-8 text); errors name the file and what
 // is wrong (not JSON, mode other than "char", vocab_size disagreeing with the token list).
@@ -111,7 +111,7 @@ class TokenStreamDataset : public IterableDataset {
 
   SampleSpec spec() const override { return spec_; }
   std::unique_ptr<SampleStream> open(uint64_t epoch, int64_t start) const override;
-  int64_t windows() const { return windows_; }  // samples in this rank's stream
+  int64_t windows() const { return windows_; }                       // samples in this rank's stream
   const std::vector<TokenShard>& shards() const { return shards_; }  // this rank's, in stream order
   // Stream tokens [start, start + count) widened into `out`, across shard boundaries.
   void copy_tokens(int64_t start, int64_t count, int64_t* out) const;

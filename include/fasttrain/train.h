@@ -21,8 +21,8 @@ struct TrainerConfig {
   std::string task = "char";  // "char" (char-level GPT on the Markov text) or "images" (shapes)
   // --- loop ---
   int64_t max_steps = 600;
-  int64_t max_epochs = 0;  // 0: no epoch limit; otherwise stop after this many passes as well
-  int64_t eval_every = 100;  // Lightning's val_check_interval, in steps; 0: only at the end
+  int64_t max_epochs = 0;     // 0: no epoch limit; otherwise stop after this many passes as well
+  int64_t eval_every = 100;   // Lightning's val_check_interval, in steps; 0: only at the end
   int64_t eval_batches = 16;  // validation batches per evaluation (images: the whole val split)
   int64_t log_every_n_steps = 25;
   int64_t checkpoint_every = 0;  // 0: no checkpoints
@@ -30,54 +30,54 @@ struct TrainerConfig {
   bool deterministic = true;  // no nondeterministic kernels (all CPU kernels are deterministic)
   int64_t threads = 0;        // 0: all cores
   std::string device = "cpu";
-  std::string run_dir;  // "": runs/<task>-<timestamp>
+  std::string run_dir;   // "": runs/<task>-<timestamp>
   bool progress = true;  // the live progress line on stderr
   // --- data loading (the DataLoader that feeds training batches) ---
   int64_t workers = 0;      // loader threads; 0: batches are read in the training thread
   bool pin_memory = false;  // page-locked batch buffers (CUDA); aligned host memory otherwise
   int64_t prefetch = 2;     // batches in flight per worker
   // --- optimisation ---
-  int64_t batch_size = 32;  // 0 ("auto" on the command line): the batch-size finder picks it
+  int64_t batch_size = 32;          // 0 ("auto" on the command line): the batch-size finder picks it
   std::string optimizer = "adamw";  // adamw, adam, sgd, lamb or lars
   double lr = 5e-3;
   double min_lr = 5e-4;
   std::string schedule = "cosine";  // see visit_fields
   int64_t warmup_steps = 50;
-  double weight_decay = 0.1;  // not applied to biases and norm weights
-  double momentum = 0.9;      // sgd, lars
-  double beta1 = 0.9, beta2 = 0.99;  // adam/adamw/lamb
-  double trust_coefficient = 0.001;  // lars
-  double grad_clip = 1.0;     // max global gradient norm (or value); 0: off
+  double weight_decay = 0.1;                     // not applied to biases and norm weights
+  double momentum = 0.9;                         // sgd, lars
+  double beta1 = 0.9, beta2 = 0.99;              // adam/adamw/lamb
+  double trust_coefficient = 0.001;              // lars
+  double grad_clip = 1.0;                        // max global gradient norm (or value); 0: off
   std::string gradient_clip_algorithm = "norm";  // norm or value
-  int64_t accumulate = 1;     // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
+  int64_t accumulate = 1;  // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
   // --- schedule parameters ---
-  int64_t step_size = 100;       // step: decay every N steps; cyclic: steps of the rising half cycle
-  int64_t step_size_down = 0;    // cyclic: steps of the falling half (0: step_size)
-  double gamma = 0.1;            // step, multistep, exponential, cyclic exp_range
-  std::string milestones;        // multistep: comma-separated steps
+  int64_t step_size = 100;                          // step: decay every N steps; cyclic: steps of the rising half cycle
+  int64_t step_size_down = 0;                       // cyclic: steps of the falling half (0: step_size)
+  double gamma = 0.1;                               // step, multistep, exponential, cyclic exp_range
+  std::string milestones;                           // multistep: comma-separated steps
   double start_factor = 1.0 / 3, end_factor = 1.0;  // linear
-  int64_t linear_steps = 5;      // linear: steps to go from start_factor to end_factor
-  int64_t decay_steps = 0;       // wsd: steps of the final decay (0: a fifth of max_steps)
-  double pct_start = 0.3;        // onecycle
-  std::string anneal_strategy = "cos";  // onecycle: cos or linear
-  double div_factor = 25, final_div_factor = 1e4;  // onecycle
-  bool three_phase = false;      // onecycle
-  std::string cyclic_mode = "triangular";  // cyclic: triangular, triangular2 or exp_range
-  bool cycle_momentum = true;    // onecycle, cyclic
+  int64_t linear_steps = 5;                         // linear: steps to go from start_factor to end_factor
+  int64_t decay_steps = 0;                          // wsd: steps of the final decay (0: a fifth of max_steps)
+  double pct_start = 0.3;                           // onecycle
+  std::string anneal_strategy = "cos";              // onecycle: cos or linear
+  double div_factor = 25, final_div_factor = 1e4;   // onecycle
+  bool three_phase = false;                         // onecycle
+  std::string cyclic_mode = "triangular";           // cyclic: triangular, triangular2 or exp_range
+  bool cycle_momentum = true;                       // onecycle, cyclic
   double base_momentum = 0.85, max_momentum = 0.95;  // onecycle, cyclic
   // --- precision and memory ---
-  std::string precision = "32";  // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
-  bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
-  std::string memory_limit;      // CPU memory budget for tensors ("8G", "512M"; "": none)
+  std::string precision = "32";             // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
+  bool checkpoint_blocks = false;           // activation checkpointing of every transformer / residual block
+  std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
   std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
-  int64_t max_batch_size = 4096;  // batch-size finder: upper bound
+  int64_t max_batch_size = 4096;            // batch-size finder: upper bound
   // --- checkpoints and callbacks ---
-  int64_t keep_last = 2;          // newest checkpoints kept (0: all)
-  int64_t keep_best = 1;          // best checkpoints by `monitor` kept besides
-  std::string monitor = "val_loss";  // val_loss (min) or val_accuracy (max)
+  int64_t keep_last = 2;                // newest checkpoints kept (0: all)
+  int64_t keep_best = 1;                // best checkpoints by `monitor` kept besides
+  std::string monitor = "val_loss";     // val_loss (min) or val_accuracy (max)
   int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
   double early_stopping_min_delta = 0;
-  bool tensorboard = true;        // TensorBoard event file in <run_dir>/tensorboard
+  bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
   // --- char task ---
   int64_t context = 64;
   int64_t layers = 2;
@@ -130,7 +130,8 @@ void visit_fields(Config& c, V&& visitor) {
   v("log_every_n_steps", c.log_every_n_steps, "log training metrics every N steps");
   v("checkpoint_every", c.checkpoint_every, "write a checkpoint every N steps (0: none)");
   v("seed", c.seed, "seed of the data, the initial weights and every random stream", locked);
-  v("deterministic", c.deterministic, "require deterministic kernels (every CPU kernel is: results do not depend on threads)");
+  v("deterministic", c.deterministic,
+    "require deterministic kernels (every CPU kernel is: results do not depend on threads)");
   v("threads", c.threads, "CPU threads (0: all cores)");
   v("device", c.device, "device: cpu (cuda is not built yet)");
   v("run_dir", c.run_dir, "run folder (default runs/<task>-<timestamp>)");
@@ -138,11 +139,14 @@ void visit_fields(Config& c, V&& visitor) {
   v("workers", c.workers, "data loader worker threads (0: read batches in the training thread)");
   v("pin_memory", c.pin_memory, "page-locked batch buffers for asynchronous host-to-device copies (CUDA)");
   v("prefetch", c.prefetch, "batches each data loader worker prepares ahead");
-  v("batch_size", c.batch_size, "sequences (char) or images per micro-batch; auto (0): the largest that fits memory, lr scaled linearly", locked);
+  v("batch_size", c.batch_size,
+    "sequences (char) or images per micro-batch; auto (0): the largest that fits memory, lr scaled linearly", locked);
   v("optimizer", c.optimizer, "adamw, adam, sgd, lamb or lars", locked);
   v("lr", c.lr, "peak learning rate (onecycle: max_lr; cyclic: the top of the cycle)");
   v("min_lr", c.min_lr, "final learning rate of cosine and wsd; the bottom of the cyclic schedule");
-  v("schedule", c.schedule, "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd (warmup-stable-decay), onecycle or cyclic");
+  v("schedule", c.schedule,
+    "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd (warmup-stable-decay), "
+    "onecycle or cyclic");
   v("warmup_steps", c.warmup_steps, "steps of linear warmup (cosine, wsd)");
   v("weight_decay", c.weight_decay, "weight decay (decoupled for adamw/lamb; none on biases and norms)", locked);
   v("momentum", c.momentum, "sgd/lars momentum", locked);
@@ -166,18 +170,23 @@ void visit_fields(Config& c, V&& visitor) {
   v("final_div_factor", c.final_div_factor, "onecycle: final lr = initial lr / final_div_factor");
   v("three_phase", c.three_phase, "onecycle: three phases (up, down, annihilate) instead of two");
   v("cyclic_mode", c.cyclic_mode, "cyclic: triangular, triangular2 or exp_range");
-  v("cycle_momentum", c.cycle_momentum, "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
+  v("cycle_momentum", c.cycle_momentum,
+    "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
   v("base_momentum", c.base_momentum, "onecycle/cyclic: lowest momentum");
   v("max_momentum", c.max_momentum, "onecycle/cyclic: highest momentum");
   v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true", locked);
-  v("checkpoint_blocks", c.checkpoint_blocks, "activation checkpointing: recompute each transformer/residual block in backward to save memory");
-  v("memory_limit", c.memory_limit, "budget for tensor memory, e.g. 8G or 512M (empty: none); allocations past it fail cleanly");
-  v("batch_size_search", c.batch_size_search, "batch-size finder: power (double until it fails) or binsearch (then bisect)");
+  v("checkpoint_blocks", c.checkpoint_blocks,
+    "activation checkpointing: recompute each transformer/residual block in backward to save memory");
+  v("memory_limit", c.memory_limit,
+    "budget for tensor memory, e.g. 8G or 512M (empty: none); allocations past it fail cleanly");
+  v("batch_size_search", c.batch_size_search,
+    "batch-size finder: power (double until it fails) or binsearch (then bisect)");
   v("max_batch_size", c.max_batch_size, "batch-size finder: largest batch tried");
   v("keep_last", c.keep_last, "checkpoints: keep the newest N (0: keep all)");
   v("keep_best", c.keep_best, "checkpoints: also keep the best N by monitor");
   v("monitor", c.monitor, "metric for best checkpoints and early stopping: val_loss or val_accuracy");
-  v("early_stopping_patience", c.early_stopping_patience, "stop after N evaluations without improvement of monitor (0: off)");
+  v("early_stopping_patience", c.early_stopping_patience,
+    "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
   v("context", c.context, "char: characters of context", locked);
@@ -219,9 +228,9 @@ struct MetricRow {
   double loss = 0;
   double accuracy = -1;  // images, val rows; -1 where not measured
   double lr = 0;
-  double momentum = -1;     // momentum or beta1 in use (-1: not logged on this row)
-  double grad_norm = -1;    // train rows: global gradient norm before clipping (-1: not computed)
-  double loss_scale = -1;   // train rows, fp16-mixed: the loss scale (-1: no loss scaling)
+  double momentum = -1;    // momentum or beta1 in use (-1: not logged on this row)
+  double grad_norm = -1;   // train rows: global gradient norm before clipping (-1: not computed)
+  double loss_scale = -1;  // train rows, fp16-mixed: the loss scale (-1: no loss scaling)
   double items_per_s = 0;  // tokens/s (char) or samples/s (images), train rows
   double elapsed_s = 0;
   double data_wait_ms = 0;  // train rows: mean time per step blocked waiting for the batch
@@ -242,7 +251,7 @@ struct TrainResult {
   std::string unit;        // what items_per_s counts: "tokens" or "samples"
   std::string model;       // the model's type name
   int64_t parameters = 0;
-  int64_t batch_size = 0;  // as trained (the finder's choice with --batch-size auto)
+  int64_t batch_size = 0;       // as trained (the finder's choice with --batch-size auto)
   bool interrupted = false;     // SIGINT/SIGTERM: a checkpoint was saved and the run stopped
   bool stopped_early = false;   // early stopping ended the run
   std::string last_checkpoint;  // the newest checkpoint folder written ("" if none)
@@ -291,10 +300,10 @@ class Trainer {
 // "binsearch" then bisects between the last success and the first failure. A failed trial leaves
 // the engine usable (the allocator unwinds). Model and data are built afresh and discarded.
 struct BatchSizeSearch {
-  int64_t batch_size = 0;                       // the largest batch that fitted
+  int64_t batch_size = 0;                        // the largest batch that fitted
   std::vector<std::pair<int64_t, bool>> trials;  // (batch size, fitted) in order
-  int64_t memory_limit = 0;                     // the budget used, bytes
-  std::string report;                           // one line for the log
+  int64_t memory_limit = 0;                      // the budget used, bytes
+  std::string report;                            // one line for the log
 };
 BatchSizeSearch find_batch_size(const TrainerConfig& config);
 

@@ -44,10 +44,10 @@ const char* clip_algorithm_name(ClipAlgorithm a);
 
 struct StepOptions {
   Precision precision = Precision::FP32;
-  int64_t accumulate = 1;                  // micro-batches per optimizer step
+  int64_t accumulate = 1;  // micro-batches per optimizer step
   ClipAlgorithm clip_algorithm = ClipAlgorithm::Norm;
-  double clip = 0;                         // 0: no clipping
-  amp::GradScalerOptions scaler;           // used in FP16Mixed only
+  double clip = 0;                // 0: no clipping
+  amp::GradScalerOptions scaler;  // used in FP16Mixed only
 };
 
 // (output, target) -> scalar loss.

@@ -19,7 +19,7 @@ struct ImageTransform {
   // Write the sample as [H, W, C] instead of [C, H, W]. A batch [N, H, W, C] is then used as the
   // NCHW tensor batch.permute({0, 3, 1, 2}) — a view with channels-last strides, no copy.
   bool channels_last = false;
-  uint64_t seed = 0;             // with (epoch, index), the only source of randomness
+  uint64_t seed = 0;  // with (epoch, index), the only source of randomness
 };
 
 // What was drawn for one sample: the crop's corner in padded coordinates (0 .. in + 2 padding -

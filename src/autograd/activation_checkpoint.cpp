@@ -82,7 +82,8 @@ std::vector<Tensor> checkpoint_backward(const CheckpointState& st, std::vector<T
            "; the checkpointed function must do the same thing when run again");
   std::vector<Tensor> roots, root_grads;
   for (size_t i = 0; i < outs.size(); ++i) {
-    FT_CHECK(same_meta(st.outputs[i], st.output_defined[i], outs[i]), "checkpoint: output ", i, " of the recomputation (",
+    FT_CHECK(same_meta(st.outputs[i], st.output_defined[i], outs[i]), "checkpoint: output ", i,
+             " of the recomputation (",
              outs[i].defined() ? outs[i].shape().str() + " " + dtype_name(outs[i].dtype()) : std::string("undefined"),
              ") differs from the forward's (", st.outputs[i].shape.str(), " ", dtype_name(st.outputs[i].dtype),
              "); the checkpointed function must do the same thing when run again");

@@ -31,15 +31,16 @@ class AccumulateGrad final : public Node {
       // so a later in-place accumulation cannot change another tensor. Either way the gradient
       // keeps a dense layout (channels-last stays channels-last, like the leaf, as in PyTorch).
       bool dense = g.is_contiguous() || g.is_channels_last();
-      bool exclusive = g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && dense &&
-                       g.dtype() == leaf_->dtype;
+      bool exclusive =
+          g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && dense && g.dtype() == leaf_->dtype;
       if (exclusive) {
         leaf_->grad = g.detach().impl_ptr();
       } else {
         Tensor leaf(leaf_);
         bool leaf_dense = leaf.is_contiguous() || leaf.is_channels_last();
-        Tensor copy = leaf_dense ? empty_strided(leaf.shape(), leaf.strides(), TensorOptions(leaf_->dtype, leaf.device()))
-                                 : empty(leaf.shape(), TensorOptions(leaf_->dtype, leaf.device()));
+        Tensor copy = leaf_dense
+                          ? empty_strided(leaf.shape(), leaf.strides(), TensorOptions(leaf_->dtype, leaf.device()))
+                          : empty(leaf.shape(), TensorOptions(leaf_->dtype, leaf.device()));
         copy.copy_(g);
         leaf_->grad = copy.impl_ptr();
       }
@@ -215,13 +216,14 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
     return a->sequence_nr < b->sequence_nr;
   };
-  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later_first)> ready(later_first);
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later_first)> ready(
+      later_first);
   std::unordered_set<Node*> queued;
   for (auto& e : root_edges)
     if (deps[e.fn.get()] == 0 && queued.insert(e.fn.get()).second) ready.push(e.fn);
 
   NoGradGuard no_grad;  // backward formulas are not themselves recorded (no double backward)
-  struct CurrentRun {  // restores the enclosing pass's context, also when a node throws
+  struct CurrentRun {   // restores the enclosing pass's context, also when a node throws
     RunContext* prev;
     explicit CurrentRun(RunContext* c) : prev(tls_current_run) { tls_current_run = c; }
     ~CurrentRun() { tls_current_run = prev; }

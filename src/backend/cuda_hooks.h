@@ -20,7 +20,7 @@ struct CudaHooks {
 
   // Streams and events (handles are cudaStream_t / cudaEvent_t).
   void* (*stream_create)(int device) = nullptr;  // non-blocking with respect to the legacy stream
-  void* (*event_create)(int device) = nullptr;    // timing disabled: cheapest to record and wait on
+  void* (*event_create)(int device) = nullptr;   // timing disabled: cheapest to record and wait on
   void (*event_destroy)(void* event) = nullptr;
   void (*event_record)(void* event, Stream) = nullptr;
   void (*stream_wait_event)(Stream, void* event) = nullptr;  // device-side wait: the host goes on

@@ -15,70 +15,70 @@
 #include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"
 
-#define FT_KERNELS(X)                                                                                              \
-  /* core: tensor copies and fills */                                                                              \
-  X(copy, void(const Tensor& dst, const Tensor& src))                                                              \
-  X(fill, void(const Tensor& dst, Scalar value))                                                                   \
-  /* elementwise */                                                                                                \
-  X(unary, void(math::UnaryOp op, const Tensor& x, const Tensor& out))                                             \
-  X(unary_backward, void(math::UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, const Tensor& out)) \
-  X(binary, void(math::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out))                          \
-  X(where, void(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out))                          \
-  X(clamp, void(const Tensor& x, std::optional<double> lo, std::optional<double> hi, const Tensor& out))           \
-  X(clamp_backward,                                                                                                \
-    void(const Tensor& grad, const Tensor& x, std::optional<double> lo, std::optional<double> hi, const Tensor& out)) \
-  X(add_inplace, void(const Tensor& a, const Tensor& b, double alpha))                                             \
-  /* reductions */                                                                                                 \
-  X(sum, void(const Tensor& x, const std::vector<bool>& mask, double scale, const Tensor& out))                    \
-  X(var, void(const Tensor& x, const std::vector<bool>& mask, double divisor, const Tensor& out))                  \
-  X(max_dim, void(const Tensor& x, int dim, const Tensor& values, const Tensor& indices))                          \
-  X(max_all, void(const Tensor& x, const Tensor& value, const Tensor& index))                                      \
-  X(max_dim_backward, void(const Tensor& g, const Tensor& indices, int dim, const Tensor& gx))                     \
-  /* indexing */                                                                                                   \
-  X(cat, void(const std::vector<Tensor>& inputs, int dim, const Tensor& out))                                      \
-  X(find_out_of_range, std::optional<int64_t>(const Tensor& index, int64_t size))                                  \
-  X(index_select, void(const Tensor& x, int dim, const Tensor& index, const Tensor& out))                          \
-  X(index_add, void(const Tensor& acc, int dim, const Tensor& index, const Tensor& src, std::optional<int64_t> skip)) \
-  X(gather, void(const Tensor& x, int dim, const Tensor& index, const Tensor& out))                                \
-  X(scatter_add, void(const Tensor& acc, int dim, const Tensor& index, const Tensor& src))                         \
-  /* linear algebra: out (+)= a @ b (+ bias), batched over leading dims */                                         \
-  X(matmul, void(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias))         \
-  /* convolution and pooling */                                                                                    \
-  X(conv2d_forward, void(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y))  \
-  X(conv2d_backward_data, void(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx))          \
-  X(conv2d_backward_weight,                                                                                        \
-    void(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb))              \
-  X(max_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& indices))        \
-  X(max_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& indices, const Tensor& gx))     \
-  X(avg_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y))                               \
-  X(avg_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& gx))                            \
-  X(adaptive_avg_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y))                      \
-  X(adaptive_avg_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& gx))                   \
-  /* normalisation, softmax, losses */                                                                             \
-  X(row_norm_forward, void(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y, \
-                           const Tensor& mean, const Tensor& rstd))                                                \
-  X(row_norm_backward, void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,             \
-                            const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db))      \
-  X(batch_norm_stats, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var))      \
-  X(batch_norm_apply, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,    \
-                           const Tensor& w, const Tensor& b, const Tensor& y))                                     \
-  X(batch_norm_backward, void(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,     \
-                              const Tensor& invstd, const Tensor& w, bool training, const Tensor& dx,               \
-                              const Tensor& dw, const Tensor& db))                                                 \
-  X(softmax_forward, void(const Tensor& x, int dim, bool log, const Tensor& out))                                  \
-  X(softmax_backward, void(const Tensor& g, const Tensor& y, int dim, bool log, const Tensor& gx))                 \
-  X(check_class_targets, int64_t(const Tensor& target, int64_t C, int64_t ignore_index, const char* op))           \
-  X(cross_entropy_forward, void(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,       \
-                                int64_t ignore_index, double eps, const Tensor& loss, const Tensor& lse))          \
-  X(cross_entropy_backward, void(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,      \
-                                 const Tensor& lse, int64_t ignore_index, double eps, const Tensor& grad,          \
-                                 double scale, const Tensor& gx))                                                  \
-  /* dropout and attention */                                                                                      \
-  X(dropout_forward, void(const Tensor& x, float keep, double scale, uint64_t key, uint64_t base, const Tensor& y, \
-                          const Tensor& mask))                                                                     \
-  X(dropout_backward, void(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx))                  \
-  X(attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,           \
-                            const Tensor& out, const Tensor& lse, const Tensor& out_f32))                          \
-  X(attention_backward, void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,                 \
-                             const Tensor& lse, const Tensor& dout, const AttentionParams& p, const Tensor& dq,     \
-                             const Tensor& dk, const Tensor& dv))
+#define FT_KERNELS(X)                                                                                                  \
+  /* core: tensor copies and fills */                                                                                  \
+  X(copy, void(const Tensor& dst, const Tensor& src))                                                                  \
+  X(fill, void(const Tensor& dst, Scalar value))                                                                       \
+  /* elementwise */                                                                                                    \
+  X(unary, void(math::UnaryOp op, const Tensor& x, const Tensor& out))                                                 \
+  X(unary_backward, void(math::UnaryOp op, const Tensor& grad, const Tensor& x, const Tensor& y, const Tensor& out))   \
+  X(binary, void(math::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out))                              \
+  X(where, void(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out))                              \
+  X(clamp, void(const Tensor& x, std::optional<double> lo, std::optional<double> hi, const Tensor& out))               \
+  X(clamp_backward,                                                                                                    \
+    void(const Tensor& grad, const Tensor& x, std::optional<double> lo, std::optional<double> hi, const Tensor& out))  \
+  X(add_inplace, void(const Tensor& a, const Tensor& b, double alpha))                                                 \
+  /* reductions */                                                                                                     \
+  X(sum, void(const Tensor& x, const std::vector<bool>& mask, double scale, const Tensor& out))                        \
+  X(var, void(const Tensor& x, const std::vector<bool>& mask, double divisor, const Tensor& out))                      \
+  X(max_dim, void(const Tensor& x, int dim, const Tensor& values, const Tensor& indices))                              \
+  X(max_all, void(const Tensor& x, const Tensor& value, const Tensor& index))                                          \
+  X(max_dim_backward, void(const Tensor& g, const Tensor& indices, int dim, const Tensor& gx))                         \
+  /* indexing */                                                                                                       \
+  X(cat, void(const std::vector<Tensor>& inputs, int dim, const Tensor& out))                                          \
+  X(find_out_of_range, std::optional<int64_t>(const Tensor& index, int64_t size))                                      \
+  X(index_select, void(const Tensor& x, int dim, const Tensor& index, const Tensor& out))                              \
+  X(index_add, void(const Tensor& acc, int dim, const Tensor& index, const Tensor& src, std::optional<int64_t> skip))  \
+  X(gather, void(const Tensor& x, int dim, const Tensor& index, const Tensor& out))                                    \
+  X(scatter_add, void(const Tensor& acc, int dim, const Tensor& index, const Tensor& src))                             \
+  /* linear algebra: out (+)= a @ b (+ bias), batched over leading dims */                                             \
+  X(matmul, void(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias))            \
+  /* convolution and pooling */                                                                                        \
+  X(conv2d_forward, void(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y))     \
+  X(conv2d_backward_data, void(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx))              \
+  X(conv2d_backward_weight,                                                                                            \
+    void(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb))                  \
+  X(max_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& indices))            \
+  X(max_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& indices, const Tensor& gx))         \
+  X(avg_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y))                                   \
+  X(avg_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& gx))                                \
+  X(adaptive_avg_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y))                          \
+  X(adaptive_avg_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& gx))                       \
+  /* normalisation, softmax, losses */                                                                                 \
+  X(row_norm_forward, void(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,   \
+                           const Tensor& mean, const Tensor& rstd))                                                    \
+  X(row_norm_backward, void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,                 \
+                            const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db))          \
+  X(batch_norm_stats, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var))          \
+  X(batch_norm_apply, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,        \
+                           const Tensor& w, const Tensor& b, const Tensor& y))                                         \
+  X(batch_norm_backward,                                                                                               \
+    void(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,        \
+         const Tensor& w, bool training, const Tensor& dx, const Tensor& dw, const Tensor& db))                        \
+  X(softmax_forward, void(const Tensor& x, int dim, bool log, const Tensor& out))                                      \
+  X(softmax_backward, void(const Tensor& g, const Tensor& y, int dim, bool log, const Tensor& gx))                     \
+  X(check_class_targets, int64_t(const Tensor& target, int64_t C, int64_t ignore_index, const char* op))               \
+  X(cross_entropy_forward, void(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,           \
+                                int64_t ignore_index, double eps, const Tensor& loss, const Tensor& lse))              \
+  X(cross_entropy_backward,                                                                                            \
+    void(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target, const Tensor& lse,               \
+         int64_t ignore_index, double eps, const Tensor& grad, double scale, const Tensor& gx))                        \
+  /* dropout and attention */                                                                                          \
+  X(dropout_forward,                                                                                                   \
+    void(const Tensor& x, float keep, double scale, uint64_t key, uint64_t base, const Tensor& y, const Tensor& mask)) \
+  X(dropout_backward, void(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx))                      \
+  X(attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,               \
+                            const Tensor& out, const Tensor& lse, const Tensor& out_f32))                              \
+  X(attention_backward,                                                                                                \
+    void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
+         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv))

@@ -24,10 +24,9 @@ class CpuCachingAllocator final : public AllocatorBookkeeping {
     const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mu_);
     if (over_limit_locked(size))
-      throw OutOfMemoryError(detail::concat("cpu: out of memory: requested ", nbytes, " bytes with ",
-                                            stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes,
-                                            " reserved, over the memory limit of ", limit_, " bytes (", mb(limit_),
-                                            ")"));
+      throw OutOfMemoryError(detail::concat(
+          "cpu: out of memory: requested ", nbytes, " bytes with ", stats_.allocated_bytes, " bytes allocated and ",
+          stats_.reserved_bytes, " reserved, over the memory limit of ", limit_, " bytes (", mb(limit_), ")"));
     void* p = take_cached_locked(size);
     const bool from_system = p == nullptr;
     if (from_system) {
@@ -37,8 +36,8 @@ class CpuCachingAllocator final : public AllocatorBookkeeping {
       p = std::aligned_alloc(64, (size + 63) / 64 * 64);
       if (!p)
         throw OutOfMemoryError(detail::concat("cpu: out of memory: requested ", nbytes, " bytes with ",
-                                              stats_.allocated_bytes, " bytes allocated and ",
-                                              stats_.reserved_bytes, " reserved"));
+                                              stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes,
+                                              " reserved"));
     }
     count_allocation_locked(size, from_system);
     return DataPtr(p, [this, size](void* ptr) { release(ptr, size); });

@@ -2,8 +2,8 @@
 
 #include <mutex>
 
-#include "fasttrain/error.h"
 #include "backend/cuda_hooks.h"
+#include "fasttrain/error.h"
 
 namespace ft {
 
@@ -98,8 +98,8 @@ Event::~Event() {
 }
 
 void Event::check_stream(Stream stream, const char* what) const {
-  FT_CHECK(stream.device == device_, "Event::", what, ": the event belongs to ", device_.str(),
-           ", the stream to ", stream.device.str());
+  FT_CHECK(stream.device == device_, "Event::", what, ": the event belongs to ", device_.str(), ", the stream to ",
+           stream.device.str());
 }
 
 void Event::record(Stream stream) {

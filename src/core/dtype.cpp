@@ -65,10 +65,10 @@ uint16_t f16::from_float_software(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow (>= 65520) -> inf
-  if (abs < 0x38800000u) {                                                // below 2^-14: subnormal or zero
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);            // < 2^-25 rounds to zero
+  if (abs < 0x38800000u) {                                               // below 2^-14: subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25 rounds to zero
     // value = mant * 2^(exp-150); f16 subnormals count units of 2^-24, so shift right by 126-exp.
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

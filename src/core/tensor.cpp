@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/kernels.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cuda_hooks.h"
+#include "backend/kernels.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops/elementwise.h"
 
@@ -204,8 +204,8 @@ static Tensor copy_across_devices(const Tensor& src, Device dst_dev, bool non_bl
   if (dst_dev.is_cuda() || src.device().is_cuda()) {
     int n = cuda_device_count();
     Device cuda_dev = dst_dev.is_cuda() ? dst_dev : src.device();
-    FT_CHECK(cuda_dev.index < n, "to(", dst_dev.str(), "): device ", cuda_dev.str(), " is not available (",
-             n, " CUDA devices found)");
+    FT_CHECK(cuda_dev.index < n, "to(", dst_dev.str(), "): device ", cuda_dev.str(), " is not available (", n,
+             " CUDA devices found)");
   }
   Tensor c = src.contiguous();
   Tensor out = empty(c.shape(), TensorOptions(c.dtype(), dst_dev));
@@ -248,7 +248,8 @@ Tensor Tensor::clone() const {
     out.copy_(*this);
   }
   if (autograd::any_requires_grad({this}))
-    autograd::record_function("CloneBackward", {this}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+    autograd::record_function("CloneBackward", {this}, {&out},
+                              [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 

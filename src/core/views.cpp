@@ -38,8 +38,8 @@ static Shape infer_shape(const Shape& shape, int64_t numel, const char* what) {
     FT_CHECK(known != 0 && numel % known == 0, what, ": shape ", shape.str(), " is invalid for ", numel, " elements");
     out[infer] = numel / known;
   }
-  FT_CHECK(out.numel() == numel, what, ": shape ", out.str(), " (", out.numel(), " elements) is invalid for a tensor of ",
-           numel, " elements");
+  FT_CHECK(out.numel() == numel, what, ": shape ", out.str(), " (", out.numel(),
+           " elements) is invalid for a tensor of ", numel, " elements");
   return out;
 }
 
@@ -129,8 +129,8 @@ Tensor Tensor::transpose(int64_t d0_in, int64_t d1_in) const {
 }
 
 Tensor Tensor::permute(const Dims& order) const {
-  FT_CHECK(order.size() == dim(), "permute: expected ", dim(), " dimensions in the order, found ", order.size(),
-           " (", order.str(), ")");
+  FT_CHECK(order.size() == dim(), "permute: expected ", dim(), " dimensions in the order, found ", order.size(), " (",
+           order.str(), ")");
   Dims ord = Dims::filled(dim(), 0), inverse = Dims::filled(dim(), 0);
   std::vector<bool> seen(dim(), false);
   Shape sh = Shape::filled(dim(), 0);
@@ -272,7 +272,8 @@ Tensor Tensor::contiguous_channels_last() const {
     out.copy_(*this);
   }
   if (autograd::any_requires_grad({this}))
-    record_function("ChannelsLastBackward", {this}, {&out}, [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+    record_function("ChannelsLastBackward", {this}, {&out},
+                    [](std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
   return out;
 }
 

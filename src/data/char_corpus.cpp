@@ -29,8 +29,9 @@ std::vector<uint8_t> to_ids(std::string_view vocab, std::string_view text) {
 }  // namespace
 
 CharCorpus::CharCorpus(const MarkovText& source, int64_t train_chars, int64_t val_chars, uint64_t seed) {
-  FT_CHECK(train_chars >= 2 && val_chars >= 2, "CharCorpus: expected at least 2 training and 2 validation characters, found ",
-           train_chars, " and ", val_chars);
+  FT_CHECK(train_chars >= 2 && val_chars >= 2,
+           "CharCorpus: expected at least 2 training and 2 validation characters, found ", train_chars, " and ",
+           val_chars);
   // The vocabulary is the source's alphabet: every character the chain can emit, so any prompt
   // made of them encodes even if a particular draw happens to miss one.
   vocab_ = source.alphabet();
@@ -55,8 +56,8 @@ std::string CharCorpus::decode(const std::vector<int64_t>& ids) const {
   return out;
 }
 
-void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>& starts, int64_t context,
-                  Tensor& x, Tensor& y) {
+void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>& starts, int64_t context, Tensor& x,
+                  Tensor& y) {
   const int64_t b = static_cast<int64_t>(starts.size());
   x = empty({b, context}, DType::I64);
   y = empty({b, context}, DType::I64);
@@ -74,8 +75,7 @@ void char_windows(const std::vector<uint8_t>& tokens, const std::vector<int64_t>
   }
 }
 
-int64_t random_window_start(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index,
-                            int64_t row) {
+int64_t random_window_start(int64_t tokens, int64_t context, int64_t batch, uint64_t seed, int64_t index, int64_t row) {
   const int64_t range = tokens - context;  // starts in [0, range)
   FT_CHECK(range >= 1, "random_window_starts: ", tokens, " tokens are too few for windows of ", context + 1);
   FT_CHECK(row >= 0 && row < batch, "random_window_start: expected a row in [0, ", batch, "), found ", row);

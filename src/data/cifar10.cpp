@@ -17,8 +17,8 @@ Cifar10Dataset::Cifar10Dataset(const std::vector<std::string>& batch_paths) {
   first_record_.assign(1, 0);
   for (const auto& path : batch_paths) {
     auto f = map_file(path);
-    FT_CHECK(f->size > 0 && f->size % kRecordBytes == 0, path, ": a CIFAR-10 batch is a whole number of ",
-             kRecordBytes, "-byte records, found ", f->size, " bytes");
+    FT_CHECK(f->size > 0 && f->size % kRecordBytes == 0, path, ": a CIFAR-10 batch is a whole number of ", kRecordBytes,
+             "-byte records, found ", f->size, " bytes");
     int64_t records = static_cast<int64_t>(f->size) / kRecordBytes;
     for (int64_t r = 0; r < records; ++r) {
       auto label = static_cast<unsigned char>(f->data[r * kRecordBytes]);

@@ -115,9 +115,7 @@ const Batch* DevicePrefetcher::next() {
   return &s.batch;
 }
 
-LoaderState DevicePrefetcher::state() const {
-  return (ahead_ >= 0 || ahead_is_end_) ? before_ahead_ : loader_.state();
-}
+LoaderState DevicePrefetcher::state() const { return (ahead_ >= 0 || ahead_is_end_) ? before_ahead_ : loader_.state(); }
 
 void DevicePrefetcher::load_state(const LoaderState& state) {
   if (!device_.is_cpu()) release_current();

@@ -291,8 +291,8 @@ void DataLoader::load_state(const LoaderState& state) {
   if (iterable_)
     FT_CHECK(state.position >= 0, "DataLoader::load_state: expected a position >= 0, found ", state.position);
   else
-    FT_CHECK(state.position >= 0 && state.position <= batches_per_epoch_, "DataLoader::load_state: expected a position in [0, ",
-             batches_per_epoch_, "], found ", state.position);
+    FT_CHECK(state.position >= 0 && state.position <= batches_per_epoch_,
+             "DataLoader::load_state: expected a position in [0, ", batches_per_epoch_, "], found ", state.position);
   std::unique_lock<std::mutex> lock(mu_);
   stop_workers_locked(lock);
   epoch_ = state.epoch;

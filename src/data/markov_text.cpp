@@ -13,9 +13,7 @@ extern const std::string_view kSeedText;
 namespace {
 
 // Index of the first entry of `cum` (cumulative counts, ascending) greater than r.
-int64_t pick(const int64_t* cum, int64_t n, int64_t r) {
-  return std::upper_bound(cum, cum + n, r) - cum;
-}
+int64_t pick(const int64_t* cum, int64_t n, int64_t r) { return std::upper_bound(cum, cum + n, r) - cum; }
 
 // A uniform integer in [0, n) from a 32-bit random word (n < 2^32; bias below 2^-32 * n).
 int64_t scale_word(uint32_t w, int64_t n) { return static_cast<int64_t>((static_cast<uint64_t>(w) * n) >> 32); }
@@ -34,8 +32,7 @@ MarkovText MarkovText::from_seed_text(std::string_view text) {
       m.alphabet_.push_back(static_cast<char>(c));
     }
   m.vocab_ = static_cast<int>(m.alphabet_.size());
-  FT_CHECK(m.vocab_ <= 128, "MarkovText: expected at most 128 distinct characters in the seed text, found ",
-           m.vocab_);
+  FT_CHECK(m.vocab_ <= 128, "MarkovText: expected at most 128 distinct characters in the seed text, found ", m.vocab_);
   const int64_t V = m.vocab_, n = static_cast<int64_t>(text.size());
   auto at = [&](int64_t i) { return id[static_cast<unsigned char>(text[i % n])]; };
 

@@ -22,8 +22,8 @@ int64_t be32(const char* p) {
 // Checks the magic and reads the `ndims` dimensions that follow it.
 std::vector<int64_t> idx_dims(const MappedFile& f, int32_t magic, int ndims, const char* what) {
   size_t header = 4 * (1 + ndims);
-  FT_CHECK(f.size >= header, f.path, ": truncated MNIST ", what, " file: ", f.size, " bytes, shorter than the ",
-           header, "-byte header");
+  FT_CHECK(f.size >= header, f.path, ": truncated MNIST ", what, " file: ", f.size, " bytes, shorter than the ", header,
+           "-byte header");
   FT_CHECK(be32(f.data) == magic, f.path, ": not an MNIST ", what, " file: magic ", be32(f.data), " (expected ", magic,
            ")");
   std::vector<int64_t> dims(ndims);

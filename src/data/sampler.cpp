@@ -43,8 +43,7 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t rank, int64_t world_si
     : n_(n), rank_(rank), world_size_(world_size), shuffle_(shuffle), seed_(seed) {
   FT_CHECK(n >= 0, "DistributedSampler: expected a dataset size >= 0, found ", n);
   FT_CHECK(world_size >= 1, "DistributedSampler: expected world_size >= 1, found ", world_size);
-  FT_CHECK(rank >= 0 && rank < world_size, "DistributedSampler: expected rank in [0, ", world_size, "), found ",
-           rank);
+  FT_CHECK(rank >= 0 && rank < world_size, "DistributedSampler: expected rank in [0, ", world_size, "), found ", rank);
   // drop_last: the largest multiple of world_size not above n; otherwise the smallest at or above.
   per_rank_ = drop_last ? n / world_size : (n + world_size - 1) / world_size;
 }

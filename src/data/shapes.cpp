@@ -19,16 +19,16 @@ constexpr uint64_t kNoiseKeySalt = 0xD1B54A32D192ED03ull;
 bool inside(int64_t cls, double u, double v) {
   const double r2 = u * u + v * v, au = std::fabs(u), av = std::fabs(v);
   switch (cls) {
-    case 0: return r2 <= 1.0;                                   // disk
-    case 1: return au <= 0.8 && av <= 0.8;                      // square
-    case 2: {                                                   // triangle, apex up
+    case 0: return r2 <= 1.0;               // disk
+    case 1: return au <= 0.8 && av <= 0.8;  // square
+    case 2: {                               // triangle, apex up
       // Equilateral triangle inscribed in the unit circle: three half-planes.
       const double s = 0.8660254037844386;  // sqrt(3)/2
       return v >= -0.5 && (s * u - 0.5 * v) <= 0.5 && (-s * u - 0.5 * v) <= 0.5;
     }
     case 3: return (au <= 0.28 && av <= 1.0) || (av <= 0.28 && au <= 1.0);  // cross
-    case 4: return r2 <= 1.0 && r2 >= 0.36;                     // ring
-    default: {                                                  // frame (hollow square)
+    case 4: return r2 <= 1.0 && r2 >= 0.36;                                 // ring
+    default: {                                                              // frame (hollow square)
       const double m = std::max(au, av);
       return m <= 0.85 && m >= 0.5;
     }
@@ -45,8 +45,8 @@ const std::vector<std::string>& shape_class_names() {
 ImageSet make_shapes(int64_t n, uint64_t seed, const ShapesOptions& o) {
   const int64_t max_classes = static_cast<int64_t>(shape_class_names().size());
   FT_CHECK(n >= 1, "make_shapes: expected at least one image, found ", n);
-  FT_CHECK(o.classes >= 2 && o.classes <= max_classes, "make_shapes: expected 2 to ", max_classes,
-           " classes, found ", o.classes);
+  FT_CHECK(o.classes >= 2 && o.classes <= max_classes, "make_shapes: expected 2 to ", max_classes, " classes, found ",
+           o.classes);
   FT_CHECK(o.image_size >= 8 && o.image_size <= 512, "make_shapes: expected an image size in [8, 512], found ",
            o.image_size);
   FT_CHECK(o.noise >= 0 && o.noise <= 1, "make_shapes: expected noise in [0, 1], found ", o.noise);
@@ -87,7 +87,8 @@ ImageSet make_shapes(int64_t n, uint64_t seed, const ShapesOptions& o) {
           const double r0 = std::sqrt(-2.0 * std::log(1.0 - uniform_from_word(p.v[0])));
           const double t0 = 2 * M_PI * uniform_from_word(p.v[1]);
           const double r1 = std::sqrt(-2.0 * std::log(1.0 - uniform_from_word(p.v[2])));
-          const double g[3] = {r0 * std::cos(t0), r0 * std::sin(t0), r1 * std::cos(2 * M_PI * uniform_from_word(p.v[3]))};
+          const double g[3] = {r0 * std::cos(t0), r0 * std::sin(t0),
+                               r1 * std::cos(2 * M_PI * uniform_from_word(p.v[3]))};
           for (int c = 0; c < 3; ++c) {
             const double value = (in ? fg[c] : bg[c]) + o.noise * g[c];
             out[c * plane + y * S + x] = static_cast<float>(2.0 * value - 1.0);

@@ -30,8 +30,8 @@ std::vector<std::string> text_files(const std::string& input) {
 }
 
 void check_shard_tokens(int64_t shard_tokens) {
-  FT_CHECK(shard_tokens > 0 && shard_tokens <= 0x7fffffff, "fasttrain data: tokens per shard must be in 1-2147483647, found ",
-           shard_tokens);
+  FT_CHECK(shard_tokens > 0 && shard_tokens <= 0x7fffffff,
+           "fasttrain data: tokens per shard must be in 1-2147483647, found ", shard_tokens);
 }
 
 // Shards of at most `shard_tokens` tokens, written as the tokens arrive.
@@ -90,9 +90,9 @@ void for_each_byte(const std::string& file, F&& on_byte) {
 template <class F>
 void for_each_code_point(const std::string& file, F&& on_code_point) {
   uint32_t cp = 0;
-  int need = 0;                      // continuation bytes still expected
-  uint8_t lo = 0x80, hi = 0xBF;      // the allowed range of the next continuation byte
-  int64_t start = 0;                 // offset of the sequence being decoded
+  int need = 0;                  // continuation bytes still expected
+  uint8_t lo = 0x80, hi = 0xBF;  // the allowed range of the next continuation byte
+  int64_t start = 0;             // offset of the sequence being decoded
   auto bad = [&](int64_t offset, const char* what) {
     FT_FAIL("fasttrain data: '", file, "' is not valid UTF-8 at byte offset ", offset, " (", what,
             "); --vocab char needs UTF-8 text, --vocab byte takes any bytes");
@@ -160,8 +160,8 @@ std::vector<WrittenShard> write_byte_token_shards(const std::string& input, cons
   return writer.finish(input);
 }
 
-CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir,
-                                        const std::string& prefix, int64_t shard_tokens) {
+CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir, const std::string& prefix,
+                                        int64_t shard_tokens) {
   check_shard_tokens(shard_tokens);
   std::vector<std::string> files = text_files(input);
   // Pass 1: the vocabulary (and the UTF-8 check, before anything is written).
@@ -208,8 +208,8 @@ std::vector<std::string> read_char_vocabulary(const std::string& path) {
   }
   FT_CHECK(j.contains("vocab_size") && j["vocab_size"].is_number_integer() &&
                j["vocab_size"].get<int64_t>() == static_cast<int64_t>(vocab.size()),
-           "read_char_vocabulary: '", path, "' says vocab_size ", j.contains("vocab_size") ? j["vocab_size"].dump() : "none",
-           " but lists ", vocab.size(), " tokens");
+           "read_char_vocabulary: '", path, "' says vocab_size ",
+           j.contains("vocab_size") ? j["vocab_size"].dump() : "none", " but lists ", vocab.size(), " tokens");
   return vocab;
 }
 

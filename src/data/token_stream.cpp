@@ -61,8 +61,7 @@ TokenStreamDataset::TokenStreamDataset(std::vector<TokenShard> shards, int64_t c
   windows_ = first_token_.back() > 0 ? (first_token_.back() - 1) / context_ : 0;
 }
 
-TokenStreamDataset::TokenStreamDataset(const std::string& pattern, int64_t context, int64_t rank,
-                                       int64_t world_size)
+TokenStreamDataset::TokenStreamDataset(const std::string& pattern, int64_t context, int64_t rank, int64_t world_size)
     : TokenStreamDataset(open_token_shards(pattern), context, rank, world_size) {}
 
 std::unique_ptr<SampleStream> TokenStreamDataset::open(uint64_t, int64_t start) const {

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 #include <vector>
@@ -29,8 +29,8 @@ const char* descr_of(DType t) {
 }
 
 DType dtype_of_descr(const std::string& d, const std::string& path) {
-  static const std::pair<const char*, DType> table[] = {{"<f4", DType::F32}, {"<f8", DType::F64}, {"<f2", DType::F16},
-                                                        {"<i4", DType::I32}, {"<i8", DType::I64}, {"|u1", DType::U8},
+  static const std::pair<const char*, DType> table[] = {{"<f4", DType::F32},  {"<f8", DType::F64}, {"<f2", DType::F16},
+                                                        {"<i4", DType::I32},  {"<i8", DType::I64}, {"|u1", DType::U8},
                                                         {"|b1", DType::Bool}, {"<u1", DType::U8}};
   for (auto& [name, dt] : table)
     if (d == name) return dt;

@@ -123,7 +123,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
     FT_CHECK(info.contains(field), path, ": tensor '", name, "' has no \"", field, "\"");
   Entry e;
   e.name = name;
-  FT_CHECK(info["dtype"].is_string(), path, ": tensor '", name, "' dtype must be a string, found ", info["dtype"].dump());
+  FT_CHECK(info["dtype"].is_string(), path, ": tensor '", name, "' dtype must be a string, found ",
+           info["dtype"].dump());
   std::string dt = info["dtype"].get<std::string>();
   FT_CHECK(parse_dtype(dt, e.dtype), path, ": tensor '", name, "' has unknown dtype '", dt,
            "' (expected one of F32, F64, BF16, F16, I32, I64, U8, BOOL)");
@@ -143,12 +144,11 @@ Entry parse_entry(const std::string& path, const std::string& name, const ordere
       if (d == 0) too_big = false;  // an empty tensor holds no bytes however large the other dims
   }
   const auto& off = info["data_offsets"];
-  FT_CHECK(off.is_array() && off.size() == 2, path, ": tensor '", name,
-           "' data_offsets must be [begin, end], found ", off.dump());
+  FT_CHECK(off.is_array() && off.size() == 2, path, ": tensor '", name, "' data_offsets must be [begin, end], found ",
+           off.dump());
   e.begin = json_uint(off[0], path, name, "data_offsets");
   e.end = json_uint(off[1], path, name, "data_offsets");
-  FT_CHECK(e.begin <= e.end, path, ": tensor '", name, "' data_offsets [", e.begin, ", ", e.end,
-           "] end before begin");
+  FT_CHECK(e.begin <= e.end, path, ": tensor '", name, "' data_offsets [", e.begin, ", ", e.end, "] end before begin");
   FT_CHECK(e.end <= data_bytes, path, ": tensor '", name, "' data_offsets [", e.begin, ", ", e.end,
            "] run past the end of the data section (", data_bytes, " bytes): file truncated or corrupt");
   FT_CHECK(!too_big && nbytes == e.end - e.begin, path, ": tensor '", name, "' has shape ", e.shape.str(), " ", dt,
@@ -219,8 +219,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
   copy_out(len, 0, 8);
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len[i]) << (8 * i);
-  FT_CHECK(header_len <= size - 8, path, ": header length ", header_len, " runs past the end of the file (",
-           size, " bytes): truncated or not a safetensors file");
+  FT_CHECK(header_len <= size - 8, path, ": header length ", header_len, " runs past the end of the file (", size,
+           " bytes): truncated or not a safetensors file");
   FT_CHECK(header_len <= kMaxHeaderBytes, path, ": header length ", header_len, " exceeds the limit of ",
            kMaxHeaderBytes, " bytes");
   std::string header_text(header_len, '\0');
@@ -268,18 +268,18 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (const Entry* e : by_offset) {
     FT_CHECK(e->begin >= covered, path, ": tensor '", e->name, "' data_offsets [", e->begin, ", ", e->end,
              "] overlap tensor '", prev ? prev->name : "", "' which ends at ", covered);
-    FT_CHECK(e->begin == covered, path, ": tensor '", e->name, "' starts at byte ", e->begin, " of the data section, expected ",
-             covered, " (a gap after ", prev ? "tensor '" + prev->name + "'" : std::string("the header"), ")");
+    FT_CHECK(e->begin == covered, path, ": tensor '", e->name, "' starts at byte ", e->begin,
+             " of the data section, expected ", covered, " (a gap after ",
+             prev ? "tensor '" + prev->name + "'" : std::string("the header"), ")");
     covered = e->end;
     prev = e;
   }
-  FT_CHECK(covered == data_bytes, path, ": data section holds ", data_bytes, " bytes but the tensors cover ",
-           covered, ": ", data_bytes - covered, " trailing bytes (file altered or corrupt)");
+  FT_CHECK(covered == data_bytes, path, ": data section holds ", data_bytes, " bytes but the tensors cover ", covered,
+           ": ", data_bytes - covered, " trailing bytes (file altered or corrupt)");
   for (const auto& [name, crc] : checksums)
     // wanted: clang 14 cannot capture a structured binding.
     FT_CHECK(std::any_of(entries.begin(), entries.end(), [&wanted = name](const Entry& e) { return e.name == wanted; }),
-             path,
-             ": metadata has a checksum for tensor '", name, "' which the file does not hold");
+             path, ": metadata has a checksum for tensor '", name, "' which the file does not hold");
 
   result.tensors.reserve(entries.size());
   for (const Entry* e : by_offset) {

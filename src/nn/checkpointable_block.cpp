@@ -17,8 +17,10 @@ int64_t set_activation_checkpointing(Module& model, bool on) {
       ++blocks;
     }
   }
-  FT_CHECK(blocks > 0, "set_activation_checkpointing: expected a model with checkpointable blocks (GPT, a ResNet), "
-           "found none in a ", model.type_name());
+  FT_CHECK(blocks > 0,
+           "set_activation_checkpointing: expected a model with checkpointable blocks (GPT, a ResNet), "
+           "found none in a ",
+           model.type_name());
   return blocks;
 }
 

@@ -81,7 +81,8 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "gpt2" || name == "gpt2-124m") return make(50257, 1024, 12, 768, 12);
   if (name == "gpt2-medium") return make(50257, 1024, 24, 1024, 16);
   if (name == "gpt2-large") return make(50257, 1024, 36, 1280, 20);
-  FT_FAIL("GPTConfig::preset: unknown preset \"", name, "\"; known: gpt-mini, gpt2 (gpt2-124m), gpt2-medium, gpt2-large");
+  FT_FAIL("GPTConfig::preset: unknown preset \"", name,
+          "\"; known: gpt-mini, gpt2 (gpt2-124m), gpt2-medium, gpt2-large");
 }
 
 GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling) : cfg_(cfg) {
@@ -163,8 +164,10 @@ TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model) {
         padded.narrow(0, 0, t.size(0)).copy_(t);
         v = padded;
       }
-      if (name == "lm_head.weight") has_head = true;
-      else wte = v;
+      if (name == "lm_head.weight")
+        has_head = true;
+      else
+        wte = v;
     }
     out.emplace_back(name, v);
   }

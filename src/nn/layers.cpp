@@ -44,8 +44,8 @@ Linear::Linear(Tensor w, Tensor b) {
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
-Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool with_bias,
-               int64_t groups, int64_t dilation, Generator* gen)
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool with_bias, int64_t groups,
+               int64_t dilation, Generator* gen)
     : stride(stride), padding(padding), groups(groups), dilation(dilation) {
   check_positive(in, "Conv2d", "in_channels");
   check_positive(out, "Conv2d", "out_channels");

@@ -15,12 +15,12 @@ std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& sizes, Generator* ge
 }
 
 std::shared_ptr<Sequential> cnn_mini(int64_t in_channels, int64_t classes, Generator* gen) {
-  FT_CHECK(in_channels > 0 && classes > 0, "cnn_mini: in_channels and classes must be positive, found ",
-           in_channels, " and ", classes);
+  FT_CHECK(in_channels > 0 && classes > 0, "cnn_mini: in_channels and classes must be positive, found ", in_channels,
+           " and ", classes);
   auto conv_bn_relu = [gen](int64_t i, int64_t o, int64_t s) {
-    return std::make_shared<Sequential>(std::vector<ModulePtr>{
-        std::make_shared<Conv2d>(i, o, 3, s, 1, false, 1, 1, gen), std::make_shared<BatchNorm2d>(o),
-        std::make_shared<ReLU>()});
+    return std::make_shared<Sequential>(
+        std::vector<ModulePtr>{std::make_shared<Conv2d>(i, o, 3, s, 1, false, 1, 1, gen),
+                               std::make_shared<BatchNorm2d>(o), std::make_shared<ReLU>()});
   };
   auto net = std::make_shared<Sequential>();
   struct Stage {

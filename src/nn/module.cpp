@@ -138,7 +138,8 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_child
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() {
   // The entry for this module does not own it: a module may live on the stack.
-  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out{{"", std::shared_ptr<Module>(std::shared_ptr<Module>(), this)}};
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out{
+      {"", std::shared_ptr<Module>(std::shared_ptr<Module>(), this)}};
   std::unordered_set<const Module*> seen{this};
   std::function<void(const Module&, const std::string&)> rec = [&](const Module& m, const std::string& prefix) {
     for (auto& [n, c] : m.children_) {

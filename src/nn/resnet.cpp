@@ -43,8 +43,8 @@ struct Builder {
     return std::make_shared<Sequential>(std::vector<ModulePtr>{conv(i, o, 1, s), bn(o)});
   }
   ModulePtr basic(int64_t i, int64_t o, int64_t s) const {
-    auto body = std::make_shared<Sequential>(
-        std::vector<ModulePtr>{conv(i, o, 3, s), bn(o), relu(), conv(o, o, 3, 1), bn(o)});
+    auto body =
+        std::make_shared<Sequential>(std::vector<ModulePtr>{conv(i, o, 3, s), bn(o), relu(), conv(o, o, 3, 1), bn(o)});
     return std::make_shared<ResidualBlock>("BasicBlock", body, shortcut(i, o, s));
   }
   ModulePtr bottleneck(int64_t i, int64_t mid, int64_t o, int64_t s) const {

@@ -74,17 +74,16 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   if (needs_grad) {
     autograd::SavedTensor sq(q), sk(k), sv(v), sout(out_f32.defined() ? out_f32 : out), slse(lse);
-    autograd::record_function(
-        "ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out}, [=](std::vector<Tensor>& g) {
-          const char* node = "ScaledDotProductAttentionBackward";
-          Tensor qv = sq.get(node), kv = sk.get(node), vv = sv.get(node);
-          Tensor dq = empty(qv.shape(), qv.options());
-          Tensor dk = empty(kv.shape(), kv.options());
-          Tensor dv = empty(vv.shape(), vv.options());
-          Tensor go = g[0].dtype() == qv.dtype() ? g[0] : g[0].to(qv.dtype());
-          kernels(qv).attention_backward(qv, kv, vv, sout.get(node), slse.get(node), go, params, dq, dk, dv);
-          return std::vector<Tensor>{dq, dk, dv};
-        });
+    autograd::record_function("ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out}, [=](std::vector<Tensor>& g) {
+      const char* node = "ScaledDotProductAttentionBackward";
+      Tensor qv = sq.get(node), kv = sk.get(node), vv = sv.get(node);
+      Tensor dq = empty(qv.shape(), qv.options());
+      Tensor dk = empty(kv.shape(), kv.options());
+      Tensor dv = empty(vv.shape(), vv.options());
+      Tensor go = g[0].dtype() == qv.dtype() ? g[0] : g[0].to(qv.dtype());
+      kernels(qv).attention_backward(qv, kv, vv, sout.get(node), slse.get(node), go, params, dq, dk, dv);
+      return std::vector<Tensor>{dq, dk, dv};
+    });
   }
   return out;
 }

@@ -19,14 +19,14 @@ enum class CastClass {
   Float32,       // bf16/f16 inputs are widened (exp/log/sums over many terms: where range and accuracy are)
 };
 
-#define FT_AUTOCAST_OPS(X)                                                                         \
-  X(matmul, LowPrecision)                                                                          \
-  X(bmm, LowPrecision)                                                                             \
-  X(linear, LowPrecision)                                                                          \
-  X(conv2d, LowPrecision)                                                                          \
-  X(scaled_dot_product_attention, LowPrecision)                                                    \
-  X(softmax, Float32)                                                                              \
-  X(log_softmax, Float32)                                                                          \
+#define FT_AUTOCAST_OPS(X)                      \
+  X(matmul, LowPrecision)                       \
+  X(bmm, LowPrecision)                          \
+  X(linear, LowPrecision)                       \
+  X(conv2d, LowPrecision)                       \
+  X(scaled_dot_product_attention, LowPrecision) \
+  X(softmax, Float32)                           \
+  X(log_softmax, Float32)                       \
   X(cross_entropy, Float32)
 
 enum class AutocastOp {

@@ -31,7 +31,7 @@ Tensor empty_in_format(const Shape& shape, TensorOptions opts, bool channels_las
 namespace {
 
 backend::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair stride, Pair padding,
-                            Pair dilation, int64_t groups) {
+                                Pair dilation, int64_t groups) {
   const char* op = "conv2d";
   FT_CHECK(x.dim() == 4, op, ": expected a 4-d input [N, C, H, W], found shape ", x.shape().str());
   FT_CHECK(weight.dim() == 4, op, ": expected a 4-d weight [O, C/groups, kH, kW], found shape ", weight.shape().str());
@@ -85,28 +85,27 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
     const Shape x_shape = x.shape(), w_shape = weight.shape();
     autograd::SavedTensor sx(need_w ? xd : Tensor()), sw(need_x ? wd : Tensor());
-    autograd::record_function(
-        "Conv2dBackward", {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
-          const Tensor gy = ops::dense_in_format(g[0], p.channels_last);
-          Tensor gx, gw, gb;
-          if (p.N * p.O * p.OH * p.OW == 0) {  // nothing flowed back
-            return std::vector<Tensor>{need_x ? zeros(x_shape, gy.options()) : Tensor(),
-                                       need_w ? zeros(w_shape, gy.options()) : Tensor(),
-                                       need_b ? zeros({p.O}, gy.options()) : Tensor()};
-          }
-          if (need_x) {
-            gx = ops::empty_in_format(x_shape, gy.options(), p.channels_last);
-            kernels(gy).conv2d_backward_data(p, gy, sw.get("Conv2dBackward"), gx);
-          }
-          if (need_w) {
-            gw = empty(w_shape, gy.options());
-            if (need_b) gb = empty({p.O}, gy.options());
-            kernels(gy).conv2d_backward_weight(p, gy, sx.get("Conv2dBackward"), gw, gb);
-          } else if (need_b) {
-            gb = sum(gy, {0, 2, 3});
-          }
-          return std::vector<Tensor>{gx, gw, gb};
-        });
+    autograd::record_function("Conv2dBackward", {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
+      const Tensor gy = ops::dense_in_format(g[0], p.channels_last);
+      Tensor gx, gw, gb;
+      if (p.N * p.O * p.OH * p.OW == 0) {  // nothing flowed back
+        return std::vector<Tensor>{need_x ? zeros(x_shape, gy.options()) : Tensor(),
+                                   need_w ? zeros(w_shape, gy.options()) : Tensor(),
+                                   need_b ? zeros({p.O}, gy.options()) : Tensor()};
+      }
+      if (need_x) {
+        gx = ops::empty_in_format(x_shape, gy.options(), p.channels_last);
+        kernels(gy).conv2d_backward_data(p, gy, sw.get("Conv2dBackward"), gx);
+      }
+      if (need_w) {
+        gw = empty(w_shape, gy.options());
+        if (need_b) gb = empty({p.O}, gy.options());
+        kernels(gy).conv2d_backward_weight(p, gy, sx.get("Conv2dBackward"), gw, gb);
+      } else if (need_b) {
+        gb = sum(gy, {0, 2, 3});
+      }
+      return std::vector<Tensor>{gx, gw, gb};
+    });
   }
   return y;
 }

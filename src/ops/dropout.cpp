@@ -23,8 +23,9 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
     if (autograd::any_requires_grad({&x})) {
       Shape shape = x.shape();
       TensorOptions opts = x.options();
-      autograd::record_function("DropoutBackward", {&x}, {&y},
-                                [shape, opts](std::vector<Tensor>&) { return std::vector<Tensor>{zeros(shape, opts)}; });
+      autograd::record_function("DropoutBackward", {&x}, {&y}, [shape, opts](std::vector<Tensor>&) {
+        return std::vector<Tensor>{zeros(shape, opts)};
+      });
     }
     return y;
   }

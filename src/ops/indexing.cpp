@@ -203,8 +203,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t> padding_idx) {
   FT_CHECK(ids.defined() && weight.defined(), "embedding: ids and weight must be defined");
-  FT_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::I32, "embedding: ids must be an i64 or i32 tensor, found ",
-           dtype_name(ids.dtype()));
+  FT_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::I32,
+           "embedding: ids must be an i64 or i32 tensor, found ", dtype_name(ids.dtype()));
   ops::common_device({&ids, &weight}, "embedding");
   FT_CHECK(weight.dim() == 2, "embedding: weight must be 2-d [vocabulary, dim], found shape ", weight.shape().str());
   ops::check_floating(weight, "embedding", "weight");

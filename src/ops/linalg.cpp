@@ -129,8 +129,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   FT_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out, in], found shape ", weight.shape().str());
   FT_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, found a 0-d tensor");
   const int64_t in = weight.size(1), out_f = weight.size(0);
-  FT_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features (last dim of ", x.shape().str(),
-           "), weight ", weight.shape().str(), " expects ", in);
+  FT_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features (last dim of ", x.shape().str(), "), weight ",
+           weight.shape().str(), " expects ", in);
   if (bias.defined()) {
     FT_CHECK(bias.dtype() == x.dtype(), "linear: bias is ", dtype_name(bias.dtype()), " but input is ",
              dtype_name(x.dtype()));

@@ -51,12 +51,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   Tensor out;
   double scale = 1.0;
   switch (reduction) {
-    case Reduction::None:
-      out = loss.view(expected).to(logits.dtype());
-      break;
-    case Reduction::Sum:
-      out = sum(loss).to(logits.dtype());
-      break;
+    case Reduction::None: out = loss.view(expected).to(logits.dtype()); break;
+    case Reduction::Sum: out = sum(loss).to(logits.dtype()); break;
     case Reduction::Mean:
       // count == 0 gives 0/0 = NaN, like PyTorch; the gradient is then 0 (every position ignored).
       out = div(sum(loss), ops::scalar_like(static_cast<double>(count), loss)).to(logits.dtype());
@@ -66,16 +62,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   if (autograd::any_requires_grad({&logits})) {
     autograd::SavedTensor sx(x), st(t), slse(lse);
     Shape lshape = logits.shape();
-    autograd::record_function("CrossEntropyBackward", {&logits}, {&out},
-                              [=](std::vector<Tensor>& g) {
-                                const char* node = "CrossEntropyBackward";
-                                Tensor xv = sx.get(node);
-                                Tensor gc = g[0].to(acc).contiguous();
-                                Tensor gx = empty(lshape, xv.options());
-                                kernels(xv).cross_entropy_backward(xv, N, C, S, st.get(node), slse.get(node), ignore_index,
-                                                            label_smoothing, gc, scale, gx);
-                                return std::vector<Tensor>{gx};
-                              });
+    autograd::record_function("CrossEntropyBackward", {&logits}, {&out}, [=](std::vector<Tensor>& g) {
+      const char* node = "CrossEntropyBackward";
+      Tensor xv = sx.get(node);
+      Tensor gc = g[0].to(acc).contiguous();
+      Tensor gx = empty(lshape, xv.options());
+      kernels(xv).cross_entropy_backward(xv, N, C, S, st.get(node), slse.get(node), ignore_index, label_smoothing, gc,
+                                         scale, gx);
+      return std::vector<Tensor>{gx};
+    });
   }
   return out;
 }

@@ -69,9 +69,10 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair 
   Tensor indices = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, TensorOptions(DType::I64), p.channels_last);
   if (y.numel() > 0) kernels(xd).max_pool2d_forward(p, xd, y, indices);
   autograd::SavedTensor si(autograd::any_requires_grad({&x}) ? indices : Tensor());
-  record_pool_backward("MaxPool2dBackward", x, y, p, [si](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
-    kernels(gy).max_pool2d_backward(p, gy, si.get("MaxPool2dBackward"), gx);
-  });
+  record_pool_backward("MaxPool2dBackward", x, y, p,
+                       [si](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
+                         kernels(gy).max_pool2d_backward(p, gy, si.get("MaxPool2dBackward"), gx);
+                       });
   return y;
 }
 
@@ -83,9 +84,10 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, bool 
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   Tensor y = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, x.options(), p.channels_last);
   if (y.numel() > 0) kernels(xd).avg_pool2d_forward(p, xd, y);
-  record_pool_backward("AvgPool2dBackward", x, y, p, [](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
-    kernels(gx).avg_pool2d_backward(p, gy, gx);
-  });
+  record_pool_backward("AvgPool2dBackward", x, y, p,
+                       [](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
+                         kernels(gx).avg_pool2d_backward(p, gy, gx);
+                       });
   return y;
 }
 
@@ -98,9 +100,10 @@ Tensor adaptive_avg_pool2d(const Tensor& x, Pair output_size) {
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   Tensor y = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, x.options(), p.channels_last);
   if (y.numel() > 0) kernels(xd).adaptive_avg_pool2d_forward(p, xd, y);
-  record_pool_backward("AdaptiveAvgPool2dBackward", x, y, p, [](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
-    kernels(gx).adaptive_avg_pool2d_backward(p, gy, gx);
-  });
+  record_pool_backward("AdaptiveAvgPool2dBackward", x, y, p,
+                       [](const backend::PoolParams& p, const Tensor& gy, const Tensor& gx) {
+                         kernels(gx).adaptive_avg_pool2d_backward(p, gy, gx);
+                       });
   return y;
 }
 

@@ -25,8 +25,8 @@ ValuesIndices max_dim_impl(const Tensor& x, int64_t dim, bool keepdim, bool want
   const int d = wrap_dim(dim, x.dim(), name);
   // A 0-d tensor is its own max along dim 0 (PyTorch allows dim 0 / -1 there).
   Tensor xr = x.dim() == 0 ? x.reshape({1}) : x;
-  FT_CHECK(xr.size(d) > 0, name, ": cannot reduce over dimension ", d, " of size 0 (input shape ",
-           x.shape().str(), ")");
+  FT_CHECK(xr.size(d) > 0, name, ": cannot reduce over dimension ", d, " of size 0 (input shape ", x.shape().str(),
+           ")");
   std::vector<bool> mask(xr.dim(), false);
   mask[d] = true;
   Shape out_shape = x.dim() == 0 ? Shape{} : ops::reduced_shape(xr.shape(), mask, keepdim);

@@ -18,9 +18,7 @@ class Adam final : public detail::MultiTensorOptimizer {
  protected:
   int num_buffers(const GroupOptions&) const override { return 2; }
   const char* buffer_name(int index) const override { return index == 0 ? "exp_avg" : "exp_avg_sq"; }
-  void check_options(const GroupOptions& o, size_t g) const override {
-    check_adam_family_options(o, g);
-  }
+  void check_options(const GroupOptions& o, size_t g) const override { check_adam_family_options(o, g); }
 
  private:
   void update(const backend::Kernels& kernels, const backend::MultiTensorStep& step) override {

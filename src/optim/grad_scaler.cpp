@@ -40,12 +40,14 @@ Tensor GradScaler::scale(const Tensor& loss) {
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!options_.enabled) return;
-  FT_CHECK(!unscaled_, "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last "
+  FT_CHECK(!unscaled_,
+           "GradScaler.unscale_: unscale_() has already been called on this optimizer since the last "
            "update()");
   thread_local optim::detail::GradList gl;  // kept for its capacity
   thread_local std::vector<Tensor> params;
   params.clear();
-  for (const auto& group : optimizer.param_groups()) params.insert(params.end(), group.params.begin(), group.params.end());
+  for (const auto& group : optimizer.param_groups())
+    params.insert(params.end(), group.params.begin(), group.params.end());
   optim::detail::collect_grads(params, "GradScaler.unscale_", gl);
   FT_CHECK(gl.grads.empty() || gl.device == scale_.device(), "GradScaler.unscale_: the gradients are on ",
            gl.device.str(), ", the scale on ", scale_.device().str());
@@ -67,7 +69,8 @@ void GradScaler::step(optim::Optimizer& optimizer) {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  FT_CHECK(unscaled_, "GradScaler.update: No inf checks were recorded prior to update (call step() or unscale_() "
+  FT_CHECK(unscaled_,
+           "GradScaler.update: No inf checks were recorded prior to update (call step() or unscale_() "
            "first)");
   backend::kernels(scale_).update_loss_scale(scale_, growth_tracker_, found_inf_, options_.growth_factor,
                                              options_.backoff_factor, options_.growth_interval);

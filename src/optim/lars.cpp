@@ -22,8 +22,8 @@ class Lars final : public detail::MultiTensorOptimizer {
     FT_CHECK(o.trust_coefficient > 0, name(), ": Invalid trust_coefficient value: ", o.trust_coefficient,
              " (expected > 0; ", group_label(g), ")");
     FT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), name(),
-             ": Nesterov momentum requires a momentum and zero dampening (found momentum ", o.momentum,
-             ", dampening ", o.dampening, "; ", group_label(g), ")");
+             ": Nesterov momentum requires a momentum and zero dampening (found momentum ", o.momentum, ", dampening ",
+             o.dampening, "; ", group_label(g), ")");
   }
   void update(const backend::Kernels& kernels, const backend::MultiTensorStep& step) override {
     kernels.lars_step(step);

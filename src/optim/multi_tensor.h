@@ -41,7 +41,7 @@ class MultiTensorOptimizer : public Optimizer {
   virtual const char* buffer_name(int index) const = 0;
   // Throws ft::Error with PyTorch's message for an invalid hyper-parameter of group `g`.
   virtual void check_options(const GroupOptions& options, size_t g) const = 0;
-  void check_all_options() const;  // call from the derived constructor
+  void check_all_options() const;           // call from the derived constructor
   std::string group_label(size_t g) const;  // "group 1 ('no_decay')", for messages
   // PyTorch's checks shared by a family, with its messages: lr, eps, betas and weight decay
   // (Adam, AdamW, LAMB); lr, momentum and weight decay (SGD, LARS).

@@ -117,9 +117,8 @@ void Optimizer::set_momentum(double momentum) {
 }
 
 std::map<std::string, std::string> Optimizer::state_metadata() const {
-  std::map<std::string, std::string> m{{"optimizer", name()},
-                                       {"step_count", std::to_string(step_count_)},
-                                       {"groups", std::to_string(groups_.size())}};
+  std::map<std::string, std::string> m{
+      {"optimizer", name()}, {"step_count", std::to_string(step_count_)}, {"groups", std::to_string(groups_.size())}};
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string prefix = std::to_string(g) + ".";
     for_each_option(groups_[g].options, [&](const char* key, double v) { m[prefix + key] = format_double(v); });
@@ -184,32 +183,33 @@ void MultiTensorOptimizer::check_all_options() const {
 std::string MultiTensorOptimizer::group_label(size_t g) const { return optim::group_label(groups_, g); }
 
 void MultiTensorOptimizer::check_adam_family_options(const GroupOptions& o, size_t g) const {
-    FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
-    FT_CHECK(o.eps > 0, name(), ": Invalid epsilon value: ", o.eps, " (expected > 0; ", group_label(g), ")");
-    FT_CHECK(o.beta1 >= 0 && o.beta1 < 1, name(), ": Invalid beta parameter at index 0: ", o.beta1, " (",
-             group_label(g), ")");
-    FT_CHECK(o.beta2 >= 0 && o.beta2 < 1, name(), ": Invalid beta parameter at index 1: ", o.beta2, " (",
-             group_label(g), ")");
-    FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
+  FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
+  FT_CHECK(o.eps > 0, name(), ": Invalid epsilon value: ", o.eps, " (expected > 0; ", group_label(g), ")");
+  FT_CHECK(o.beta1 >= 0 && o.beta1 < 1, name(), ": Invalid beta parameter at index 0: ", o.beta1, " (", group_label(g),
+           ")");
+  FT_CHECK(o.beta2 >= 0 && o.beta2 < 1, name(), ": Invalid beta parameter at index 1: ", o.beta2, " (", group_label(g),
+           ")");
+  FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
 }
 
 void MultiTensorOptimizer::check_momentum_family_options(const GroupOptions& o, size_t g) const {
-    FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
-    FT_CHECK(o.momentum >= 0, name(), ": Invalid momentum value: ", o.momentum, " (", group_label(g), ")");
-    FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
+  FT_CHECK(o.lr >= 0, name(), ": Invalid learning rate: ", o.lr, " (", group_label(g), ")");
+  FT_CHECK(o.momentum >= 0, name(), ": Invalid momentum value: ", o.momentum, " (", group_label(g), ")");
+  FT_CHECK(o.weight_decay >= 0, name(), ": Invalid weight_decay value: ", o.weight_decay, " (", group_label(g), ")");
 }
 
 int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
   // Groups and parameters may have been edited through param_groups(): check before any change.
   check_all_options();
   for (size_t g = 0; g < groups_.size(); ++g)
-    FT_CHECK(groups_[g].params.size() == state_[g].size(), name(), ": ", group_label(g), " had ",
-             state_[g].size(), " parameters when the optimizer was made, now ", groups_[g].params.size());
+    FT_CHECK(groups_[g].params.size() == state_[g].size(), name(), ": ", group_label(g), " had ", state_[g].size(),
+             " parameters when the optimizer was made, now ", groups_[g].params.size());
   if (found_inf != nullptr) {
-    FT_CHECK(found_inf->defined() && found_inf->numel() == 1 && found_inf->dim() == 0 &&
-                 found_inf->dtype() == DType::F32,
-             name(), ": found_inf must be a 0-d f32 tensor, found ",
-             found_inf->defined() ? std::string(dtype_name(found_inf->dtype())) + " " + found_inf->shape().str() : "undefined");
+    FT_CHECK(
+        found_inf->defined() && found_inf->numel() == 1 && found_inf->dim() == 0 && found_inf->dtype() == DType::F32,
+        name(), ": found_inf must be a 0-d f32 tensor, found ",
+        found_inf->defined() ? std::string(dtype_name(found_inf->dtype())) + " " + found_inf->shape().str()
+                             : "undefined");
     FT_CHECK(found_inf->device() == device_, name(), ": found_inf is on ", found_inf->device().str(),
              ", the parameters on ", device_.str());
   }
@@ -228,12 +228,12 @@ int64_t MultiTensorOptimizer::prepare_step(const Tensor* found_inf) {
                ", expected ", p.shape().str());
       FT_CHECK(grad.device() == p.device(), name(), ": gradient of ", where(), " is on ", grad.device().str(),
                ", the parameter on ", p.device().str());
-      const bool ok = p.dtype() == DType::F64 ? grad.dtype() == DType::F64
-                                              : grad.dtype() == DType::F32 || grad.dtype() == DType::BF16 ||
-                                                    grad.dtype() == DType::F16;
+      const bool ok = p.dtype() == DType::F64
+                          ? grad.dtype() == DType::F64
+                          : grad.dtype() == DType::F32 || grad.dtype() == DType::BF16 || grad.dtype() == DType::F16;
       FT_CHECK(ok, name(), ": gradient of ", where(), " has dtype ", dtype_name(grad.dtype()), " for a ",
-               dtype_name(p.dtype()), " parameter (expected ",
-               p.dtype() == DType::F64 ? "f64" : "f32, bf16 or f16", ")");
+               dtype_name(p.dtype()), " parameter (expected ", p.dtype() == DType::F64 ? "f64" : "f32, bf16 or f16",
+               ")");
     }
   }
 
@@ -387,8 +387,7 @@ void MultiTensorOptimizer::load_state_tensors(const TensorMap& state) {
       for (int b = 0; b < num_buffers(groups_[g].options); ++b) needed.push_back(buffer_name(b));
       const DType pd = groups_[g].params[i].dtype();
       if (pd == DType::BF16 || pd == DType::F16) needed.push_back("master");
-      for (const auto& n : needed)
-        FT_CHECK(present[g][i].count(n), who, ": entry '", prefix, n, "' is missing");
+      for (const auto& n : needed) FT_CHECK(present[g][i].count(n), who, ": entry '", prefix, n, "' is missing");
     }
   }
   state_ = std::move(loaded);

@@ -15,7 +15,7 @@ std::vector<ParamGroup> decay_groups(const std::vector<std::pair<std::string, Te
   std::set<const TensorImpl*> seen;
   for (const auto& [name, p] : named_params) {
     FT_CHECK(p.defined(), "decay_groups: parameter '", name, "' is undefined");
-    if (!p.requires_grad()) continue;            // frozen: nothing to optimise
+    if (!p.requires_grad()) continue;             // frozen: nothing to optimise
     if (!seen.insert(p.impl()).second) continue;  // a tied weight listed under two names
     (p.dim() >= 2 ? decay : no_decay).params.push_back(p);
   }

@@ -239,8 +239,10 @@ class CyclicSchedule final : public Schedule {
     const double x = 1. + s / total_size_ - cycle;
     const double height = x <= step_ratio_ ? x / step_ratio_ : (x - 1) / (step_ratio_ - 1);
     double scale = 1;
-    if (o_.mode == "triangular2") scale = 1 / std::pow(2., cycle - 1);
-    else if (o_.mode == "exp_range") scale = std::pow(o_.gamma, s);
+    if (o_.mode == "triangular2")
+      scale = 1 / std::pow(2., cycle - 1);
+    else if (o_.mode == "exp_range")
+      scale = std::pow(o_.gamma, s);
     return {height, scale};
   }
   CyclicOptions o_;
@@ -265,8 +267,7 @@ SchedulePtr make_multistep_schedule(double base_lr, std::vector<int64_t> milesto
   check_lr("multistep schedule", "base_lr", base_lr);
   check_nonnegative("multistep schedule", "gamma", gamma);
   for (size_t i = 0; i < milestones.size(); ++i) {
-    FT_CHECK(milestones[i] >= 0, "multistep schedule: milestones must be >= 0, found ", milestones[i],
-             " at index ", i);
+    FT_CHECK(milestones[i] >= 0, "multistep schedule: milestones must be >= 0, found ", milestones[i], " at index ", i);
     FT_CHECK(i == 0 || milestones[i] > milestones[i - 1],
              "multistep schedule: milestones must be strictly increasing, found ", milestones[i], " after ",
              i == 0 ? 0 : milestones[i - 1], " at index ", i);
@@ -306,8 +307,9 @@ SchedulePtr make_wsd_schedule(double base_lr, int64_t warmup_steps, int64_t deca
   FT_CHECK(warmup_steps >= 0, "wsd schedule: warmup_steps must be >= 0, found ", warmup_steps);
   FT_CHECK(decay_steps >= 1, "wsd schedule: decay_steps must be >= 1, found ", decay_steps);
   FT_CHECK(total_steps >= 1, "wsd schedule: total_steps must be >= 1, found ", total_steps);
-  FT_CHECK(warmup_steps + decay_steps <= total_steps, "wsd schedule: warmup_steps + decay_steps must be <= ",
-           "total_steps = ", total_steps, ", found ", warmup_steps, " + ", decay_steps);
+  FT_CHECK(warmup_steps + decay_steps <= total_steps,
+           "wsd schedule: warmup_steps + decay_steps must be <= ", "total_steps = ", total_steps, ", found ",
+           warmup_steps, " + ", decay_steps);
   FT_CHECK(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= base_lr,
            "wsd schedule: min_lr must be in [0, base_lr = ", base_lr, "], found ", min_lr);
   return std::make_unique<WsdSchedule>(base_lr, warmup_steps, decay_steps, total_steps, min_lr);
@@ -321,8 +323,8 @@ SchedulePtr make_one_cycle_schedule(const OneCycleOptions& o) {
   // The warmup phase ends at pct_start*total_steps - 1; when that is step 0 the phase has no
   // length and its position is 0/0 (PyTorch divides by zero there too).
   FT_CHECK(o.pct_start * static_cast<double>(o.total_steps) != 1,
-           "one_cycle schedule: pct_start * total_steps must not be 1 (an empty warmup phase), found ",
-           o.pct_start, " * ", o.total_steps);
+           "one_cycle schedule: pct_start * total_steps must not be 1 (an empty warmup phase), found ", o.pct_start,
+           " * ", o.total_steps);
   FT_CHECK(o.anneal_strategy == "cos" || o.anneal_strategy == "linear",
            "one_cycle schedule: anneal_strategy must be 'cos' or 'linear', found '", o.anneal_strategy, "'");
   check_lr("one_cycle schedule", "div_factor", o.div_factor);

@@ -17,8 +17,8 @@ class Sgd final : public detail::MultiTensorOptimizer {
   void check_options(const GroupOptions& o, size_t g) const override {
     check_momentum_family_options(o, g);
     FT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), name(),
-             ": Nesterov momentum requires a momentum and zero dampening (found momentum ", o.momentum,
-             ", dampening ", o.dampening, "; ", group_label(g), ")");
+             ": Nesterov momentum requires a momentum and zero dampening (found momentum ", o.momentum, ", dampening ",
+             o.dampening, "; ", group_label(g), ")");
   }
 
  private:
@@ -29,8 +29,6 @@ class Sgd final : public detail::MultiTensorOptimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups) {
-  return std::make_unique<Sgd>(std::move(groups));
-}
+std::unique_ptr<Optimizer> make_sgd(std::vector<ParamGroup> groups) { return std::make_unique<Sgd>(std::move(groups)); }
 
 }  // namespace ft::optim

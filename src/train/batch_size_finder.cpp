@@ -51,12 +51,13 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config) {
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(c, model);
   StepOptions so = step_options(c);
   so.accumulate = 1;  // memory is set by the micro-batch
-  StepRunner runner(model, *optimizer, [&](const Tensor& o, const Tensor& y) { return task->loss(o, y); }, so);
+  StepRunner runner(
+      model, *optimizer, [&](const Tensor& o, const Tensor& y) { return task->loss(o, y); }, so);
   data::DatasetPtr dataset = task->train_dataset();
   const data::SampleSpec spec = dataset->spec();
   int64_t cap = std::min(config.max_batch_size, dataset->size() / config.accumulate);
-  FT_CHECK(cap >= 1, "batch-size finder: the training data holds ", dataset->size(), " samples, fewer than accumulate = ",
-           config.accumulate);
+  FT_CHECK(cap >= 1, "batch-size finder: the training data holds ", dataset->size(),
+           " samples, fewer than accumulate = ", config.accumulate);
 
   auto fits = [&](int64_t b) {
     bool ok = true;

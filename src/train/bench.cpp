@@ -151,11 +151,12 @@ std::string py_float(double x, int digits) {
 }  // namespace
 
 std::string to_json_line(const BenchResult& r) {
-  std::string s = "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"cpu\", \"precision\": \"" +
-                  bench_precision_name(r.precision) + "\", \"batch\": " + std::to_string(r.batch) +
-                  ", \"threads\": " + std::to_string(r.threads) + ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) +
-                  ", \"" + r.item_unit + "_per_s\": " + py_float(r.items_per_s, 1) +
-                  ", \"loss\": " + py_float(r.loss, 4) + ", \"params\": " + std::to_string(r.params);
+  std::string s = "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload +
+                  "\", \"device\": \"cpu\", \"precision\": \"" + bench_precision_name(r.precision) +
+                  "\", \"batch\": " + std::to_string(r.batch) + ", \"threads\": " + std::to_string(r.threads) +
+                  ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" + r.item_unit +
+                  "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
+                  ", \"params\": " + std::to_string(r.params);
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";

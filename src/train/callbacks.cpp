@@ -70,7 +70,8 @@ void check_mode(const char* who, const nlohmann::json& state, MonitorMode mode) 
   const nlohmann::json& m = field(who, state, "mode");
   if (!m.is_string() || (m != "min" && m != "max"))
     bad_state(who, "field 'mode' must be \"min\" or \"max\", found ", m.dump());
-  if (m != mode_name(mode)) bad_state(who, "saved for mode '", m.get<std::string>(), "', this run monitors '", mode_name(mode), "'");
+  if (m != mode_name(mode))
+    bad_state(who, "saved for mode '", m.get<std::string>(), "', this run monitors '", mode_name(mode), "'");
 }
 
 }  // namespace

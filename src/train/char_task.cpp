@@ -40,8 +40,8 @@ class CharWindows : public data::Dataset {
   void read(int64_t index, uint64_t epoch, const std::vector<Tensor>& fields) const override {
     FT_CHECK(index >= 0 && index < size(), "char windows: expected a sample index in [0, ", size(), "), found ", index);
     const int64_t batch = static_cast<int64_t>(epoch) * per_epoch_ + index / batch_;
-    const int64_t start = data::random_window_start(static_cast<int64_t>(tokens_.size()), context_, batch_, seed_,
-                                                    batch, index % batch_);
+    const int64_t start =
+        data::random_window_start(static_cast<int64_t>(tokens_.size()), context_, batch_, seed_, batch, index % batch_);
     const uint8_t* src = tokens_.data() + start;
     int64_t* x = fields[0].data<int64_t>();
     int64_t* y = fields[1].data<int64_t>();
@@ -94,8 +94,8 @@ class CharTask : public Task {
     for (int64_t i = 0; i < c_.eval_batches; ++i) {
       // The same validation windows at every evaluation, so evaluations compare like with like.
       Batch b;
-      auto starts = data::random_window_starts(tokens, c_.context, c_.batch_size,
-                                               derive_seed(c_.seed, SeedUse::ValBatches), i);
+      auto starts =
+          data::random_window_starts(tokens, c_.context, c_.batch_size, derive_seed(c_.seed, SeedUse::ValBatches), i);
       data::char_windows(corpus_.val(), starts, c_.context, b.input, b.target);
       Tensor l = loss(model_->forward(b.input), b.target);
       total = total.defined() ? add(total, l) : l;

@@ -37,8 +37,7 @@ namespace {
 
 template <class T>
 constexpr bool is_field_type_v = std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t> ||
-                                 std::is_same_v<T, double> || std::is_same_v<T, bool> ||
-                                 std::is_same_v<T, std::string>;
+                                 std::is_same_v<T, double> || std::is_same_v<T, bool> || std::is_same_v<T, std::string>;
 
 // Shortest decimal that reads back to the same double, always with a '.' or exponent so TOML
 // keeps it a float.
@@ -90,7 +89,8 @@ void TrainerConfig::validate() const {
     }
   };
   check(task == "char" || task == "images", "task", "char or images", "'" + task + "'");
-  if (device.rfind("cuda", 0) == 0) FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
+  if (device.rfind("cuda", 0) == 0)
+    FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
   check(device == "cpu", "device", "cpu", "'" + device + "'");
   check(max_steps >= 1, "max_steps", "at least 1", max_steps);
   check(max_epochs >= 0, "max_epochs", "0 (no limit) or more", max_epochs);
@@ -123,10 +123,11 @@ void TrainerConfig::validate() const {
   check(max_batch_size >= 1, "max_batch_size", "at least 1", max_batch_size);
   check(keep_last >= 0, "keep_last", "0 (all) or more", keep_last);
   check(keep_best >= 0, "keep_best", "0 or more", keep_best);
-  check(monitor == "val_loss" || monitor == "val_accuracy", "monitor", "val_loss or val_accuracy",
-        "'" + monitor + "'");
-  FT_CHECK(monitor != "val_accuracy" || task == "images", "option monitor: val_accuracy is measured by the images "
-           "task only; the ", task, " task reports val_loss");
+  check(monitor == "val_loss" || monitor == "val_accuracy", "monitor", "val_loss or val_accuracy", "'" + monitor + "'");
+  FT_CHECK(monitor != "val_accuracy" || task == "images",
+           "option monitor: val_accuracy is measured by the images "
+           "task only; the ",
+           task, " task reports val_loss");
   check(early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more", early_stopping_patience);
   check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
         "0 or more", early_stopping_min_delta);
@@ -134,17 +135,21 @@ void TrainerConfig::validate() const {
     check(context >= 1 && context <= 4096, "context", "1 to 4096", context);
     check(layers >= 1, "layers", "at least 1", layers);
     check(heads >= 1, "heads", "at least 1", heads);
-    FT_CHECK(dim >= 1 && dim % heads == 0, "option dim: expected a positive multiple of heads (", heads, "), found ", dim);
+    FT_CHECK(dim >= 1 && dim % heads == 0, "option dim: expected a positive multiple of heads (", heads, "), found ",
+             dim);
     check(dropout >= 0 && dropout < 1, "dropout", "a value in [0, 1)", dropout);
-    FT_CHECK(train_chars > context + 1 && val_chars > context + 1, "options train_chars and val_chars: expected more than "
-             "context + 1 = ", context + 1, " characters each, found ", train_chars, " and ", val_chars);
+    FT_CHECK(train_chars > context + 1 && val_chars > context + 1,
+             "options train_chars and val_chars: expected more than "
+             "context + 1 = ",
+             context + 1, " characters each, found ", train_chars, " and ", val_chars);
     check(goal_gap > 0, "goal_gap", "a positive gap in nats", goal_gap);
   } else {
     check(model == "cnn-mini" || model == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + model + "'");
     check(image_size >= 8 && image_size <= 512, "image_size", "8 to 512", image_size);
     check(classes >= 2 && classes <= 6, "classes", "2 to 6", classes);
-    FT_CHECK(train_images >= batch_size * accumulate, "option train_images: expected at least batch_size x accumulate = ",
-             batch_size * accumulate, " images, found ", train_images);
+    FT_CHECK(train_images >= batch_size * accumulate,
+             "option train_images: expected at least batch_size x accumulate = ", batch_size * accumulate,
+             " images, found ", train_images);
     check(val_images >= 1, "val_images", "at least 1", val_images);
     check(goal_accuracy > 0 && goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", goal_accuracy);
   }
@@ -207,7 +212,8 @@ void apply_toml(TrainerConfig& into, const std::string& text, const std::string&
         }
         if (!node.is_integer()) wrong("an integer");
         const int64_t v = *node.template value<int64_t>();
-        if constexpr (std::is_same_v<T, uint64_t>) FT_CHECK(v >= 0, source, ": key '", k, "': expected a non-negative integer, found ", v);
+        if constexpr (std::is_same_v<T, uint64_t>)
+          FT_CHECK(v >= 0, source, ": key '", k, "': expected a non-negative integer, found ", v);
         field = static_cast<T>(v);
       }
     });
@@ -221,7 +227,9 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
     if (key != name) return;
     known = true;
     using T = std::decay_t<decltype(field)>;
-    auto bad = [&](const char* expected) { FT_FAIL("option ", name, ": expected ", expected, ", found '", value, "'"); };
+    auto bad = [&](const char* expected) {
+      FT_FAIL("option ", name, ": expected ", expected, ", found '", value, "'");
+    };
     if constexpr (std::is_same_v<T, int64_t>) {
       if (key == "batch_size" && value == "auto") {  // the batch-size finder
         field = 0;
@@ -266,11 +274,14 @@ std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c) {
       char* end = nullptr;
       errno = 0;
       const long long v = std::strtoll(item.c_str(), &end, 10);
-      FT_CHECK(!item.empty() && *end == '\0' && errno == 0, "option milestones: expected comma-separated steps "
-               "like 100,200, found '", c.milestones, "'");
+      FT_CHECK(!item.empty() && *end == '\0' && errno == 0,
+               "option milestones: expected comma-separated steps "
+               "like 100,200, found '",
+               c.milestones, "'");
       milestones.push_back(v);
     }
-    FT_CHECK(!milestones.empty(), "option milestones: the multistep schedule needs at least one milestone (e.g. "
+    FT_CHECK(!milestones.empty(),
+             "option milestones: the multistep schedule needs at least one milestone (e.g. "
              "--milestones 100,200)");
     return optim::make_multistep_schedule(c.lr, milestones, c.gamma);
   }
@@ -307,8 +318,10 @@ std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c) {
     o.max_momentum = c.max_momentum;
     return optim::make_cyclic_schedule(o);
   }
-  FT_FAIL("option schedule: expected cosine, constant, step, multistep, exponential, linear, wsd, onecycle or "
-          "cyclic, found '", s, "'");
+  FT_FAIL(
+      "option schedule: expected cosine, constant, step, multistep, exponential, linear, wsd, onecycle or "
+      "cyclic, found '",
+      s, "'");
 }
 
 int64_t parse_memory_size(const std::string& text) {
@@ -317,11 +330,16 @@ int64_t parse_memory_size(const std::string& text) {
   const double v = std::strtod(text.c_str(), &end);
   double unit = 1;
   const std::string suffix = end;
-  if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB") unit = 1024.0;
-  else if (suffix == "M" || suffix == "MB" || suffix == "MiB") unit = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "GB" || suffix == "GiB") unit = 1024.0 * 1024 * 1024;
-  else if (suffix == "T" || suffix == "TB" || suffix == "TiB") unit = 1024.0 * 1024 * 1024 * 1024;
-  else FT_CHECK(suffix.empty(), "option memory_limit: expected a size like 8G, 512M or 1048576, found '", text, "'");
+  if (suffix == "K" || suffix == "k" || suffix == "KB" || suffix == "KiB")
+    unit = 1024.0;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MiB")
+    unit = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GiB")
+    unit = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "TB" || suffix == "TiB")
+    unit = 1024.0 * 1024 * 1024 * 1024;
+  else
+    FT_CHECK(suffix.empty(), "option memory_limit: expected a size like 8G, 512M or 1048576, found '", text, "'");
   FT_CHECK(end != text.c_str() && std::isfinite(v) && v > 0 && v * unit < 9.2e18,
            "option memory_limit: expected a positive size like 8G, 512M or 1048576, found '", text, "'");
   return static_cast<int64_t>(v * unit);

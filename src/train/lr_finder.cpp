@@ -24,8 +24,8 @@ constexpr int64_t kSkipEnd = 1;
 void validate(const LrFindOptions& o) {
   FT_CHECK(std::isfinite(o.min_lr) && o.min_lr > 0, "lr_find: min_lr must be a finite positive number, found ",
            o.min_lr);
-  FT_CHECK(std::isfinite(o.max_lr) && o.max_lr > o.min_lr, "lr_find: max_lr must be finite and greater than min_lr = ",
-           o.min_lr, ", found ", o.max_lr);
+  FT_CHECK(std::isfinite(o.max_lr) && o.max_lr > o.min_lr,
+           "lr_find: max_lr must be finite and greater than min_lr = ", o.min_lr, ", found ", o.max_lr);
   FT_CHECK(o.steps >= 2, "lr_find: steps must be >= 2, found ", o.steps);
   FT_CHECK(o.smoothing >= 0 && o.smoothing < 1, "lr_find: smoothing must be in [0, 1), found ", o.smoothing);
   FT_CHECK(std::isfinite(o.divergence) && o.divergence > 1, "lr_find: divergence must be a finite number > 1, found ",
@@ -62,8 +62,8 @@ int64_t steepest_descent(const LrFindResult& r) {
 void check_result(const char* what, const LrFindResult& r) {
   FT_CHECK(!r.lrs.empty(), what, ": the result has no steps");
   FT_CHECK(r.losses.size() == r.lrs.size() && r.smoothed.size() == r.lrs.size(), what,
-           ": lrs, losses and smoothed must have the same length, found ", r.lrs.size(), ", ", r.losses.size(),
-           " and ", r.smoothed.size());
+           ": lrs, losses and smoothed must have the same length, found ", r.lrs.size(), ", ", r.losses.size(), " and ",
+           r.smoothed.size());
 }
 
 std::string format(const char* fmt, double v) {
@@ -134,17 +134,24 @@ void write_lr_find_svg(const std::string& path, const LrFindResult& result) {
     y0 = std::min(y0, result.smoothed[i]);
     y1 = std::max(y1, result.smoothed[i]);
   }
-  if (x1 - x0 < 1e-12) { x0 -= 0.5; x1 += 0.5; }
-  if (y1 - y0 < 1e-12 * std::max(1.0, std::abs(y0))) { y0 -= 0.5; y1 += 0.5; }
+  if (x1 - x0 < 1e-12) {
+    x0 -= 0.5;
+    x1 += 0.5;
+  }
+  if (y1 - y0 < 1e-12 * std::max(1.0, std::abs(y0))) {
+    y0 -= 0.5;
+    y1 += 0.5;
+  }
   const auto px = [&](double lr) { return left + (std::log10(lr) - x0) / (x1 - x0) * pw; };
   const auto py = [&](double loss) { return top + (y1 - loss) / (y1 - y0) * ph; };
   const auto num = [](double v) { return format("%.2f", v); };
 
-  std::string s = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"450\" viewBox=\"0 0 720 450\" "
-                  "font-family=\"sans-serif\" font-size=\"12\">\n"
-                  "<rect width=\"720\" height=\"450\" fill=\"white\"/>\n"
-                  "<text x=\"360\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">Learning-rate range test</text>\n";
+  std::string s =
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"450\" viewBox=\"0 0 720 450\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"720\" height=\"450\" fill=\"white\"/>\n"
+      "<text x=\"360\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">Learning-rate range test</text>\n";
   // Axes and labels.
   s += "<g stroke=\"black\" fill=\"none\"><line x1=\"" + num(left) + "\" y1=\"" + num(top + ph) + "\" x2=\"" +
        num(left + pw) + "\" y2=\"" + num(top + ph) + "\"/><line x1=\"" + num(left) + "\" y1=\"" + num(top) +

@@ -33,7 +33,10 @@ std::string rate_text(double r) {
 }  // namespace
 
 ProgressLine::ProgressLine(bool enabled, int64_t first_step, int64_t total_steps, std::string unit)
-    : enabled_(enabled), tty_(isatty(STDERR_FILENO) == 1), first_step_(first_step), total_(total_steps),
+    : enabled_(enabled),
+      tty_(isatty(STDERR_FILENO) == 1),
+      first_step_(first_step),
+      total_(total_steps),
       unit_(std::move(unit)) {}
 
 void ProgressLine::draw(int64_t step, double elapsed_s, bool newline) {

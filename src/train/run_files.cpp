@@ -81,8 +81,8 @@ void commit_dir(const std::string& tmp_dir, const std::string& final_dir) {
     fs::remove_all(final_dir, ec);  // a file system without RENAME_EXCHANGE
   }
   FT_CHECK(!ec, final_dir, ": cannot replace the old folder: ", ec.message());
-  FT_CHECK(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, final_dir, ": rename of ", tmp_dir, " failed: ",
-           std::strerror(errno));
+  FT_CHECK(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, final_dir, ": rename of ", tmp_dir,
+           " failed: ", std::strerror(errno));
   fsync_path(parent_of(final_dir), O_RDONLY | O_DIRECTORY);
 }
 

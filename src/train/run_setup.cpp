@@ -35,8 +35,6 @@ StepOptions step_options(const TrainerConfig& c) {
   return so;
 }
 
-void set_block_checkpointing(nn::UnaryModule& model, bool enabled) {
-  nn::set_activation_checkpointing(model, enabled);
-}
+void set_block_checkpointing(nn::UnaryModule& model, bool enabled) { nn::set_activation_checkpointing(model, enabled); }
 
 }  // namespace ft::train

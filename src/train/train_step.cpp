@@ -20,11 +20,16 @@ struct PrecisionName {
 };
 // Lightning's names first, in enum order (precision_name indexes them), then the aliases BENCH.md
 // uses.
-constexpr PrecisionName kPrecisionNames[] = {
-    {Precision::FP32, "32"},           {Precision::TF32, "tf32"},           {Precision::BF16Mixed, "bf16-mixed"},
-    {Precision::FP16Mixed, "fp16-mixed"}, {Precision::BF16True, "bf16-true"}, {Precision::FP32, "fp32"},
-    {Precision::FP32, "32-true"},      {Precision::BF16Mixed, "bf16"},      {Precision::FP16Mixed, "fp16"},
-    {Precision::FP16Mixed, "16-mixed"}};
+constexpr PrecisionName kPrecisionNames[] = {{Precision::FP32, "32"},
+                                             {Precision::TF32, "tf32"},
+                                             {Precision::BF16Mixed, "bf16-mixed"},
+                                             {Precision::FP16Mixed, "fp16-mixed"},
+                                             {Precision::BF16True, "bf16-true"},
+                                             {Precision::FP32, "fp32"},
+                                             {Precision::FP32, "32-true"},
+                                             {Precision::BF16Mixed, "bf16"},
+                                             {Precision::FP16Mixed, "fp16"},
+                                             {Precision::FP16Mixed, "16-mixed"}};
 static_assert(ft::detail::rows_start_in_enum_order(kPrecisionNames, kPrecisionCount),
               "one Lightning name per Precision first, in enum order");
 
@@ -132,8 +137,8 @@ void StepRunner::optimizer_step() {
 Tensor StepRunner::step(const Tensor& input, const Tensor& target) {
   const int64_t n = options_.accumulate;
   FT_CHECK(input.dim() >= 1 && input.size(0) % n == 0 && target.size(0) == input.size(0),
-           "StepRunner::step: expected a batch whose first dim divides into accumulate = ", n,
-           " micro-batches (input ", input.shape().str(), ", target ", target.shape().str(), ")");
+           "StepRunner::step: expected a batch whose first dim divides into accumulate = ", n, " micro-batches (input ",
+           input.shape().str(), ", target ", target.shape().str(), ")");
   const int64_t micro = input.size(0) / n;
   Tensor loss_sum;
   for (int64_t i = 0; i < n; ++i) {

@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <tuple>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -28,8 +28,8 @@
 #include "fasttrain/train_step.h"
 #include "train/progress.h"
 #include "train/run_files.h"
-#include "train/seeds.h"
 #include "train/run_setup.h"
+#include "train/seeds.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
 
@@ -168,8 +168,10 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
   lo.seed = config_.seed;
   impl_->loader = std::make_unique<data::DataLoader>(task_->train_dataset(), lo, task_->train_sampler());
   impl_->batches = std::make_unique<data::DevicePrefetcher>(*impl_->loader, Device::parse(config_.device));
-  FT_CHECK(impl_->loader->batches_per_epoch() >= config_.accumulate, "Trainer: the training data holds fewer than "
-           "batch_size x accumulate = ", config_.batch_size * config_.accumulate, " samples");
+  FT_CHECK(impl_->loader->batches_per_epoch() >= config_.accumulate,
+           "Trainer: the training data holds fewer than "
+           "batch_size x accumulate = ",
+           config_.batch_size * config_.accumulate, " samples");
 }
 
 Trainer::~Trainer() = default;
@@ -233,10 +235,10 @@ TrainResult Trainer::fit() {
       return std::string(b);
     };
     char buf[384];
-    std::snprintf(buf, sizeof buf, "%lld,%.4f,%s,%.9g,%s,%.9g,%s,%s,%s,%.1f,%.3f,%.3f\n", static_cast<long long>(r.step),
-                  r.epoch, r.split.c_str(), r.loss, opt(r.accuracy, "%.6f").c_str(), r.lr, opt(r.momentum, "%.9g").c_str(),
-                  opt(r.grad_norm, "%.9g").c_str(), opt(r.loss_scale, "%.9g").c_str(), r.items_per_s, r.elapsed_s,
-                  r.data_wait_ms);
+    std::snprintf(buf, sizeof buf, "%lld,%.4f,%s,%.9g,%s,%.9g,%s,%s,%s,%.1f,%.3f,%.3f\n",
+                  static_cast<long long>(r.step), r.epoch, r.split.c_str(), r.loss, opt(r.accuracy, "%.6f").c_str(),
+                  r.lr, opt(r.momentum, "%.9g").c_str(), opt(r.grad_norm, "%.9g").c_str(),
+                  opt(r.loss_scale, "%.9g").c_str(), r.items_per_s, r.elapsed_s, r.data_wait_ms);
     csv << buf << std::flush;
     // A full disk must stop the run with a message, not leave a metrics file silently cut short.
     FT_CHECK(csv.good(), dir, "/metrics.csv: cannot write the file: ", std::strerror(errno));
@@ -304,14 +306,16 @@ TrainResult Trainer::fit() {
 
   {
     char head[400];
-    std::snprintf(head, sizeof head, "train: %s task, %s with %.2fM parameters, steps %lld-%lld of %lld %s (batch %lld x %lld), "
-                  "precision %s, %d thread(s)%s; run folder %s",
-                  c.task.c_str(), model.type_name().c_str(), model.num_parameters() / 1e6,
-                  static_cast<long long>(first_step + 1), static_cast<long long>(end),
-                  static_cast<long long>(items_per_step), task_->unit().c_str(), static_cast<long long>(c.batch_size),
-                  static_cast<long long>(c.accumulate), precision_name(im.runner->options().precision), get_num_threads(),
-                  task_->loss_floor() >= 0 ? (", loss floor " + std::to_string(task_->loss_floor()).substr(0, 6)).c_str() : "",
-                  dir.c_str());
+    std::snprintf(
+        head, sizeof head,
+        "train: %s task, %s with %.2fM parameters, steps %lld-%lld of %lld %s (batch %lld x %lld), "
+        "precision %s, %d thread(s)%s; run folder %s",
+        c.task.c_str(), model.type_name().c_str(), model.num_parameters() / 1e6, static_cast<long long>(first_step + 1),
+        static_cast<long long>(end), static_cast<long long>(items_per_step), task_->unit().c_str(),
+        static_cast<long long>(c.batch_size), static_cast<long long>(c.accumulate),
+        precision_name(im.runner->options().precision), get_num_threads(),
+        task_->loss_floor() >= 0 ? (", loss floor " + std::to_string(task_->loss_floor()).substr(0, 6)).c_str() : "",
+        dir.c_str());
     progress.note(head);
     if (!batch_size_report_.empty()) progress.note(batch_size_report_);
   }
@@ -356,8 +360,8 @@ TrainResult Trainer::fit() {
       const Tensor& norm = im.runner->last_grad_norm();
       const double grad_norm = norm.defined() ? norm.item<double>() : -1;
       const double loss_scale = im.runner->scaler().enabled() ? im.runner->scaler().get_scale() : -1;
-      record({step_, epoch_of(step_), "train", train_loss, -1, lr, im.momentum_in_use(), grad_norm, loss_scale, rate, now,
-              wait_ms});
+      record({step_, epoch_of(step_), "train", train_loss, -1, lr, im.momentum_in_use(), grad_norm, loss_scale, rate,
+              now, wait_ms});
       if (tb) {
         tb->add_scalar("train/loss", train_loss, step_);
         tb->add_scalar("train/" + task_->unit() + "_per_s", rate, step_);
@@ -386,7 +390,8 @@ TrainResult Trainer::fit() {
   result.steps = step_;
   result.seconds = elapsed();
   const double train_seconds = result.seconds - eval_seconds;
-  result.items_per_s = train_seconds > 0 ? static_cast<double>(items_per_step * (step_ - first_step)) / train_seconds : 0;
+  result.items_per_s =
+      train_seconds > 0 ? static_cast<double>(items_per_step * (step_ - first_step)) / train_seconds : 0;
   result.data_wait_s = data_wait;
   result.final_val_loss = last_eval.loss;
   result.final_val_accuracy = last_eval.accuracy;
@@ -396,27 +401,28 @@ TrainResult Trainer::fit() {
   result.parameters = model.num_parameters();
   std::tie(result.goal, result.goal_met) = task_->judge(last_eval);
 
-  json summary = {{"task", c.task},
-                  {"model", result.model},
-                  {"parameters", result.parameters},
-                  {"steps", result.steps},
-                  {"seconds", result.seconds},
-                  {"threads", get_num_threads()},
-                  {"precision", c.precision},
-                  {"batch_size", c.batch_size},
-                  {"accumulate", c.accumulate},
-                  {"unit", task_->unit()},
-                  {"items_per_s", result.items_per_s},
-                  {"workers", c.workers},
-                  {"data_wait_s", result.data_wait_s},
-                  {"data_wait_ms_per_step", step_ > first_step ? 1e3 * data_wait / static_cast<double>(step_ - first_step) : 0.0},
-                  {"peak_allocated_bytes", allocator_for(Device::cpu()).stats().peak_allocated_bytes},
-                  {"final_train_loss", result.final_train_loss},
-                  {"final_val_loss", result.final_val_loss},
-                  {"interrupted", result.interrupted},
-                  {"stopped_early", result.stopped_early},
-                  {"goal", result.goal},
-                  {"goal_met", result.goal_met}};
+  json summary = {
+      {"task", c.task},
+      {"model", result.model},
+      {"parameters", result.parameters},
+      {"steps", result.steps},
+      {"seconds", result.seconds},
+      {"threads", get_num_threads()},
+      {"precision", c.precision},
+      {"batch_size", c.batch_size},
+      {"accumulate", c.accumulate},
+      {"unit", task_->unit()},
+      {"items_per_s", result.items_per_s},
+      {"workers", c.workers},
+      {"data_wait_s", result.data_wait_s},
+      {"data_wait_ms_per_step", step_ > first_step ? 1e3 * data_wait / static_cast<double>(step_ - first_step) : 0.0},
+      {"peak_allocated_bytes", allocator_for(Device::cpu()).stats().peak_allocated_bytes},
+      {"final_train_loss", result.final_train_loss},
+      {"final_val_loss", result.final_val_loss},
+      {"interrupted", result.interrupted},
+      {"stopped_early", result.stopped_early},
+      {"goal", result.goal},
+      {"goal_met", result.goal_met}};
   if (!result.last_checkpoint.empty()) summary["last_checkpoint"] = result.last_checkpoint;
   if (im.keeper && !im.keeper->best_dir().empty()) summary["best_checkpoint"] = im.keeper->best_dir();
   if (result.final_val_accuracy >= 0) summary["final_val_accuracy"] = result.final_val_accuracy;

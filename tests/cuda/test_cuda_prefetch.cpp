@@ -15,8 +15,8 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/fasttrain.h"
-#include "support/require_gpu.h"
 #include "support/expect_error.h"
+#include "support/require_gpu.h"
 #include "support/synthetic_dataset.h"
 
 namespace ft::data {
@@ -172,9 +172,9 @@ TEST(CudaDevicePrefetcher, StateExcludesThePrefetchedBatchAndResumesExactly) {
     DataLoader loader(ds, opts(1));
     DevicePrefetcher batches(loader, kGpu);
     for (int i = 0; i < 3; ++i) got.push_back(copy(*batches.next()));
-    EXPECT_EQ(loader.state().position, 4);   // batch 3 is already on its way to the device
+    EXPECT_EQ(loader.state().position, 4);  // batch 3 is already on its way to the device
     saved = batches.state();
-    EXPECT_EQ(saved.position, 3);            // but the consumer has seen three
+    EXPECT_EQ(saved.position, 3);  // but the consumer has seen three
   }
   DataLoader loader(ds, opts(4));
   DevicePrefetcher batches(loader, kGpu);

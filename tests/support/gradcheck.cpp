@@ -58,9 +58,8 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
       if (!(err <= allowed) && err - allowed > worst) {
         worst = err - allowed;
         report.str("");
-        report << "gradcheck: input " << w << " (shape " << x.shape().str() << "), element " << i
-               << ": analytical " << av[i] << ", numerical " << numerical << ", |diff| " << err << " > allowed "
-               << allowed;
+        report << "gradcheck: input " << w << " (shape " << x.shape().str() << "), element " << i << ": analytical "
+               << av[i] << ", numerical " << numerical << ", |diff| " << err << " > allowed " << allowed;
       }
     }
   }

@@ -38,8 +38,8 @@ std::string compare_with_reference(const std::function<Tensor(const std::vector<
   } while (0)
 
 // EXPECT_GRADCHECK(fn, {inputs...}) fails the test with the mismatch description.
-#define EXPECT_GRADCHECK(...)                                       \
-  do {                                                              \
-    std::string _gc = ::ft::test::gradcheck(__VA_ARGS__);        \
-    EXPECT_TRUE(_gc.empty()) << _gc;                                \
+#define EXPECT_GRADCHECK(...)                             \
+  do {                                                    \
+    std::string _gc = ::ft::test::gradcheck(__VA_ARGS__); \
+    EXPECT_TRUE(_gc.empty()) << _gc;                      \
   } while (0)

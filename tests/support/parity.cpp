@@ -49,8 +49,8 @@ std::string compare(const Tensor& actual, const Tensor& expected, Tolerance tol)
     }
   }
   if (bad == 0) return "";
-  os << bad << " of " << a.size() << " elements differ (atol " << tol.atol << ", rtol " << tol.rtol << "); worst at flat index "
-     << worst_i << ": got " << a[worst_i] << ", expected " << e[worst_i];
+  os << bad << " of " << a.size() << " elements differ (atol " << tol.atol << ", rtol " << tol.rtol
+     << "); worst at flat index " << worst_i << ": got " << a[worst_i] << ", expected " << e[worst_i];
   return os.str();
 }
 

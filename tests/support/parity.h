@@ -40,7 +40,9 @@ class ParityCase {
   bool has(const std::string& name) const;
   const nlohmann::json& params() const { return meta_["params"]; }
   template <class T>
-  T param(const std::string& key) const { return meta_["params"].at(key).get<T>(); }
+  T param(const std::string& key) const {
+    return meta_["params"].at(key).get<T>();
+  }
   DType dtype() const;
 
   // Compares an output with PyTorch's output number `index`.
@@ -86,6 +88,6 @@ std::string compare(const Tensor& actual, const Tensor& expected, Tolerance tol)
   if (!var.available) GTEST_SKIP() << var.skip_reason
 
 // Usage: FT_PARITY_CASE(c, "softmax_f32_dim1");  then use c.input(...), c.expect_output(...).
-#define FT_PARITY_CASE(var, name)                        \
-  ::ft::test::ParityCase var(name);                  \
+#define FT_PARITY_CASE(var, name)   \
+  ::ft::test::ParityCase var(name); \
   if (!var.available()) GTEST_SKIP() << var.skip_reason()

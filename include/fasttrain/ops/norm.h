@@ -9,14 +9,12 @@ namespace ft {
 // Normalises over the trailing dims given by normalized_shape. weight/bias may be undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
-Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
-                double eps = 1e-6);
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(), double eps = 1e-6);
 // x [N, C, ...] (channels-last 4-d inputs stay channels-last). In training mode uses batch
 // statistics and updates running_mean/var in place (unbiased variance, PyTorch's momentum rule);
 // in eval mode uses the running statistics. running_* may be undefined in training mode.
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
-                  double eps = 1e-5);
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (identity when !training
 // or p == 0). The mask comes from the counter-based generator.

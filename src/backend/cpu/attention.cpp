@@ -22,9 +22,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/copy.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
-#include "backend/cpu/copy.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 
@@ -70,7 +70,6 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
 }
-
 
 template <class C>
 C row_max(const C* x, int64_t n) {
@@ -123,7 +122,11 @@ struct Operand {
   int64_t sb, sh, st, sd, D;
   explicit Operand(const Tensor& t)
       : base(static_cast<const T*>(t.raw_data())),
-        sb(t.stride(0)), sh(t.stride(1)), st(t.stride(2)), sd(t.stride(3)), D(t.size(3)) {}
+        sb(t.stride(0)),
+        sh(t.stride(1)),
+        st(t.stride(2)),
+        sd(t.stride(3)),
+        D(t.size(3)) {}
 
   const T* row(int64_t b, int64_t h, int64_t t) const { return base + b * sb + h * sh + t * st; }
 
@@ -400,8 +403,8 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
-                       const Tensor& out, const Tensor& lse, const Tensor& out_f32) {
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
+                       const Tensor& lse, const Tensor& out_f32) {
   FT_DISPATCH_FLOATING(q.dtype(), "scaled_dot_product_attention",
                        [&] { forward_typed<scalar_t>(q, k, v, p, out, lse, out_f32); });
 }

@@ -21,8 +21,8 @@
 // (the rule bernoulli_mask uses), so the backward pass regenerates exactly the forward mask
 // from the counters alone, whatever the tiling or the number of threads.
 #pragma once
-#include "backend/kernel_params.h"
 #include <cstdint>
+#include "backend/kernel_params.h"
 
 #include "fasttrain/tensor.h"
 
@@ -34,8 +34,8 @@ using backend::AttentionParams;
 // out: [B, H, Tq, D] contiguous, q's dtype. lse: [B, H, Tq] contiguous, f64 for f64 inputs and
 // f32 otherwise (the dtype the kernel computes in). out_f32, when defined (bf16/f16 inputs
 // whose gradient is needed), receives the output before rounding, contiguous f32.
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,
-                       const Tensor& out, const Tensor& lse, const Tensor& out_f32 = Tensor());
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
+                       const Tensor& lse, const Tensor& out_f32 = Tensor());
 
 // Gradients given the forward's output and lse and the upstream gradient dout (any strides).
 // `out` is the forward output, or for bf16/f16 preferably its unrounded f32 version: it only

@@ -22,8 +22,7 @@ using backend::ConvParams;
 // b and gb contiguous [O] or undefined. All share x's dtype. Outputs are overwritten.
 void conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
 void conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
-void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
-                            const Tensor& gb);
+void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb);
 
 // The same three passes on the reference path only (f32/f64, or bf16/f16 converted to f32): used
 // as the fallback and by tests that cross-check the oneDNN path.

@@ -49,7 +49,7 @@ ddt dnnl_type(DType t) { return t == DType::BF16 ? ddt::bf16 : ddt::f32; }
 bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
 
 struct ConvPrims {
-  memory::desc act_x, act_y;       // user activations (x / gx, y / gy)
+  memory::desc act_x, act_y;        // user activations (x / gx, y / gy)
   memory::desc user_w, user_w_f32;  // user weight layout (and in f32 for bf16 weight gradients)
   memory::desc user_b, user_b_f32;
   std::optional<dnnl::convolution_forward::primitive_desc> fwd_pd;
@@ -110,8 +110,8 @@ ConvPrims* lookup(const ConvParams& p, DType dt, bool bias) {
               (p.OW - 1) * p.stride[1] + (p.kW - 1) * p.dilation[1] + 1 - p.W - p.padding[1]};
   try {
     auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                    dnnl::algorithm::convolution_direct, c->any_x, c->any_w,
-                                                    c->any_b, c->any_y, c->strides, c->dilates, c->pad_l, c->pad_r)
+                                                    dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_b,
+                                                    c->any_y, c->strides, c->dilates, c->pad_l, c->pad_r)
                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
                                                     dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_y,
                                                     c->strides, c->dilates, c->pad_l, c->pad_r);
@@ -229,12 +229,12 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
     if (c && !c->weight_tried) {
       c->weight_tried = true;
       try {
-        auto d = bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x,
-                                                                 c->any_w_f32, c->any_b_f32, c->any_y, c->strides,
-                                                                 c->dilates, c->pad_l, c->pad_r)
-                      : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x,
-                                                                 c->any_w_f32, c->any_y, c->strides, c->dilates,
-                                                                 c->pad_l, c->pad_r);
+        auto d =
+            bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x, c->any_w_f32,
+                                                            c->any_b_f32, c->any_y, c->strides, c->dilates, c->pad_l,
+                                                            c->pad_r)
+                 : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x, c->any_w_f32,
+                                                            c->any_y, c->strides, c->dilates, c->pad_l, c->pad_r);
         dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
         if (!is_reference_impl(pd.impl_info_str())) {
           c->weight_pd = pd;
@@ -254,7 +254,8 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   Tensor gw32 = f32 ? gw : empty(gw.shape(), TensorOptions(DType::F32));
   Tensor gb32 = !bias ? Tensor() : (f32 ? gb : empty(gb.shape(), TensorOptions(DType::F32)));
   Output gwm = output(pd.diff_weights_desc(), c->user_w_f32, gw32.raw_data(), keep);
-  std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, gwm.mem}};
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, gwm.mem}};
   Output gbm;
   if (bias) {
     gbm = output(pd.diff_bias_desc(), c->user_b_f32, gb32.raw_data(), keep);

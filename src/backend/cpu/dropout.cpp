@@ -143,7 +143,8 @@ void dropout_backward_impl(const Tensor& dy, const Tensor& mask, double scale, c
 
 void dropout_forward(const Tensor& x, float keep, double scale, uint64_t key, uint64_t base, const Tensor& y,
                      const Tensor& mask) {
-  FT_DISPATCH_FLOATING(x.dtype(), "dropout", [&] { dropout_forward_impl<scalar_t>(x, keep, scale, key, base, y, mask); });
+  FT_DISPATCH_FLOATING(x.dtype(), "dropout",
+                       [&] { dropout_forward_impl<scalar_t>(x, keep, scale, key, base, y, mask); });
 }
 
 void dropout_backward(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx) {

@@ -2,8 +2,8 @@
 #pragma once
 #include <optional>
 
-#include "fasttrain/tensor.h"
 #include "backend/elementwise_math.h"
+#include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 

@@ -44,7 +44,9 @@ inline double fast_exp(double x) { return std::exp(x); }
 // Loads and stores between a storage type and its compute type that GCC vectorises. bf16's own
 // conversion (dtype.h) branches on NaN, which keeps loops scalar; this one selects instead.
 template <class T>
-inline compute_t<T> load(T v) { return static_cast<compute_t<T>>(v); }
+inline compute_t<T> load(T v) {
+  return static_cast<compute_t<T>>(v);
+}
 template <>
 inline float load<bf16>(bf16 v) {
   const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
@@ -53,7 +55,9 @@ inline float load<bf16>(bf16 v) {
   return f;
 }
 template <class T>
-inline T store(compute_t<T> v) { return static_cast<T>(v); }
+inline T store(compute_t<T> v) {
+  return static_cast<T>(v);
+}
 template <>
 inline bf16 store<bf16>(float f) {
   uint32_t u;

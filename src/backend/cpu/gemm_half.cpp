@@ -336,9 +336,13 @@ void run_gemm(const GemmHalfArgs& g) {
           const int64_t n0 = s * kNR, cols = std::min<int64_t>(kNR, g.N - n0);
           for (int64_t i = 0; i < count; ++i) {
             const int64_t m = (first + i) * kMR, rows = std::min<int64_t>(kMR, g.M - m);
-            const Tile tile{m, n0, cols,
+            const Tile tile{m,
+                            n0,
+                            cols,
                             partial ? partial + i * kMR * block_cols + (s - s_begin) * kNR : nullptr,
-                            block_cols, kb == 0, kb == kblocks - 1};
+                            block_cols,
+                            kb == 0,
+                            kb == kblocks - 1};
             kernel_for(V{}, rows)(g, dn, apack + i * astrip, bpack + s * bstrip + d0 * S * kNR, tile);
           }
         }
@@ -348,8 +352,8 @@ void run_gemm(const GemmHalfArgs& g) {
 }
 
 bool has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl");
+  static const bool ok =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return ok;
 }
 
@@ -369,14 +373,11 @@ const char* gemm_half_kernel_name(GemmHalfKernel k) {
   return "?";
 }
 
-bool gemm_half_available(GemmHalfKernel k) {
-  return k == GemmHalfKernel::Dot ? has_avx512_bf16() : has_avx512();
-}
+bool gemm_half_available(GemmHalfKernel k) { return k == GemmHalfKernel::Dot ? has_avx512_bf16() : has_avx512(); }
 
 void gemm_half(const GemmHalfArgs& g) {
   FT_CHECK(gemm_half_available(g.kernel), "gemm_half: the ", gemm_half_kernel_name(g.kernel),
-           " kernel needs a CPU with AVX-512", g.kernel == GemmHalfKernel::Dot ? "-BF16" : "",
-           ", found none");
+           " kernel needs a CPU with AVX-512", g.kernel == GemmHalfKernel::Dot ? "-BF16" : "", ", found none");
   FT_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "gemm_half: expected non-negative sizes, found M=", g.M, " N=", g.N,
            " K=", g.K);
   FT_CHECK(g.c != nullptr || g.M * g.N == 0, "gemm_half: output pointer is null");

@@ -48,8 +48,8 @@ struct GemmHalfArgs {
   void* c = nullptr;
   int64_t ldc = 0;
   bool c_half = false;
-  bool accumulate = false;          // C += A B instead of C = A B
-  const uint16_t* bias = nullptr;   // optional [N], unit stride, added to every row
+  bool accumulate = false;         // C += A B instead of C = A B
+  const uint16_t* bias = nullptr;  // optional [N], unit stride, added to every row
   GemmHalfKernel kernel = GemmHalfKernel::Auto;
 };
 

@@ -6,7 +6,7 @@
 
 namespace ft::backend {
 
-const Kernels& cpu_kernels();                   // for selected_cpu_isa(), built on first use
+const Kernels& cpu_kernels();                     // for selected_cpu_isa(), built on first use
 const Kernels& cpu_kernels_for(cpu::CpuIsa isa);  // any level up to detected_cpu_isa()
 
 }  // namespace ft::backend

@@ -350,12 +350,8 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
     return;
   }
   switch (out.dtype()) {
-    case DType::F32:
-      blas_matmul<float>(a, b, out, accumulate, bias);
-      return;
-    case DType::F64:
-      blas_matmul<double>(a, b, out, accumulate, bias);
-      return;
+    case DType::F32: blas_matmul<float>(a, b, out, accumulate, bias); return;
+    case DType::F64: blas_matmul<double>(a, b, out, accumulate, bias); return;
     case DType::BF16:
       // On the development Xeon (AVX512-BF16, no AMX) convert + sgemm beats oneDNN 2.6's brgemm
       // bf16 matmul with OpenBLAS's AVX-512 kernels and loses to it by far with OpenBLAS's
@@ -370,8 +366,7 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
       if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;  // widens f16 while packing
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
-    default:
-      FT_FAIL("matmul: expected a floating-point tensor, found dtype ", dtype_name(out.dtype()));
+    default: FT_FAIL("matmul: expected a floating-point tensor, found dtype ", dtype_name(out.dtype()));
   }
 }
 

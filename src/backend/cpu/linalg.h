@@ -43,7 +43,8 @@ void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool a
 // problem; matmul_via_f32 converts to f32, calls sgemm and rounds once (bf16 and f16).
 bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor());
 // matmul_gemm_half (bf16 or f16, all three tensors alike) runs gemm_half.h's GEMM; it returns
-// false for other dtypes, when the CPU lacks AVX-512, or when out's batches alias (broadcast-operand gradients, summed in f32 instead).
+// false for other dtypes, when the CPU lacks AVX-512, or when out's batches alias (broadcast-operand gradients, summed
+// in f32 instead).
 bool matmul_gemm_half(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                       const Tensor& bias = Tensor());
 void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,

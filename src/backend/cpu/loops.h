@@ -153,10 +153,9 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
       return;
     }
     for (int64_t i = 0; i < n; ++i)
-      *reinterpret_cast<Out*>(p[0] + i * s[0]) =
-          static_cast<Out>(op(*reinterpret_cast<const In0*>(p[1] + i * s[1]),
-                              static_cast<C>(*reinterpret_cast<const In*>(p[2] + i * s[2])),
-                              static_cast<C>(*reinterpret_cast<const In*>(p[3] + i * s[3]))));
+      *reinterpret_cast<Out*>(p[0] + i * s[0]) = static_cast<Out>(op(
+          *reinterpret_cast<const In0*>(p[1] + i * s[1]), static_cast<C>(*reinterpret_cast<const In*>(p[2] + i * s[2])),
+          static_cast<C>(*reinterpret_cast<const In*>(p[3] + i * s[3]))));
   });
 }
 

@@ -160,8 +160,8 @@ void cross_entropy_forward(const Tensor& logits, int64_t N, int64_t C, int64_t S
   FT_DISPATCH_FLOATING(logits.dtype(), "cross_entropy", [&] {
     using A = compute_t<scalar_t>;
     if (S == 1)
-      forward_rows<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(), N, C, ignore_index, eps,
-                             loss.data<A>(), lse.data<A>());
+      forward_rows<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(), N, C, ignore_index, eps, loss.data<A>(),
+                             lse.data<A>());
     else
       forward_cols<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(), N, C, S, ignore_index, eps,
                              loss.data<A>(), lse.data<A>());
@@ -176,8 +176,8 @@ void cross_entropy_backward(const Tensor& logits, int64_t N, int64_t C, int64_t 
   FT_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", [&] {
     using A = compute_t<scalar_t>;
     if (S == 1)
-      backward_rows<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(), lse.data<A>(), N, C, ignore_index,
-                              eps, grad.data<A>(), per_position, scale, gx.data<scalar_t>());
+      backward_rows<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(), lse.data<A>(), N, C, ignore_index, eps,
+                              grad.data<A>(), per_position, scale, gx.data<scalar_t>());
     else
       backward_cols<scalar_t>(logits.data<scalar_t>(), target.data<int64_t>(), lse.data<A>(), N, C, S, ignore_index,
                               eps, grad.data<A>(), per_position, scale, gx.data<scalar_t>());

@@ -253,7 +253,9 @@ void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tens
   const Cp* mup = mu.data();
   channel_sums<T>(
       L, xp, nullptr,
-      [mup](int64_t c, const T* xr, const T*, int64_t n, double& a1, double&) { a1 += dense_sq_dev<T, Cp>(xr, n, mup[c]); },
+      [mup](int64_t c, const T* xr, const T*, int64_t n, double& a1, double&) {
+        a1 += dense_sq_dev<T, Cp>(xr, n, mup[c]);
+      },
       [C, mup](const T* xr, const T*, double* a1, double*) {
         for (int64_t c = 0; c < C; ++c) {
           Cp d = static_cast<Cp>(xr[c]) - mup[c];
@@ -376,7 +378,8 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
         },
         [=](const T* xr, const T* dyr, T* dxr) {
           for (int64_t c = 0; c < C; ++c)
-            dxr[c] = static_cast<T>(static_cast<Cp>(dyr[c]) * k1p[c] + (static_cast<Cp>(xr[c]) - mup[c]) * k2p[c] + k3p[c]);
+            dxr[c] =
+                static_cast<T>(static_cast<Cp>(dyr[c]) * k1p[c] + (static_cast<Cp>(xr[c]) - mup[c]) * k2p[c] + k3p[c]);
         });
   } else {
     // eval mode is an affine map of x: dx = dy * w * invstd

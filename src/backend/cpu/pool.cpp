@@ -265,9 +265,8 @@ void adaptive_avg_pool2d_forward(const PoolParams& p, const Tensor& x, const Ten
 }
 
 void adaptive_avg_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& gx) {
-  FT_DISPATCH_FLOATING(gy.dtype(), "adaptive_avg_pool2d_backward", [&] {
-    mean_backward<scalar_t>(p, gy.data<scalar_t>(), gx.data<scalar_t>(), adaptive_window);
-  });
+  FT_DISPATCH_FLOATING(gy.dtype(), "adaptive_avg_pool2d_backward",
+                       [&] { mean_backward<scalar_t>(p, gy.data<scalar_t>(), gx.data<scalar_t>(), adaptive_window); });
 }
 
 }  // namespace ft::cpu

@@ -42,9 +42,12 @@ ReductionRows reduction_rows(const Tensor& x, const std::vector<bool>& mask) {
 Rows3 rows3(const Shape& s, int dim) {
   Rows3 r;
   for (int i = 0; i < s.size(); ++i) {
-    if (i < dim) r.outer *= s[i];
-    else if (i == dim) r.R = s[i];
-    else r.inner *= s[i];
+    if (i < dim)
+      r.outer *= s[i];
+    else if (i == dim)
+      r.R = s[i];
+    else
+      r.inner *= s[i];
   }
   return r;
 }
@@ -107,20 +110,24 @@ void sum(const Tensor& x, const std::vector<bool>& mask, double scale, const Ten
   // Leading-dims case: x dense and every reduced dim precedes every kept dim.
   int last_reduced = -1, first_kept = x.dim();
   for (int i = 0; i < x.dim(); ++i) {
-    if (mask[i]) last_reduced = i;
-    else first_kept = std::min(first_kept, i);
+    if (mask[i])
+      last_reduced = i;
+    else
+      first_kept = std::min(first_kept, i);
   }
   const bool leading = x.is_contiguous() && last_reduced >= 0 && last_reduced < first_kept && first_kept < x.dim();
   const DType acc_dtype = is_floating(x.dtype()) ? DType::F64 : DType::I64;
   Tensor result = out.dtype() == acc_dtype && out.is_contiguous() ? out : empty(out.shape(), acc_dtype);
   FT_DISPATCH_ALL(x.dtype(), "sum", [&] {
-    if constexpr (std::is_same_v<scalar_t, bool> || std::is_same_v<scalar_t, int32_t> || std::is_same_v<scalar_t, uint8_t>) {
+    if constexpr (std::is_same_v<scalar_t, bool> || std::is_same_v<scalar_t, int32_t> ||
+                  std::is_same_v<scalar_t, uint8_t>) {
       FT_FAIL("sum: unreachable dtype");
     } else {
       using Acc = std::conditional_t<std::is_integral_v<scalar_t>, int64_t, double>;
       const int64_t K = out.numel();
       if (leading) {
-        sum_columns<scalar_t, Acc>(x.data<scalar_t>(), x.numel() / std::max<int64_t>(K, 1), K, scale, result.data<Acc>());
+        sum_columns<scalar_t, Acc>(x.data<scalar_t>(), x.numel() / std::max<int64_t>(K, 1), K, scale,
+                                   result.data<Acc>());
       } else {
         ReductionRows rows = reduction_rows(x, mask);
         sum_rows<scalar_t, Acc>(rows.values.data<scalar_t>(), rows.K, rows.R, scale, result.data<Acc>());

@@ -17,14 +17,18 @@ constexpr int64_t kColBlock = 64;
 
 template <class C>
 constexpr C lowest() {
-  if constexpr (std::is_floating_point_v<C>) return -std::numeric_limits<C>::infinity();
-  else return std::numeric_limits<C>::lowest();
+  if constexpr (std::is_floating_point_v<C>)
+    return -std::numeric_limits<C>::infinity();
+  else
+    return std::numeric_limits<C>::lowest();
 }
 
 template <class C>
 bool is_nan(C v) {
-  if constexpr (std::is_floating_point_v<C>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<C>)
+    return v != v;
+  else
+    return false;
 }
 
 // (max, first index of it) of p[0..n), n > 0.
@@ -214,8 +218,10 @@ void var(const Tensor& x, const std::vector<bool>& mask, double divisor, const T
   if (out.numel() == 0) return;
   int last_reduced = -1, first_kept = x.dim();
   for (int i = 0; i < x.dim(); ++i) {
-    if (mask[i]) last_reduced = i;
-    else first_kept = std::min(first_kept, i);
+    if (mask[i])
+      last_reduced = i;
+    else
+      first_kept = std::min(first_kept, i);
   }
   const bool leading = x.is_contiguous() && last_reduced >= 0 && last_reduced < first_kept && first_kept < x.dim();
   FT_DISPATCH_FLOATING(x.dtype(), "var", [&] {

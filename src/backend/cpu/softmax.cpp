@@ -7,8 +7,8 @@
 
 #include "backend/cpu/column_softmax_stats.h"
 #include "backend/cpu/dispatch.h"
-#include "backend/cpu/reduce.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/reduce.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -53,8 +53,10 @@ void forward_rows(const T* x, T* y, int64_t rows, int64_t R, bool log) {
     std::vector<C> tmp(kWide ? 0 : R);  // 16-bit types: exps kept in f32 until normalised
     for (int64_t row = r0; row < r1; ++row) {
       C* buf;
-      if constexpr (kWide) buf = y + row * R;  // f32/f64 normalise in place
-      else buf = tmp.data();
+      if constexpr (kWide)
+        buf = y + row * R;  // f32/f64 normalise in place
+      else
+        buf = tmp.data();
       forward_row<T>(x + row * R, y + row * R, R, log, buf);
     }
   });
@@ -105,14 +107,12 @@ void backward_rows(const T* g, const T* y, T* gx, int64_t rows, int64_t R, bool 
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < R; ++i) s += load(gr[i]);
 #pragma omp simd
-        for (int64_t i = 0; i < R; ++i)
-          out[i] = store<T>(load(gr[i]) - fast_exp(load(yr[i])) * s);
+        for (int64_t i = 0; i < R; ++i) out[i] = store<T>(load(gr[i]) - fast_exp(load(yr[i])) * s);
       } else {
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < R; ++i) s += load(gr[i]) * load(yr[i]);
 #pragma omp simd
-        for (int64_t i = 0; i < R; ++i)
-          out[i] = store<T>(load(yr[i]) * (load(gr[i]) - s));
+        for (int64_t i = 0; i < R; ++i) out[i] = store<T>(load(yr[i]) * (load(gr[i]) - s));
       }
     }
   });
@@ -145,12 +145,10 @@ void backward_cols(const T* g, const T* y, T* gx, int64_t outer, int64_t R, int6
         T* out = gx + base + r * inner;
         if (log) {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j)
-            out[j] = store<T>(load(gr[j]) - fast_exp(load(yr[j])) * s[j]);
+          for (int64_t j = 0; j < w; ++j) out[j] = store<T>(load(gr[j]) - fast_exp(load(yr[j])) * s[j]);
         } else {
 #pragma omp simd
-          for (int64_t j = 0; j < w; ++j)
-            out[j] = store<T>(load(yr[j]) * (load(gr[j]) - s[j]));
+          for (int64_t j = 0; j < w; ++j) out[j] = store<T>(load(yr[j]) * (load(gr[j]) - s[j]));
         }
       }
     }
@@ -177,8 +175,7 @@ void softmax_backward(const Tensor& g, const Tensor& y, int dim, bool log, const
     if (L.inner == 1)
       backward_rows<scalar_t>(g.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), L.outer, L.R, log);
     else
-      backward_cols<scalar_t>(g.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), L.outer, L.R, L.inner,
-                              log);
+      backward_cols<scalar_t>(g.data<scalar_t>(), y.data<scalar_t>(), gx.data<scalar_t>(), L.outer, L.R, L.inner, log);
   });
 }
 

@@ -35,10 +35,9 @@ class PinnedHostAllocator final : public AllocatorBookkeeping {
       cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
       if (err != cudaSuccess) {
         cudaGetLastError();
-        throw OutOfMemoryError(detail::concat("pinned host memory: out of memory: requested ", nbytes,
-                                              " bytes with ", stats_.allocated_bytes, " allocated and ",
-                                              stats_.reserved_bytes, " reserved (cudaHostAlloc: ",
-                                              cudaGetErrorString(err), ")"));
+        throw OutOfMemoryError(detail::concat("pinned host memory: out of memory: requested ", nbytes, " bytes with ",
+                                              stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
+                                              " reserved (cudaHostAlloc: ", cudaGetErrorString(err), ")"));
       }
     }
     in_use_[p] = InUse{size, {}};

@@ -97,9 +97,9 @@ class CudaAllocator final : public AllocatorBookkeeping {
     cudaError_t err = cudaMalloc(&p, size);
     if (err != cudaSuccess) {
       cudaGetLastError();
-      throw OutOfMemoryError(detail::concat(stream.device.str(), ": out of memory: requested ", nbytes,
-                                            " bytes with ", stats_.allocated_bytes, " allocated and ",
-                                            stats_.reserved_bytes, " reserved (", cudaGetErrorString(err), ")"));
+      throw OutOfMemoryError(detail::concat(stream.device.str(), ": out of memory: requested ", nbytes, " bytes with ",
+                                            stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
+                                            " reserved (", cudaGetErrorString(err), ")"));
     }
     count_allocation_locked(size, /*from_system=*/true);
     return DataPtr(p, [this, size](void* ptr) {

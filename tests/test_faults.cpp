@@ -431,14 +431,20 @@ TEST_F(Faults, FileSizeLimitInsideACheckpointWriteIsAClearError) {
   EXPECT_EQ(metric_rows(run_dir + "/metrics.csv"), want);
 }
 
-// In-process: a checkpoint write that fails leaves the Trainer's state untouched, so training can
-// go on once there is space again and its losses are still the uninterrupted ones.
-TEST(FaultsInProcess, FailedCheckpointWriteLeavesTrainingStateIntact) {
-  TrainerConfig c = test::tiny_char(temp_dir("inproc_disk_ref"));
+// The in-process tests' run: 12 steps of the tiny char GPT, a checkpoint every 4, every step logged.
+TrainerConfig checkpointed_tiny_char(const std::string& name) {
+  TrainerConfig c = test::tiny_char(temp_dir(name));
   c.max_steps = 12;
   c.log_every_n_steps = 1;
   c.checkpoint_every = 4;
   c.tensorboard = false;
+  return c;
+}
+
+// In-process: a checkpoint write that fails leaves the Trainer's state untouched, so training can
+// go on once there is space again and its losses are still the uninterrupted ones.
+TEST(FaultsInProcess, FailedCheckpointWriteLeavesTrainingStateIntact) {
+  TrainerConfig c = checkpointed_tiny_char("inproc_disk_ref");
   Trainer reference(c);
   reference.fit();
 
@@ -624,11 +630,7 @@ TEST_F(Faults, OutOfMemoryMidStepIsAClearErrorAndResumesExactly) {
 // step allocated stays allocated, the batch-size finder still works, and the same Trainer resumes
 // from its last checkpoint and trains on with the uninterrupted losses.
 TEST(FaultsInProcess, OutOfMemoryMidStepLeavesFinderAndTrainerUsable) {
-  TrainerConfig c = test::tiny_char(temp_dir("inproc_oom_ref"));
-  c.max_steps = 12;
-  c.log_every_n_steps = 1;
-  c.checkpoint_every = 4;
-  c.tensorboard = false;
+  TrainerConfig c = checkpointed_tiny_char("inproc_oom_ref");
   Trainer reference(c);
   reference.fit();
 

@@ -22,7 +22,8 @@ __attribute__((always_inline)) inline float fast_exp(float x) {
   const float xc = x > 88.3f ? 88.3f : (x < -87.3f ? -87.3f : x);
   // Round to nearest by the 1.5 * 2^23 trick: std::floor/nearbyint block GCC's vectoriser
   // without -fno-trapping-math.
-  const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float t = xc * 1.44269504088896341f + 12582912.0f;
+  const float n = t - 12582912.0f;
   const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -31,7 +32,13 @@ __attribute__((always_inline)) inline float fast_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float y = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // n as an integer is already in t's low mantissa bits: t's bits minus those of 1.5 * 2^23. Not
+  // static_cast<int32_t>(n): for a NaN x (a fully masked softmax row) that conversion is
+  // undefined, and UBSan stops there. The bit difference is defined for every x, and a NaN x still
+  // gives NaN, since y is NaN.
+  uint32_t tbits;
+  std::memcpy(&tbits, &t, sizeof(tbits));
+  const uint32_t bits = (tbits - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   const float res = y * scale;

@@ -13,6 +13,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev # run configuration files (TOML) and command-line parsing
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
+  libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
 )
 

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The sanitizer job of CI (.ci/run), also runnable by hand from a checkout:
+#   1. AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer at exit): preset `debug`;
+#   2. ThreadSanitizer: preset `tsan`, clang, whose OpenMP runtime reports its barriers to TSan.
+# Both run the whole suite. A sanitizer report fails the test it happens in: UBSan is built with
+# -fno-sanitize-recover, ASan and LSan stop by default, the tsan test preset sets halt_on_error=1.
+# Nothing is suppressed (docs/ARCHITECTURE.md, "Sanitizers").
+#
+# Left out of both, as not meaningful here: fuzz_parsers builds and fuzzes its own clang + ASan
+# copy of the parsers (the release run of the suite does that), and clang_format checks sources.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+not_meaningful='^(fuzz_parsers|clang_format)$'
+
+start=$SECONDS
+echo "== sanitizers: ASan + UBSan (preset debug)"
+cmake --preset debug -DFASTTRAIN_BENCH=OFF  # benchmarks time things; under ASan they test nothing
+cmake --build --preset debug -j"$jobs"
+ctest --preset debug -j"$jobs" -E "$not_meaningful"
+asan_s=$((SECONDS - start))
+
+start=$SECONDS
+echo "== sanitizers: TSan (preset tsan)"
+cmake --preset tsan
+cmake --build --preset tsan -j"$jobs"
+ctest --preset tsan -j"$jobs" -E "$not_meaningful"
+tsan_s=$((SECONDS - start))
+
+echo "sanitizers: ASan + UBSan ${asan_s} s, TSan ${tsan_s} s (configure, build and tests)"

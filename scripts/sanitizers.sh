@@ -12,6 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"
 not_meaningful='^(fuzz_parsers|clang_format)$'
+# Left out of the TSan run only (docs/ARCHITECTURE.md, "Sanitizers", lists why): the three fault
+# tests that provoke a SIGBUS or run the binary under a small file-size limit. TSan's runtime
+# cannot start under a low `ulimit -f` (even `fasttrain --version` dies in it with SIGBUS), and a
+# SIGBUS raised inside TSan's memcpy interceptor never reaches the program's handler. These tests
+# start no thread of their own; the release and ASan runs cover them.
+not_under_tsan='^(Faults\.FileSizeLimitInsideACheckpointWriteIsAClearError|FaultsInProcess\.(ShardTruncatedWhileTheLoaderReadsItIsAnErrorNamingTheFile|ImageFileTruncatedWhileReadIsAnErrorNamingTheFile))$'
 
 start=$SECONDS
 echo "== sanitizers: ASan + UBSan (preset debug)"
@@ -24,7 +30,7 @@ start=$SECONDS
 echo "== sanitizers: TSan (preset tsan)"
 cmake --preset tsan
 cmake --build --preset tsan -j"$jobs"
-ctest --preset tsan -j"$jobs" -E "$not_meaningful"
+ctest --preset tsan -j"$jobs" -E "$not_meaningful|$not_under_tsan"
 tsan_s=$((SECONDS - start))
 
 echo "sanitizers: ASan + UBSan ${asan_s} s, TSan ${tsan_s} s (configure, build and tests)"

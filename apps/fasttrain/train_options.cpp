@@ -86,6 +86,8 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
     if (!probe.task.empty()) task = probe.task;
   }
   if (given("task")) task = o.values.at("task");
+  // The library takes any run name; the command line trains the built-in tasks (tasks.h).
+  FT_CHECK(task == "char" || task == "images", "option task: expected char or images, found '", task, "'");
   TrainerConfig c = o.resume_dir.empty() ? TrainerConfig::defaults_for(task) : base;
   c.task = task;
   if (!file_text.empty()) apply_toml(c, file_text, o.config_path);

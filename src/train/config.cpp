@@ -29,6 +29,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.weight_decay = 5e-4;
     c.beta2 = 0.999;
     c.grad_clip = 0.0;
+    c.eval_batches = 0;  // the whole validation split
   }
   return c;
 }
@@ -88,14 +89,16 @@ void TrainerConfig::validate() const {
       FT_FAIL("option ", e.what());
     }
   };
-  check(task == "char" || task == "images", "task", "char or images", "'" + task + "'");
+  // Names a built-in task for the CLI; for a module of one's own it names the run (runs/<task>-...).
+  check(!task.empty() && task.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-.") == std::string::npos, "task",
+        "a name of lowercase letters, digits, '_', '-' or '.' (built in: char, images)", "'" + task + "'");
   if (device.rfind("cuda", 0) == 0)
     FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
   check(device == "cpu", "device", "cpu", "'" + device + "'");
   check(max_steps >= 1, "max_steps", "at least 1", max_steps);
   check(max_epochs >= 0, "max_epochs", "0 (no limit) or more", max_epochs);
   check(eval_every >= 0, "eval_every", "0 (only at the end) or more", eval_every);
-  check(eval_batches >= 1, "eval_batches", "at least 1", eval_batches);
+  check(eval_batches >= 0, "eval_batches", "0 (the whole validation split) or more", eval_batches);
   check(log_every_n_steps >= 1, "log_every_n_steps", "at least 1", log_every_n_steps);
   check(checkpoint_every >= 0, "checkpoint_every", "0 (none) or more", checkpoint_every);
   check(threads >= 0 && threads <= 1024, "threads", "0 (all cores) to 1024", threads);
@@ -124,10 +127,11 @@ void TrainerConfig::validate() const {
   check(keep_last >= 0, "keep_last", "0 (all) or more", keep_last);
   check(keep_best >= 0, "keep_best", "0 or more", keep_best);
   check(monitor == "val_loss" || monitor == "val_accuracy", "monitor", "val_loss or val_accuracy", "'" + monitor + "'");
-  FT_CHECK(monitor != "val_accuracy" || task == "images",
-           "option monitor: val_accuracy is measured by the images "
-           "task only; the ",
-           task, " task reports val_loss");
+  // Of the built-in tasks only images measures an accuracy; a module of one's own may report one
+  // (its "accuracy" metric) and is not known here.
+  FT_CHECK(monitor != "val_accuracy" || task != "char",
+           "option monitor: val_accuracy is measured by the images task and by modules that report an accuracy; "
+           "the char task reports val_loss");
   check(early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more", early_stopping_patience);
   check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
         "0 or more", early_stopping_min_delta);

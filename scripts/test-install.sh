@@ -80,8 +80,9 @@ if [ -e "$pthread_dir/libopenblas.so.0" ] && [ "$(readlink -f "$pthread_dir/libo
   readelf -d "$work/pkgconfig_consumer" | grep -q RUNPATH; then
   report="$(LD_LIBRARY_PATH="$pthread_dir" "$work/pkgconfig_consumer")" || fail "pkg-config program with $pthread_dir"
   read -r _ mapped _ parallel <<<"$report"
-  [ "$(readlink -f "$mapped")" = "$(readlink -f "$pthread_dir/libopenblas.so.0")" ] && [ "$parallel" = 1 ] ||
+  if [ "$(readlink -f "$mapped")" != "$(readlink -f "$pthread_dir/libopenblas.so.0")" ] || [ "$parallel" != 1 ]; then
     fail "the OpenBLAS check did not see the pthreads build put first: $report"
+  fi
   echo "check of the check: with $pthread_dir first the program reports \"$report\""
 fi
 

@@ -309,5 +309,34 @@ TEST(TrainModule, MalformedModuleOrDataIsAClearError) {
   fs::remove_all(dir);
 }
 
+// TensorDataset: rows of tensors (e.g. two .npy files) as samples, with clear errors.
+TEST(TrainModule, TensorDatasetServesRowsOfNpyFiles) {
+  const std::string dir = test::scratch_dir("ft_module", "npy");
+  fs::create_directories(dir);
+  save_npy(dir + "/x.npy", from_vector({1, 2, 3, 4, 5, 6}, {3, 2}, DType::F32));
+  save_npy(dir + "/y.npy", from_vector({7, 8, 9}, {3}, DType::I64));
+  data::TensorDataset ds({{"x", map_npy(dir + "/x.npy")}, {"y", load_npy(dir + "/y.npy")}});
+  ASSERT_EQ(ds.size(), 3);
+  ASSERT_EQ(ds.spec().size(), 2u);
+  EXPECT_EQ(ds.spec()[0].shape, Shape({2}));
+  EXPECT_EQ(ds.spec()[1].dtype, DType::I64);
+  std::vector<Tensor> row = {empty({2}), empty({}, DType::I64)};
+  ds.read(1, 0, row);
+  EXPECT_EQ(row[0].to_vector(), (std::vector<double>{3, 4}));
+  EXPECT_EQ(row[1].item<int64_t>(), 8);
+  test::expect_error([&] { ds.read(3, 0, row); }, "TensorDataset: expected a sample index in [0, 3), found 3");
+  test::expect_error(
+      [&] {
+        data::TensorDataset({{"x", zeros({3, 2})}, {"y", zeros({4})}});
+      },
+      "TensorDataset: field 'y' has 4 rows, expected 3 like 'x'");
+  test::expect_error(
+      [&] {
+        data::TensorDataset({{"x", scalar_tensor(1.0, DType::F32)}});
+      },
+      "field 'x': expected a tensor with a first (sample) dimension, found a 0-d tensor");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ft

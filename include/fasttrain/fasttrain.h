@@ -39,9 +39,12 @@
 #include "fasttrain/safetensors.h"
 #include "fasttrain/tensorboard.h"
 
-// Training: one step, the Trainer and its callbacks, the finders, the benchmark workloads.
+// Training: one step, the Trainer, the module interface and the built-in tasks, its callbacks,
+// the finders, the benchmark workloads.
 #include "fasttrain/bench.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/lr_finder.h"
+#include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
+#include "fasttrain/train_module.h"
 #include "fasttrain/train_step.h"

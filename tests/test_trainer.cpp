@@ -101,8 +101,11 @@ TEST(TrainerConfig, TomlRoundTripAndErrors) {
   test::expect_error([&] { set_field(back, "lr", "fast"); }, "option lr: expected a number, found 'fast'");
   test::expect_error([&] { set_field(back, "seed", "-1"); }, "non-negative integer");
   test::expect_error([&] { set_field(back, "nope", "1"); }, "unknown option 'nope'");
-  EXPECT_EQ(option_scope("context"), "char");
-  EXPECT_EQ(option_scope("image_size"), "images");
+  EXPECT_EQ(option_scope("context"), "char, lm");
+  EXPECT_TRUE(option_applies("context", "lm"));
+  EXPECT_FALSE(option_applies("context", "images"));
+  EXPECT_FALSE(option_applies("vocab_size", "classify"));
+  EXPECT_EQ(option_scope("image_size"), "images, classify");
   EXPECT_EQ(option_scope("lr"), "");
 }
 

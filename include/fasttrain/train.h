@@ -91,16 +91,26 @@ struct TrainerConfig {
   int64_t train_chars = 2'000'000;
   int64_t val_chars = 200'000;
   double goal_gap = 0.05;  // stated goal: final val loss within this many nats of the entropy floor
-  // --- images task ---
-  std::string model = "cnn-mini";  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster)
+  // --- images task (and the model of lm and classify) ---
+  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: "gpt-mini", "gpt2", "gpt2-medium",
+  // "gpt2-large" or "custom" (layers, dim, heads, context); classify: "mlp", "cnn-mini",
+  // "resnet18", "resnet20" or "resnet50".
+  std::string model = "cnn-mini";
   int64_t image_size = 32;
   int64_t classes = 6;
   int64_t train_images = 10000;
   int64_t val_images = 1000;
   double goal_accuracy = 0.95;  // stated goal: final validation accuracy
+  // --- data of one's own (lm, classify) ---
+  std::string data;           // lm: a glob of llm.c token shards; classify: mnist:DIR, cifar10:DIR, folder:DIR, npy:X,y
+  std::string val_data;       // the validation data, in the same forms ("": classify holds out val_fraction)
+  double val_fraction = 0.1;  // classify: the share of the training data held out when val_data is empty
+  int64_t vocab_size = 0;     // lm: 0 reads it from the tokenizer/vocab file beside the shards
+  std::string init_from;      // lm: initial weights (.safetensors; Hugging Face GPT-2 names too)
+  bool augment = true;        // classify: random crop (4-pixel padding) and horizontal flip of training images
 
-  // The defaults of a task ("char" or "images"): the fields above with the task's own loop and
-  // optimisation settings.
+  // The defaults of a task ("char", "images", "lm" or "classify"): the fields above with the
+  // task's own loop, optimisation and model settings.
   static TrainerConfig defaults_for(const std::string& task);
   // Checks every field and combination; throws ft::Error naming the option, expected, found.
   void validate() const;
@@ -193,20 +203,35 @@ void visit_fields(Config& c, V&& visitor) {
     "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
-  v("context", c.context, "char: characters of context", locked);
-  v("layers", c.layers, "char: transformer blocks", locked);
-  v("dim", c.dim, "char: model width", locked);
-  v("heads", c.heads, "char: attention heads", locked);
-  v("dropout", c.dropout, "char: dropout probability");
+  v("context", c.context, "char, lm: tokens of context", locked);
+  v("layers", c.layers, "char, lm: transformer blocks", locked);
+  v("dim", c.dim, "char, lm: model width", locked);
+  v("heads", c.heads, "char, lm: attention heads", locked);
+  v("dropout", c.dropout, "char, lm: dropout probability");
   v("train_chars", c.train_chars, "char: characters in the generated training text", locked);
   v("val_chars", c.val_chars, "char: characters in the generated validation text", locked);
   v("goal_gap", c.goal_gap, "char: goal, validation loss within this many nats of the entropy floor");
-  v("model", c.model, "images: cnn-mini (BENCH.md) or cnn-tiny", locked);
-  v("image_size", c.image_size, "images: image side in pixels", locked);
+  v("model", c.model,
+    "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
+    "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
+    locked);
+  v("image_size", c.image_size, "images, classify: image side in pixels (classify: images are resized to it)", locked);
   v("classes", c.classes, "images: number of shape classes (2-6)", locked);
   v("train_images", c.train_images, "images: training images", locked);
   v("val_images", c.val_images, "images: validation images", locked);
-  v("goal_accuracy", c.goal_accuracy, "images: goal, validation accuracy");
+  v("goal_accuracy", c.goal_accuracy, "images, classify: goal, validation accuracy");
+  v("data", c.data,
+    "lm, classify: training data; lm: a glob of token shards ('dir/*train*.bin'); classify: mnist:DIR, cifar10:DIR, "
+    "folder:DIR (a sub-folder of JPEG/PNG images per class) or npy:X.npy,y.npy",
+    locked);
+  v("val_data", c.val_data,
+    "lm, classify: validation data in the same form (classify: empty holds out val_fraction of the training data)",
+    locked);
+  v("val_fraction", c.val_fraction, "classify: share of the training data held out for validation without val_data",
+    locked);
+  v("vocab_size", c.vocab_size, "lm: vocabulary size (0: from the tokenizer or vocab file beside the shards)", locked);
+  v("init_from", c.init_from, "lm: initial weights from a .safetensors file (Hugging Face GPT-2 names accepted)");
+  v("augment", c.augment, "classify: random crop with 4-pixel padding and horizontal flip of training images");
 }
 
 // The config as TOML text (every field, resolved), and back. Parsing rejects unknown keys and
@@ -215,12 +240,16 @@ std::string config_to_toml(const TrainerConfig& c);
 void apply_toml(TrainerConfig& into, const std::string& toml_text, const std::string& source_name);
 // Sets one field from its text form ("--lr 0.01" -> set_field(c, "lr", "0.01")).
 void set_field(TrainerConfig& c, const std::string& name, const std::string& value);
-// The task an option applies to: "char", "images", or "" for every task (options whose help in
-// visit_fields starts with "char:" or "images:").
+// The built-in tasks an option applies to, as its help in visit_fields starts ("char, lm"), or ""
+// for every task.
 std::string option_scope(const std::string& name);
+// Whether option `name` applies to built-in task `task`.
+bool option_applies(const std::string& name, const std::string& task);
 
 // The learning-rate schedule of the config (schedule and its parameters; lr, min_lr, max_steps).
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c);
+// Sets context, layers, dim and heads to those of c.model's GPT preset (lm: gpt-mini, gpt2, ...).
+void set_gpt_preset(TrainerConfig& c);
 // memory_limit as bytes ("8G", "512M", "1.5G", "1048576"; "" is 0: none); ft::Error otherwise.
 int64_t parse_memory_size(const std::string& text);
 

@@ -14,26 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/train.h"
+#include "support/run_cli.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(FT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using ft::test::CliRun;
+using ft::test::run_cli;
 
 std::string temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("fasttrain_test_cli_" + std::to_string(::getpid()) + "_" + name);
@@ -153,7 +141,7 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   write(broken + "/model.safetensors", "not a safetensors file");
   expect_error("sample --checkpoint " + broken, "model.safetensors");
   write(broken + "/config.toml", "task = \"images\"\n");
-  expect_error("sample --checkpoint " + broken, "holds a 'images' run; sample needs a char-level GPT");
+  expect_error("sample --checkpoint " + broken, "holds a 'images' run; sample needs a GPT (task char or lm)");
   // Resuming with a different model is refused before anything is trained.
   CliRun k = run_cli("train --config " + dir + "/run.toml --checkpoint-every 1 --max-steps 1 --run-dir " + dir + "/ck");
   ASSERT_EQ(k.code, 0) << k.output;

@@ -1,4 +1,5 @@
-// `fasttrain sample`: continues a prompt with a char-level GPT trained by `fasttrain train`.
+// `fasttrain sample`: continues a prompt with a GPT trained by `fasttrain train` (task char, or lm
+// on shards with a vocabulary), decoded with the run's vocabulary.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,16 +15,20 @@ using namespace ft;
 namespace {
 
 int run_sample(const std::vector<std::string>& args) {
-  CLI::App app("Generates text with a char-level GPT trained by fasttrain train.", "fasttrain sample");
+  CLI::App app(
+      "Generates text with a GPT trained by fasttrain train (task char, or lm on shards made by fasttrain data), "
+      "encoding "
+      "the prompt and decoding the text with the run's vocabulary.",
+      "fasttrain sample");
   app.set_help_flag("-h,--help", "show this help");
   std::string dir;
   train::SampleOptions o;
-  app.add_option("--checkpoint", dir, "run folder or checkpoint folder of a char-task run")->required();
+  app.add_option("--checkpoint", dir, "run folder or checkpoint folder of a char or lm run")->required();
   app.add_option("--prompt", o.prompt, "text to continue (default \"" + o.prompt + "\")");
-  app.add_option("--tokens", o.tokens, "characters to generate (default " + std::to_string(o.tokens) + ")");
+  app.add_option("--tokens", o.tokens, "tokens to generate (default " + std::to_string(o.tokens) + ")");
   app.add_option("--temperature", o.temperature,
                  "sampling temperature; 0 picks the most likely character (default 0.8)");
-  app.add_option("--top-k", o.top_k, "sample among the k most likely characters; 0: all (default 0)");
+  app.add_option("--top-k", o.top_k, "sample among the k most likely tokens; 0: all (default 0)");
   app.add_option("--seed", o.seed, "random seed (default 0)");
   if (!cli::parse_command_line(app, args, "sample")) return 0;
   std::printf("%s\n", train::sample_text(dir, o).c_str());
@@ -32,4 +37,4 @@ int run_sample(const std::vector<std::string>& args) {
 
 }  // namespace
 
-FT_REGISTER_COMMAND(sample, "generate text from a char-level GPT trained by fasttrain train", run_sample);
+FT_REGISTER_COMMAND(sample, "generate text from a GPT trained by fasttrain train (task char or lm)", run_sample);

@@ -1,6 +1,7 @@
 // `fasttrain train`: trains a task (default: the char-level GPT on generated text) with the
 // Trainer. Options come from the task's defaults, then a checkpoint's config (--resume), then a
 // TOML file (--config), then flags, each overriding the one before.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -35,7 +36,13 @@ void print_summary(const TrainResult& r, const TrainerConfig& c) {
                 static_cast<long long>(r.steps), r.last_checkpoint.c_str(), r.last_checkpoint.c_str());
   } else {
     if (r.stopped_early) std::printf("stopped early at step %lld (no improvement)\n", static_cast<long long>(r.steps));
-    std::printf("final train loss %.4f; %s\n", r.final_train_loss, r.goal.c_str());
+    std::printf("final train loss %.4f; ", r.final_train_loss);
+    if (!r.goal.empty())
+      std::printf("%s\n", r.goal.c_str());
+    else if (r.final_val_accuracy)
+      std::printf("val loss %.4f, val accuracy %.2f%%\n", r.final_val_loss, 100 * *r.final_val_accuracy);
+    else
+      std::printf("val loss %.4f (perplexity %.3f)\n", r.final_val_loss, std::exp(r.final_val_loss));
   }
   std::printf("run folder: %s (metrics.csv, model.safetensors, summary.json, config.toml)\n", r.run_dir.c_str());
 }

@@ -100,7 +100,7 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
     set_field(c, name, o.values.at(name));
   }
   // lm: a preset model brings its own size; --layers/--dim/--heads/--context size --model custom.
-  if (c.task == "lm" && c.model != "custom") {
+  if (c.task == "lm" && is_gpt_preset(c.model)) {
     for (const char* size : {"layers", "dim", "heads", "context"})
       FT_CHECK(!given(size), "option --", size, " sizes --model custom; --model ", c.model,
                " has its own size (use --model custom to choose one)");

@@ -3,9 +3,11 @@
 //  char    a small GPT learns next-character prediction on text drawn from the built-in trigram
 //          Markov chain, whose entropy rate is the floor its validation loss is reported against
 //  images  a small CNN classifies procedurally drawn shapes
+//  lm      a GPT learns next-token prediction on llm.c token shards (`fasttrain data`)
 // Implemented in src/train/char_task.cpp and src/train/image_task.cpp.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "fasttrain/nn.h"
 #include "fasttrain/random.h"
@@ -21,7 +23,10 @@ struct BuiltinTask {
 // The task config.task names, with its data drawn and its model initialised from config.seed.
 BuiltinTask make_builtin_task(const TrainerConfig& config);
 
-// The char task's model, built from the config (also used by `fasttrain sample`).
-std::shared_ptr<nn::GPT> make_char_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
+// The GPT of the char and lm tasks: context, layers, dim, heads and dropout from the config,
+// GPT-2 initialisation (also used by `fasttrain sample` and `fasttrain eval`).
+std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
+// Loads weights into a GPT from a .safetensors file (--init-from).
+void load_gpt_weights(nn::GPT& model, const std::string& path);
 
 }  // namespace ft::train

@@ -248,7 +248,9 @@ bool option_applies(const std::string& name, const std::string& task);
 
 // The learning-rate schedule of the config (schedule and its parameters; lr, min_lr, max_steps).
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c);
-// Sets context, layers, dim and heads to those of c.model's GPT preset (lm: gpt-mini, gpt2, ...).
+// Whether `model` names a GPT preset of the lm task: gpt-mini, gpt2, gpt2-medium or gpt2-large.
+bool is_gpt_preset(const std::string& model);
+// Sets context, layers, dim and heads to those of c.model's GPT preset.
 void set_gpt_preset(TrainerConfig& c);
 // memory_limit as bytes ("8G", "512M", "1.5G", "1048576"; "" is 0: none); ft::Error otherwise.
 int64_t parse_memory_size(const std::string& text);
@@ -312,6 +314,10 @@ class Trainer {
   // starts, or at once when a module is attached already (after a failed fit(), say). A bad
   // checkpoint is an error that leaves the module and the trainer as they were.
   void resume(const std::string& checkpoint_dir);
+
+  // Loss and metrics of `module` on data.val_data() (its first eval_batches batches; 0: all) in
+  // the config's precision, without training (Lightning's Trainer.validate; `fasttrain eval`).
+  EvalResult validate(TrainModule& module, const DataModule& data);
 
   const TrainerConfig& config() const { return config_; }
   int64_t step() const { return step_; }

@@ -14,7 +14,7 @@
 
 namespace ft::train {
 
-std::shared_ptr<nn::GPT> make_char_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
   g.vocab_size = vocab_size;
   g.context = c.context;
@@ -124,7 +124,7 @@ class CharModule : public TrainModule {
   CharModule(const TrainerConfig& c, const data::MarkovText& source, const data::CharCorpus& corpus)
       : c_(c), source_(source), vocab_(corpus.vocab()) {
     Generator init(derive_seed(c.seed, SeedUse::Init));
-    model_ = make_char_model(c, corpus.vocab_size(), &init);
+    model_ = make_gpt_model(c, corpus.vocab_size(), &init);
   }
 
   nn::Module& model() override { return *model_; }

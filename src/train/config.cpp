@@ -16,6 +16,10 @@
 
 namespace ft::train {
 
+bool is_gpt_preset(const std::string& model) {
+  return model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
+}
+
 void set_gpt_preset(TrainerConfig& c) {
   const nn::GPTConfig p = nn::GPTConfig::preset(c.model);
   c.context = p.context;
@@ -221,7 +225,7 @@ void TrainerConfig::validate() const {
     check(!val_data.empty(), "val_data", "a glob of validation token shards (e.g. 'shards/*val*.bin')", "nothing");
     check(vocab_size >= 0 && vocab_size <= 65536, "vocab_size", "0 (from the vocab file) to 65536 (uint16 tokens)",
           vocab_size);
-    const bool preset = model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
+    const bool preset = is_gpt_preset(model);
     check(preset || model == "custom", "model", "gpt-mini, gpt2, gpt2-medium, gpt2-large or custom", "'" + model + "'");
     if (preset) {
       TrainerConfig sized = *this;

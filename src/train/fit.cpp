@@ -17,7 +17,6 @@
 #include "core/fault_injection.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/atomic_file.h"
-#include "fasttrain/autocast.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/tensorboard.h"
 #include "train/progress.h"
@@ -220,12 +219,7 @@ struct Trainer::Run {
   void evaluate() {
     fault::point("eval");
     const double start = elapsed();
-    {
-      // Evaluation runs in the training precision (Lightning does the same).
-      const bool mixed = precision_is_mixed(im.runner->options().precision);
-      autocast::AutocastGuard amp(mixed ? im.runner->autocast_dtype() : DType::BF16, mixed);
-      last_eval = im.evaluate(c);
-    }
+    last_eval = im.evaluate(c);
     last_eval_step = t.step_;
     eval_seconds += elapsed() - start;
     MetricRow r;

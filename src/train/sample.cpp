@@ -1,7 +1,11 @@
-// Text generation from a trained char-level GPT (train.h, sample_text).
+// Text generation from a trained GPT (train.h, sample_text): the char task's model, or an lm run
+// whose shards came with a vocabulary (task.json records the tokenizer). The prompt is encoded
+// with the run's vocabulary and the continuation decoded with it.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +17,70 @@
 
 namespace ft::train {
 
+namespace {
+
+using nlohmann::json;
+
+// A run's vocabulary: text to token ids and back.
+struct Codec {
+  int64_t vocab = 0;
+  std::function<std::vector<int64_t>(const std::string&)> encode;
+  std::vector<std::string> pieces;  // the text of each id
+};
+
+// Splits UTF-8 text into code points' byte sequences (a stray byte is one piece of its own).
+std::vector<std::string> utf8_pieces(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    const size_t n = lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 1;
+    out.push_back(text.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+Codec pieces_codec(std::vector<std::string> pieces, const std::string& where) {
+  Codec c;
+  c.vocab = static_cast<int64_t>(pieces.size());
+  c.pieces = std::move(pieces);
+  std::map<std::string, int64_t> id;
+  for (size_t i = 0; i < c.pieces.size(); ++i) id.emplace(c.pieces[i], static_cast<int64_t>(i));
+  c.encode = [id = std::move(id), where](const std::string& text) {
+    std::vector<int64_t> ids;
+    for (const std::string& p : utf8_pieces(text)) {
+      auto it = id.find(p);
+      FT_CHECK(it != id.end(), "sample: the prompt's character '", p, "' is not in the vocabulary of ", where);
+      ids.push_back(it->second);
+    }
+    return ids;
+  };
+  return c;
+}
+
+Codec codec_of_run(const std::string& dir, const TrainerConfig& c) {
+  const std::string task_path = dir + "/task.json";
+  try {
+    const json task = json::parse(read_text(task_path, "the task description"));
+    if (c.task == "char") {
+      const std::string vocab = task.at("vocab").get<std::string>();
+      FT_CHECK(!vocab.empty(), task_path, ": the vocabulary is empty");
+      std::vector<std::string> pieces;
+      for (char ch : vocab) pieces.emplace_back(1, ch);
+      return pieces_codec(std::move(pieces), task_path);
+    }
+    const json& tokenizer = task.at("tokenizer");
+    const std::string mode = tokenizer.value("mode", std::string());
+    FT_CHECK(mode == "char", "sample: ", dir, " was trained on shards without a vocabulary file (tokenizer mode '",
+             mode, "'); sample needs shards made by `fasttrain data --vocab char`");
+    return pieces_codec(tokenizer.at("tokens").get<std::vector<std::string>>(), task_path);
+  } catch (const json::exception& e) {
+    FT_FAIL(task_path, ": malformed task description: ", e.what());
+  }
+}
+
+}  // namespace
+
 std::string sample_text(const std::string& dir, const SampleOptions& o) {
   FT_CHECK(o.tokens >= 0 && o.tokens <= 1'000'000, "sample: expected --tokens in [0, 1000000], found ", o.tokens);
   FT_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "sample: expected a temperature >= 0, found ",
@@ -20,37 +88,32 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
   FT_CHECK(o.top_k >= 0, "sample: expected --top-k >= 0, found ", o.top_k);
   FT_CHECK(!o.prompt.empty(), "sample: the prompt must have at least one character");
   const TrainerConfig c = load_run_config(dir);
-  FT_CHECK(c.task == "char", "sample: ", dir, " holds a '", c.task, "' run; sample needs a char-level GPT (task char)");
-  const std::string task_path = dir + "/task.json";
-  std::string vocab;
-  try {
-    vocab = nlohmann::json::parse(read_text(task_path, "the task description")).at("vocab").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    FT_FAIL(task_path, ": malformed task description: ", e.what());
-  }
-  FT_CHECK(!vocab.empty(), task_path, ": the vocabulary is empty");
-  const int64_t V = static_cast<int64_t>(vocab.size());
+  FT_CHECK(c.task == "char" || c.task == "lm", "sample: ", dir, " holds a '", c.task,
+           "' run; sample needs a GPT (task char or lm)");
+  const Codec codec = codec_of_run(dir, c);
+  const int64_t V = codec.vocab;
   FT_CHECK(o.top_k <= V, "sample: expected --top-k at most the vocabulary size ", V, ", found ", o.top_k);
 
   Generator init(0);
-  auto model = make_char_model(c, V, &init);
+  auto model = make_gpt_model(c, V, &init);
   model->load(dir + "/model.safetensors", /*strict=*/true);
   model->eval();
   autograd::InferenceMode guard;
 
-  std::vector<int64_t> ids = data::encode_chars(vocab, o.prompt);
+  std::vector<int64_t> ids = codec.encode(o.prompt);
   std::string out = o.prompt;
   std::vector<double> p(V);
   for (int64_t i = 0; i < o.tokens; ++i) {
     const int64_t t = std::min<int64_t>(c.context, static_cast<int64_t>(ids.size()));
     std::vector<double> window(ids.end() - t, ids.end());
     Tensor logits = model->forward(from_vector(window, {1, t}, DType::I64));
+    // Only the vocabulary's ids: the model's padded rows are never sampled.
     std::vector<double> row = logits.select(0, 0).select(0, t - 1).narrow(0, 0, V).to_vector();
     int64_t next = 0;
     if (o.temperature == 0) {
       next = std::max_element(row.begin(), row.end()) - row.begin();
     } else {
-      // Softmax at the temperature over the top k (or all) characters, then one uniform draw.
+      // Softmax at the temperature over the top k (or all) tokens, then one uniform draw.
       double cutoff = -INFINITY;
       if (o.top_k > 0) {
         std::vector<double> sorted = row;
@@ -69,7 +132,7 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
         }
     }
     ids.push_back(next);
-    out.push_back(vocab[next]);
+    out += codec.pieces[next];
   }
   return out;
 }

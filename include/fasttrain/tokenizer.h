@@ -37,7 +37,7 @@ class Gpt2Tokenizer {
   // Reads the vocabulary (a JSON object token -> id; tokens written with bytes_to_unicode) and the
   // merges (one "left right" pair per line, in priority order; a first line starting with
   // "#version" is skipped). Errors are ft::Error naming the file and what was expected and found:
-  // a missing file, malformed JSON, an id that is not a non-negative integer or repeats, a byte
+  // a missing file, malformed JSON, ids other than 0..N-1 for N tokens (each once), a byte
   // without its single-byte token, no "<|endoftext|>", a merge line that is not two tokens, a
   // merge whose parts or result are not in the vocabulary, a merge listed twice.
   static Gpt2Tokenizer from_files(const std::string& encoder_path, const std::string& merges_path);
@@ -52,7 +52,7 @@ class Gpt2Tokenizer {
   // The bytes of one token (empty for an id no token has).
   std::string_view token_bytes(int32_t id) const;
 
-  int64_t vocab_size() const;  // largest id + 1 (50257 for GPT-2)
+  int64_t vocab_size() const;  // number of tokens, ids 0..vocab_size()-1 (50257 for GPT-2)
   int32_t eot_token() const;   // id of "<|endoftext|>" (50256 for GPT-2)
   int64_t merges() const;      // number of merge rules (50000 for GPT-2)
 

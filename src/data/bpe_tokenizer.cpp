@@ -188,7 +188,8 @@ void pretokenize(std::string_view text, F&& on_word) {
         i += 2;
         continue;
       }
-      if (i + 2 < n && ((a == 'r' && s[i + 2] == 'e') || (a == 'v' && s[i + 2] == 'e') || (a == 'l' && s[i + 2] == 'l'))) {
+      if (i + 2 < n &&
+          ((a == 'r' && s[i + 2] == 'e') || (a == 'v' && s[i + 2] == 'e') || (a == 'l' && s[i + 2] == 'l'))) {
         on_word(start, i + 3);
         i += 3;
         continue;
@@ -315,7 +316,7 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-constexpr size_t kHeapBpeSymbols = 64;    // words longer than this (in bytes) take the heap path
+constexpr size_t kHeapBpeSymbols = 64;   // words longer than this (in bytes) take the heap path
 constexpr size_t kCachedWordBytes = 64;  // longer words are rarely repeated: not cached
 
 std::atomic<uint64_t> next_tokenizer_id{1};
@@ -597,13 +598,12 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& encoder_path, const s
     FT_CHECK(j.is_object(), "Gpt2Tokenizer: '", encoder_path, "' expected a JSON object of token -> id, found ",
              j.type_name());
     FT_CHECK(!j.empty(), "Gpt2Tokenizer: '", encoder_path, "' expected a JSON object of token -> id, found {}");
-    int64_t max_id = -1;
-    for (const auto& [token, id] : j.items()) {
-      FT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX, "Gpt2Tokenizer: '",
-               encoder_path, "' token \"", printable(token), "\": expected an id from 0 to ", INT32_MAX - 1,
-               ", found ", id.dump());
-      max_id = std::max(max_id, id.get<int64_t>());
-    }
+    // Ids are dense, as in every GPT-2 vocabulary: N tokens have ids 0..N-1, each once.
+    const auto max_id = static_cast<int64_t>(j.size()) - 1;
+    for (const auto& [token, id] : j.items())
+      FT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= max_id, "Gpt2Tokenizer: '",
+               encoder_path, "' token \"", printable(token), "\": expected an id from 0 to ", max_id, " (", j.size(),
+               " tokens), found ", id.dump());
     t->bytes_of.assign(static_cast<size_t>(max_id + 1), std::string());
     t->used.assign(static_cast<size_t>(max_id + 1), 0);
     std::vector<std::string> name_of(static_cast<size_t>(max_id + 1));
@@ -612,8 +612,8 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& encoder_path, const s
       const auto id = value.get<int32_t>();
       FT_CHECK(token_to_bytes(token, bytes), "Gpt2Tokenizer: '", encoder_path, "' token \"", printable(token),
                "\" (id ", id, ") has a character outside GPT-2's byte alphabet (bytes_to_unicode)");
-      FT_CHECK(!t->used[id], "Gpt2Tokenizer: '", encoder_path, "' expected each id once, found id ", id,
-               " for both \"", printable(name_of[id]), "\" and \"", printable(token), "\"");
+      FT_CHECK(!t->used[id], "Gpt2Tokenizer: '", encoder_path, "' expected each id once, found id ", id, " for both \"",
+               printable(name_of[id]), "\" and \"", printable(token), "\"");
       t->used[id] = 1;
       t->bytes_of[id] = bytes;
       name_of[id] = token;
@@ -621,7 +621,6 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& encoder_path, const s
     std::unordered_map<std::string_view, int32_t> id_of;
     for (int32_t id = 0; id <= max_id; ++id)
       if (t->used[id]) id_of.emplace(t->bytes_of[id], id);
-    FT_CHECK(id_of.size() == j.size(), "Gpt2Tokenizer: '", encoder_path, "' holds two tokens with the same bytes");
     for (int b = 0; b < 256; ++b) {
       const char byte = static_cast<char>(b);
       auto found = id_of.find(std::string_view(&byte, 1));
@@ -662,8 +661,8 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& encoder_path, const s
                "Gpt2Tokenizer: '", merges_path, "' line ", line_no,
                ": expected two tokens separated by one space, found \"", printable(line), "\"");
       const std::string_view a = line.substr(0, sp), b = line.substr(sp + 1);
-      FT_CHECK(token_to_bytes(a, left) && token_to_bytes(b, right), "Gpt2Tokenizer: '", merges_path, "' line ",
-               line_no, ": \"", printable(line), "\" has a character outside GPT-2's byte alphabet");
+      FT_CHECK(token_to_bytes(a, left) && token_to_bytes(b, right), "Gpt2Tokenizer: '", merges_path, "' line ", line_no,
+               ": \"", printable(line), "\" has a character outside GPT-2's byte alphabet");
       auto ia = id_of.find(left), ib = id_of.find(right), im = id_of.find(left + right);
       const char* missing = ia == id_of.end() ? "left token" : ib == id_of.end() ? "right token" : "merged token";
       const std::string_view which = ia == id_of.end() ? a : ib == id_of.end() ? b : std::string_view();
@@ -673,9 +672,9 @@ Gpt2Tokenizer Gpt2Tokenizer::from_files(const std::string& encoder_path, const s
                "\" is not in the vocabulary '", encoder_path, "'");
       const int32_t rank = static_cast<int32_t>(k - first);
       int32_t existing = -1;
-      FT_CHECK(t->merges.insert(ia->second, ib->second, {rank, im->second}, existing), "Gpt2Tokenizer: '",
-               merges_path, "' line ", line_no, ": expected each merge once, found \"", printable(line),
-               "\" already on line ", existing + first + 1);
+      FT_CHECK(t->merges.insert(ia->second, ib->second, {rank, im->second}, existing), "Gpt2Tokenizer: '", merges_path,
+               "' line ", line_no, ": expected each merge once, found \"", printable(line), "\" already on line ",
+               existing + first + 1);
     }
     t->merge_count = static_cast<int64_t>(lines.size() - first);
   }

@@ -223,8 +223,7 @@ constexpr int64_t kMaxCharVocab = 65536;  // ids are uint16
 }  // namespace
 
 std::vector<WrittenShard> write_byte_token_shards(const std::string& input, const std::string& out_dir,
-                                                  const std::string& prefix, int64_t shard_tokens,
-                                                  int64_t val_tokens) {
+                                                  const std::string& prefix, int64_t shard_tokens, int64_t val_tokens) {
   check_shard_tokens(shard_tokens);
   std::vector<std::string> files = text_files(input);
   ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);

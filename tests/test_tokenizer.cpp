@@ -330,6 +330,15 @@ TEST_F(Tokenizer, EncodeIsThreadSafe) {
   EXPECT_EQ(ok, std::vector<int>(4, 1));
 }
 
+TEST_F(Tokenizer, AnEmptyTokenizerRefusesWork) {
+  Gpt2Tokenizer empty;
+  EXPECT_EQ(empty.vocab_size(), 0);
+  expect_error([&] { empty.encode("x"); }, "used before being loaded");
+  expect_error([&] { empty.decode(std::vector<int32_t>{0}); }, "used before being loaded");
+  empty = toy({});  // and copies share the loaded tables
+  EXPECT_EQ(empty.encode("ab"), (std::vector<int32_t>{'a', 'b'}));
+}
+
 // --- files ----------------------------------------------------------------------------------------
 
 TEST_F(Tokenizer, AcceptsBothMergesFileFlavours) {

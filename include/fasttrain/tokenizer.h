@@ -34,6 +34,10 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
 class Gpt2Tokenizer {
  public:
+  // An empty tokenizer (vocab_size() 0); encode and decode on it are errors. Copies are cheap and
+  // share the loaded tables.
+  Gpt2Tokenizer() = default;
+
   // Reads the vocabulary (a JSON object token -> id; tokens written with bytes_to_unicode) and the
   // merges (one "left right" pair per line, in priority order; a first line starting with
   // "#version" is skipped). Errors are ft::Error naming the file and what was expected and found:

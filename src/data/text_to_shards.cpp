@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -193,7 +192,7 @@ std::string utf8(uint32_t cp) {
 
 bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-// The last position p in [from, to] (p < text.size()) where GPT-2's pattern ends a word whatever
+// The last position p in (from, to] (p < text.size()) where GPT-2's pattern ends a word whatever
 // the text around is: an ASCII whitespace byte right after an ASCII byte that is not whitespace.
 // No match takes whitespace after non-whitespace (only the optional space at a word's start, and
 // whitespace runs, hold whitespace), and the matches from p on depend only on the text from p on,

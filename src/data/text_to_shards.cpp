@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/atomic_file.h"
+#include "fasttrain/parallel.h"
 
 #include "fasttrain/token_shards.h"
 #include "fasttrain/tokenizer.h"
@@ -205,6 +206,15 @@ size_t last_word_boundary(std::string_view text, size_t from, size_t to) {
   return 0;
 }
 
+// The first such position in [from, to), or `to` when there is none.
+size_t next_word_boundary(std::string_view text, size_t from, size_t to) {
+  to = std::min(to, text.size());
+  for (size_t p = std::max<size_t>(from, 1); p < to; ++p)
+    if (is_ascii_space(text[p]) && static_cast<unsigned char>(text[p - 1]) < 0x80 && !is_ascii_space(text[p - 1]))
+      return p;
+  return to;
+}
+
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   FT_CHECK(in.good(), "fasttrain data: cannot open '", path, "'");
@@ -215,6 +225,7 @@ std::string read_bytes(const std::string& path) {
 
 constexpr std::string_view kEndOfText = "<|endoftext|>";
 constexpr size_t kReadChunk = size_t{4} << 20;
+constexpr size_t kPieceBytes = size_t{256} << 10;  // text per parallel encode task
 
 constexpr uint32_t kCodePoints = 0x110000;
 constexpr int64_t kMaxCharVocab = 65536;  // ids are uint16
@@ -269,19 +280,42 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
   const auto eot = static_cast<uint16_t>(tokenizer.eot_token());
   ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);
   Gpt2TokenShards out;
-  std::vector<int32_t> ids;
   bool in_document = false;
-  // Text of the current document: the first non-empty piece of a document is preceded by EOT.
-  auto emit = [&](std::string_view text) {
-    if (text.empty()) return;
-    if (!in_document) {
-      writer.push(eot);
-      ++out.documents;
-      in_document = true;
+  // Text waiting to be encoded: ranges of `pending`, long ones cut at word boundaries into pieces
+  // that the threads encode side by side (each thread with its own word cache); the ids are then
+  // written in order, so the shards do not depend on the thread count.
+  struct Piece {
+    size_t begin, end;
+    bool ends_document;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::vector<int32_t>> piece_ids;
+  auto queue = [&](std::string_view view, size_t b, size_t e, bool ends_document) {
+    for (size_t p; e - b > kPieceBytes && (p = next_word_boundary(view, b + kPieceBytes, e)) < e; b = p)
+      pieces.push_back({b, p, false});
+    pieces.push_back({b, e, ends_document});
+  };
+  // The first non-empty piece of a document is preceded by EOT.
+  auto encode_queued = [&](std::string_view view) {
+    if (piece_ids.size() < pieces.size()) piece_ids.resize(pieces.size());
+    parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) {
+        piece_ids[k].clear();
+        tokenizer.encode(view.substr(pieces[k].begin, pieces[k].end - pieces[k].begin), piece_ids[k]);
+      }
+    });
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (!piece_ids[k].empty()) {
+        if (!in_document) {
+          writer.push(eot);
+          ++out.documents;
+          in_document = true;
+        }
+        for (int32_t id : piece_ids[k]) writer.push(static_cast<uint16_t>(id));
+      }
+      if (pieces[k].ends_document) in_document = false;
     }
-    ids.clear();
-    tokenizer.encode(text, ids);
-    for (int32_t id : ids) writer.push(static_cast<uint16_t>(id));
+    pieces.clear();
   };
   // Each file is read in chunks; complete documents and, of an unfinished one, the text up to a
   // word boundary are encoded, the rest waits for the next chunk. `searched` and `cut_searched`
@@ -305,13 +339,13 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
       const std::string_view view(pending);
       size_t at = 0;  // start of the text not yet encoded
       for (size_t sep; (sep = view.find(kEndOfText, searched)) != std::string_view::npos;) {
-        emit(view.substr(at, sep - at));
-        in_document = false;
+        queue(view, at, sep, true);
         at = searched = sep + kEndOfText.size();
         cut_searched = at;
       }
       if (eof) {
-        emit(view.substr(at));
+        queue(view, at, view.size(), true);
+        encode_queued(view);
         break;
       }
       // A separator may start in the last bytes and end in the next chunk: leave them.
@@ -320,9 +354,10 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
       const size_t cut = last_word_boundary(view, std::max(at, cut_searched), settled);
       cut_searched = settled;
       if (cut > at) {
-        emit(view.substr(at, cut - at));
+        queue(view, at, cut, false);
         at = cut;
       }
+      encode_queued(view);
       pending.erase(0, at);
       searched -= at;
       cut_searched -= at;

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake            # compiler and build system
+  pkg-config                       # test install_and_consume builds a program with fasttrain.pc
   libgtest-dev                     # GoogleTest
   libopenblas-dev libopenblas0-openmp  # BLAS for f32/f64 GEMM (OpenMP build: one thread pool with ours)
   libopenblas0-pthread             # the BLAS Debian's PyTorch (the benchmark peer) uses

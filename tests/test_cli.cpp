@@ -105,8 +105,8 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --lr -0.5", "option lr: expected a positive learning rate, found -0.5");
   expect_error("train --max-steps ten", "option max_steps: expected an integer, found 'ten'");
   expect_error("train --device cuda", "no CUDA kernels in this build yet");
-  expect_error("train --task images --context 32", "option --context applies to the char task, not images");
-  expect_error("train --task text", "option task: expected char or images, found 'text'");
+  expect_error("train --task images --context 32", "option --context applies to the char, lm tasks, not images");
+  expect_error("train --task text", "option task: expected char, images, lm or classify, found 'text'");
   expect_error("train --config /nonexistent/run.toml", "cannot read the config file /nonexistent/run.toml");
   expect_error("train --resume /nonexistent/ckpt", "/nonexistent/ckpt: no such run or checkpoint folder");
   expect_error("sample", "--checkpoint is required");

@@ -445,11 +445,11 @@ TrainerConfig checkpointed_tiny_char(const std::string& name) {
 // go on once there is space again and its losses are still the uninterrupted ones.
 TEST(FaultsInProcess, FailedCheckpointWriteLeavesTrainingStateIntact) {
   TrainerConfig c = checkpointed_tiny_char("inproc_disk_ref");
-  Trainer reference(c);
+  test::BuiltinRun reference(c);
   reference.fit();
 
   c.run_dir = temp_dir("inproc_disk");
-  Trainer t(c);
+  test::BuiltinRun t(c);
   struct rlimit old {};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
   auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -631,12 +631,12 @@ TEST_F(Faults, OutOfMemoryMidStepIsAClearErrorAndResumesExactly) {
 // from its last checkpoint and trains on with the uninterrupted losses.
 TEST(FaultsInProcess, OutOfMemoryMidStepLeavesFinderAndTrainerUsable) {
   TrainerConfig c = checkpointed_tiny_char("inproc_oom_ref");
-  Trainer reference(c);
+  test::BuiltinRun reference(c);
   reference.fit();
 
   c.run_dir = temp_dir("inproc_oom");
   Allocator& cpu = allocator_for(Device::cpu());
-  Trainer t(c);
+  test::BuiltinRun t(c);
   std::vector<int64_t> held;  // bytes allocated after each recovery
   for (const char* fault : {"oom@backward:6", "oom@forward:1", "oom@backward:2"}) {
     SCOPED_TRACE(fault);
@@ -660,7 +660,8 @@ TEST(FaultsInProcess, OutOfMemoryMidStepLeavesFinderAndTrainerUsable) {
   finder.batch_size = 0;
   finder.memory_limit = "16M";
   finder.max_batch_size = 64;
-  const BatchSizeSearch found = find_batch_size(finder);
+  BuiltinTask probe = make_builtin_task(finder);
+  const BatchSizeSearch found = find_batch_size(finder, *probe.module, *probe.data);
   EXPECT_GE(found.batch_size, 2) << found.report;
 
   t.fit();

@@ -21,7 +21,6 @@
 #include "fasttrain/train_step.h"
 #include "support/expect_error.h"
 #include "support/trainer_configs.h"
-#include "train/task.h"
 
 using namespace ft;
 using namespace ft::train;
@@ -126,20 +125,20 @@ TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
     c.accumulate = 2;
     c.checkpoint_every = 4;
     c.max_steps = 8;
-    Trainer a(c);
+    test::BuiltinRun a(c);
     TrainResult r = a.fit();
     EXPECT_TRUE(std::isfinite(r.final_train_loss));
     EXPECT_LT(a.history().back().loss, std::log(128.0));  // below the uniform guess over the padded vocabulary
     if (std::string(precision) == "bf16-true")
-      for (const Tensor& p : a.task().model().parameters()) EXPECT_EQ(p.dtype(), DType::BF16);
+      for (const Tensor& p : a.model().parameters()) EXPECT_EQ(p.dtype(), DType::BF16);
     bool saw_scale = false;
     for (const MetricRow& m : a.history())
-      if (m.split == "train") saw_scale |= m.loss_scale > 0;
+      if (m.split == "train") saw_scale |= m.loss_scale.value_or(0) > 0;
     EXPECT_EQ(saw_scale, std::string(precision) == "fp16-mixed");
 
     TrainerConfig cb = c;
     cb.run_dir = temp_dir(std::string("precision_b_") + precision);
-    Trainer b(cb);
+    test::BuiltinRun b(cb);
     b.resume(c.run_dir + "/checkpoints/step-00000004");
     b.fit();
     std::vector<MetricRow> tail;
@@ -162,13 +161,14 @@ TEST(Trainer, OneCycleMomentumAndNewOptimizersAreLogged) {
     c.schedule = "onecycle";
     c.lr = optimizer == std::string("lars") ? 2.0 : 1e-2;
     c.log_every_n_steps = 1;
-    Trainer t(c);
+    test::BuiltinRun t(c);
     t.fit();
     auto schedule = make_schedule(c);
     for (const MetricRow& m : t.history()) {
       if (m.split != "train") continue;
       EXPECT_DOUBLE_EQ(m.lr, schedule->lr(m.step - 1)) << "step " << m.step;
-      EXPECT_DOUBLE_EQ(m.momentum, *schedule->momentum(m.step - 1)) << "step " << m.step;
+      ASSERT_TRUE(m.momentum.has_value()) << "step " << m.step;
+      EXPECT_DOUBLE_EQ(*m.momentum, *schedule->momentum(m.step - 1)) << "step " << m.step;
     }
     const auto events = read_tensorboard_scalars(fs::directory_iterator(c.run_dir + "/tensorboard")->path().string());
     int lr_events = 0;
@@ -183,7 +183,7 @@ TEST(Trainer, SigtermSavesACheckpointAndStops) {
   TrainerConfig c = tiny_char(temp_dir("sigterm"));
   c.max_steps = 100000;
   c.eval_every = 0;
-  Trainer t(c);
+  test::BuiltinRun t(c);
   std::thread killer([&] {
     while (!fs::exists(c.run_dir + "/metrics.csv") || fs::file_size(c.run_dir + "/metrics.csv") < 200)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -198,10 +198,10 @@ TEST(Trainer, SigtermSavesACheckpointAndStops) {
   TrainerConfig cb = c;
   cb.run_dir = temp_dir("sigterm_b");
   cb.max_steps = r.steps + 2;
-  Trainer b(cb);
+  test::BuiltinRun b(cb);
   b.resume(r.last_checkpoint);
-  EXPECT_EQ(b.step(), r.steps);
   EXPECT_EQ(b.fit().steps, r.steps + 2);
+  EXPECT_GT(b.history().front().step, r.steps);  // it went on from the checkpoint
   fs::remove_all(c.run_dir);
   fs::remove_all(cb.run_dir);
 }
@@ -215,7 +215,7 @@ TEST(Trainer, EarlyStoppingAndCheckpointKeeping) {
   c.keep_best = 1;
   c.early_stopping_patience = 3;
   c.early_stopping_min_delta = 1e9;  // nothing after the first evaluation counts as an improvement
-  Trainer t(c);
+  test::BuiltinRun t(c);
   TrainResult r = t.fit();
   EXPECT_TRUE(r.stopped_early);
   EXPECT_EQ(r.steps, 8);  // evaluations at 2 (best), 4, 6, 8: three without improvement
@@ -237,7 +237,7 @@ TEST(Trainer, AlteredCheckpointIsRejectedAndChangesNothing) {
   TrainerConfig c = tiny_char(temp_dir("altered"));
   c.max_steps = 2;
   c.checkpoint_every = 2;
-  Trainer(c).fit();
+  test::BuiltinRun(c).fit();
   const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
   {
     std::fstream f(ckpt + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
@@ -248,10 +248,11 @@ TEST(Trainer, AlteredCheckpointIsRejectedAndChangesNothing) {
     f.seekp(-5, std::ios::end);
     f.write(&byte, 1);
   }
-  Trainer t(c);
-  const auto before = weights_of(t.task().model());
-  test::expect_error([&] { t.resume(ckpt); }, "checksum mismatch: file altered or corrupt");
-  EXPECT_EQ(weights_of(t.task().model()), before);
+  test::BuiltinRun t(c);
+  const auto before = weights_of(t.model());
+  t.resume(ckpt);  // checks the folder and its config; the tensors are read as fit() starts
+  test::expect_error([&] { t.fit(); }, "checksum mismatch: file altered or corrupt");
+  EXPECT_EQ(weights_of(t.model()), before);
   EXPECT_EQ(t.step(), 0);
   fs::remove_all(c.run_dir);
 }
@@ -266,7 +267,14 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
     c.batch_size = 0;
     c.memory_limit = "24M";
     c.batch_size_search = search;
-    const BatchSizeSearch found = find_batch_size(c);
+    // The trials run with the module and its data in memory, as the run's own finder does.
+    BatchSizeSearch found;
+    {
+      BuiltinTask probe = make_builtin_task(c);
+      const auto weights = weights_of(probe.module->model());
+      found = find_batch_size(c, *probe.module, *probe.data);
+      EXPECT_EQ(weights_of(probe.module->model()), weights) << "the trials' updates were not undone";
+    }
     ASSERT_GE(found.trials.size(), 2u);
     bool failed = false;
     for (const auto& [b, ok] : found.trials) {
@@ -282,10 +290,10 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
         if (!ok) smallest_failure = std::min(smallest_failure, b);
       EXPECT_EQ(smallest_failure, found.batch_size + 1) << found.report;
     }
-    Trainer t(c);
+    test::BuiltinRun t(c);
+    t.fit();  // the finder runs again as fit() starts; the engine is usable after the failed trials
     EXPECT_EQ(t.config().batch_size, found.batch_size);
     EXPECT_NEAR(t.config().lr, TrainerConfig::defaults_for("images").lr * found.batch_size / 32.0, 1e-12);
-    t.fit();  // the engine is usable after the failed trials
     allocator_for(Device::cpu()).set_memory_limit(0);
     fs::remove_all(c.run_dir);
   }
@@ -298,8 +306,8 @@ TEST(Trainer, LrFindRestoresTheRun) {
   c.dropout = 0.1;  // the sweep's dropout draws must not leak into the run
   TrainerConfig c2 = c;
   c2.run_dir = temp_dir("lrfind_ref");
-  Trainer t(c);
-  const auto before = weights_of(t.task().model());
+  test::BuiltinRun t(c);
+  const auto before = weights_of(t.model());
   LrFindOptions o;
   o.steps = 30;
   o.min_lr = 1e-5;
@@ -308,10 +316,10 @@ TEST(Trainer, LrFindRestoresTheRun) {
   EXPECT_GE(r.lrs.size(), 5u);
   EXPECT_GT(r.suggestion, 1e-5);
   EXPECT_LT(r.suggestion, 10.0);
-  EXPECT_EQ(weights_of(t.task().model()), before);
+  EXPECT_EQ(weights_of(t.model()), before);
   // Training after the sweep is the same as without it.
   t.fit();
-  Trainer ref(c2);  // built after t's run: a Trainer seeds the process-wide dropout stream
+  test::BuiltinRun ref(c2);  // built after t's run: a Trainer seeds the process-wide dropout stream
   ref.fit();
   ASSERT_EQ(t.history().size(), ref.history().size());
   for (size_t k = 0; k < t.history().size(); ++k) EXPECT_EQ(t.history()[k].loss, ref.history()[k].loss);
@@ -328,16 +336,16 @@ TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
   cb.run_dir = temp_dir("ckblocks_b");
   cb.checkpoint_blocks = true;
   // One after the other: a Trainer seeds the process-wide dropout stream when it is built.
-  Trainer a(c);
+  test::BuiltinRun a(c);
   a.fit();
-  Trainer b(cb);
+  test::BuiltinRun b(cb);
   b.fit();
   ASSERT_EQ(a.history().size(), b.history().size());
   for (size_t k = 0; k < a.history().size(); ++k)
     EXPECT_EQ(a.history()[k].loss, b.history()[k].loss);  // the recompute replays the same dropout masks
   TrainerConfig bad = tiny_images(temp_dir("ckblocks_images"));
   bad.checkpoint_blocks = true;
-  test::expect_error([&] { Trainer t(bad); }, "expected a model with checkpointable blocks");
+  test::expect_error([&] { test::BuiltinRun(bad).fit(); }, "expected a model with checkpointable blocks");
   fs::remove_all(c.run_dir);
   fs::remove_all(cb.run_dir);
 }

@@ -9,6 +9,7 @@
 #include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/lr_finder.h"
+#include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
 #include "train_options.h"
 
@@ -37,7 +38,8 @@ int run_lr_find(const std::vector<std::string>& args) {
   TrainerConfig c = cli::resolve_train_config(options);
   const std::string dir = c.run_dir.empty() ? default_run_dir(c.task + "-lr-find") : c.run_dir;
   Trainer trainer(c);
-  const LrFindResult r = trainer.lr_find(o);
+  const BuiltinTask task = make_builtin_task(trainer.config());
+  const LrFindResult r = trainer.lr_find(*task.module, *task.data, o);
   make_dirs(dir);
   write_lr_find_csv(dir + "/lr_find.csv", r);
   write_lr_find_svg(dir + "/lr_find.svg", r);

@@ -10,6 +10,7 @@
 #include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/parallel.h"
+#include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
 #include "train_options.h"
 
@@ -54,9 +55,10 @@ int run_train(const std::vector<std::string>& args) {
   const TrainerConfig c = cli::resolve_train_config(options);
   Trainer trainer(c);
   if (!options.resume_dir.empty()) trainer.resume(options.resume_dir);
-  TrainerConfig shown = trainer.config();
+  const BuiltinTask task = make_builtin_task(trainer.config());
+  TrainResult r = trainer.fit(*task.module, *task.data);
+  TrainerConfig shown = trainer.config();  // as trained: the batch-size finder may have changed it
   if (shown.threads == 0) shown.threads = get_num_threads();
-  TrainResult r = trainer.fit();
   print_summary(r, shown);
   return r.interrupted ? 130 : 0;  // 128 + SIGINT, as shells report an interrupted command
 }

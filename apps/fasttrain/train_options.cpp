@@ -86,15 +86,25 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
     if (!probe.task.empty()) task = probe.task;
   }
   if (given("task")) task = o.values.at("task");
+  // The library takes any run name; the command line trains the built-in tasks (tasks.h).
+  FT_CHECK(task == "char" || task == "images" || task == "lm" || task == "classify",
+           "option task: expected char, images, lm or classify, found '", task, "'");
   TrainerConfig c = o.resume_dir.empty() ? TrainerConfig::defaults_for(task) : base;
   c.task = task;
   if (!file_text.empty()) apply_toml(c, file_text, o.config_path);
   for (const auto& [name, opt] : o.options) {
     if (opt->count() == 0) continue;
     const std::string scope = option_scope(name);
-    FT_CHECK(scope.empty() || scope == c.task, "option --", dashed(name), " applies to the ", scope, " task, not ",
-             c.task);
+    FT_CHECK(option_applies(name, c.task), "option --", dashed(name), " applies to the ", scope,
+             scope.find(',') == std::string::npos ? " task" : " tasks", ", not ", c.task);
     set_field(c, name, o.values.at(name));
+  }
+  // lm: a preset model brings its own size; --layers/--dim/--heads/--context size --model custom.
+  if (c.task == "lm" && c.model != "custom") {
+    for (const char* size : {"layers", "dim", "heads", "context"})
+      FT_CHECK(!given(size), "option --", size, " sizes --model custom; --model ", c.model,
+               " has its own size (use --model custom to choose one)");
+    set_gpt_preset(c);
   }
 
   return c;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fasttrain/tensor.h"
@@ -64,5 +65,22 @@ class IterableDataset {
 };
 
 using IterableDatasetPtr = std::shared_ptr<const IterableDataset>;
+
+// Rows of tensors as samples (torch.utils.data.TensorDataset): sample i holds row i of every
+// tensor, e.g. {"x", features [n, d]}, {"y", labels [n]} from two .npy files (load_npy or the
+// zero-copy map_npy). The tensors must be CPU tensors with the same first dimension; they are
+// made contiguous once here. Implemented in src/data/tensor_dataset.cpp.
+class TensorDataset : public Dataset {
+ public:
+  explicit TensorDataset(std::vector<std::pair<std::string, Tensor>> fields);
+  int64_t size() const override { return rows_; }
+  SampleSpec spec() const override { return spec_; }
+  void read(int64_t index, uint64_t epoch, const std::vector<Tensor>& fields) const override;
+
+ private:
+  std::vector<Tensor> tensors_;
+  SampleSpec spec_;
+  int64_t rows_ = 0;
+};
 
 }  // namespace ft::data

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "fasttrain/lr_finder.h"
 #include "fasttrain/schedule.h"
 #include "fasttrain/tensor.h"
+#include "fasttrain/train_module.h"
 
 namespace ft::train {
 
@@ -18,12 +20,14 @@ namespace ft::train {
 // written into each run folder all go through visit_fields(), so the names below are the flag
 // names (with '-' for '_') and the TOML keys.
 struct TrainerConfig {
-  std::string task = "char";  // "char" (char-level GPT on the Markov text) or "images" (shapes)
+  // The built-in task `fasttrain train` runs (tasks.h): "char" (char-level GPT on the Markov
+  // text) or "images" (shapes). For a module of one's own it only names the run folder.
+  std::string task = "char";
   // --- loop ---
   int64_t max_steps = 600;
   int64_t max_epochs = 0;     // 0: no epoch limit; otherwise stop after this many passes as well
   int64_t eval_every = 100;   // Lightning's val_check_interval, in steps; 0: only at the end
-  int64_t eval_batches = 16;  // validation batches per evaluation (images: the whole val split)
+  int64_t eval_batches = 16;  // validation batches per evaluation (0: the whole split; images' default)
   int64_t log_every_n_steps = 25;
   int64_t checkpoint_every = 0;  // 0: no checkpoints
   uint64_t seed = 1337;
@@ -87,16 +91,26 @@ struct TrainerConfig {
   int64_t train_chars = 2'000'000;
   int64_t val_chars = 200'000;
   double goal_gap = 0.05;  // stated goal: final val loss within this many nats of the entropy floor
-  // --- images task ---
-  std::string model = "cnn-mini";  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster)
+  // --- images task (and the model of lm and classify) ---
+  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: "gpt-mini", "gpt2", "gpt2-medium",
+  // "gpt2-large" or "custom" (layers, dim, heads, context); classify: "mlp", "cnn-mini",
+  // "resnet18", "resnet20" or "resnet50".
+  std::string model = "cnn-mini";
   int64_t image_size = 32;
   int64_t classes = 6;
   int64_t train_images = 10000;
   int64_t val_images = 1000;
   double goal_accuracy = 0.95;  // stated goal: final validation accuracy
+  // --- data of one's own (lm, classify) ---
+  std::string data;           // lm: a glob of llm.c token shards; classify: mnist:DIR, cifar10:DIR, folder:DIR, npy:X,y
+  std::string val_data;       // the validation data, in the same forms ("": classify holds out val_fraction)
+  double val_fraction = 0.1;  // classify: the share of the training data held out when val_data is empty
+  int64_t vocab_size = 0;     // lm: 0 reads it from the tokenizer/vocab file beside the shards
+  std::string init_from;      // lm: initial weights (.safetensors; Hugging Face GPT-2 names too)
+  bool augment = true;        // classify: random crop (4-pixel padding) and horizontal flip of training images
 
-  // The defaults of a task ("char" or "images"): the fields above with the task's own loop and
-  // optimisation settings.
+  // The defaults of a task ("char", "images", "lm" or "classify"): the fields above with the
+  // task's own loop, optimisation and model settings.
   static TrainerConfig defaults_for(const std::string& task);
   // Checks every field and combination; throws ft::Error naming the option, expected, found.
   void validate() const;
@@ -126,7 +140,7 @@ void visit_fields(Config& c, V&& visitor) {
   v("max_steps", c.max_steps, "optimisation steps");
   v("max_epochs", c.max_epochs, "stop after this many passes over the training data as well (0: no limit)");
   v("eval_every", c.eval_every, "evaluate on the validation split every N steps (0: only at the end)");
-  v("eval_batches", c.eval_batches, "validation batches per evaluation (images: the whole split)");
+  v("eval_batches", c.eval_batches, "validation batches per evaluation (0: the whole split, the images default)");
   v("log_every_n_steps", c.log_every_n_steps, "log training metrics every N steps");
   v("checkpoint_every", c.checkpoint_every, "write a checkpoint every N steps (0: none)");
   v("seed", c.seed, "seed of the data, the initial weights and every random stream", locked);
@@ -189,20 +203,35 @@ void visit_fields(Config& c, V&& visitor) {
     "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
-  v("context", c.context, "char: characters of context", locked);
-  v("layers", c.layers, "char: transformer blocks", locked);
-  v("dim", c.dim, "char: model width", locked);
-  v("heads", c.heads, "char: attention heads", locked);
-  v("dropout", c.dropout, "char: dropout probability");
+  v("context", c.context, "char, lm: tokens of context", locked);
+  v("layers", c.layers, "char, lm: transformer blocks", locked);
+  v("dim", c.dim, "char, lm: model width", locked);
+  v("heads", c.heads, "char, lm: attention heads", locked);
+  v("dropout", c.dropout, "char, lm: dropout probability");
   v("train_chars", c.train_chars, "char: characters in the generated training text", locked);
   v("val_chars", c.val_chars, "char: characters in the generated validation text", locked);
   v("goal_gap", c.goal_gap, "char: goal, validation loss within this many nats of the entropy floor");
-  v("model", c.model, "images: cnn-mini (BENCH.md) or cnn-tiny", locked);
-  v("image_size", c.image_size, "images: image side in pixels", locked);
+  v("model", c.model,
+    "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
+    "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
+    locked);
+  v("image_size", c.image_size, "images, classify: image side in pixels (classify: images are resized to it)", locked);
   v("classes", c.classes, "images: number of shape classes (2-6)", locked);
   v("train_images", c.train_images, "images: training images", locked);
   v("val_images", c.val_images, "images: validation images", locked);
-  v("goal_accuracy", c.goal_accuracy, "images: goal, validation accuracy");
+  v("goal_accuracy", c.goal_accuracy, "images, classify: goal, validation accuracy");
+  v("data", c.data,
+    "lm, classify: training data; lm: a glob of token shards ('dir/*train*.bin'); classify: mnist:DIR, cifar10:DIR, "
+    "folder:DIR (a sub-folder of JPEG/PNG images per class) or npy:X.npy,y.npy",
+    locked);
+  v("val_data", c.val_data,
+    "lm, classify: validation data in the same form (classify: empty holds out val_fraction of the training data)",
+    locked);
+  v("val_fraction", c.val_fraction, "classify: share of the training data held out for validation without val_data",
+    locked);
+  v("vocab_size", c.vocab_size, "lm: vocabulary size (0: from the tokenizer or vocab file beside the shards)", locked);
+  v("init_from", c.init_from, "lm: initial weights from a .safetensors file (Hugging Face GPT-2 names accepted)");
+  v("augment", c.augment, "classify: random crop with 4-pixel padding and horizontal flip of training images");
 }
 
 // The config as TOML text (every field, resolved), and back. Parsing rejects unknown keys and
@@ -211,29 +240,36 @@ std::string config_to_toml(const TrainerConfig& c);
 void apply_toml(TrainerConfig& into, const std::string& toml_text, const std::string& source_name);
 // Sets one field from its text form ("--lr 0.01" -> set_field(c, "lr", "0.01")).
 void set_field(TrainerConfig& c, const std::string& name, const std::string& value);
-// The task an option applies to: "char", "images", or "" for every task (options whose help in
-// visit_fields starts with "char:" or "images:").
+// The built-in tasks an option applies to, as its help in visit_fields starts ("char, lm"), or ""
+// for every task.
 std::string option_scope(const std::string& name);
+// Whether option `name` applies to built-in task `task`.
+bool option_applies(const std::string& name, const std::string& task);
 
 // The learning-rate schedule of the config (schedule and its parameters; lr, min_lr, max_steps).
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c);
+// Sets context, layers, dim and heads to those of c.model's GPT preset (lm: gpt-mini, gpt2, ...).
+void set_gpt_preset(TrainerConfig& c);
 // memory_limit as bytes ("8G", "512M", "1.5G", "1048576"; "" is 0: none); ft::Error otherwise.
 int64_t parse_memory_size(const std::string& text);
 
-// One logged row of metrics.csv.
+// One logged row of metrics.csv (and of Trainer::history()). Values a row does not measure are
+// empty, not placeholders.
 struct MetricRow {
   int64_t step = 0;
-  double epoch = 0;
+  double epoch = 0;   // steps x accumulate / batches per epoch (iterable data: epochs begun)
   std::string split;  // "train" or "val"
   double loss = 0;
-  double accuracy = -1;  // images, val rows; -1 where not measured
+  std::optional<double> accuracy;  // the module's "accuracy" metric, where it reports one
   double lr = 0;
-  double momentum = -1;    // momentum or beta1 in use (-1: not logged on this row)
-  double grad_norm = -1;   // train rows: global gradient norm before clipping (-1: not computed)
-  double loss_scale = -1;  // train rows, fp16-mixed: the loss scale (-1: no loss scaling)
-  double items_per_s = 0;  // tokens/s (char) or samples/s (images), train rows
+  std::optional<double> momentum;    // momentum or beta1 in use (train rows)
+  std::optional<double> grad_norm;   // train rows: global gradient norm before clipping (norm clipping)
+  std::optional<double> loss_scale;  // train rows, fp16-mixed: the loss scale
+  double items_per_s = 0;            // train rows: tokens/s or samples/s (the module's unit)
   double elapsed_s = 0;
   double data_wait_ms = 0;  // train rows: mean time per step blocked waiting for the batch
+  // The module's other metrics (interval means on train rows, split means on val rows).
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 struct TrainResult {
@@ -241,10 +277,10 @@ struct TrainResult {
   int64_t steps = 0;
   double final_train_loss = 0;
   double final_val_loss = 0;
-  double final_val_accuracy = -1;  // images
-  double floor = -1;               // char: the entropy floor of the validation windows
+  std::optional<double> final_val_accuracy;  // where the module reports an accuracy
+  std::optional<double> floor;               // the module's loss floor, where it knows one
   bool goal_met = false;
-  std::string goal;  // human sentence: what the goal was and how the run did
+  std::string goal;  // human sentence: what the goal was and how the run did ("" without a goal)
   double seconds = 0;
   double items_per_s = 0;  // training throughput (evaluation time excluded)
   double data_wait_s = 0;  // total time the steps were blocked waiting for their batch
@@ -257,40 +293,50 @@ struct TrainResult {
   std::string last_checkpoint;  // the newest checkpoint folder written ("" if none)
 };
 
-class Task;
-
 class Trainer {
  public:
-  // Validates the config and builds the data, the model and the optimizer.
+  // Validates the config and applies its process-wide settings (threads, memory limit, the seed
+  // of the dropout stream).
   explicit Trainer(TrainerConfig config);
   ~Trainer();
-  // Restores model, optimizer, step, data position and RNG state from a checkpoint folder written
-  // by this trainer; the checkpoint's model and data settings must match this config.
+  // Trains `module` on `data` to max_steps (or max_epochs), evaluating, logging and
+  // checkpointing on the way; writes the run folder (metrics.csv, config.toml, task.json,
+  // model.safetensors, summary.json). The first call builds the optimizer and the loaders for
+  // the module (after the batch-size finder when batch_size is auto) and applies a checkpoint
+  // given to resume(); later calls with the same module continue from where the last one ended.
+  // Module and data must outlive the Trainer.
+  TrainResult fit(TrainModule& module, const DataModule& data);
+  // Continue from a checkpoint folder written by a Trainer: model, optimizer, step, data position
+  // and RNG state are restored. The folder and its config are checked here (complete, the model
+  // and data options matching this config); its tensors are read and applied as the next fit()
+  // starts, or at once when a module is attached already (after a failed fit(), say). A bad
+  // checkpoint is an error that leaves the module and the trainer as they were.
   void resume(const std::string& checkpoint_dir);
-  // Trains to max_steps (or max_epochs), evaluating, logging and checkpointing on the way; writes
-  // the run folder (metrics.csv, config.toml, task.json, model.safetensors, summary.json).
-  TrainResult fit();
 
   const TrainerConfig& config() const { return config_; }
-  Task& task() { return *task_; }
   int64_t step() const { return step_; }
   const std::vector<MetricRow>& history() const { return history_; }
   // Writes a checkpoint of the current state into `dir` (atomically: a temporary folder renamed).
+  // Only after fit() or lr_find() has attached a module.
   void save_checkpoint(const std::string& dir) const;
   // Asks fit() to save a checkpoint and return after the current step (what SIGINT and SIGTERM
   // do during fit(); safe to call from a signal handler or another thread).
   void request_stop();
-  // The learning-rate range test on this run's model, optimizer and data; the model, the
+  // The learning-rate range test on this run's module, optimizer and data; the model, the
   // optimizer state and the data position are restored afterwards.
-  LrFindResult lr_find(const LrFindOptions& options);
+  LrFindResult lr_find(TrainModule& module, const DataModule& data, const LrFindOptions& options);
 
  private:
   struct Impl;
+  struct Run;
+  void attach(TrainModule& module, const DataModule& data);
+  void apply_resume();
+  void make_loaders();
   TrainerConfig config_;
-  std::unique_ptr<Task> task_;
   std::unique_ptr<Impl> impl_;
   int64_t step_ = 0;
   std::vector<MetricRow> history_;
+  std::string resume_dir_;         // the checkpoint resume() named, applied by attach()
   std::string batch_size_report_;  // what the batch-size finder did, shown when fit() starts
 };
 
@@ -298,14 +344,15 @@ class Trainer {
 // model at growing batch sizes under the memory budget (memory_limit, or on the CPU 80% of the
 // memory available when unset) until one fails for lack of memory; "power" doubles from 2,
 // "binsearch" then bisects between the last success and the first failure. A failed trial leaves
-// the engine usable (the allocator unwinds). Model and data are built afresh and discarded.
+// the engine usable (the allocator unwinds). The module's weights are restored afterwards; the
+// trial optimizer is discarded. Batches come from data.train_data(trial batch size).
 struct BatchSizeSearch {
   int64_t batch_size = 0;                        // the largest batch that fitted
   std::vector<std::pair<int64_t, bool>> trials;  // (batch size, fitted) in order
   int64_t memory_limit = 0;                      // the budget used, bytes
   std::string report;                            // one line for the log
 };
-BatchSizeSearch find_batch_size(const TrainerConfig& config);
+BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module, const DataModule& data);
 
 // "runs/<name>-YYYYMMDD-HHMMSS" (with a numeric suffix if that folder already exists).
 std::string default_run_dir(const std::string& name);

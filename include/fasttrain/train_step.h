@@ -52,16 +52,23 @@ struct StepOptions {
 
 // (output, target) -> scalar loss.
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+// A micro-batch's forward to its scalar loss (a TrainModule's training_step).
+using LossOf = std::function<Tensor()>;
 
 class StepRunner {
  public:
   // Validates the options. For BF16True the model's parameters are converted to bf16 here.
+  // Micro-batches are given as closures (forward_backward(LossOf)).
+  StepRunner(nn::Module& model, optim::Optimizer& optimizer, StepOptions options);
+  // For a one-input model and a loss of (output, target): forward_backward(input, target) too.
   StepRunner(nn::UnaryModule& model, optim::Optimizer& optimizer, LossFn loss, StepOptions options);
 
   // Forward and backward of one micro-batch: the loss is divided by `accumulate` (and scaled in
   // FP16Mixed) before backward. The first micro-batch of a step clears the gradients (to none).
   // Returns the micro-batch's loss as computed (undivided, unscaled), detached, on the device.
   Tensor forward_backward(const Tensor& input, const Tensor& target);
+  // The same with the forward given as a closure, run under the precision's autocast.
+  Tensor forward_backward(const LossOf& loss_of);
   // After `accumulate` micro-batches: unscale (fp16), clip, optimizer step (skipped on overflow),
   // scaler update. Throws ft::Error when called after a different number of micro-batches.
   void optimizer_step();
@@ -81,7 +88,8 @@ class StepRunner {
   DType autocast_dtype() const;
 
  private:
-  nn::UnaryModule& model_;
+  nn::Module& model_;
+  nn::UnaryModule* unary_ = nullptr;  // set by the (model, loss) constructor
   optim::Optimizer& optimizer_;
   LossFn loss_;
   StepOptions options_;

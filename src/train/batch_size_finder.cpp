@@ -1,15 +1,17 @@
 // The batch-size finder (train.h: find_batch_size). Each trial is a real optimisation step —
 // forward, backward and the optimizer's update with its state — at the config's precision, so
-// the peak it reaches is the peak training will reach at that batch size.
+// the peak it reaches is the peak training will reach at that batch size. Batches come from the
+// module's own data at each trial size, read by a loader in the calling thread.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "fasttrain/allocator.h"
+#include "fasttrain/loader.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
 #include "train/run_setup.h"
-#include "train/task.h"
 
 namespace ft::train {
 
@@ -34,9 +36,9 @@ std::string bytes_text(int64_t b) {
 
 }  // namespace
 
-BatchSizeSearch find_batch_size(const TrainerConfig& config) {
+BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module, const DataModule& data) {
   TrainerConfig c = config;
-  c.batch_size = 1;  // the task's own loader layout is not used: trials build their batches
+  c.batch_size = 1;  // any valid value: the trials set their own
   c.validate();
   Allocator& alloc = allocator_for(Device::cpu());
   BatchSizeSearch out;
@@ -44,36 +46,41 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config) {
   out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget();
   alloc.set_memory_limit(static_cast<size_t>(out.memory_limit));
 
-  std::unique_ptr<Task> task = make_task(c);
-  nn::UnaryModule& model = task->model();
+  // The trials train: the module's weights are put back afterwards (clones, since state_dict
+  // holds live views), and the trial optimizer is dropped.
+  nn::Module& model = module.model();
+  TensorMap weights;
+  for (const auto& [name, t] : model.state_dict()) weights.emplace_back(name, t.clone());
   model.train();
-  if (c.checkpoint_blocks) set_block_checkpointing(model, true);
-  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(c, model);
+  const bool checkpointing = c.checkpoint_blocks;
+  if (checkpointing) set_block_checkpointing(model, true);
+  std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(c, module);
   StepOptions so = step_options(c);
   so.accumulate = 1;  // memory is set by the micro-batch
-  StepRunner runner(
-      model, *optimizer, [&](const Tensor& o, const Tensor& y) { return task->loss(o, y); }, so);
-  data::DatasetPtr dataset = task->train_dataset();
-  const data::SampleSpec spec = dataset->spec();
-  int64_t cap = std::min(config.max_batch_size, dataset->size() / config.accumulate);
-  FT_CHECK(cap >= 1, "batch-size finder: the training data holds ", dataset->size(),
-           " samples, fewer than accumulate = ", config.accumulate);
+  StepRunner runner(model, *optimizer, so);
+  int64_t cap = config.max_batch_size;
+  if (const TrainData one = data.train_data(1); one.dataset) {
+    cap = std::min(cap, one.dataset->size() / config.accumulate);
+    FT_CHECK(cap >= 1, "batch-size finder: the training data holds ", one.dataset->size(),
+             " samples, fewer than accumulate = ", config.accumulate);
+  }
 
   auto fits = [&](int64_t b) {
     bool ok = true;
     try {
-      std::vector<Tensor> fields;
-      for (const auto& f : spec) {
-        std::vector<int64_t> dims = {b};
-        for (int64_t d : f.shape) dims.push_back(d);
-        fields.push_back(empty(Shape(dims), TensorOptions(f.dtype)));
-      }
-      for (int64_t i = 0; i < b; ++i) {
-        std::vector<Tensor> rows;
-        for (const Tensor& t : fields) rows.push_back(t.select(0, i));
-        dataset->read(i % dataset->size(), 0, rows);
-      }
-      runner.step(fields[0], fields[1]);
+      data::LoaderOptions lo;
+      lo.batch_size = b;
+      const TrainData train = data.train_data(b);
+      std::unique_ptr<data::DataLoader> loader =
+          train.dataset ? std::make_unique<data::DataLoader>(train.dataset, lo, train.sampler)
+                        : std::make_unique<data::DataLoader>(train.stream, lo);
+      const data::Batch* next = loader->next();
+      FT_CHECK(next != nullptr && next->rows == b, "batch-size finder: the training data holds fewer than ", b,
+               " samples; set --max-batch-size below that");
+      data::Batch batch = *next;
+      for (Tensor& f : batch.fields) f = runner.model_input(f);  // bf16 inputs for bf16-true
+      runner.forward_backward([&] { return module.training_step(batch).loss; });
+      runner.optimizer_step();
     } catch (const OutOfMemoryError&) {
       ok = false;  // everything the trial allocated has been released by the unwinding
     }
@@ -97,6 +104,8 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config) {
       (fits(mid) ? good : bad) = mid;
     }
   }
+  model.load_state_dict(weights, /*strict=*/true);
+  if (checkpointing) set_block_checkpointing(model, false);
   // Leave the allocator as the run will use it: the user's budget (or none), no cached trial memory.
   alloc.set_memory_limit(static_cast<size_t>(user_limit));
   alloc.empty_cache();

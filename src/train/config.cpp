@@ -9,11 +9,20 @@
 
 #include <toml++/toml.h>
 
+#include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
 
 namespace ft::train {
+
+void set_gpt_preset(TrainerConfig& c) {
+  const nn::GPTConfig p = nn::GPTConfig::preset(c.model);
+  c.context = p.context;
+  c.layers = p.layers;
+  c.dim = p.dim;
+  c.heads = p.heads;
+}
 
 TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
   TrainerConfig c;  // the member initialisers are the char task's defaults
@@ -29,6 +38,33 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.weight_decay = 5e-4;
     c.beta2 = 0.999;
     c.grad_clip = 0.0;
+    c.eval_batches = 0;  // the whole validation split
+  } else if (task == "lm") {
+    // nanoGPT's small-run settings with BENCH.md's gpt-mini.
+    c.model = "gpt-mini";
+    c.context = 128;
+    c.layers = 4;
+    c.dim = 256;
+    c.heads = 4;
+    c.max_steps = 1000;
+    c.eval_every = 250;
+    c.eval_batches = 20;
+    c.lr = 1e-3;
+    c.min_lr = 1e-4;
+    c.warmup_steps = 100;
+  } else if (task == "classify") {
+    c.model = "cnn-mini";
+    c.max_steps = 1000;
+    c.eval_every = 250;
+    c.eval_batches = 0;
+    c.batch_size = 64;
+    c.lr = 2e-3;
+    c.min_lr = 1e-4;
+    c.warmup_steps = 50;
+    c.weight_decay = 5e-4;
+    c.beta2 = 0.999;
+    c.grad_clip = 0.0;
+    c.monitor = "val_accuracy";
   }
   return c;
 }
@@ -52,11 +88,14 @@ std::string format_double(double x) {
   return s;
 }
 
-// Whether an option belongs to one task only: its help text starts with "char:" or "images:".
+// The tasks an option belongs to: the prefix of its help before ':' when it lists task names.
 std::string scope_of(const char* help) {
-  std::string h = help;
-  if (h.rfind("char:", 0) == 0) return "char";
-  if (h.rfind("images:", 0) == 0) return "images";
+  const std::string h = help;
+  const size_t colon = h.find(':');
+  if (colon == std::string::npos) return "";
+  const std::string prefix = h.substr(0, colon);
+  for (const char* task : {"char", "images", "lm", "classify"})
+    if (prefix.rfind(task, 0) == 0) return prefix;
   return "";
 }
 
@@ -76,6 +115,19 @@ std::string option_scope(const std::string& name) {
   return scope;
 }
 
+bool option_applies(const std::string& name, const std::string& task) {
+  const std::string scope = option_scope(name);
+  if (scope.empty()) return true;
+  size_t begin = 0;
+  while (begin <= scope.size()) {
+    size_t end = scope.find(", ", begin);
+    if (end == std::string::npos) end = scope.size();
+    if (scope.compare(begin, end - begin, task) == 0) return true;
+    begin = end + 2;
+  }
+  return false;
+}
+
 void TrainerConfig::validate() const {
   auto check = [](bool ok, const char* name, const char* expected, const auto& found) {
     FT_CHECK(ok, "option ", name, ": expected ", expected, ", found ", found);
@@ -88,14 +140,16 @@ void TrainerConfig::validate() const {
       FT_FAIL("option ", e.what());
     }
   };
-  check(task == "char" || task == "images", "task", "char or images", "'" + task + "'");
+  // Names a built-in task for the CLI; for a module of one's own it names the run (runs/<task>-...).
+  check(!task.empty() && task.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-.") == std::string::npos, "task",
+        "a name of lowercase letters, digits, '_', '-' or '.' (built in: char, images)", "'" + task + "'");
   if (device.rfind("cuda", 0) == 0)
     FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
   check(device == "cpu", "device", "cpu", "'" + device + "'");
   check(max_steps >= 1, "max_steps", "at least 1", max_steps);
   check(max_epochs >= 0, "max_epochs", "0 (no limit) or more", max_epochs);
   check(eval_every >= 0, "eval_every", "0 (only at the end) or more", eval_every);
-  check(eval_batches >= 1, "eval_batches", "at least 1", eval_batches);
+  check(eval_batches >= 0, "eval_batches", "0 (the whole validation split) or more", eval_batches);
   check(log_every_n_steps >= 1, "log_every_n_steps", "at least 1", log_every_n_steps);
   check(checkpoint_every >= 0, "checkpoint_every", "0 (none) or more", checkpoint_every);
   check(threads >= 0 && threads <= 1024, "threads", "0 (all cores) to 1024", threads);
@@ -124,34 +178,65 @@ void TrainerConfig::validate() const {
   check(keep_last >= 0, "keep_last", "0 (all) or more", keep_last);
   check(keep_best >= 0, "keep_best", "0 or more", keep_best);
   check(monitor == "val_loss" || monitor == "val_accuracy", "monitor", "val_loss or val_accuracy", "'" + monitor + "'");
-  FT_CHECK(monitor != "val_accuracy" || task == "images",
-           "option monitor: val_accuracy is measured by the images "
-           "task only; the ",
-           task, " task reports val_loss");
+  // Of the built-in tasks only images measures an accuracy; a module of one's own may report one
+  // (its "accuracy" metric) and is not known here.
+  FT_CHECK(monitor != "val_accuracy" || task != "char",
+           "option monitor: val_accuracy is measured by the images task and by modules that report an accuracy; "
+           "the char task reports val_loss");
   check(early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more", early_stopping_patience);
   check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
         "0 or more", early_stopping_min_delta);
-  if (task == "char") {
+  // Task options are checked for the built-in task that uses them; a module of one's own has its
+  // own options and ignores these.
+  const bool gpt = task == "char" || task == "lm", images = task == "images" || task == "classify";
+  if (gpt) {
     check(context >= 1 && context <= 4096, "context", "1 to 4096", context);
     check(layers >= 1, "layers", "at least 1", layers);
     check(heads >= 1, "heads", "at least 1", heads);
     FT_CHECK(dim >= 1 && dim % heads == 0, "option dim: expected a positive multiple of heads (", heads, "), found ",
              dim);
     check(dropout >= 0 && dropout < 1, "dropout", "a value in [0, 1)", dropout);
+  }
+  if (task == "char") {
     FT_CHECK(train_chars > context + 1 && val_chars > context + 1,
              "options train_chars and val_chars: expected more than "
              "context + 1 = ",
              context + 1, " characters each, found ", train_chars, " and ", val_chars);
     check(goal_gap > 0, "goal_gap", "a positive gap in nats", goal_gap);
-  } else {
-    check(model == "cnn-mini" || model == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + model + "'");
+  }
+  if (images) {
     check(image_size >= 8 && image_size <= 512, "image_size", "8 to 512", image_size);
+    check(goal_accuracy > 0 && goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", goal_accuracy);
+  }
+  if (task == "images") {
+    check(model == "cnn-mini" || model == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + model + "'");
     check(classes >= 2 && classes <= 6, "classes", "2 to 6", classes);
     FT_CHECK(train_images >= batch_size * accumulate,
              "option train_images: expected at least batch_size x accumulate = ", batch_size * accumulate,
              " images, found ", train_images);
     check(val_images >= 1, "val_images", "at least 1", val_images);
-    check(goal_accuracy > 0 && goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", goal_accuracy);
+  }
+  if (task == "lm") {
+    check(!data.empty(), "data", "a glob of token shards (e.g. 'shards/*train*.bin')", "nothing");
+    check(!val_data.empty(), "val_data", "a glob of validation token shards (e.g. 'shards/*val*.bin')", "nothing");
+    check(vocab_size >= 0 && vocab_size <= 65536, "vocab_size", "0 (from the vocab file) to 65536 (uint16 tokens)",
+          vocab_size);
+    const bool preset = model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
+    check(preset || model == "custom", "model", "gpt-mini, gpt2, gpt2-medium, gpt2-large or custom", "'" + model + "'");
+    if (preset) {
+      TrainerConfig sized = *this;
+      set_gpt_preset(sized);
+      FT_CHECK(sized.context == context && sized.layers == layers && sized.dim == dim && sized.heads == heads,
+               "option model: ", model, " has context ", sized.context, ", ", sized.layers, " layers, width ",
+               sized.dim, " and ", sized.heads, " heads; found context ", context, ", ", layers, " layers, width ", dim,
+               " and ", heads, " heads (use model = \"custom\" for another size)");
+    }
+  }
+  if (task == "classify") {
+    check(!data.empty(), "data", "mnist:DIR, cifar10:DIR, folder:DIR or npy:X.npy,y.npy", "nothing");
+    check(val_fraction > 0 && val_fraction < 1, "val_fraction", "a fraction in (0, 1)", val_fraction);
+    check(model == "mlp" || model == "cnn-mini" || model == "resnet18" || model == "resnet20" || model == "resnet50",
+          "model", "mlp, cnn-mini, resnet18, resnet20 or resnet50", "'" + model + "'");
   }
 }
 

@@ -1,16 +1,18 @@
-// The images task: a small CNN classifies procedurally drawn shapes (data.h, make_shapes).
-// Training batches walk a per-epoch permutation of the training set (RandomSampler), so an epoch
-// sees every image of its full batches once and batch k of epoch e is a pure function of
-// (seed, e, k): resuming mid-epoch continues exactly.
+// The images task (tasks.h): a small CNN classifies procedurally drawn shapes (data.h,
+// make_shapes). Training batches walk a per-epoch permutation of the training set
+// (RandomSampler), so an epoch sees every image of its full batches once and batch k of epoch e
+// is a pure function of (seed, e, k): resuming mid-epoch continues exactly.
 #include <cstdio>
 #include <cstring>
+
+#include <nlohmann/json.hpp>
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/random.h"
+#include "fasttrain/tasks.h"
 #include "train/seeds.h"
-#include "train/task.h"
 
 namespace ft::train {
 
@@ -54,14 +56,27 @@ class ImageRows : public data::Dataset {
   data::ImageSet set_;
 };
 
-class ImageTask : public Task {
+// Training and validation shapes, drawn once with different seeds (disjoint splits). Training
+// batches walk a per-epoch permutation (the Trainer's default RandomSampler).
+class ImageData : public DataModule {
  public:
-  explicit ImageTask(const TrainerConfig& c) : c_(c) {
+  explicit ImageData(const TrainerConfig& c) {
     data::ShapesOptions o;
     o.image_size = c.image_size;
     o.classes = c.classes;
     train_ = std::make_shared<ImageRows>(data::make_shapes(c.train_images, derive_seed(c.seed, SeedUse::Data), o));
-    val_ = data::make_shapes(c.val_images, derive_seed(c.seed, SeedUse::ValData), o);
+    val_ = std::make_shared<ImageRows>(data::make_shapes(c.val_images, derive_seed(c.seed, SeedUse::ValData), o));
+  }
+  TrainData train_data(int64_t) const override { return {train_, nullptr, nullptr}; }
+  ValData val_data(int64_t) const override { return {val_, nullptr}; }
+
+ private:
+  std::shared_ptr<const ImageRows> train_, val_;
+};
+
+class ImageModule : public TrainModule {
+ public:
+  explicit ImageModule(const TrainerConfig& c) : c_(c) {
     Generator init(derive_seed(c.seed, SeedUse::Init));
     if (c.model == "cnn-mini")
       model_ = nn::cnn_mini(3, c.classes, &init);
@@ -69,60 +84,44 @@ class ImageTask : public Task {
       model_ = cnn_tiny(c.classes, &init);
   }
 
-  std::string name() const override { return "images"; }
-  nn::UnaryModule& model() override { return *model_; }
-  std::string unit() const override { return "samples"; }
-  int64_t items_per_batch() const override { return c_.batch_size; }
-  data::DatasetPtr train_dataset() const override { return train_; }
-  data::SamplerPtr train_sampler() const override {
-    return std::make_shared<data::RandomSampler>(c_.train_images, derive_seed(c_.seed, SeedUse::TrainBatches));
+  nn::Module& model() override { return *model_; }
+
+  StepOutput training_step(const data::Batch& b) override {
+    return {cross_entropy(model_->forward(b.fields[0]), b.fields[1]), {}};
   }
 
-  Tensor loss(const Tensor& logits, const Tensor& target) const override { return cross_entropy(logits, target); }
-
-  EvalResult evaluate() override {
-    autograd::InferenceMode guard;
-    model_->eval();
-    const int64_t n = c_.val_images, chunk = 500;
-    Tensor loss_sum, correct;
-    const DType input_dtype = model_->parameters().front().dtype();  // bf16 in bf16-true runs
-    for (int64_t b = 0; b < n; b += chunk) {
-      const int64_t len = std::min(chunk, n - b);
-      Tensor x = val_.images.narrow(0, b, len).to(input_dtype), y = val_.labels.narrow(0, b, len);
-      Tensor logits = model_->forward(x);
-      Tensor l = cross_entropy(logits, y, -100, 0.0, Reduction::Sum);
-      Tensor k = sum(eq(argmax(logits, 1), y).to(DType::F32));
-      loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
-      correct = correct.defined() ? add(correct, k) : k;
-    }
-    model_->train();
-    return {loss_sum.item<double>() / n, correct.item<double>() / n};
+  StepOutput validation_step(const data::Batch& b) override {
+    Tensor logits = model_->forward(b.fields[0]);
+    Tensor correct = mean(eq(argmax(logits, 1), b.fields[1]).to(DType::F32));
+    return {cross_entropy(logits, b.fields[1]), {{"accuracy", correct}}};
   }
 
-  std::pair<std::string, bool> judge(const EvalResult& r) const override {
-    const bool met = r.accuracy >= c_.goal_accuracy;
+  std::optional<Goal> judge(const EvalResult& r) const override {
+    const double accuracy = r.metric("accuracy").value_or(0.0);
+    const bool met = accuracy >= c_.goal_accuracy;
     char buf[256];
     std::snprintf(buf, sizeof buf, "val accuracy %.2f%% on %lld images of %lld classes (goal >= %.1f%%: %s)",
-                  100 * r.accuracy, static_cast<long long>(c_.val_images), static_cast<long long>(c_.classes),
+                  100 * accuracy, static_cast<long long>(c_.val_images), static_cast<long long>(c_.classes),
                   100 * c_.goal_accuracy, met ? "met" : "not met");
-    return {buf, met};
+    return Goal{buf, met};
   }
 
-  nlohmann::json describe() const override {
+  std::string description_json() const override {
     auto names = data::shape_class_names();
     names.resize(c_.classes);
-    return {{"task", "images"}, {"classes", names}, {"image_size", c_.image_size}, {"model", c_.model}};
+    return nlohmann::json{{"task", "images"}, {"classes", names}, {"image_size", c_.image_size}, {"model", c_.model}}
+        .dump();
   }
 
  private:
   TrainerConfig c_;
-  std::shared_ptr<const ImageRows> train_;
-  data::ImageSet val_;
   std::shared_ptr<nn::UnaryModule> model_;
 };
 
 }  // namespace
 
-std::unique_ptr<Task> make_image_task(const TrainerConfig& c) { return std::make_unique<ImageTask>(c); }
+BuiltinTask make_image_task(const TrainerConfig& c) {
+  return {std::make_unique<ImageModule>(c), std::make_unique<ImageData>(c)};
+}
 
 }  // namespace ft::train

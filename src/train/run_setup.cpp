@@ -3,7 +3,7 @@
 
 namespace ft::train {
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, nn::Module& model) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, TrainModule& module) {
   optim::GroupOptions o;
   o.lr = c.lr;
   o.weight_decay = c.weight_decay;
@@ -11,7 +11,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, nn::Mod
   o.beta1 = c.beta1;
   o.beta2 = c.beta2;
   o.trust_coefficient = c.trust_coefficient;
-  auto groups = optim::decay_groups(model.named_parameters(), o);
+  auto groups = module.param_groups(o);
   switch (optim::optimizer_kind_from_name(c.optimizer)) {
     case optim::OptimizerKind::AdamW: return optim::make_adamw(std::move(groups));
     case optim::OptimizerKind::Adam: return optim::make_adam(std::move(groups));
@@ -19,7 +19,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, nn::Mod
     case optim::OptimizerKind::LAMB: return optim::make_lamb(std::move(groups));
     case optim::OptimizerKind::LARS:
       // LARS's layer-wise rate is for weight matrices; biases and norms take plain momentum SGD.
-      for (auto& g : groups) g.options.exclude_from_adaptation = g.name == "no_decay";
+      for (auto& g : groups) g.options.exclude_from_adaptation |= g.name == "no_decay";
       return optim::make_lars(std::move(groups));
   }
   // Only a kind added to OptimizerKind without a case above gets here (and -Wswitch says so).
@@ -35,6 +35,6 @@ StepOptions step_options(const TrainerConfig& c) {
   return so;
 }
 
-void set_block_checkpointing(nn::UnaryModule& model, bool enabled) { nn::set_activation_checkpointing(model, enabled); }
+void set_block_checkpointing(nn::Module& model, bool enabled) { nn::set_activation_checkpointing(model, enabled); }
 
 }  // namespace ft::train

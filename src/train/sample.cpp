@@ -8,8 +8,8 @@
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
 #include "fasttrain/random.h"
+#include "fasttrain/tasks.h"
 #include "train/run_files.h"
-#include "train/task.h"
 
 namespace ft::train {
 

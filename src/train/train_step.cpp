@@ -64,7 +64,13 @@ ClipAlgorithm clip_algorithm_from_name(const std::string& name) {
 const char* clip_algorithm_name(ClipAlgorithm a) { return kClipAlgorithmNames[static_cast<size_t>(a)].name; }
 
 StepRunner::StepRunner(nn::UnaryModule& model, optim::Optimizer& optimizer, LossFn loss, StepOptions options)
-    : model_(model), optimizer_(optimizer), loss_(std::move(loss)), options_(std::move(options)) {
+    : StepRunner(static_cast<nn::Module&>(model), optimizer, std::move(options)) {
+  unary_ = &model;
+  loss_ = std::move(loss);
+}
+
+StepRunner::StepRunner(nn::Module& model, optim::Optimizer& optimizer, StepOptions options)
+    : model_(model), optimizer_(optimizer), options_(std::move(options)) {
   FT_CHECK(options_.accumulate >= 1, "accumulate: expected at least 1 micro-batch per step, found ",
            options_.accumulate);
   FT_CHECK(options_.clip >= 0, "gradient clipping: expected 0 (off) or a positive value, found ", options_.clip);
@@ -92,6 +98,13 @@ Tensor StepRunner::model_input(const Tensor& input) const {
 }
 
 Tensor StepRunner::forward_backward(const Tensor& input, const Tensor& target) {
+  FT_CHECK(unary_ != nullptr && loss_,
+           "StepRunner: forward_backward(input, target) needs the runner built with a "
+           "one-input model and a loss; give the forward as a closure instead");
+  return forward_backward([&] { return loss_(unary_->forward(model_input(input)), target); });
+}
+
+Tensor StepRunner::forward_backward(const LossOf& loss_of) {
   FT_CHECK(micro_ < options_.accumulate, "StepRunner: ", micro_, " micro-batches already run for this step of ",
            options_.accumulate, "; call optimizer_step() first");
   if (micro_ == 0) optimizer_.zero_grad(/*set_to_none=*/true);
@@ -101,7 +114,7 @@ Tensor StepRunner::forward_backward(const Tensor& input, const Tensor& target) {
     // Forward and loss under autocast, backward outside it (torch.autocast's rule).
     const bool mixed = precision_is_mixed(options_.precision);
     autocast::AutocastGuard amp(mixed ? autocast_dtype() : DType::BF16, mixed);
-    loss = loss_(model_.forward(model_input(input)), target);
+    loss = loss_of();
   }
   Tensor to_backprop = loss;
   if (options_.accumulate > 1) to_backprop = div(to_backprop, static_cast<double>(options_.accumulate));

@@ -1,7 +1,7 @@
-// The training loop (train.h). One step: lr (and momentum) from the schedule, then `accumulate`
-// micro-batches from the DataLoader (timed: the data wait), each forward + backward, then
-// unscale / clip / optimizer step / loss-scale update (StepRunner, train_step.h). The loss stays a
-// tensor, summed on the device between log intervals and read once per interval.
+// The Trainer's set-up around the loop (train.h): attaching a module (batch-size finder,
+// optimizer, step runner, loaders, callbacks), one training step and one evaluation over the
+// module's data, checkpoints written and applied, and the learning-rate finder. The loop itself
+// is fit.cpp.
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -16,7 +16,7 @@
 
 #include "core/fault_injection.h"
 #include "fasttrain/atomic_file.h"
-#include "fasttrain/autocast.h"
+#include "fasttrain/autograd.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/loader.h"
@@ -24,14 +24,11 @@
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 #include "fasttrain/safetensors.h"
-#include "fasttrain/tensorboard.h"
 #include "fasttrain/train_step.h"
-#include "train/progress.h"
 #include "train/run_files.h"
 #include "train/run_setup.h"
 #include "train/seeds.h"
-#include "train/stop_signal.h"
-#include "train/task.h"
+#include "train/trainer_impl.h"
 
 namespace ft::train {
 
@@ -44,12 +41,6 @@ json config_to_json(const TrainerConfig& c) {
   json j = json::object();
   visit_fields(c, [&](const char* name, const auto& v, const char*) { j[name] = v; });
   return j;
-}
-
-// The value `monitor` names, from an evaluation (NaN when the task does not measure it).
-double monitored(const TrainerConfig& c, const EvalResult& r) {
-  if (c.monitor == "val_accuracy") return r.accuracy >= 0 ? r.accuracy : std::nan("");
-  return r.loss;
 }
 
 // A folder whose writing was interrupted (checkpoints/step-N.tmp) is refused whatever it holds.
@@ -69,74 +60,166 @@ json parse_json(const std::string& text, const std::string& path) {
   }
 }
 
+json sums_to_json(const std::vector<std::pair<std::string, Tensor>>& sums) {
+  json j = json::array();
+  for (const auto& [name, sum] : sums) j.push_back({name, sum.item<double>()});
+  return j;
+}
+
+// NaN (a value no evaluation measured) is written as null.
+double number_or_nan(const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); }
+
+json evaluation_to_json(const EvalResult& r) {
+  json metrics = json::object();
+  for (const auto& [name, value] : r.metrics) metrics[name] = value;
+  return {{"loss", r.loss}, {"metrics", metrics}};
+}
+
+EvalResult evaluation_from_json(const json& j) {
+  EvalResult r;
+  r.loss = number_or_nan(j.at("loss"));
+  if (j.contains("metrics"))
+    for (const auto& [name, value] : j.at("metrics").items()) r.metrics.emplace_back(name, number_or_nan(value));
+  return r;
+}
+
 }  // namespace
 
-struct Trainer::Impl {
-  std::unique_ptr<optim::Optimizer> optimizer;
-  std::unique_ptr<optim::Schedule> schedule;
-  std::unique_ptr<StepRunner> runner;
-  std::unique_ptr<data::DataLoader> loader;  // training batches
-  // The loader's batches on the training device; its state is the data position.
-  std::unique_ptr<data::DevicePrefetcher> batches;
-  std::unique_ptr<EarlyStopping> early_stopping;
-  std::unique_ptr<CheckpointKeeper> keeper;
-  Tensor loss_sum;  // training loss summed since the last log, on the device
-  int64_t loss_count = 0;
-  std::atomic<bool> stop_requested{false};
-  std::string resumed_from;                 // the checkpoint folder resume() read ("" if none)
-  double checkpoint_metric = std::nan("");  // the monitored value saved with the next checkpoint
-  // The evaluation done at the step of the next checkpoint (saved with it) or of the resumed one,
-  // so a run resumed at its last step does not evaluate and log that step a second time.
-  int64_t checkpoint_eval_step = -1;
-  EvalResult checkpoint_eval;
+data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
+  if (runner->options().precision != Precision::BF16True) return b;
+  data::Batch converted = b;
+  for (Tensor& f : converted.fields) f = runner->model_input(f);
+  return converted;
+}
 
-  // Whether `run_dir` is the run folder the resumed checkpoint lives in (<run_dir>/checkpoints/step-N).
-  bool resumed_into(const std::string& run_dir) const {
-    std::error_code ec;
-    return !resumed_from.empty() && fs::equivalent(fs::path(resumed_from).parent_path().parent_path(), run_dir, ec);
-  }
+const data::Batch& Trainer::Impl::next_batch() {
+  fault::point("data");
+  const data::Batch* b = batches->next();
+  if (b == nullptr) b = batches->next();
+  FT_CHECK(b != nullptr, "Trainer: the data loader produced an empty epoch");
+  return *b;
+}
 
-  // The next training batch, crossing into the next epoch when this one is exhausted.
-  const data::Batch& next_batch() {
-    fault::point("data");
-    const data::Batch* b = batches->next();
-    if (b == nullptr) b = batches->next();
-    FT_CHECK(b != nullptr, "Trainer: the data loader produced an empty epoch");
-    return *b;
-  }
-  // The StepRunner for the current optimizer (rebuilt when lr_find replaces the optimizer).
-  void make_runner(const TrainerConfig& c, Task& task) {
-    runner = std::make_unique<StepRunner>(
-        task.model(), *optimizer, [&task](const Tensor& out, const Tensor& y) { return task.loss(out, y); },
-        step_options(c));
-  }
-  // One optimisation step over `accumulate` loader batches; returns the micro-batch losses summed
-  // on the device and adds the time spent waiting for batches to *data_wait.
-  Tensor train_step(int64_t accumulate, double* data_wait) {
-    Tensor loss_sum;
-    for (int64_t micro = 0; micro < accumulate; ++micro) {
-      const auto wait_start = std::chrono::steady_clock::now();
-      const data::Batch& batch = next_batch();  // valid until the next call: used before it
-      *data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
-      Tensor l = runner->forward_backward(batch.fields[0], batch.fields[1]);
-      loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
+void Trainer::Impl::make_runner(const TrainerConfig& c) {
+  runner = std::make_unique<StepRunner>(module->model(), *optimizer, step_options(c));
+}
+
+namespace {
+
+// Adds `value` (f32) to the sum named `name` in `sums`, in first-seen order.
+void accumulate_metric(std::vector<std::pair<std::string, Tensor>>& sums, const std::string& name, Tensor value) {
+  if (value.dtype() != DType::F32) value = value.to(DType::F32);
+  for (auto& [n, sum] : sums)
+    if (n == name) {
+      sum = add(sum, value);
+      return;
     }
-    runner->optimizer_step();
-    return loss_sum;
-  }
-  double momentum_in_use() const {
-    const auto& o = optimizer->param_groups().front().options;
-    return optim::optimizer_family(optimizer->kind()) == optim::OptimizerFamily::Adam ? o.beta1 : o.momentum;
-  }
-};
+  sums.emplace_back(name, value);
+}
 
-Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
+void check_loss(const StepOutput& out, const char* who) {
+  FT_CHECK(out.loss.defined() && out.loss.numel() == 1, who, ": expected a loss with one element, found ",
+           out.loss.defined() ? out.loss.shape().str() : std::string("none"));
+}
+
+}  // namespace
+
+Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
+  Tensor step_loss;
+  for (int64_t micro = 0; micro < accumulate; ++micro) {
+    const auto wait_start = std::chrono::steady_clock::now();
+    const data::Batch batch = model_batch(next_batch());  // valid until the next call: used before it
+    *data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    std::vector<Metric> metrics;
+    Tensor l = runner->forward_backward([&] {
+      StepOutput out = module->training_step(batch);
+      check_loss(out, "training_step");
+      metrics = std::move(out.metrics);
+      return out.loss;
+    });
+    for (const Metric& m : metrics) accumulate_metric(metric_sums, m.name, m.value.detach());
+    items += module->items_in(batch);
+    step_loss = step_loss.defined() ? add(step_loss, l) : l;
+  }
+  runner->optimizer_step();
+  return step_loss;
+}
+
+EvalResult Trainer::Impl::evaluate(const TrainerConfig& c) {
+  autograd::InferenceMode guard;
+  nn::Module& model = module->model();
+  model.eval();
+  val_batches->load_state({0, 0, c.seed});  // the same batches at every evaluation
+  Tensor loss_sum;
+  std::vector<std::pair<std::string, Tensor>> sums;
+  int64_t rows = 0;
+  for (int64_t k = 0; c.eval_batches == 0 || k < c.eval_batches; ++k) {
+    const data::Batch* next = val_batches->next();
+    if (next == nullptr) break;
+    const data::Batch b = model_batch(*next);
+    const StepOutput out = module->validation_step(b);
+    check_loss(out, "validation_step");
+    // Batch means weighted by their rows: the split's mean however its last batch falls.
+    const double w = static_cast<double>(b.rows);
+    Tensor l = mul(out.loss.to(DType::F32), w);
+    loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
+    for (const Metric& m : out.metrics) accumulate_metric(sums, m.name, mul(m.value.to(DType::F32), w));
+    rows += b.rows;
+  }
+  model.train();
+  FT_CHECK(rows > 0, "Trainer: the validation data is empty (no batch to evaluate)");
+  EvalResult r;
+  r.loss = loss_sum.item<double>() / static_cast<double>(rows);
+  for (const auto& [name, sum] : sums) r.metrics.emplace_back(name, sum.item<double>() / static_cast<double>(rows));
+  return r;
+}
+
+double Trainer::Impl::momentum_in_use() const {
+  const auto& o = optimizer->param_groups().front().options;
+  return optim::optimizer_family(optimizer->kind()) == optim::OptimizerFamily::Adam ? o.beta1 : o.momentum;
+}
+
+double Trainer::Impl::epoch_at(int64_t step, int64_t accumulate) const {
+  const int64_t per_epoch = loader->batches_per_epoch();
+  if (per_epoch <= 0) return static_cast<double>(batches->state().epoch);
+  return static_cast<double>(step * accumulate) / static_cast<double>(per_epoch);
+}
+
+std::string task_description(const TrainModule& module) {
+  json j;
+  try {
+    j = json::parse(module.description_json());
+  } catch (const json::exception& e) {
+    FT_FAIL("TrainModule::description_json: expected a JSON object, found invalid JSON: ", e.what());
+  }
+  FT_CHECK(j.is_object(), "TrainModule::description_json: expected a JSON object, found ", j.type_name());
+  return j.dump(2) + "\n";
+}
+
+double monitored(const TrainerConfig& c, const EvalResult& r) {
+  if (c.monitor == "val_accuracy") return r.metric("accuracy").value_or(std::nan(""));
+  return r.loss;
+}
+
+Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::make_unique<Impl>()) {
   config_.validate();
   if (config_.threads > 0) set_num_threads(static_cast<int>(config_.threads));
   const int64_t limit = parse_memory_size(config_.memory_limit);
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
+  // Dropout draws from the default generator: seeded here, saved and restored by checkpoints.
+  default_generator().set_state({derive_seed(config_.seed, SeedUse::Dropout), 0});
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::request_stop() { impl_->stop_requested.store(true); }
+
+void Trainer::attach(TrainModule& module, const DataModule& data) {
+  Impl& im = *impl_;
+  if (im.module == &module && im.data == &data) return;
+  FT_CHECK(im.module == nullptr, "Trainer: already attached to another module; use one Trainer per module and data");
   if (config_.batch_size == 0) {  // --batch-size auto
-    const BatchSizeSearch found = find_batch_size(config_);
+    const BatchSizeSearch found = find_batch_size(config_, module, data);
     const double scale = static_cast<double>(found.batch_size) /
                          static_cast<double>(TrainerConfig::defaults_for(config_.task).batch_size);
     config_.batch_size = found.batch_size;
@@ -144,21 +227,27 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
     config_.min_lr *= scale;
     batch_size_report_ = found.report;
   }
-  // Dropout draws from the default generator: seeded here, saved and restored by checkpoints.
-  default_generator().set_state({derive_seed(config_.seed, SeedUse::Dropout), 0});
-  task_ = make_task(config_);
-  task_->model().train();
-  if (config_.checkpoint_blocks) set_block_checkpointing(task_->model(), true);
-  impl_ = std::make_unique<Impl>();
-  impl_->optimizer = make_optimizer(config_, task_->model());
-  impl_->schedule = make_schedule(config_);
-  impl_->make_runner(config_, *task_);
+  nn::Module& model = module.model();
+  model.train();
+  if (config_.checkpoint_blocks) set_block_checkpointing(model, true);
+  im.module = &module;
+  im.data = &data;
+  im.optimizer = make_optimizer(config_, module);
+  im.schedule = make_schedule(config_);
+  im.make_runner(config_);
   const MonitorMode mode = config_.monitor == "val_accuracy" ? MonitorMode::Max : MonitorMode::Min;
   if (config_.early_stopping_patience > 0)
-    impl_->early_stopping =
+    im.early_stopping =
         std::make_unique<EarlyStopping>(mode, config_.early_stopping_patience, config_.early_stopping_min_delta);
   if (config_.keep_last > 0)  // keep_last 0 keeps every checkpoint
-    impl_->keeper = std::make_unique<CheckpointKeeper>(config_.keep_last, config_.keep_best, mode);
+    im.keeper = std::make_unique<CheckpointKeeper>(config_.keep_last, config_.keep_best, mode);
+  make_loaders();
+  if (!resume_dir_.empty()) apply_resume();
+}
+
+void Trainer::make_loaders() {
+  Impl& im = *impl_;
+  const Device device = Device::parse(config_.device);
   data::LoaderOptions lo;
   lo.batch_size = config_.batch_size;
   lo.num_workers = static_cast<int>(config_.workers);
@@ -166,272 +255,39 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)) {
   lo.prefetch_factor = static_cast<int>(config_.prefetch);
   lo.drop_last = true;  // every step sees batch_size samples
   lo.seed = config_.seed;
-  impl_->loader = std::make_unique<data::DataLoader>(task_->train_dataset(), lo, task_->train_sampler());
-  impl_->batches = std::make_unique<data::DevicePrefetcher>(*impl_->loader, Device::parse(config_.device));
-  FT_CHECK(impl_->loader->batches_per_epoch() >= config_.accumulate,
-           "Trainer: the training data holds fewer than "
-           "batch_size x accumulate = ",
-           config_.batch_size * config_.accumulate, " samples");
-}
-
-Trainer::~Trainer() = default;
-
-void Trainer::request_stop() { impl_->stop_requested.store(true); }
-
-TrainResult Trainer::fit() {
-  const TrainerConfig& c = config_;
-  Impl& im = *impl_;
-  nn::UnaryModule& model = task_->model();
-  TrainResult result;
-  result.run_dir = c.run_dir.empty() ? default_run_dir(c.task) : c.run_dir;
-  result.batch_size = c.batch_size;
-  const std::string& dir = result.run_dir;
-  make_dirs(dir);
-  TrainerConfig resolved = c;
-  resolved.run_dir = dir;
-  write_file_atomically(dir + "/config.toml", config_to_toml(resolved));
-  write_file_atomically(dir + "/task.json", task_->describe().dump(2) + "\n");
-  // Resumed into its own run folder (a restarted job): what a killed process left half-written
-  // goes, the rows logged after the checkpoint are logged again, and the checkpoints already
-  // there count towards keep_last / keep_best instead of piling up.
-  const bool resumed_here = im.resumed_into(dir);
-  if (resumed_here) remove_stale_temporaries(dir);
-  const bool append =
-      resumed_here && truncate_metrics_after(dir + "/metrics.csv", step_) && fs::file_size(dir + "/metrics.csv") > 0;
-  std::ofstream csv(dir + "/metrics.csv", append ? std::ios::app : std::ios::trunc);
-  FT_CHECK(csv.good(), dir, "/metrics.csv: cannot open for writing");
-  if (!append)
-    csv << "step,epoch,split,loss,accuracy,lr,momentum,grad_norm,loss_scale,items_per_s,elapsed_s,data_wait_ms\n";
-  if (resumed_here && im.keeper)
-    for (const SavedCheckpoint& saved : complete_checkpoints(dir))
-      if (saved.step <= step_) delete_unkept(im.keeper->add(saved.dir, saved.step, saved.metric));
-  std::unique_ptr<TensorBoardWriter> tb;
-  if (c.tensorboard) {
-    make_dirs(dir + "/tensorboard");
-    tb = std::make_unique<TensorBoardWriter>(dir + "/tensorboard");
+  const TrainData train = im.data->train_data(config_.batch_size);
+  FT_CHECK((train.dataset != nullptr) != (train.stream != nullptr),
+           "Trainer: expected the training data as a dataset or a stream (exactly one), found ",
+           train.dataset ? "both" : "neither");
+  if (train.dataset) {
+    const data::SamplerPtr sampler = train.sampler
+                                         ? train.sampler
+                                         : std::make_shared<data::RandomSampler>(
+                                               train.dataset->size(), derive_seed(config_.seed, SeedUse::TrainBatches));
+    im.loader = std::make_unique<data::DataLoader>(train.dataset, lo, sampler);
+    FT_CHECK(im.loader->batches_per_epoch() >= config_.accumulate, "Trainer: the training data holds ", sampler->size(),
+             " samples per epoch, fewer than batch_size x accumulate = ", config_.batch_size * config_.accumulate);
+  } else {
+    im.loader = std::make_unique<data::DataLoader>(train.stream, lo);
   }
-  StopSignalScope signals(im.stop_requested);
+  im.batches = std::make_unique<data::DevicePrefetcher>(*im.loader, device);
 
-  const int64_t batches_per_epoch = im.loader->batches_per_epoch();
-  int64_t end = c.max_steps;
-  if (c.max_epochs > 0) end = std::min(end, c.max_epochs * batches_per_epoch / c.accumulate);
-  const int64_t first_step = step_;
-  const int64_t items_per_step = task_->items_per_batch() * c.accumulate;
-  ProgressLine progress(c.progress, first_step, end, task_->unit());
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  double eval_seconds = 0, last_log_train_seconds = 0;
-  double data_wait = 0, last_log_data_wait = 0;  // seconds blocked in the loader
-  int64_t last_log_step = step_;
-  auto epoch_of = [&](int64_t step) {
-    return static_cast<double>(step * c.accumulate) / static_cast<double>(batches_per_epoch);
-  };
-  auto record = [&](const MetricRow& r) {
-    history_.push_back(r);
-    auto opt = [](double v, const char* fmt) {
-      if (v < 0) return std::string();
-      char b[40];
-      std::snprintf(b, sizeof b, fmt, v);
-      return std::string(b);
-    };
-    char buf[384];
-    std::snprintf(buf, sizeof buf, "%lld,%.4f,%s,%.9g,%s,%.9g,%s,%s,%s,%.1f,%.3f,%.3f\n",
-                  static_cast<long long>(r.step), r.epoch, r.split.c_str(), r.loss, opt(r.accuracy, "%.6f").c_str(),
-                  r.lr, opt(r.momentum, "%.9g").c_str(), opt(r.grad_norm, "%.9g").c_str(),
-                  opt(r.loss_scale, "%.9g").c_str(), r.items_per_s, r.elapsed_s, r.data_wait_ms);
-    csv << buf << std::flush;
-    // A full disk must stop the run with a message, not leave a metrics file silently cut short.
-    FT_CHECK(csv.good(), dir, "/metrics.csv: cannot write the file: ", std::strerror(errno));
-  };
-  EvalResult last_eval;
-  int64_t last_eval_step = -1;
-  if (im.checkpoint_eval_step == step_) {  // e.g. resumed from a checkpoint taken right after one
-    last_eval = im.checkpoint_eval;
-    last_eval_step = step_;
+  const ValData val = im.data->val_data(config_.batch_size);
+  FT_CHECK((val.dataset != nullptr) != (val.stream != nullptr),
+           "Trainer: expected the validation data as a dataset or a stream (exactly one), found ",
+           val.dataset ? "both" : "neither");
+  data::LoaderOptions vo;
+  vo.batch_size = config_.batch_size;
+  vo.pin_memory = config_.pin_memory;
+  vo.seed = config_.seed;
+  if (val.dataset) {
+    FT_CHECK(val.dataset->size() > 0, "Trainer: the validation dataset is empty");
+    im.val_loader = std::make_unique<data::DataLoader>(val.dataset, vo,
+                                                       std::make_shared<data::SequentialSampler>(val.dataset->size()));
+  } else {
+    im.val_loader = std::make_unique<data::DataLoader>(val.stream, vo);
   }
-  auto evaluate = [&](double lr) {
-    fault::point("eval");
-    const double start = elapsed();
-    {
-      // Evaluation runs in the training precision (Lightning does the same).
-      const bool mixed = precision_is_mixed(im.runner->options().precision);
-      autocast::AutocastGuard amp(mixed ? im.runner->autocast_dtype() : DType::BF16, mixed);
-      last_eval = task_->evaluate();
-    }
-    last_eval_step = step_;
-    eval_seconds += elapsed() - start;
-    record({step_, epoch_of(step_), "val", last_eval.loss, last_eval.accuracy, lr, -1, -1, -1, 0, elapsed(), 0});
-    if (tb) {
-      tb->add_scalar("val/loss", last_eval.loss, step_);
-      if (last_eval.accuracy >= 0) tb->add_scalar("val/accuracy", last_eval.accuracy, step_);
-      tb->flush();
-    }
-    char buf[160];
-    if (last_eval.accuracy >= 0)
-      std::snprintf(buf, sizeof buf, "step %lld  val loss %.4f  val accuracy %.2f%%", static_cast<long long>(step_),
-                    last_eval.loss, 100 * last_eval.accuracy);
-    else
-      std::snprintf(buf, sizeof buf, "step %lld  val loss %.4f  (floor %.4f)", static_cast<long long>(step_),
-                    last_eval.loss, task_->loss_floor());
-    progress.note(buf);
-    if (im.early_stopping && im.early_stopping->update(monitored(c, last_eval))) {
-      result.stopped_early = true;
-      char why[160];
-      std::snprintf(why, sizeof why, "early stopping: %s did not improve for %lld evaluations (best %.6g)",
-                    c.monitor.c_str(), static_cast<long long>(c.early_stopping_patience), im.early_stopping->best());
-      progress.note(why);
-    }
-  };
-  int64_t checkpoint_step = -1;
-  auto checkpoint = [&] {
-    checkpoint_step = step_;
-    char name[32];
-    std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step_));
-    make_dirs(dir + "/checkpoints");
-    const std::string path = dir + "/checkpoints/" + name;
-    const double metric = last_eval_step == step_ ? monitored(c, last_eval) : std::nan("");
-    im.checkpoint_metric = metric;
-    im.checkpoint_eval_step = last_eval_step;
-    im.checkpoint_eval = last_eval;
-    try {
-      save_checkpoint(path);
-    } catch (const Error& e) {
-      const std::string& previous = result.last_checkpoint.empty() ? im.resumed_from : result.last_checkpoint;
-      throw Error("checkpoint " + path + " was not written: " + e.what() +
-                  (previous.empty() ? std::string() : "; the previous checkpoint " + previous + " is intact"));
-    }
-    if (im.keeper) delete_unkept(im.keeper->add(path, step_, metric));
-    result.last_checkpoint = path;
-  };
-
-  {
-    char head[400];
-    std::snprintf(
-        head, sizeof head,
-        "train: %s task, %s with %.2fM parameters, steps %lld-%lld of %lld %s (batch %lld x %lld), "
-        "precision %s, %d thread(s)%s; run folder %s",
-        c.task.c_str(), model.type_name().c_str(), model.num_parameters() / 1e6, static_cast<long long>(first_step + 1),
-        static_cast<long long>(end), static_cast<long long>(items_per_step), task_->unit().c_str(),
-        static_cast<long long>(c.batch_size), static_cast<long long>(c.accumulate),
-        precision_name(im.runner->options().precision), get_num_threads(),
-        task_->loss_floor() >= 0 ? (", loss floor " + std::to_string(task_->loss_floor()).substr(0, 6)).c_str() : "",
-        dir.c_str());
-    progress.note(head);
-    if (!batch_size_report_.empty()) progress.note(batch_size_report_);
-  }
-  double lr = im.schedule->lr(step_);
-  while (step_ < end && !result.stopped_early) {
-    lr = im.schedule->lr(step_);
-    im.optimizer->set_lr(lr);
-    if (auto m = im.schedule->momentum(step_)) im.optimizer->set_momentum(*m);
-    if (tb) {
-      tb->add_scalar("train/lr", lr, step_);
-      tb->add_scalar("train/momentum", im.momentum_in_use(), step_);
-    }
-    Tensor l;
-    try {
-      l = im.train_step(c.accumulate, &data_wait);
-    } catch (const OutOfMemoryError& e) {
-      throw OutOfMemoryError(detail::concat(
-          "training step ", step_ + 1, ": ", e.what(), " (try a smaller --batch-size or --batch-size auto; ",
-          result.last_checkpoint.empty() && im.resumed_from.empty()
-              ? std::string("no checkpoint was written")
-              : "resume from the last checkpoint, " +
-                    (result.last_checkpoint.empty() ? im.resumed_from : result.last_checkpoint),
-          ")"));
-    }
-    im.loss_sum = im.loss_sum.defined() ? add(im.loss_sum, l) : l;
-    im.loss_count += c.accumulate;
-    ++step_;
-
-    const bool last = step_ == end;
-    if (step_ % c.log_every_n_steps == 0 || last) {
-      const double now = elapsed(), train_seconds = now - eval_seconds;
-      const double train_loss = im.loss_sum.item<double>() / static_cast<double>(im.loss_count);
-      im.loss_sum = Tensor();
-      im.loss_count = 0;
-      const double rate = static_cast<double>(items_per_step * (step_ - last_log_step)) /
-                          std::max(1e-9, train_seconds - last_log_train_seconds);
-      const double wait_ms = 1e3 * (data_wait - last_log_data_wait) / static_cast<double>(step_ - last_log_step);
-      last_log_step = step_;
-      last_log_train_seconds = train_seconds;
-      last_log_data_wait = data_wait;
-      result.final_train_loss = train_loss;
-      const Tensor& norm = im.runner->last_grad_norm();
-      const double grad_norm = norm.defined() ? norm.item<double>() : -1;
-      const double loss_scale = im.runner->scaler().enabled() ? im.runner->scaler().get_scale() : -1;
-      record({step_, epoch_of(step_), "train", train_loss, -1, lr, im.momentum_in_use(), grad_norm, loss_scale, rate,
-              now, wait_ms});
-      if (tb) {
-        tb->add_scalar("train/loss", train_loss, step_);
-        tb->add_scalar("train/" + task_->unit() + "_per_s", rate, step_);
-        if (grad_norm >= 0) tb->add_scalar("train/grad_norm", grad_norm, step_);
-        if (loss_scale >= 0) tb->add_scalar("train/loss_scale", loss_scale, step_);  // flushed at evaluations
-      }
-      progress.log(step_, train_loss, lr, rate, now);
-    } else {
-      progress.tick(step_, elapsed());
-    }
-    if ((c.eval_every > 0 && step_ % c.eval_every == 0) || last) evaluate(lr);
-    if (c.checkpoint_every > 0 && step_ % c.checkpoint_every == 0) checkpoint();
-    if (im.stop_requested.load()) {
-      result.interrupted = true;
-      if (checkpoint_step != step_) checkpoint();
-      progress.note("interrupted: checkpoint saved to " + result.last_checkpoint + "; continue with --resume " +
-                    result.last_checkpoint);
-      break;
-    }
-  }
-  if (last_eval_step < 0 && !result.interrupted) evaluate(lr);
-  progress.finish();
-  if (tb) tb->flush();
-  model.save(dir + "/model.safetensors");
-
-  result.steps = step_;
-  result.seconds = elapsed();
-  const double train_seconds = result.seconds - eval_seconds;
-  result.items_per_s =
-      train_seconds > 0 ? static_cast<double>(items_per_step * (step_ - first_step)) / train_seconds : 0;
-  result.data_wait_s = data_wait;
-  result.final_val_loss = last_eval.loss;
-  result.final_val_accuracy = last_eval.accuracy;
-  result.floor = task_->loss_floor();
-  result.unit = task_->unit();
-  result.model = model.type_name();
-  result.parameters = model.num_parameters();
-  std::tie(result.goal, result.goal_met) = task_->judge(last_eval);
-
-  json summary = {
-      {"task", c.task},
-      {"model", result.model},
-      {"parameters", result.parameters},
-      {"steps", result.steps},
-      {"seconds", result.seconds},
-      {"threads", get_num_threads()},
-      {"precision", c.precision},
-      {"batch_size", c.batch_size},
-      {"accumulate", c.accumulate},
-      {"unit", task_->unit()},
-      {"items_per_s", result.items_per_s},
-      {"workers", c.workers},
-      {"data_wait_s", result.data_wait_s},
-      {"data_wait_ms_per_step", step_ > first_step ? 1e3 * data_wait / static_cast<double>(step_ - first_step) : 0.0},
-      {"peak_allocated_bytes", allocator_for(Device::cpu()).stats().peak_allocated_bytes},
-      {"final_train_loss", result.final_train_loss},
-      {"final_val_loss", result.final_val_loss},
-      {"interrupted", result.interrupted},
-      {"stopped_early", result.stopped_early},
-      {"goal", result.goal},
-      {"goal_met", result.goal_met}};
-  if (!result.last_checkpoint.empty()) summary["last_checkpoint"] = result.last_checkpoint;
-  if (im.keeper && !im.keeper->best_dir().empty()) summary["best_checkpoint"] = im.keeper->best_dir();
-  if (result.final_val_accuracy >= 0) summary["final_val_accuracy"] = result.final_val_accuracy;
-  if (result.floor >= 0) {
-    summary["loss_floor"] = result.floor;
-    summary["gap"] = result.final_val_loss - result.floor;
-  }
-  write_file_atomically(dir + "/summary.json", summary.dump(2) + "\n");
-  return result;
+  im.val_batches = std::make_unique<data::DevicePrefetcher>(*im.val_loader, device);
 }
 
 void Trainer::save_checkpoint(const std::string& dir) const {
@@ -447,8 +303,9 @@ void Trainer::save_checkpoint(const std::string& dir) const {
       if (!committed) fs::remove_all(path, ignored);
     }
   } cleanup{tmp};
+  FT_CHECK(impl_->module != nullptr, "save_checkpoint: no module yet (fit() or lr_find() attaches one)");
   make_dirs(tmp);
-  task_->model().save(tmp + "/model.safetensors");
+  impl_->module->model().save(tmp + "/model.safetensors");
   fault::point("checkpoint-file", tmp + "/model.safetensors");
   save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
                    impl_->optimizer->state_metadata());
@@ -457,21 +314,22 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   fault::point("checkpoint-file", tmp + "/loss_scaler.safetensors");
   write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
   fault::point("checkpoint-file", tmp + "/config.toml");
-  write_file_atomically(tmp + "/task.json", task_->describe().dump(2) + "\n");
+  write_file_atomically(tmp + "/task.json", task_description(*impl_->module));
   fault::point("checkpoint-file", tmp + "/task.json");
   const GeneratorState g = default_generator().state();
   const data::LoaderState ls = impl_->batches->state();
   json state = {{"step", step_},
-                {"epoch", static_cast<double>(step_) / static_cast<double>(impl_->loader->batches_per_epoch())},
+                {"epoch", impl_->epoch_at(step_, config_.accumulate)},
                 {"loader", {{"epoch", ls.epoch}, {"position", ls.position}, {"seed", ls.seed}}},
                 {"default_generator", {{"seed", g.seed}, {"offset", g.offset}}},
                 {"pending_loss_sum", impl_->loss_count ? impl_->loss_sum.item<double>() : 0.0},
                 {"pending_loss_count", impl_->loss_count},
+                {"pending_items", impl_->items},
+                {"pending_metric_sums", sums_to_json(impl_->metric_sums)},
                 {"optimizer", impl_->optimizer->name()},
                 {"monitored", impl_->checkpoint_metric},
                 {"config", config_to_json(config_)}};
-  if (impl_->checkpoint_eval_step == step_)
-    state["evaluation"] = {{"loss", impl_->checkpoint_eval.loss}, {"accuracy", impl_->checkpoint_eval.accuracy}};
+  if (impl_->checkpoint_eval_step == step_) state["evaluation"] = evaluation_to_json(impl_->checkpoint_eval);
   if (impl_->early_stopping) state["early_stopping"] = json::parse(impl_->early_stopping->state());
   // Last: a folder holding trainer_state.json holds every other file too.
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
@@ -501,22 +359,29 @@ void Trainer::resume(const std::string& dir) {
       FT_CHECK(saved[key] == now[key], "resume: the checkpoint was trained with ", key, " = ", saved[key].dump(),
                ", this run has ", key, " = ", now[key].dump());
   });
+  resume_dir_ = dir;
+  if (impl_->module != nullptr) apply_resume();  // attached already: e.g. after a failed fit()
+}
+
+void Trainer::apply_resume() {
+  const std::string& dir = resume_dir_;
+  const std::string state_path = dir + "/trainer_state.json";
   const json st = parse_json(read_text(state_path, "the trainer state"), state_path);
-  int64_t step = 0, pending_count = 0;
+  int64_t step = 0, pending_count = 0, pending_items = 0;
   double pending_sum = 0;
+  std::vector<std::pair<std::string, double>> pending_metrics;
   GeneratorState g;
   data::LoaderState ls;
   EvalResult evaluation;
   const bool evaluated = st.contains("evaluation");
   try {
-    if (evaluated) {
-      auto number = [](const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };  // NaN is null
-      evaluation.loss = number(st.at("evaluation").at("loss"));
-      evaluation.accuracy = number(st.at("evaluation").at("accuracy"));
-    }
+    if (evaluated) evaluation = evaluation_from_json(st.at("evaluation"));
     step = st.at("step").get<int64_t>();
     pending_count = st.at("pending_loss_count").get<int64_t>();
     pending_sum = st.at("pending_loss_sum").get<double>();
+    pending_items = st.value("pending_items", int64_t{0});
+    if (st.contains("pending_metric_sums"))
+      pending_metrics = st.at("pending_metric_sums").get<std::vector<std::pair<std::string, double>>>();
     g.seed = st.at("default_generator").at("seed").get<uint64_t>();
     g.offset = st.at("default_generator").at("offset").get<uint64_t>();
     ls.epoch = st.at("loader").at("epoch").get<uint64_t>();
@@ -527,34 +392,41 @@ void Trainer::resume(const std::string& dir) {
   }
   FT_CHECK(step >= 0 && pending_count >= 0, state_path, ": malformed trainer state: negative step or count");
   // Read and check every file before changing anything: a truncated or altered checkpoint is an
-  // error that leaves this trainer as it was (safetensors checks sizes, offsets and CRCs).
+  // error that leaves the module and this trainer as they were (safetensors checks sizes,
+  // offsets and CRCs).
   SafetensorsFile weights = load_safetensors(dir + "/model.safetensors");
   SafetensorsFile opt_state = load_safetensors(dir + "/optimizer.safetensors");
   SafetensorsFile scaler_state = load_safetensors(dir + "/loss_scaler.safetensors");
-  task_->model().load_state_dict(weights.tensors, /*strict=*/true);
-  impl_->optimizer->load_state_tensors(opt_state.tensors);
-  impl_->optimizer->load_state_metadata(opt_state.metadata);
-  impl_->runner->scaler().load_state_tensors(scaler_state.tensors);
+  Impl& im = *impl_;
+  im.module->model().load_state_dict(weights.tensors, /*strict=*/true);
+  im.optimizer->load_state_tensors(opt_state.tensors);
+  im.optimizer->load_state_metadata(opt_state.metadata);
+  im.runner->scaler().load_state_tensors(scaler_state.tensors);
   try {
     // The checkpoint keeper is not restored: it manages the folders of this run, not the old one's.
-    if (impl_->early_stopping && st.contains("early_stopping"))
-      impl_->early_stopping->load_state(st.at("early_stopping").dump());
+    if (im.early_stopping && st.contains("early_stopping"))
+      im.early_stopping->load_state(st.at("early_stopping").dump());
   } catch (const json::exception& e) {
     FT_FAIL(state_path, ": malformed trainer state: ", e.what());
   }
-  impl_->batches->load_state(ls);
+  im.batches->load_state(ls);
   step_ = step;
   default_generator().set_state(g);
-  impl_->loss_count = pending_count;
-  impl_->loss_sum = pending_count ? scalar_tensor(pending_sum, DType::F32) : Tensor();
-  impl_->resumed_from = dir;
-  impl_->checkpoint_eval_step = evaluated ? step : -1;
-  impl_->checkpoint_eval = evaluation;
+  im.loss_count = pending_count;
+  im.loss_sum = pending_count ? scalar_tensor(pending_sum, DType::F32) : Tensor();
+  im.items = pending_items;
+  im.metric_sums.clear();
+  for (const auto& [name, sum] : pending_metrics) im.metric_sums.emplace_back(name, scalar_tensor(sum, DType::F32));
+  im.resumed_from = dir;
+  im.checkpoint_eval_step = evaluated ? step : -1;
+  im.checkpoint_eval = evaluation;
+  resume_dir_.clear();
 }
 
-LrFindResult Trainer::lr_find(const LrFindOptions& options) {
+LrFindResult Trainer::lr_find(TrainModule& module, const DataModule& data, const LrFindOptions& options) {
+  attach(module, data);
   Impl& im = *impl_;
-  nn::UnaryModule& model = task_->model();
+  nn::Module& model = module.model();
   // Snapshot everything the sweep changes; state_dict and state tensors are live views: clone.
   TensorMap weights;
   for (const auto& [name, t] : model.state_dict()) weights.emplace_back(name, t.clone());
@@ -566,6 +438,8 @@ LrFindResult Trainer::lr_find(const LrFindOptions& options) {
   for (const auto& [name, t] : im.runner->scaler().state_tensors()) scaler_state.emplace_back(name, t.clone());
   const data::LoaderState loader_state = im.batches->state();
   const GeneratorState generator = default_generator().state();
+  const auto metric_sums = im.metric_sums;
+  const int64_t items = im.items;
 
   double data_wait = 0;
   auto sweep_step = [&](double lr) {
@@ -576,15 +450,17 @@ LrFindResult Trainer::lr_find(const LrFindOptions& options) {
 
   // Restore: weights, a fresh optimizer (and its state if it had one), scaler, data, RNG.
   model.load_state_dict(weights, /*strict=*/true);
-  im.optimizer = make_optimizer(config_, model);
+  im.optimizer = make_optimizer(config_, module);
   if (had_optimizer_state) {
     im.optimizer->load_state_tensors(opt_tensors);
     im.optimizer->load_state_metadata(opt_meta);
   }
-  im.make_runner(config_, *task_);
+  im.make_runner(config_);
   im.runner->scaler().load_state_tensors(scaler_state);
   im.batches->load_state(loader_state);
   default_generator().set_state(generator);
+  im.metric_sums = metric_sums;
+  im.items = items;
   return result;
 }
 

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
 
 namespace ft::test {
@@ -36,5 +37,22 @@ inline train::TrainerConfig tiny_char(const std::string& run_dir) {
   c.val_chars = 4000;
   return c;
 }
+
+// A built-in task and its Trainer, as `fasttrain train` runs them (Trainer + make_builtin_task).
+struct BuiltinRun {
+  explicit BuiltinRun(const train::TrainerConfig& c) : trainer(c), task(train::make_builtin_task(trainer.config())) {}
+  train::TrainResult fit() { return trainer.fit(*task.module, *task.data); }
+  void resume(const std::string& dir) { trainer.resume(dir); }
+  train::LrFindResult lr_find(const train::LrFindOptions& o) { return trainer.lr_find(*task.module, *task.data, o); }
+  nn::Module& model() { return task.module->model(); }
+  const train::TrainerConfig& config() const { return trainer.config(); }
+  int64_t step() const { return trainer.step(); }
+  const std::vector<train::MetricRow>& history() const { return trainer.history(); }
+  void save_checkpoint(const std::string& dir) const { trainer.save_checkpoint(dir); }
+  void request_stop() { trainer.request_stop(); }
+
+  train::Trainer trainer;
+  train::BuiltinTask task;
+};
 
 }  // namespace ft::test

@@ -1,0 +1,72 @@
+// The Trainer's state once a module is attached (trainer.cpp builds it, fit.cpp runs the loop):
+// the optimizer, schedule and step runner, the training and validation loaders, the callbacks,
+// and the sums kept on the device between log intervals.
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fasttrain/callbacks.h"
+#include "fasttrain/device_prefetcher.h"
+#include "fasttrain/loader.h"
+#include "fasttrain/optim.h"
+#include "fasttrain/train.h"
+#include "fasttrain/train_step.h"
+
+namespace ft::train {
+
+struct Trainer::Impl {
+  TrainModule* module = nullptr;
+  const DataModule* data = nullptr;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<optim::Schedule> schedule;
+  std::unique_ptr<StepRunner> runner;
+  std::unique_ptr<data::DataLoader> loader;  // training batches
+  // The loader's batches on the training device; its state is the data position.
+  std::unique_ptr<data::DevicePrefetcher> batches;
+  std::unique_ptr<data::DataLoader> val_loader;
+  std::unique_ptr<data::DevicePrefetcher> val_batches;
+  std::unique_ptr<EarlyStopping> early_stopping;
+  std::unique_ptr<CheckpointKeeper> keeper;
+  // Training loss and metrics summed since the last log over loss_count micro-batches, on the
+  // device; items (the module's unit) counted on the host.
+  Tensor loss_sum;
+  std::vector<std::pair<std::string, Tensor>> metric_sums;
+  int64_t loss_count = 0;
+  int64_t items = 0;
+  std::atomic<bool> stop_requested{false};
+  std::string resumed_from;                 // the checkpoint folder applied ("" if none)
+  double checkpoint_metric = std::nan("");  // the monitored value saved with the next checkpoint
+  // The evaluation done at the step of the next checkpoint (saved with it) or of the resumed one,
+  // so a run resumed at its last step does not evaluate and log that step a second time.
+  int64_t checkpoint_eval_step = -1;
+  EvalResult checkpoint_eval;
+
+  // The batch as the module reads it: floating fields in bf16 for bf16-true runs.
+  data::Batch model_batch(const data::Batch& b) const;
+  // The next training batch, crossing into the next epoch when this one is exhausted.
+  const data::Batch& next_batch();
+  // The StepRunner for the current optimizer (rebuilt when lr_find replaces the optimizer).
+  void make_runner(const TrainerConfig& c);
+  // One optimisation step over `accumulate` loader batches; returns the micro-batch losses summed
+  // on the device, adds the metrics to metric_sums, the items to `items` and the time spent
+  // waiting for batches to *data_wait.
+  Tensor train_step(int64_t accumulate, double* data_wait);
+  // Loss and metrics over the validation data (the first eval_batches batches, 0: all).
+  EvalResult evaluate(const TrainerConfig& c);
+  double momentum_in_use() const;
+  // Passes over the training data at `step` (steps x accumulate / batches per epoch); for a
+  // stream, whose epoch length is unknown, the epochs begun.
+  double epoch_at(int64_t step, int64_t accumulate) const;
+};
+
+// The module's description_json() checked to be a JSON object, as task.json's text.
+std::string task_description(const TrainModule& module);
+
+// The value `monitor` names, from an evaluation (NaN when the module does not measure it).
+double monitored(const TrainerConfig& c, const EvalResult& r);
+
+}  // namespace ft::train

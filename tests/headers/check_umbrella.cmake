@@ -1,0 +1,31 @@
+# Test umbrella_header_complete: fasttrain/fasttrain.h promises the whole public API, so every
+# header under include/fasttrain must be reachable from it — top-level headers listed in
+# fasttrain.h, op families (fasttrain/ops/*.h) in ops.h. Run as
+#   cmake -DINCLUDE_DIR=<repo>/include -P check_umbrella.cmake
+file(READ ${INCLUDE_DIR}/fasttrain/fasttrain.h umbrella)
+file(READ ${INCLUDE_DIR}/fasttrain/ops.h ops_umbrella)
+file(GLOB top_headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/fasttrain/*.h)
+file(GLOB op_headers RELATIVE ${INCLUDE_DIR} ${INCLUDE_DIR}/fasttrain/ops/*.h)
+set(missing "")
+foreach(header ${top_headers})
+  if(header STREQUAL "fasttrain/fasttrain.h")
+    continue()
+  endif()
+  string(FIND "${umbrella}" "#include \"${header}\"" at)
+  if(at EQUAL -1)
+    string(APPEND missing "  ${header} (add it to include/fasttrain/fasttrain.h)\n")
+  endif()
+endforeach()
+foreach(header ${op_headers})
+  string(FIND "${ops_umbrella}" "#include \"${header}\"" at)
+  if(at EQUAL -1)
+    string(APPEND missing "  ${header} (add it to include/fasttrain/ops.h)\n")
+  endif()
+endforeach()
+if(missing)
+  message(FATAL_ERROR "public headers the umbrella header does not include:\n${missing}")
+endif()
+list(LENGTH top_headers n_top)
+math(EXPR n_top "${n_top} - 1")  # fasttrain.h itself
+list(LENGTH op_headers n_ops)
+message(STATUS "fasttrain.h reaches all ${n_top} top-level headers and ${n_ops} op headers")

@@ -1,5 +1,5 @@
-// `fasttrain data`: converts text into llm.c token shards (byte- or char-level vocabulary) and lists
-// what it wrote.
+// `fasttrain data`: converts text into llm.c token shards (byte-level, char-level or GPT-2 BPE
+// vocabulary) and lists what it wrote.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,47 +16,92 @@ namespace {
 
 int run_data(const std::vector<std::string>& args) {
   CLI::App app(
-      "Converts a text file, or every file in a folder (sorted, concatenated), into llm.c token shards\n"
-      "(.bin: 1024-byte header, then uint16 tokens). --vocab byte (default): token = byte value, 256 tokens.\n"
-      "--vocab char: the distinct UTF-8 characters of the input, sorted by code point, ids 0..V-1 (V <= 65536),\n"
-      "written to <output>/vocab.json so the tokens can be decoded.",
+      "Converts a text file, every file in a folder, or every file a quoted glob pattern matches (sorted,\n"
+      "concatenated) into llm.c token shards (.bin: 1024-byte header, then uint16 tokens).\n"
+      "--tokenizer byte (default): token = byte value, 256 tokens.\n"
+      "--tokenizer char: the distinct UTF-8 characters of the input, sorted by code point, ids 0..V-1\n"
+      "  (V <= 65536), written to <output>/vocab.json so the tokens can be decoded.\n"
+      "--tokenizer gpt2: GPT-2's byte-level BPE from --encoder (encoder.json or Hugging Face's vocab.json)\n"
+      "  and --merges (vocab.bpe or merges.txt), 50257 tokens. A document is one input file, and within a\n"
+      "  file the text between two occurrences of the literal <|endoftext|> (the separator is dropped);\n"
+      "  each non-empty document is written as the end-of-text token 50256 followed by its tokens, as\n"
+      "  llm.c does. The tokenizer is copied beside the shards (encoder.json, vocab.bpe, and vocab.json\n"
+      "  naming them) so the shards can be decoded.\n"
+      "--val-tokens N: the first N tokens (cut where the count is reached) go to <prefix>_val_*.bin, the\n"
+      "  rest to <prefix>_train_*.bin; without it every shard is <prefix>_*.bin.",
       "fasttrain data");
   app.set_help_flag("-h,--help", "show this help");
   std::string input, out_dir, prefix = "tokens";
-  std::string vocab = "byte";
-  int64_t shard_tokens = 100'000'000;
-  app.add_option("--input", input, "text file or folder of text files")->required();
+  std::string tokenizer = "byte", encoder, merges;
+  int64_t shard_tokens = 100'000'000, val_tokens = 0;
+  app.add_option("--input", input, "text file, folder of text files, or glob pattern")->required();
   app.add_option("--output", out_dir, "folder for the shards (created if missing)")->required();
   app.add_option("--prefix", prefix, "shard file name prefix (default tokens: tokens_000000.bin, ...)");
   app.add_option("--shard-tokens", shard_tokens, "tokens per shard (default 100000000, as llm.c)");
-  app.add_option("--vocab", vocab, "vocabulary: byte (default, 256 tokens) or char (the input's characters)")
-      ->check(CLI::IsMember({"byte", "char"}));
+  app.add_option("--val-tokens", val_tokens, "tokens for the validation split (default 0: no split)");
+  // --vocab is the option's original name, kept so existing command lines (and their error messages,
+  // which name the option given) stay as they were.
+  std::string vocab;
+  CLI::Option* tokenizer_opt =
+      app.add_option("--tokenizer", tokenizer,
+                     "byte (default, 256 tokens), char (the input's characters) or gpt2 (GPT-2 BPE)")
+          ->check(CLI::IsMember({"byte", "char", "gpt2"}));
+  app.add_option("--vocab", vocab, "the same as --tokenizer")
+      ->check(CLI::IsMember({"byte", "char", "gpt2"}))
+      ->excludes(tokenizer_opt);
+  app.add_option("--encoder", encoder, "--tokenizer gpt2: encoder.json (or vocab.json)");
+  app.add_option("--merges", merges, "--tokenizer gpt2: vocab.bpe (or merges.txt)");
   if (!cli::parse_command_line(app, args, "data")) return 0;
+  if (!vocab.empty()) tokenizer = vocab;
+  if (tokenizer == "gpt2") {
+    FT_CHECK(!encoder.empty() && !merges.empty(),
+             "data: --tokenizer gpt2 needs --encoder (encoder.json) and --merges "
+             "(vocab.bpe), found ",
+             encoder.empty() ? "no --encoder" : "no --merges", " (see fasttrain data --help)");
+  } else {
+    FT_CHECK(encoder.empty() && merges.empty(),
+             "data: --encoder and --merges are for --tokenizer gpt2, found --tokenizer ", tokenizer);
+  }
+  FT_CHECK(val_tokens >= 0, "data: --val-tokens expects 0 or more, found ", val_tokens);
   std::vector<data::WrittenShard> shards;
   data::CharTokenShards chars;
-  if (vocab == "char") {
-    chars = data::write_char_token_shards(input, out_dir, prefix, shard_tokens);
+  data::Gpt2TokenShards gpt2;
+  if (tokenizer == "char") {
+    chars = data::write_char_token_shards(input, out_dir, prefix, shard_tokens, val_tokens);
     shards = chars.shards;
+  } else if (tokenizer == "gpt2") {
+    gpt2 = data::write_gpt2_token_shards(input, encoder, merges, out_dir, prefix, shard_tokens, val_tokens);
+    shards = gpt2.shards;
   } else {
-    shards = data::write_byte_token_shards(input, out_dir, prefix, shard_tokens);
+    shards = data::write_byte_token_shards(input, out_dir, prefix, shard_tokens, val_tokens);
   }
-  int64_t total = 0;
+  int64_t total = 0, val = 0;
   for (const auto& s : shards) {
-    std::printf("wrote %s: %lld tokens\n", s.path.c_str(), static_cast<long long>(s.tokens));
+    std::printf("wrote %s: %lld tokens%s\n", s.path.c_str(), static_cast<long long>(s.tokens),
+                s.val ? " (validation)" : "");
     total += s.tokens;
+    if (s.val) val += s.tokens;
   }
   const char* plural = shards.size() == 1 ? "" : "s";
-  if (vocab == "char") {
+  std::string split;
+  if (val_tokens > 0) split = " (" + std::to_string(val) + " validation, " + std::to_string(total - val) + " training)";
+  if (tokenizer == "char") {
     std::printf("wrote %s: %zu characters\n", chars.vocab_path.c_str(), chars.vocab.size());
-    std::printf("%zu shard%s, %lld tokens, char-level vocabulary of %zu\n", shards.size(), plural,
-                static_cast<long long>(total), chars.vocab.size());
+    std::printf("%zu shard%s, %lld tokens%s, char-level vocabulary of %zu\n", shards.size(), plural,
+                static_cast<long long>(total), split.c_str(), chars.vocab.size());
+  } else if (tokenizer == "gpt2") {
+    std::printf("wrote %s with encoder.json and vocab.bpe: GPT-2 BPE, end-of-text token %d\n", gpt2.vocab_path.c_str(),
+                gpt2.eot_token);
+    std::printf("%zu shard%s, %lld tokens%s, %lld document%s, GPT-2 BPE vocabulary of %lld\n", shards.size(), plural,
+                static_cast<long long>(total), split.c_str(), static_cast<long long>(gpt2.documents),
+                gpt2.documents == 1 ? "" : "s", static_cast<long long>(gpt2.vocab_size));
   } else {
-    std::printf("%zu shard%s, %lld tokens, byte-level vocabulary of 256\n", shards.size(), plural,
-                static_cast<long long>(total));
+    std::printf("%zu shard%s, %lld tokens%s, byte-level vocabulary of 256\n", shards.size(), plural,
+                static_cast<long long>(total), split.c_str());
   }
   return 0;
 }
 
 }  // namespace
 
-FT_REGISTER_COMMAND(data, "convert text files into llm.c token shards (byte- or char-level vocabulary)", run_data);
+FT_REGISTER_COMMAND(data, "convert text files into llm.c token shards (byte, char or GPT-2 BPE vocabulary)", run_data);

@@ -24,13 +24,15 @@
 #include "fasttrain/optim.h"
 #include "fasttrain/schedule.h"
 
-// Data: datasets, the loader and its transforms, device prefetching.
+// Data: datasets, the loader and its transforms, device prefetching, token shards and the GPT-2
+// tokenizer.
 #include "fasttrain/data.h"
 #include "fasttrain/dataset.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/image_datasets.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/token_shards.h"
+#include "fasttrain/tokenizer.h"
 #include "fasttrain/transforms.h"
 
 // Files: weights and arrays, atomic writes, TensorBoard logs.

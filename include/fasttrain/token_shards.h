@@ -9,6 +9,7 @@
 
 #include "fasttrain/dataset.h"
 #include "fasttrain/tensor.h"
+#include "fasttrain/tokenizer.h"
 
 namespace ft::data {
 
@@ -47,16 +48,22 @@ std::vector<TokenShard> open_token_shards(const std::string& pattern);
 // Writes a shard atomically (atomic_file.h). At most 2^31 - 1 tokens (the header's int32 count).
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
-// Byte-level tokenisation (token = byte value, vocabulary of 256) of a text file, or of every
-// regular file directly inside a folder (sorted by name, concatenated), into shards of at most
-// `shard_tokens` tokens written atomically as <out_dir>/<prefix>_000000.bin, _000001.bin, ...
-// Creates out_dir. Returns what it wrote, in order. Throws when the input is missing or empty.
+// Byte-level tokenisation (token = byte value, vocabulary of 256) of a text file, of every
+// regular file directly inside a folder, or of every file a glob(3) pattern matches (sorted by
+// name, concatenated), into shards of at most `shard_tokens` tokens written atomically as
+// <out_dir>/<prefix>_000000.bin, _000001.bin, ... Creates out_dir. Returns what it wrote, in order.
+// Throws when the input is missing or empty.
+// With val_tokens > 0, the first val_tokens tokens of the stream (cut wherever that count is
+// reached, as llm.c's tinyshakespeare split is) go to <prefix>_val_000000.bin, ... and the rest to
+// <prefix>_train_000000.bin, ...; a split that leaves no training token is an error.
 struct WrittenShard {
   std::string path;
   int64_t tokens;
+  bool val = false;  // part of the validation split
 };
 std::vector<WrittenShard> write_byte_token_shards(const std::string& input, const std::string& out_dir,
-                                                  const std::string& prefix, int64_t shard_tokens);
+                                                  const std::string& prefix, int64_t shard_tokens,
+                                                  int64_t val_tokens = 0);
 
 // Char-level tokenisation of the same input: the vocabulary is the distinct Unicode code points of
 // the whole input (every file), sorted by code point, with ids 0..V-1 stored as uint16 (so V must
@@ -70,7 +77,32 @@ struct CharTokenShards {
   std::string vocab_path;
 };
 CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir, const std::string& prefix,
-                                        int64_t shard_tokens);
+                                        int64_t shard_tokens, int64_t val_tokens = 0);
+
+// GPT-2 BPE tokenisation (tokenizer.h) of the same input, read from encoder.json/vocab.bpe (or
+// Hugging Face's vocab.json/merges.txt). A document is one input file, and within a file the text
+// between two occurrences of the literal "<|endoftext|>" (GPT-2's own document separator, which is
+// dropped). Each non-empty document is written as the end-of-text token (50256) followed by its
+// tokens, llm.c's layout, so the tokens equal GPT-2 encoding "<|endoftext|>" + document with the
+// special token allowed. Shards and the validation split as write_byte_token_shards; then the
+// tokenizer is written beside them so the shards can be decoded: <out_dir>/encoder.json and
+// vocab.bpe (copies of the files given) and <out_dir>/vocab.json: {"mode": "gpt2", "vocab_size":
+// 50257, "eot_token": 50256, "encoder": "encoder.json", "merges": "vocab.bpe"}. Files are read in
+// chunks, cut at word boundaries, so a corpus is never held in memory.
+struct Gpt2TokenShards {
+  std::vector<WrittenShard> shards;
+  int64_t documents = 0;
+  int64_t vocab_size = 0;
+  int32_t eot_token = -1;
+  std::string vocab_path;  // <out_dir>/vocab.json
+};
+Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::string& encoder_path,
+                                        const std::string& merges_path, const std::string& out_dir,
+                                        const std::string& prefix, int64_t shard_tokens, int64_t val_tokens = 0);
+
+// The tokenizer a GPT-2 vocab.json (as written above) describes, with its file names taken
+// relative to the vocab.json's folder; errors name the file and what is wrong.
+Gpt2Tokenizer read_gpt2_tokenizer(const std::string& vocab_json_path);
 
 // The vocabulary a char-level vocab.json holds (id -> UTF-8 text); errors name the file and what
 // is wrong (not JSON, mode other than "char", vocab_size disagreeing with the token list).

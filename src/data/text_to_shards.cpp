@@ -1,14 +1,21 @@
-// Text files to llm.c token shards with a byte-level or char-level vocabulary (`fasttrain data`).
+// Text files to llm.c token shards with a byte-level, char-level or GPT-2 BPE vocabulary
+// (`fasttrain data`). Tokens stream into shards as they are made, so no corpus is held whole in
+// memory; the first --val-tokens of the stream go to validation shards.
+#include <glob.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/atomic_file.h"
+#include "fasttrain/parallel.h"
 
 #include "fasttrain/token_shards.h"
+#include "fasttrain/tokenizer.h"
 
 namespace ft::data {
 
@@ -16,8 +23,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Every file matching a glob(3) pattern, sorted; empty when nothing matches.
+std::vector<std::string> glob_files(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> files;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i)
+      if (fs::is_regular_file(g.gl_pathv[i])) files.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<std::string> text_files(const std::string& input) {
   std::error_code ec;
+  if (!fs::exists(input, ec) && input.find_first_of("*?[") != std::string::npos) {
+    std::vector<std::string> files = glob_files(input);
+    FT_CHECK(!files.empty(), "fasttrain data: input pattern '", input, "' matches no regular file");
+    return files;
+  }
   FT_CHECK(fs::exists(input, ec), "fasttrain data: input '", input, "' does not exist");
   if (!fs::is_directory(input, ec)) return {input};
   std::vector<std::string> files;
@@ -34,12 +58,20 @@ void check_shard_tokens(int64_t shard_tokens) {
            "fasttrain data: tokens per shard must be in 1-2147483647, found ", shard_tokens);
 }
 
-// Shards of at most `shard_tokens` tokens, written as the tokens arrive.
+// Shards of at most `shard_tokens` tokens, written as the tokens arrive. With a validation split
+// the first `val_tokens` tokens go to <prefix>_val_NNNNNN.bin and the rest to
+// <prefix>_train_NNNNNN.bin (llm.c's naming); without one, all go to <prefix>_NNNNNN.bin.
 class ShardWriter {
  public:
-  ShardWriter(std::string out_dir, std::string prefix, int64_t shard_tokens)
-      : out_dir_(std::move(out_dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {
+  ShardWriter(std::string out_dir, std::string prefix, int64_t shard_tokens, int64_t val_tokens = 0)
+      : out_dir_(std::move(out_dir)),
+        prefix_(std::move(prefix)),
+        shard_tokens_(shard_tokens),
+        val_tokens_(val_tokens),
+        split_(val_tokens > 0),
+        in_val_(val_tokens > 0) {
     check_shard_tokens(shard_tokens);
+    FT_CHECK(val_tokens >= 0, "fasttrain data: validation tokens must be 0 or more, found ", val_tokens);
     std::error_code ec;
     fs::create_directories(out_dir_, ec);
     FT_CHECK(!ec, "fasttrain data: cannot create folder '", out_dir_, "' (", ec.message(), ")");
@@ -47,27 +79,40 @@ class ShardWriter {
   }
   void push(uint16_t token) {
     tokens_.push_back(token);
-    if (static_cast<int64_t>(tokens_.size()) == shard_tokens_) flush();
+    ++total_;
+    if (in_val_ && total_ == val_tokens_) {
+      flush();
+      in_val_ = false;
+    } else if (static_cast<int64_t>(tokens_.size()) == shard_tokens_) {
+      flush();
+    }
   }
   // Writes the last, partial shard; returns every shard written.
   std::vector<WrittenShard> finish(const std::string& input) {
     if (!tokens_.empty()) flush();
     FT_CHECK(!written_.empty(), "fasttrain data: input '", input, "' holds no text (0 bytes)");
+    FT_CHECK(!split_ || train_shards_ > 0, "fasttrain data: input '", input, "' makes ", total_,
+             " tokens; a validation split of ", val_tokens_, " tokens leaves none for training");
     return std::move(written_);
   }
 
  private:
   void flush() {
-    char name[32];
-    std::snprintf(name, sizeof name, "_%06zu.bin", written_.size());
+    char name[40];
+    size_t& index = in_val_ ? val_shards_ : train_shards_;
+    std::snprintf(name, sizeof name, "%s_%06zu.bin", !split_ ? "" : in_val_ ? "_val" : "_train", index++);
     std::string path = (fs::path(out_dir_) / (prefix_ + name)).string();
     write_token_shard(path, tokens_);
-    written_.push_back({path, static_cast<int64_t>(tokens_.size())});
+    written_.push_back({path, static_cast<int64_t>(tokens_.size()), in_val_});
     tokens_.clear();
   }
 
   std::string out_dir_, prefix_;
-  int64_t shard_tokens_;
+  int64_t shard_tokens_, val_tokens_;
+  bool split_;   // val_tokens > 0: names say _val / _train
+  bool in_val_;  // the tokens being collected belong to the validation split
+  size_t val_shards_ = 0, train_shards_ = 0;
+  int64_t total_ = 0;
   std::vector<uint16_t> tokens_;
   std::vector<WrittenShard> written_;
 };
@@ -146,22 +191,58 @@ std::string utf8(uint32_t cp) {
   return s;
 }
 
+bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// The last position p in (from, to] (p < text.size()) where GPT-2's pattern ends a word whatever
+// the text around is: an ASCII whitespace byte right after an ASCII byte that is not whitespace.
+// No match takes whitespace after non-whitespace (only the optional space at a word's start, and
+// whitespace runs, hold whitespace), and the matches from p on depend only on the text from p on,
+// so encoding the two sides apart gives the same tokens. Returns 0 when there is none.
+size_t last_word_boundary(std::string_view text, size_t from, size_t to) {
+  to = std::min(to, text.size() - std::min<size_t>(text.size(), 1));
+  for (size_t p = to; p > from && p > 0; --p)
+    if (is_ascii_space(text[p]) && static_cast<unsigned char>(text[p - 1]) < 0x80 && !is_ascii_space(text[p - 1]))
+      return p;
+  return 0;
+}
+
+// The first such position in [from, to), or `to` when there is none.
+size_t next_word_boundary(std::string_view text, size_t from, size_t to) {
+  to = std::min(to, text.size());
+  for (size_t p = std::max<size_t>(from, 1); p < to; ++p)
+    if (is_ascii_space(text[p]) && static_cast<unsigned char>(text[p - 1]) < 0x80 && !is_ascii_space(text[p - 1]))
+      return p;
+  return to;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in.good(), "fasttrain data: cannot open '", path, "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+constexpr std::string_view kEndOfText = "<|endoftext|>";
+constexpr size_t kReadChunk = size_t{4} << 20;
+constexpr size_t kPieceBytes = size_t{256} << 10;  // text per parallel encode task
+
 constexpr uint32_t kCodePoints = 0x110000;
 constexpr int64_t kMaxCharVocab = 65536;  // ids are uint16
 
 }  // namespace
 
 std::vector<WrittenShard> write_byte_token_shards(const std::string& input, const std::string& out_dir,
-                                                  const std::string& prefix, int64_t shard_tokens) {
+                                                  const std::string& prefix, int64_t shard_tokens, int64_t val_tokens) {
   check_shard_tokens(shard_tokens);
   std::vector<std::string> files = text_files(input);
-  ShardWriter writer(out_dir, prefix, shard_tokens);
+  ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);
   for (const auto& file : files) for_each_byte(file, [&](int64_t, uint8_t byte) { writer.push(byte); });
   return writer.finish(input);
 }
 
 CharTokenShards write_char_token_shards(const std::string& input, const std::string& out_dir, const std::string& prefix,
-                                        int64_t shard_tokens) {
+                                        int64_t shard_tokens, int64_t val_tokens) {
   check_shard_tokens(shard_tokens);
   std::vector<std::string> files = text_files(input);
   // Pass 1: the vocabulary (and the UTF-8 check, before anything is written).
@@ -178,7 +259,7 @@ CharTokenShards write_char_token_shards(const std::string& input, const std::str
            out.vocab.size(), " distinct characters; a char-level vocabulary holds at most ", kMaxCharVocab,
            " (uint16 token ids)");
   // Pass 2: the shards.
-  ShardWriter writer(out_dir, prefix, shard_tokens);
+  ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);
   for (const auto& file : files)
     for_each_code_point(file, [&](uint32_t cp) { writer.push(static_cast<uint16_t>(id_of[cp])); });
   out.shards = writer.finish(input);
@@ -186,6 +267,139 @@ CharTokenShards write_char_token_shards(const std::string& input, const std::str
   out.vocab_path = (fs::path(out_dir) / "vocab.json").string();
   write_file_atomically(out.vocab_path, vocab.dump(1) + "\n");
   return out;
+}
+
+Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::string& encoder_path,
+                                        const std::string& merges_path, const std::string& out_dir,
+                                        const std::string& prefix, int64_t shard_tokens, int64_t val_tokens) {
+  check_shard_tokens(shard_tokens);
+  std::vector<std::string> files = text_files(input);
+  const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::from_files(encoder_path, merges_path);
+  FT_CHECK(tokenizer.vocab_size() <= 65536, "fasttrain data: '", encoder_path, "' has ids up to ",
+           tokenizer.vocab_size() - 1, "; token shards hold uint16 ids (at most 65535)");
+  const auto eot = static_cast<uint16_t>(tokenizer.eot_token());
+  ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);
+  Gpt2TokenShards out;
+  bool in_document = false;
+  // Text waiting to be encoded: ranges of `pending`, long ones cut at word boundaries into pieces
+  // that the threads encode side by side (each thread with its own word cache); the ids are then
+  // written in order, so the shards do not depend on the thread count.
+  struct Piece {
+    size_t begin, end;
+    bool ends_document;
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::vector<int32_t>> piece_ids;
+  auto queue = [&](std::string_view view, size_t b, size_t e, bool ends_document) {
+    for (size_t p; e - b > kPieceBytes && (p = next_word_boundary(view, b + kPieceBytes, e)) < e; b = p)
+      pieces.push_back({b, p, false});
+    pieces.push_back({b, e, ends_document});
+  };
+  // The first non-empty piece of a document is preceded by EOT.
+  auto encode_queued = [&](std::string_view view) {
+    if (piece_ids.size() < pieces.size()) piece_ids.resize(pieces.size());
+    parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) {
+        piece_ids[k].clear();
+        tokenizer.encode(view.substr(pieces[k].begin, pieces[k].end - pieces[k].begin), piece_ids[k]);
+      }
+    });
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (!piece_ids[k].empty()) {
+        if (!in_document) {
+          writer.push(eot);
+          ++out.documents;
+          in_document = true;
+        }
+        for (int32_t id : piece_ids[k]) writer.push(static_cast<uint16_t>(id));
+      }
+      if (pieces[k].ends_document) in_document = false;
+    }
+    pieces.clear();
+  };
+  // Each file is read in chunks; complete documents and, of an unfinished one, the text up to a
+  // word boundary are encoded, the rest waits for the next chunk. `searched` and `cut_searched`
+  // remember how far the separator and boundary searches got, so text without either is not
+  // scanned again for every chunk.
+  std::string pending;
+  std::vector<char> chunk(kReadChunk);
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    FT_CHECK(in.good(), "fasttrain data: cannot open '", file, "'");
+    pending.clear();
+    in_document = false;
+    size_t searched = 0, cut_searched = 0;
+    for (bool eof = false; !eof;) {
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      pending.append(chunk.data(), static_cast<size_t>(in.gcount()));
+      if (!in) {
+        FT_CHECK(in.eof(), "fasttrain data: error reading '", file, "'");
+        eof = true;
+      }
+      const std::string_view view(pending);
+      size_t at = 0;  // start of the text not yet encoded
+      for (size_t sep; (sep = view.find(kEndOfText, searched)) != std::string_view::npos;) {
+        queue(view, at, sep, true);
+        at = searched = sep + kEndOfText.size();
+        cut_searched = at;
+      }
+      if (eof) {
+        queue(view, at, view.size(), true);
+        encode_queued(view);
+        break;
+      }
+      // A separator may start in the last bytes and end in the next chunk: leave them.
+      const size_t settled = std::max(at, view.size() - std::min(view.size(), kEndOfText.size() - 1));
+      searched = settled;
+      const size_t cut = last_word_boundary(view, std::max(at, cut_searched), settled);
+      cut_searched = settled;
+      if (cut > at) {
+        queue(view, at, cut, false);
+        at = cut;
+      }
+      encode_queued(view);
+      pending.erase(0, at);
+      searched -= at;
+      cut_searched -= at;
+    }
+  }
+  out.shards = writer.finish(input);
+  // The tokenizer travels with the shards, so they can be decoded without the original files.
+  write_file_atomically((fs::path(out_dir) / "encoder.json").string(), read_bytes(encoder_path));
+  write_file_atomically((fs::path(out_dir) / "vocab.bpe").string(), read_bytes(merges_path));
+  nlohmann::json vocab = {{"mode", "gpt2"},
+                          {"vocab_size", tokenizer.vocab_size()},
+                          {"eot_token", tokenizer.eot_token()},
+                          {"encoder", "encoder.json"},
+                          {"merges", "vocab.bpe"}};
+  out.vocab_path = (fs::path(out_dir) / "vocab.json").string();
+  write_file_atomically(out.vocab_path, vocab.dump(1) + "\n");
+  out.vocab_size = tokenizer.vocab_size();
+  out.eot_token = tokenizer.eot_token();
+  return out;
+}
+
+Gpt2Tokenizer read_gpt2_tokenizer(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  FT_CHECK(in.good(), "read_gpt2_tokenizer: cannot open '", path, "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    FT_FAIL("read_gpt2_tokenizer: '", path, "' is not JSON (", e.what(), ")");
+  }
+  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "gpt2", "read_gpt2_tokenizer: '", path,
+           "' expected \"mode\": \"gpt2\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  for (const char* key : {"encoder", "merges"})
+    FT_CHECK(j.contains(key) && j[key].is_string(), "read_gpt2_tokenizer: '", path, "' expected a \"", key,
+             "\" file name, found ", j.contains(key) ? j[key].dump() : "none");
+  const fs::path dir = fs::path(path).parent_path();
+  Gpt2Tokenizer t = Gpt2Tokenizer::from_files((dir / j["encoder"].get<std::string>()).string(),
+                                              (dir / j["merges"].get<std::string>()).string());
+  FT_CHECK(j.value("vocab_size", int64_t{-1}) == t.vocab_size() && j.value("eot_token", int64_t{-1}) == t.eot_token(),
+           "read_gpt2_tokenizer: '", path, "' says vocab_size ", j.value("vocab_size", int64_t{-1}), " and eot_token ",
+           j.value("eot_token", int64_t{-1}), ", its tokenizer files have ", t.vocab_size(), " and ", t.eot_token());
+  return t;
 }
 
 std::vector<std::string> read_char_vocabulary(const std::string& path) {

@@ -12,6 +12,7 @@
 
 #include "fasttrain/token_shards.h"
 #include "support/run_cli.h"
+#include "support/toy_gpt2_vocab.h"
 #include "support/trainer_configs.h"
 
 namespace ft {
@@ -87,6 +88,27 @@ TEST_F(Lm, TextToShardsToTrainingToSamplingAndEval) {
   const auto sampled = run_cli("sample --checkpoint " + dir_ + "/run --prompt 'the cat ' --tokens 40 --temperature 0");
   ASSERT_EQ(sampled.code, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("the cat sat on the mat. ", 0), 0u) << sampled.output;
+}
+
+// GPT-2's byte-level BPE (a small vocabulary written here): text -> `fasttrain data --tokenizer
+// gpt2` with a validation split -> train -> sample decodes with the same tokenizer.
+TEST_F(Lm, Gpt2TokenizerShardsTrainAndSample) {
+  test::write_toy_gpt2_vocab(dir_ + "/encoder.json", dir_ + "/vocab.bpe",
+                             {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"a", "t"}, {" ", "c"}, {" c", "at"}, {"a", "n"}});
+  auto r = run_cli("data --tokenizer gpt2 --encoder " + dir_ + "/encoder.json --merges " + dir_ +
+                   "/vocab.bpe --input " + dir_ + "/corpus.txt --output " + dir_ + "/bpe --val-tokens 8000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_cli("train --task lm --data '" + dir_ + "/bpe/*_train_*.bin' --val-data '" + dir_ +
+              "/bpe/*_val_*.bin' --model custom --layers 1 --dim 32 --heads 2 --context 32 --batch-size 16 "
+              "--max-steps 150 --warmup-steps 10 --lr 0.01 --eval-every 0 --threads 1 --progress false --run-dir " +
+              dir_ + "/bpe_run");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto task = nlohmann::json::parse(slurp(dir_ + "/bpe_run/task.json"));
+  EXPECT_EQ(task["tokenizer"]["mode"], "gpt2");
+  EXPECT_EQ(task["vocab_size"], 256 + 7 + 1);
+  r = run_cli("sample --checkpoint " + dir_ + "/bpe_run --prompt 'the cat ' --tokens 12 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("the cat sat on the mat. ", 0), 0u) << r.output;
 }
 
 TEST_F(Lm, DataThatDoesNotFitTheModelIsRefusedBeforeTheFirstStep) {

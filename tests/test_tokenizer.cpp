@@ -39,6 +39,7 @@
 #include "fasttrain/token_shards.h"
 #include "fasttrain/tokenizer.h"
 #include "support/expect_error.h"
+#include "support/toy_gpt2_vocab.h"
 
 using namespace ft;
 using namespace ft::data;
@@ -47,27 +48,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string utf8(char32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// A token's bytes written in GPT-2's byte alphabet, as encoder.json and vocab.bpe write them.
-std::string written(std::string_view bytes) {
-  std::string s;
-  for (unsigned char b : bytes) s += utf8(gpt2_byte_to_unicode()[b]);
-  return s;
-}
+using ft::test::utf8;
+std::string written(std::string_view bytes) { return ft::test::gpt2_written(bytes); }
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -96,17 +78,7 @@ class Tokenizer : public ::testing::Test {
   // result not seen before, then <|endoftext|>. `merges` are (left, right) as bytes, highest
   // priority first. Writes encoder.json and vocab.bpe; returns the loaded tokenizer.
   Gpt2Tokenizer toy(const std::vector<std::pair<std::string, std::string>>& merges, const std::string& name = "toy") {
-    nlohmann::json enc = nlohmann::json::object();
-    int id = 0;
-    for (int b = 0; b < 256; ++b) enc[written(std::string(1, static_cast<char>(b)))] = id++;
-    std::string bpe = "#version: 0.2\n";
-    for (const auto& [a, b] : merges) {
-      if (!enc.contains(written(a + b))) enc[written(a + b)] = id++;
-      bpe += written(a) + " " + written(b) + "\n";
-    }
-    enc["<|endoftext|>"] = id++;
-    write_file(file(name + ".json"), enc.dump());
-    write_file(file(name + ".bpe"), bpe);
+    ft::test::write_toy_gpt2_vocab(file(name + ".json"), file(name + ".bpe"), merges);
     return Gpt2Tokenizer::from_files(file(name + ".json"), file(name + ".bpe"));
   }
 

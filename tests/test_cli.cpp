@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -111,6 +112,63 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --config " + dir + "/optimizer.toml",
                "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
   fs::remove_all(dir);
+}
+
+// --resume takes a checkpoint folder, a run folder (its newest complete checkpoint) or "last";
+// a checkpoint left unfinished by a killed write is never taken, is named in the error when it is
+// all there is, and is removed by the next run of its folder.
+TEST(Cli, ResumeFindsTheNewestCompleteCheckpoint) {
+  const std::string dir = temp_dir("resume_find");
+  fs::create_directories(dir);
+  write(dir + "/run.toml", std::string(kTinyToml) + "checkpoint_every = 1\nkeep_last = 0\n");
+  const std::string run = dir + "/run";
+  ASSERT_EQ(run_cli("train --config " + dir + "/run.toml --max-steps 2 --run-dir " + run).code, 0);
+  // A later checkpoint whose write was cut short: no trainer_state.json, and a .tmp name.
+  fs::copy(run + "/checkpoints/step-00000002", run + "/checkpoints/step-00000003.tmp");
+  fs::remove(run + "/checkpoints/step-00000003.tmp/trainer_state.json");
+  // The run folder: its newest complete checkpoint, step 2 (the next run logs step 3 first).
+  CliRun r = run_cli("train --resume " + run + " --max-steps 3 --run-dir " + dir + "/next");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(slurp(dir + "/next/metrics.csv").substr(0, slurp(dir + "/next/metrics.csv").find('\n') + 3),
+            slurp(run + "/metrics.csv").substr(0, slurp(run + "/metrics.csv").find('\n') + 1) + "3,");
+  // "last" of the run folder, resumed into it: the unfinished folder goes.
+  r = run_cli("train --resume last --run-dir " + run + " --max-steps 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step-00000003.tmp")) << "the unfinished folder was not removed";
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000003/trainer_state.json"));
+  fs::create_directories(run + "/checkpoints/step-00000009.tmp");
+  expect_error("train --resume " + run + "/checkpoints/step-00000009.tmp", "is an unfinished checkpoint folder");
+  // A run folder holding nothing but an unfinished checkpoint.
+  const std::string broken = dir + "/broken";
+  fs::create_directories(broken + "/checkpoints/step-00000001.tmp");
+  expect_error("train --resume " + broken, "resume: " + broken + " holds no complete checkpoint");
+  r = run_cli("train --resume " + broken);
+  EXPECT_NE(r.output.find(broken + "/checkpoints/step-00000001.tmp is unfinished (its writing was interrupted)"),
+            std::string::npos)
+      << r.output;
+  fs::remove_all(dir);
+}
+
+// "last" without --run-dir: the run folder written last under the runs root that has a checkpoint.
+TEST(Cli, ResumeLastPicksTheNewestRunFolder) {
+  const std::string root = temp_dir("resume_last_root");
+  for (const char* name : {"char-a", "char-b", "char-c"}) fs::create_directories(root + "/" + name + "/checkpoints");
+  for (const char* name : {"char-a", "char-b"}) {
+    fs::create_directories(root + "/" + name + "/checkpoints/step-00000005");
+    write(root + "/" + name + "/checkpoints/step-00000005/trainer_state.json", "{}");
+    write(root + "/" + name + "/metrics.csv", "step\n");
+  }
+  fs::last_write_time(root + "/char-a/metrics.csv", fs::file_time_type::clock::now() + std::chrono::hours(1));
+  EXPECT_EQ(ft::train::find_resume_checkpoint("last", "", root), root + "/char-a/checkpoints/step-00000005");
+  fs::last_write_time(root + "/char-b/metrics.csv", fs::file_time_type::clock::now() + std::chrono::hours(2));
+  EXPECT_EQ(ft::train::find_resume_checkpoint("last", "", root), root + "/char-b/checkpoints/step-00000005");
+  fs::remove_all(root);
+  try {
+    ft::train::find_resume_checkpoint("last", "", root);
+    ADD_FAILURE() << "no run folder, yet a checkpoint was found";
+  } catch (const ft::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resume last: no run folder under " + root), std::string::npos) << e.what();
+  }
 }
 
 TEST(Cli, TomlConfigWithFlagOverridesThenSample) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -275,6 +276,44 @@ class BadLoss : public TwoHeadModule {
     return {model().parameters().front(), {}};  // a [32, 4] weight, not a scalar
   }
 };
+
+// A loss that turns infinite at one step (its gradients NaN): the run stops at that step's
+// check, naming it and the first parameter hit; the last good checkpoint stays; no model and no
+// later checkpoint is written.
+class BlowsUp : public TwoHeadModule {
+ public:
+  explicit BlowsUp(int64_t at) : TwoHeadModule(1), at_(at) {}
+  StepOutput training_step(const data::Batch& b) override {
+    StepOutput out = TwoHeadModule::training_step(b);
+    if (++calls_ == at_) out.loss = mul(out.loss, std::numeric_limits<double>::infinity());
+    return out;
+  }
+
+ private:
+  int64_t at_, calls_ = 0;
+};
+
+TEST(TrainModule, NonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
+  const std::string dir = test::scratch_dir("ft_module", "nan");
+  TrainerConfig c = config(dir);
+  c.accumulate = 1;
+  c.checkpoint_every = 10;
+  c.log_every_n_steps = 10;
+  c.eval_every = 0;
+  DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});
+  BlowsUp module(15);
+  train::Trainer trainer(c);
+  test::expect_error([&] { trainer.fit(module, data); },
+                     "training step 15: the loss is not finite (NaN summed since step 10); the first parameter with a "
+                     "non-finite gradient: trunk.weight; stopped without writing a checkpoint or the model; the last "
+                     "good checkpoint " +
+                         dir + "/checkpoints/step-00000010 is intact");
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step-00000010/trainer_state.json"));
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step-00000020"));
+  EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir + "/summary.json"));
+  fs::remove_all(dir);
+}
 
 TEST(TrainModule, MalformedModuleOrDataIsAClearError) {
   const std::string dir = test::scratch_dir("ft_module", "bad");

@@ -59,6 +59,10 @@ int run_train(const std::vector<std::string>& args) {
   cli::TrainOptions options;
   cli::add_train_options(app, options);
   if (!cli::parse_command_line(app, args, "train")) return 0;
+  if (!options.resume_dir.empty()) {
+    const std::string run_dir = options.values.count("run_dir") ? options.values.at("run_dir") : "";
+    options.resume_dir = find_resume_checkpoint(options.resume_dir, run_dir);
+  }
   const TrainerConfig c = cli::resolve_train_config(options);
   Trainer trainer(c);
   if (!options.resume_dir.empty()) trainer.resume(options.resume_dir);

@@ -37,7 +37,9 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
       ->type_name("FILE");
   if (with_resume)
     app.add_option("--resume", o.resume_dir,
-                   "continue exactly from a checkpoint folder (runs/.../checkpoints/step-N); its config is the base")
+                   "continue exactly from a checkpoint folder (runs/.../checkpoints/step-N), the newest complete "
+                   "checkpoint of a "
+                   "run folder, or 'last' (of --run-dir, else of the newest run under runs/); its config is the base")
         ->type_name("DIR");
 
   // One flag per config field; the help shows the char default and, where it differs, the images one.

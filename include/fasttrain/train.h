@@ -367,6 +367,13 @@ void make_dirs(const std::string& dir);
 // The whole file; a missing or unreadable file is an error naming it and `what` it should be.
 std::string read_text(const std::string& path, const char* what);
 
+// The checkpoint folder `--resume ARG` names: ARG itself when it is a checkpoint folder; the
+// newest complete checkpoint of ARG when it is a run folder; for ARG "last", the newest complete
+// checkpoint of `run_dir` or, when that is empty, of the run folder under `runs_root` written
+// last. An error names the folders looked at and any checkpoint left unfinished by a killed write.
+std::string find_resume_checkpoint(const std::string& arg, const std::string& run_dir = "",
+                                   const std::string& runs_root = "runs");
+
 // The config a checkpoint or run folder was trained with (its config.toml).
 TrainerConfig load_run_config(const std::string& dir);
 

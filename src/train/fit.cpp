@@ -47,6 +47,7 @@ struct Trainer::Run {
   EvalResult last_eval;
   int64_t last_eval_step = -1;
   std::unique_ptr<ProgressLine> progress;
+  std::vector<Tensor> step_losses;  // each step's loss since the last log (to name a non-finite one)
 
   explicit Run(Trainer& trainer) : t(trainer), im(*trainer.impl_), c(trainer.config_) {}
 
@@ -68,11 +69,12 @@ struct Trainer::Run {
     resolved.run_dir = dir;
     write_file_atomically(dir + "/config.toml", config_to_toml(resolved));
     write_file_atomically(dir + "/task.json", task_description(*im.module));
-    // Resumed into its own run folder (a restarted job): what a killed process left half-written
-    // goes, the rows logged after the checkpoint are logged again, and the checkpoints already
-    // there count towards keep_last / keep_best instead of piling up.
+    // What a killed process left half-written in this folder goes (an unfinished checkpoint is
+    // never taken for a complete one). Resumed into its own run folder (a restarted job): the rows
+    // logged after the checkpoint are logged again, and the checkpoints already there count
+    // towards keep_last / keep_best instead of piling up.
+    remove_stale_temporaries(dir);
     const bool resumed_here = resumed_into(dir);
-    if (resumed_here) remove_stale_temporaries(dir);
     const bool append = resumed_here && truncate_metrics_after(dir + "/metrics.csv", t.step_) &&
                         fs::file_size(dir + "/metrics.csv") > 0;
     csv.open(dir + "/metrics.csv", append ? std::ios::app : std::ios::trunc);
@@ -149,7 +151,47 @@ struct Trainer::Run {
     }
     im.loss_sum = im.loss_sum.defined() ? add(im.loss_sum, l) : l;
     im.loss_count += c.accumulate;
+    step_losses.push_back(l);
     ++t.step_;
+  }
+
+  // Stops the run when a loss since the last check, or the gradient norm, is not finite: the
+  // weights have taken the update of a NaN or infinite gradient, so nothing from here on may be
+  // saved (no checkpoint, no model); the last good checkpoint stays. fp16-mixed runs are left to
+  // the loss scaler, which skips the steps whose gradients overflow.
+  void check_finite() {
+    if (im.runner->options().precision == Precision::FP16Mixed || !im.loss_sum.defined()) return;
+    const Tensor& norm = im.runner->last_grad_norm();
+    const double sum = im.loss_sum.item<double>(), grad_norm = norm.defined() ? norm.item<double>() : 0.0;
+    if (std::isfinite(sum) && std::isfinite(grad_norm)) return;
+    int64_t step = t.step_;
+    for (size_t i = 0; i < step_losses.size(); ++i)
+      if (!std::isfinite(step_losses[i].item<double>())) {
+        step = t.step_ - static_cast<int64_t>(step_losses.size() - 1 - i);
+        break;
+      }
+    auto text = [](double v) { return std::isnan(v) ? std::string("NaN") : v > 0 ? "inf" : "-inf"; };
+    std::string what = std::isfinite(sum)
+                           ? "the gradient norm is " + text(grad_norm)
+                           : "the loss is not finite (" + text(sum) + " summed since step " +
+                                 std::to_string(t.step_ - static_cast<int64_t>(step_losses.size())) + ")";
+    const std::string previous = last_good_checkpoint();
+    throw Error(
+        detail::concat("training step ", step, ": ", what, "; ", first_non_finite_parameter(im.module->model()),
+                       "; stopped without writing a checkpoint or the model",
+                       previous.empty() ? std::string() : "; the last good checkpoint " + previous + " is intact",
+                       " (try a lower --lr, --grad-clip, or another --precision)"));
+  }
+
+  // The first parameter (in registration order) whose gradient, or else whose value, holds a NaN
+  // or an infinity: 0 * x is 0 for every finite x and NaN otherwise, so the sum tells exactly.
+  static std::string first_non_finite_parameter(const nn::Module& model) {
+    auto finite = [](const Tensor& x) { return sum(mul(x.detach().to(DType::F32), 0.0)).item<double>() == 0.0; };
+    for (const auto& [name, p] : model.named_parameters())
+      if (p.grad().defined() && !finite(p.grad())) return "the first parameter with a non-finite gradient: " + name;
+    for (const auto& [name, p] : model.named_parameters())
+      if (!finite(p)) return "the first non-finite parameter: " + name;
+    return "every parameter and gradient is finite";
   }
 
   bool last() const { return t.step_ == end; }
@@ -174,6 +216,8 @@ struct Trainer::Run {
 
   // The training row of the interval that ends at this step.
   void log() {
+    check_finite();
+    step_losses.clear();
     const double now = elapsed(), train_seconds = now - eval_seconds;
     MetricRow r;
     r.step = t.step_;
@@ -259,6 +303,7 @@ struct Trainer::Run {
   }
 
   void checkpoint() {
+    check_finite();
     checkpoint_step = t.step_;
     char name[32];
     std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(t.step_));
@@ -289,6 +334,7 @@ struct Trainer::Run {
 
   // The final evaluation if the last step had none, the model, the result and summary.json.
   TrainResult finish() {
+    check_finite();
     if (last_eval_step < 0 && !result.interrupted) evaluate();
     progress->finish();
     if (tb) tb->flush();

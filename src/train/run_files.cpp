@@ -157,3 +157,53 @@ bool truncate_metrics_after(const std::string& csv_path, int64_t step) {
 }
 
 }  // namespace ft::train
+
+namespace ft::train {
+
+namespace {
+
+// Checkpoint folders of a run whose writing was interrupted (checkpoints/step-N.tmp), by name.
+std::vector<std::string> unfinished_checkpoints(const std::string& run_dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/checkpoints", ec))
+    if (entry.is_directory() && is_temporary_name(entry.path().filename().string()))
+      found.push_back(entry.path().string());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string newest_checkpoint_of(const std::string& run_dir) {
+  const std::vector<SavedCheckpoint> saved = complete_checkpoints(run_dir);
+  if (!saved.empty()) return saved.back().dir;
+  std::string why = "resume: " + run_dir + " holds no complete checkpoint (checkpoints/step-N with trainer_state.json)";
+  for (const std::string& u : unfinished_checkpoints(run_dir))
+    why += "; " + u + " is unfinished (its writing was interrupted) and is removed when this run folder is run again";
+  FT_FAIL(why);
+}
+
+}  // namespace
+
+std::string find_resume_checkpoint(const std::string& arg, const std::string& run_dir, const std::string& runs_root) {
+  if (arg != "last") {
+    // A checkpoint folder is taken as it is (resume() refuses an unfinished one by name).
+    if (!fs::is_directory(arg) || fs::exists(arg + "/trainer_state.json") || !fs::is_directory(arg + "/checkpoints"))
+      return arg;
+    return newest_checkpoint_of(arg);
+  }
+  if (!run_dir.empty()) return newest_checkpoint_of(run_dir);
+  // The run folder written last (by its metrics.csv or, failing that, the folder's own time) that
+  // holds a complete checkpoint.
+  std::vector<std::pair<fs::file_time_type, std::string>> runs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(runs_root, ec)) {
+    if (!entry.is_directory() || complete_checkpoints(entry.path().string()).empty()) continue;
+    const fs::path metrics = entry.path() / "metrics.csv";
+    runs.emplace_back(fs::last_write_time(fs::exists(metrics) ? metrics : entry.path()), entry.path().string());
+  }
+  FT_CHECK(!runs.empty(), "resume last: no run folder under ", runs_root,
+           "/ holds a complete checkpoint (train with --checkpoint-every N, or name a folder with --resume DIR)");
+  return newest_checkpoint_of(std::max_element(runs.begin(), runs.end())->second);
+}
+
+}  // namespace ft::train

@@ -39,6 +39,7 @@
 #include "fasttrain/token_shards.h"
 #include "fasttrain/tokenizer.h"
 #include "support/expect_error.h"
+#include "support/run_cli.h"
 #include "support/toy_gpt2_vocab.h"
 
 using namespace ft;
@@ -594,21 +595,8 @@ TEST(Gpt2Reference, RandomTextsMatchTheJavaScriptEncoder) {
 
 // --- the data writer and the CLI ------------------------------------------------------------------
 
-struct CliRun {
-  int code;
-  std::string output;
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(FT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using ft::test::CliRun;
+using ft::test::run_cli;
 
 std::vector<int32_t> read_all_tokens(const std::string& pattern) {
   std::vector<int32_t> out;

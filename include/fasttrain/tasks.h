@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "fasttrain/loader.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/random.h"
 #include "fasttrain/train.h"
@@ -26,6 +27,8 @@ BuiltinTask make_builtin_task(const TrainerConfig& config);
 // The GPT of the char and lm tasks: context, layers, dim, heads and dropout from the config,
 // GPT-2 initialisation (also used by `fasttrain sample` and `fasttrain eval`).
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
+// The mean next-token cross-entropy of a batch of "tokens" and "targets" [B, T] (char and lm).
+Tensor next_token_loss(nn::GPT& model, const data::Batch& batch);
 // Loads weights into a GPT from a .safetensors file (--init-from).
 void load_gpt_weights(nn::GPT& model, const std::string& path);
 

@@ -14,6 +14,12 @@
 
 namespace ft::train {
 
+Tensor next_token_loss(nn::GPT& model, const data::Batch& batch) {
+  Tensor logits = model.forward(batch.fields[0]);
+  const int64_t v = logits.size(-1);
+  return cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}));
+}
+
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
   g.vocab_size = vocab_size;
@@ -27,14 +33,21 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
 
 namespace {
 
-// Training windows: sample i of epoch e is row i % batch_size of run-wide batch
-// e * batches_per_epoch + i / batch_size, drawn by random_window_start. Read in sequential order,
-// batch k of epoch e is therefore exactly random_window_starts(..., e * batches_per_epoch + k).
+// Next-character windows drawn by random_window_start. Sample i is row i % batch_size of batch
+// number b: for training, the run-wide batch e * batches_per_epoch + i / batch_size of epoch e, so
+// read in sequential order batch k of epoch e is exactly random_window_starts(..., e *
+// batches_per_epoch + k); for validation (same_every_epoch), batch i / batch_size whatever the
+// epoch, so every evaluation sees the same windows.
 class CharWindows : public data::Dataset {
  public:
   CharWindows(const std::vector<uint8_t>& tokens, int64_t context, int64_t batch_size, int64_t batches_per_epoch,
-              uint64_t seed)
-      : tokens_(tokens), context_(context), batch_(batch_size), per_epoch_(batches_per_epoch), seed_(seed) {}
+              uint64_t seed, bool same_every_epoch)
+      : tokens_(tokens),
+        context_(context),
+        batch_(batch_size),
+        per_epoch_(batches_per_epoch),
+        seed_(seed),
+        same_every_epoch_(same_every_epoch) {}
 
   int64_t size() const override { return per_epoch_ * batch_; }
   data::SampleSpec spec() const override {
@@ -42,9 +55,9 @@ class CharWindows : public data::Dataset {
   }
   void read(int64_t index, uint64_t epoch, const std::vector<Tensor>& fields) const override {
     FT_CHECK(index >= 0 && index < size(), "char windows: expected a sample index in [0, ", size(), "), found ", index);
-    const int64_t batch = static_cast<int64_t>(epoch) * per_epoch_ + index / batch_;
-    const int64_t start =
-        data::random_window_start(static_cast<int64_t>(tokens_.size()), context_, batch_, seed_, batch, index % batch_);
+    const int64_t first = same_every_epoch_ ? 0 : static_cast<int64_t>(epoch) * per_epoch_;
+    const int64_t start = data::random_window_start(static_cast<int64_t>(tokens_.size()), context_, batch_, seed_,
+                                                    first + index / batch_, index % batch_);
     const uint8_t* src = tokens_.data() + start;
     int64_t* x = fields[0].data<int64_t>();
     int64_t* y = fields[1].data<int64_t>();
@@ -58,38 +71,7 @@ class CharWindows : public data::Dataset {
   const std::vector<uint8_t>& tokens_;  // owned by the data module, which outlives its loaders
   int64_t context_, batch_, per_epoch_;
   uint64_t seed_;
-};
-
-// The validation windows: the same eval_batches x batch_size windows at every evaluation
-// (random_window_starts with the validation seed), read in order.
-class CharValWindows : public data::Dataset {
- public:
-  CharValWindows(const std::vector<uint8_t>& tokens, int64_t context, int64_t batch_size, int64_t batches,
-                 uint64_t seed)
-      : tokens_(tokens), context_(context), batch_(batch_size), batches_(batches), seed_(seed) {}
-
-  int64_t size() const override { return batches_ * batch_; }
-  data::SampleSpec spec() const override {
-    return {{"tokens", Shape{context_}, DType::I64}, {"targets", Shape{context_}, DType::I64}};
-  }
-  void read(int64_t index, uint64_t, const std::vector<Tensor>& fields) const override {
-    FT_CHECK(index >= 0 && index < size(), "char validation windows: expected a sample index in [0, ", size(),
-             "), found ", index);
-    const int64_t start = data::random_window_start(static_cast<int64_t>(tokens_.size()), context_, batch_, seed_,
-                                                    index / batch_, index % batch_);
-    const uint8_t* src = tokens_.data() + start;
-    int64_t* x = fields[0].data<int64_t>();
-    int64_t* y = fields[1].data<int64_t>();
-    for (int64_t t = 0; t < context_; ++t) {
-      x[t] = src[t];
-      y[t] = src[t + 1];
-    }
-  }
-
- private:
-  const std::vector<uint8_t>& tokens_;  // owned by the data module, which outlives its loaders
-  int64_t context_, batch_, batches_;
-  uint64_t seed_;
+  bool same_every_epoch_;
 };
 
 // The text: drawn once from the Markov chain, split into training and validation text.
@@ -105,12 +87,12 @@ class CharData : public DataModule {
     const int64_t per_epoch =
         std::max<int64_t>(1, static_cast<int64_t>(corpus_.train().size()) / (batch_size * c_.context));
     auto windows = std::make_shared<CharWindows>(corpus_.train(), c_.context, batch_size, per_epoch,
-                                                 derive_seed(c_.seed, SeedUse::TrainBatches));
+                                                 derive_seed(c_.seed, SeedUse::TrainBatches), false);
     return {windows, std::make_shared<data::SequentialSampler>(windows->size()), nullptr};
   }
   ValData val_data(int64_t batch_size) const override {
-    return {std::make_shared<CharValWindows>(corpus_.val(), c_.context, batch_size, c_.eval_batches,
-                                             derive_seed(c_.seed, SeedUse::ValBatches)),
+    return {std::make_shared<CharWindows>(corpus_.val(), c_.context, batch_size, c_.eval_batches,
+                                          derive_seed(c_.seed, SeedUse::ValBatches), true),
             nullptr};
   }
 
@@ -131,8 +113,8 @@ class CharModule : public TrainModule {
   ItemUnit unit() const override { return ItemUnit::Tokens; }
   int64_t items_in(const data::Batch& b) const override { return b.rows * c_.context; }
 
-  StepOutput training_step(const data::Batch& b) override { return {loss(b), {}}; }
-  StepOutput validation_step(const data::Batch& b) override { return {loss(b), {}}; }
+  StepOutput training_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
+  StepOutput validation_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
 
   std::optional<double> loss_floor() const override { return source_.window_floor(c_.context); }
 
@@ -155,12 +137,6 @@ class CharModule : public TrainModule {
   }
 
  private:
-  Tensor loss(const data::Batch& b) {
-    Tensor logits = model_->forward(b.fields[0]);
-    const int64_t v = logits.size(-1);
-    return cross_entropy(logits.reshape({-1, v}), b.fields[1].reshape({-1}));
-  }
-
   TrainerConfig c_;
   const data::MarkovText& source_;
   std::string vocab_;

@@ -118,8 +118,8 @@ class LmModule : public TrainModule {
   nn::Module& model() override { return *model_; }
   ItemUnit unit() const override { return ItemUnit::Tokens; }
   int64_t items_in(const data::Batch& b) const override { return b.rows * c_.context; }
-  StepOutput training_step(const data::Batch& b) override { return {loss(b), {}}; }
-  StepOutput validation_step(const data::Batch& b) override { return {loss(b), {}}; }
+  StepOutput training_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
+  StepOutput validation_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
 
   std::string description_json() const override {
     return json{
@@ -128,12 +128,6 @@ class LmModule : public TrainModule {
   }
 
  private:
-  Tensor loss(const data::Batch& b) {
-    Tensor logits = model_->forward(b.fields[0]);
-    const int64_t v = logits.size(-1);
-    return cross_entropy(logits.reshape({-1, v}), b.fields[1].reshape({-1}));
-  }
-
   TrainerConfig c_;
   json tokenizer_;
   std::shared_ptr<nn::GPT> model_;

@@ -53,6 +53,44 @@ void expect_model_parity(nn::UnaryModule& model, const std::string& case_name, b
   for (auto& [name, p] : model.named_parameters()) c.expect_grad(name, p);
 }
 
+// An unpadded PyTorch GPT (tests/parity/cases_nn.py: vocab 300, and GPT-2's 50257) against the
+// C++ model with the same weights, whose embedding is padded to a multiple of 64: the same loss,
+// logits [B, T, vocab] and gradients. The padding rows hold large values, so any probability a
+// padded class received would move the loss far outside the tolerance; their gradient is zero.
+void expect_padded_gpt_parity(int64_t vocab, int64_t context, int64_t layers, int64_t dim, int64_t heads) {
+  const std::string name = "nn_gpt_vocab" + std::to_string(vocab);
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  nn::GPTConfig cfg;
+  cfg.vocab_size = vocab, cfg.context = context, cfg.layers = layers, cfg.dim = dim, cfg.heads = heads;
+  nn::GPT gpt(cfg);
+  const int64_t pad = gpt.padded_vocab() - vocab;
+  ASSERT_GT(pad, 0);
+  Generator gen(5);
+  Tensor wte = cat({c.input("transformer.wte.weight"), mul(randn({pad, dim}, DType::F32, &gen), 30.0)});
+  TensorMap state;
+  for (auto& [n, t] : gpt.state_dict())
+    state.emplace_back(n, n == "transformer.wte.weight" || n == "lm_head.weight" ? wte : c.input(n));
+  gpt.load_state_dict(state);
+  gpt.train();
+  Tensor x = c.input("x"), y = c.input("y");
+  Tensor logits = gpt(x);
+  EXPECT_EQ(logits.shape(), Shape({x.size(0), x.size(1), vocab}));
+  Tensor loss = cross_entropy(logits.reshape({-1, vocab}), y.reshape({-1}));
+  c.expect_output(loss, 0);
+  c.expect_output(logits, 1);
+  c.backward({loss});
+  for (auto& [n, p] : gpt.named_parameters()) {
+    if (n != "transformer.wte.weight") {
+      c.expect_grad(n, p);
+      continue;
+    }
+    ASSERT_TRUE(p.grad().defined());
+    c.expect_close(p.grad().narrow(0, 0, vocab), "grad_" + n, "gradient of the embedding's vocabulary rows");
+    EXPECT_EQ(max(abs(p.grad().narrow(0, vocab, pad))).item<double>(), 0.0) << "gradient of the padding rows";
+  }
+}
+
 }  // namespace
 
 TEST(Models, StructureMatchesPyTorch) {
@@ -74,6 +112,11 @@ TEST(Models, ForwardBackwardParity) {
   cfg.vocab_size = 64, cfg.context = 16, cfg.layers = 2, cfg.dim = 32, cfg.heads = 4;
   nn::GPT gpt(cfg);
   expect_model_parity(gpt, "nn_gpt_tiny", /*lm=*/true);
+}
+
+TEST(Models, PaddedGptMatchesUnpaddedPyTorch) {
+  expect_padded_gpt_parity(300, 16, 2, 32, 4);   // padded to 320
+  expect_padded_gpt_parity(50257, 8, 1, 16, 2);  // GPT-2's vocabulary, padded to 50304
 }
 
 TEST(Models, GptNamesFollowHuggingFace) {
@@ -114,8 +157,9 @@ TEST(Models, GptPresetsAndPadding) {
   cfg.vocab_size = 100, cfg.context = 8, cfg.layers = 1, cfg.dim = 16, cfg.heads = 2;
   nn::GPT gpt(cfg);
   EXPECT_EQ(gpt.padded_vocab(), 128);
+  EXPECT_EQ(gpt.state_dict().front().second.shape(), Shape({128, 16}));  // the embedding holds the padding
   Tensor logits = gpt(randint(0, 100, {2, 5}));
-  EXPECT_EQ(logits.shape(), Shape({2, 5, 128}));
+  EXPECT_EQ(logits.shape(), Shape({2, 5, 100}));  // the logits do not: padded classes are absent
 }
 
 TEST(Models, GptInitialisation) {
@@ -144,6 +188,10 @@ TEST(Models, GptValidatesIds) {
   expect_error([&] { gpt(zeros({2, 4})); }, "token ids must be an integer tensor, found f32");
   expect_error([&] { gpt(zeros({8}, DType::I64)); }, "token ids must be [B, T], found shape [8]");
   expect_error([&] { gpt(zeros({1, 9}, DType::I64)); }, "sequence length 9 must be in [1, context = 8]");
+  // An id in the embedding's padding rows is no token.
+  cfg.vocab_size = 60;
+  nn::GPT padded(cfg);
+  expect_error([&] { padded(full({1, 4}, 60, DType::I64)); }, "token id 60 is out of range for a vocabulary of 60");
 }
 
 TEST(Models, GptHuggingFaceExchange) {

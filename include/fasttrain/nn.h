@@ -53,6 +53,8 @@ class Module {
   // Copies values in place (under NoGrad, converting dtype). strict: the key sets must match.
   // Validates everything before changing anything: a missing/unexpected key or a shape mismatch
   // throws ft::Error naming the key, expected and found, and leaves the module unchanged.
+  // A model that recognises another program's layout of its weights (GPT: Hugging Face's) says so
+  // instead of listing every mismatch, and names the function that converts that layout.
   void load_state_dict(const TensorMap& state, bool strict = true);
   void save(const std::string& safetensors_path) const;  // state_dict to a .safetensors file
   void load(const std::string& safetensors_path, bool strict = true);
@@ -66,6 +68,10 @@ class Module {
 
  protected:
   Module() = default;
+  // Asked by load_state_dict when `state` does not fit this module: a non-empty answer says which
+  // foreign layout `state` is in and how to load it, and replaces the list of mismatches (which
+  // would only repeat the layout difference once per tensor).
+  virtual std::string explain_foreign_state(const TensorMap& state) const;
   bool training_ = true;
 
  private:
@@ -279,7 +285,7 @@ std::shared_ptr<Sequential> cnn_mini(int64_t in_channels = 3, int64_t classes = 
 std::shared_ptr<UnaryModule> resnet(const std::string& name, int64_t classes, Generator* gen = nullptr);
 
 struct GPTConfig {
-  int64_t vocab_size = 512;  // padded up to a multiple of 64 by the model
+  int64_t vocab_size = 512;  // the tokens; the embedding is padded to a multiple of 64 (see GPT)
   int64_t context = 128;
   int64_t layers = 4;
   int64_t dim = 256;
@@ -294,16 +300,27 @@ struct GPTConfig {
 // ("transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", "lm_head.weight", ...).
 // GPT-2 initialisation: Linear/Embedding ~ N(0, 0.02), zero biases (BENCH.md); c_proj weights
 // additionally scaled by 1/sqrt(2 * layers) when gpt2_residual_scaling is set.
+//
+// Vocabulary padding: the tied embedding has padded_vocab() >= vocab_size rows (a multiple of 64,
+// as llm.c does: 50257 -> 50304), but the padding rows are storage only. Ids must be below
+// vocab_size, and the head multiplies by the first vocab_size rows, so the logits are
+// [B, T, vocab_size]: no padded class ever gets probability (loss, evaluation, sampling all see
+// the real vocabulary only), the loss equals that of an unpadded model with the same weights, and
+// the padding rows' gradient is exactly zero.
 class GPT : public UnaryModule {
  public:
   explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false);
-  // ids [B, T] integer -> logits [B, T, padded vocab]
+  // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size]
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return cfg_; }
-  int64_t padded_vocab() const { return padded_vocab_; }
+  int64_t padded_vocab() const { return padded_vocab_; }  // rows of the embedding
   // Checkpoints every transformer block (see CheckpointableBlock).
   void set_activation_checkpointing(bool on);
+
+ protected:
+  // Recognises Hugging Face's GPT-2 layout and points to load_gpt2_weights / gpt2_from_hf_state.
+  std::string explain_foreign_state(const TensorMap& state) const override;
 
  private:
   GPTConfig cfg_;
@@ -312,13 +329,41 @@ class GPT : public UnaryModule {
   std::shared_ptr<Linear> lm_head_;
 };
 
-// Exchanging weights with Hugging Face's GPT-2 files. HF's GPT-2 uses Conv1D layers whose
-// weights are stored [in, out]; ours are nn.Linear-style [out, in], so the c_attn, c_proj and
-// c_fc weights are transposed on the way in and out. Also handled: checkpoints whose keys lack
-// the "transformer." prefix, HF's attention-mask buffers (".attn.bias", ".attn.masked_bias",
-// dropped), a missing "lm_head.weight" (tied: taken from the token embedding), and the vocabulary
-// padding (rows past HF's vocabulary are zero on the way in and cut off on the way out).
-TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model);  // -> load_state_dict(...)
-TensorMap gpt2_to_hf_state(const GPT& model);                         // HF names and layout
+// --- GPT-2 weight files: ours and Hugging Face's ---
+// The two layouts a GPT-2 weight file comes in.
+enum class GptWeightLayout {
+  // GPT::state_dict(), what Module::save writes: "transformer."-prefixed names, nn.Linear weights
+  // [out, in], the embedding padded to padded_vocab() rows, "lm_head.weight" listed (tied).
+  Fasttrain,
+  // Hugging Face's GPT2LMHeadModel: Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc,
+  // mlp.c_proj) stored [in, out], the embedding unpadded [vocab_size, dim], no "lm_head.weight"
+  // (tied). Read with or without the "transformer." prefix (GPT2Model files such as the Hub's
+  // gpt2/model.safetensors have none), with or without the ".attn.bias"/".attn.masked_bias" mask
+  // buffers of older files (ignored); written with the prefix and without buffers.
+  HuggingFace,
+};
+
+// Which layout a GPT-2 weight map is in, by its names (unprefixed "wte.weight", "h.0....", mask
+// buffers) and shapes (a Conv1D c_attn weight is [dim, 3 dim], ours [3 dim, dim]).
+GptWeightLayout detect_gpt2_layout(const TensorMap& state);
+
+// Loads a GPT-2 .safetensors file in either layout (detected) into `model` and returns the
+// layout found. This is the function for initialising from a Hugging Face GPT-2 checkpoint
+// (`--init-from`): Conv1D weights are transposed, the embedding padded (padding rows zero), the
+// mask buffers dropped. The model's config must match the file (vocab_size, context, layers,
+// dim); a mismatch names the file and every tensor that differs, and leaves the model unchanged.
+GptWeightLayout load_gpt2_weights(GPT& model, const std::string& safetensors_path);
+
+// Writes `model`'s weights as a .safetensors file in the given layout (HuggingFace: loadable by
+// transformers' GPT2LMHeadModel.from_pretrained next to a config.json; the embedding is cut to
+// vocab_size rows). Fasttrain is the same file as model.save(path).
+void save_gpt2_weights(const GPT& model, const std::string& safetensors_path, GptWeightLayout layout);
+
+// The conversions behind the two functions above, on in-memory maps. gpt2_from_hf_state accepts
+// what load_gpt2_weights does (an embedding of vocab_size or padded_vocab() rows; a
+// "lm_head.weight" must equal the embedding, since the model ties them) and returns a map for
+// model.load_state_dict; gpt2_to_hf_state returns the HuggingFace layout with the prefix.
+TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model);
+TensorMap gpt2_to_hf_state(const GPT& model);
 
 }  // namespace ft::nn

@@ -175,7 +175,15 @@ Tensor Tensor::slice(int64_t dim_in, int64_t start, int64_t end, int64_t step) c
   if (autograd::any_requires_grad({this})) {
     Shape base = shape();
     record_function("SliceBackward", {this}, {&out}, [base, d, start, end, step](std::vector<Tensor>& g) {
-      return scatter_into_zeros(g[0], base, [&](const Tensor& z) { return z.slice(d, start, end, step); });
+      if (step != 1)
+        return scatter_into_zeros(g[0], base, [&](const Tensor& z) { return z.slice(d, start, end, step); });
+      // A contiguous range: zero only what lies outside it, so a large slice (GPT's head, the
+      // embedding's real rows) is written once rather than zeroed and then overwritten.
+      Tensor full = empty(base, g[0].options());
+      if (start > 0) full.slice(d, 0, start).fill_(0);
+      if (end < base[d]) full.slice(d, end, base[d]).fill_(0);
+      full.slice(d, start, end).copy_(g[0]);
+      return std::vector<Tensor>{full};
     });
   }
   return out;

@@ -115,12 +115,25 @@ Tensor GPT::forward(const Tensor& ids) {
   FT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T], found shape ", ids.shape().str());
   const int64_t T = ids.size(1);
   FT_CHECK(T >= 1 && T <= cfg_.context, "GPT: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
+  const bool padded = padded_vocab_ != cfg_.vocab_size;
+  if (padded && ids.numel() > 0) {
+    // The embedding's own check stops at its padded size; an id in the padding is no token.
+    const auto top = max(ids).item<int64_t>();
+    FT_CHECK(top < cfg_.vocab_size, "GPT: token id ", top, " is out of range for a vocabulary of ", cfg_.vocab_size,
+             " (the embedding's rows past it are padding)");
+  }
   GPT2Model& tr = body(transformer_);
   // Positions 0..T-1 are the first T rows of wpe: a view broadcast over the batch, no gather.
   Tensor x = add(tr.wte->forward(ids), tr.wpe->weight.narrow(0, 0, T));
   x = dropout(x, cfg_.dropout, training_);
   for (auto& block : tr.blocks) x = block->forward(x);
-  return lm_head_->forward(tr.ln_f->forward(x));
+  x = tr.ln_f->forward(x);
+  if (!padded) return lm_head_->forward(x);
+  // Only the real vocabulary's rows make logits: the padding classes are absent rather than
+  // masked, so no consumer (cross-entropy, label smoothing, evaluation, sampling) can give them
+  // probability, and the head's GEMM skips them. The rows are a contiguous view of the embedding;
+  // its backward leaves the padding rows' gradient zero.
+  return linear(x, lm_head_->weight.narrow(0, 0, cfg_.vocab_size));
 }
 
 void GPT::set_activation_checkpointing(bool on) {
@@ -138,17 +151,37 @@ bool is_conv1d_weight(const std::string& name) {
   return false;
 }
 
+bool is_mask_buffer(const std::string& name) {
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+}
+
+// A 2-d [a, b] tensor with b == k * a: a Conv1D [in, out] weight of a layer widening k times.
+bool widens(const Tensor& t, int64_t k) { return t.defined() && t.dim() == 2 && t.size(1) == k * t.size(0); }
+
 }  // namespace
+
+GptWeightLayout detect_gpt2_layout(const TensorMap& state) {
+  for (auto& [key, t] : state) {
+    // HF's GPT2Model files (no "transformer." prefix) and HF's mask buffers: never in ours.
+    if (is_mask_buffer(key) || key == "wte.weight" || key == "wpe.weight" || key.starts_with("h.") ||
+        key.starts_with("ln_f."))
+      return GptWeightLayout::HuggingFace;
+    // With the prefix the names equal ours; the non-square Conv1D weights tell [in, out] apart.
+    if ((key.ends_with(".attn.c_attn.weight") && widens(t, 3)) || (key.ends_with(".mlp.c_fc.weight") && widens(t, 4)))
+      return GptWeightLayout::HuggingFace;
+  }
+  return GptWeightLayout::Fasttrain;
+}
 
 TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model) {
   autograd::NoGradGuard ng;
+  const int64_t vocab = model.config().vocab_size, padded = model.padded_vocab();
   TensorMap out;
-  bool has_head = false;
-  Tensor wte;
+  Tensor wte, head;
+  std::string head_key;
   for (auto& [key, t] : hf) {
     FT_CHECK(t.defined(), "gpt2_from_hf_state: \"", key, "\" holds an undefined tensor");
-    // HF's causal-mask buffers are not weights.
-    if (key.ends_with(".attn.bias") || key.ends_with(".attn.masked_bias")) continue;
+    if (is_mask_buffer(key)) continue;  // HF's causal-mask buffers are not weights
     std::string name = key;
     if (name != "lm_head.weight" && !name.starts_with("transformer.")) name = "transformer." + name;
     Tensor v = t;
@@ -157,21 +190,32 @@ TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model) {
       v = t.t().contiguous();
     }
     if (name == "transformer.wte.weight" || name == "lm_head.weight") {
-      FT_CHECK(t.dim() == 2 && t.size(0) <= model.padded_vocab(), "gpt2_from_hf_state: \"", key,
-               "\" must be [vocab <= ", model.padded_vocab(), ", dim], found shape ", t.shape().str());
-      if (t.size(0) < model.padded_vocab()) {  // padding rows: zero
-        Tensor padded = zeros({model.padded_vocab(), t.size(1)}, t.options());
-        padded.narrow(0, 0, t.size(0)).copy_(t);
-        v = padded;
+      // Padded files (llm.c's, nanoGPT's 50304) are accepted as well as HF's exact vocabulary.
+      FT_CHECK(t.dim() == 2 && (t.size(0) == vocab || t.size(0) == padded), "gpt2_from_hf_state: \"", key,
+               "\" must be [", vocab, " (the model's vocabulary) or ", padded, " (padded), dim], found shape ",
+               t.shape().str());
+      if (t.size(0) < padded) {  // padding rows: zero
+        Tensor p = zeros({padded, t.size(1)}, t.options());
+        p.narrow(0, 0, t.size(0)).copy_(t);
+        v = p;
       }
-      if (name == "lm_head.weight")
-        has_head = true;
-      else
-        wte = v;
+      if (name == "lm_head.weight") {
+        head = v, head_key = key;
+        continue;  // emitted once, after the loop: it must be the embedding
+      }
+      wte = v;
     }
     out.emplace_back(name, v);
   }
-  if (!has_head && wte.defined()) out.emplace_back("lm_head.weight", wte);
+  if (head.defined() && wte.defined()) {
+    // The model ties its head to the embedding; an untied file's head cannot be represented.
+    auto rows = [&](const Tensor& t) { return t.narrow(0, 0, vocab).to(DType::F32); };
+    const bool same = head.shape() == wte.shape() && max(abs(rows(head) - rows(wte))).item<double>() == 0.0;
+    FT_CHECK(same, "gpt2_from_hf_state: \"", head_key,
+             "\" differs from the token embedding, but this GPT ties its head to the embedding");
+  }
+  if (wte.defined() || head.defined()) out.emplace_back("lm_head.weight", wte.defined() ? wte : head);
+  if (!wte.defined() && head.defined()) out.emplace_back("transformer.wte.weight", head);
   return out;
 }
 
@@ -186,6 +230,37 @@ TensorMap gpt2_to_hf_state(const GPT& model) {
     out.emplace_back(name, v.contiguous());
   }
   return out;
+}
+
+GptWeightLayout load_gpt2_weights(GPT& model, const std::string& safetensors_path) {
+  SafetensorsFile f = load_safetensors(safetensors_path);
+  const GptWeightLayout layout = detect_gpt2_layout(f.tensors);
+  try {
+    model.load_state_dict(layout == GptWeightLayout::HuggingFace ? gpt2_from_hf_state(f.tensors, model) : f.tensors);
+  } catch (const Error& e) {
+    FT_FAIL(safetensors_path, " (", layout == GptWeightLayout::HuggingFace ? "Hugging Face" : "fasttrain",
+            " GPT-2 layout): ", e.what());
+  }
+  return layout;
+}
+
+void save_gpt2_weights(const GPT& model, const std::string& safetensors_path, GptWeightLayout layout) {
+  if (layout == GptWeightLayout::Fasttrain) return model.save(safetensors_path);
+  // transformers refuses safetensors files whose metadata lacks format "pt".
+  save_safetensors(safetensors_path, gpt2_to_hf_state(model), {{"format", "pt"}});
+}
+
+std::string GPT::explain_foreign_state(const TensorMap& state) const {
+  if (detect_gpt2_layout(state) != GptWeightLayout::HuggingFace) return {};
+  std::string example;
+  for (auto& [key, t] : state)
+    if (key.ends_with(".attn.c_attn.weight") && t.defined()) {
+      example = " (\"" + key + "\" is " + t.shape().str() + ")";
+      break;
+    }
+  return "the state is in Hugging Face's GPT-2 layout (Conv1D weights stored [in, out]" + example +
+         "): load the file with nn::load_gpt2_weights(model, path), or convert the map with "
+         "nn::gpt2_from_hf_state(state, model) first";
 }
 
 }  // namespace ft::nn

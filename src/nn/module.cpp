@@ -203,6 +203,8 @@ void Module::load_state_dict(const TensorMap& state, bool strict) {
     for (auto& [n, t] : state)
       if (!known.count(n)) problems.push_back("unexpected key \"" + n + "\"");
   if (!problems.empty()) {
+    const std::string foreign = explain_foreign_state(state);
+    if (!foreign.empty()) FT_FAIL(type_name(), ".load_state_dict: ", foreign);
     std::string msg = type_name() + ".load_state_dict: " + std::to_string(problems.size()) + " problem(s): ";
     for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
     FT_FAIL(msg);
@@ -215,6 +217,8 @@ void Module::load_state_dict(const TensorMap& state, bool strict) {
     d.copy_(*it->second);  // converts dtype and device
   }
 }
+
+std::string Module::explain_foreign_state(const TensorMap&) const { return {}; }
 
 // ---------------------------------------------------------------- moves
 

@@ -145,3 +145,13 @@ def cases():
     n = "nn_gpt_tiny"
     ids = rng(n).integers(0, 64, (2, 12))
     yield model_case("gpt_tiny", GPT(64, 16, 2, 32, 4), ids, rng(n + "y").integers(0, 64, (2, 12)), hf_name, lm=True)
+    # Vocabularies that are not multiples of 64, in an unpadded PyTorch model: the C++ model pads
+    # its embedding (300 -> 320, GPT-2's 50257 -> 50304) and must give the same loss, logits and
+    # gradients (test_models.cpp, Models.PaddedGptMatchesUnpaddedPyTorch).
+    for vocab, ctx, layers, dim, heads, T in ((300, 16, 2, 32, 4, 12), (50257, 8, 1, 16, 2, 8)):
+        n = f"nn_gpt_vocab{vocab}"
+        ids = rng(n).integers(0, vocab, (2, T))
+        # Targets include the last real class, where an off-by-one at the padding boundary shows.
+        y = rng(n + "y").integers(0, vocab, (2, T))
+        y[0, 0] = vocab - 1
+        yield model_case(f"gpt_vocab{vocab}", GPT(vocab, ctx, layers, dim, heads), ids, y, hf_name, lm=True)

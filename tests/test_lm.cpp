@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/nn.h"
+#include "fasttrain/tasks.h"
 #include "fasttrain/token_shards.h"
 #include "support/run_cli.h"
 #include "support/toy_gpt2_vocab.h"
@@ -54,11 +56,12 @@ class Lm : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::string train_args(const std::string& run) const {
+  std::string train_args(const std::string& run, int steps = 150) const {
     return "train --task lm --data '" + dir_ + "/shards/tokens_000000.bin' --val-data '" + dir_ +
            "/shards/tokens_000001.bin' --model custom --layers 1 --dim 32 --heads 2 --context 32 --batch-size 16 "
-           "--max-steps 150 --warmup-steps 10 --lr 0.01 --eval-every 0 --eval-batches 0 --threads 1 --progress false "
-           "--run-dir " +
+           "--max-steps " +
+           std::to_string(steps) +
+           " --warmup-steps 10 --lr 0.01 --eval-every 0 --eval-batches 0 --threads 1 --progress false --run-dir " +
            dir_ + "/" + run;
   }
 
@@ -112,6 +115,33 @@ TEST_F(Lm, Gpt2TokenizerShardsTrainAndSample) {
   r = run_cli("sample --checkpoint " + dir_ + "/bpe_run --prompt 'the cat ' --tokens 12 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("the cat sat on the mat. ", 0), 0u) << r.output;
+}
+
+// --init-from starts from trained weights, in fasttrain's layout or Hugging Face GPT-2's (Conv1D,
+// unpadded): both give the same first loss, far below a fresh model's.
+TEST_F(Lm, InitFromLoadsFasttrainAndHuggingFaceWeights) {
+  ASSERT_EQ(run_cli(train_args("base")).code, 0);
+  const train::TrainerConfig c = train::load_run_config(dir_ + "/base");
+  Generator gen(0);
+  const int64_t vocab = nlohmann::json::parse(slurp(dir_ + "/base/task.json"))["vocab_size"].get<int64_t>();
+  auto model = train::make_gpt_model(c, vocab, &gen);
+  nn::load_gpt2_weights(*model, dir_ + "/base/model.safetensors");
+  nn::save_gpt2_weights(*model, dir_ + "/hf.safetensors", nn::GptWeightLayout::HuggingFace);
+  auto first_loss = [&](const std::string& run, const std::string& extra) {
+    const auto r = run_cli(train_args(run, 1) + " --log-every-n-steps 1 " + extra);
+    EXPECT_EQ(r.code, 0) << r.output;
+    std::istringstream csv(slurp(dir_ + "/" + run + "/metrics.csv"));
+    std::string header, step, epoch, split, loss;
+    std::getline(csv, header);
+    std::getline(csv, step, ',') && std::getline(csv, epoch, ',') && std::getline(csv, split, ',') &&
+        std::getline(csv, loss, ',');  // the first row: step,epoch,split,loss,...
+    return std::stod(loss);
+  };
+  const double fresh = first_loss("fresh", "");
+  const double ours = first_loss("from_ours", "--init-from " + dir_ + "/base/model.safetensors");
+  const double hf = first_loss("from_hf", "--init-from " + dir_ + "/hf.safetensors");
+  EXPECT_LT(ours, 0.6 * fresh);
+  EXPECT_EQ(hf, ours);
 }
 
 TEST_F(Lm, DataThatDoesNotFitTheModelIsRefusedBeforeTheFirstStep) {

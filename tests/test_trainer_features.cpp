@@ -128,7 +128,7 @@ TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
     test::BuiltinRun a(c);
     TrainResult r = a.fit();
     EXPECT_TRUE(std::isfinite(r.final_train_loss));
-    EXPECT_LT(a.history().back().loss, std::log(128.0));  // below the uniform guess over the padded vocabulary
+    EXPECT_LT(a.history().back().loss, std::log(128.0));  // below the uniform guess over 128 classes
     if (std::string(precision) == "bf16-true")
       for (const Tensor& p : a.model().parameters()) EXPECT_EQ(p.dtype(), DType::BF16);
     bool saw_scale = false;

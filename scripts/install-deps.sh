@@ -12,6 +12,7 @@ packages=(
   libdnnl-dev                      # oneDNN: bf16 GEMM and convolutions on the CPU
   nlohmann-json3-dev               # JSON (checkpoint metadata, parity references)
   libtomlplusplus-dev libcli11-dev # run configuration files (TOML) and command-line parsing
+  libjpeg62-turbo-dev libpng-dev   # JPEG and PNG decoding (ImageFolderDataset, --task classify --data folder:DIR)
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)

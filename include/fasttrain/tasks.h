@@ -4,7 +4,9 @@
 //          Markov chain, whose entropy rate is the floor its validation loss is reported against
 //  images  a small CNN classifies procedurally drawn shapes
 //  lm      a GPT learns next-token prediction on llm.c token shards (`fasttrain data`)
-// Implemented in src/train/char_task.cpp and src/train/image_task.cpp.
+//  classify  a classifier (mlp, cnn-mini, resnet18/20/50) on data of one's own: MNIST, CIFAR-10,
+//          a folder of JPEG/PNG images per class, or .npy arrays (src/train/classify_data.h)
+// Implemented in src/train/char_task.cpp, image_task.cpp, lm_task.cpp and classify_task.cpp.
 #pragma once
 #include <memory>
 #include <string>

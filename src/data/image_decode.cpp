@@ -119,8 +119,8 @@ struct JpegOutput {
   bool too_large;
 };
 
-// Decodes a JPEG held in memory to interleaved RGB at the smallest DCT scale M/8 that keeps the
-// shorter side at least `min_side`. No C++ object lives in this frame across the setjmp.
+// Decodes a JPEG held in memory to interleaved RGB, at a reduced DCT scale where the shorter side
+// stays at least `min_side`. No C++ object lives in this frame across the setjmp.
 bool jpeg_decode_c(const uint8_t* data, size_t size, int64_t min_side, JpegErrors* errors, JpegOutput* out) {
   jpeg_decompress_struct cinfo;
   init_errors(cinfo, *errors);
@@ -133,17 +133,14 @@ bool jpeg_decode_c(const uint8_t* data, size_t size, int64_t min_side, JpegError
   jpeg_read_header(&cinfo, TRUE);
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-  const int64_t shorter = std::min<int64_t>(cinfo.image_width, cinfo.image_height);
-  unsigned num = 8;
-  if (min_side > 0 && shorter > min_side)
-    num = static_cast<unsigned>(std::clamp<int64_t>((8 * min_side + shorter - 1) / shorter, 1, 8));
-  for (;; ++num) {  // libjpeg rounds scaled sizes up, so the first try almost always holds
-    cinfo.scale_num = num;
-    cinfo.scale_denom = 8;
+  // The smallest of the scales 1/8, 1/4, 1/2 and 1 that keeps the shorter side >= min_side: the
+  // ones libjpeg-turbo has SIMD inverse DCTs for (at the other M/8 scales decoding takes longer
+  // than decoding the whole image).
+  for (unsigned denom = 8; denom >= 1; denom /= 2) {
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = denom;
     jpeg_calc_output_dimensions(&cinfo);
-    if (num >= 8 || min_side <= 0 ||
-        std::min<int64_t>(cinfo.output_width, cinfo.output_height) >= std::min(min_side, shorter))
-      break;
+    if (denom == 1 || (min_side > 0 && std::min<int64_t>(cinfo.output_width, cinfo.output_height) >= min_side)) break;
   }
   out->width = cinfo.output_width;
   out->height = cinfo.output_height;
@@ -203,7 +200,8 @@ void decode_png(const std::string& path, const uint8_t* data, size_t size, std::
 // --- resampling ---------------------------------------------------------------------------
 
 // The filter taps of one axis: output i reads source pixels first[i] .. first[i] + taps - 1 with
-// weights weight[i * taps ...] (zeros pad the shorter windows).
+// weights weight[i * taps ...] (zeros pad the shorter windows). Windows hold only the pixels of
+// non-zero weight, so enlarging reads 2 taps and shrinking by f about 2f.
 struct Taps {
   std::vector<int64_t> first;
   std::vector<float> weight;
@@ -213,28 +211,67 @@ struct Taps {
 void make_taps(int64_t in, int64_t offset, int64_t out, Taps& t) {
   const double scale = static_cast<double>(in) / static_cast<double>(out);
   const double radius = std::max(1.0, scale);
-  t.taps = static_cast<int64_t>(std::ceil(2 * radius)) + 2;  // covers every window [centre - radius, centre + radius)
-  t.first.assign(out, 0);
+  std::vector<int64_t>& first = t.first;
+  first.assign(out, 0);
+  std::vector<int64_t> last(out, 0);
+  auto weight = [&](int64_t i, int64_t j) {  // source pixel j's share of output i, before normalising
+    const double centre = (static_cast<double>(i) + 0.5) * scale;  // in source pixels, edges at integers
+    return std::max(0.0, 1.0 - std::abs(static_cast<double>(j) + 0.5 - centre) / radius);
+  };
+  t.taps = 1;
+  for (int64_t i = 0; i < out; ++i) {
+    const double centre = (static_cast<double>(i) + 0.5) * scale;
+    int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(std::floor(centre - radius)));
+    int64_t hi = std::min<int64_t>(in, static_cast<int64_t>(std::ceil(centre + radius)));
+    while (lo + 1 < hi && weight(i, lo) == 0) ++lo;
+    while (hi - 1 > lo && weight(i, hi - 1) == 0) --hi;
+    first[i] = lo, last[i] = hi;
+    t.taps = std::max(t.taps, hi - lo);
+  }
   t.weight.assign(out * t.taps, 0.0f);
   for (int64_t i = 0; i < out; ++i) {
-    const double centre = (static_cast<double>(i) + 0.5) * scale;  // in source pixels, edges at integers
-    const int64_t lo = std::max<int64_t>(0, static_cast<int64_t>(std::floor(centre - radius)));
-    const int64_t hi = std::min<int64_t>(in, static_cast<int64_t>(std::ceil(centre + radius)));
     double sum = 0;
-    float* w = &t.weight[i * t.taps];
-    for (int64_t j = lo; j < hi && j - lo < t.taps; ++j) {
-      const double d = std::abs(static_cast<double>(j) + 0.5 - centre) / radius;
-      w[j - lo] = static_cast<float>(std::max(0.0, 1.0 - d));
-      sum += w[j - lo];
+    for (int64_t j = first[i]; j < last[i]; ++j) sum += weight(i, j);
+    for (int64_t j = first[i]; j < last[i]; ++j)
+      t.weight[i * t.taps + (j - first[i])] = static_cast<float>(weight(i, j) / sum);
+    first[i] += offset;
+  }
+}
+
+// The horizontal pass of resize_square: source rows row_lo .. row_lo + rows - 1 filtered to S
+// pixels each, written as [rows][S][C] floats. K: the channel count when known at compile time
+// (the channel loop then stays in registers), 0 for any.
+template <int K>
+void filter_rows(const uint8_t* src, int64_t row_lo, int64_t rows, int64_t row_stride, int64_t pixel_stride,
+                 int64_t channel_stride, int64_t width, int64_t channels, int64_t S, const Taps& t, float* out) {
+  const int64_t C = K > 0 ? K : channels;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* line = src + (row_lo + r) * row_stride;
+    float* o = out + r * S * C;
+    for (int64_t x = 0; x < S; ++x) {
+      const float* w = &t.weight[x * t.taps];
+      const int64_t taps = std::min(t.taps, width - t.first[x]);
+      const uint8_t* p = line + t.first[x] * pixel_stride;
+      if constexpr (K > 0) {
+        float acc[K] = {};
+        for (int64_t k = 0; k < taps; ++k)
+          for (int c = 0; c < K; ++c) acc[c] += w[k] * static_cast<float>(p[k * pixel_stride + c * channel_stride]);
+        for (int c = 0; c < K; ++c) o[x * K + c] = acc[c];
+      } else {
+        for (int64_t c = 0; c < C; ++c) {
+          float acc = 0;
+          for (int64_t k = 0; k < taps; ++k) acc += w[k] * static_cast<float>(p[k * pixel_stride + c * channel_stride]);
+          o[x * C + c] = acc;
+        }
+      }
     }
-    for (int64_t k = 0; k < t.taps; ++k) w[k] = static_cast<float>(w[k] / sum);
-    t.first[i] = lo + offset;
   }
 }
 
 struct ResizeScratch {
   Taps x, y;
-  std::vector<float> rows;  // horizontally filtered rows: [height][size][channels]
+  std::vector<float> rows;  // horizontally filtered rows: [rows][size][channels]
+  std::vector<float> acc;   // one output row: [size][channels]
 };
 thread_local ResizeScratch resize_scratch;
 
@@ -308,38 +345,46 @@ void resize_square(const uint8_t* src, int64_t height, int64_t width, int64_t ch
   FT_CHECK(height > 0 && width > 0 && channels > 0 && size > 0, "resize_square: expected positive sizes, found ",
            height, "x", width, "x", channels, " to ", size);
   const int64_t m = std::min(height, width), S = size, C = channels;
-  ResizeScratch& s = resize_scratch;
-  make_taps(m, (width - m) / 2, S, s.x);
-  make_taps(m, (height - m) / 2, S, s.y);
-  // Only the source rows some output row reads are filtered horizontally.
-  const int64_t row_lo = s.y.first.front(), row_hi = s.y.first.back() + s.y.taps;
-  const int64_t rows = std::min(row_hi, height) - row_lo;
-  s.rows.resize(static_cast<size_t>(rows * S * C));
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* line = src + (row_lo + r) * row_stride;
-    float* out = s.rows.data() + r * S * C;
-    for (int64_t x = 0; x < S; ++x) {
-      const float* w = &s.x.weight[x * s.x.taps];
-      const int64_t first = s.x.first[x];
-      const int64_t taps = std::min(s.x.taps, width - first);
-      for (int64_t c = 0; c < C; ++c) {
-        const uint8_t* p = line + first * pixel_stride + c * channel_stride;
-        float acc = 0;
-        for (int64_t k = 0; k < taps; ++k) acc += w[k] * static_cast<float>(p[k * pixel_stride]);
-        out[x * C + c] = acc;
+  const int64_t top = (height - m) / 2, left = (width - m) / 2;
+  if (m == S) {  // the centred square as it is
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < S; ++y) {
+        const uint8_t* p = src + (top + y) * row_stride + left * pixel_stride + c * channel_stride;
+        uint8_t* out = dst + (c * S + y) * S;
+        for (int64_t x = 0; x < S; ++x) out[x] = p[x * pixel_stride];
       }
-    }
+    return;
   }
+  ResizeScratch& s = resize_scratch;
+  make_taps(m, left, S, s.x);
+  make_taps(m, top, S, s.y);
+  // Horizontal pass over the source rows some output row reads: [rows][S][C] floats.
+  const int64_t row_lo = s.y.first.front(), row_hi = std::min(s.y.first.back() + s.y.taps, height);
+  const int64_t rows = row_hi - row_lo, Y = s.y.taps;
+  s.rows.resize(static_cast<size_t>((rows + Y) * S * C));  // + Y rows of zeros: reads past `rows` weigh 0
+  std::fill(s.rows.begin() + rows * S * C, s.rows.end(), 0.0f);
+  if (C == 3)
+    filter_rows<3>(src, row_lo, rows, row_stride, pixel_stride, channel_stride, width, 3, S, s.x, s.rows.data());
+  else if (C == 1)
+    filter_rows<1>(src, row_lo, rows, row_stride, pixel_stride, channel_stride, width, 1, S, s.x, s.rows.data());
+  else
+    filter_rows<0>(src, row_lo, rows, row_stride, pixel_stride, channel_stride, width, C, S, s.x, s.rows.data());
+  // Vertical pass: each output row is a weighted sum of whole filtered rows (contiguous, so the
+  // inner loop vectorises), then rounded into the planar output.
+  s.acc.resize(static_cast<size_t>(S * C));
+  float* acc = s.acc.data();
   for (int64_t y = 0; y < S; ++y) {
-    const float* w = &s.y.weight[y * s.y.taps];
-    const int64_t first = s.y.first[y] - row_lo;
-    const int64_t taps = std::min(s.y.taps, rows - first);
+    const float* w = &s.y.weight[y * Y];
+    const float* base = s.rows.data() + (s.y.first[y] - row_lo) * S * C;
+    std::fill(acc, acc + S * C, 0.0f);
+    for (int64_t k = 0; k < Y; ++k) {
+      const float wk = w[k];
+      const float* row = base + k * S * C;
+      for (int64_t j = 0; j < S * C; ++j) acc[j] += wk * row[j];
+    }
     for (int64_t x = 0; x < S; ++x)
-      for (int64_t c = 0; c < C; ++c) {
-        float acc = 0;
-        for (int64_t k = 0; k < taps; ++k) acc += w[k] * s.rows[((first + k) * S + x) * C + c];
-        dst[(c * S + y) * S + x] = static_cast<uint8_t>(std::clamp(std::lround(acc), 0L, 255L));
-      }
+      for (int64_t c = 0; c < C; ++c)
+        dst[(c * S + y) * S + x] = static_cast<uint8_t>(std::clamp(acc[x * C + c], 0.0f, 255.0f) + 0.5f);
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "data/image_decode.h"
 #include "fasttrain/image_datasets.h"
+#include "fasttrain/loader.h"
 #include "fasttrain/npy.h"
 #include "fasttrain/tasks.h"
 #include "support/expect_error.h"
@@ -419,6 +420,33 @@ TEST_F(Classify, ImageFolderListsClassesAndFilesInOrderAndReadsThemPreloadedOrNo
   }
 }
 
+// Decoding on the loader's worker threads (per-thread buffers) gives the batches decoding up front
+// gives, in the same order.
+TEST_F(Classify, LazilyDecodedFolderBatchesMatchPreloadedOnesWithWorkers) {
+  const std::string root = path("images");
+  make_pattern_folder(root, 12, 20);
+  data::ImageFolderOptions o;
+  o.image_size = 12;
+  auto preloaded = std::make_shared<const data::ImageFolderDataset>(root, o);
+  o.preload_bytes = 0;
+  auto lazy = std::make_shared<const data::ImageFolderDataset>(root, o);
+  data::LoaderOptions lo;
+  lo.batch_size = 5, lo.shuffle = true, lo.seed = 3;
+  data::DataLoader in_thread(preloaded, lo);
+  lo.num_workers = 3;
+  data::DataLoader workers(lazy, lo);
+  int batches = 0;
+  for (const data::Batch* a = in_thread.next(); a != nullptr; a = in_thread.next(), ++batches) {
+    const data::Batch* b = workers.next();
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(a->rows, b->rows);
+    EXPECT_EQ(std::memcmp(a->fields[0].raw_data(), b->fields[0].raw_data(), a->fields[0].nbytes()), 0);
+    EXPECT_EQ(std::memcmp(a->fields[1].raw_data(), b->fields[1].raw_data(), a->fields[1].nbytes()), 0);
+  }
+  EXPECT_EQ(batches, 8);  // 36 images in batches of 5
+  EXPECT_EQ(workers.next(), nullptr);
+}
+
 TEST_F(Classify, ImageFolderRefusesBadLayoutsAndNamesTheUnreadableFile) {
   const std::string root = path("images");
   expect_error([&] { data::ImageFolderDataset d(root); }, root + ": not a folder");
@@ -679,6 +707,36 @@ TEST_F(Classify, NpyImagesTakeTheCnnAndAreAugmentedOnlyInTraining) {
   EXPECT_EQ(std::memcmp(v1[0].raw_data(), v2[0].raw_data(), v1[0].nbytes()), 0);
   test::BuiltinRun run(c);
   EXPECT_EQ(run.fit().steps, 4);
+}
+
+TEST_F(Classify, ResumeContinuesExactlyOnTheSameSplitAndStatistics) {
+  const std::string root = path("images");
+  make_pattern_folder(root, 8, 16);
+  train::TrainerConfig c = config("folder:" + root);
+  c.image_size = 16;
+  c.val_fraction = 0.25;  // 18 training images: 2 batches of 8 per epoch, so the run crosses epochs
+  c.max_steps = 6;
+  c.eval_every = 3;
+  c.checkpoint_every = 3;
+  c.workers = 2;
+  test::BuiltinRun a(c);
+  a.fit();
+  train::TrainerConfig cb = c;
+  cb.run_dir = path("run_b");
+  test::BuiltinRun b(cb);
+  b.resume(c.run_dir + "/checkpoints/step-00000003");
+  b.fit();
+  std::vector<train::MetricRow> tail;
+  for (const train::MetricRow& r : a.history())
+    if (r.step > 3) tail.push_back(r);
+  ASSERT_EQ(tail.size(), b.history().size());
+  ASSERT_FALSE(tail.empty());
+  for (size_t k = 0; k < tail.size(); ++k) {
+    EXPECT_EQ(tail[k].step, b.history()[k].step);
+    EXPECT_EQ(tail[k].loss, b.history()[k].loss) << "step " << tail[k].step << " " << tail[k].split;
+    EXPECT_EQ(tail[k].accuracy, b.history()[k].accuracy);
+  }
+  EXPECT_EQ(read_bytes(c.run_dir + "/task.json"), read_bytes(cb.run_dir + "/task.json"));
 }
 
 // --- malformed data, and data the model cannot take: refused, nothing written ----------------

@@ -573,6 +573,7 @@ TEST_F(Classify, MnistTrainsOnTheTrainFilesAndValidatesOnTheTestFiles) {
   const std::string dir = path("mnist");
   write_mnist(dir, "train", 40);
   write_mnist(dir, "t10k", 12);
+  fs::rename(dir + "/t10k-images-idx3-ubyte", dir + "/t10k-images.idx3-ubyte");  // a mirror's spelling
   train::TrainerConfig c = config("mnist:" + dir);
   c.val_data = "mnist:" + dir;
   c.image_size = 28;
@@ -755,6 +756,11 @@ TEST_F(Classify, MalformedFoldersAreRefusedBeforeAnythingIsWritten) {
   expect_refused(config("folder:" + root), root + "/vertical/001.jpg: truncated JPEG");
   write_bytes(root + "/vertical/001.jpg", jpeg);
   expect_refused(config("folder:" + path("nowhere")), path("nowhere") + ": not a folder");
+  expect_refused(config("folder:" + root + "/checker"), root + "/checker: no class folders");
+  fs::create_directories(path("one/only"));
+  write_png(path("one/only/1.png"), 8, 8, 3, gradient(8, 8));
+  expect_refused(config("folder:" + path("one")),
+                 path("one") + ": one class folder (only); expected a sub-folder per class");
 
   // Validation folders must have the training folder's classes.
   make_pattern_folder(path("val"), 2, 16);

@@ -209,6 +209,11 @@ std::string required_file(const fs::path& dir, const std::string& name, const Da
   const fs::path p = dir / name;
   std::error_code ec;
   if (fs::is_regular_file(p, ec)) return p.string();
+  // Some MNIST mirrors name the files train-images.idx3-ubyte.
+  if (const size_t dash = name.rfind("-idx"); dash != std::string::npos) {
+    const fs::path dotted = dir / (name.substr(0, dash) + "." + name.substr(dash + 1));
+    if (fs::is_regular_file(dotted, ec)) return dotted.string();
+  }
   FT_CHECK(!fs::exists(p.string() + ".gz", ec), p.string(), ": not found, but ", p.string(),
            ".gz is: decompress it first (gunzip -k ", p.string(), ".gz)");
   FT_FAIL(p.string(), ": not found (", s.text, " reads the standard file names of the download)");
@@ -245,6 +250,8 @@ ImageSource open_images(const DataSpec& s, bool validation, int64_t size) {
     o.image_size = size;
     auto folder = std::make_shared<data::ImageFolderDataset>(s.path, o);
     src.classes = folder->classes();
+    FT_CHECK(src.classes.size() >= 2, s.path, ": one class folder (", src.classes.front(),
+             "); expected a sub-folder per class and at least 2 classes");
     src.lazy = !folder->preloaded();
     src.images = folder;
   }

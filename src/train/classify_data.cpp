@@ -255,7 +255,7 @@ ImageSource open_images(const DataSpec& s, bool validation, int64_t size) {
     src.lazy = !folder->preloaded();
     src.images = folder;
   }
-  const Shape& shape = src.images->spec()[0].shape;
+  const Shape shape = src.images->spec()[0].shape;  // spec() returns a copy
   if (shape[1] != size || shape[2] != size) src.images = std::make_shared<ResizedImages>(src.images, size);
   return src;
 }

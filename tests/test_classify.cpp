@@ -2,12 +2,10 @@
 // and PNG decoding and resampling, ImageFolderDataset, every --data form (mnist, cifar10, folder,
 // npy) with its split, statistics and augmentation, each malformed input refused before anything
 // is written, and `fasttrain train --task classify` on an image folder reaching a stated accuracy.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -26,11 +24,14 @@
 #include "fasttrain/npy.h"
 #include "fasttrain/tasks.h"
 #include "support/expect_error.h"
+#include "support/run_cli.h"
 #include "support/trainer_configs.h"
 #include "train/classify_data.h"
 
 using namespace ft;
+using ft::test::CliRun;
 using ft::test::expect_error;
+using ft::test::run_cli;
 namespace fs = std::filesystem;
 
 namespace {
@@ -213,22 +214,6 @@ void write_blobs(const std::string& x_path, const std::string& y_path, int n, in
 }
 
 // --- running ---------------------------------------------------------------------------------
-
-struct CliRun {
-  int code;
-  std::string output;
-};
-
-CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(FT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
 
 class Classify : public ::testing::Test {
  protected:
@@ -529,21 +514,22 @@ TEST_F(Classify, FolderHoldsOutADisjointSeededSplitAndNormalisesWithTrainingStat
   other.seed = c.seed + 1;
   EXPECT_NE(train::ClassifyData(other).val_indices(), d.val_indices());
 
-  // The statistics are those of the training images the model sees (resampled, before cropping).
+  // The statistics are those of all 30 images as the model sees them (resampled, before cropping),
+  // the held-out ones included: they depend on --data alone.
   data::ImageFolderOptions o;
   o.image_size = 12;
   const data::ImageFolderDataset folder(root, o);
   std::vector<Tensor> f = sample_fields(folder);
   for (int ch = 0; ch < 3; ++ch) {
     double sum = 0, squares = 0;
-    for (int64_t i : d.train_indices()) {
+    for (int64_t i = 0; i < 30; ++i) {
       folder.read(i, 0, f);
       for (int k = 0; k < 144; ++k) {
         const double v = f[0].data<uint8_t>()[ch * 144 + k] / 255.0;
         sum += v, squares += v * v;
       }
     }
-    const double n = 24.0 * 144, mean = sum / n;
+    const double n = 30.0 * 144, mean = sum / n;
     EXPECT_NEAR(info.mean[ch], mean, 1e-9);
     EXPECT_NEAR(info.std[ch], std::sqrt(squares / n - mean * mean), 1e-6);
   }
@@ -654,19 +640,21 @@ TEST_F(Classify, NpyFeatureVectorsAreStandardisedPerFeatureAndLearnedByTheMlp) {
   EXPECT_EQ(d.info().classes.size(), 3u);
   EXPECT_EQ(d.info().train_samples, 270);
   EXPECT_EQ(d.info().crop_padding, 0);
-  // The training rows the loader reads have mean 0 and std 1 per feature.
-  const data::DatasetPtr tr = d.train_data(32).dataset;
+  // The rows the loaders read, training and held-out together (all of --data), have mean 0 and
+  // std 1 per feature.
+  const data::DatasetPtr tr = d.train_data(32).dataset, val = d.val_data(32).dataset;
   EXPECT_EQ(tr->spec()[0].name, "features");
   std::vector<Tensor> f = sample_fields(*tr);
   std::vector<double> sum(6, 0), squares(6, 0);
-  for (int64_t i = 0; i < tr->size(); ++i) {
-    tr->read(i, 0, f);
-    for (int j = 0; j < 6; ++j)
-      sum[j] += f[0].data<float>()[j], squares[j] += f[0].data<float>()[j] * f[0].data<float>()[j];
-  }
+  for (const data::DatasetPtr& split : {tr, val})
+    for (int64_t i = 0; i < split->size(); ++i) {
+      split->read(i, 0, f);
+      for (int j = 0; j < 6; ++j)
+        sum[j] += f[0].data<float>()[j], squares[j] += f[0].data<float>()[j] * f[0].data<float>()[j];
+    }
   for (int j = 0; j < 6; ++j) {
-    EXPECT_NEAR(sum[j] / 270, 0.0, 1e-5);
-    EXPECT_NEAR(squares[j] / 270, 1.0, 1e-4);
+    EXPECT_NEAR(sum[j] / 300, 0.0, 1e-5);
+    EXPECT_NEAR(squares[j] / 300, 1.0, 1e-4);
   }
   EXPECT_NEAR(d.info().std[2] / d.info().std[0], 100.0, 15.0);  // the features' scales 1 and 100
   test::BuiltinRun run(c);
@@ -893,6 +881,23 @@ TEST_F(Classify, ProgramTrainsOnAnImageFolderToNinetyPercent) {
   EXPECT_EQ(task["input"]["image_size"], 16);
   EXPECT_EQ(task["normalisation"]["mean"].size(), 3u);
   EXPECT_TRUE(fs::exists(run + "/model.safetensors"));
+
+  // `fasttrain eval` rebuilds the task from the run's config: on the run's own validation split it
+  // measures what training's final evaluation did (same split, same normalisation), and it takes
+  // a new folder of the same classes.
+  const auto summary = nlohmann::json::parse(read_bytes(run + "/summary.json"));
+  char expected[96];
+  std::snprintf(expected, sizeof expected, "loss %.4f, accuracy %.2f%%", summary["final_val_loss"].get<double>(),
+                100 * summary["final_val_accuracy"].get<double>());
+  const CliRun own = run_cli("eval --checkpoint " + run);
+  ASSERT_EQ(own.code, 0) << own.output;
+  EXPECT_NE(own.output.find(expected), std::string::npos) << own.output << "\nexpected: " << expected;
+  make_pattern_folder(path("fresh"), 20, 32, /*seed=*/8);
+  const CliRun fresh = run_cli("eval --checkpoint " + run + " --data folder:" + path("fresh"));
+  ASSERT_EQ(fresh.code, 0) << fresh.output;
+  const size_t at = fresh.output.find("accuracy ");
+  ASSERT_NE(at, std::string::npos) << fresh.output;
+  EXPECT_GE(std::stod(fresh.output.substr(at + 9)), 85.0) << fresh.output;
 
   const std::string bad = path("bad");
   fs::create_directories(bad + "/a");

@@ -262,6 +262,9 @@ ImageSource open_images(const DataSpec& s, bool validation, int64_t size) {
 
 // Per-channel mean and standard deviation of u8 images, in [0, 1] units, over all of `ds` or
 // (lazy) up to kMaxStatsSamples evenly spaced samples. Integer sums: exact, whatever the threads.
+// `ds` is all of --data, the held-out part included: the statistics then depend on --data alone,
+// not on the seed or val_fraction, so `fasttrain eval`, which rebuilds the task with --val-data
+// replaced, normalises exactly as the training run did.
 void image_stats(const data::Dataset& ds, bool lazy, ClassifyInfo& info) {
   const int64_t n = ds.size(), count = lazy ? std::min(n, kMaxStatsSamples) : n;
   const Shape shape = ds.spec()[0].shape;
@@ -347,7 +350,8 @@ Tensor take_rows(const Tensor& t, const std::vector<int64_t>& rows) {
   return out;
 }
 
-// Mean and std over the training rows, per channel of images or per feature of vectors.
+// Mean and std over all rows of --data (as image_stats), per channel of images or per feature of
+// vectors.
 void npy_stats(const Tensor& x, ClassifyInfo& info) {
   const int64_t n = x.size(0);
   const int64_t groups = info.images ? info.channels : info.features;  // statistics per group
@@ -470,7 +474,7 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
     info_.train_samples = train_set->size();
     info_.val_samples = val_set->size();
     check_split_sizes(c, info_);
-    image_stats(*train_set, src.lazy, info_);
+    image_stats(*src.images, src.lazy, info_);
     data::ImageTransform t;
     t.crop_size = S;
     t.mean = floats(info_.mean);
@@ -504,6 +508,8 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
   const int64_t classes = *std::max_element(labels, labels + all.y.size(0)) + 1;
   FT_CHECK(classes >= 2, train.labels, ": every label is 0; expected at least 2 classes (labels 0, 1, ...)");
   info_.classes = digit_classes(classes);
+  npy_stats(all.x, info_);
+  normalise(all.x, info_);
   NpyPair tr, va;
   if (val) {
     tr = std::move(all);
@@ -512,6 +518,7 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
     want.erase(0), got.erase(0);
     FT_CHECK(got == want, val->path, ": samples of shape ", got.str(), "; expected ", want.str(), " like ", train.path);
     check_labels(va.y, val->labels, classes, train.labels);
+    normalise(va.x, info_);
   } else {
     hold_out(all.x.size(0), c, train_idx, val_idx);
     tr = {take_rows(all.x, train_idx), take_rows(all.y, train_idx)};
@@ -521,9 +528,6 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
   info_.train_samples = tr.x.size(0);
   info_.val_samples = va.x.size(0);
   check_split_sizes(c, info_);
-  npy_stats(tr.x, info_);
-  normalise(tr.x, info_);
-  normalise(va.x, info_);
   std::vector<float> pad;  // a zero before normalising
   for (size_t g = 0; g < info_.mean.size(); ++g) pad.push_back(static_cast<float>(-info_.mean[g] / info_.std[g]));
   if (info_.images && c.augment) {

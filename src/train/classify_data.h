@@ -30,10 +30,11 @@ struct ClassifyInfo {
   int64_t channels = 0;    // images
   int64_t image_size = 0;  // images: the side the model sees
   int64_t features = 0;    // vectors
-  // Per channel (images) or feature (vectors): what the model sees is (x - mean) / std, x in
-  // [0, 1] for 8-bit images (pixel / 255) and as stored for npy data.
+  // Per channel (images) or feature (vectors) over --data (all of it, a held-out split
+  // included): what the model sees is (x - mean) / std, x in [0, 1] for 8-bit images
+  // (pixel / 255) and as stored for npy data.
   std::vector<double> mean, std;
-  int64_t stats_samples = 0;  // training samples the statistics were computed over
+  int64_t stats_samples = 0;  // samples of --data the statistics were computed over
   int64_t train_samples = 0, val_samples = 0;
   bool held_out = false;        // the validation split was held out of --data (val_fraction)
   int64_t crop_padding = 0;     // training augmentation: random crop after this much zero padding

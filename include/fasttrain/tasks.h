@@ -29,6 +29,14 @@ BuiltinTask make_builtin_task(const TrainerConfig& config);
 // The GPT of the char and lm tasks: context, layers, dim, heads and dropout from the config,
 // GPT-2 initialisation (also used by `fasttrain sample` and `fasttrain eval`).
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
+// Classification steps of the images and classify tasks, for any classifier of one's own too:
+// field 0 the input, field 1 the integer labels. The training step's loss is the mean
+// cross-entropy; the validation step adds the batch's "accuracy".
+StepOutput classification_step(nn::UnaryModule& model, const data::Batch& batch);
+StepOutput classification_eval_step(nn::UnaryModule& model, const data::Batch& batch);
+// "val accuracy 97.10% on 1000 images of 6 classes (goal >= 95.0%: met)" and whether it was met.
+Goal accuracy_goal(const EvalResult& result, double goal, int64_t samples, const char* what, int64_t classes);
+
 // The mean next-token cross-entropy of a batch of "tokens" and "targets" [B, T] (char and lm).
 Tensor next_token_loss(nn::GPT& model, const data::Batch& batch);
 // Loads weights into a GPT from a .safetensors file (--init-from): fasttrain's layout or Hugging

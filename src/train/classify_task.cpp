@@ -48,24 +48,11 @@ class ClassifyModule : public TrainModule {
 
   nn::Module& model() override { return *model_; }
 
-  StepOutput training_step(const data::Batch& b) override {
-    return {cross_entropy(model_->forward(b.fields[0]), b.fields[1]), {}};
-  }
-
-  StepOutput validation_step(const data::Batch& b) override {
-    Tensor logits = model_->forward(b.fields[0]);
-    Tensor correct = mean(eq(argmax(logits, 1), b.fields[1]).to(DType::F32));
-    return {cross_entropy(logits, b.fields[1]), {{"accuracy", correct}}};
-  }
-
+  StepOutput training_step(const data::Batch& b) override { return classification_step(*model_, b); }
+  StepOutput validation_step(const data::Batch& b) override { return classification_eval_step(*model_, b); }
   std::optional<Goal> judge(const EvalResult& r) const override {
-    const double accuracy = r.metric("accuracy").value_or(0.0);
-    const bool met = accuracy >= c_.goal_accuracy;
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "val accuracy %.2f%% on %lld %s of %zu classes (goal >= %.1f%%: %s)", 100 * accuracy,
-                  static_cast<long long>(info_.val_samples), info_.images ? "images" : "samples", info_.classes.size(),
-                  100 * c_.goal_accuracy, met ? "met" : "not met");
-    return Goal{buf, met};
+    return accuracy_goal(r, c_.goal_accuracy, info_.val_samples, info_.images ? "images" : "samples",
+                         static_cast<int64_t>(info_.classes.size()));
   }
 
   std::string description_json() const override {

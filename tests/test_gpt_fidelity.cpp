@@ -43,12 +43,12 @@ nn::GPTConfig small_config(int64_t vocab) {
   return cfg;
 }
 
-Tensor& embedding_of(nn::GPT& gpt) {
-  for (auto& [name, p] : gpt.named_parameters())
+// A handle to the embedding (by value: named_parameters() returns a temporary list).
+Tensor embedding_of(nn::GPT& gpt) {
+  for (const auto& [name, p] : gpt.named_parameters())
     if (name == "transformer.wte.weight") return p;
   ADD_FAILURE() << "no transformer.wte.weight";
-  static Tensor none;
-  return none;
+  return Tensor();
 }
 
 // Writes `rows` into the embedding's padding rows (past the vocabulary).

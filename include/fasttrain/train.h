@@ -317,6 +317,7 @@ class Trainer {
 
   // Loss and metrics of `module` on data.val_data() (its first eval_batches batches; 0: all) in
   // the config's precision, without training (Lightning's Trainer.validate; `fasttrain eval`).
+  // In bf16-true the module's weights are converted to bf16 first, as training converts them.
   EvalResult validate(TrainModule& module, const DataModule& data);
 
   const TrainerConfig& config() const { return config_; }

@@ -46,10 +46,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
   } else if (task == "lm") {
     // nanoGPT's small-run settings with BENCH.md's gpt-mini.
     c.model = "gpt-mini";
-    c.context = 128;
-    c.layers = 4;
-    c.dim = 256;
-    c.heads = 4;
+    set_gpt_preset(c);
     c.max_steps = 1000;
     c.eval_every = 250;
     c.eval_batches = 20;

@@ -31,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/utf8.h"
 #include "fasttrain/error.h"
 
 namespace ft::data {
@@ -125,25 +126,6 @@ inline int decode_utf8(const unsigned char* s, size_t i, size_t n, uint32_t& cp)
     cp = (cp << 6) | (c & 0x3Fu);
   }
   return need + 1;
-}
-
-// Appends the UTF-8 encoding of cp.
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 std::array<char32_t, 256> make_byte_to_unicode() {

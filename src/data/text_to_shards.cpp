@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/utf8.h"
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/parallel.h"
-
 #include "fasttrain/token_shards.h"
 #include "fasttrain/tokenizer.h"
 
@@ -173,21 +173,7 @@ void for_each_code_point(const std::string& file, F&& on_code_point) {
 
 std::string utf8(uint32_t cp) {
   std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (cp >> 18));
-    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  append_utf8(s, cp);
   return s;
 }
 

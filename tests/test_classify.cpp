@@ -227,7 +227,7 @@ class Classify : public ::testing::Test {
   // A classify config over `data` that trains in moments, its run folder under the scratch dir.
   train::TrainerConfig config(const std::string& data) const {
     train::TrainerConfig c = train::TrainerConfig::defaults_for("classify");
-    c.data = data;
+    c.data.train = data;
     c.run_dir = path("run");
     c.progress = false;
     c.tensorboard = false;
@@ -493,8 +493,8 @@ TEST_F(Classify, FolderHoldsOutADisjointSeededSplitAndNormalisesWithTrainingStat
   const std::string root = path("images");
   make_pattern_folder(root, 10, 16);
   train::TrainerConfig c = config("folder:" + root);
-  c.image_size = 12;  // resampled from 16
-  c.val_fraction = 0.2;
+  c.data.image_size = 12;  // resampled from 16
+  c.data.val_fraction = 0.2;
   const train::ClassifyData d(c);
   const train::ClassifyInfo& info = d.info();
   EXPECT_EQ(info.classes, std::vector<std::string>({"checker", "horizontal", "vertical"}));
@@ -561,8 +561,8 @@ TEST_F(Classify, MnistTrainsOnTheTrainFilesAndValidatesOnTheTestFiles) {
   write_mnist(dir, "t10k", 12);
   fs::rename(dir + "/t10k-images-idx3-ubyte", dir + "/t10k-images.idx3-ubyte");  // a mirror's spelling
   train::TrainerConfig c = config("mnist:" + dir);
-  c.val_data = "mnist:" + dir;
-  c.image_size = 28;
+  c.data.val = "mnist:" + dir;
+  c.data.image_size = 28;
   {
     const train::ClassifyData d(c);
     EXPECT_EQ(d.info().classes.size(), 10u);
@@ -576,8 +576,8 @@ TEST_F(Classify, MnistTrainsOnTheTrainFilesAndValidatesOnTheTestFiles) {
     for (int i = 0; i < 40; ++i) mean += (i * 37) % 256 / 255.0 / 40;
     EXPECT_NEAR(d.info().mean[0], mean, 1e-9);
   }
-  c.val_data.clear();  // held out of the 40 training images instead
-  c.image_size = 32;   // resampled: a constant image stays constant
+  c.data.val.clear();      // held out of the 40 training images instead
+  c.data.image_size = 32;  // resampled: a constant image stays constant
   const train::ClassifyData d(c);
   EXPECT_EQ(d.info().val_samples, 4);
   EXPECT_EQ(d.info().train_samples, 36);
@@ -590,7 +590,7 @@ TEST_F(Classify, MnistTrainsOnTheTrainFilesAndValidatesOnTheTestFiles) {
   for (int k = 0; k < 32 * 32; ++k) ASSERT_NEAR(f[0].data<float>()[k], want, 1e-5);
   EXPECT_EQ(f[1].item<int64_t>(), i % 10);
 
-  c.model = "mlp";  // a run: the quickest model that takes 1 x 32 x 32 images
+  c.model.name = "mlp";  // a run: the quickest model that takes 1 x 32 x 32 images
   test::BuiltinRun run(c);
   const train::TrainResult r = run.fit();
   EXPECT_EQ(r.steps, 4);
@@ -610,8 +610,8 @@ TEST_F(Classify, Cifar10ReadsTheBatchesOfTheUnpackedArchive) {
   write_cifar(dir + "/data_batch_2.bin", 10);
   write_cifar(dir + "/test_batch.bin", 10);
   train::TrainerConfig c = config("cifar10:" + path("cifar"));
-  c.val_data = "cifar10:" + path("cifar");
-  c.model = "resnet20";
+  c.data.val = "cifar10:" + path("cifar");
+  c.model.name = "resnet20";
   const train::ClassifyData d(c);
   EXPECT_EQ(d.info().classes.front(), "airplane");
   EXPECT_EQ(d.info().classes.back(), "truck");
@@ -628,12 +628,12 @@ TEST_F(Classify, Cifar10ReadsTheBatchesOfTheUnpackedArchive) {
 TEST_F(Classify, NpyFeatureVectorsAreStandardisedPerFeatureAndLearnedByTheMlp) {
   write_blobs(path("x.npy"), path("y.npy"), 300, 6, 3, 1);
   train::TrainerConfig c = config("npy:" + path("x.npy") + "," + path("y.npy"));
-  c.model = "mlp";
+  c.model.name = "mlp";
   c.batch_size = 32;
   c.max_steps = 60;
   c.lr = 3e-3;
   c.warmup_steps = 5;
-  c.goal_accuracy = 0.95;
+  c.data.goal_accuracy = 0.95;
   const train::ClassifyData d(c);
   EXPECT_FALSE(d.info().images);
   EXPECT_EQ(d.info().features, 6);
@@ -674,7 +674,7 @@ TEST_F(Classify, NpyImagesTakeTheCnnAndAreAugmentedOnlyInTraining) {
   save_npy(path("x.npy"), f32_tensor(x, Shape{n, 8, 8}));
   save_npy(path("y.npy"), i64_tensor(labels).to(DType::U8));
   train::TrainerConfig c = config("npy:" + path("x.npy") + "," + path("y.npy"));
-  c.image_size = 8;
+  c.data.image_size = 8;
   const train::ClassifyData d(c);
   EXPECT_TRUE(d.info().images);
   EXPECT_EQ(d.info().sample_shape(), Shape({1, 8, 8}));
@@ -702,8 +702,8 @@ TEST_F(Classify, ResumeContinuesExactlyOnTheSameSplitAndStatistics) {
   const std::string root = path("images");
   make_pattern_folder(root, 8, 16);
   train::TrainerConfig c = config("folder:" + root);
-  c.image_size = 16;
-  c.val_fraction = 0.25;  // 18 training images: 2 batches of 8 per epoch, so the run crosses epochs
+  c.data.image_size = 16;
+  c.data.val_fraction = 0.25;  // 18 training images: 2 batches of 8 per epoch, so the run crosses epochs
   c.max_steps = 6;
   c.eval_every = 3;
   c.checkpoint_every = 3;
@@ -754,9 +754,9 @@ TEST_F(Classify, MalformedFoldersAreRefusedBeforeAnythingIsWritten) {
   make_pattern_folder(path("val"), 2, 16);
   fs::rename(path("val") + "/checker", path("val") + "/chequer");
   train::TrainerConfig c = config("folder:" + root);
-  c.val_data = "folder:" + path("val");
+  c.data.val = "folder:" + path("val");
   expect_refused(c, path("val") + ": its 3 class folders differ from the training folder's 3");
-  c.val_data = "npy:" + path("x.npy") + "," + path("y.npy");
+  c.data.val = "npy:" + path("x.npy") + "," + path("y.npy");
   expect_refused(c, "option val_data: expected folder: data like --data");
 }
 
@@ -764,11 +764,11 @@ TEST_F(Classify, EmptySplitsAreRefused) {
   const std::string root = path("images");
   make_pattern_folder(root, 3, 16);  // 9 images
   train::TrainerConfig c = config("folder:" + root);
-  c.val_fraction = 0.05;
+  c.data.val_fraction = 0.05;
   expect_refused(c, ": holding out val_fraction 0.05 of its 9 samples leaves the validation split empty");
-  c.val_fraction = 0.97;
+  c.data.val_fraction = 0.97;
   expect_refused(c, "leaves the training split empty");
-  c.val_fraction = 0.2;
+  c.data.val_fraction = 0.2;
   c.batch_size = 16;
   expect_refused(c, "folder:" + root + ": the training split holds 7 samples (after holding out val_fraction), " +
                         "fewer than batch_size x accumulate = 16");
@@ -778,20 +778,20 @@ TEST_F(Classify, ModelsThatCannotTakeTheDataAreRefused) {
   const std::string root = path("images");
   make_pattern_folder(root, 4, 16);
   train::TrainerConfig c = config("folder:" + root);
-  c.model = "resnet18";
-  c.image_size = 16;
+  c.model.name = "resnet18";
+  c.data.image_size = 16;
   expect_refused(c,
                  "option model: resnet18 reduces images 32-fold (ImageNet stem and four stages) and takes 32x32 "
                  "pixels or more; folder:" +
                      root + " gives 16x16 images");
   write_mnist(path("mnist"), "train", 20);
   c = config("mnist:" + path("mnist"));
-  c.model = "resnet20";
+  c.model.name = "resnet20";
   expect_refused(
       c, "option model: resnet20 takes 3-channel (RGB) images; mnist:" + path("mnist") + " holds 1-channel images");
   write_blobs(path("x.npy"), path("y.npy"), 40, 5, 2, 3);
   c = config("npy:" + path("x.npy") + "," + path("y.npy"));
-  c.model = "cnn-mini";
+  c.model.name = "cnn-mini";
   expect_refused(c, "option model: cnn-mini takes images [C, H, W]; " + path("x.npy") +
                         " holds feature vectors of 5 values (use --model mlp)");
   // npy images are used at their own size, which must be the run's.
@@ -807,7 +807,7 @@ TEST_F(Classify, MalformedNpyAndMnistFilesAreRefusedNamingTheFile) {
   const std::string x = path("x.npy"), y = path("y.npy");
   auto npy = [&] {
     train::TrainerConfig c = config("npy:" + x + "," + y);
-    c.model = "mlp";
+    c.model.name = "mlp";
     return c;
   };
   save_npy(x, f32_tensor({1, 2, 3, 4}, Shape{4}));
@@ -836,7 +836,7 @@ TEST_F(Classify, MalformedNpyAndMnistFilesAreRefusedNamingTheFile) {
   save_npy(path("vx.npy"), f32_tensor(std::vector<float>(6, 0.0f), Shape{2, 3}));
   save_npy(path("vy.npy"), i64_tensor({1, 2}));
   train::TrainerConfig c = npy();
-  c.val_data = "npy:" + path("vx.npy") + "," + path("vy.npy");
+  c.data.val = "npy:" + path("vx.npy") + "," + path("vy.npy");
   expect_refused(c, path("vy.npy") + ": row 1 holds label 2; expected a class in [0, 2) (the classes of " + y + ")");
   save_npy(path("vx.npy"), f32_tensor(std::vector<float>(8, 0.0f), Shape{2, 4}));
   expect_refused(c, path("vx.npy") + ": samples of shape [4]; expected [3]");
@@ -850,7 +850,7 @@ TEST_F(Classify, MalformedNpyAndMnistFilesAreRefusedNamingTheFile) {
                                                "/train-images-idx3-ubyte.gz is: decompress it first");
   write_mnist(mnist, "train", 20);
   train::TrainerConfig m = config("mnist:" + mnist);
-  m.val_data = "mnist:" + mnist;  // no t10k files
+  m.data.val = "mnist:" + mnist;  // no t10k files
   expect_refused(m, mnist + "/t10k-images-idx3-ubyte: not found");
   std::string labels = read_bytes(mnist + "/train-labels-idx1-ubyte");
   labels[8 + 3] = 12;

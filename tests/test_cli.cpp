@@ -69,8 +69,8 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
   CliRun r = run_cli("train --help");
   EXPECT_EQ(r.code, 0) << r.output;
   ft::train::TrainerConfig c;
-  ft::train::visit_fields(c, [&](const char* name, auto&, const char*) {
-    std::string flag = std::string("--") + name;
+  ft::train::visit_fields(c, [&](const ft::train::OptionInfo& o, auto&) {
+    std::string flag = std::string("--") + o.name;
     std::replace(flag.begin(), flag.end(), '_', '-');
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
   });
@@ -181,10 +181,10 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   EXPECT_NE(r.output.find("entropy floor"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
   ft::train::TrainerConfig c = ft::train::load_run_config(run);
-  EXPECT_EQ(c.max_steps, 2);  // the flag won
-  EXPECT_EQ(c.lr, 0.002);     // from the file
-  EXPECT_EQ(c.dim, 32);       // from the file
-  EXPECT_EQ(c.beta2, 0.99);   // the char default
+  EXPECT_EQ(c.max_steps, 2);   // the flag won
+  EXPECT_EQ(c.lr, 0.002);      // from the file
+  EXPECT_EQ(c.model.dim, 32);  // from the file
+  EXPECT_EQ(c.beta2, 0.99);    // the char default
   auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
   EXPECT_EQ(summary["steps"], 2);
 

@@ -196,8 +196,9 @@ TEST_F(Lm, ModelPresetsAndCustomSizes) {
                                dir_ + "/mini");
   ASSERT_EQ(trained.code, 0) << trained.output;
   const std::string config = slurp(dir_ + "/mini/config.toml");
-  for (const char* line : {"model = 'gpt-mini'", "layers = 4", "dim = 256", "heads = 4", "context = 128"})
-    EXPECT_NE(config.find(line), std::string::npos) << line;
+  EXPECT_NE(config.find("\n[model]\nname = 'gpt-mini'\ncontext = 128\nlayers = 4\ndim = 256\nheads = 4\n"),
+            std::string::npos)
+      << config;
 }
 
 }  // namespace

@@ -119,7 +119,7 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad([](TrainerConfig& c) { c.lr = -1; }, "option lr: expected a positive learning rate, found -1");
   bad([](TrainerConfig& c) { c.device = "cuda"; }, "no CUDA kernels in this build yet");
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, found 'tpu'");
-  bad([](TrainerConfig& c) { c.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
+  bad([](TrainerConfig& c) { c.model.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
   bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam, sgd, lamb or lars");
   bad([](TrainerConfig& c) { c.optimizer = "Adam"; },
       "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
@@ -130,9 +130,66 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad(
       [](TrainerConfig& c) {
         c = TrainerConfig::defaults_for("images");
-        c.classes = 7;
+        c.data.classes = 7;
       },
       "option classes: expected 2 to 6, found 7");
+}
+
+// The built-in tasks' model and data options live in the [model] and [data] tables of a run file
+// (under short keys: name, train, val) while their flags stay flat.
+TEST(TrainerConfig, ModelAndDataOptionsLiveInTheirTables) {
+  TrainerConfig c = TrainerConfig::defaults_for("lm");
+  c.data.train = "shards/*train*.bin";
+  c.data.val = "shards/*val*.bin";
+  const std::string text = config_to_toml(c);
+  const size_t model = text.find("\n[model]\nname = 'gpt-mini'\ncontext = 128\n");
+  const size_t data = text.find("\n[data]\ntrain = 'shards/*train*.bin'\nval = 'shards/*val*.bin'\n");
+  ASSERT_NE(model, std::string::npos) << text;
+  ASSERT_NE(data, std::string::npos) << text;
+  EXPECT_LT(model, data);
+  for (const char* flat : {"\ncontext =", "\ndata =", "\nval_data =", "\nmodel ="})
+    EXPECT_EQ(text.substr(0, model).find(flat), std::string::npos) << flat;
+  EXPECT_NE(text.substr(0, model).find("\nlr = 0.001\n"), std::string::npos) << text;
+
+  TrainerConfig back;
+  apply_toml(back, "task = 'lm'\n[model]\nname = 'custom'\nlayers = 3\n[data]\ntrain = 'a.bin'\ngoal_gap = 0.25\n",
+             "t");
+  EXPECT_EQ(back.model.name, "custom");
+  EXPECT_EQ(back.model.layers, 3);
+  EXPECT_EQ(back.data.train, "a.bin");
+  EXPECT_EQ(back.data.goal_gap, 0.25);
+  // Flags name the same options flat.
+  set_field(back, "val_data", "b.bin");
+  set_field(back, "model", "gpt2");
+  EXPECT_EQ(back.data.val, "b.bin");
+  EXPECT_EQ(back.model.name, "gpt2");
+
+  test::expect_error([&] { apply_toml(back, "[model]\nmodel = 'gpt2'\n", "run.toml"); },
+                     "run.toml: unknown key 'model.model'");
+  test::expect_error([&] { apply_toml(back, "[data]\ncontext = 8\n", "run.toml"); },
+                     "run.toml: unknown key 'data.context'");
+  test::expect_error([&] { apply_toml(back, "[optim]\nlr = 1.0\n", "run.toml"); },
+                     "run.toml: unknown table [optim] (the tables are [model] and [data])");
+  test::expect_error([&] { apply_toml(back, "[data]\ntrain = 3\n", "run.toml"); },
+                     "run.toml: key 'data.train': expected a string, found a integer");
+}
+
+// Run folders written before the tables existed hold every option flat, under its flag name;
+// they still load, so their checkpoints resume.
+TEST(TrainerConfig, ReadsTheFlatConfigOfEarlierRuns) {
+  TrainerConfig back;
+  apply_toml(back,
+             "task = 'lm'\nmodel = 'custom'\ncontext = 32\ndata = 'x.bin'\nval_data = 'y.bin'\nvocab_size = 300\n"
+             "goal_gap = 0.2\nlr = 0.5\n",
+             "old.toml");
+  EXPECT_EQ(back.task, "lm");
+  EXPECT_EQ(back.model.name, "custom");
+  EXPECT_EQ(back.model.context, 32);
+  EXPECT_EQ(back.data.train, "x.bin");
+  EXPECT_EQ(back.data.val, "y.bin");
+  EXPECT_EQ(back.data.vocab_size, 300);
+  EXPECT_EQ(back.data.goal_gap, 0.2);
+  EXPECT_EQ(back.lr, 0.5);
 }
 
 // The names of the optimizer and gradient_clip_algorithm options are parsed to enums where the
@@ -140,9 +197,9 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
 TEST(TrainerConfig, NamedOptionsParseToKinds) {
   std::string optimizer_help, clip_help;
   TrainerConfig c;
-  visit_fields(c, [&](const char* name, auto&, const char* help) {
-    if (name == std::string("optimizer")) optimizer_help = help;
-    if (name == std::string("gradient_clip_algorithm")) clip_help = help;
+  visit_fields(c, [&](const OptionInfo& o, auto&) {
+    if (o.name == std::string("optimizer")) optimizer_help = o.help;
+    if (o.name == std::string("gradient_clip_algorithm")) clip_help = o.help;
   });
   for (size_t k = 0; k < optim::kOptimizerKindCount; ++k) {
     const auto kind = static_cast<optim::OptimizerKind>(k);
@@ -175,9 +232,8 @@ TEST(TrainerConfig, NamedOptionsParseToKinds) {
 TEST(TrainerConfig, ResumeLocksTheOptionsThatDefineModelDataAndOptimizerState) {
   std::set<std::string> locked, free;
   TrainerConfig c;
-  visit_fields(c, [&](const char* name, auto&, const char*, OnResume on_resume) {
-    (on_resume == OnResume::MustMatch ? locked : free).insert(name);
-  });
+  visit_fields(
+      c, [&](const OptionInfo& o, auto&) { (o.on_resume == OnResume::MustMatch ? locked : free).insert(o.name); });
   for (const char* name : {"task", "seed", "batch_size", "optimizer", "beta1", "momentum", "precision", "accumulate",
                            "dim", "context", "model", "classes"})
     EXPECT_EQ(locked.count(name), 1u) << name;
@@ -197,10 +253,10 @@ TEST(Trainer, CharTaskApproachesTheEntropyFloor) {
   c.max_steps = 180;
   c.warmup_steps = 20;
   c.eval_every = 0;
-  c.context = 32;
+  c.model.context = 32;
   c.batch_size = 64;
-  c.train_chars = 400000;
-  c.goal_gap = 0.3;
+  c.data.train_chars = 400000;
+  c.data.goal_gap = 0.3;
   // Results do not depend on the thread count; one thread keeps the time steady when other test
   // processes share the two cores (OpenMP barriers spin on an oversubscribed machine and two
   // threads then run several times slower than one).
@@ -220,8 +276,8 @@ TEST(Trainer, ImagesTaskReaches95PercentValidationAccuracy) {
   TrainerConfig c = TrainerConfig::defaults_for("images");
   c.run_dir = temp_dir("images_goal");
   c.progress = false;
-  c.model = "cnn-tiny";
-  c.image_size = 16;
+  c.model.name = "cnn-tiny";
+  c.data.image_size = 16;
   c.max_steps = 800;
   c.eval_every = 0;
   c.threads = 1;  // as above
@@ -236,10 +292,10 @@ TEST(Trainer, MaxEpochsStopsBeforeMaxSteps) {
   TrainerConfig c = TrainerConfig::defaults_for("images");
   c.run_dir = temp_dir("epochs");
   c.progress = false;
-  c.model = "cnn-tiny";
-  c.image_size = 16;
-  c.train_images = 70;  // two full batches of 32 per epoch; the last 6 images wait for the next epoch
-  c.val_images = 10;
+  c.model.name = "cnn-tiny";
+  c.data.image_size = 16;
+  c.data.train_images = 70;  // two full batches of 32 per epoch; the last 6 images wait for the next epoch
+  c.data.val_images = 10;
   c.max_epochs = 2;
   c.max_steps = 100;
   test::BuiltinRun t(c);
@@ -258,10 +314,10 @@ TEST(Trainer, ResumeContinuesExactly) {
       TrainerConfig i = TrainerConfig::defaults_for("images");
       i.run_dir = c.run_dir;
       i.progress = false;
-      i.model = "cnn-tiny";
-      i.image_size = 16;
-      i.train_images = 40;  // 5 batches per epoch: the run crosses an epoch boundary
-      i.val_images = 20;
+      i.model.name = "cnn-tiny";
+      i.data.image_size = 16;
+      i.data.train_images = 40;  // 5 batches per epoch: the run crosses an epoch boundary
+      i.data.val_images = 20;
       i.batch_size = 8;
       i.max_steps = 8;
       i.log_every_n_steps = 2;
@@ -269,7 +325,7 @@ TEST(Trainer, ResumeContinuesExactly) {
       c = i;
     }
     c.checkpoint_every = 3;
-    c.dropout = std::string(task) == "char" ? 0.1 : 0.0;  // exercises the restored dropout stream
+    c.model.dropout = std::string(task) == "char" ? 0.1 : 0.0;  // exercises the restored dropout stream
     test::BuiltinRun a(c);
     a.fit();
     const std::string ckpt = c.run_dir + "/checkpoints/step-00000003";
@@ -303,7 +359,7 @@ TEST(Trainer, ResumeContinuesExactly) {
 // batch number (what the task fed before the DataLoader), across an epoch boundary too.
 TEST(Trainer, CharLoaderBatchesAreTheRandomWindowsOfEachStep) {
   TrainerConfig c = tiny_char("");
-  c.train_chars = 200;  // 3 batches of 4 x 16 per epoch
+  c.data.train_chars = 200;  // 3 batches of 4 x 16 per epoch
   const BuiltinTask task = make_builtin_task(c);
   const TrainData train = task.data->train_data(c.batch_size);
   data::LoaderOptions o;
@@ -311,16 +367,17 @@ TEST(Trainer, CharLoaderBatchesAreTheRandomWindowsOfEachStep) {
   o.drop_last = true;
   data::DataLoader loader(train.dataset, o, train.sampler);
   ASSERT_EQ(loader.batches_per_epoch(), 3);
-  data::CharCorpus corpus(data::MarkovText::builtin(), c.train_chars, c.val_chars, derive_seed(c.seed, SeedUse::Data));
+  data::CharCorpus corpus(data::MarkovText::builtin(), c.data.train_chars, c.data.val_chars,
+                          derive_seed(c.seed, SeedUse::Data));
   for (int64_t step = 0; step < 7; ++step) {
     const data::Batch* b = loader.next();
     if (b == nullptr) b = loader.next();
     ASSERT_NE(b, nullptr);
     Tensor x, y;
     data::char_windows(corpus.train(),
-                       data::random_window_starts(static_cast<int64_t>(corpus.train().size()), c.context, c.batch_size,
-                                                  derive_seed(c.seed, SeedUse::TrainBatches), step),
-                       c.context, x, y);
+                       data::random_window_starts(static_cast<int64_t>(corpus.train().size()), c.model.context,
+                                                  c.batch_size, derive_seed(c.seed, SeedUse::TrainBatches), step),
+                       c.model.context, x, y);
     EXPECT_EQ(b->fields[0].to_vector(), x.to_vector()) << "step " << step;
     EXPECT_EQ(b->fields[1].to_vector(), y.to_vector()) << "step " << step;
   }
@@ -331,10 +388,10 @@ TEST(Trainer, CharLoaderBatchesAreTheRandomWindowsOfEachStep) {
 TEST(Trainer, WorkersGiveTheSameLossesAndResumeExactly) {
   TrainerConfig c = TrainerConfig::defaults_for("images");
   c.progress = false;
-  c.model = "cnn-tiny";
-  c.image_size = 16;
-  c.train_images = 40;
-  c.val_images = 20;
+  c.model.name = "cnn-tiny";
+  c.data.image_size = 16;
+  c.data.train_images = 40;
+  c.data.val_images = 20;
   c.batch_size = 8;
   c.max_steps = 8;
   c.log_every_n_steps = 1;
@@ -371,6 +428,49 @@ TEST(Trainer, WorkersGiveTheSameLossesAndResumeExactly) {
   for (const auto& d : {c.run_dir, cw.run_dir, cr.run_dir}) fs::remove_all(d);
 }
 
+// config.toml as runs wrote it before the [model] and [data] tables: every option flat under its
+// flag name.
+std::string flat_config_toml(const TrainerConfig& c) {
+  std::istringstream in(config_to_toml(c));
+  std::string out;
+  Section section = Section::Run;
+  TrainerConfig names;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line == "[model]" ? Section::Model : Section::Data;
+      continue;
+    }
+    std::string key = line.substr(0, line.find(" = "));
+    visit_fields(names, [&](const OptionInfo& o, auto&) {
+      if (section != Section::Run && o.section == section && key == o.toml_key()) key = o.name;
+    });
+    out += key + line.substr(line.find(" = ")) + "\n";
+  }
+  return out;
+}
+
+TEST(Trainer, ResumesACheckpointWithTheFlatConfigOfEarlierRuns) {
+  TrainerConfig c = tiny_char(temp_dir("resume_flat"));
+  c.max_steps = 2;
+  c.checkpoint_every = 2;
+  test::BuiltinRun(c).fit();
+  const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
+  const std::string flat = flat_config_toml(c);
+  ASSERT_EQ(flat.find('['), std::string::npos) << flat;
+  ASSERT_NE(flat.find("\ncontext = 16\n"), std::string::npos) << flat;
+  std::ofstream(ckpt + "/config.toml", std::ios::trunc) << flat;
+  EXPECT_EQ(config_to_toml(load_run_config(ckpt)), config_to_toml(c));
+
+  TrainerConfig more = c;
+  more.max_steps = 4;
+  more.run_dir = c.run_dir + "/more";
+  test::BuiltinRun t(more);
+  t.resume(ckpt);
+  EXPECT_EQ(t.fit().steps, 4);
+  fs::remove_all(c.run_dir);
+}
+
 TEST(Trainer, ResumeRejectsMismatchAndBadCheckpoints) {
   TrainerConfig c = tiny_char(temp_dir("resume_bad"));
   c.max_steps = 2;
@@ -379,7 +479,7 @@ TEST(Trainer, ResumeRejectsMismatchAndBadCheckpoints) {
   const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
 
   TrainerConfig other = c;
-  other.dim = 64;
+  other.model.dim = 64;
   test::BuiltinRun wrong(other);
   test::expect_error([&] { wrong.resume(ckpt); },
                      "resume: the checkpoint was trained with dim = 32, this run has dim = 64");

@@ -36,10 +36,10 @@ TrainerConfig tiny_images(const std::string& run_dir) {
   TrainerConfig i = TrainerConfig::defaults_for("images");
   i.run_dir = run_dir;
   i.progress = false;
-  i.model = "cnn-tiny";
-  i.image_size = 16;
-  i.train_images = 64;
-  i.val_images = 20;
+  i.model.name = "cnn-tiny";
+  i.data.image_size = 16;
+  i.data.train_images = 64;
+  i.data.val_images = 20;
   i.batch_size = 8;
   i.max_steps = 6;
   i.log_every_n_steps = 2;
@@ -263,7 +263,7 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
   for (const char* search : {"power", "binsearch"}) {
     SCOPED_TRACE(search);
     TrainerConfig c = tiny_images(temp_dir(std::string("autobatch_") + search));
-    c.train_images = 2048;
+    c.data.train_images = 2048;
     c.batch_size = 0;
     c.memory_limit = "24M";
     c.batch_size_search = search;
@@ -303,7 +303,7 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
 TEST(Trainer, LrFindRestoresTheRun) {
   TrainerConfig c = tiny_char(temp_dir("lrfind"));
   c.max_steps = 4;
-  c.dropout = 0.1;  // the sweep's dropout draws must not leak into the run
+  c.model.dropout = 0.1;  // the sweep's dropout draws must not leak into the run
   TrainerConfig c2 = c;
   c2.run_dir = temp_dir("lrfind_ref");
   test::BuiltinRun t(c);
@@ -330,8 +330,8 @@ TEST(Trainer, LrFindRestoresTheRun) {
 // With activation checkpointing the char task trains to the same losses.
 TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
   TrainerConfig c = tiny_char(temp_dir("ckblocks_a"));
-  c.layers = 2;
-  c.dropout = 0.1;
+  c.model.layers = 2;
+  c.model.dropout = 0.1;
   TrainerConfig cb = c;
   cb.run_dir = temp_dir("ckblocks_b");
   cb.checkpoint_blocks = true;

@@ -42,12 +42,12 @@ int run_eval(const std::vector<std::string>& args) {
              "eval: --data needs a run on data of one's own (task lm or "
              "classify); ",
              dir, " holds a '", c.task, "' run, whose data the project generates");
-    c.val_data = data;
+    c.data.val = data;
   }
   if (batch_size > 0) c.batch_size = batch_size;
   c.eval_batches = batches;
   c.progress = false;
-  c.init_from.clear();  // the folder's own weights are loaded below
+  c.model.init_from.clear();  // the folder's own weights are loaded below
   Trainer trainer(c);
   const BuiltinTask task = make_builtin_task(trainer.config());
   task.module->model().load(dir + "/model.safetensors", /*strict=*/true);

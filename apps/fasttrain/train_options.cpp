@@ -46,13 +46,14 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
   const TrainerConfig char_defaults = TrainerConfig::defaults_for("char");
   const TrainerConfig image_defaults = TrainerConfig::defaults_for("images");
   std::vector<std::string> defaults_text;
-  visit_fields(image_defaults,
-               [&](const char*, const auto& v, const char*) { defaults_text.push_back(value_text(v)); });
+  visit_fields(image_defaults, [&](const OptionInfo&, const auto& v) { defaults_text.push_back(value_text(v)); });
   size_t i = 0;
-  visit_fields(char_defaults, [&](const char* name, const auto& v, const char* help) {
+  visit_fields(char_defaults, [&](const OptionInfo& option, const auto& v) {
+    const std::string name = option.name;
+    const char* help = option.help;
     using T = std::decay_t<decltype(v)>;
     std::string text = help, def = value_text(v);
-    const bool differs = defaults_text[i] != def && std::string(name) != "task";
+    const bool differs = defaults_text[i] != def && name != "task";
     if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
     CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
     opt->type_name(std::is_same_v<T, std::string> ? "TEXT"
@@ -102,11 +103,11 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
     set_field(c, name, o.values.at(name));
   }
   // lm: a preset model brings its own size; --layers/--dim/--heads/--context size --model custom.
-  if (c.task == "lm" && is_gpt_preset(c.model)) {
+  if (c.task == "lm" && is_gpt_preset(c.model.name)) {
     for (const char* size : {"layers", "dim", "heads", "context"})
-      FT_CHECK(!given(size), "option --", size, " sizes --model custom; --model ", c.model,
+      FT_CHECK(!given(size), "option --", size, " sizes --model custom; --model ", c.model.name,
                " has its own size (use --model custom to choose one)");
-    set_gpt_preset(c);
+    set_gpt_preset(c.model);
   }
 
   return c;

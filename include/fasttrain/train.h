@@ -16,6 +16,38 @@
 
 namespace ft::train {
 
+// The model a built-in task builds (tasks.h): `[model]` in TOML, flat flags on the command line
+// (--model, --context, ...). A module of one's own has its own options and ignores these.
+struct ModelOptions {
+  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: "gpt-mini", "gpt2", "gpt2-medium",
+  // "gpt2-large" or "custom" (layers, dim, heads, context); classify: "mlp", "cnn-mini",
+  // "resnet18", "resnet20" or "resnet50"; char: a custom GPT (layers, dim, heads, context).
+  std::string name = "cnn-mini";
+  int64_t context = 64;  // GPTs: tokens of context
+  int64_t layers = 2;
+  int64_t dim = 128;
+  int64_t heads = 4;
+  double dropout = 0.0;
+  std::string init_from;  // lm: initial weights (.safetensors; Hugging Face GPT-2 names too)
+};
+
+// The data a built-in task reads or generates, and the goal it states: `[data]` in TOML.
+struct DataOptions {
+  std::string train;          // lm: a glob of llm.c token shards; classify: mnist:DIR, cifar10:DIR, folder:DIR, npy:X,y
+  std::string val;            // the validation data, in the same forms ("": classify holds out val_fraction)
+  double val_fraction = 0.1;  // classify: the share of the training data held out when val is empty
+  int64_t vocab_size = 0;     // lm: 0 reads it from the tokenizer/vocab file beside the shards
+  bool augment = true;        // classify: random crop (4-pixel padding) and horizontal flip of training images
+  int64_t train_chars = 2'000'000;  // char: the generated Markov text
+  int64_t val_chars = 200'000;
+  int64_t image_size = 32;  // images: generated side; classify: images are resized to it
+  int64_t classes = 6;      // images: shape classes
+  int64_t train_images = 10000;
+  int64_t val_images = 1000;
+  double goal_gap = 0.05;       // char: final val loss within this many nats of the entropy floor
+  double goal_accuracy = 0.95;  // images, classify: final validation accuracy
+};
+
 // Every option of a run. The CLI (`fasttrain train --help`), TOML run files and the config.toml
 // written into each run folder all go through visit_fields(), so the names below are the flag
 // names (with '-' for '_') and the TOML keys.
@@ -82,32 +114,9 @@ struct TrainerConfig {
   int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
   double early_stopping_min_delta = 0;
   bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
-  // --- char task ---
-  int64_t context = 64;
-  int64_t layers = 2;
-  int64_t dim = 128;
-  int64_t heads = 4;
-  double dropout = 0.0;
-  int64_t train_chars = 2'000'000;
-  int64_t val_chars = 200'000;
-  double goal_gap = 0.05;  // stated goal: final val loss within this many nats of the entropy floor
-  // --- images task (and the model of lm and classify) ---
-  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: "gpt-mini", "gpt2", "gpt2-medium",
-  // "gpt2-large" or "custom" (layers, dim, heads, context); classify: "mlp", "cnn-mini",
-  // "resnet18", "resnet20" or "resnet50".
-  std::string model = "cnn-mini";
-  int64_t image_size = 32;
-  int64_t classes = 6;
-  int64_t train_images = 10000;
-  int64_t val_images = 1000;
-  double goal_accuracy = 0.95;  // stated goal: final validation accuracy
-  // --- data of one's own (lm, classify) ---
-  std::string data;           // lm: a glob of llm.c token shards; classify: mnist:DIR, cifar10:DIR, folder:DIR, npy:X,y
-  std::string val_data;       // the validation data, in the same forms ("": classify holds out val_fraction)
-  double val_fraction = 0.1;  // classify: the share of the training data held out when val_data is empty
-  int64_t vocab_size = 0;     // lm: 0 reads it from the tokenizer/vocab file beside the shards
-  std::string init_from;      // lm: initial weights (.safetensors; Hugging Face GPT-2 names too)
-  bool augment = true;        // classify: random crop (4-pixel padding) and horizontal flip of training images
+  // --- the built-in tasks' model and data: [model] and [data] tables in TOML ---
+  ModelOptions model;
+  DataOptions data;
 
   // The defaults of a task ("char", "images", "lm" or "classify"): the fields above with the
   // task's own loop, optimisation and model settings.
@@ -124,18 +133,38 @@ struct TrainerConfig {
 // change.
 enum class OnResume { MayChange, MustMatch };
 
-// Calls v(name, field, help) for every field of `c` in a fixed order, or v(name, field, help,
-// on_resume) when v takes four arguments; field is a reference to an int64_t, uint64_t, double,
-// bool or std::string member. One list for CLI, TOML, JSON and the checks of resume().
+// Where an option lives in a TOML run file: at the top level or in the [model] / [data] table.
+enum class Section { Run, Model, Data };
+const char* section_name(Section s);  // "", "model", "data"
+
+// One option as visit_fields() describes it.
+struct OptionInfo {
+  const char* name;  // the flag (with '-' for '_'), unique over all sections
+  const char* help;  // starts with "char, lm: " when only those built-in tasks use the option
+  OnResume on_resume = OnResume::MayChange;
+  Section section = Section::Run;
+  const char* key = nullptr;  // the TOML key inside its section; nullptr: the name
+  const char* toml_key() const { return key != nullptr ? key : name; }
+};
+
+// Calls visitor(info, field) for every option of `c` in a fixed order, the options of a section
+// together; field is a reference to an int64_t, uint64_t, double, bool or std::string member.
+// One list for CLI, TOML, JSON and the checks of resume().
 template <class Config, class V>
 void visit_fields(Config& c, V&& visitor) {
   auto v = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume = OnResume::MayChange) {
-    if constexpr (std::is_invocable_v<V&, const char*, decltype(field), const char*, OnResume>)
-      visitor(name, field, help, on_resume);
-    else
-      visitor(name, field, help);
+    visitor(OptionInfo{name, help, on_resume}, field);
   };
-  constexpr OnResume locked = OnResume::MustMatch;
+  // The options of the built-in tasks' model and data, under their TOML key.
+  auto model = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume,
+                          const char* key = nullptr) {
+    visitor(OptionInfo{name, help, on_resume, Section::Model, key}, field);
+  };
+  auto data = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume,
+                         const char* key = nullptr) {
+    visitor(OptionInfo{name, help, on_resume, Section::Data, key}, field);
+  };
+  constexpr OnResume locked = OnResume::MustMatch, may_change = OnResume::MayChange;
   v("task", c.task, "task: char (char-level GPT on generated text) or images (procedural shapes)", locked);
   v("max_steps", c.max_steps, "optimisation steps");
   v("max_epochs", c.max_epochs, "stop after this many passes over the training data as well (0: no limit)");
@@ -203,35 +232,40 @@ void visit_fields(Config& c, V&& visitor) {
     "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
-  v("context", c.context, "char, lm: tokens of context", locked);
-  v("layers", c.layers, "char, lm: transformer blocks", locked);
-  v("dim", c.dim, "char, lm: model width", locked);
-  v("heads", c.heads, "char, lm: attention heads", locked);
-  v("dropout", c.dropout, "char, lm: dropout probability");
-  v("train_chars", c.train_chars, "char: characters in the generated training text", locked);
-  v("val_chars", c.val_chars, "char: characters in the generated validation text", locked);
-  v("goal_gap", c.goal_gap, "char: goal, validation loss within this many nats of the entropy floor");
-  v("model", c.model,
-    "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
-    "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
-    locked);
-  v("image_size", c.image_size, "images, classify: image side in pixels (classify: images are resized to it)", locked);
-  v("classes", c.classes, "images: number of shape classes (2-6)", locked);
-  v("train_images", c.train_images, "images: training images", locked);
-  v("val_images", c.val_images, "images: validation images", locked);
-  v("goal_accuracy", c.goal_accuracy, "images, classify: goal, validation accuracy");
-  v("data", c.data,
-    "lm, classify: training data; lm: a glob of token shards ('dir/*train*.bin'); classify: mnist:DIR, cifar10:DIR, "
-    "folder:DIR (a sub-folder of JPEG/PNG images per class) or npy:X.npy,y.npy",
-    locked);
-  v("val_data", c.val_data,
-    "lm, classify: validation data in the same form (classify: empty holds out val_fraction of the training data)",
-    locked);
-  v("val_fraction", c.val_fraction, "classify: share of the training data held out for validation without val_data",
-    locked);
-  v("vocab_size", c.vocab_size, "lm: vocabulary size (0: from the tokenizer or vocab file beside the shards)", locked);
-  v("init_from", c.init_from, "lm: initial weights from a .safetensors file (Hugging Face GPT-2 names accepted)");
-  v("augment", c.augment, "classify: random crop with 4-pixel padding and horizontal flip of training images");
+  model("model", c.model.name,
+        "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
+        "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
+        locked, "name");
+  model("context", c.model.context, "char, lm: tokens of context", locked);
+  model("layers", c.model.layers, "char, lm: transformer blocks", locked);
+  model("dim", c.model.dim, "char, lm: model width", locked);
+  model("heads", c.model.heads, "char, lm: attention heads", locked);
+  model("dropout", c.model.dropout, "char, lm: dropout probability", may_change);
+  model("init_from", c.model.init_from,
+        "lm: initial weights from a .safetensors file (Hugging Face GPT-2 names accepted)", may_change);
+  data("data", c.data.train,
+       "lm, classify: training data; lm: a glob of token shards ('dir/*train*.bin'); classify: mnist:DIR, cifar10:DIR, "
+       "folder:DIR (a sub-folder of JPEG/PNG images per class) or npy:X.npy,y.npy",
+       locked, "train");
+  data("val_data", c.data.val,
+       "lm, classify: validation data in the same form (classify: empty holds out val_fraction of the training data)",
+       locked, "val");
+  data("val_fraction", c.data.val_fraction,
+       "classify: share of the training data held out for validation without val_data", locked);
+  data("vocab_size", c.data.vocab_size, "lm: vocabulary size (0: from the tokenizer or vocab file beside the shards)",
+       locked);
+  data("augment", c.data.augment, "classify: random crop with 4-pixel padding and horizontal flip of training images",
+       may_change);
+  data("train_chars", c.data.train_chars, "char: characters in the generated training text", locked);
+  data("val_chars", c.data.val_chars, "char: characters in the generated validation text", locked);
+  data("image_size", c.data.image_size, "images, classify: image side in pixels (classify: images are resized to it)",
+       locked);
+  data("classes", c.data.classes, "images: number of shape classes (2-6)", locked);
+  data("train_images", c.data.train_images, "images: training images", locked);
+  data("val_images", c.data.val_images, "images: validation images", locked);
+  data("goal_gap", c.data.goal_gap, "char: goal, validation loss within this many nats of the entropy floor",
+       may_change);
+  data("goal_accuracy", c.data.goal_accuracy, "images, classify: goal, validation accuracy", may_change);
 }
 
 // The config as TOML text (every field, resolved), and back. Parsing rejects unknown keys and
@@ -250,8 +284,8 @@ bool option_applies(const std::string& name, const std::string& task);
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c);
 // Whether `model` names a GPT preset of the lm task: gpt-mini, gpt2, gpt2-medium or gpt2-large.
 bool is_gpt_preset(const std::string& model);
-// Sets context, layers, dim and heads to those of c.model's GPT preset.
-void set_gpt_preset(TrainerConfig& c);
+// Sets context, layers, dim and heads to those of the GPT preset m.name.
+void set_gpt_preset(ModelOptions& m);
 // memory_limit as bytes ("8G", "512M", "1.5G", "1048576"; "" is 0: none); ft::Error otherwise.
 int64_t parse_memory_size(const std::string& text);
 

@@ -23,11 +23,11 @@ Tensor next_token_loss(nn::GPT& model, const data::Batch& batch) {
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
   g.vocab_size = vocab_size;
-  g.context = c.context;
-  g.layers = c.layers;
-  g.dim = c.dim;
-  g.heads = c.heads;
-  g.dropout = c.dropout;
+  g.context = c.model.context;
+  g.layers = c.model.layers;
+  g.dim = c.model.dim;
+  g.heads = c.model.heads;
+  g.dropout = c.model.dropout;
   return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true);
 }
 
@@ -78,20 +78,20 @@ class CharWindows : public data::Dataset {
 class CharData : public DataModule {
  public:
   CharData(const TrainerConfig& c, const data::MarkovText& source)
-      : c_(c), corpus_(source, c.train_chars, c.val_chars, derive_seed(c.seed, SeedUse::Data)) {}
+      : c_(c), corpus_(source, c.data.train_chars, c.data.val_chars, derive_seed(c.seed, SeedUse::Data)) {}
   const data::CharCorpus& corpus() const { return corpus_; }
 
   // Sample i of epoch e is row i % batch_size of run-wide batch e * batches_per_epoch + i / batch_size,
   // read in order: the windows depend on the batch size, hence built here.
   TrainData train_data(int64_t batch_size) const override {
     const int64_t per_epoch =
-        std::max<int64_t>(1, static_cast<int64_t>(corpus_.train().size()) / (batch_size * c_.context));
-    auto windows = std::make_shared<CharWindows>(corpus_.train(), c_.context, batch_size, per_epoch,
+        std::max<int64_t>(1, static_cast<int64_t>(corpus_.train().size()) / (batch_size * c_.model.context));
+    auto windows = std::make_shared<CharWindows>(corpus_.train(), c_.model.context, batch_size, per_epoch,
                                                  derive_seed(c_.seed, SeedUse::TrainBatches), false);
     return {windows, std::make_shared<data::SequentialSampler>(windows->size()), nullptr};
   }
   ValData val_data(int64_t batch_size) const override {
-    return {std::make_shared<CharWindows>(corpus_.val(), c_.context, batch_size, c_.eval_batches,
+    return {std::make_shared<CharWindows>(corpus_.val(), c_.model.context, batch_size, c_.eval_batches,
                                           derive_seed(c_.seed, SeedUse::ValBatches), true),
             nullptr};
   }
@@ -111,19 +111,19 @@ class CharModule : public TrainModule {
 
   nn::Module& model() override { return *model_; }
   ItemUnit unit() const override { return ItemUnit::Tokens; }
-  int64_t items_in(const data::Batch& b) const override { return b.rows * c_.context; }
+  int64_t items_in(const data::Batch& b) const override { return b.rows * c_.model.context; }
 
   StepOutput training_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
   StepOutput validation_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
 
-  std::optional<double> loss_floor() const override { return source_.window_floor(c_.context); }
+  std::optional<double> loss_floor() const override { return source_.window_floor(c_.model.context); }
 
   std::optional<Goal> judge(const EvalResult& r) const override {
-    const double floor = source_.window_floor(c_.context), gap = r.loss - floor;
+    const double floor = source_.window_floor(c_.model.context), gap = r.loss - floor;
     char buf[256];
     std::snprintf(buf, sizeof buf, "val loss %.4f vs entropy floor %.4f nats/char (gap %.4f; goal <= %.3f: %s)", r.loss,
-                  floor, gap, c_.goal_gap, gap <= c_.goal_gap ? "met" : "not met");
-    return Goal{buf, gap <= c_.goal_gap};
+                  floor, gap, c_.data.goal_gap, gap <= c_.data.goal_gap ? "met" : "not met");
+    return Goal{buf, gap <= c_.data.goal_gap};
   }
 
   std::string description_json() const override {
@@ -131,7 +131,7 @@ class CharModule : public TrainModule {
                           {"vocab", vocab_},
                           {"entropy_rate", source_.entropy_rate()},
                           {"first_order_entropy", source_.first_order_entropy()},
-                          {"loss_floor", source_.window_floor(c_.context)},
+                          {"loss_floor", source_.window_floor(c_.model.context)},
                           {"source", "order-2 Markov chain of the built-in seed text (src/data/seed_text.cpp)"}}
         .dump();
   }

@@ -393,11 +393,11 @@ void normalise(Tensor& x, const ClassifyInfo& info) {
 // The held-out split: the first round(val_fraction x n) of a permutation seeded by the run's
 // seed go to validation, the rest to training; both ascending (reads in file order).
 void hold_out(int64_t n, const TrainerConfig& c, std::vector<int64_t>& train, std::vector<int64_t>& val) {
-  const auto n_val = static_cast<int64_t>(std::llround(c.val_fraction * static_cast<double>(n)));
-  FT_CHECK(n_val >= 1, c.data, ": holding out val_fraction ", c.val_fraction, " of its ", n,
+  const auto n_val = static_cast<int64_t>(std::llround(c.data.val_fraction * static_cast<double>(n)));
+  FT_CHECK(n_val >= 1, c.data.train, ": holding out val_fraction ", c.data.val_fraction, " of its ", n,
            " samples leaves the validation split empty; expected at least 1 sample (raise --val-fraction or give "
            "--val-data)");
-  FT_CHECK(n_val < n, c.data, ": holding out val_fraction ", c.val_fraction, " of its ", n,
+  FT_CHECK(n_val < n, c.data.train, ": holding out val_fraction ", c.data.val_fraction, " of its ", n,
            " samples leaves the training split empty; expected at least 1 sample (lower --val-fraction or give "
            "--val-data)");
   std::vector<int64_t> perm;
@@ -409,9 +409,9 @@ void hold_out(int64_t n, const TrainerConfig& c, std::vector<int64_t>& train, st
 }
 
 void check_split_sizes(const TrainerConfig& c, const ClassifyInfo& info) {
-  FT_CHECK(info.val_samples >= 1, c.val_data, ": the validation split is empty (expected at least 1 sample)");
+  FT_CHECK(info.val_samples >= 1, c.data.val, ": the validation split is empty (expected at least 1 sample)");
   if (c.batch_size > 0)  // 0: the batch-size finder picks it (at most the split)
-    FT_CHECK(info.train_samples >= c.batch_size * c.accumulate, c.data, ": the training split holds ",
+    FT_CHECK(info.train_samples >= c.batch_size * c.accumulate, c.data.train, ": the training split holds ",
              info.train_samples, " samples", info.held_out ? " (after holding out val_fraction)" : "",
              ", fewer than batch_size x accumulate = ", c.batch_size * c.accumulate,
              " (a step needs that many; lower --batch-size)");
@@ -437,12 +437,12 @@ void check_classify_model(const std::string& model, const ClassifyInfo& d, const
 }
 
 ClassifyData::ClassifyData(const TrainerConfig& c) {
-  const DataSpec train = parse_spec(c.data, "data");
+  const DataSpec train = parse_spec(c.data.train, "data");
   std::optional<DataSpec> val;
-  if (!c.val_data.empty()) {
-    val = parse_spec(c.val_data, "val_data");
-    FT_CHECK(val->kind == train.kind, "option val_data: expected ", train.kind, ": data like --data (", c.data,
-             "), found '", c.val_data, "'");
+  if (!c.data.val.empty()) {
+    val = parse_spec(c.data.val, "val_data");
+    FT_CHECK(val->kind == train.kind, "option val_data: expected ", train.kind, ": data like --data (", c.data.train,
+             "), found '", c.data.val, "'");
   }
   info_.kind = train.kind;
   const uint64_t augment_seed = derive_seed(c.seed, SeedUse::Data);
@@ -450,11 +450,11 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
   std::vector<int64_t>& val_idx = val_indices_;
 
   if (train.kind != "npy") {
-    const int64_t S = c.image_size;
+    const int64_t S = c.data.image_size;
     info_.images = true;
     info_.channels = train.kind == "mnist" ? 1 : 3;
     info_.image_size = S;
-    check_classify_model(c.model, info_, c.data);  // before reading any image
+    check_classify_model(c.model.name, info_, c.data.train);  // before reading any image
     const ImageSource src = open_images(train, false, S);
     info_.classes = src.classes;
     info_.decoded_lazily = src.lazy;
@@ -481,8 +481,8 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
     t.std = floats(info_.std);
     val_ = std::make_shared<data::TransformedDataset>(val_set, t);
     // Mirrored digits are other shapes (or none): MNIST is only cropped.
-    info_.crop_padding = c.augment ? kCropPadding : 0;
-    info_.flip = c.augment && train.kind != "mnist";
+    info_.crop_padding = c.data.augment ? kCropPadding : 0;
+    info_.flip = c.data.augment && train.kind != "mnist";
     t.padding = info_.crop_padding;
     t.horizontal_flip = info_.flip;
     t.seed = augment_seed;
@@ -497,12 +497,13 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
     info_.channels = xs[1];
     info_.image_size = xs[2];
     FT_CHECK(xs[2] == xs[3], train.path, ": holds ", xs[2], "x", xs[3], " images; expected square images");
-    FT_CHECK(xs[2] == c.image_size, train.path, ": holds ", xs[2], "x", xs[3], " images; expected ", c.image_size, "x",
-             c.image_size, " (--image-size: npy images are used as they are, not resized)");
+    FT_CHECK(xs[2] == c.data.image_size, train.path, ": holds ", xs[2], "x", xs[3], " images; expected ",
+             c.data.image_size, "x", c.data.image_size,
+             " (--image-size: npy images are used as they are, not resized)");
   } else {
     info_.features = xs[1];
   }
-  check_classify_model(c.model, info_, train.path);
+  check_classify_model(c.model.name, info_, train.path);
   check_labels(all.y, train.labels, 0, "");
   const int64_t* labels = all.y.data<int64_t>();
   const int64_t classes = *std::max_element(labels, labels + all.y.size(0)) + 1;
@@ -530,7 +531,7 @@ ClassifyData::ClassifyData(const TrainerConfig& c) {
   check_split_sizes(c, info_);
   std::vector<float> pad;  // a zero before normalising
   for (size_t g = 0; g < info_.mean.size(); ++g) pad.push_back(static_cast<float>(-info_.mean[g] / info_.std[g]));
-  if (info_.images && c.augment) {
+  if (info_.images && c.data.augment) {
     info_.crop_padding = kCropPadding;
     info_.flip = true;
   }

@@ -24,7 +24,7 @@ constexpr int64_t kMlpHidden = 256;
 std::shared_ptr<nn::UnaryModule> make_model(const TrainerConfig& c, const ClassifyInfo& d) {
   Generator init(derive_seed(c.seed, SeedUse::Init));
   const auto classes = static_cast<int64_t>(d.classes.size());
-  if (c.model == "mlp") {
+  if (c.model.name == "mlp") {
     auto net = std::make_shared<nn::Sequential>();
     net->push_back(std::make_shared<nn::Flatten>());
     int64_t in = d.sample_shape().numel();
@@ -36,8 +36,8 @@ std::shared_ptr<nn::UnaryModule> make_model(const TrainerConfig& c, const Classi
     net->push_back(std::make_shared<nn::Linear>(in, classes, true, &init));
     return net;
   }
-  if (c.model == "cnn-mini") return nn::cnn_mini(d.channels, classes, &init);
-  return nn::resnet(c.model, classes, &init);
+  if (c.model.name == "cnn-mini") return nn::cnn_mini(d.channels, classes, &init);
+  return nn::resnet(c.model.name, classes, &init);
 }
 
 class ClassifyModule : public TrainModule {
@@ -51,7 +51,7 @@ class ClassifyModule : public TrainModule {
   StepOutput training_step(const data::Batch& b) override { return classification_step(*model_, b); }
   StepOutput validation_step(const data::Batch& b) override { return classification_eval_step(*model_, b); }
   std::optional<Goal> judge(const EvalResult& r) const override {
-    return accuracy_goal(r, c_.goal_accuracy, info_.val_samples, info_.images ? "images" : "samples",
+    return accuracy_goal(r, c_.data.goal_accuracy, info_.val_samples, info_.images ? "images" : "samples",
                          static_cast<int64_t>(info_.classes.size()));
   }
 
@@ -72,15 +72,15 @@ class ClassifyModule : public TrainModule {
                                     {"samples", info_.stats_samples}};
     nlohmann::json split = {{"train", info_.train_samples}, {"val", info_.val_samples}, {"held_out", info_.held_out}};
     if (info_.held_out) {
-      split["val_fraction"] = c_.val_fraction;
+      split["val_fraction"] = c_.data.val_fraction;
       split["seed"] = c_.seed;
     }
     return nlohmann::json{{"task", "classify"},
                           {"classes", info_.classes},
-                          {"data", c_.data},
-                          {"val_data", c_.val_data},
+                          {"data", c_.data.train},
+                          {"val_data", c_.data.val},
                           {"kind", info_.kind},
-                          {"model", c_.model},
+                          {"model", c_.model.name},
                           {"input", input},
                           {"normalisation", normalisation},
                           {"augment", {{"crop_padding", info_.crop_padding}, {"horizontal_flip", info_.flip}}},

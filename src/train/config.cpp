@@ -20,12 +20,21 @@ bool is_gpt_preset(const std::string& model) {
   return model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
 }
 
-void set_gpt_preset(TrainerConfig& c) {
-  const nn::GPTConfig p = nn::GPTConfig::preset(c.model);
-  c.context = p.context;
-  c.layers = p.layers;
-  c.dim = p.dim;
-  c.heads = p.heads;
+void set_gpt_preset(ModelOptions& m) {
+  const nn::GPTConfig p = nn::GPTConfig::preset(m.name);
+  m.context = p.context;
+  m.layers = p.layers;
+  m.dim = p.dim;
+  m.heads = p.heads;
+}
+
+const char* section_name(Section s) {
+  switch (s) {
+    case Section::Run: return "";
+    case Section::Model: return "model";
+    case Section::Data: return "data";
+  }
+  return "?";
 }
 
 TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
@@ -45,8 +54,8 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.eval_batches = 0;  // the whole validation split
   } else if (task == "lm") {
     // nanoGPT's small-run settings with BENCH.md's gpt-mini.
-    c.model = "gpt-mini";
-    set_gpt_preset(c);
+    c.model.name = "gpt-mini";
+    set_gpt_preset(c.model);
     c.max_steps = 1000;
     c.eval_every = 250;
     c.eval_batches = 20;
@@ -54,7 +63,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.min_lr = 1e-4;
     c.warmup_steps = 100;
   } else if (task == "classify") {
-    c.model = "cnn-mini";
+    c.model.name = "cnn-mini";
     c.max_steps = 1000;
     c.eval_every = 250;
     c.eval_batches = 0;
@@ -106,9 +115,9 @@ std::string option_scope(const std::string& name) {
   std::string scope;
   bool found = false;
   TrainerConfig c;
-  visit_fields(c, [&](const char* n, auto&, const char* help) {
-    if (name == n) {
-      scope = scope_of(help);
+  visit_fields(c, [&](const OptionInfo& o, auto&) {
+    if (name == o.name) {
+      scope = scope_of(o.help);
       found = true;
     }
   });
@@ -189,77 +198,144 @@ void TrainerConfig::validate() const {
         "0 or more", early_stopping_min_delta);
   // Task options are checked for the built-in task that uses them; a module of one's own has its
   // own options and ignores these.
+  const ModelOptions& m = model;
+  const DataOptions& d = data;
   const bool gpt = task == "char" || task == "lm", images = task == "images" || task == "classify";
   if (gpt) {
-    check(context >= 1 && context <= 4096, "context", "1 to 4096", context);
-    check(layers >= 1, "layers", "at least 1", layers);
-    check(heads >= 1, "heads", "at least 1", heads);
-    FT_CHECK(dim >= 1 && dim % heads == 0, "option dim: expected a positive multiple of heads (", heads, "), found ",
-             dim);
-    check(dropout >= 0 && dropout < 1, "dropout", "a value in [0, 1)", dropout);
+    check(m.context >= 1 && m.context <= 4096, "context", "1 to 4096", m.context);
+    check(m.layers >= 1, "layers", "at least 1", m.layers);
+    check(m.heads >= 1, "heads", "at least 1", m.heads);
+    FT_CHECK(m.dim >= 1 && m.dim % m.heads == 0, "option dim: expected a positive multiple of heads (", m.heads,
+             "), found ", m.dim);
+    check(m.dropout >= 0 && m.dropout < 1, "dropout", "a value in [0, 1)", m.dropout);
   }
   if (task == "char") {
-    FT_CHECK(train_chars > context + 1 && val_chars > context + 1,
+    FT_CHECK(d.train_chars > m.context + 1 && d.val_chars > m.context + 1,
              "options train_chars and val_chars: expected more than "
              "context + 1 = ",
-             context + 1, " characters each, found ", train_chars, " and ", val_chars);
-    check(goal_gap > 0, "goal_gap", "a positive gap in nats", goal_gap);
+             m.context + 1, " characters each, found ", d.train_chars, " and ", d.val_chars);
+    check(d.goal_gap > 0, "goal_gap", "a positive gap in nats", d.goal_gap);
   }
   if (images) {
-    check(image_size >= 8 && image_size <= 512, "image_size", "8 to 512", image_size);
-    check(goal_accuracy > 0 && goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", goal_accuracy);
+    check(d.image_size >= 8 && d.image_size <= 512, "image_size", "8 to 512", d.image_size);
+    check(d.goal_accuracy > 0 && d.goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", d.goal_accuracy);
   }
   if (task == "images") {
-    check(model == "cnn-mini" || model == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + model + "'");
-    check(classes >= 2 && classes <= 6, "classes", "2 to 6", classes);
-    FT_CHECK(train_images >= batch_size * accumulate,
+    check(m.name == "cnn-mini" || m.name == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + m.name + "'");
+    check(d.classes >= 2 && d.classes <= 6, "classes", "2 to 6", d.classes);
+    FT_CHECK(d.train_images >= batch_size * accumulate,
              "option train_images: expected at least batch_size x accumulate = ", batch_size * accumulate,
-             " images, found ", train_images);
-    check(val_images >= 1, "val_images", "at least 1", val_images);
+             " images, found ", d.train_images);
+    check(d.val_images >= 1, "val_images", "at least 1", d.val_images);
   }
   if (task == "lm") {
-    check(!data.empty(), "data", "a glob of token shards (e.g. 'shards/*train*.bin')", "nothing");
-    check(!val_data.empty(), "val_data", "a glob of validation token shards (e.g. 'shards/*val*.bin')", "nothing");
-    check(vocab_size >= 0 && vocab_size <= 65536, "vocab_size", "0 (from the vocab file) to 65536 (uint16 tokens)",
-          vocab_size);
-    const bool preset = is_gpt_preset(model);
-    check(preset || model == "custom", "model", "gpt-mini, gpt2, gpt2-medium, gpt2-large or custom", "'" + model + "'");
+    check(!d.train.empty(), "data", "a glob of token shards (e.g. 'shards/*train*.bin')", "nothing");
+    check(!d.val.empty(), "val_data", "a glob of validation token shards (e.g. 'shards/*val*.bin')", "nothing");
+    check(d.vocab_size >= 0 && d.vocab_size <= 65536, "vocab_size", "0 (from the vocab file) to 65536 (uint16 tokens)",
+          d.vocab_size);
+    const bool preset = is_gpt_preset(m.name);
+    check(preset || m.name == "custom", "model", "gpt-mini, gpt2, gpt2-medium, gpt2-large or custom",
+          "'" + m.name + "'");
     if (preset) {
-      TrainerConfig sized = *this;
+      ModelOptions sized = m;
       set_gpt_preset(sized);
-      FT_CHECK(sized.context == context && sized.layers == layers && sized.dim == dim && sized.heads == heads,
-               "option model: ", model, " has context ", sized.context, ", ", sized.layers, " layers, width ",
-               sized.dim, " and ", sized.heads, " heads; found context ", context, ", ", layers, " layers, width ", dim,
-               " and ", heads, " heads (use model = \"custom\" for another size)");
+      FT_CHECK(sized.context == m.context && sized.layers == m.layers && sized.dim == m.dim && sized.heads == m.heads,
+               "option model: ", m.name, " has context ", sized.context, ", ", sized.layers, " layers, width ",
+               sized.dim, " and ", sized.heads, " heads; found context ", m.context, ", ", m.layers, " layers, width ",
+               m.dim, " and ", m.heads, " heads (use model = \"custom\" for another size)");
     }
   }
   if (task == "classify") {
-    check(!data.empty(), "data", "mnist:DIR, cifar10:DIR, folder:DIR or npy:X.npy,y.npy", "nothing");
-    check(val_fraction > 0 && val_fraction < 1, "val_fraction", "a fraction in (0, 1)", val_fraction);
-    check(model == "mlp" || model == "cnn-mini" || model == "resnet18" || model == "resnet20" || model == "resnet50",
-          "model", "mlp, cnn-mini, resnet18, resnet20 or resnet50", "'" + model + "'");
+    check(!d.train.empty(), "data", "mnist:DIR, cifar10:DIR, folder:DIR or npy:X.npy,y.npy", "nothing");
+    check(d.val_fraction > 0 && d.val_fraction < 1, "val_fraction", "a fraction in (0, 1)", d.val_fraction);
+    check(
+        m.name == "mlp" || m.name == "cnn-mini" || m.name == "resnet18" || m.name == "resnet20" || m.name == "resnet50",
+        "model", "mlp, cnn-mini, resnet18, resnet20 or resnet50", "'" + m.name + "'");
   }
 }
 
 std::string config_to_toml(const TrainerConfig& c) {
   std::ostringstream os;
   os << "# fasttrain train configuration (every option resolved); usable with --config\n";
-  visit_fields(c, [&](const char* name, const auto& v, const char*) {
-    using T = std::decay_t<decltype(v)>;
-    static_assert(is_field_type_v<T>);
-    os << name << " = ";
-    if constexpr (std::is_same_v<T, std::string>)
-      os << toml::value<std::string>(v);
-    else if constexpr (std::is_same_v<T, bool>)
-      os << (v ? "true" : "false");
-    else if constexpr (std::is_same_v<T, double>)
-      os << format_double(v);
-    else
-      os << v;
-    os << "\n";
-  });
+  // TOML wants a document's plain keys before its first table: one pass per section.
+  for (const Section section : {Section::Run, Section::Model, Section::Data}) {
+    if (section != Section::Run) os << "\n[" << section_name(section) << "]\n";
+    visit_fields(c, [&](const OptionInfo& o, const auto& v) {
+      if (o.section != section) return;
+      using T = std::decay_t<decltype(v)>;
+      static_assert(is_field_type_v<T>);
+      os << o.toml_key() << " = ";
+      if constexpr (std::is_same_v<T, std::string>)
+        os << toml::value<std::string>(v);
+      else if constexpr (std::is_same_v<T, bool>)
+        os << (v ? "true" : "false");
+      else if constexpr (std::is_same_v<T, double>)
+        os << format_double(v);
+      else
+        os << v;
+      os << "\n";
+    });
+  }
   return os.str();
 }
+
+namespace {
+
+// Sets `field` from a TOML value; `where` names it in errors ("run.toml: key 'data.train'").
+template <class T>
+void set_from_toml(T& field, const toml::node& node, const std::string& where, const char* name) {
+  auto wrong = [&](const char* expected) { FT_FAIL(where, ": expected ", expected, ", found a ", node.type()); };
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!node.is_string()) wrong("a string");
+    field = *node.template value<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!node.is_boolean()) wrong("true or false");
+    field = *node.template value<bool>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!node.is_number()) wrong("a number");
+    field = *node.template value<double>();
+  } else {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      if (std::string(name) == "batch_size" && node.is_string() && *node.template value<std::string>() == "auto") {
+        field = 0;  // the batch-size finder
+        return;
+      }
+    }
+    if (!node.is_integer()) wrong("an integer");
+    const int64_t v = *node.template value<int64_t>();
+    if constexpr (std::is_same_v<T, uint64_t>) FT_CHECK(v >= 0, where, ": expected a non-negative integer, found ", v);
+    field = static_cast<T>(v);
+  }
+}
+
+// Applies the keys of one table: the top level (Section::Run) or [model] / [data]. At the top
+// level the options of the sections are also accepted under their flag names, as the flat
+// config.toml of runs before the sections were introduced wrote them, so old checkpoints resume.
+void apply_table(TrainerConfig& into, const toml::table& table, Section section, const std::string& source) {
+  for (auto&& [key, entry] : table) {
+    const std::string k(key.str());
+    const toml::node& node = entry;  // a plain reference: clang 14 cannot capture structured bindings
+    if (section == Section::Run && node.is_table()) {
+      const bool is_section = k == section_name(Section::Model) || k == section_name(Section::Data);
+      FT_CHECK(is_section, source, ": unknown table [", k, "] (the tables are [model] and [data])");
+      apply_table(into, *node.as_table(), k == "model" ? Section::Model : Section::Data, source);
+      continue;
+    }
+    const std::string where = section == Section::Run ? k : std::string(section_name(section)) + "." + k;
+    bool known = false;
+    visit_fields(into, [&](const OptionInfo& o, auto& field) {
+      const bool match = section == Section::Run ? k == o.name : o.section == section && k == o.toml_key();
+      if (!match) return;
+      known = true;
+      set_from_toml(field, node, source + ": key '" + where + "'", o.name);
+    });
+    FT_CHECK(known, source, ": unknown key '", where,
+             "' (the keys are the options of fasttrain train --help with '_'; the model's and the data's in "
+             "[model] and [data])");
+  }
+}
+
+}  // namespace
 
 void apply_toml(TrainerConfig& into, const std::string& text, const std::string& source) {
   toml::table table;
@@ -269,52 +345,17 @@ void apply_toml(TrainerConfig& into, const std::string& text, const std::string&
     const auto& where = e.source().begin;
     FT_FAIL(source, ":", where.line, ":", where.column, ": invalid TOML: ", e.description());
   }
-  for (auto&& [key, entry] : table) {
-    const std::string k(key.str());
-    const toml::node& node = entry;  // a plain reference: clang 14 cannot capture structured bindings
-    bool known = false;
-    visit_fields(into, [&](const char* name, auto& field, const char*) {
-      if (k != name) return;
-      known = true;
-      using T = std::decay_t<decltype(field)>;
-      auto wrong = [&](const char* expected) {
-        FT_FAIL(source, ": key '", k, "': expected ", expected, ", found a ", node.type());
-      };
-      if constexpr (std::is_same_v<T, std::string>) {
-        if (!node.is_string()) wrong("a string");
-        field = *node.template value<std::string>();
-      } else if constexpr (std::is_same_v<T, bool>) {
-        if (!node.is_boolean()) wrong("true or false");
-        field = *node.template value<bool>();
-      } else if constexpr (std::is_same_v<T, double>) {
-        if (!node.is_number()) wrong("a number");
-        field = *node.template value<double>();
-      } else {
-        if constexpr (std::is_same_v<T, int64_t>) {
-          if (k == "batch_size" && node.is_string() && *node.template value<std::string>() == "auto") {
-            field = 0;  // the batch-size finder
-            return;
-          }
-        }
-        if (!node.is_integer()) wrong("an integer");
-        const int64_t v = *node.template value<int64_t>();
-        if constexpr (std::is_same_v<T, uint64_t>)
-          FT_CHECK(v >= 0, source, ": key '", k, "': expected a non-negative integer, found ", v);
-        field = static_cast<T>(v);
-      }
-    });
-    FT_CHECK(known, source, ": unknown key '", k, "' (the keys are the options of fasttrain train --help, with '_')");
-  }
+  apply_table(into, table, Section::Run, source);
 }
 
 void set_field(TrainerConfig& c, const std::string& key, const std::string& value) {
   bool known = false;
-  visit_fields(c, [&](const char* name, auto& field, const char*) {
-    if (key != name) return;
+  visit_fields(c, [&](const OptionInfo& o, auto& field) {
+    if (key != o.name) return;
     known = true;
     using T = std::decay_t<decltype(field)>;
     auto bad = [&](const char* expected) {
-      FT_FAIL("option ", name, ": expected ", expected, ", found '", value, "'");
+      FT_FAIL("option ", o.name, ": expected ", expected, ", found '", value, "'");
     };
     if constexpr (std::is_same_v<T, int64_t>) {
       if (key == "batch_size" && value == "auto") {  // the batch-size finder

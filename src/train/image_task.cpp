@@ -62,10 +62,10 @@ class ImageData : public DataModule {
  public:
   explicit ImageData(const TrainerConfig& c) {
     data::ShapesOptions o;
-    o.image_size = c.image_size;
-    o.classes = c.classes;
-    train_ = std::make_shared<ImageRows>(data::make_shapes(c.train_images, derive_seed(c.seed, SeedUse::Data), o));
-    val_ = std::make_shared<ImageRows>(data::make_shapes(c.val_images, derive_seed(c.seed, SeedUse::ValData), o));
+    o.image_size = c.data.image_size;
+    o.classes = c.data.classes;
+    train_ = std::make_shared<ImageRows>(data::make_shapes(c.data.train_images, derive_seed(c.seed, SeedUse::Data), o));
+    val_ = std::make_shared<ImageRows>(data::make_shapes(c.data.val_images, derive_seed(c.seed, SeedUse::ValData), o));
   }
   TrainData train_data(int64_t) const override { return {train_, nullptr, nullptr}; }
   ValData val_data(int64_t) const override { return {val_, nullptr}; }
@@ -78,10 +78,10 @@ class ImageModule : public TrainModule {
  public:
   explicit ImageModule(const TrainerConfig& c) : c_(c) {
     Generator init(derive_seed(c.seed, SeedUse::Init));
-    if (c.model == "cnn-mini")
-      model_ = nn::cnn_mini(3, c.classes, &init);
+    if (c.model.name == "cnn-mini")
+      model_ = nn::cnn_mini(3, c.data.classes, &init);
     else
-      model_ = cnn_tiny(c.classes, &init);
+      model_ = cnn_tiny(c.data.classes, &init);
   }
 
   nn::Module& model() override { return *model_; }
@@ -89,13 +89,14 @@ class ImageModule : public TrainModule {
   StepOutput training_step(const data::Batch& b) override { return classification_step(*model_, b); }
   StepOutput validation_step(const data::Batch& b) override { return classification_eval_step(*model_, b); }
   std::optional<Goal> judge(const EvalResult& r) const override {
-    return accuracy_goal(r, c_.goal_accuracy, c_.val_images, "images", c_.classes);
+    return accuracy_goal(r, c_.data.goal_accuracy, c_.data.val_images, "images", c_.data.classes);
   }
 
   std::string description_json() const override {
     auto names = data::shape_class_names();
-    names.resize(c_.classes);
-    return nlohmann::json{{"task", "images"}, {"classes", names}, {"image_size", c_.image_size}, {"model", c_.model}}
+    names.resize(c_.data.classes);
+    return nlohmann::json{
+        {"task", "images"}, {"classes", names}, {"image_size", c_.data.image_size}, {"model", c_.model.name}}
         .dump();
   }
 

@@ -58,7 +58,7 @@ struct LmVocabulary {
 
 LmVocabulary lm_vocabulary(const TrainerConfig& c) {
   LmVocabulary v;
-  const std::vector<data::TokenShard> shards = data::open_token_shards(c.data);
+  const std::vector<data::TokenShard> shards = data::open_token_shards(c.data.train);
   const std::string file = vocab_file_beside(shards);
   if (!file.empty()) {
     const json j = read_json_file(file);
@@ -68,10 +68,10 @@ LmVocabulary lm_vocabulary(const TrainerConfig& c) {
     v.tokenizer = j;
     v.tokenizer["file"] = fs::absolute(file).string();
   }
-  if (c.vocab_size > 0) {
-    FT_CHECK(file.empty() || v.size <= c.vocab_size, "option vocab_size: ", c.vocab_size, " is smaller than the ",
-             v.size, " tokens of ", file);
-    v.size = c.vocab_size;
+  if (c.data.vocab_size > 0) {
+    FT_CHECK(file.empty() || v.size <= c.data.vocab_size, "option vocab_size: ", c.data.vocab_size,
+             " is smaller than the ", v.size, " tokens of ", file);
+    v.size = c.data.vocab_size;
   }
   FT_CHECK(v.size > 0,
            "lm: no vocabulary size: give --vocab-size, or make the shards with `fasttrain data`, which "
@@ -84,22 +84,22 @@ LmVocabulary lm_vocabulary(const TrainerConfig& c) {
 class LmData : public DataModule {
  public:
   LmData(const TrainerConfig& c, int64_t vocab)
-      : c_(c), train_(data::open_token_shards(c.data)), val_(data::open_token_shards(c.val_data)) {
+      : c_(c), train_(data::open_token_shards(c.data.train)), val_(data::open_token_shards(c.data.val)) {
     check_tokens_below(train_, vocab, "training");
     check_tokens_below(val_, vocab, "validation");
     // Fail here, before the first step, rather than in the Trainer with a less specific message.
-    FT_CHECK(data::TokenWindowDataset(train_, c.context).size() > 0, "lm: the training shards (", c.data,
-             ") hold no window of context + 1 = ", c.context + 1, " tokens");
-    FT_CHECK(data::TokenWindowDataset(val_, c.context).size() > 0, "lm: the validation shards (", c.val_data,
-             ") hold no window of context + 1 = ", c.context + 1, " tokens");
+    FT_CHECK(data::TokenWindowDataset(train_, c.model.context).size() > 0, "lm: the training shards (", c.data.train,
+             ") hold no window of context + 1 = ", c.model.context + 1, " tokens");
+    FT_CHECK(data::TokenWindowDataset(val_, c.model.context).size() > 0, "lm: the validation shards (", c.data.val,
+             ") hold no window of context + 1 = ", c.model.context + 1, " tokens");
   }
   const std::vector<data::TokenShard>& train_shards() const { return train_; }
 
   TrainData train_data(int64_t) const override {
-    return {std::make_shared<data::TokenWindowDataset>(train_, c_.context), nullptr, nullptr};
+    return {std::make_shared<data::TokenWindowDataset>(train_, c_.model.context), nullptr, nullptr};
   }
   ValData val_data(int64_t) const override {
-    return {std::make_shared<data::TokenWindowDataset>(val_, c_.context), nullptr};
+    return {std::make_shared<data::TokenWindowDataset>(val_, c_.model.context), nullptr};
   }
 
  private:
@@ -112,18 +112,20 @@ class LmModule : public TrainModule {
   LmModule(const TrainerConfig& c, int64_t vocab, json tokenizer) : c_(c), tokenizer_(std::move(tokenizer)) {
     Generator init(derive_seed(c.seed, SeedUse::Init));
     model_ = make_gpt_model(c, vocab, &init);
-    if (!c.init_from.empty()) load_gpt_weights(*model_, c.init_from);
+    if (!c.model.init_from.empty()) load_gpt_weights(*model_, c.model.init_from);
   }
 
   nn::Module& model() override { return *model_; }
   ItemUnit unit() const override { return ItemUnit::Tokens; }
-  int64_t items_in(const data::Batch& b) const override { return b.rows * c_.context; }
+  int64_t items_in(const data::Batch& b) const override { return b.rows * c_.model.context; }
   StepOutput training_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
   StepOutput validation_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
 
   std::string description_json() const override {
-    return json{
-        {"task", "lm"}, {"vocab_size", model_->config().vocab_size}, {"model", c_.model}, {"tokenizer", tokenizer_}}
+    return json{{"task", "lm"},
+                {"vocab_size", model_->config().vocab_size},
+                {"model", c_.model.name},
+                {"tokenizer", tokenizer_}}
         .dump();
   }
 

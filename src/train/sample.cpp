@@ -121,7 +121,7 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
   std::string out = o.prompt;
   std::vector<double> p(V);
   for (int64_t i = 0; i < o.tokens; ++i) {
-    const int64_t t = std::min<int64_t>(c.context, static_cast<int64_t>(ids.size()));
+    const int64_t t = std::min<int64_t>(c.model.context, static_cast<int64_t>(ids.size()));
     std::vector<double> window(ids.end() - t, ids.end());
     Tensor logits = model->forward(from_vector(window, {1, t}, DType::I64));
     std::vector<double> row = logits.select(0, 0).select(0, t - 1).to_vector();  // [V]: no padded ids

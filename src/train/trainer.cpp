@@ -40,7 +40,7 @@ namespace {
 
 json config_to_json(const TrainerConfig& c) {
   json j = json::object();
-  visit_fields(c, [&](const char* name, const auto& v, const char*) { j[name] = v; });
+  visit_fields(c, [&](const OptionInfo& o, const auto& v) { j[o.name] = v; });
   return j;
 }
 
@@ -382,8 +382,9 @@ void Trainer::resume(const std::string& dir) {
   check_finished(dir, "resume: ");
   FT_CHECK(fs::exists(state_path), "resume: ", dir, " is not a checkpoint folder (it has no trainer_state.json)");
   const json saved = config_to_json(load_run_config(dir)), now = config_to_json(config_);
-  visit_fields(config_, [&](const char* key, const auto&, const char*, OnResume on_resume) {
-    if (on_resume == OnResume::MustMatch)
+  visit_fields(config_, [&](const OptionInfo& o, const auto&) {
+    const char* key = o.name;
+    if (o.on_resume == OnResume::MustMatch)
       FT_CHECK(saved[key] == now[key], "resume: the checkpoint was trained with ", key, " = ", saved[key].dump(),
                ", this run has ", key, " = ", now[key].dump());
   });

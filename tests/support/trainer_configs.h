@@ -29,12 +29,12 @@ inline train::TrainerConfig tiny_char(const std::string& run_dir) {
   c.eval_every = 4;
   c.eval_batches = 2;
   c.batch_size = 4;
-  c.context = 16;
-  c.layers = 1;
-  c.dim = 32;
-  c.heads = 2;
-  c.train_chars = 20000;
-  c.val_chars = 4000;
+  c.model.context = 16;
+  c.model.layers = 1;
+  c.model.dim = 32;
+  c.model.heads = 2;
+  c.data.train_chars = 20000;
+  c.data.val_chars = 4000;
   return c;
 }
 

@@ -17,6 +17,7 @@ packages=(
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
+  chromium                         # headless rendering check of the run report (test_report)
 )
 
 missing=()

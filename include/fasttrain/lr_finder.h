@@ -35,5 +35,8 @@ LrFindResult find_lr(const std::function<double(double lr)>& step, const LrFindO
 // loss, the suggestion marked), both written atomically.
 void write_lr_find_csv(const std::string& path, const LrFindResult& result);
 void write_lr_find_svg(const std::string& path, const LrFindResult& result);
+// The curve back from write_lr_find_csv's file; the suggestion is recomputed and `diverged` set
+// when the last point broke the default divergence rule (or its loss is not finite).
+LrFindResult read_lr_find_csv(const std::string& path);
 
 }  // namespace ft::train

@@ -7,9 +7,12 @@
 // the divergence itself.
 #include "fasttrain/lr_finder.h"
 
+#include "train/lr_find_plot.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "fasttrain/atomic_file.h"
@@ -111,91 +114,66 @@ void write_lr_find_csv(const std::string& path, const LrFindResult& result) {
   write_file_atomically(path, out);
 }
 
-// A 720x450 plot: smoothed loss against log10(lr), a tick per decade, five loss ticks, the
-// suggestion as a dashed line and a dot. Non-finite points (a diverged last step) are left out.
+LrFindResult read_lr_find_csv(const std::string& path) {
+  std::ifstream in(path);
+  FT_CHECK(in.good(), path, ": cannot read the LR finder's curve");
+  std::string line;
+  std::getline(in, line);
+  FT_CHECK(line == "step,lr,loss,smoothed_loss", path, ": expected the header step,lr,loss,smoothed_loss, found '",
+           line, "'");
+  LrFindResult r;
+  for (int64_t row = 1; std::getline(in, line); ++row) {
+    double step = 0, lr = 0, loss = 0, smoothed = 0;
+    char tail = 0;
+    // %lf reads "nan" and "inf" as written by %.17g.
+    FT_CHECK(std::sscanf(line.c_str(), "%lf,%lf,%lf,%lf%c", &step, &lr, &loss, &smoothed, &tail) == 4, path, ": row ",
+             row, ": expected step,lr,loss,smoothed_loss numbers, found '", line, "'");
+    r.lrs.push_back(lr);
+    r.losses.push_back(loss);
+    r.smoothed.push_back(smoothed);
+  }
+  FT_CHECK(!r.lrs.empty(), path, ": expected at least one row of the curve, found none");
+  const double last = r.smoothed.back();
+  double best = INFINITY;
+  for (size_t i = 0; i + 1 < r.smoothed.size(); ++i) best = std::min(best, r.smoothed[i]);
+  r.diverged = !std::isfinite(r.losses.back()) || (r.smoothed.size() > 1 && last > LrFindOptions{}.divergence * best);
+  r.suggestion_index = steepest_descent(r);
+  r.suggestion = r.lrs[r.suggestion_index];
+  return r;
+}
+
+// A 720x450 plot: smoothed loss against the lr on a log axis, the suggestion as a dashed line and
+// a dot. Non-finite points (a diverged last step) are left out.
 void write_lr_find_svg(const std::string& path, const LrFindResult& result) {
   check_result("write_lr_find_svg", result);
-  constexpr double W = 720, H = 450, left = 80, right = 20, top = 40, bottom = 60;
-  const double pw = W - left - right, ph = H - top - bottom;
-  std::vector<size_t> shown;
-  for (size_t i = 0; i < result.lrs.size(); ++i)
-    if (std::isfinite(result.smoothed[i]) && result.lrs[i] > 0) shown.push_back(i);
-  FT_CHECK(!shown.empty(), "write_lr_find_svg: no point with a finite smoothed loss and a positive lr");
+  write_file_atomically(path, std::string(report::svg_prolog) + report::line_plot_svg(lr_find_plot(result)));
+}
 
+report::LinePlot lr_find_plot(const LrFindResult& result) {
+  std::vector<double> lrs, shown;
+  for (size_t i = 0; i < result.lrs.size(); ++i)
+    if (std::isfinite(result.smoothed[i]) && result.lrs[i] > 0) {
+      lrs.push_back(result.lrs[i]);
+      shown.push_back(result.smoothed[i]);
+    }
+  FT_CHECK(!shown.empty(), "write_lr_find_svg: no point with a finite smoothed loss and a positive lr");
+  report::LinePlot plot;
+  plot.title = "Learning-rate range test";
+  plot.x_label = "learning rate (log scale)";
+  plot.y_label = "smoothed loss";
+  plot.log_x = true;
+  plot.height = 450;
   // The loss axis spans the curve before the divergence: the diverging point can be orders of
   // magnitude higher and would flatten everything else; it is drawn leaving the plot (clipped).
   const size_t last = result.diverged && shown.size() > 2 ? shown.size() - 1 : shown.size();
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  for (size_t k = 0; k < shown.size(); ++k) {
-    const size_t i = shown[k];
-    x0 = std::min(x0, std::log10(result.lrs[i]));
-    x1 = std::max(x1, std::log10(result.lrs[i]));
-    if (k >= last) continue;
-    y0 = std::min(y0, result.smoothed[i]);
-    y1 = std::max(y1, result.smoothed[i]);
-  }
-  if (x1 - x0 < 1e-12) {
-    x0 -= 0.5;
-    x1 += 0.5;
-  }
-  if (y1 - y0 < 1e-12 * std::max(1.0, std::abs(y0))) {
-    y0 -= 0.5;
-    y1 += 0.5;
-  }
-  const auto px = [&](double lr) { return left + (std::log10(lr) - x0) / (x1 - x0) * pw; };
-  const auto py = [&](double loss) { return top + (y1 - loss) / (y1 - y0) * ph; };
-  const auto num = [](double v) { return format("%.2f", v); };
-
-  std::string s =
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"720\" height=\"450\" viewBox=\"0 0 720 450\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"720\" height=\"450\" fill=\"white\"/>\n"
-      "<text x=\"360\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">Learning-rate range test</text>\n";
-  // Axes and labels.
-  s += "<g stroke=\"black\" fill=\"none\"><line x1=\"" + num(left) + "\" y1=\"" + num(top + ph) + "\" x2=\"" +
-       num(left + pw) + "\" y2=\"" + num(top + ph) + "\"/><line x1=\"" + num(left) + "\" y1=\"" + num(top) +
-       "\" x2=\"" + num(left) + "\" y2=\"" + num(top + ph) + "\"/></g>\n";
-  s += "<text x=\"" + num(left + pw / 2) + "\" y=\"" + num(H - 15) +
-       "\" text-anchor=\"middle\">learning rate (log scale)</text>\n";
-  s += "<text x=\"18\" y=\"" + num(top + ph / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " +
-       num(top + ph / 2) + ")\">smoothed loss</text>\n";
-  // A tick and grid line per decade of lr.
-  s += "<g class=\"x-ticks\">\n";
-  for (double d = std::ceil(x0 - 1e-9); d <= x1 + 1e-9; d += 1) {
-    const double x = left + (d - x0) / (x1 - x0) * pw;
-    s += "<line x1=\"" + num(x) + "\" y1=\"" + num(top) + "\" x2=\"" + num(x) + "\" y2=\"" + num(top + ph + 5) +
-         "\" stroke=\"#ddd\"/><text x=\"" + num(x) + "\" y=\"" + num(top + ph + 20) + "\" text-anchor=\"middle\">1e" +
-         std::to_string(static_cast<int>(d)) + "</text>\n";
-  }
-  s += "</g>\n<g class=\"y-ticks\">\n";
-  for (int k = 0; k <= 4; ++k) {
-    const double v = y0 + (y1 - y0) * k / 4, y = py(v);
-    s += "<line x1=\"" + num(left - 5) + "\" y1=\"" + num(y) + "\" x2=\"" + num(left + pw) + "\" y2=\"" + num(y) +
-         "\" stroke=\"#ddd\"/><text x=\"" + num(left - 8) + "\" y=\"" + num(y + 4) + "\" text-anchor=\"end\">" +
-         format("%.4g", v) + "</text>\n";
-  }
-  s += "</g>\n";
-  // The curve.
-  s += "<clipPath id=\"plot-area\"><rect x=\"" + num(left) + "\" y=\"" + num(top) + "\" width=\"" + num(pw) +
-       "\" height=\"" + num(ph) + "\"/></clipPath>\n";
-  s += "<polyline clip-path=\"url(#plot-area)\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"";
-  for (size_t k = 0; k < shown.size(); ++k) {
-    const size_t i = shown[k];
-    s += (k ? " " : "") + num(px(result.lrs[i])) + "," + num(py(result.smoothed[i]));
-  }
-  s += "\"/>\n";
-  // The suggestion.
+  plot.y_range = std::pair{*std::min_element(shown.begin(), shown.begin() + last),
+                           *std::max_element(shown.begin(), shown.begin() + last)};
+  plot.series.push_back({"", std::move(lrs), std::move(shown), "#1f77b4", false});
   if (result.suggestion_index >= 0 && static_cast<size_t>(result.suggestion_index) < result.lrs.size() &&
-      std::isfinite(result.smoothed[result.suggestion_index])) {
-    const double x = px(result.lrs[result.suggestion_index]), y = py(result.smoothed[result.suggestion_index]);
-    s += "<line x1=\"" + num(x) + "\" y1=\"" + num(top) + "\" x2=\"" + num(x) + "\" y2=\"" + num(top + ph) +
-         "\" stroke=\"#d62728\" stroke-dasharray=\"5,4\"/>\n<circle cx=\"" + num(x) + "\" cy=\"" + num(y) +
-         "\" r=\"5\" fill=\"#d62728\"/>\n<text x=\"" + num(std::min(x + 8, left + pw - 150)) + "\" y=\"" +
-         num(top + 16) + "\" fill=\"#d62728\">suggested lr " + format("%.3g", result.suggestion) + "</text>\n";
-  }
-  s += "</svg>\n";
-  write_file_atomically(path, s);
+      std::isfinite(result.smoothed[result.suggestion_index]))
+    plot.markers.push_back({result.suggestion, result.smoothed[result.suggestion_index],
+                            "suggested lr " + format("%.3g", result.suggestion)});
+  return plot;
 }
 
 }  // namespace ft::train

@@ -328,6 +328,43 @@ TEST(Trainer, LrFindRestoresTheRun) {
 }
 
 // With activation checkpointing the char task trains to the same losses.
+// channels_last trains the same CNN in NHWC memory: the weights and the image batches take that
+// layout, the losses match the NCHW run to rounding (convolutions sum in another order), the
+// saved weights are the same tensors, and a channels-last checkpoint resumes exactly.
+TEST(Trainer, ChannelsLastTrainsTheSameModelAndResumes) {
+  TrainerConfig c = tiny_images(temp_dir("nhwc_a"));
+  c.checkpoint_every = 3;
+  TrainerConfig cl = c;
+  cl.run_dir = temp_dir("nhwc_b");
+  cl.channels_last = true;
+  test::BuiltinRun a(c);
+  a.fit();
+  test::BuiltinRun b(cl);
+  b.fit();
+  size_t four_d = 0;
+  for (const Tensor& p : b.model().parameters())
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_channels_last());
+      ++four_d;
+    }
+  EXPECT_GT(four_d, 0u);
+  ASSERT_EQ(a.history().size(), b.history().size());
+  for (size_t k = 0; k < a.history().size(); ++k)
+    EXPECT_NEAR(a.history()[k].loss, b.history()[k].loss, 1e-4 * std::abs(a.history()[k].loss));
+
+  TrainerConfig resumed = cl;
+  resumed.run_dir = temp_dir("nhwc_c");
+  test::BuiltinRun r(resumed);
+  r.resume(cl.run_dir + "/checkpoints/step-00000003");
+  r.fit();
+  std::vector<MetricRow> tail;
+  for (const MetricRow& m : b.history())
+    if (m.step > 3) tail.push_back(m);
+  ASSERT_EQ(tail.size(), r.history().size());
+  for (size_t k = 0; k < tail.size(); ++k) EXPECT_EQ(tail[k].loss, r.history()[k].loss) << "step " << tail[k].step;
+  for (const auto& d : {c.run_dir, cl.run_dir, resumed.run_dir}) fs::remove_all(d);
+}
+
 TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
   TrainerConfig c = tiny_char(temp_dir("ckblocks_a"));
   c.model.layers = 2;

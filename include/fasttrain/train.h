@@ -104,6 +104,7 @@ struct TrainerConfig {
   // --- precision and memory ---
   std::string precision = "32";             // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
   bool checkpoint_blocks = false;           // activation checkpointing of every transformer / residual block
+  bool channels_last = false;               // NHWC weights and image batches for convolution models
   std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
   std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
   int64_t max_batch_size = 4096;            // batch-size finder: upper bound
@@ -220,6 +221,8 @@ void visit_fields(Config& c, V&& visitor) {
   v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true", locked);
   v("checkpoint_blocks", c.checkpoint_blocks,
     "activation checkpointing: recompute each transformer/residual block in backward to save memory");
+  v("channels_last", c.channels_last,
+    "channels-last (NHWC) memory format for the model's 4-d weights and the image batches (convolution models)");
   v("memory_limit", c.memory_limit,
     "budget for tensor memory, e.g. 8G or 512M (empty: none); allocations past it fail cleanly");
   v("batch_size_search", c.batch_size_search,

@@ -117,11 +117,17 @@ void check_loss(const StepOutput& out, const char* who) {
 }
 
 // The batch as a module reads it: floating fields in bf16 for bf16-true runs.
-data::Batch batch_for_model(const data::Batch& b, Precision precision) {
-  if (precision != Precision::BF16True) return b;
+// The batch as the model takes it: bf16 fields in bf16-true; image fields (4-d, floating) in
+// NHWC memory when the model's weights are (channels_last), so the first convolution does not
+// reorder its input.
+data::Batch batch_for_model(const data::Batch& b, Precision precision, bool channels_last) {
+  if (precision != Precision::BF16True && !channels_last) return b;
   data::Batch converted = b;
-  for (Tensor& f : converted.fields)
-    if (is_floating(f.dtype()) && f.dtype() != DType::BF16) f = f.to(DType::BF16);
+  for (Tensor& f : converted.fields) {
+    if (!is_floating(f.dtype())) continue;
+    if (precision == Precision::BF16True && f.dtype() != DType::BF16) f = f.to(DType::BF16);
+    if (channels_last && f.dim() == 4) f = f.contiguous_channels_last();
+  }
   return converted;
 }
 
@@ -142,7 +148,7 @@ EvalResult evaluate_module(TrainModule& module, data::DevicePrefetcher& val_batc
   for (int64_t k = 0; c.eval_batches == 0 || k < c.eval_batches; ++k) {
     const data::Batch* next = val_batches.next();
     if (next == nullptr) break;
-    const data::Batch b = batch_for_model(*next, precision);
+    const data::Batch b = batch_for_model(*next, precision, c.channels_last);
     const StepOutput out = module.validation_step(b);
     check_loss(out, "validation_step");
     // Batch means weighted by their rows: the split's mean however its last batch falls.
@@ -179,7 +185,7 @@ std::unique_ptr<data::DataLoader> make_val_loader(const DataModule& data, const 
 }  // namespace
 
 data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
-  return batch_for_model(b, runner->options().precision);
+  return batch_for_model(b, runner->options().precision, channels_last);
 }
 
 EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
@@ -272,6 +278,8 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   nn::Module& model = module.model();
   model.train();
   if (config_.checkpoint_blocks) set_block_checkpointing(model, true);
+  if (config_.channels_last) model.to_channels_last();
+  im.channels_last = config_.channels_last;
   im.module = &module;
   im.data = &data;
   im.optimizer = make_optimizer(config_, module);

@@ -45,7 +45,10 @@ struct Trainer::Impl {
   int64_t checkpoint_eval_step = -1;
   EvalResult checkpoint_eval;
 
-  // The batch as the module reads it: floating fields in bf16 for bf16-true runs.
+  bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
+
+  // The batch as the module reads it: floating fields in bf16 for bf16-true runs, images in
+  // NHWC memory with channels_last.
   data::Batch model_batch(const data::Batch& b) const;
   // The next training batch, crossing into the next epoch when this one is exhausted.
   const data::Batch& next_batch();

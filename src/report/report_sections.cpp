@@ -1,9 +1,13 @@
 // The report's profile-based sections (report_sections.h).
 #include "report/report_sections.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
+#include "fasttrain/advisor.h"
 #include "fasttrain/error.h"
+#include "fasttrain/train.h"
 #include "report/svg_plot.h"
 #include "train/run_files.h"
 
@@ -23,6 +27,12 @@ std::optional<json> read_optional_json(const std::string& path, const char* what
   }
 }
 
+std::string number(double v, const char* format) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 std::string not_profiled(const char* id, const char* title, const char* what) {
   return std::string("<section id=\"") + id + "\">\n<h2>" + title + "</h2>\n<p>This run was not profiled: " + what +
          " come from <code>fasttrain train --profile START:END</code>.</p>\n</section>\n";
@@ -37,7 +47,42 @@ ProfileFiles read_profile_files(const std::string& run_dir) {
 
 std::string step_breakdown_section(const ProfileFiles& profile) {
   if (!profile.summary) return not_profiled("step-breakdown", "Step breakdown", "the time per phase and per op");
-  return not_profiled("step-breakdown", "Step breakdown", "the time per phase and per op");
+  const json& s = *profile.summary;
+  std::string body;
+  try {
+    const double step_ms = s.at("step_ms").get<double>();
+    body += "<p>Steps " + std::to_string(s.at("first_step").get<int64_t>()) + " to " +
+            std::to_string(s.at("last_step").get<int64_t>()) + ": " + number(step_ms, "%.3g") + " ms per step, " +
+            number(s.at("achieved_gflops").get<double>(), "%.3g") + " GFLOP/s, " +
+            number(100 * s.at("fraction_of_peak").get<double>(), "%.1f") + "% of the measured peak (" +
+            number(s.at("peak").at("gflops").get<double>(), "%.4g") +
+            " GFLOP/s: " + escape_xml(s.at("peak").at("method").get<std::string>()) + ").</p>\n";
+    BarChart phases;
+    phases.title = "Time per phase (ms per step)";
+    phases.unit = "ms";
+    for (const auto& [name, ms] : s.at("phase_ms_per_step").items()) phases.bars.emplace_back(name, ms.get<double>());
+    std::stable_sort(phases.bars.begin(), phases.bars.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (!phases.bars.empty()) body += "<figure>" + bar_chart_svg(phases) + "</figure>\n";
+    std::string rows;
+    int shown = 0;
+    for (const json& op : s.at("ops")) {
+      if (++shown > 15) break;
+      rows += "<tr><td>" + escape_xml(op.at("name").get<std::string>()) + "</td><td>" +
+              number(op.at("calls_per_step").get<double>(), "%.3g") + "</td><td>" +
+              number(op.at("self_ms_per_step").get<double>(), "%.3f") + "</td><td>" +
+              number(100 * op.at("share_of_step").get<double>(), "%.1f") + "%</td><td>" +
+              number(op.at("gflops").get<double>(), "%.3g") + "</td><td>" +
+              number(100 * op.at("fraction_of_peak").get<double>(), "%.1f") + "%</td></tr>\n";
+    }
+    body +=
+        "<table class=\"data\"><tr><th>op</th><th>calls/step</th><th>self ms/step</th><th>share</th>"
+        "<th>GFLOP/s</th><th>of peak</th></tr>\n" +
+        rows + "</table>\n";
+  } catch (const json::exception& e) {
+    FT_FAIL("report: profile/summary.json: malformed profile summary: ", e.what());
+  }
+  return "<section id=\"step-breakdown\">\n<h2>Step breakdown</h2>\n" + body + "</section>\n";
 }
 
 std::string memory_section(const ProfileFiles& profile) {
@@ -45,9 +90,32 @@ std::string memory_section(const ProfileFiles& profile) {
   return not_profiled("memory", "Memory", "the memory timeline and the peak's holders");
 }
 
-std::string advisor_section(const std::string&, const ProfileFiles& profile) {
+std::string advisor_section(const std::string& run_dir, const ProfileFiles& profile) {
   if (!profile.summary) return not_profiled("advisor", "Advisor", "the advisor's findings");
-  return not_profiled("advisor", "Advisor", "the advisor's findings");
+  // The Trainer's own findings (they include the rules that look at the model); else the
+  // findings the profile summary alone supports.
+  const std::string advice = run_dir + "/profile/advice.json";
+  std::vector<train::Finding> findings;
+  if (fs::exists(advice)) {
+    findings = train::findings_from_json(train::read_text(advice, "the advisor's findings"), advice);
+  } else {
+    train::TrainerConfig config;
+    const std::string config_path = run_dir + "/config.toml";
+    if (fs::exists(config_path))
+      train::apply_toml(config, train::read_text(config_path, "the run's configuration"), config_path);
+    findings = train::advise(config, train::measurements_from_profile(run_dir + "/profile/summary.json", config));
+  }
+  std::string body;
+  if (findings.empty()) {
+    body = "<p>Nothing to change: no rule's threshold was crossed in the profiled steps.</p>\n";
+  } else {
+    body = "<ul class=\"findings\">\n";
+    for (const train::Finding& f : findings)
+      body += "<li><strong>" + escape_xml(f.rule) + "</strong>: " + escape_xml(f.evidence) + ".<br>Change: <code>" +
+              escape_xml(f.change) + "</code></li>\n";
+    body += "</ul>\n";
+  }
+  return "<section id=\"advisor\">\n<h2>Advisor</h2>\n" + body + "</section>\n";
 }
 
 }  // namespace ft::report

@@ -82,7 +82,8 @@ for lane, es in by_lane.items():
             stack.pop()
         e["parents"] = [p["name"] for p in stack]
         stack.append(e)
-)PY" + extra + "\nprint('ok')\n";
+)PY" + extra +
+         "\nprint('ok')\n";
 }
 
 std::shared_ptr<nn::Sequential> tiny_mlp(Generator& gen) {
@@ -316,12 +317,12 @@ TEST(MemoryHistory, CategoriesFollowPhasesAndLabels) {
     e.allocated_after = allocated;
     ev.push_back(e);
   };
-  add(K::Alloc, 1, 64, P::Data);         // batch
-  add(K::Alloc, 2, 100, P::Forward);     // activation
-  add(K::Alloc, 3, 50, P::Forward);      // temporary
+  add(K::Alloc, 1, 64, P::Data);      // batch
+  add(K::Alloc, 2, 100, P::Forward);  // activation
+  add(K::Alloc, 3, 50, P::Forward);   // temporary
   add(K::Free, 3, 50, P::Forward);
-  add(K::Alloc, 4, 30, P::Backward);     // gradient, labeled below
-  add(K::Alloc, 5, 40, P::Backward);     // temporary at the peak
+  add(K::Alloc, 4, 30, P::Backward);  // gradient, labeled below
+  add(K::Alloc, 5, 40, P::Backward);  // temporary at the peak
   add(K::Free, 5, 40, P::Backward);
   add(K::Free, 2, 100, P::Backward);
   memory::Event lab;
@@ -360,7 +361,8 @@ TEST(ProfileTrainer, WritesTraceSummaryAndMemoryHistory) {
   ASSERT_TRUE(fs::exists(dir + "/profile/trace.json"));
   ASSERT_TRUE(fs::exists(dir + "/profile/summary.json"));
   ASSERT_TRUE(fs::exists(dir + "/profile/memory.json"));
-  const auto [rc, out] = run_python(dir, trace_checker(R"PY(
+  const auto [rc, out] =
+      run_python(dir, trace_checker(R"PY(
 assert "train" in names.values() and "loader worker 0" in names.values(), names
 steps = sorted(e["name"] for e in spans if e["cat"] == "step")
 assert steps == ["step 2", "step 3"], steps
@@ -387,8 +389,7 @@ kinds = {e["kind"] for e in mem["events"]}
 assert kinds == {"alloc", "free", "label"}, kinds
 assert summary["memory"]["peak_bytes"] == peak["peak_bytes"]
 )PY"),
-                                    dir + "/profile/trace.json " + dir + "/profile/summary.json " + dir +
-                                        "/profile/memory.json");
+                 dir + "/profile/trace.json " + dir + "/profile/summary.json " + dir + "/profile/memory.json");
   EXPECT_EQ(rc, 0) << out;
   fs::remove_all(dir);
 }

@@ -31,17 +31,17 @@ const char* category_name(Category c);  // "parameters", "gradients", "optimizer
 struct Event {
   enum class Kind : uint8_t { Alloc, Free, Label };
   Kind kind = Kind::Alloc;
-  int64_t seq = 0;      // order of the events
-  int64_t time_ns = 0;  // since recording began
-  std::string device;   // the allocator: "cpu", "cuda:0", "pinned"
-  uint64_t ptr = 0;     // block address (a block is identified by device and address while live)
-  int64_t bytes = 0;    // size class counted by the allocator (Label: the labeled block's size class)
+  int64_t seq = 0;              // order of the events
+  int64_t time_ns = 0;          // since recording began
+  std::string device;           // the allocator: "cpu", "cuda:0", "pinned"
+  uint64_t ptr = 0;             // block address (a block is identified by device and address while live)
+  int64_t bytes = 0;            // size class counted by the allocator (Label: the labeled block's size class)
   int64_t allocated_after = 0;  // the allocator's allocated bytes after this event (Alloc/Free)
   profiler::Phase phase = profiler::Phase::None;
   int64_t step = -1;
-  std::string op;      // kernel the block was made for (outputs are allocated just before it)
-  std::string node;    // autograd node running (backward), or ""
-  std::string module;  // module path ("transformer.h.0.attn"), or ""
+  std::string op;                       // kernel the block was made for (outputs are allocated just before it)
+  std::string node;                     // autograd node running (backward), or ""
+  std::string module;                   // module path ("transformer.h.0.attn"), or ""
   Category category = Category::Other;  // Label only
   std::string name;                     // Label only: parameter name, state name, "batch.0"
 };
@@ -72,7 +72,7 @@ struct PeakReport {
   std::string peak_op;
   int64_t by_category[kCategoryCount] = {};  // at the peak; sums to peak_bytes
   std::vector<ModuleBytes> by_module;        // at the peak, largest first ("" = outside any module)
-  bool consistent = true;  // every Alloc/Free's running sum matched allocated_after
+  bool consistent = true;                    // every Alloc/Free's running sum matched allocated_after
 };
 // Replays `events` of one device (default: "cpu").
 PeakReport analyze(const std::vector<Event>& events, const std::string& device = "cpu");

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "fasttrain/ops.h"
+#include "fasttrain/profiler.h"
 #include "fasttrain/random.h"
 #include "fasttrain/safetensors.h"
-#include "fasttrain/profiler.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::nn {

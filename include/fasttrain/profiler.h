@@ -100,8 +100,8 @@ struct Span {
   int64_t start_ns = 0, duration_ns = 0;
   int64_t step = -1;  // the StepScope it ran in (-1: none)
   Phase phase = Phase::None;
-  double flops = 0;   // kernels with a formula in op_flops.cpp; 0 otherwise
-  double bytes = 0;   // kernels: bytes of every tensor argument (each read or written once)
+  double flops = 0;    // kernels with a formula in op_flops.cpp; 0 otherwise
+  double bytes = 0;    // kernels: bytes of every tensor argument (each read or written once)
   std::string shapes;  // kernels: "[64,128] [128,256] [64,256]", one per tensor argument
   std::string dtypes;  // kernels: "f32 f32 f32"
 };

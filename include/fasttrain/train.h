@@ -76,7 +76,7 @@ struct TrainerConfig {
   std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
   int64_t max_batch_size = 4096;            // batch-size finder: upper bound
   // --- profiling (profile_run.h) ---
-  std::string profile;         // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
+  std::string profile;          // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
   bool memory_history = false;  // record every allocation over the profiled steps (default 1:3)
   // --- checkpoints and callbacks ---
   int64_t keep_last = 2;                // newest checkpoints kept (0: all)

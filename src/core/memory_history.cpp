@@ -302,13 +302,12 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
   }
   // A labeled pre-recording block that was freed before the peak was counted in unknown_freed's
   // complement: its free found it in `live` (block_of_event set), so it is simply not alive.
-  const int64_t other = rep.baseline_bytes - unknown_freed - labeled_baseline -
-                        [&] {
-                          int64_t freed_labeled = 0;
-                          for (size_t bi = 0; bi < blocks.size(); ++bi)
-                            if (blocks[bi].alloc_seq < 0 && !alive[bi]) freed_labeled += blocks[bi].bytes;
-                          return freed_labeled;
-                        }();
+  const int64_t other = rep.baseline_bytes - unknown_freed - labeled_baseline - [&] {
+    int64_t freed_labeled = 0;
+    for (size_t bi = 0; bi < blocks.size(); ++bi)
+      if (blocks[bi].alloc_seq < 0 && !alive[bi]) freed_labeled += blocks[bi].bytes;
+    return freed_labeled;
+  }();
   rep.by_category[static_cast<int>(Category::Other)] += other;
   if (other != 0) modules["(before recording)"] += other;
   for (auto& [m, bytes] : modules) rep.by_module.push_back({m, bytes});
@@ -341,8 +340,7 @@ std::string history_json(const std::vector<Event>& events, const PeakReport& rep
     ev.push_back(std::move(j));
   }
   json categories = json::object();
-  for (int c = 0; c < kCategoryCount; ++c)
-    categories[category_name(static_cast<Category>(c))] = report.by_category[c];
+  for (int c = 0; c < kCategoryCount; ++c) categories[category_name(static_cast<Category>(c))] = report.by_category[c];
   json modules = json::array();
   for (const ModuleBytes& m : report.by_module) modules.push_back({{"module", m.module}, {"bytes", m.bytes}});
   json peak = {{"device", report.device},

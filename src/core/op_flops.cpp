@@ -67,8 +67,8 @@ double kernel_flops(const KernelCall& c) {
     if (!a || a->shape.empty()) return 0;
     return 2 * n(2) * static_cast<double>(a->shape.back());
   }
-  if (k == "conv2d_forward") return arg(c, 1) ? 2 * n(3) * conv_macs_per_output(*arg(c, 1)) : 0;         // x w b y
-  if (k == "conv2d_backward_data") return arg(c, 1) ? 2 * n(0) * conv_macs_per_output(*arg(c, 1)) : 0;   // gy w gx
+  if (k == "conv2d_forward") return arg(c, 1) ? 2 * n(3) * conv_macs_per_output(*arg(c, 1)) : 0;          // x w b y
+  if (k == "conv2d_backward_data") return arg(c, 1) ? 2 * n(0) * conv_macs_per_output(*arg(c, 1)) : 0;    // gy w gx
   if (k == "conv2d_backward_weight") return arg(c, 2) ? 2 * n(0) * conv_macs_per_output(*arg(c, 2)) : 0;  // gy x gw
   if (k == "attention_forward") return attention_flops(c, 2);
   if (k == "attention_backward") return attention_flops(c, 5);

@@ -470,16 +470,18 @@ PeakFlops measure_one_core() {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx512f")) {
     p.instruction = "vfmadd231ps zmm";
-    p.gflops_per_core = time_chains(FT_PEAK_LOOP(FT_PEAK_ZMM, "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-                                                              "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"),
+    p.gflops_per_core = time_chains(FT_PEAK_LOOP(FT_PEAK_ZMM,
+                                                 "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
+                                                 "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"),
                                     12 * 32) /
                         1e9;
     return p;
   }
   if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2")) {
     p.instruction = "vfmadd231ps ymm";
-    p.gflops_per_core = time_chains(FT_PEAK_LOOP(FT_PEAK_YMM, "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
-                                                              "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"),
+    p.gflops_per_core = time_chains(FT_PEAK_LOOP(FT_PEAK_YMM,
+                                                 "vpxor %%ymm1, %%ymm1, %%ymm1\n\t"
+                                                 "vpxor %%ymm2, %%ymm2, %%ymm2\n\t"),
                                     12 * 16) /
                         1e9;
     return p;

@@ -21,9 +21,9 @@ int64_t now_ns();  // steady clock, nanoseconds since the current session's star
 
 struct ThreadContext {
   Phase phase = Phase::None;
-  const char* kernel = nullptr;    // innermost kernel running (string literal from the kernel list)
-  const char* sub_op = nullptr;    // its unary/binary op name ("relu"), if any
-  std::string node;                // autograd node running
+  const char* kernel = nullptr;      // innermost kernel running (string literal from the kernel list)
+  const char* sub_op = nullptr;      // its unary/binary op name ("relu"), if any
+  std::string node;                  // autograd node running
   std::vector<std::string> modules;  // module paths, innermost last
   std::string thread_name;
   // Memory events recorded on this thread before any kernel ran: an op allocates its outputs and
@@ -52,10 +52,9 @@ void collect(KernelCall& call, math::UnaryOp op);
 void collect(KernelCall& call, math::BinaryOp op);
 void collect(KernelCall& call, const backend::AttentionParams& p);
 template <class T>
-  requires(!std::is_same_v<std::decay_t<T>, Tensor> && !std::is_same_v<std::decay_t<T>, std::vector<Tensor>> &&
-           !std::is_same_v<std::decay_t<T>, math::UnaryOp> && !std::is_same_v<std::decay_t<T>, math::BinaryOp> &&
-           !std::is_same_v<std::decay_t<T>, backend::AttentionParams>)
-void collect(KernelCall&, const T&) {}
+requires(!std::is_same_v<std::decay_t<T>, Tensor> && !std::is_same_v<std::decay_t<T>, std::vector<Tensor>> &&
+         !std::is_same_v<std::decay_t<T>, math::UnaryOp> && !std::is_same_v<std::decay_t<T>, math::BinaryOp> &&
+         !std::is_same_v<std::decay_t<T>, backend::AttentionParams>) void collect(KernelCall&, const T&) {}
 
 // FLOPs of a kernel call (src/core/op_flops.cpp); 0 for kernels without a formula.
 double kernel_flops(const KernelCall& call);

@@ -49,7 +49,8 @@ struct Trainer::Run {
   int64_t last_eval_step = -1;
   std::unique_ptr<ProgressLine> progress;
   std::vector<Tensor> step_losses;  // each step's loss since the last log (to name a non-finite one)
-  std::unique_ptr<ProfileRun> profile;  // --profile / --memory-history, else null
+  // --profile / --memory-history (profile_run.h), else null
+  std::unique_ptr<ProfileRun> profile;
 
   explicit Run(Trainer& trainer) : t(trainer), im(*trainer.impl_), c(trainer.config_) {}
 

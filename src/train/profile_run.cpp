@@ -142,22 +142,23 @@ std::string summary_json(const ProfileSummary& s, const memory::PeakReport* memo
                    {"gb_per_s", o.self_ms > 0 ? o.bytes / (o.self_ms * 1e-3) / 1e9 : 0.0}});
   }
   const double achieved = gflops_of(s.kernel_flops, s.step_ms);
-  json doc = {{"format", "fasttrain.profile_summary.v1"},
-              {"first_step", s.first_step},
-              {"last_step", s.last_step},
-              {"steps", s.steps},
-              {"step_ms", s.step_ms},
-              {"phase_ms_per_step", phases},
-              {"flops_per_step", s.kernel_flops},
-              {"achieved_gflops", achieved},
-              {"fraction_of_peak", s.peak.gflops > 0 ? achieved / s.peak.gflops : 0.0},
-              {"peak",
-               {{"gflops", s.peak.gflops},
-                {"gflops_per_core", s.peak.gflops_per_core},
-                {"threads", s.peak.threads},
-                {"instruction", s.peak.instruction},
-                {"method", "12 independent fp32 FMA chains on one core, best of 3 timed runs of >= 20 ms, times threads"}}},
-              {"ops", ops}};
+  json doc = {
+      {"format", "fasttrain.profile_summary.v1"},
+      {"first_step", s.first_step},
+      {"last_step", s.last_step},
+      {"steps", s.steps},
+      {"step_ms", s.step_ms},
+      {"phase_ms_per_step", phases},
+      {"flops_per_step", s.kernel_flops},
+      {"achieved_gflops", achieved},
+      {"fraction_of_peak", s.peak.gflops > 0 ? achieved / s.peak.gflops : 0.0},
+      {"peak",
+       {{"gflops", s.peak.gflops},
+        {"gflops_per_core", s.peak.gflops_per_core},
+        {"threads", s.peak.threads},
+        {"instruction", s.peak.instruction},
+        {"method", "12 independent fp32 FMA chains on one core, best of 3 timed runs of >= 20 ms, times threads"}}},
+      {"ops", ops}};
   if (memory != nullptr) {
     json cats = json::object();
     for (int c = 0; c < memory::kCategoryCount; ++c)
@@ -176,13 +177,14 @@ std::string summary_table(const ProfileSummary& s, size_t top_ops) {
   std::string out;
   char line[256];
   const double n = s.steps > 0 ? static_cast<double>(s.steps) : 1.0;
-  std::snprintf(line, sizeof line,
-                "profile: steps %lld-%lld, %.2f ms per step, %.2f GFLOP/s in kernels (%.1f%% of a measured peak of %.1f "
-                "GFLOP/s: %s on one core x %d threads)\n",
-                static_cast<long long>(s.first_step), static_cast<long long>(s.last_step), s.step_ms,
-                gflops_of(s.kernel_flops, s.step_ms),
-                s.peak.gflops > 0 ? 100 * gflops_of(s.kernel_flops, s.step_ms) / s.peak.gflops : 0.0, s.peak.gflops,
-                s.peak.instruction.c_str(), s.peak.threads);
+  std::snprintf(
+      line, sizeof line,
+      "profile: steps %lld-%lld, %.2f ms per step, %.2f GFLOP/s in kernels (%.1f%% of a measured peak of %.1f "
+      "GFLOP/s: %s on one core x %d threads)\n",
+      static_cast<long long>(s.first_step), static_cast<long long>(s.last_step), s.step_ms,
+      gflops_of(s.kernel_flops, s.step_ms),
+      s.peak.gflops > 0 ? 100 * gflops_of(s.kernel_flops, s.step_ms) / s.peak.gflops : 0.0, s.peak.gflops,
+      s.peak.instruction.c_str(), s.peak.threads);
   out += line;
   out += "  phase          ms/step   share\n";
   for (const auto& [name, ms] : s.phase_ms) {
@@ -195,8 +197,9 @@ std::string summary_table(const ProfileSummary& s, size_t top_ops) {
     const OpSummary& o = s.ops[i];
     const double g = gflops_of(o.flops, o.self_ms);
     std::snprintf(line, sizeof line, "  %-24s %11.1f %13.3f  %5.1f%%  %9.2f  %6.1f%%\n", o.name.c_str(),
-                  static_cast<double>(o.calls) / n, o.self_ms / n, s.step_ms > 0 ? 100 * o.self_ms / n / s.step_ms : 0.0,
-                  g, s.peak.gflops > 0 ? 100 * g / s.peak.gflops : 0.0);
+                  static_cast<double>(o.calls) / n, o.self_ms / n,
+                  s.step_ms > 0 ? 100 * o.self_ms / n / s.step_ms : 0.0, g,
+                  s.peak.gflops > 0 ? 100 * g / s.peak.gflops : 0.0);
     out += line;
   }
   return out;
@@ -212,8 +215,9 @@ std::string memory_table(const memory::PeakReport& r, size_t top_modules) {
   out += line;
   for (int c = 0; c < memory::kCategoryCount; ++c) {
     if (r.by_category[c] == 0) continue;
-    std::snprintf(line, sizeof line, "  %-16s %10.2f MiB  %5.1f%%\n", memory::category_name(static_cast<memory::Category>(c)),
-                  mib(r.by_category[c]), r.peak_bytes > 0 ? 100.0 * r.by_category[c] / r.peak_bytes : 0.0);
+    std::snprintf(line, sizeof line, "  %-16s %10.2f MiB  %5.1f%%\n",
+                  memory::category_name(static_cast<memory::Category>(c)), mib(r.by_category[c]),
+                  r.peak_bytes > 0 ? 100.0 * r.by_category[c] / r.peak_bytes : 0.0);
     out += line;
   }
   for (size_t i = 0; i < r.by_module.size() && i < top_modules; ++i) {

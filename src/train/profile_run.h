@@ -30,10 +30,10 @@ struct OpSummary {
 };
 struct ProfileSummary {
   int64_t first_step = 0, last_step = 0, steps = 0;
-  double step_ms = 0;                                         // mean
-  std::vector<std::pair<std::string, double>> phase_ms;       // per step, "other" last
-  std::vector<OpSummary> ops;                                 // by self time, largest first
-  double kernel_flops = 0;                                    // per step
+  double step_ms = 0;                                    // mean
+  std::vector<std::pair<std::string, double>> phase_ms;  // per step, "other" last
+  std::vector<OpSummary> ops;                            // by self time, largest first
+  double kernel_flops = 0;                               // per step
   profiler::PeakFlops peak;
 };
 ProfileSummary summarize(const std::vector<profiler::Span>& spans, const profiler::PeakFlops& peak);

@@ -388,6 +388,8 @@ assert peak["by_module"][0]["bytes"] == max(m["bytes"] for m in peak["by_module"
 kinds = {e["kind"] for e in mem["events"]}
 assert kinds == {"alloc", "free", "label"}, kinds
 assert summary["memory"]["peak_bytes"] == peak["peak_bytes"]
+top = summary["memory"]["top_module"]
+assert top.startswith("transformer") and summary["memory"]["top_module_bytes"] > 0, summary["memory"]
 )PY"),
                  dir + "/profile/trace.json " + dir + "/profile/summary.json " + dir + "/profile/memory.json");
   EXPECT_EQ(rc, 0) << out;

@@ -160,6 +160,14 @@ std::string summary_json(const ProfileSummary& s, const memory::PeakReport* memo
         {"method", "12 independent fp32 FMA chains on one core, best of 3 timed runs of >= 20 ms, times threads"}}},
       {"ops", ops}};
   if (memory != nullptr) {
+    // The module holding the most: a named one ("" is work outside any module, mostly backward's
+    // temporaries; "(before recording)" the unlabeled baseline).
+    const memory::ModuleBytes* top = nullptr;
+    for (const memory::ModuleBytes& m : memory->by_module)
+      if (!m.module.empty() && m.module != "(before recording)") {
+        top = &m;
+        break;
+      }
     json cats = json::object();
     for (int c = 0; c < memory::kCategoryCount; ++c)
       cats[memory::category_name(static_cast<memory::Category>(c))] = memory->by_category[c];
@@ -167,8 +175,8 @@ std::string summary_json(const ProfileSummary& s, const memory::PeakReport* memo
                      {"peak_phase", profiler::phase_name(memory->peak_phase)},
                      {"peak_step", memory->peak_step},
                      {"by_category", cats},
-                     {"top_module", memory->by_module.empty() ? json(nullptr) : json(memory->by_module.front().module)},
-                     {"top_module_bytes", memory->by_module.empty() ? 0 : memory->by_module.front().bytes}};
+                     {"top_module", top ? json(top->module) : json(nullptr)},
+                     {"top_module_bytes", top ? top->bytes : 0}};
   }
   return doc.dump(2) + "\n";
 }

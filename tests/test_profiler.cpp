@@ -317,6 +317,23 @@ TEST(MemoryHistory, CategoriesFollowPhasesAndLabels) {
     e.allocated_after = allocated;
     ev.push_back(e);
   };
+  auto label = [&](uint64_t ptr, int64_t bytes, memory::Category category) {
+    memory::Event e;
+    e.kind = K::Label;
+    e.seq = static_cast<int64_t>(ev.size());
+    e.device = "cpu";
+    e.ptr = ptr;
+    e.bytes = bytes;
+    e.category = category;
+    e.module = "fc";
+    ev.push_back(e);
+  };
+  // Of the 1000 bytes before recording: a labeled parameter (200), a labeled gradient freed at the
+  // start of the step (100), an unlabeled block freed too (50), and 650 never seen: "other".
+  label(9, 200, memory::Category::Parameters);
+  label(8, 100, memory::Category::Gradients);
+  add(K::Free, 8, 100, P::None);
+  add(K::Free, 7, 50, P::None);
   add(K::Alloc, 1, 64, P::Data);      // batch
   add(K::Alloc, 2, 100, P::Forward);  // activation
   add(K::Alloc, 3, 50, P::Forward);   // temporary
@@ -325,23 +342,20 @@ TEST(MemoryHistory, CategoriesFollowPhasesAndLabels) {
   add(K::Alloc, 5, 40, P::Backward);  // temporary at the peak
   add(K::Free, 5, 40, P::Backward);
   add(K::Free, 2, 100, P::Backward);
-  memory::Event lab;
-  lab.kind = K::Label;
-  lab.device = "cpu";
-  lab.ptr = 4;
-  lab.bytes = 30;
-  lab.category = memory::Category::Gradients;
-  lab.module = "fc";
-  ev.push_back(lab);
+  label(4, 30, memory::Category::Gradients);
   const memory::PeakReport r = memory::analyze(ev);
   EXPECT_TRUE(r.consistent);
   EXPECT_EQ(r.baseline_bytes, 1000);
-  EXPECT_EQ(r.peak_bytes, 1000 + 64 + 100 + 30 + 40);
+  EXPECT_EQ(r.peak_bytes, 1000 - 150 + 64 + 100 + 30 + 40);
+  EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::Parameters)], 200);
   EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::DataBatches)], 64);
   EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::Activations)], 100);
   EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::Gradients)], 30);
   EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::Temporaries)], 40);
-  EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::Other)], 1000);
+  EXPECT_EQ(r.by_category[static_cast<int>(memory::Category::Other)], 650);
+  int64_t sum = 0;
+  for (int64_t b : r.by_category) sum += b;
+  EXPECT_EQ(sum, r.peak_bytes);
 }
 
 // --profile and --memory-history through the Trainer: the three files, worker lanes, phases

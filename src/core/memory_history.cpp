@@ -291,23 +291,18 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
     }
     alive[block_of_event[i]] = e.kind == Event::Kind::Alloc ? 1 : 0;
   }
+  // baseline = labeled pre-recording blocks + unlabeled ones; of the unlabeled, those freed
+  // before the peak (unknown_freed) are gone and the rest is "other".
   std::unordered_map<std::string, int64_t> modules;
   int64_t labeled_baseline = 0;
   for (size_t bi = 0; bi < blocks.size(); ++bi) {
-    if (!alive[bi]) continue;
     const Block& b = blocks[bi];
+    if (b.alloc_seq < 0) labeled_baseline += b.bytes;
+    if (!alive[bi]) continue;
     rep.by_category[static_cast<int>(b.category)] += b.bytes;
     modules[b.module] += b.bytes;
-    if (b.alloc_seq < 0) labeled_baseline += b.bytes;
   }
-  // A labeled pre-recording block that was freed before the peak was counted in unknown_freed's
-  // complement: its free found it in `live` (block_of_event set), so it is simply not alive.
-  const int64_t other = rep.baseline_bytes - unknown_freed - labeled_baseline - [&] {
-    int64_t freed_labeled = 0;
-    for (size_t bi = 0; bi < blocks.size(); ++bi)
-      if (blocks[bi].alloc_seq < 0 && !alive[bi]) freed_labeled += blocks[bi].bytes;
-    return freed_labeled;
-  }();
+  const int64_t other = rep.baseline_bytes - labeled_baseline - unknown_freed;
   rep.by_category[static_cast<int>(Category::Other)] += other;
   if (other != 0) modules["(before recording)"] += other;
   for (auto& [m, bytes] : modules) rep.by_module.push_back({m, bytes});

@@ -42,7 +42,9 @@ inline constexpr int kPhaseCount = 7;
 const char* phase_name(Phase p);  // "none", "data", "forward", ...
 Phase current_phase();            // this thread's
 
-// Sets this thread's phase for the scope and, while tracing, records it as a span.
+// While a session or the memory history records: sets this thread's phase for the scope (its
+// allocations are attributed to it) and, while tracing, records the scope as a span. Otherwise
+// it does nothing.
 class PhaseScope {
  public:
   explicit PhaseScope(Phase phase);

@@ -60,6 +60,8 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
                    : std::is_same_v<T, bool>      ? "BOOL"
                    : std::is_same_v<T, double>    ? "NUM"
                                                   : "INT");
+    // A bare boolean flag means true (--memory-history); a value still sets it (--tensorboard false).
+    if constexpr (std::is_same_v<T, bool>) opt->expected(0, 1)->default_str("true");
     o.options.emplace_back(name, opt);
     ++i;
   });

@@ -50,3 +50,7 @@
 #include "fasttrain/train.h"
 #include "fasttrain/train_module.h"
 #include "fasttrain/train_step.h"
+
+// Insight: the profiler (Chrome trace, phases, FLOPs) and the allocators' memory history.
+#include "fasttrain/memory_history.h"
+#include "fasttrain/profiler.h"

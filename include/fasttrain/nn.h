@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fasttrain/ops.h"
+#include "fasttrain/profiler.h"
 #include "fasttrain/random.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/tensor.h"
@@ -82,10 +83,19 @@ class Module {
 };
 
 // A module with one tensor in and one tensor out (layers, Sequential, the models).
+// Call it as m(x): while profiling, the call is a span named by the module's path and its
+// allocations are attributed to it (profiler.h); otherwise it is forward(x) after one relaxed load.
 class UnaryModule : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  Tensor operator()(const Tensor& x) {
+    if (profiler::active()) [[unlikely]]
+      return profiled_forward(x);
+    return forward(x);
+  }
+
+ private:
+  Tensor profiled_forward(const Tensor& x);
 };
 using ModulePtr = std::shared_ptr<UnaryModule>;
 

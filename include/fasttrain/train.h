@@ -108,6 +108,9 @@ struct TrainerConfig {
   std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
   std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
   int64_t max_batch_size = 4096;            // batch-size finder: upper bound
+  // --- profiling (profile_run.h) ---
+  std::string profile;          // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
+  bool memory_history = false;  // record every allocation over the profiled steps (default 1:3)
   // --- checkpoints and callbacks ---
   int64_t keep_last = 2;                // newest checkpoints kept (0: all)
   int64_t keep_best = 1;                // best checkpoints by `monitor` kept besides
@@ -228,6 +231,13 @@ void visit_fields(Config& c, V&& visitor) {
   v("batch_size_search", c.batch_size_search,
     "batch-size finder: power (double until it fails) or binsearch (then bisect)");
   v("max_batch_size", c.max_batch_size, "batch-size finder: largest batch tried");
+  // --- profiling ---
+  v("profile", c.profile,
+    "profile steps START:END (or N): <run_dir>/profile/trace.json (Chrome trace, Perfetto), summary.json and a "
+    "per-step breakdown printed at the end (\"\": off)");
+  v("memory_history", c.memory_history,
+    "record every allocation over the profiled steps (--profile, else steps 1:3) to <run_dir>/profile/memory.json "
+    "with the peak split by category and module");
   v("keep_last", c.keep_last, "checkpoints: keep the newest N (0: keep all)");
   v("keep_best", c.keep_best, "checkpoints: also keep the best N by monitor");
   v("monitor", c.monitor, "metric for best checkpoints and early stopping: val_loss or val_accuracy");

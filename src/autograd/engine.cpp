@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/profiler_context.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops/elementwise.h"
 
@@ -247,7 +248,14 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     // grad() must not touch leaves' .grad, nor a pass their captured gradients: stop there.
     const bool is_accumulator = dynamic_cast<const AccumulateGrad*>(node.get()) != nullptr;
     std::vector<Tensor> input_grads;
-    if (!(is_accumulator && (ctx.stop_at_leaves || captures(ctx, node.get())))) input_grads = node->apply(grads);
+    if (!(is_accumulator && (ctx.stop_at_leaves || captures(ctx, node.get())))) {
+      if (profiler::active()) [[unlikely]] {  // a span per node; the kernels it runs nest inside
+        profiler::detail::NodeScope scope(node->name());
+        input_grads = node->apply(grads);
+      } else {
+        input_grads = node->apply(grads);
+      }
+    }
     if (!retain_graph) node->release_saved();
     FT_CHECK(input_grads.size() <= node->next_edges.size(), node->name(), ": returned ", input_grads.size(),
              " gradients for ", node->next_edges.size(), " inputs");

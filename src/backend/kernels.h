@@ -5,13 +5,15 @@
 //
 // Each backend fills a Kernels table once (the CPU at first use, for the instruction set chosen
 // then; CUDA when its runtime registers). An entry a backend does not provide stays empty, and
-// calling it raises "no <device> kernel for <name>" here, the one place that error is made.
+// calling it raises "no <device> kernel for <name>" here, the one place that error is made. It is
+// also the one place the profiler watches ops: a kernel call is a span named by its slot.
 #pragma once
 #include <type_traits>
 #include <utility>
 
 #include "backend/kernel_list.h"
 #include "backend/kernel_list_optim.h"
+#include "core/profiler_context.h"
 #include "fasttrain/device.h"
 
 namespace ft::backend {
@@ -33,6 +35,9 @@ class Kernel<R(Args...)> {
   }
   R operator()(Args... args) const {
     if (fn_ == nullptr) missing_kernel(device_, name_);
+    // The profiler's one hook into ops: a relaxed load when off (core/profiler_context.h).
+    if (profiler::active()) [[unlikely]]
+      return profiler::detail::profiled_kernel_call(name_, fn_, std::forward<Args>(args)...);
     return fn_(std::forward<Args>(args)...);
   }
   bool has_value() const { return fn_ != nullptr; }

@@ -39,7 +39,7 @@ class CpuCachingAllocator final : public AllocatorBookkeeping {
                                               stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes,
                                               " reserved"));
     }
-    count_allocation_locked(size, from_system);
+    count_allocation_locked(p, size, from_system);
     return DataPtr(p, [this, size](void* ptr) { release(ptr, size); });
   }
 
@@ -51,7 +51,7 @@ class CpuCachingAllocator final : public AllocatorBookkeeping {
  private:
   void release(void* p, size_t size) {
     std::lock_guard<std::mutex> lock(mu_);
-    count_free_locked(size, /*to_system=*/false);
+    count_free_locked(p, size, /*to_system=*/false);
     cache_locked(p, size);
   }
 };

@@ -9,11 +9,23 @@
 #include <vector>
 
 #include "fasttrain/allocator.h"
+#include "fasttrain/profiler.h"
+
+namespace ft::memory::detail {
+inline bool history_on() {
+  return (profiler::detail::g_flags.load(std::memory_order_relaxed) & profiler::detail::kMemoryHistory) != 0;
+}
+// Called with the allocator's lock held (memory_history.cpp).
+void record_allocation(const char* device, void* p, int64_t bytes, int64_t allocated_after);
+void record_free(const char* device, void* p, int64_t bytes, int64_t allocated_after);
+}  // namespace ft::memory::detail
 
 namespace ft {
 
 class AllocatorBookkeeping : public Allocator {
  public:
+  // history_device: the allocator's name in the memory history ("cpu", "cuda", "pinned").
+  explicit AllocatorBookkeeping(const char* history_device = "cpu") : history_device_(history_device) {}
   AllocatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
@@ -53,8 +65,10 @@ class AllocatorBookkeeping : public Allocator {
       blocks.clear();
     }
   }
-  // A block of `size` bytes handed out; from_system when it was just obtained from the system.
-  void count_allocation_locked(size_t size, bool from_system) {
+  // Block p of `size` bytes handed out; from_system when it was just obtained from the system.
+  // Recorded in the memory history under the same lock, so the history's order is the order the
+  // statistics saw (its replay reaches the same peak).
+  void count_allocation_locked(void* p, size_t size, bool from_system) {
     ++stats_.num_allocs;
     stats_.allocated_bytes += static_cast<int64_t>(size);
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
@@ -62,20 +76,25 @@ class AllocatorBookkeeping : public Allocator {
       ++stats_.num_system_allocs;
       stats_.reserved_bytes += static_cast<int64_t>(size);
     }
+    if (memory::detail::history_on()) [[unlikely]]
+      memory::detail::record_allocation(history_device_, p, static_cast<int64_t>(size), stats_.allocated_bytes);
   }
-  // A block of `size` bytes given back; to_system when it went straight back to the system.
-  void count_free_locked(size_t size, bool to_system) {
+  // Block p of `size` bytes given back; to_system when it went straight back to the system.
+  void count_free_locked(void* p, size_t size, bool to_system) {
     stats_.allocated_bytes -= static_cast<int64_t>(size);
     ++stats_.num_frees;
     if (to_system) {
       stats_.reserved_bytes -= static_cast<int64_t>(size);
       ++stats_.num_system_frees;
     }
+    if (memory::detail::history_on()) [[unlikely]]
+      memory::detail::record_free(history_device_, p, static_cast<int64_t>(size), stats_.allocated_bytes);
   }
 
   mutable std::mutex mu_;
   AllocatorStats stats_;
   size_t limit_ = 0;  // 0: none
+  const char* history_device_;
 
  private:
   std::unordered_map<size_t, std::vector<void*>> free_;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "fasttrain/error.h"
+#include "fasttrain/profiler.h"
 
 namespace ft::data {
 
@@ -183,6 +184,9 @@ int64_t DataLoader::claim_locked(int worker) {
 }
 
 void DataLoader::worker_loop(int worker) {
+  // A lane of its own in profiles; its allocations are data batches in the memory history.
+  profiler::set_thread_name("loader worker " + std::to_string(worker));
+  profiler::set_thread_phase(profiler::Phase::Data);
   const auto pool = static_cast<int64_t>(slots_.size());
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -193,7 +197,10 @@ void DataLoader::worker_loop(int worker) {
     Slot& slot = slots_[static_cast<size_t>(k % pool)];
     ++in_flight_;
     lock.unlock();
-    fill(slot, k, epoch, worker);
+    {
+      profiler::Range span("load batch");
+      fill(slot, k, epoch, worker);
+    }
     lock.lock();
     slot.ready = k;
     note_end_locked(slot, k);

@@ -24,12 +24,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // transposed view of the kernel's [B, H, T, D] output) with one strided cat straight into the
   // [B, T, 3C] gradient. (Three narrows would each scatter into a zeroed [B, T, 3C] buffer and
   // the engine would add the three up.)
-  std::vector<Tensor> qkv = split(c_attn->forward(x).view({B, T, 3, heads, D}), 1, 2);
+  std::vector<Tensor> qkv = split((*c_attn)(x).view({B, T, 3, heads, D}), 1, 2);
   auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };  // [B, H, T, D]
   Tensor y = scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true,
                                           training_ ? dropout : 0.0);
   y = y.transpose(1, 2).reshape({B, T, C});
-  return ft::dropout(c_proj->forward(y), dropout, training_);
+  return ft::dropout((*c_proj)(y), dropout, training_);
 }
 
 }  // namespace ft::nn

@@ -16,7 +16,7 @@ class GPT2MLP : public UnaryModule {
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * dim, dim, true, gen));
   }
   Tensor forward(const Tensor& x) override {
-    return ft::dropout(c_proj->forward(gelu(c_fc->forward(x), GeluApprox::Tanh)), dropout_, training_);
+    return ft::dropout((*c_proj)(gelu((*c_fc)(x), GeluApprox::Tanh)), dropout_, training_);
   }
   std::string type_name() const override { return "GPT2MLP"; }
   std::shared_ptr<Linear> c_fc, c_proj;
@@ -34,8 +34,8 @@ class GPT2Block : public CheckpointableBlock {
     mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen));
   }
   Tensor block_forward(const Tensor& x) override {
-    Tensor h = add(x, attn->forward(ln_1->forward(x)));
-    return add(h, mlp->forward(ln_2->forward(h)));
+    Tensor h = add(x, (*attn)((*ln_1)(x)));
+    return add(h, (*mlp)((*ln_2)(h)));
   }
   std::string type_name() const override { return "GPT2Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
@@ -124,11 +124,11 @@ Tensor GPT::forward(const Tensor& ids) {
   }
   GPT2Model& tr = body(transformer_);
   // Positions 0..T-1 are the first T rows of wpe: a view broadcast over the batch, no gather.
-  Tensor x = add(tr.wte->forward(ids), tr.wpe->weight.narrow(0, 0, T));
+  Tensor x = add((*tr.wte)(ids), tr.wpe->weight.narrow(0, 0, T));
   x = dropout(x, cfg_.dropout, training_);
-  for (auto& block : tr.blocks) x = block->forward(x);
-  x = tr.ln_f->forward(x);
-  if (!padded) return lm_head_->forward(x);
+  for (auto& block : tr.blocks) x = (*block)(x);
+  x = (*tr.ln_f)(x);
+  if (!padded) return (*lm_head_)(x);
   // Only the real vocabulary's rows make logits: the padding classes are absent rather than
   // masked, so no consumer (cross-entropy, label smoothing, evaluation, sampling) can give them
   // probability, and the head's GEMM skips them. The rows are a contiguous view of the embedding;

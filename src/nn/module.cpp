@@ -251,7 +251,7 @@ void Sequential::push_back(ModulePtr m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (auto& l : layers_) y = l->forward(y);
+  for (auto& l : layers_) y = (*l)(y);
   return y;
 }
 

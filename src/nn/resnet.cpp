@@ -21,8 +21,8 @@ class ResidualBlock : public CheckpointableBlock {
     if (shortcut) short_ = register_module("short", std::move(shortcut));
   }
   Tensor block_forward(const Tensor& x) override {
-    Tensor y = body_->forward(x);
-    return relu(add(y, short_ ? short_->forward(x) : x));
+    Tensor y = (*body_)(x);
+    return relu(add(y, short_ ? (*short_)(x) : x));
   }
   std::string type_name() const override { return type_; }
 

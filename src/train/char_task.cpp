@@ -15,7 +15,7 @@
 namespace ft::train {
 
 Tensor next_token_loss(nn::GPT& model, const data::Batch& batch) {
-  Tensor logits = model.forward(batch.fields[0]);
+  Tensor logits = model(batch.fields[0]);
   const int64_t v = logits.size(-1);
   return cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}));
 }

@@ -19,6 +19,7 @@
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/tensorboard.h"
+#include "train/profile_run.h"
 #include "train/progress.h"
 #include "train/run_files.h"
 #include "train/stop_signal.h"
@@ -48,6 +49,8 @@ struct Trainer::Run {
   int64_t last_eval_step = -1;
   std::unique_ptr<ProgressLine> progress;
   std::vector<Tensor> step_losses;  // each step's loss since the last log (to name a non-finite one)
+  // --profile / --memory-history (profile_run.h), else null
+  std::unique_ptr<ProfileRun> profile;
 
   explicit Run(Trainer& trainer) : t(trainer), im(*trainer.impl_), c(trainer.config_) {}
 
@@ -98,6 +101,8 @@ struct Trainer::Run {
     }
     progress = std::make_unique<ProgressLine>(c.progress, first_step, end, unit());
     print_header();
+    profile = ProfileRun::create(c, dir, im.module->model(), *im.optimizer,
+                                 [this](const std::string& line) { progress->note(line); });
   }
 
   // Whether `run_dir` is the run folder the resumed checkpoint lives in (<run_dir>/checkpoints/step-N).
@@ -262,6 +267,7 @@ struct Trainer::Run {
 
   void evaluate() {
     fault::point("eval");
+    profiler::PhaseScope phase(profiler::Phase::Eval);
     const double start = elapsed();
     last_eval = im.evaluate(c);
     last_eval_step = t.step_;
@@ -314,6 +320,7 @@ struct Trainer::Run {
     im.checkpoint_eval_step = last_eval_step;
     im.checkpoint_eval = last_eval;
     try {
+      profiler::PhaseScope phase(profiler::Phase::Checkpoint);
       t.save_checkpoint(path);
     } catch (const Error& e) {
       const std::string previous = last_good_checkpoint();
@@ -335,6 +342,7 @@ struct Trainer::Run {
   // The final evaluation if the last step had none, the model, the result and summary.json.
   TrainResult finish() {
     check_finite();
+    if (profile) profile->finish();
     if (last_eval_step < 0 && !result.interrupted) evaluate();
     progress->finish();
     if (tb) tb->flush();
@@ -402,6 +410,7 @@ TrainResult Trainer::fit(TrainModule& module, const DataModule& data) {
   run.open();
   StopSignalScope signals(impl_->stop_requested);
   while (run.more_steps()) {
+    if (run.profile) run.profile->before_step(step_ + 1);  // the step span encloses log, eval, checkpoint
     run.step();
     if (config_.log_every_n_steps > 0 && (step_ % config_.log_every_n_steps == 0 || run.last()))
       run.log();
@@ -409,6 +418,7 @@ TrainResult Trainer::fit(TrainModule& module, const DataModule& data) {
       run.progress->tick(step_, run.elapsed());
     if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || run.last()) run.evaluate();
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) run.checkpoint();
+    if (run.profile) run.profile->after_step(step_);
     if (impl_->stop_requested.load()) {
       run.interrupt();
       break;

@@ -15,11 +15,11 @@ BuiltinTask make_lm_task(const TrainerConfig& c);     // lm_task.cpp
 BuiltinTask make_classify_task(const TrainerConfig& c);
 
 StepOutput classification_step(nn::UnaryModule& model, const data::Batch& batch) {
-  return {cross_entropy(model.forward(batch.fields[0]), batch.fields[1]), {}};
+  return {cross_entropy(model(batch.fields[0]), batch.fields[1]), {}};
 }
 
 StepOutput classification_eval_step(nn::UnaryModule& model, const data::Batch& batch) {
-  Tensor logits = model.forward(batch.fields[0]);
+  Tensor logits = model(batch.fields[0]);
   Tensor correct = mean(eq(argmax(logits, 1), batch.fields[1]).to(DType::F32));
   return {cross_entropy(logits, batch.fields[1]), {{"accuracy", correct}}};
 }

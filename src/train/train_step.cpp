@@ -9,6 +9,7 @@
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops.h"
+#include "fasttrain/profiler.h"
 
 namespace ft::train {
 
@@ -101,7 +102,7 @@ Tensor StepRunner::forward_backward(const Tensor& input, const Tensor& target) {
   FT_CHECK(unary_ != nullptr && loss_,
            "StepRunner: forward_backward(input, target) needs the runner built with a "
            "one-input model and a loss; give the forward as a closure instead");
-  return forward_backward([&] { return loss_(unary_->forward(model_input(input)), target); });
+  return forward_backward([&] { return loss_((*unary_)(model_input(input)), target); });
 }
 
 Tensor StepRunner::forward_backward(const LossOf& loss_of) {
@@ -114,13 +115,17 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
     // Forward and loss under autocast, backward outside it (torch.autocast's rule).
     const bool mixed = precision_is_mixed(options_.precision);
     autocast::AutocastGuard amp(mixed ? autocast_dtype() : DType::BF16, mixed);
+    profiler::PhaseScope phase(profiler::Phase::Forward);
     loss = loss_of();
   }
   Tensor to_backprop = loss;
   if (options_.accumulate > 1) to_backprop = div(to_backprop, static_cast<double>(options_.accumulate));
   if (scaler_->enabled()) to_backprop = scaler_->scale(to_backprop);
   fault::point("backward");
-  to_backprop.backward();
+  {
+    profiler::PhaseScope phase(profiler::Phase::Backward);
+    to_backprop.backward();
+  }
   ++micro_;
   // Summed over log intervals by callers: keep it f32 (bf16-true losses are bf16).
   return loss.dtype() == DType::F32 ? loss.detach() : loss.detach().to(DType::F32);
@@ -130,6 +135,7 @@ void StepRunner::optimizer_step() {
   FT_CHECK(micro_ == options_.accumulate, "StepRunner: optimizer_step() after ", micro_, " micro-batches, expected ",
            options_.accumulate, " (accumulate)");
   fault::point("optimizer");
+  profiler::PhaseScope phase(profiler::Phase::Optimizer);
   micro_ = 0;
   if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
   grad_norm_ = Tensor();

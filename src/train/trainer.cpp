@@ -23,9 +23,11 @@
 #include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/parallel.h"
+#include "fasttrain/profiler.h"
 #include "fasttrain/random.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/train_step.h"
+#include "train/profile_run.h"
 #include "train/run_files.h"
 #include "train/run_setup.h"
 #include "train/seeds.h"
@@ -201,8 +203,13 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
   Tensor step_loss;
   for (int64_t micro = 0; micro < accumulate; ++micro) {
     const auto wait_start = std::chrono::steady_clock::now();
-    const data::Batch batch = model_batch(next_batch());  // valid until the next call: used before it
+    const data::Batch batch = [&] {
+      profiler::PhaseScope phase(profiler::Phase::Data);
+      return model_batch(next_batch());  // valid until the next call: used before it
+    }();
     *data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
+    if (profiler::active()) [[unlikely]]
+      label_batch(batch);
     std::vector<Metric> metrics;
     Tensor l = runner->forward_backward([&] {
       StepOutput out = module->training_step(batch);

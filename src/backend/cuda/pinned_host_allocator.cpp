@@ -20,6 +20,7 @@ namespace {
 
 class PinnedHostAllocator final : public AllocatorBookkeeping {
  public:
+  PinnedHostAllocator() : AllocatorBookkeeping("pinned") {}
   DataPtr allocate(size_t nbytes, Stream) override {
     const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mu_);
@@ -41,7 +42,7 @@ class PinnedHostAllocator final : public AllocatorBookkeeping {
       }
     }
     in_use_[p] = InUse{size, {}};
-    count_allocation_locked(size, from_system);
+    count_allocation_locked(p, size, from_system);
     return DataPtr(p, [this](void* ptr) { release(ptr); });
   }
 
@@ -84,7 +85,7 @@ class PinnedHostAllocator final : public AllocatorBookkeeping {
     if (it == in_use_.end()) return;
     const InUse block = std::move(it->second);
     in_use_.erase(it);
-    count_free_locked(block.size, /*to_system=*/false);
+    count_free_locked(ptr, block.size, /*to_system=*/false);
     Parked parked{ptr, block.size, {}};
     for (const Stream& s : block.streams) {
       cudaEvent_t ev = nullptr;

@@ -85,6 +85,7 @@ bool event_query(void* event) {
 // caching allocator come with the CUDA backend issue; the interface is already the final one.
 class CudaAllocator final : public AllocatorBookkeeping {
  public:
+  CudaAllocator() : AllocatorBookkeeping("cuda") {}
   DataPtr allocate(size_t nbytes, Stream stream) override {
     std::lock_guard<std::mutex> lock(mu_);
     size_t size = (std::max<size_t>(nbytes, 1) + 511) / 512 * 512;
@@ -101,11 +102,11 @@ class CudaAllocator final : public AllocatorBookkeeping {
                                             stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
                                             " reserved (", cudaGetErrorString(err), ")"));
     }
-    count_allocation_locked(size, /*from_system=*/true);
+    count_allocation_locked(p, size, /*from_system=*/true);
     return DataPtr(p, [this, size](void* ptr) {
       std::lock_guard<std::mutex> lock(mu_);
       cudaFree(ptr);
-      count_free_locked(size, /*to_system=*/true);
+      count_free_locked(ptr, size, /*to_system=*/true);
     });
   }
   void empty_cache() override {}

@@ -6,6 +6,7 @@
 #include "backend/cpu/gemm_half.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/linalg.h"
+#include "backend/cpu/peak_rate.h"
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
@@ -170,19 +171,33 @@ TEST(Linalg, Bf16OneDnnMatchesF32Fallback) {
 
 TEST(Linalg, HalfGemmPathChoice) {
   using cpu::HalfGemmPath;
-  // FT_BF16_GEMM forces either path on any machine; auto takes oneDNN only where it runs AMX.
+  // FT_BF16_GEMM forces either path on any machine; auto takes oneDNN where bf16 products run
+  // faster than f32 FMA: AMX, or a vdpbf16ps that outruns vfmadd231ps.
   EXPECT_EQ(cpu::choose_half_gemm_path("onednn", false, false), HalfGemmPath::Onednn);
   EXPECT_EQ(cpu::choose_half_gemm_path("packed", true, true), HalfGemmPath::Packed);
-  EXPECT_EQ(cpu::choose_half_gemm_path(nullptr, true, true), HalfGemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_half_gemm_path("auto", true, true), HalfGemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_half_gemm_path("", false, true), HalfGemmPath::Packed);   // ONEDNN_MAX_CPU_ISA below AMX
-  EXPECT_EQ(cpu::choose_half_gemm_path("", true, false), HalfGemmPath::Packed);   // FASTTRAIN_CPU_ISA below amx
+  EXPECT_EQ(cpu::choose_half_gemm_path(nullptr, true, false), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path("auto", false, true), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path("", false, false), HalfGemmPath::Packed);
   EXPECT_EQ(cpu::choose_half_gemm_path("auto", false, false), HalfGemmPath::Packed);
   expect_error([] { cpu::choose_half_gemm_path("amx", true, true); },
                "FT_BF16_GEMM: expected onednn, packed or auto, found 'amx'");
-  // The process's path is that choice for its environment (CTest runs this suite with each forced).
-  EXPECT_EQ(cpu::half_gemm_path(), cpu::choose_half_gemm_path(std::getenv("FT_BF16_GEMM"), cpu::onednn_isa_has_amx(),
-                                                              cpu::selected_cpu_isa() >= cpu::CpuIsa::Amx));
+  // A forced path is the process's path (CTest runs this suite with each one).
+  const char* env = std::getenv("FT_BF16_GEMM");
+  if (env && (std::string(env) == "onednn" || std::string(env) == "packed"))
+    EXPECT_STREQ(cpu::half_gemm_path_name(cpu::half_gemm_path()), env);
+}
+
+TEST(Linalg, PeakRatesAreMeasuredAndCached) {
+  const cpu::PeakRates& r = cpu::measured_peak_rates(1);
+  EXPECT_EQ(&r, &cpu::measured_peak_rates(1));
+  EXPECT_EQ(r.threads, 1);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512) EXPECT_GT(r.fp32_gflops, 1.0);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16) EXPECT_GT(r.bf16_dot_gflops, 1.0);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Amx) EXPECT_GT(r.amx_bf16_gflops, 1.0);
+  EXPECT_GE(r.bf16_gflops(), r.fp32_gflops);
+  const std::string isa = cpu::cpu_isa_flags();
+  EXPECT_FALSE(isa.empty());
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16) EXPECT_NE(isa.find("avx512_bf16"), std::string::npos) << isa;
 }
 
 TEST(Linalg, Bf16PathsAgreeOnLinearLayouts) {

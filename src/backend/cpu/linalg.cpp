@@ -17,6 +17,7 @@
 #include "backend/cpu/copy.h"
 #include "backend/cpu/gemm_half.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/peak_rate.h"
 #include "fasttrain/parallel.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -222,8 +223,8 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bo
   const bool flat = flat_batch_stride(a, sa) && flat_batch_stride(b, sb) && flat_batch_stride(out, sc) && sc != 0;
   const int64_t B = flat ? nb : 1;
   const int64_t Ba = (flat && sa != 0) ? nb : 1, Bb = (flat && sb != 0) ? nb : 1;
-  PrimKey key = {B,  M,  N,     K,     Ba, sa, la.trans, la.ld, Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(),
-                 (accumulate ? 1 : 0) + (t == DType::F16 ? 2 : 0)};
+  PrimKey key = {B,  M,  N,        K,     Ba, sa,    la.trans,       la.ld,
+                 Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(), (accumulate ? 1 : 0) + (t == DType::F16 ? 2 : 0)};
   std::shared_ptr<Prim> prim;
   {
     PrimCache& cache = prim_cache();
@@ -346,15 +347,15 @@ void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool ac
 
 const char* half_gemm_path_name(HalfGemmPath p) { return p == HalfGemmPath::Onednn ? "onednn" : "packed"; }
 
-HalfGemmPath choose_half_gemm_path(const char* setting, bool onednn_has_amx, bool table_has_amx) {
+HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma) {
   const std::string v = setting ? setting : "";
   if (v == "onednn") return HalfGemmPath::Onednn;
   if (v == "packed") return HalfGemmPath::Packed;
   FT_CHECK(v.empty() || v == "auto", "FT_BF16_GEMM: expected onednn, packed or auto, found '", v, "'");
-  // Only AMX makes oneDNN's bf16 matmul worth its per-call overhead: without it oneDNN's
-  // avx512_core_bf16 kernels run vdpbf16ps, no faster than the packed GEMM's f32 FMA on the
-  // CPUs measured (bench/gemm_paths compares both).
-  return onednn_has_amx && table_has_amx ? HalfGemmPath::Onednn : HalfGemmPath::Packed;
+  // oneDNN's bf16 kernels multiply bf16 pairs (tile or vdpbf16ps); the packed GEMM widens to f32
+  // and runs FMA. Whichever instruction retires more FLOP/s wins on GEMM-sized problems
+  // (bench/gemm_paths compares the two at gpt-mini's shapes).
+  return amx || bf16_dot_outruns_fma ? HalfGemmPath::Onednn : HalfGemmPath::Packed;
 }
 
 bool onednn_isa_has_amx() {
@@ -377,9 +378,29 @@ const char* onednn_isa_name() {
   }
 }
 
+bool onednn_isa_has_avx512_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
 HalfGemmPath half_gemm_path() {
-  static const HalfGemmPath path = choose_half_gemm_path(std::getenv("FT_BF16_GEMM"), onednn_isa_has_amx(),
-                                                         selected_cpu_isa() >= CpuIsa::Amx);
+  static const HalfGemmPath path = [] {
+    const char* setting = std::getenv("FT_BF16_GEMM");
+    const std::string v = setting ? setting : "";
+    if (v == "onednn" || v == "packed") return choose_half_gemm_path(setting, false, false);
+    const CpuIsa table = selected_cpu_isa();
+    const bool amx = onednn_isa_has_amx() && table >= CpuIsa::Amx;
+    bool dot_faster = false;
+    if (!amx && table >= CpuIsa::Avx512Bf16 && onednn_isa_has_avx512_bf16()) {
+      // One thread, a few tens of milliseconds, once per process. The two rates differ by about
+      // 2x either way on the CPUs seen, so the margin keeps a disturbed measurement from flipping
+      // the choice.
+      const PeakRates& r = measured_peak_rates(1);
+      dot_faster = r.bf16_dot_gflops > 1.25 * r.fp32_gflops;
+    }
+    return choose_half_gemm_path(setting, amx, dot_faster);
+  }();
   return path;
 }
 

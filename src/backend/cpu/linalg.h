@@ -33,16 +33,19 @@ namespace ft::cpu {
 // The GEMM behind bf16/f16 matrix products (matmul, bmm, linear and their backward).
 enum class HalfGemmPath { Onednn, Packed };
 const char* half_gemm_path_name(HalfGemmPath p);  // "onednn", "packed"
-// The choice for a setting of FT_BF16_GEMM (null or "" = auto) and what auto sees: "onednn" and
-// "packed" force a path; "auto" takes oneDNN when its effective ISA includes AMX and the kernel
-// table's level (FASTTRAIN_CPU_ISA) is amx, packed otherwise. An unknown value is an error naming
-// the accepted ones.
-HalfGemmPath choose_half_gemm_path(const char* setting, bool onednn_has_amx, bool table_has_amx);
+// The choice for a setting of FT_BF16_GEMM (null or "" = auto): "onednn" and "packed" force a
+// path; "auto" takes oneDNN where it multiplies bf16 faster than f32 FMA can: with AMX (oneDNN's
+// effective ISA includes it and the kernel table's level, FASTTRAIN_CPU_ISA, is amx), or where
+// AVX512-BF16's vdpbf16ps retires more FLOP/s than vfmadd231ps (measured, peak_rate.h: about
+// 1.9x on the AMD EPYC development VM, 0.5x on the Sapphire-Rapids-class VM without AMX); packed
+// otherwise. An unknown value is an error naming the accepted ones.
+HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma);
 // The path of this process: FT_BF16_GEMM read once (ONEDNN_MAX_CPU_ISA lowers oneDNN's ISA, so
 // `auto` can be steered from the environment too).
 HalfGemmPath half_gemm_path();
-// True when oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AMX; and its name.
+// True when oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AMX / AVX512-BF16; its name.
 bool onednn_isa_has_amx();
+bool onednn_isa_has_avx512_bf16();
 const char* onednn_isa_name();
 
 // a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,

@@ -68,6 +68,7 @@ struct BenchOptions {
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
+  bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -80,6 +81,7 @@ struct BenchResult {
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;
   bool checkpoint_blocks = false;
+  bool channels_last = false;
   int64_t peak_allocated_bytes = 0;  // allocator high-water mark over the timed steps
   int64_t batch = 0;
   int threads = 0;
@@ -102,8 +104,9 @@ BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
 // and rounding: ms 3 decimals, throughput 1, loss 4), then the engine's own fields: "cpu_isa" (as
 // the peer writes it), "model_flops", "peak_gflops" (1 decimal), "peak_fraction" (4 decimals),
-// "half_gemm" for the 16-bit precisions; runs with accumulate > 1 or checkpointed blocks add
-// "accumulate" / "checkpoint_blocks" and every line ends with "peak_mem_mb".
+// "half_gemm" for the 16-bit precisions; runs with accumulate > 1, checkpointed blocks or
+// channels-last add "accumulate" / "checkpoint_blocks" / "channels_last" and every line ends
+// with "peak_mem_mb".
 std::string to_json_line(const BenchResult& result);
 
 }  // namespace ft::bench

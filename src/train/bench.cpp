@@ -171,6 +171,10 @@ BenchResult run_bench(const BenchOptions& o) {
   FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
            o.accumulate, " equal micro-batches");
   if (o.checkpoint_blocks) nn::set_activation_checkpointing(*w.model, true);
+  if (o.channels_last && w.inputs.dim() == 4) {
+    w.model->to_channels_last();
+    w.inputs = w.inputs.contiguous_channels_last();
+  }
   auto opt = make_bench_optimizer(*w.model);
   auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
   BenchResult r;
@@ -197,6 +201,7 @@ BenchResult run_bench(const BenchOptions& o) {
   r.peak_allocated_bytes = alloc.stats().peak_allocated_bytes;
   r.accumulate = o.accumulate;
   r.checkpoint_blocks = o.checkpoint_blocks;
+  r.channels_last = o.channels_last && w.inputs.dim() == 4;
   std::vector<double> sorted = r.step_ms;
   std::sort(sorted.begin(), sorted.end());
   r.ms_per_step = sorted[sorted.size() / 2];  // the peer's median: upper middle for even counts
@@ -243,6 +248,7 @@ std::string to_json_line(const BenchResult& r) {
   if (!r.half_gemm.empty()) s += ", \"half_gemm\": \"" + r.half_gemm + "\"";
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
+  if (r.channels_last) s += ", \"channels_last\": true";
   s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";
   return s;
 }

@@ -185,6 +185,9 @@ TEST(Linalg, HalfGemmPathChoice) {
   const char* env = std::getenv("FT_BF16_GEMM");
   if (env && (std::string(env) == "onednn" || std::string(env) == "packed"))
     EXPECT_STREQ(cpu::half_gemm_path_name(cpu::half_gemm_path()), env);
+  // auto never takes oneDNN where its ISA (ONEDNN_MAX_CPU_ISA lowers it) has no bf16 products.
+  if ((!env || !*env) && !cpu::onednn_isa_has_avx512_bf16() && !cpu::onednn_isa_has_amx())
+    EXPECT_EQ(cpu::half_gemm_path(), HalfGemmPath::Packed);
 }
 
 TEST(Linalg, PeakRatesAreMeasuredAndCached) {

@@ -364,20 +364,6 @@ bool onednn_isa_has_amx() {
   return (isa & amx) == amx;  // oneDNN's ISA values are nested bit masks
 }
 
-const char* onednn_isa_name() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::sse41: return "sse41";
-    default: return "other";
-  }
-}
-
 bool onednn_isa_has_avx512_bf16() {
   const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
   const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);

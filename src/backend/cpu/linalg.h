@@ -43,10 +43,9 @@ HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_
 // The path of this process: FT_BF16_GEMM read once (ONEDNN_MAX_CPU_ISA lowers oneDNN's ISA, so
 // `auto` can be steered from the environment too).
 HalfGemmPath half_gemm_path();
-// True when oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AMX / AVX512-BF16; its name.
+// True when oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AMX / AVX512-BF16.
 bool onednn_isa_has_amx();
 bool onednn_isa_has_avx512_bf16();
-const char* onednn_isa_name();
 
 // a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
 // zero strides allowed) and one floating dtype. out's matrices must be row-major (unit column

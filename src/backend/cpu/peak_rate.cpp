@@ -140,14 +140,20 @@ std::string cpu_isa_flags() {
     if (on) s += (s.empty() ? "" : "+") + std::string(name);
   };
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  add(__builtin_cpu_supports("avx2"), "avx2");
-  add(__builtin_cpu_supports("avx512f"), "avx512f");
-  add(__builtin_cpu_supports("avx512bf16"), "avx512_bf16");
-  add(__builtin_cpu_supports("avx512fp16"), "avx512_fp16");
-  // The peer reads /proc/cpuinfo's amx_bf16 and amx_tile: the CPUID bits, whatever the OS allows.
-  const AmxSupport amx = amx_support();
-  add(amx.cpuid_amx_bf16 && amx.cpuid_amx_tile, "amx");
+  // CPUID directly: the bits /proc/cpuinfo shows, and compilers' __builtin_cpu_supports does not
+  // know every name (clang 14 lacks avx512fp16).
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) >= 7) {
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned leaf7_ebx = b, leaf7_edx = d;
+    __cpuid_count(7, 1, a, b, c, d);
+    const unsigned leaf7_1_eax = a;
+    add((leaf7_ebx >> 5) & 1, "avx2");
+    add((leaf7_ebx >> 16) & 1, "avx512f");
+    add((leaf7_1_eax >> 5) & 1, "avx512_bf16");
+    add((leaf7_edx >> 23) & 1, "avx512_fp16");
+    add(((leaf7_edx >> 22) & 1) && ((leaf7_edx >> 24) & 1), "amx");  // amx_bf16 and amx_tile
+  }
 #endif
   return s.empty() ? "generic" : s;
 }

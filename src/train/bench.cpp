@@ -180,7 +180,8 @@ BenchResult run_bench(const BenchOptions& o) {
   BenchResult r;
   r.model_flops = model_flops_per_step(w);
   // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
-  // the steps use. 16-bit precisions compare against the fastest bf16 product the CPU has.
+  // the steps use. bf16 compares against the fastest bf16 product the CPU has; fp32 and fp16
+  // against f32 FMA (f16 operands are widened to f32 on the CPU).
   const cpu::PeakRates& peak = cpu::measured_peak_rates(get_num_threads());
   const bool half = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True ||
                     o.precision == train::Precision::FP16Mixed;

@@ -5,7 +5,9 @@
 // x W^T, input gradient dY W, weight gradient dY^T X. Prints one JSON line per (shape, path) with
 // the median of --iters runs: wall-clock ms and process CPU ms (all threads). The CPU time is only
 // as fine as the kernel's accounting (a scheduler tick on some VMs), so trust it for shapes that
-// run many ticks; on a loaded machine compare paths within one run.
+// run many ticks; on a loaded machine compare paths within one run. "onednn_bf16" against
+// "gemm_half_fma" is the comparison behind FT_BF16_GEMM=auto (backend/cpu/linalg.h): oneDNN's
+// bf16 matmul against the packed GEMM that dispatch would otherwise take.
 // Usage: gemm_paths [--threads N] [--iters N]
 #include <algorithm>
 #include <chrono>

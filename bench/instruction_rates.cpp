@@ -4,12 +4,17 @@
 // touches memory. It answers "can a bf16 GEMM beat the f32 one on this CPU?" without AMX: only if
 // vdpbf16ps retires more FLOPs per second than vfmadd231ps. One JSON line per instruction, then
 // one saying whether AMX (tdpbf16ps) is usable: CPUID's AMX bits, the OS enabling tile state in
-// XCR0, and Linux granting this process the tile data permission (arch_prctl).
-// Usage: instruction_rates [--iters N]   (N x 12 instructions each, default 2e7)
+// XCR0, and Linux granting this process the tile data permission (arch_prctl). Last, the
+// library's own short measurement that `fasttrain bench` divides by (backend/cpu/peak_rate.h:
+// per-thread CPU time, on --threads threads, with the AMX tile rate where AMX is usable).
+// Usage: instruction_rates [--iters N] [--threads T]   (N x 12 instructions each, default 2e7; T default 1)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "backend/cpu/peak_rate.h"
+#include "fasttrain/parallel.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -78,16 +83,20 @@ void report_amx() {
 
 int main(int argc, char** argv) {
   long iters = 20000000;
+  int threads = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--iters")) {
       iters = std::atol(argv[i + 1]);
+    } else if (!std::strcmp(argv[i], "--threads")) {
+      threads = std::atoi(argv[i + 1]);
     } else {
       std::fprintf(stderr, "instruction_rates: unknown option %s\n", argv[i]);
       return 2;
     }
   }
-  if (iters < 1) {
-    std::fprintf(stderr, "instruction_rates: expected --iters >= 1, found %ld\n", iters);
+  if (iters < 1 || threads < 1) {
+    std::fprintf(stderr, "instruction_rates: expected --iters >= 1 and --threads >= 1, found %ld and %d\n", iters,
+                 threads);
     return 2;
   }
 #if defined(__x86_64__)
@@ -106,6 +115,13 @@ int main(int argc, char** argv) {
         c.name, instructions / s / 1e9, instructions * c.flops_per_instruction / s / 1e9);
   }
   report_amx();
+  ft::set_num_threads(threads);
+  const ft::cpu::PeakRates& p = ft::cpu::measured_peak_rates(threads);
+  std::printf(
+      "{\"peak_rates\": \"backend/cpu/peak_rate.h\", \"threads\": %d, \"cpu_isa\": \"%s\", \"fp32_gflops\": %.1f, "
+      "\"bf16_dot_gflops\": %.1f, \"amx_bf16_gflops\": %.1f, \"bf16_gflops\": %.1f}\n",
+      p.threads, ft::cpu::cpu_isa_flags().c_str(), p.fp32_gflops, p.bf16_dot_gflops, p.amx_bf16_gflops,
+      p.bf16_gflops());
   return 0;
 #else
   std::fprintf(stderr, "instruction_rates: x86-64 only\n");

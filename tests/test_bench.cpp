@@ -50,6 +50,62 @@ TEST(Bench, WorkloadsHaveBenchMdShapesAndParameterCounts) {
   EXPECT_EQ(gpt.model->num_parameters(), 512 * d + 128 * d + 4 * block + 2 * d);  // head tied to wte
 }
 
+TEST(Bench, BigWorkloadsAtTheirCpuSizes) {
+  // BENCH.md's CPU rows: gpt2-124m at batch 1 (1024 tokens), resnet50 at batch 8, the peer's models.
+  Generator gen(0);
+  bench::Workload gpt = bench::make_workload("gpt2-124m", 1, gen);
+  EXPECT_EQ(gpt.inputs.shape(), Shape({1, 1024}));
+  EXPECT_EQ(gpt.item_unit, "tokens");
+  const int64_t d = 768, V = 50304;
+  const int64_t block =
+      2 * 2 * d + linear_params(d, 3 * d) + linear_params(d, d) + linear_params(d, 4 * d) + linear_params(4 * d, d);
+  EXPECT_EQ(gpt.model->num_parameters(), V * d + 1024 * d + 12 * block + 2 * d);  // 124,475,904, as the peer's
+  // 6 N per token (N without the position embeddings) plus 12 L T d.
+  const double n = static_cast<double>(gpt.model->num_parameters() - 1024 * d);
+  EXPECT_DOUBLE_EQ(bench::model_flops_per_step(gpt), (6.0 * n + 12.0 * 12 * 1024 * d) * 1024);
+
+  bench::Workload rn = bench::make_workload("resnet50", 8, gen);
+  EXPECT_EQ(rn.inputs.shape(), Shape({8, 3, 224, 224}));
+  EXPECT_EQ(rn.targets.shape(), Shape({8}));
+  EXPECT_EQ(rn.model->num_parameters(), 25557032);  // torchvision's resnet50
+  // ResNet-50's forward is 4.09 G multiply-adds per 224x224 image (convolutions and the classifier).
+  const double macs = bench::model_flops_per_step(rn) / 3 / 2 / 8;
+  EXPECT_GT(macs, 4.08e9);
+  EXPECT_LT(macs, 4.12e9);
+}
+
+TEST(Bench, ModelFlopsCountConvolutionsAndLinearLayers) {
+  Generator gen(0);
+  bench::Workload mlp = bench::make_workload("mlp", 3, gen);
+  EXPECT_DOUBLE_EQ(bench::model_flops_per_step(mlp), 3.0 * 2 * 3 * (784 * 1024 + 1024 * 1024 + 1024 * 10));
+  bench::Workload cnn = bench::make_workload("cnn-mini", 2, gen);
+  const double fwd =
+      2.0 * 9 * (3 * 32 * 1024 + 32 * 32 * 1024 + 32 * 64 * 256 + 64 * 64 * 256 + 64 * 128 * 64 + 128 * 128 * 64) +
+      2.0 * 128 * 10;
+  EXPECT_DOUBLE_EQ(bench::model_flops_per_step(cnn), 3 * fwd * 2);
+  EXPECT_TRUE(cnn.model->is_training());  // counted in eval mode, restored
+  bench::Workload gpt = bench::make_workload("gpt-mini", 2, gen);
+  const double n = static_cast<double>(gpt.model->num_parameters() - 128 * 256);
+  EXPECT_DOUBLE_EQ(bench::model_flops_per_step(gpt), (6 * n + 12.0 * 4 * 128 * 256) * 2 * 128);
+}
+
+TEST(Bench, Bf16GptStepTracksFp32) {
+  // A gpt-mini step under bf16 autocast on whichever bf16 GEMM this process uses (CTest runs
+  // this suite with FT_BF16_GEMM=onednn and =packed): losses follow the f32 run's within bf16's
+  // precision over a few steps.
+  using train::Precision;
+  std::vector<double> losses[2];
+  for (int i = 0; i < 2; ++i) {
+    Generator gen(3);
+    bench::Workload w = bench::make_workload("gpt-mini", 2, gen);
+    auto opt = bench::make_bench_optimizer(*w.model);
+    auto runner = bench::make_step_runner(w, *opt, i == 0 ? Precision::FP32 : Precision::BF16Mixed);
+    for (int s = 0; s < 3; ++s) losses[i].push_back(runner->step(w.inputs, w.targets).item<double>());
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_NEAR(losses[1][s], losses[0][s], 2e-2) << "step " << s;
+  EXPECT_LT(losses[1][2], losses[1][0]);
+}
+
 TEST(Bench, StepTrainsInEveryPrecision) {
   using train::Precision;
   for (auto precision : {Precision::FP32, Precision::BF16Mixed, Precision::FP16Mixed, Precision::BF16True}) {
@@ -95,7 +151,8 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   std::vector<std::string> keys;
   for (auto& [k, v] : j.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"impl", "workload", "device", "precision", "batch", "threads",
-                                            "ms_per_step", "samples_per_s", "loss", "params", "peak_mem_mb"}));
+                                            "ms_per_step", "samples_per_s", "loss", "params", "cpu_isa", "model_flops",
+                                            "peak_gflops", "peak_fraction", "peak_mem_mb"}));
   EXPECT_EQ(j["impl"], "fasttrain");
   EXPECT_EQ(j["workload"], "mlp");
   EXPECT_EQ(j["device"], "cpu");
@@ -106,6 +163,11 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   EXPECT_NEAR(j["samples_per_s"].get<double>(), 4 / (r.ms_per_step / 1e3), 0.05 + 1e-3 * r.items_per_s);
   EXPECT_NEAR(j["loss"].get<double>(), r.loss, 5e-5);
   EXPECT_EQ(j["params"], r.params);
+  Generator g0(0);
+  EXPECT_EQ(j["model_flops"].get<double>(), bench::model_flops_per_step(bench::make_workload("mlp", 4, g0)));
+  EXPECT_GT(j["peak_gflops"].get<double>(), 0.0);
+  EXPECT_NEAR(j["peak_fraction"].get<double>(), r.model_flops / (r.ms_per_step / 1e3) / (r.peak_gflops * 1e9), 5e-5);
+  EXPECT_FALSE(j["cpu_isa"].get<std::string>().empty());
   // Python's json.dumps layout: ", " and ": " separators, floats with a decimal point.
   EXPECT_NE(line.find("\"device\": \"cpu\", "), std::string::npos) << line;
   EXPECT_NE(line.find("\"ms_per_step\": " + std::to_string(static_cast<int64_t>(r.ms_per_step))), std::string::npos)
@@ -118,12 +180,23 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   EXPECT_NE(line.find("\"ms_per_step\": 612.0,"), std::string::npos) << line;
   EXPECT_NE(line.find("\"samples_per_s\": 3345.0,"), std::string::npos) << line;
   EXPECT_NE(line.find("\"loss\": 5.14,"), std::string::npos) << line;
+  // repr()'s notation: fixed from 1e-4 up, exponent below.
+  r.peak_fraction = 0.0009;
+  EXPECT_NE(bench::to_json_line(r).find("\"peak_fraction\": 0.0009,"), std::string::npos) << bench::to_json_line(r);
+
+  // The 16-bit precisions name the GEMM path their products took.
+  o.precision = train::Precision::BF16Mixed;
+  o.steps = 1;
+  auto j16 = nlohmann::ordered_json::parse(bench::to_json_line(bench::run_bench(o)));
+  EXPECT_EQ(j16["precision"], "bf16");
+  const std::string path = j16["half_gemm"].get<std::string>();
+  EXPECT_TRUE(path == "onednn" || path == "packed") << path;
 }
 
 TEST(Bench, RejectsBadOptionsWithClearMessages) {
   Generator gen(0);
   expect_error([&] { bench::make_workload("resnet9", 0, gen); },
-               "unknown workload 'resnet9' (expected one of: mlp, cnn-mini, gpt-mini)");
+               "unknown workload 'resnet9' (expected one of: mlp, cnn-mini, gpt-mini, gpt2-124m, resnet50)");
   expect_error([&] { train::precision_from_name("fp8"); },
                "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
   bench::BenchOptions o;

@@ -256,3 +256,40 @@ TEST(ConvErrors, Messages) {
       },
       "conv2d: input must be a floating-point tensor, found i64");
 }
+
+TEST(ConvLayout, ChannelsLastSurvivesAStepUnderBf16Autocast) {
+  // conv -> BatchNorm -> ReLU -> residual add, channels-last, under bf16 autocast: every
+  // activation and gradient stays NHWC (autocast's casts and the elementwise ops keep the memory
+  // format), so oneDNN never reorders activations between layers. Values equal the NCHW run's.
+  Generator g(4);
+  Tensor x0 = randn({2, 16, 6, 6}, DType::F32, &g);
+  std::vector<double> outs[2], grads[2];
+  for (int cl = 0; cl < 2; ++cl) {
+    Generator gw(5);
+    auto conv = std::make_shared<nn::Conv2d>(16, 16, 3, 1, 1, false, 1, 1, &gw);
+    auto bn = std::make_shared<nn::BatchNorm2d>(16);
+    Tensor x = cl ? x0.contiguous_channels_last() : x0;
+    if (cl) {
+      conv->to_channels_last();
+      bn->to_channels_last();
+    }
+    Tensor y;
+    {
+      autocast::AutocastGuard guard(DType::BF16);
+      Tensor c = conv->forward(x);
+      Tensor r = relu(bn->forward(c));
+      y = r + c;
+      if (cl) {
+        EXPECT_TRUE(c.is_channels_last() && !c.is_contiguous());
+        EXPECT_TRUE(r.is_channels_last() && !r.is_contiguous());
+        EXPECT_TRUE(y.is_channels_last() && !y.is_contiguous());
+      }
+    }
+    sum(y.to(DType::F32)).backward();
+    outs[cl] = y.to_vector();
+    grads[cl] = conv->weight.grad().to_vector();
+  }
+  for (size_t i = 0; i < outs[0].size(); ++i) ASSERT_NEAR(outs[1][i], outs[0][i], 2e-2 * std::abs(outs[0][i]) + 2e-2);
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    ASSERT_NEAR(grads[1][i], grads[0][i], 2e-2 * std::abs(grads[0][i]) + 5e-2);
+}

@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
+#include "backend/cpu/gemm_half.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/linalg.h"
+#include "backend/cpu/peak_rate.h"
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
@@ -69,6 +75,7 @@ TEST(LinalgParity, Linear) {
     for (const char* v : {"bias", "nobias", "transposed", "1d"})
       check_linear_case(std::string("linear_") + v + "_" + dt);
   check_linear_case("linear_longk_bf16");
+  check_linear_case("linear_wide_bf16");
 }
 
 TEST(LinalgGradcheck, Matmul) {
@@ -156,10 +163,90 @@ TEST(Linalg, Bf16OneDnnMatchesF32Fallback) {
   Tensor bias = randn({24}, DType::BF16, &g);
   Tensor be = b.expand({3, 64, 24});
   Tensor y1 = empty({3, 16, 24}, DType::BF16), y2 = empty({3, 16, 24}, DType::BF16);
-  ASSERT_TRUE(cpu::matmul_onednn(a, be, y1, bias));
+  ASSERT_TRUE(cpu::matmul_onednn(a, be, y1, false, bias));
   cpu::matmul_via_f32(a, be, y2, false, bias);
   std::vector<double> v1 = y1.to_vector(), v2 = y2.to_vector();
   for (size_t i = 0; i < v1.size(); ++i) EXPECT_NEAR(v1[i], v2[i], 1e-2 * std::abs(v2[i]) + 1e-2);
+}
+
+TEST(Linalg, HalfGemmPathChoice) {
+  using cpu::HalfGemmPath;
+  // FT_BF16_GEMM forces either path on any machine; auto takes oneDNN where bf16 products run
+  // faster than f32 FMA: AMX, or a vdpbf16ps that outruns vfmadd231ps.
+  EXPECT_EQ(cpu::choose_half_gemm_path("onednn", false, false), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path("packed", true, true), HalfGemmPath::Packed);
+  EXPECT_EQ(cpu::choose_half_gemm_path(nullptr, true, false), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path("auto", false, true), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path("", false, false), HalfGemmPath::Packed);
+  EXPECT_EQ(cpu::choose_half_gemm_path("auto", false, false), HalfGemmPath::Packed);
+  expect_error([] { cpu::choose_half_gemm_path("amx", true, true); },
+               "FT_BF16_GEMM: expected onednn, packed or auto, found 'amx'");
+  // A forced path is the process's path (CTest runs this suite with each one).
+  const char* env = std::getenv("FT_BF16_GEMM");
+  if (env && (std::string(env) == "onednn" || std::string(env) == "packed"))
+    EXPECT_STREQ(cpu::half_gemm_path_name(cpu::half_gemm_path()), env);
+  // auto never takes oneDNN where its ISA (ONEDNN_MAX_CPU_ISA lowers it) has no bf16 products.
+  if ((!env || !*env) && !cpu::onednn_isa_has_avx512_bf16() && !cpu::onednn_isa_has_amx())
+    EXPECT_EQ(cpu::half_gemm_path(), HalfGemmPath::Packed);
+}
+
+TEST(Linalg, PeakRatesAreMeasuredAndCached) {
+  const cpu::PeakRates& r = cpu::measured_peak_rates(1);
+  EXPECT_EQ(&r, &cpu::measured_peak_rates(1));
+  EXPECT_EQ(r.threads, 1);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512) EXPECT_GT(r.fp32_gflops, 1.0);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16) EXPECT_GT(r.bf16_dot_gflops, 1.0);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Amx) EXPECT_GT(r.amx_bf16_gflops, 1.0);
+  EXPECT_GE(r.bf16_gflops(), r.fp32_gflops);
+  const std::string isa = cpu::cpu_isa_flags();
+  EXPECT_FALSE(isa.empty());
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16) EXPECT_NE(isa.find("avx512_bf16"), std::string::npos) << isa;
+}
+
+TEST(Linalg, Bf16PathsAgreeOnLinearLayouts) {
+  // The products of a linear layer's step at a gpt-mini-like shape (rows x in -> out), in the
+  // layouts linear uses: forward x W^T + bias, input gradient dY W, weight gradient dY^T X (A
+  // transposed) and an accumulating product. oneDNN and the packed GEMM both sum in f32 and round
+  // once, so they differ by at most one bf16 rounding step; the f32 product of the same bf16
+  // inputs is the reference for both.
+  if (!cpu::gemm_half_available()) GTEST_SKIP() << "the packed GEMM needs AVX-512";
+  Generator g(11);
+  const int64_t R = 96, in = 80, out = 144;
+  Tensor x = randn({R, in}, DType::BF16, &g), w = randn({out, in}, DType::BF16, &g);
+  Tensor dy = randn({R, out}, DType::BF16, &g), bias = randn({out}, DType::BF16, &g);
+  Tensor c0 = randn({R, out}, DType::BF16, &g);
+  struct Case {
+    const char* name;
+    Tensor a, b, bias;
+    bool accumulate;
+  };
+  const Case cases[] = {{"forward", x, w.t(), bias, false},
+                        {"input grad", dy, w, Tensor(), false},
+                        {"weight grad", dy.t(), x, Tensor(), false},
+                        {"accumulate", x, w.t(), Tensor(), true},
+                        {"batched", x.reshape({2, R / 2, in}), w.t().expand({2, in, out}), bias, false}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int nd = c.a.dim();
+    Shape s = c.a.shape();
+    s[nd - 1] = c.b.size(nd - 1);
+    Tensor y1 = empty(s, DType::BF16), y2 = empty(s, DType::BF16), ref32 = empty(s, DType::F32);
+    if (c.accumulate) {
+      y1.copy_(c0);
+      y2.copy_(c0);
+    }
+    ASSERT_TRUE(cpu::matmul_onednn(c.a, c.b, y1, c.accumulate, c.bias));
+    ASSERT_TRUE(cpu::matmul_gemm_half(c.a, c.b, y2, c.accumulate, c.bias));
+    cpu::matmul(c.a.to(DType::F32), c.b.to(DType::F32), ref32, false,
+                c.bias.defined() ? c.bias.to(DType::F32) : Tensor());
+    if (c.accumulate) ref32 = ref32 + c0.to(DType::F32);
+    std::vector<double> v1 = y1.to_vector(), v2 = y2.to_vector(), r = ref32.to_vector();
+    for (size_t i = 0; i < r.size(); ++i) {
+      const double tol = 8e-3 * std::abs(r[i]) + 1e-3;  // one bf16 rounding is 2^-8 relative
+      ASSERT_NEAR(v1[i], r[i], tol) << "oneDNN, element " << i;
+      ASSERT_NEAR(v2[i], r[i], tol) << "packed, element " << i;
+    }
+  }
 }
 
 TEST(Linalg, Errors) {

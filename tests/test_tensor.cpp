@@ -127,6 +127,17 @@ TEST(Tensor, ChannelsLast) {
   EXPECT_FALSE(cl.is_contiguous());
   EXPECT_EQ(cl.strides(), (Strides{60, 1, 15, 3}));
   EXPECT_EQ(cl.to_vector(), x.to_vector());
+  // Dtype conversions keep the memory format (autocast's bf16 copies of NHWC tensors), and so
+  // does the gradient flowing back through them.
+  Tensor leaf = cl.to(DType::F32).detach().requires_grad_();
+  ASSERT_TRUE(leaf.is_channels_last());
+  Tensor b = leaf.to(DType::BF16);
+  EXPECT_TRUE(b.is_channels_last());
+  EXPECT_FALSE(b.is_contiguous());
+  EXPECT_EQ(b.to_vector(), x.to_vector());
+  sum(b.to(DType::F32)).backward();
+  EXPECT_EQ(leaf.grad().dtype(), DType::F32);
+  EXPECT_EQ(leaf.grad().to_vector(), std::vector<double>(120, 1.0));
 }
 
 TEST(Tensor, DtypeConversions) {

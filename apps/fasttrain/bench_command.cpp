@@ -19,9 +19,11 @@ int run_bench_command(const std::vector<std::string>& args) {
   CLI::App app{
       "Times one training step of a shared/BENCH.md workload (warm-up, then the median of the timed "
       "steps) and prints one JSON line: impl, workload, device, precision, batch, threads, ms_per_step, "
-      "tokens_per_s or samples_per_s, loss, params.",
+      "tokens_per_s or samples_per_s, loss, params, then cpu_isa, model_flops (per step), peak_gflops (the "
+      "machine's peak for the precision, measured at start-up), peak_fraction and, for 16-bit precisions, "
+      "half_gemm (the bf16 GEMM path: onednn or packed; FT_BF16_GEMM=onednn|packed|auto chooses).",
       "fasttrain bench"};
-  app.add_option("--workload", o.workload, "mlp, cnn-mini or gpt-mini")
+  app.add_option("--workload", o.workload, "mlp, cnn-mini, gpt-mini, gpt2-124m or resnet50")
       ->check(CLI::IsMember(ft::bench::workload_names()))
       ->capture_default_str();
   app.add_option("--precision", precision,
@@ -34,12 +36,16 @@ int run_bench_command(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_flag("--checkpoint-blocks", o.checkpoint_blocks,
                "activation checkpointing: every transformer block is recomputed in backward (gpt-mini)");
+  app.add_flag("--channels-last", o.channels_last,
+               "NHWC images and convolution weights (the peer's --channels-last; cnn-mini, resnet50)");
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option("--steps", o.steps, "timed steps; the median is reported")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::Range(0, 1000000))->capture_default_str();
-  app.add_option("--batch", o.batch, "batch size (default: the workload's, 256 / 64 / 16)")
+  app.add_option("--batch", o.batch,
+                 "batch size (default: the workload's, 256 / 64 / 16 / 16 / 128; BENCH.md's CPU rows run gpt2-124m "
+                 "at 1 and resnet50 at 8)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
 
@@ -52,5 +58,7 @@ int run_bench_command(const std::vector<std::string>& args) {
 
 }  // namespace
 
-FT_REGISTER_COMMAND(bench, "time a BENCH.md training step (mlp, cnn-mini, gpt-mini) and print its JSON line",
+FT_REGISTER_COMMAND(bench,
+                    "time a BENCH.md training step (mlp, cnn-mini, gpt-mini, gpt2-124m, resnet50) and print its JSON "
+                    "line",
                     run_bench_command);

@@ -27,11 +27,25 @@ struct Workload {
   std::string item_unit;         // "tokens" or "samples" (the JSON field is "<unit>_per_s")
 };
 
-// The workload names `fasttrain bench` accepts, in BENCH.md's order: mlp, cnn-mini, gpt-mini.
+// The workload names `fasttrain bench` accepts, in BENCH.md's order: mlp, cnn-mini, gpt-mini,
+// gpt2-124m, resnet50. The default batches are the peer's (BENCH.md's table: 256, 64, 16, 16,
+// 128); BENCH.md's CPU rows run the two big ones at --batch 1 (1024 tokens) and --batch 8.
 const std::vector<std::string>& workload_names();
 // Builds a workload with BENCH.md's model and default batch (batch 0) or the given one; the model's
 // weights and the batch are drawn from `gen`.
 Workload make_workload(const std::string& name, int64_t batch, Generator& gen);
+// Model FLOPs of one training step (forward + backward), the count BENCH.md's "model_flops" means:
+// - GPTs: per token 6 N + 12 L T d (Kaplan et al. 2020; PaLM's MFU appendix), times B T tokens.
+//   N is every parameter except the position embeddings: the token embedding counts because the
+//   head multiplies by it (2 V d per token forward). 6 = 2 (multiply-add) x 3 (forward, input
+//   gradient, weight gradient). 12 L T d is attention's two T x T x d products per layer (QK^T,
+//   PV), forward and backward, counted over the full T x T square as the convention does.
+// - Other models: the multiply-adds of every convolution and linear layer, 2 x output elements x
+//   (input channels / groups x kernel area, or in_features), times 3 for the backward's two
+//   products. Counted on the autograd graph of a one-sample forward (eval mode, so BatchNorm's
+//   running statistics are untouched), times the batch.
+// Norms, activations, softmax and the optimizer are not counted (conventional; they are memory-bound).
+double model_flops_per_step(const Workload& w);
 // Cross-entropy of the model output against the targets, computed in f32 whatever the output's
 // dtype (the peer's `logits.float()`); language-model logits are flattened to [B*T, vocab].
 Tensor workload_loss(const Workload& w, const Tensor& output);
@@ -54,6 +68,7 @@ struct BenchOptions {
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
+  bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -66,6 +81,7 @@ struct BenchResult {
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;
   bool checkpoint_blocks = false;
+  bool channels_last = false;
   int64_t peak_allocated_bytes = 0;  // allocator high-water mark over the timed steps
   int64_t batch = 0;
   int threads = 0;
@@ -74,6 +90,11 @@ struct BenchResult {
   std::string item_unit;
   double loss = 0;  // of the last timed step
   int64_t params = 0;
+  double model_flops = 0;       // per step, model_flops_per_step
+  double peak_gflops = 0;       // the machine's measured peak for this precision on `threads` threads
+  double peak_fraction = 0;     // model FLOP/s over that peak
+  std::string cpu_isa;          // "avx2+avx512f+avx512_bf16[+amx]": figures from other ISAs do not compare
+  std::string half_gemm;        // the bf16/f16 GEMM path (onednn or packed) for the 16-bit precisions, else ""
   std::vector<double> step_ms;  // every timed step, in order
 };
 
@@ -81,8 +102,11 @@ struct BenchResult {
 // divides into `accumulate`), builds the workload, warms up, times the steps.
 BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
-// and rounding: ms 3 decimals, throughput 1, loss 4); runs with accumulate > 1 or checkpointed
-// blocks add "accumulate" / "checkpoint_blocks" and every line ends with "peak_mem_mb".
+// and rounding: ms 3 decimals, throughput 1, loss 4), then the engine's own fields: "cpu_isa" (as
+// the peer writes it), "model_flops", "peak_gflops" (1 decimal), "peak_fraction" (4 decimals),
+// "half_gemm" for the 16-bit precisions; runs with accumulate > 1, checkpointed blocks or
+// channels-last add "accumulate" / "checkpoint_blocks" / "channels_last" and every line ends
+// with "peak_mem_mb".
 std::string to_json_line(const BenchResult& result);
 
 }  // namespace ft::bench

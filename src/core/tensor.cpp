@@ -222,7 +222,15 @@ Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
   if (dev == device() && dt == dtype()) return *this;
   Tensor out;
   if (dev == device()) {
-    out = empty(shape(), TensorOptions(dt, dev));
+    // A dense channels-last tensor stays channels-last (PyTorch's preserve_format): autocast's
+    // bf16 copies of NHWC activations and weights would otherwise arrive NCHW at every
+    // convolution, which then reorders them on each call.
+    if (dim() == 4 && is_channels_last() && !is_contiguous()) {
+      const Shape& s = shape();
+      out = empty_strided(s, {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}, TensorOptions(dt, dev));
+    } else {
+      out = empty(shape(), TensorOptions(dt, dev));
+    }
     backend::kernels(out).copy(out, *this);
   } else if (dt == dtype()) {
     out = copy_across_devices(*this, dev, non_blocking);

@@ -6,6 +6,7 @@
 #include "backend/kernels.h"
 #include "fasttrain/ops/reduce.h"
 #include "ops/common.h"
+#include "ops/conv_layout.h"
 #include "ops/unary.h"
 
 namespace ft {
@@ -17,6 +18,15 @@ using math::UnaryOp;
 
 namespace {
 
+// The output of an elementwise op keeps the memory format of its first input of the output's
+// shape (PyTorch's TensorIterator rule): a ReLU or residual add of channels-last activations stays
+// channels-last, so the next convolution reads NHWC in place instead of reordering NCHW.
+Tensor empty_like_inputs(const Shape& shape, TensorOptions opts, std::initializer_list<const Tensor*> inputs) {
+  for (const Tensor* t : inputs)
+    if (t->shape() == shape) return ops::empty_in_format(shape, opts, ops::prefers_channels_last(*t));
+  return empty(shape, opts);
+}
+
 // Broadcasts and promotes, then runs the kernel. No autograd.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = math::binary_info(op).name;
@@ -25,7 +35,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
   DType dt = promote_types(a.dtype(), b.dtype());
   Tensor ac = a.dtype() == dt ? a : a.to(dt);
   Tensor bc = b.dtype() == dt ? b : b.to(dt);
-  Tensor out = empty(shape, TensorOptions(math::is_comparison(op) ? DType::Bool : dt, a.device()));
+  Tensor out =
+      empty_like_inputs(shape, TensorOptions(math::is_comparison(op) ? DType::Bool : dt, a.device()), {&a, &b});
   kernels(out).binary(op, ac, bc, out);
   return out;
 }
@@ -37,7 +48,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b) {
 Tensor ops::unary(UnaryOp op, const Tensor& x) {
   const math::UnaryInfo& info = math::unary_info(op);
   if (info.domain != math::UnaryDomain::Numeric) ops::check_floating(x, info.name, "input");
-  Tensor y = empty(x.shape(), x.options());
+  Tensor y = empty_like_inputs(x.shape(), x.options(), {&x});
   kernels(y).unary(op, x, y);
   if (autograd::any_requires_grad({&x})) {
     // An op whose derivative is written in y keeps y alone: x may be freed after the forward.
@@ -45,7 +56,7 @@ Tensor ops::unary(UnaryOp op, const Tensor& x) {
     const char* node = info.node;
     record_function(node, {&x}, {&y}, [op, saved, node](std::vector<Tensor>& g) {
       Tensor s = saved.get(node);
-      Tensor gx = empty(s.shape(), s.options());
+      Tensor gx = empty_like_inputs(s.shape(), s.options(), {&s});
       kernels(gx).unary_backward(op, g[0], s, s, gx);
       return std::vector<Tensor>{gx};
     });
@@ -201,13 +212,13 @@ Tensor gelu(const Tensor& x, GeluApprox approximate) {
 Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi) {
   FT_CHECK(lo || hi, "clamp: at least one of min and max must be given");
   FT_CHECK(!(lo && hi) || *lo <= *hi, "clamp: min ", *lo, " is greater than max ", *hi);
-  Tensor out = empty(x.shape(), x.options());
+  Tensor out = empty_like_inputs(x.shape(), x.options(), {&x});
   kernels(out).clamp(x, lo, hi, out);
   if (autograd::any_requires_grad({&x})) {
     autograd::SavedTensor sx(x);
     record_function("ClampBackward", {&x}, {&out}, [=](std::vector<Tensor>& g) {
       Tensor xv = sx.get("ClampBackward");
-      Tensor gx = empty(xv.shape(), xv.options());
+      Tensor gx = empty_like_inputs(xv.shape(), xv.options(), {&xv});
       kernels(gx).clamp_backward(g[0], xv, lo, hi, gx);
       return std::vector<Tensor>{gx};
     });

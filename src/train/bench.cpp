@@ -6,7 +6,10 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <unordered_set>
 
+#include "backend/cpu/linalg.h"
+#include "backend/cpu/peak_rate.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
@@ -16,7 +19,7 @@
 namespace ft::bench {
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> names = {"mlp", "cnn-mini", "gpt-mini"};
+  static const std::vector<std::string> names = {"mlp", "cnn-mini", "gpt-mini", "gpt2-124m", "resnet50"};
   return names;
 }
 
@@ -36,14 +39,23 @@ Workload make_workload(const std::string& name, int64_t batch, Generator& gen) {
     w.inputs = randn({w.batch, 3, 32, 32}, DType::F32, &gen);
     w.targets = randint(0, 10, {w.batch}, DType::I64, &gen);
     w.item_unit = "samples";
-  } else if (name == "gpt-mini") {
+  } else if (name == "gpt-mini" || name == "gpt2-124m") {
     w.batch = batch ? batch : 16;
-    nn::GPTConfig cfg = nn::GPTConfig::preset("gpt-mini");
+    nn::GPTConfig cfg = nn::GPTConfig::preset(name);
+    // The peer's GPT-2 is built with the padded vocabulary itself (50304 classes, ids drawn from
+    // all of them), so the logits, the head's FLOPs and the loss's range match it.
+    if (name == "gpt2-124m") cfg.vocab_size = 50304;
     w.model = std::make_shared<nn::GPT>(cfg, &gen);
     w.inputs = randint(0, cfg.vocab_size, {w.batch, cfg.context}, DType::I64, &gen);
     w.targets = randint(0, cfg.vocab_size, {w.batch, cfg.context}, DType::I64, &gen);
     w.items_per_sample = cfg.context;
     w.item_unit = "tokens";
+  } else if (name == "resnet50") {
+    w.batch = batch ? batch : 128;
+    w.model = nn::resnet("resnet50", 1000, &gen);
+    w.inputs = randn({w.batch, 3, 224, 224}, DType::F32, &gen);
+    w.targets = randint(0, 1000, {w.batch}, DType::I64, &gen);
+    w.item_unit = "samples";
   } else {
     std::string known;
     for (const auto& n : workload_names()) known += (known.empty() ? "" : ", ") + n;
@@ -62,6 +74,61 @@ Tensor f32_cross_entropy(const Tensor& output, const Tensor& targets) {
 }
 
 }  // namespace
+
+namespace {
+
+// The shape of a node's i-th input, from the metadata of the node that produced it (an input
+// needing no gradient has no producer: empty shape).
+Shape input_shape(const autograd::Node& n, size_t i) {
+  if (i >= n.next_edges.size() || !n.next_edges[i].fn) return Shape();
+  const autograd::Edge& e = n.next_edges[i];
+  return e.input_nr < e.fn->outputs.size() ? e.fn->outputs[e.input_nr].shape : Shape();
+}
+
+// Forward multiply-add FLOPs of the convolutions and linear layers on the graph below `root`.
+double conv_linear_flops(const std::shared_ptr<autograd::Node>& root) {
+  double flops = 0;
+  std::vector<autograd::Node*> stack = {root.get()};
+  std::unordered_set<autograd::Node*> seen;
+  while (!stack.empty()) {
+    autograd::Node* n = stack.back();
+    stack.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    const std::string name = n->name();
+    if ((name == "Conv2dBackward" || name == "LinearBackward") && !n->outputs.empty()) {
+      const Shape w = input_shape(*n, 1);
+      FT_CHECK(w.size() >= 2, "bench: model_flops needs the weight of ", name, " to require grad");
+      // Per output element: one multiply-add per weight element feeding it.
+      const double per_output =
+          name == "LinearBackward" ? static_cast<double>(w[w.size() - 1]) : static_cast<double>(w.numel() / w[0]);
+      flops += 2.0 * static_cast<double>(n->outputs[0].shape.numel()) * per_output;
+    }
+    for (const autograd::Edge& e : n->next_edges) stack.push_back(e.fn.get());
+  }
+  return flops;
+}
+
+}  // namespace
+
+double model_flops_per_step(const Workload& w) {
+  if (auto* gpt = dynamic_cast<nn::GPT*>(w.model.get())) {
+    const nn::GPTConfig& c = gpt->config();
+    const double n = static_cast<double>(w.model->num_parameters() - c.context * c.dim);  // all but wpe
+    const double T = static_cast<double>(w.inputs.size(1));
+    const double per_token = 6.0 * n + 12.0 * static_cast<double>(c.layers) * T * static_cast<double>(c.dim);
+    return per_token * static_cast<double>(w.batch) * T;
+  }
+  const bool was_training = w.model->is_training();
+  w.model->eval();
+  double forward = 0;
+  {
+    autograd::EnableGradGuard grad;
+    Tensor y = w.model->forward(w.inputs.slice(0, 0, 1));
+    if (y.grad_fn()) forward = conv_linear_flops(y.grad_fn());
+  }
+  w.model->train(was_training);
+  return 3.0 * forward * static_cast<double>(w.batch);
+}
 
 Tensor workload_loss(const Workload& w, const Tensor& output) { return f32_cross_entropy(output, w.targets); }
 
@@ -104,13 +171,28 @@ BenchResult run_bench(const BenchOptions& o) {
   FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
            o.accumulate, " equal micro-batches");
   if (o.checkpoint_blocks) nn::set_activation_checkpointing(*w.model, true);
+  if (o.channels_last && w.inputs.dim() == 4) {
+    w.model->to_channels_last();
+    w.inputs = w.inputs.contiguous_channels_last();
+  }
   auto opt = make_bench_optimizer(*w.model);
   auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
+  BenchResult r;
+  r.model_flops = model_flops_per_step(w);
+  // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
+  // the steps use. bf16 compares against the fastest bf16 product the CPU has; fp32 and fp16
+  // against f32 FMA (f16 operands are widened to f32 on the CPU).
+  const cpu::PeakRates& peak = cpu::measured_peak_rates(get_num_threads());
+  const bool half = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True ||
+                    o.precision == train::Precision::FP16Mixed;
+  const bool bf16 = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True;
+  r.peak_gflops = bf16 ? peak.bf16_gflops() : peak.fp32_gflops;
+  r.cpu_isa = cpu::cpu_isa_flags();
+  if (half) r.half_gemm = cpu::half_gemm_path_name(cpu::half_gemm_path());
 
   for (int i = 0; i < o.warmup; ++i) runner->step(w.inputs, w.targets);
   Allocator& alloc = allocator_for(Device::cpu());
   alloc.reset_peak();
-  BenchResult r;
   Tensor loss;
   for (int i = 0; i < o.steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
@@ -120,6 +202,7 @@ BenchResult run_bench(const BenchOptions& o) {
   r.peak_allocated_bytes = alloc.stats().peak_allocated_bytes;
   r.accumulate = o.accumulate;
   r.checkpoint_blocks = o.checkpoint_blocks;
+  r.channels_last = o.channels_last && w.inputs.dim() == 4;
   std::vector<double> sorted = r.step_ms;
   std::sort(sorted.begin(), sorted.end());
   r.ms_per_step = sorted[sorted.size() / 2];  // the peer's median: upper middle for even counts
@@ -131,6 +214,7 @@ BenchResult run_bench(const BenchOptions& o) {
   r.item_unit = w.item_unit;
   r.loss = loss.item<double>();
   r.params = w.model->num_parameters();
+  if (r.peak_gflops > 0) r.peak_fraction = r.model_flops / (r.ms_per_step / 1e3) / (r.peak_gflops * 1e9);
   return r;
 }
 
@@ -141,7 +225,10 @@ std::string py_float(double x, int digits) {
   double scale = std::pow(10.0, digits);
   double v = std::round(x * scale) / scale;
   char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  // repr() writes fixed notation from 1e-4 up to 1e16 and exponents outside.
+  const double m = std::fabs(v);
+  const bool fixed = m == 0 || (m >= 1e-4 && m < 1e16);
+  auto res = std::to_chars(buf, buf + sizeof buf, v, fixed ? std::chars_format::fixed : std::chars_format::scientific);
   std::string s(buf, res.ptr);
   if (std::isfinite(v) && s.find_first_of(".e") == std::string::npos) s += ".0";
   if (!std::isfinite(v)) s = std::isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity");
@@ -151,14 +238,18 @@ std::string py_float(double x, int digits) {
 }  // namespace
 
 std::string to_json_line(const BenchResult& r) {
-  std::string s = "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload +
-                  "\", \"device\": \"cpu\", \"precision\": \"" + bench_precision_name(r.precision) +
-                  "\", \"batch\": " + std::to_string(r.batch) + ", \"threads\": " + std::to_string(r.threads) +
-                  ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" + r.item_unit +
-                  "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
-                  ", \"params\": " + std::to_string(r.params);
+  std::string s =
+      "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"cpu\", \"precision\": \"" +
+      bench_precision_name(r.precision) + "\", \"batch\": " + std::to_string(r.batch) +
+      ", \"threads\": " + std::to_string(r.threads) + ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" +
+      r.item_unit + "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
+      ", \"params\": " + std::to_string(r.params) + ", \"cpu_isa\": \"" + r.cpu_isa +
+      "\", \"model_flops\": " + std::to_string(static_cast<int64_t>(std::llround(r.model_flops))) +
+      ", \"peak_gflops\": " + py_float(r.peak_gflops, 1) + ", \"peak_fraction\": " + py_float(r.peak_fraction, 4);
+  if (!r.half_gemm.empty()) s += ", \"half_gemm\": \"" + r.half_gemm + "\"";
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
+  if (r.channels_last) s += ", \"channels_last\": true";
   s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";
   return s;
 }

@@ -81,3 +81,8 @@ def cases():
     n = "linear_longk_bf16"
     yield case(n, F.linear, {"input": randn(n, 4, 8, 256), "weight": randn(n + "w", 16, 256),
                              "bias": randn(n + "b", 16)}, dtype="bf16")
+    # Rows and columns past several register tiles of the packed GEMM and oneDNN's blocks, the
+    # shape class of a GPT layer (CTest runs these on both bf16 GEMM paths, FT_BF16_GEMM).
+    n = "linear_wide_bf16"
+    yield case(n, F.linear, {"input": randn(n, 3, 37, 96), "weight": randn(n + "w", 200, 96),
+                             "bias": randn(n + "b", 200)}, dtype="bf16")

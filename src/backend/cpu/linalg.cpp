@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
@@ -15,6 +16,8 @@
 
 #include "backend/cpu/copy.h"
 #include "backend/cpu/gemm_half.h"
+#include "backend/cpu/isa.h"
+#include "backend/cpu/peak_rate.h"
 #include "fasttrain/parallel.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -201,14 +204,17 @@ bool blas_has_avx512_kernels() {
 
 }  // namespace
 
-bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, const Tensor& bias) {
+bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate, const Tensor& bias) {
   using dt = dnnl::memory::data_type;
-  if (out.dtype() != DType::BF16 || a_in.dtype() != DType::BF16 || b_in.dtype() != DType::BF16) return false;
+  const DType t = out.dtype();
+  if ((t != DType::BF16 && t != DType::F16) || a_in.dtype() != t || b_in.dtype() != t) return false;
+  if (bias.defined() && (accumulate || bias.dtype() != t)) return false;
+  const dt type = t == DType::BF16 ? dt::bf16 : dt::f16;
   const int nd = out.dim();
   const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a_in.size(nd - 1);
   MatLayout la, lb, lc;
+  if (batch_aliases(out) || !matrix_layout(out, lc) || lc.trans) return false;
   Tensor a = blas_operand(a_in, la), b = blas_operand(b_in, lb);
-  if (!matrix_layout(out, lc) || lc.trans) return false;
   int64_t nb = 1;
   for (int d = 0; d + 2 < nd; ++d) nb *= out.size(d);
   int64_t sa = 0, sb = 0, sc = 0;
@@ -217,7 +223,8 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, co
   const bool flat = flat_batch_stride(a, sa) && flat_batch_stride(b, sb) && flat_batch_stride(out, sc) && sc != 0;
   const int64_t B = flat ? nb : 1;
   const int64_t Ba = (flat && sa != 0) ? nb : 1, Bb = (flat && sb != 0) ? nb : 1;
-  PrimKey key = {B, M, N, K, Ba, sa, la.trans, la.ld, Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(), 0};
+  PrimKey key = {B,  M,  N,        K,     Ba, sa,    la.trans,       la.ld,
+                 Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(), (accumulate ? 1 : 0) + (t == DType::F16 ? 2 : 0)};
   std::shared_ptr<Prim> prim;
   {
     PrimCache& cache = prim_cache();
@@ -227,13 +234,21 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, co
       prim = it->second;
     } else {
       try {
-        auto a_md = mat_desc(Ba, sa, M, K, la, dt::bf16);
-        auto b_md = mat_desc(Bb, sb, K, N, lb, dt::bf16);
-        auto c_md = mat_desc(B, sc, M, N, lc, dt::bf16);
+        auto a_md = mat_desc(Ba, sa, M, K, la, type);
+        auto b_md = mat_desc(Bb, sb, K, N, lb, type);
+        auto c_md = mat_desc(B, sc, M, N, lc, type);
         dnnl::memory::desc bias_md;
-        if (bias.defined()) bias_md = dnnl::memory::desc({1, 1, N}, dt::bf16, {N, N, 1});
+        if (bias.defined()) bias_md = dnnl::memory::desc({1, 1, N}, type, {N, N, 1});
+        // Accumulation is oneDNN's sum post-op: dst = round(A B + dst), the f32 sum rounded once,
+        // as the packed GEMM does.
+        dnnl::primitive_attr attr;
+        if (accumulate) {
+          dnnl::post_ops ops;
+          ops.append_sum(1.0f);
+          attr.set_post_ops(ops);
+        }
         dnnl::matmul::desc d(a_md, b_md, bias_md, c_md);
-        dnnl::matmul::primitive_desc pd(d, dnnl_engine());
+        dnnl::matmul::primitive_desc pd(d, attr, dnnl_engine());
         prim = std::make_shared<Prim>(Prim{dnnl::matmul(pd), a_md, b_md, c_md, bias_md});
       } catch (const dnnl::error&) {
         prim = nullptr;
@@ -330,6 +345,51 @@ void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool ac
   copy(o.detach().as_strided(s, o.strides(), o.offset()), c32.compact);
 }
 
+const char* half_gemm_path_name(HalfGemmPath p) { return p == HalfGemmPath::Onednn ? "onednn" : "packed"; }
+
+HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma) {
+  const std::string v = setting ? setting : "";
+  if (v == "onednn") return HalfGemmPath::Onednn;
+  if (v == "packed") return HalfGemmPath::Packed;
+  FT_CHECK(v.empty() || v == "auto", "FT_BF16_GEMM: expected onednn, packed or auto, found '", v, "'");
+  // oneDNN's bf16 kernels multiply bf16 pairs (tile or vdpbf16ps); the packed GEMM widens to f32
+  // and runs FMA. Whichever instruction retires more FLOP/s wins on GEMM-sized problems
+  // (bench/gemm_paths compares the two at gpt-mini's shapes).
+  return amx || bf16_dot_outruns_fma ? HalfGemmPath::Onednn : HalfGemmPath::Packed;
+}
+
+bool onednn_isa_has_amx() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  return (isa & amx) == amx;  // oneDNN's ISA values are nested bit masks
+}
+
+bool onednn_isa_has_avx512_bf16() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
+}
+
+HalfGemmPath half_gemm_path() {
+  static const HalfGemmPath path = [] {
+    const char* setting = std::getenv("FT_BF16_GEMM");
+    const std::string v = setting ? setting : "";
+    if (v == "onednn" || v == "packed") return choose_half_gemm_path(setting, false, false);
+    const CpuIsa table = selected_cpu_isa();
+    const bool amx = onednn_isa_has_amx() && table >= CpuIsa::Amx;
+    bool dot_faster = false;
+    if (!amx && table >= CpuIsa::Avx512Bf16 && onednn_isa_has_avx512_bf16()) {
+      // One thread, a few tens of milliseconds, once per process. The two rates differ by about
+      // 2x either way on the CPUs seen, so the margin keeps a disturbed measurement from flipping
+      // the choice.
+      const PeakRates& r = measured_peak_rates(1);
+      dot_faster = r.bf16_dot_gflops > 1.25 * r.fp32_gflops;
+    }
+    return choose_half_gemm_path(setting, amx, dot_faster);
+  }();
+  return path;
+}
+
 namespace {
 
 // packed_half: bf16/f16 products may take the packed AVX-512 GEMM (the table decides, isa.h).
@@ -353,17 +413,17 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
     case DType::F32: blas_matmul<float>(a, b, out, accumulate, bias); return;
     case DType::F64: blas_matmul<double>(a, b, out, accumulate, bias); return;
     case DType::BF16:
+    case DType::F16:
+      // The one place that picks the 16-bit GEMM (half_gemm_path, linalg.h). Each path declines
+      // what it cannot do (aliased outputs, f16 without oneDNN support) and the next one runs.
+      if (half_gemm_path() == HalfGemmPath::Onednn && matmul_onednn(a, b, out, accumulate, bias)) return;
+      if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;  // widens while packing
       // On the development Xeon (AVX512-BF16, no AMX) convert + sgemm beats oneDNN 2.6's brgemm
       // bf16 matmul with OpenBLAS's AVX-512 kernels and loses to it by far with OpenBLAS's
       // Prescott fallback (figures in docs/PERF.md). So oneDNN unless OpenBLAS runs its AVX-512
       // kernels.
-      // gemm_half skips the conversion passes of the via-f32 path (see gemm_half.h).
-      if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;
-      if (!accumulate && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, bias)) return;
-      matmul_via_f32(a, b, out, accumulate, bias);
-      return;
-    case DType::F16:
-      if (packed_half && matmul_gemm_half(a, b, out, accumulate, bias)) return;  // widens f16 while packing
+      if (out.dtype() == DType::BF16 && !blas_has_avx512_kernels() && matmul_onednn(a, b, out, accumulate, bias))
+        return;
       matmul_via_f32(a, b, out, accumulate, bias);
       return;
     default: FT_FAIL("matmul: expected a floating-point tensor, found dtype ", dtype_name(out.dtype()));

@@ -14,17 +14,38 @@
 // - An output whose batch dims have zero strides (the gradient of a broadcast operand, an
 //   expanded view of a zeroed buffer) is accumulated batch by batch with beta = 1: the reduction
 //   over broadcast dims happens inside the GEMMs, without a materialised per-batch gradient.
-// - bf16 and f16 run gemm_half (backend/cpu/gemm_half.h: a packed GEMM that widens 16-bit
-//   operands to f32 while packing, reads transposed views through its packing and fuses bias,
-//   accumulation and the 16-bit rounding into its store) wherever the CPU has AVX-512, except for
-//   aliased (broadcast-gradient) outputs. Otherwise bf16 takes oneDNN's matmul primitive (bf16
-//   inputs, f32 accumulation, bias fused, primitives cached by shape and strides) or, when
-//   OpenBLAS runs its AVX-512 kernels, conversion to f32 and sgemm; f16 converts to f32 and uses
-//   sgemm.
+// - bf16 and f16 take one of two GEMMs, chosen in one place (half_gemm_path below):
+//   * oneDNN's matmul primitive (16-bit inputs, f32 accumulation, bias and accumulation fused as
+//     a post-op, primitives cached by shape and strides). With AMX, oneDNN runs tile multiplies
+//     (tdpbf16ps), several times the f32 FMA rate; that is the reason for this path.
+//   * gemm_half (backend/cpu/gemm_half.h: a packed GEMM that widens 16-bit operands to f32 while
+//     packing, reads transposed views through its packing and fuses bias, accumulation and the
+//     16-bit rounding into its store) wherever the CPU has AVX-512. Without AMX nothing retires
+//     bf16 products faster than f32 FMA, so widening costs no arithmetic rate.
+//   Aliased (broadcast-gradient) outputs are summed in f32 on either path (conversion + sgemm):
+//   rounding after every batch would lose accuracy. Below AVX-512, bf16 takes oneDNN unless
+//   OpenBLAS runs its AVX-512 kernels, and f16 converts to f32 and uses sgemm.
 #pragma once
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
+
+// The GEMM behind bf16/f16 matrix products (matmul, bmm, linear and their backward).
+enum class HalfGemmPath { Onednn, Packed };
+const char* half_gemm_path_name(HalfGemmPath p);  // "onednn", "packed"
+// The choice for a setting of FT_BF16_GEMM (null or "" = auto): "onednn" and "packed" force a
+// path; "auto" takes oneDNN where it multiplies bf16 faster than f32 FMA can: with AMX (oneDNN's
+// effective ISA includes it and the kernel table's level, FASTTRAIN_CPU_ISA, is amx), or where
+// AVX512-BF16's vdpbf16ps retires more FLOP/s than vfmadd231ps (measured, peak_rate.h: about
+// 1.9x on the AMD EPYC development VM, 0.5x on the Sapphire-Rapids-class VM without AMX); packed
+// otherwise. An unknown value is an error naming the accepted ones.
+HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma);
+// The path of this process: FT_BF16_GEMM read once (ONEDNN_MAX_CPU_ISA lowers oneDNN's ISA, so
+// `auto` can be steered from the environment too).
+HalfGemmPath half_gemm_path();
+// True when oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AMX / AVX512-BF16.
+bool onednn_isa_has_amx();
+bool onednn_isa_has_avx512_bf16();
 
 // a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
 // zero strides allowed) and one floating dtype. out's matrices must be row-major (unit column
@@ -39,9 +60,11 @@ void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool a
                      const Tensor& bias = Tensor());
 
 // The 16-bit paths, same contract as matmul, exposed so tests and benchmarks can compare
-// them. matmul_onednn (bf16 only, not accumulate) returns false when oneDNN declines the
-// problem; matmul_via_f32 converts to f32, calls sgemm and rounds once (bf16 and f16).
-bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor());
+// them. matmul_onednn (bf16 or f16, all three tensors alike) returns false when oneDNN declines
+// the problem (f16 without AVX512-FP16, say) or out's batches alias; with `accumulate` the sum
+// is a post-op rounded once. matmul_via_f32 converts to f32, calls sgemm and rounds once.
+bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
+                   const Tensor& bias = Tensor());
 // matmul_gemm_half (bf16 or f16, all three tensors alike) runs gemm_half.h's GEMM; it returns
 // false for other dtypes, when the CPU lacks AVX-512, or when out's batches alias (broadcast-operand gradients, summed
 // in f32 instead).

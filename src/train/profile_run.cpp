@@ -9,6 +9,8 @@
 // times the engine's threads (profiler.h says how it is measured).
 #include "train/profile_run.h"
 
+#include "fasttrain/advisor.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -284,6 +286,7 @@ std::unique_ptr<ProfileRun> ProfileRun::create(const TrainerConfig& c, std::stri
   if (!steps && !c.memory_history) return nullptr;
   std::unique_ptr<ProfileRun> r(new ProfileRun());
   r->dir_ = std::move(run_dir);
+  r->config_ = c;
   r->model_ = &model;
   r->optimizer_ = &optimizer;
   r->note_ = std::move(note);
@@ -353,6 +356,11 @@ void ProfileRun::stop_and_write() {
     const ProfileSummary s = summarize(session_->spans(), peak_);
     write_file_atomically(folder + "/summary.json", summary_json(s, mem ? &*mem : nullptr));
     note_(summary_table(s));
+    // The advisor reads what was just measured, with the model for the rules about its layers.
+    const std::vector<Finding> findings =
+        advise(config_, measurements_from_profile(folder + "/summary.json", config_), model_);
+    write_file_atomically(folder + "/advice.json", findings_json(findings));
+    note_(findings_text(findings));
   }
   if (mem) note_(memory_table(*mem));
   note_("profile: written to " + folder);

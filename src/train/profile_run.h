@@ -63,6 +63,7 @@ class ProfileRun {
   void stop_and_write();
 
   std::string dir_;
+  TrainerConfig config_;  // what the advisor judges
   nn::Module* model_ = nullptr;
   const optim::Optimizer* optimizer_ = nullptr;
   std::function<void(const std::string&)> note_;

@@ -265,7 +265,10 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   default_generator().set_state({derive_seed(config_.seed, SeedUse::Dropout), 0});
 }
 
-Trainer::~Trainer() = default;
+// The memory budget is the run's: a later Trainer (or program) without one must not inherit it.
+Trainer::~Trainer() {
+  if (parse_memory_size(config_.memory_limit) > 0) allocator_for(Device::cpu()).set_memory_limit(0);
+}
 
 void Trainer::request_stop() { impl_->stop_requested.store(true); }
 

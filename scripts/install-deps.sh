@@ -17,6 +17,7 @@ packages=(
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
+  libopenmpi-dev openmpi-bin       # Open MPI: data-parallel jobs (src/dist), mpirun for their tests
 )
 
 missing=()

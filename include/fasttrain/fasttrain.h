@@ -50,3 +50,6 @@
 #include "fasttrain/train.h"
 #include "fasttrain/train_module.h"
 #include "fasttrain/train_step.h"
+
+// Data-parallel jobs: the communicator (MPI when launched by mpirun or srun).
+#include "fasttrain/dist.h"

@@ -82,6 +82,13 @@ struct TrainerConfig {
   int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
   double early_stopping_min_delta = 0;
   bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
+  // --- distributed: jobs of several processes started by mpirun or srun (dist.h) ---
+  // The strategy when the job has more than one rank: "ddp" (replicated weights, gradients
+  // averaged in buckets during backward); "zero1", "zero2", "zero3" and "fsdp" are named but not
+  // implemented yet. batch_size is per rank: the global batch is batch_size x ranks.
+  std::string strategy = "ddp";
+  double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
+  double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
   // --- char task ---
   int64_t context = 64;
   int64_t layers = 2;
@@ -203,6 +210,13 @@ void visit_fields(Config& c, V&& visitor) {
     "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
+  v("strategy", c.strategy,
+    "data parallelism when launched by mpirun/srun with several ranks: ddp (zero1, zero2, zero3, fsdp: not "
+    "implemented yet); batch_size is per rank");
+  v("bucket_cap_mb", c.bucket_cap_mb,
+    "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
+  v("dist_timeout", c.dist_timeout,
+    "seconds a collective may wait for the other ranks before the whole job is aborted (0: never)");
   v("context", c.context, "char, lm: tokens of context", locked);
   v("layers", c.layers, "char, lm: transformer blocks", locked);
   v("dim", c.dim, "char, lm: model width", locked);

@@ -75,10 +75,14 @@ struct BenchResult {
   double loss = 0;  // of the last timed step
   int64_t params = 0;
   std::vector<double> step_ms;  // every timed step, in order
+  // Under mpirun: the ranks of a DDP run, which split `batch` (the global batch) evenly; each
+  // step's time is the slowest rank's (as the PyTorch DDP peer reports).
+  int world_size = 1;
 };
 
 // Validates the options (known workload, positive steps/threads/batch, warmup >= 0, a batch that
-// divides into `accumulate`), builds the workload, warms up, times the steps.
+// divides into `accumulate`), builds the workload, warms up, times the steps. Launched by mpirun
+// with several ranks, the step is DDP's over dist::world(), the global batch split evenly.
 BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
 // and rounding: ms 3 decimals, throughput 1, loss 4); runs with accumulate > 1 or checkpointed

@@ -3,9 +3,9 @@
 // communicator and the launch environment it is read from. Implemented in src/dist/.
 //
 // One process started without a launcher is a world of one: no MPI is initialised, and every
-// collective returns at once. Started by `mpirun` (Open MPI), `srun` (Slurm, PMI) or another
-// launcher that sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS, the process joins the job's
-// MPI world the first time world() is called.
+// collective returns at once. Started by `mpirun` (Open MPI), `srun` (Slurm) or another launcher
+// that sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS above 1, the process joins the
+// job's MPI world the first time world() is called.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -69,7 +69,7 @@ class Communicator {
 };
 
 // Whether a launcher started this process as part of a job of more than one process (reads
-// OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS; no MPI call).
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS; no MPI call).
 bool launched();
 // The job's communicator: MPI when launched(), otherwise a world of one (created once).
 std::shared_ptr<Communicator> world();

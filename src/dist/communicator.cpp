@@ -79,8 +79,9 @@ void check_cpu_contiguous(const Tensor& t, const char* who) {
 }
 
 bool launched() {
-  // Open MPI's mpirun, PMI (MPICH, Slurm's srun --mpi=pmi2/pmix) and Slurm itself.
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"})
+  // Open MPI's mpirun; PMI (MPICH's launchers, srun --mpi=pmi2); Slurm's srun, through the size
+  // of the job step: SLURM_NTASKS is also set in a batch script, where a command runs alone.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
     if (env_int(name) > 1) return true;
   return false;
 }

@@ -3,9 +3,10 @@
 // against one process, through tests/dist/ddp_worker (a model and data of its own trained by
 // Trainer::fit) and the fasttrain program; and DDP's bucketing in one process.
 //
-// These run in the release suite only: scripts/sanitizers.sh leaves the multi-rank jobs out
-// (docs/ARCHITECTURE.md "Sanitizers": Open MPI's own allocations and threads are not ours to
-// instrument), and the one-process tests here run under both sanitizers.
+// Under AddressSanitizer the ranks run with LeakSanitizer off (and only they): Open MPI leaves
+// what its components, PMIx and hwloc allocated unfreed at MPI_Finalize, and every leak reported
+// in a rank is in those libraries (docs/ARCHITECTURE.md "Sanitizers"). ASan and UBSan still
+// check every rank, and the single-process runs keep the leak check.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,10 +27,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+#if defined(__SANITIZE_ADDRESS__)
+const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
+const std::string kForwardEnv = " -x ASAN_OPTIONS";
+#else
+const std::string kRankEnv, kForwardEnv;
+#endif
+
 // mpirun's --timeout is a second safety net besides the CTest timeout: no job outlives it.
 std::string mpirun(int ranks) {
-  return std::string(FT_MPIEXEC) + " --allow-run-as-root --oversubscribe --timeout 240 -np " + std::to_string(ranks) +
-         " ";
+  return kRankEnv + FT_MPIEXEC + kForwardEnv + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
+         std::to_string(ranks) + " ";
 }
 
 test::CliRun run(const std::string& command) {

@@ -312,7 +312,8 @@ struct TrainResult {
 class Trainer {
  public:
   // Validates the config and applies its process-wide settings (threads, memory limit, the seed
-  // of the dropout stream).
+  // of the dropout stream; under mpirun/srun: the job's communicator, its timeout, threads per
+  // rank).
   explicit Trainer(TrainerConfig config);
   ~Trainer();
   // Trains `module` on `data` to max_steps (or max_epochs), evaluating, logging and
@@ -321,6 +322,10 @@ class Trainer {
   // the module (after the batch-size finder when batch_size is auto) and applies a checkpoint
   // given to resume(); later calls with the same module continue from where the last one ended.
   // Module and data must outlive the Trainer.
+  // In a job of several ranks (dist.h) each rank trains its share of every batch with DDP
+  // (batch_size is per rank) and only rank 0 prints and writes the run folder; an error on any
+  // rank ends the whole job (dist::abort_job) instead of returning, since the other ranks cannot
+  // go on without it.
   TrainResult fit(TrainModule& module, const DataModule& data);
   // Continue from a checkpoint folder written by a Trainer: model, optimizer, step, data position
   // and RNG state are restored. The folder and its config are checked here (complete, the model

@@ -407,32 +407,31 @@ struct Trainer::Run {
   }
 };
 
-TrainResult Trainer::fit(TrainModule& module, const DataModule& data) {
-  try {
-    attach(module, data);
-    Run run(*this);
-    run.open();
-    StopSignalScope signals(impl_->stop_requested);
-    while (run.more_steps()) {
-      run.step();
-      if (config_.log_every_n_steps > 0 && (step_ % config_.log_every_n_steps == 0 || run.last()))
-        run.log();
-      else
-        run.progress->tick(step_, run.elapsed());
-      if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || run.last()) run.evaluate();
-      if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) run.checkpoint();
-      if (impl_->stop_requested_anywhere()) {
-        run.interrupt();
-        break;
-      }
+// A function-try-block: an error on any rank of a job ends the job (see the handler).
+TrainResult Trainer::fit(TrainModule& module, const DataModule& data) try {
+  attach(module, data);
+  Run run(*this);
+  run.open();
+  StopSignalScope signals(impl_->stop_requested);
+  while (run.more_steps()) {
+    run.step();
+    if (config_.log_every_n_steps > 0 && (step_ % config_.log_every_n_steps == 0 || run.last()))
+      run.log();
+    else
+      run.progress->tick(step_, run.elapsed());
+    if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || run.last()) run.evaluate();
+    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) run.checkpoint();
+    if (impl_->stop_requested_anywhere()) {
+      run.interrupt();
+      break;
     }
-    return run.finish();
-  } catch (const std::exception& e) {
-    // The other ranks would wait for this one in their next collective: the job ends here, with
-    // this rank and its message on stderr (dist.h, abort_job).
-    if (impl_->comm && impl_->world() > 1) dist::abort_job(e.what(), 2);
-    throw;
   }
+  return run.finish();
+} catch (const std::exception& e) {
+  // The other ranks would wait for this one in their next collective: the job ends here, with
+  // this rank and its message on stderr (dist.h, abort_job).
+  if (impl_->comm && impl_->world() > 1) dist::abort_job(e.what(), 2);
+  throw;
 }
 
 }  // namespace ft::train

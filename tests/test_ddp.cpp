@@ -172,7 +172,7 @@ TEST(Ddp, ARankThatStopsCommunicatingTimesTheJobOut) {
   fs::remove_all(root);
 }
 
-TEST(Ddp, TheProgramTrainsUnderMpirunAndOnlyRankZeroReports) {
+TEST(Ddp, TheProgramTrainsAndResumesUnderMpirunAndOnlyRankZeroReports) {
   const std::string dir = test::scratch_dir("ddp", "cli");
   const std::string flags =
       " train --max-steps 6 --batch-size 4 --context 16 --layers 1 --dim 32 --heads 2 --train-chars 20000 "
@@ -191,6 +191,17 @@ TEST(Ddp, TheProgramTrainsUnderMpirunAndOnlyRankZeroReports) {
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
   EXPECT_TRUE(fs::exists(dir + "/checkpoints/step-00000006/trainer_state.json"));
   EXPECT_EQ(losses(dir).size(), 2u);  // steps 3 and 6, once each: one writer
+
+  // Resumed from rank 0's checkpoint at step 3, both ranks continue exactly: step 6 logs the
+  // loss of the uninterrupted run, bit for bit.
+  const std::string resumed = dir + "_resumed";
+  const test::CliRun again = run(mpirun(2) + FT_CLI_PATH + flags.substr(0, flags.find(" --run-dir")) + " --run-dir " +
+                                 resumed + " --resume " + dir + "/checkpoints/step-00000003");
+  ASSERT_EQ(again.code, 0) << again.output;
+  const std::vector<double> resumed_losses = losses(resumed);
+  ASSERT_EQ(resumed_losses.size(), 1u);
+  EXPECT_EQ(resumed_losses[0], losses(dir)[1]);
+  fs::remove_all(resumed);
   fs::remove_all(dir);
 
   const test::CliRun zero = run(mpirun(2) + FT_CLI_PATH + flags + " --strategy zero1");

@@ -288,8 +288,10 @@ class MpiCommunicator : public Communicator {
     }
   }
 
-  // Wakes when a collective starts or the timeout changes, sleeps until the running collective
-  // (or MPI_Finalize) would pass the timeout, and aborts the job if it is still the same one.
+  // Wakes when a collective starts or ends or the timeout changes, and otherwise at the moment
+  // the running collective (or MPI_Finalize) would pass the timeout; every wake-up re-reads the
+  // state under the lock, so only a collective that has itself been running for the whole
+  // timeout aborts the job.
   void watch_loop() {
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {
@@ -299,24 +301,21 @@ class MpiCommunicator : public Communicator {
         cv_.wait(lock);
         continue;
       }
+      const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
       const auto since = in_finalize_ ? finalize_started_ : started_;
-      const auto deadline =
-          since + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
-      const MpiWork* watched = current_;
-      const bool finalize = in_finalize_;
-      if (cv_.wait_until(lock, deadline) == std::cv_status::no_timeout) continue;
-      if (stop_watchdog_ || Clock::now() < deadline) continue;
-      if (finalize ? in_finalize_ : current_ == watched && watched != nullptr) {
-        const std::string what = finalize ? std::string("MPI_Finalize") : watched->what();
-        std::fprintf(stderr,
-                     "fasttrain: rank %d of %d: error: %s did not complete within %g s (dist_timeout); another rank "
-                     "has failed or stopped communicating; aborting the job\n",
-                     rank_, size_, what.c_str(), timeout_s_);
-        std::fflush(stderr);
-        if (finalize) std::_Exit(3);  // the job is ending anyway: do not wait for the others
-        MPI_Abort(MPI_COMM_WORLD, 3);
-        std::_Exit(3);
+      if (Clock::now() - since < timeout) {
+        cv_.wait_until(lock, since + timeout);
+        continue;
       }
+      const std::string what = in_finalize_ ? std::string("MPI_Finalize") : current_->what();
+      std::fprintf(stderr,
+                   "fasttrain: rank %d of %d: error: %s did not complete within %g s (dist_timeout); another rank "
+                   "has failed or stopped communicating; aborting the job\n",
+                   rank_, size_, what.c_str(), timeout_s_);
+      std::fflush(stderr);
+      if (in_finalize_) std::_Exit(3);  // the job is ending anyway: do not wait for the others
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
     }
   }
 

@@ -18,6 +18,7 @@ packages=(
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
   chromium                         # headless rendering check of the run report (test_report)
+  libopenmpi-dev openmpi-bin       # Open MPI: data-parallel jobs (src/dist), mpirun for their tests
 )
 
 missing=()

@@ -9,6 +9,7 @@
 #include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/bench.h"
+#include "fasttrain/dist.h"
 #include "fasttrain/error.h"
 
 namespace {
@@ -51,7 +52,8 @@ int run_bench_command(const std::vector<std::string>& args) {
 
   if (!ft::cli::parse_command_line(app, args, "bench")) return 0;
   o.precision = ft::train::precision_from_name(precision);
-  std::puts(ft::bench::to_json_line(ft::bench::run_bench(o)).c_str());
+  const ft::bench::BenchResult r = ft::bench::run_bench(o);
+  if (ft::dist::world()->rank() == 0) std::puts(ft::bench::to_json_line(r).c_str());  // one line per job
   std::fflush(stdout);
   return 0;
 }

@@ -74,9 +74,13 @@ int main(int argc, char** argv) {
     }
     return it->second.run(args);
   } catch (const ft::Error& e) {
+    // In a job of several ranks the others would wait for this one: print with the rank and end
+    // the whole job (dist.h).
+    if (ft::dist::launched()) ft::dist::abort_job(e.what(), 2);
     std::fprintf(stderr, "fasttrain: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
+    if (ft::dist::launched()) ft::dist::abort_job(std::string("internal error: ") + e.what(), 3);
     std::fprintf(stderr, "fasttrain: internal error: %s\n", e.what());
     return 3;
   }

@@ -10,6 +10,7 @@
 
 #include "cli_parse.h"
 #include "commands.h"
+#include "fasttrain/dist.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
@@ -70,8 +71,8 @@ int run_train(const std::vector<std::string>& args) {
   TrainResult r = trainer.fit(*task.module, *task.data);
   TrainerConfig shown = trainer.config();  // as trained: the batch-size finder may have changed it
   if (shown.threads == 0) shown.threads = get_num_threads();
-  print_summary(r, shown);
-  return r.interrupted ? 130 : 0;  // 128 + SIGINT, as shells report an interrupted command
+  if (dist::world()->rank() == 0) print_summary(r, shown);  // one summary per job
+  return r.interrupted ? 130 : 0;                           // 128 + SIGINT, as shells report an interrupted command
 }
 
 }  // namespace

@@ -96,10 +96,14 @@ struct BenchResult {
   std::string cpu_isa;          // "avx2+avx512f+avx512_bf16[+amx]": figures from other ISAs do not compare
   std::string half_gemm;        // the bf16/f16 GEMM path (onednn or packed) for the 16-bit precisions, else ""
   std::vector<double> step_ms;  // every timed step, in order
+  // Under mpirun: the ranks of a DDP run, which split `batch` (the global batch) evenly; each
+  // step's time is the slowest rank's (as the PyTorch DDP peer reports).
+  int world_size = 1;
 };
 
 // Validates the options (known workload, positive steps/threads/batch, warmup >= 0, a batch that
-// divides into `accumulate`), builds the workload, warms up, times the steps.
+// divides into `accumulate`), builds the workload, warms up, times the steps. Launched by mpirun
+// with several ranks, the step is DDP's over dist::world(), the global batch split evenly.
 BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
 // and rounding: ms 3 decimals, throughput 1, loss 4), then the engine's own fields: "cpu_isa" (as

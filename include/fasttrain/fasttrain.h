@@ -54,3 +54,5 @@
 // Insight: the profiler (Chrome trace, phases, FLOPs) and the allocators' memory history.
 #include "fasttrain/memory_history.h"
 #include "fasttrain/profiler.h"
+// Data-parallel jobs: the communicator (MPI when launched by mpirun or srun).
+#include "fasttrain/dist.h"

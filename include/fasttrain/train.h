@@ -118,6 +118,13 @@ struct TrainerConfig {
   int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
   double early_stopping_min_delta = 0;
   bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
+  // --- distributed: jobs of several processes started by mpirun or srun (dist.h) ---
+  // The strategy when the job has more than one rank: "ddp" (replicated weights, gradients
+  // averaged in buckets during backward); "zero1", "zero2", "zero3" and "fsdp" are named but not
+  // implemented yet. batch_size is per rank: the global batch is batch_size x ranks.
+  std::string strategy = "ddp";
+  double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
+  double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
   // --- the built-in tasks' model and data: [model] and [data] tables in TOML ---
   ModelOptions model;
   DataOptions data;
@@ -245,6 +252,13 @@ void visit_fields(Config& c, V&& visitor) {
     "stop after N evaluations without improvement of monitor (0: off)");
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
+  v("strategy", c.strategy,
+    "data parallelism when launched by mpirun/srun with several ranks: ddp (zero1, zero2, zero3, fsdp: not "
+    "implemented yet); batch_size is per rank");
+  v("bucket_cap_mb", c.bucket_cap_mb,
+    "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
+  v("dist_timeout", c.dist_timeout,
+    "seconds a collective may wait for the other ranks before the whole job is aborted (0: never)");
   model("model", c.model.name,
         "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
         "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
@@ -345,7 +359,8 @@ struct TrainResult {
 class Trainer {
  public:
   // Validates the config and applies its process-wide settings (threads, memory limit, the seed
-  // of the dropout stream).
+  // of the dropout stream; under mpirun/srun: the job's communicator, its timeout, threads per
+  // rank).
   explicit Trainer(TrainerConfig config);
   ~Trainer();
   // Trains `module` on `data` to max_steps (or max_epochs), evaluating, logging and
@@ -354,6 +369,10 @@ class Trainer {
   // the module (after the batch-size finder when batch_size is auto) and applies a checkpoint
   // given to resume(); later calls with the same module continue from where the last one ended.
   // Module and data must outlive the Trainer.
+  // In a job of several ranks (dist.h) each rank trains its share of every batch with DDP
+  // (batch_size is per rank) and only rank 0 prints and writes the run folder; an error on any
+  // rank ends the whole job (dist::abort_job) instead of returning, since the other ranks cannot
+  // go on without it.
   TrainResult fit(TrainModule& module, const DataModule& data);
   // Continue from a checkpoint folder written by a Trainer: model, optimizer, step, data position
   // and RNG state are restored. The folder and its config are checked here (complete, the model

@@ -50,6 +50,20 @@ struct StepOptions {
   amp::GradScalerOptions scaler;  // used in FP16Mixed only
 };
 
+// Gradient synchronisation between data-parallel replicas, called by StepRunner around each
+// micro-batch's backward and before clipping and the optimizer step (src/dist/ddp.h is DDP's).
+class GradSync {
+ public:
+  virtual ~GradSync() = default;
+  // Before a micro-batch's backward; `last`: the step's final micro-batch, the only one whose
+  // gradients are communicated (the others only accumulate, as under PyTorch's no_sync()).
+  virtual void before_backward(bool last) = 0;
+  // After that backward: gradients not sent yet (parameters the pass did not reach) are sent.
+  virtual void after_backward(bool last) = 0;
+  // Before clipping: waits until every gradient is the mean over the replicas.
+  virtual void finish() = 0;
+};
+
 // (output, target) -> scalar loss.
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 // A micro-batch's forward to its scalar loss (a TrainModule's training_step).
@@ -86,6 +100,8 @@ class StepRunner {
   Tensor model_input(const Tensor& input) const;
   // The dtype autocast regions use in mixed modes (BF16 or F16); F32 when not mixed.
   DType autocast_dtype() const;
+  // Synchronise gradients through `sync` (not owned; null: none), e.g. across DDP replicas.
+  void set_grad_sync(GradSync* sync) { sync_ = sync; }
 
  private:
   nn::Module& model_;
@@ -97,6 +113,7 @@ class StepRunner {
   std::vector<Tensor> params_;
   int64_t micro_ = 0;  // micro-batches run in the current step
   Tensor grad_norm_;
+  GradSync* sync_ = nullptr;
 };
 
 }  // namespace ft::train

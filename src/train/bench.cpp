@@ -10,9 +10,11 @@
 
 #include "backend/cpu/linalg.h"
 #include "backend/cpu/peak_rate.h"
+#include "dist/ddp.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
+#include "fasttrain/dist.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"
 
@@ -168,15 +170,30 @@ BenchResult run_bench(const BenchOptions& o) {
   if (o.threads) set_num_threads(o.threads);
   Generator gen(o.seed);
   Workload w = make_workload(o.workload, o.batch, gen);
+  // Several ranks (mpirun): each takes its part of the global batch; DDP averages the gradients.
+  const std::shared_ptr<dist::Communicator> comm = dist::world();
+  const int64_t global_batch = w.batch, ranks = comm->world_size();
+  if (ranks > 1) {
+    FT_CHECK(global_batch % ranks == 0, "bench: the global batch of ", global_batch, " does not split evenly into ",
+             ranks, " ranks");
+    Generator rank_gen(o.seed);
+    w = make_workload(o.workload, global_batch / ranks, rank_gen);
+  }
   FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
            o.accumulate, " equal micro-batches");
   if (o.checkpoint_blocks) nn::set_activation_checkpointing(*w.model, true);
+  std::unique_ptr<dist::DataParallel> ddp;
+  if (ranks > 1) {
+    dist::broadcast_module(*w.model, *comm);
+    ddp = std::make_unique<dist::DataParallel>(*w.model, comm);
+  }
   if (o.channels_last && w.inputs.dim() == 4) {
     w.model->to_channels_last();
     w.inputs = w.inputs.contiguous_channels_last();
   }
   auto opt = make_bench_optimizer(*w.model);
   auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
+  runner->set_grad_sync(ddp.get());
   BenchResult r;
   r.model_flops = model_flops_per_step(w);
   // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
@@ -195,9 +212,18 @@ BenchResult run_bench(const BenchOptions& o) {
   alloc.reset_peak();
   Tensor loss;
   for (int i = 0; i < o.steps; ++i) {
+    if (ranks > 1) comm->barrier();  // every rank starts the step together (as the peer does)
     auto t0 = std::chrono::steady_clock::now();
     loss = runner->step(w.inputs, w.targets);
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  if (ranks > 1) {  // each step's time is the slowest rank's
+    Tensor mine = from_vector(r.step_ms, {static_cast<int64_t>(r.step_ms.size())}, DType::F64);
+    Tensor all = empty({ranks * mine.numel()}, DType::F64);
+    comm->all_gather(mine, all);
+    const double* t = all.data<double>();
+    for (size_t i = 0; i < r.step_ms.size(); ++i)
+      for (int64_t k = 0; k < ranks; ++k) r.step_ms[i] = std::max(r.step_ms[i], t[k * mine.numel() + i]);
   }
   r.peak_allocated_bytes = alloc.stats().peak_allocated_bytes;
   r.accumulate = o.accumulate;
@@ -208,9 +234,10 @@ BenchResult run_bench(const BenchOptions& o) {
   r.ms_per_step = sorted[sorted.size() / 2];  // the peer's median: upper middle for even counts
   r.workload = w.name;
   r.precision = o.precision;
-  r.batch = w.batch;
+  r.batch = global_batch;
+  r.world_size = static_cast<int>(ranks);
   r.threads = get_num_threads();
-  r.items_per_s = static_cast<double>(w.batch * w.items_per_sample) / (r.ms_per_step / 1e3);
+  r.items_per_s = static_cast<double>(global_batch * w.items_per_sample) / (r.ms_per_step / 1e3);
   r.item_unit = w.item_unit;
   r.loss = loss.item<double>();
   r.params = w.model->num_parameters();
@@ -250,6 +277,9 @@ std::string to_json_line(const BenchResult& r) {
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   if (r.channels_last) s += ", \"channels_last\": true";
+  if (r.world_size > 1)
+    s += ", \"strategy\": \"ddp\", \"world_size\": " + std::to_string(r.world_size) +
+         ", \"threads_per_rank\": " + std::to_string(r.threads);
   s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";
   return s;
 }

@@ -64,9 +64,28 @@ struct Trainer::Run {
   // The run folder, its config and description, metrics.csv (appended to when resumed into the
   // same folder) and the TensorBoard writer; the header line.
   void open() {
-    result.run_dir = c.run_dir.empty() ? default_run_dir(c.task) : c.run_dir;
+    // Rank 0 names the folder (a default name has a timestamp); only rank 0 writes in it.
+    result.run_dir = im.agreed(c.run_dir.empty() ? default_run_dir(c.task) : c.run_dir);
     result.batch_size = c.batch_size;
     dir = result.run_dir;
+    if (im.rank0()) open_files();
+    end = c.max_steps;
+    const int64_t per_epoch = im.loader->batches_per_epoch();
+    if (c.max_epochs > 0 && per_epoch > 0) end = std::min(end, c.max_epochs * per_epoch / c.accumulate);
+    first_step = last_log_step = t.step_;
+    if (im.checkpoint_eval_step == t.step_) {  // e.g. resumed from a checkpoint taken right after one
+      last_eval = im.checkpoint_eval;
+      last_eval_step = t.step_;
+    }
+    progress = std::make_unique<ProgressLine>(c.progress && im.rank0(), first_step, end, unit());
+    print_header();
+    // Rank 0 profiles (its folder is the run's); the other ranks' steps are the same work.
+    if (im.rank0())
+      profile = ProfileRun::create(c, dir, im.module->model(), *im.optimizer,
+                                   [this](const std::string& line) { progress->note(line); });
+  }
+
+  void open_files() {
     make_dirs(dir);
     TrainerConfig resolved = c;
     resolved.run_dir = dir;
@@ -91,18 +110,6 @@ struct Trainer::Run {
       make_dirs(dir + "/tensorboard");
       tb = std::make_unique<TensorBoardWriter>(dir + "/tensorboard");
     }
-    end = c.max_steps;
-    const int64_t per_epoch = im.loader->batches_per_epoch();
-    if (c.max_epochs > 0 && per_epoch > 0) end = std::min(end, c.max_epochs * per_epoch / c.accumulate);
-    first_step = last_log_step = t.step_;
-    if (im.checkpoint_eval_step == t.step_) {  // e.g. resumed from a checkpoint taken right after one
-      last_eval = im.checkpoint_eval;
-      last_eval_step = t.step_;
-    }
-    progress = std::make_unique<ProgressLine>(c.progress, first_step, end, unit());
-    print_header();
-    profile = ProfileRun::create(c, dir, im.module->model(), *im.optimizer,
-                                 [this](const std::string& line) { progress->note(line); });
   }
 
   // Whether `run_dir` is the run folder the resumed checkpoint lives in (<run_dir>/checkpoints/step-N).
@@ -125,6 +132,9 @@ struct Trainer::Run {
                   precision_name(im.runner->options().precision), get_num_threads(),
                   floor ? (", loss floor " + std::to_string(*floor).substr(0, 6)).c_str() : "", dir.c_str());
     progress->note(head);
+    if (im.world() > 1)
+      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + c.strategy + "), global batch " +
+                     std::to_string(c.batch_size * im.world()) + " x " + std::to_string(c.accumulate));
     if (!t.batch_size_report_.empty()) progress->note(t.batch_size_report_);
   }
 
@@ -203,6 +213,7 @@ struct Trainer::Run {
 
   void record(const MetricRow& r) {
     t.history_.push_back(r);
+    if (!csv.is_open()) return;  // ranks other than 0 write nothing
     auto opt = [](const std::optional<double>& v, const char* fmt) {
       if (!v) return std::string();
       char b[40];
@@ -222,6 +233,7 @@ struct Trainer::Run {
   // The training row of the interval that ends at this step.
   void log() {
     check_finite();
+    im.reduce_log_sums();  // the global batch's loss and metrics (several ranks)
     step_losses.clear();
     const double now = elapsed(), train_seconds = now - eval_seconds;
     MetricRow r;
@@ -236,10 +248,11 @@ struct Trainer::Run {
     r.momentum = im.momentum_in_use();
     if (const Tensor& norm = im.runner->last_grad_norm(); norm.defined()) r.grad_norm = norm.item<double>();
     if (im.runner->scaler().enabled()) r.loss_scale = im.runner->scaler().get_scale();
-    r.items_per_s = static_cast<double>(im.items) / std::max(1e-9, train_seconds - last_log_train_seconds);
+    // Every rank trains as many items as this one.
+    r.items_per_s = static_cast<double>(im.items * im.world()) / std::max(1e-9, train_seconds - last_log_train_seconds);
     r.elapsed_s = now;
     r.data_wait_ms = 1e3 * (data_wait - last_log_data_wait) / static_cast<double>(t.step_ - last_log_step);
-    items_trained += im.items;
+    items_trained += im.items * im.world();
     im.loss_sum = Tensor();
     im.metric_sums.clear();
     im.loss_count = 0;
@@ -321,13 +334,13 @@ struct Trainer::Run {
     im.checkpoint_eval = last_eval;
     try {
       profiler::PhaseScope phase(profiler::Phase::Checkpoint);
-      t.save_checkpoint(path);
+      if (im.rank0()) t.save_checkpoint(path);  // DDP's replicas are identical: rank 0 writes
     } catch (const Error& e) {
       const std::string previous = last_good_checkpoint();
       throw Error("checkpoint " + path + " was not written: " + e.what() +
                   (previous.empty() ? std::string() : "; the previous checkpoint " + previous + " is intact"));
     }
-    if (im.keeper) delete_unkept(im.keeper->add(path, t.step_, metric));
+    if (im.keeper && im.rank0()) delete_unkept(im.keeper->add(path, t.step_, metric));
     result.last_checkpoint = path;
   }
 
@@ -347,8 +360,8 @@ struct Trainer::Run {
     progress->finish();
     if (tb) tb->flush();
     nn::Module& model = im.module->model();
-    model.save(dir + "/model.safetensors");
-    items_trained += im.items;
+    if (im.rank0()) model.save(dir + "/model.safetensors");
+    items_trained += im.items * im.world();
     result.steps = t.step_;
     result.seconds = elapsed();
     const double train_seconds = result.seconds - eval_seconds;
@@ -364,7 +377,7 @@ struct Trainer::Run {
       result.goal = goal->sentence;
       result.goal_met = goal->met;
     }
-    write_summary();
+    if (im.rank0()) write_summary();
     return result;
   }
 
@@ -404,7 +417,8 @@ struct Trainer::Run {
   }
 };
 
-TrainResult Trainer::fit(TrainModule& module, const DataModule& data) {
+// A function-try-block: an error on any rank of a job ends the job (see the handler).
+TrainResult Trainer::fit(TrainModule& module, const DataModule& data) try {
   attach(module, data);
   Run run(*this);
   run.open();
@@ -419,12 +433,17 @@ TrainResult Trainer::fit(TrainModule& module, const DataModule& data) {
     if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || run.last()) run.evaluate();
     if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) run.checkpoint();
     if (run.profile) run.profile->after_step(step_);
-    if (impl_->stop_requested.load()) {
+    if (impl_->stop_requested_anywhere()) {
       run.interrupt();
       break;
     }
   }
   return run.finish();
+} catch (const std::exception& e) {
+  // The other ranks would wait for this one in their next collective: the job ends here, with
+  // this rank and its message on stderr (dist.h, abort_job).
+  if (impl_->comm && impl_->world() > 1) dist::abort_job(e.what(), 2);
+  throw;
 }
 
 }  // namespace ft::train

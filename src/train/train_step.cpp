@@ -122,10 +122,13 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
   if (options_.accumulate > 1) to_backprop = div(to_backprop, static_cast<double>(options_.accumulate));
   if (scaler_->enabled()) to_backprop = scaler_->scale(to_backprop);
   fault::point("backward");
+  const bool last = micro_ + 1 == options_.accumulate;
+  if (sync_ != nullptr) sync_->before_backward(last);
   {
     profiler::PhaseScope phase(profiler::Phase::Backward);
     to_backprop.backward();
   }
+  if (sync_ != nullptr) sync_->after_backward(last);
   ++micro_;
   // Summed over log intervals by callers: keep it f32 (bf16-true losses are bf16).
   return loss.dtype() == DType::F32 ? loss.detach() : loss.detach().to(DType::F32);
@@ -137,6 +140,7 @@ void StepRunner::optimizer_step() {
   fault::point("optimizer");
   profiler::PhaseScope phase(profiler::Phase::Optimizer);
   micro_ = 0;
+  if (sync_ != nullptr) sync_->finish();                  // the replicas' mean gradients
   if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
   grad_norm_ = Tensor();
   if (options_.clip > 0) {

@@ -98,6 +98,7 @@ const data::Batch& Trainer::Impl::next_batch() {
 
 void Trainer::Impl::make_runner(const TrainerConfig& c) {
   runner = std::make_unique<StepRunner>(module->model(), *optimizer, step_options(c));
+  runner->set_grad_sync(ddp.get());  // none with one rank
 }
 
 namespace {
@@ -263,6 +264,8 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
   // Dropout draws from the default generator: seeded here, saved and restored by checkpoints.
   default_generator().set_state({derive_seed(config_.seed, SeedUse::Dropout), 0});
+  impl_->comm = dist::world();
+  apply_distributed_settings(config_, *impl_->comm);
 }
 
 // The memory budget is the run's: a later Trainer (or program) without one must not inherit it.
@@ -292,6 +295,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   im.channels_last = config_.channels_last;
   im.module = &module;
   im.data = &data;
+  im.start_data_parallel(config_);
   im.optimizer = make_optimizer(config_, module);
   im.schedule = make_schedule(config_);
   im.make_runner(config_);
@@ -324,11 +328,12 @@ void Trainer::make_loaders() {
                                          ? train.sampler
                                          : std::make_shared<data::RandomSampler>(
                                                train.dataset->size(), derive_seed(config_.seed, SeedUse::TrainBatches));
-    im.loader = std::make_unique<data::DataLoader>(train.dataset, lo, sampler);
+    im.loader = std::make_unique<data::DataLoader>(train.dataset, lo, im.rank_sampler(sampler));
     FT_CHECK(im.loader->batches_per_epoch() >= config_.accumulate, "Trainer: the training data holds ", sampler->size(),
-             " samples per epoch, fewer than batch_size x accumulate = ", config_.batch_size * config_.accumulate);
+             " samples per epoch, fewer than batch_size x accumulate", im.world() > 1 ? " x ranks" : "", " = ",
+             config_.batch_size * config_.accumulate * im.world());
   } else {
-    im.loader = std::make_unique<data::DataLoader>(train.stream, lo);
+    im.loader = std::make_unique<data::DataLoader>(im.rank_stream(train.stream), lo);
   }
   im.batches = std::make_unique<data::DevicePrefetcher>(*im.loader, device);
 
@@ -491,7 +496,13 @@ LrFindResult Trainer::lr_find(TrainModule& module, const DataModule& data, const
   double data_wait = 0;
   auto sweep_step = [&](double lr) {
     im.optimizer->set_lr(lr);
-    return im.train_step(config_.accumulate, &data_wait).item<double>() / static_cast<double>(config_.accumulate);
+    Tensor loss = im.train_step(config_.accumulate, &data_wait);
+    // Every rank must see the same loss, or the ranks would end the sweep at different steps.
+    if (im.world() > 1) {
+      loss = loss.to(DType::F64);
+      im.comm->all_reduce(loss, dist::ReduceOp::Avg);
+    }
+    return loss.item<double>() / static_cast<double>(config_.accumulate);
   };
   LrFindResult result = find_lr(sweep_step, options);
 

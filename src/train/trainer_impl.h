@@ -9,8 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "dist/ddp.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/device_prefetcher.h"
+#include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/train.h"
@@ -44,6 +46,10 @@ struct Trainer::Impl {
   // so a run resumed at its last step does not evaluate and log that step a second time.
   int64_t checkpoint_eval_step = -1;
   EvalResult checkpoint_eval;
+  // Data parallelism (distributed.cpp): the job's communicator (a world of one without a
+  // launcher) and, with several ranks, DDP's gradient synchronisation.
+  std::shared_ptr<dist::Communicator> comm;
+  std::unique_ptr<dist::DataParallel> ddp;
 
   bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
 
@@ -64,7 +70,25 @@ struct Trainer::Impl {
   // Passes over the training data at `step` (steps x accumulate / batches per epoch); for a
   // stream, whose epoch length is unknown, the epochs begun.
   double epoch_at(int64_t step, int64_t accumulate) const;
+
+  // --- data parallelism (distributed.cpp); each a no-op with one rank ---
+  int world() const { return comm->world_size(); }
+  bool rank0() const { return comm->rank() == 0; }  // the rank that prints and writes files
+  // Every replica takes rank 0's weights and buffers, then DDP's gradient hooks are set.
+  void start_data_parallel(const TrainerConfig& c);
+  // This rank's share of every epoch of the training data (disjoint across ranks).
+  data::SamplerPtr rank_sampler(data::SamplerPtr sampler) const;
+  data::IterableDatasetPtr rank_stream(data::IterableDatasetPtr stream) const;
+  // Rank 0's value on every rank (the run folder).
+  std::string agreed(const std::string& rank0_value) const;
+  // The log interval's loss and metric sums averaged over the ranks: the global batch's.
+  void reduce_log_sums();
+  // Whether a stop was requested on any rank (all ranks then stop after the same step).
+  bool stop_requested_anywhere();
 };
+
+// The distributed options' process-wide effects: the collective timeout, threads per rank.
+void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm);
 
 // The module's description_json() checked to be a JSON object, as task.json's text.
 std::string task_description(const TrainModule& module);

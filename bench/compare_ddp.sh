@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Data-parallel scaling on one machine (shared/BENCH.md, "Data-parallel runs"): gpt-mini and
+# cnn-mini at their global batch, 1 rank x 1 thread and N ranks x 1 thread, with `fasttrain
+# bench` (alone, then under mpirun: DDP over Open MPI) and with PyTorch DDP over Gloo
+# (peer/torch_ddp_bench.py), alternately in one run; prints ms per step and the scaling
+# efficiency, (1-rank ms) / (N x N-rank ms), of each. Every JSON line is kept in a file.
+# Usage: bench/compare_ddp.sh [build dir (default build/release)] [ranks (default 2)]
+#                             [steps (default 10)] [jsonl out (default <build>/compare_ddp.jsonl)]
+# On a shared machine other jobs distort the figures (see compare_cpu.sh); run it on an idle one.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+build="${1:-$here/../build/release}"
+ranks="${2:-2}"
+steps="${3:-10}"
+out="${4:-$build/compare_ddp.jsonl}"
+fasttrain="$build/fasttrain"
+[ -x "$fasttrain" ] || { echo "compare_ddp.sh: $fasttrain not found (build the fasttrain_cli target)" >&2; exit 2; }
+peer="$here/../../shared/peer/torch_ddp_bench.py"
+[ -f "$peer" ] || { echo "compare_ddp.sh: $peer not found (the PyTorch DDP peer beside the checkout)" >&2; exit 2; }
+command -v mpirun >/dev/null || { echo "compare_ddp.sh: mpirun not found (scripts/install-deps.sh)" >&2; exit 2; }
+source "$here/peer_env.sh"  # same BLAS kernels for the PyTorch peer
+# As root in a container Open MPI needs --allow-run-as-root; --oversubscribe when ranks > cores.
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to core -np "$ranks" -x OMP_NUM_THREADS=1)
+: >"$out"
+for workload in gpt-mini cnn-mini; do
+  OMP_NUM_THREADS=1 "$fasttrain" bench --workload "$workload" --threads 1 --steps "$steps" | tee -a "$out" >&2
+  OMP_NUM_THREADS=1 "${mpi[@]}" "$fasttrain" bench --workload "$workload" --threads 1 --steps "$steps" |
+    tee -a "$out" >&2
+  OMP_NUM_THREADS=1 /usr/bin/python3 "$peer" --workload "$workload" --world-size 1 --threads 1 --steps "$steps" |
+    tee -a "$out" >&2
+  OMP_NUM_THREADS=1 /usr/bin/python3 "$peer" --workload "$workload" --world-size "$ranks" --threads 1 \
+    --steps "$steps" | tee -a "$out" >&2
+done
+/usr/bin/python3 - "$out" "$ranks" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+n = int(sys.argv[2])
+def ms(impl, w, ranks):
+    for r in rows:
+        if r["impl"].startswith(impl) and r["workload"] == w and r.get("world_size", 1) == ranks:
+            return r["ms_per_step"]
+    return None
+print(f"{'workload':9} {'impl':9} {'1 rank ms':>10} {f'{n} ranks ms':>11} {'efficiency':>10}")
+for w in ("gpt-mini", "cnn-mini"):
+    for impl in ("fasttrain", "pytorch"):
+        one, many = ms(impl, w, 1), ms(impl, w, n)
+        eff = f"{one / (n * many):10.2f}" if one and many else f"{'missing':>10}"
+        print(f"{w:9} {impl:9} {one or 0:10.1f} {many or 0:11.1f} {eff}")
+print(f"# efficiency = (1-rank ms) / ({n} x {n}-rank ms), same global batch, 1 thread per rank; JSON lines in {sys.argv[1]}")
+PY

@@ -1,0 +1,89 @@
+// Communication between the processes of a data-parallel job: the communicator interface (what
+// a collective engine offers — MPI on CPUs now, NCCL on GPUs later), the process-wide world
+// communicator and the launch environment it is read from. Implemented in src/dist/.
+//
+// One process started without a launcher is a world of one: no MPI is initialised, and every
+// collective returns at once. Started by `mpirun` (Open MPI), `srun` (Slurm) or another launcher
+// that sets OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_STEP_NUM_TASKS above 1, the process joins the
+// job's MPI world the first time world() is called.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fasttrain/tensor.h"
+
+namespace ft::dist {
+
+enum class ReduceOp { Sum, Avg };
+
+// A collective in flight. wait() returns once its result is in the output tensor (and rethrows
+// an error the collective met); the output must not be read or written before.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool done() const = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+// Collectives over contiguous CPU tensors. Every rank must issue the same collectives, with the
+// same sizes and dtypes, in the same order (as with MPI and NCCL). The asynchronous forms queue
+// the collective on the communicator's own thread and return at once, so callers overlap it
+// with computation; collectives run in the order they were issued. Reductions take f32, f64, i32
+// and i64 tensors; broadcast and all_gather take any dtype (they move bytes).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;       // rank among the processes of this machine
+  virtual int local_size() const = 0;       // processes of this job on this machine
+  virtual std::string backend() const = 0;  // "mpi" or "single"
+
+  // `t` on every rank becomes `root`'s `t`.
+  virtual WorkPtr broadcast_async(const Tensor& t, int root) = 0;
+  // `t` becomes the element-wise sum (or mean) of every rank's `t`. Every rank gets the same bits.
+  virtual WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) = 0;
+  // `input` (world_size x n elements) is reduced across ranks; rank r's `output` (n elements)
+  // becomes part r of the result.
+  virtual WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) = 0;
+  // `output` (world_size x n elements) becomes every rank's `input` (n elements), in rank order.
+  virtual WorkPtr all_gather_async(const Tensor& input, const Tensor& output) = 0;
+  virtual WorkPtr barrier_async() = 0;
+
+  void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  void all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
+  void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+    reduce_scatter_async(input, output, op)->wait();
+  }
+  void all_gather(const Tensor& input, const Tensor& output) { all_gather_async(input, output)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+  // Payload bytes of the collectives issued so far (each collective counts its input tensor's
+  // bytes once), for accounting in tests and benchmarks.
+  virtual int64_t bytes_issued() const = 0;
+  // A collective that has not completed after this many seconds aborts the whole job, naming
+  // itself and this rank (a peer that died or diverged must not hang the others). 0: never.
+  virtual void set_timeout(double seconds) = 0;
+};
+
+// Whether a launcher started this process as part of a job of more than one process (reads
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_STEP_NUM_TASKS; no MPI call).
+bool launched();
+// The job's communicator: MPI when launched(), otherwise a world of one (created once).
+std::shared_ptr<Communicator> world();
+// The single-process communicator (rank 0 of 1), for runs that must not communicate.
+std::shared_ptr<Communicator> single_process();
+
+// root's string on every rank.
+std::string broadcast_string(Communicator& comm, const std::string& s, int root = 0);
+
+// Ends a failed job: prints "fasttrain: rank R of N: error: <message>" on stderr, then, when
+// this process is part of an MPI job, aborts every rank (MPI_Abort) so that none waits forever
+// for this one; otherwise only this process exits. Never returns.
+[[noreturn]] void abort_job(const std::string& message, int exit_code);
+// "rank R of N: " when world() has more than one rank, "" otherwise (for error messages).
+std::string rank_prefix();
+
+}  // namespace ft::dist

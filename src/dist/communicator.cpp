@@ -1,0 +1,126 @@
+// The launch environment, the world of one process, and the helpers of dist.h shared by every
+// backend. A process nobody launched never touches MPI: its collectives return at once.
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "dist/mpi_communicator.h"
+#include "fasttrain/dist.h"
+#include "fasttrain/error.h"
+
+namespace ft::dist {
+
+namespace {
+
+// Rank 0 of 1: a broadcast or a reduction over one rank leaves the tensor as it is.
+class DoneWork : public Work {
+ public:
+  void wait() override {}
+  bool done() const override { return true; }
+};
+
+class SingleProcessCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+  WorkPtr broadcast_async(const Tensor& t, int root) override {
+    FT_CHECK(root == 0, "broadcast: expected root 0 in a world of one process, found ", root);
+    check_cpu_contiguous(t, "broadcast");
+    return done();
+  }
+  WorkPtr all_reduce_async(const Tensor& t, ReduceOp) override {
+    check_cpu_contiguous(t, "all_reduce");
+    return done();
+  }
+  WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp) override {
+    check_sizes(input, output, "reduce_scatter");
+    output.detach().copy_(input.detach().view(output.shape()));
+    return done();
+  }
+  WorkPtr all_gather_async(const Tensor& input, const Tensor& output) override {
+    check_sizes(output, input, "all_gather");
+    output.detach().copy_(input.detach().view(output.shape()));
+    return done();
+  }
+  WorkPtr barrier_async() override { return done(); }
+  int64_t bytes_issued() const override { return 0; }
+  void set_timeout(double) override {}
+
+ private:
+  static WorkPtr done() {
+    static const WorkPtr work = std::make_shared<DoneWork>();
+    return work;
+  }
+  static void check_sizes(const Tensor& whole, const Tensor& part, const char* who) {
+    check_cpu_contiguous(whole, who);
+    check_cpu_contiguous(part, who);
+    FT_CHECK(whole.numel() == part.numel() && whole.dtype() == part.dtype(), who,
+             ": expected input and output of the same size and dtype in a world of one process, found ", whole.numel(),
+             " ", dtype_name(whole.dtype()), " and ", part.numel(), " ", dtype_name(part.dtype()));
+  }
+};
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : 0;
+}
+
+}  // namespace
+
+void check_cpu_contiguous(const Tensor& t, const char* who) {
+  FT_CHECK(t.defined(), who, ": expected a tensor, found an undefined one");
+  FT_CHECK(t.device().is_cpu(), who, ": expected a CPU tensor (MPI moves host memory), found one on ",
+           t.device().str());
+  FT_CHECK(t.is_contiguous(), who, ": expected a contiguous tensor, found a strided view of shape ", t.shape().str());
+}
+
+bool launched() {
+  // Open MPI's mpirun; PMI (MPICH's launchers, srun --mpi=pmi2); Slurm's srun, through the size
+  // of the job step: SLURM_NTASKS is also set in a batch script, where a command runs alone.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"})
+    if (env_int(name) > 1) return true;
+  return false;
+}
+
+std::shared_ptr<Communicator> single_process() {
+  static const std::shared_ptr<Communicator> single = std::make_shared<SingleProcessCommunicator>();
+  return single;
+}
+
+std::shared_ptr<Communicator> world() {
+  static std::once_flag once;
+  static std::shared_ptr<Communicator> w;
+  std::call_once(once, [] { w = launched() ? make_mpi_world() : single_process(); });
+  return w;
+}
+
+std::string broadcast_string(Communicator& comm, const std::string& s, int root) {
+  if (comm.world_size() == 1) return s;
+  Tensor length = scalar_tensor(static_cast<int64_t>(s.size()), DType::I64);
+  comm.broadcast(length, root);
+  const int64_t n = length.item<int64_t>();
+  Tensor bytes = empty({std::max<int64_t>(n, 1)}, DType::U8);
+  if (comm.rank() == root) std::copy(s.begin(), s.end(), bytes.data<uint8_t>());
+  comm.broadcast(bytes, root);
+  const char* p = reinterpret_cast<const char*>(bytes.data<uint8_t>());
+  return std::string(p, p + n);
+}
+
+std::string rank_prefix() {
+  if (!launched()) return "";
+  const std::shared_ptr<Communicator> w = world();
+  return "rank " + std::to_string(w->rank()) + " of " + std::to_string(w->world_size()) + ": ";
+}
+
+void abort_job(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "fasttrain: %serror: %s\n", rank_prefix().c_str(), message.c_str());
+  std::fflush(stderr);
+  if (launched()) mpi_abort(exit_code);
+  std::_Exit(exit_code);
+}
+
+}  // namespace ft::dist

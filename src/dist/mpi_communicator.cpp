@@ -1,0 +1,368 @@
+// The MPI communicator (dist.h over Open MPI). Every collective runs on one communication thread,
+// in the order the caller issued it, so the training thread queues a gradient bucket and goes on
+// with backward while MPI moves the bytes; a second thread, the watchdog, aborts the whole job
+// when one collective outlives the timeout (a peer that died, threw or diverged must not leave
+// the others blocked in MPI for ever).
+//
+// MPI is initialised with MPI_THREAD_MULTIPLE when the library offers it (MPI_Abort may then come
+// from the watchdog or an error path while the communication thread is inside a collective), and
+// finalised at exit; MPI_Finalize synchronises with the other ranks, so it is watched too.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "dist/mpi_communicator.h"
+#include "fasttrain/error.h"
+
+namespace ft::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class MpiWork : public Work {
+ public:
+  MpiWork(std::string what, std::function<void()> run) : what_(std::move(what)), run_(std::move(run)) {}
+  void wait() override {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return done_; });
+    if (!error_.empty()) FT_FAIL(error_);
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(m_);
+    return done_;
+  }
+  const std::string& what() const { return what_; }
+  void run() {
+    std::string error;
+    try {
+      run_();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    run_ = nullptr;  // drops the tensors the collective held
+    std::lock_guard<std::mutex> lock(m_);
+    error_ = std::move(error);
+    done_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::string what_;
+  std::function<void()> run_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::string error_;
+};
+
+void check_mpi(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  FT_FAIL(call, " failed: ", std::string(text, static_cast<size_t>(length)));
+}
+
+// The MPI type of a reduction over `dtype`.
+MPI_Datatype reduce_type(DType dtype, const char* who) {
+  switch (dtype) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    default:
+      FT_FAIL(who, ": expected an f32, f64, i32 or i64 tensor to reduce, found ", dtype_name(dtype),
+              " (reduce low-precision values in f32)");
+  }
+}
+
+// x / n in place: the mean of a sum, computed the same way on every rank.
+void divide(const Tensor& t, int n) {
+  const int64_t count = t.numel();
+  switch (t.dtype()) {
+    case DType::F32: {
+      float* p = t.data<float>();
+      const auto d = static_cast<float>(n);
+      for (int64_t i = 0; i < count; ++i) p[i] /= d;
+      break;
+    }
+    case DType::F64: {
+      double* p = t.data<double>();
+      const auto d = static_cast<double>(n);
+      for (int64_t i = 0; i < count; ++i) p[i] /= d;
+      break;
+    }
+    case DType::I32: {
+      int32_t* p = t.data<int32_t>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    default: {
+      int64_t* p = t.data<int64_t>();
+      for (int64_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+  }
+}
+
+// MPI counts are ints: large buffers go in pieces of at most 2^30 elements.
+constexpr int64_t kMaxCount = int64_t{1} << 30;
+
+class MpiCommunicator;
+MpiCommunicator* g_world = nullptr;  // for the exit handler and mpi_abort
+bool g_finalizing = false;
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      FT_CHECK(provided >= MPI_THREAD_SERIALIZED,
+               "MPI: expected a library that allows calls from more than one thread (MPI_THREAD_SERIALIZED), found "
+               "level ",
+               provided);
+      owns_mpi_ = true;
+    }
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm local;
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+    worker_ = std::thread([this] { work_loop(); });
+    watchdog_ = std::thread([this] { watch_loop(); });
+  }
+
+  ~MpiCommunicator() override { stop_threads(); }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string backend() const override { return "mpi"; }
+
+  WorkPtr broadcast_async(const Tensor& t, int root) override {
+    check_cpu_contiguous(t, "broadcast");
+    FT_CHECK(root >= 0 && root < size_, "broadcast: expected a root rank in [0, ", size_, "), found ", root);
+    return enqueue("broadcast", t.nbytes(), [this, t, root] {
+      auto* p = static_cast<char*>(t.raw_data());
+      for (int64_t done = 0, n = static_cast<int64_t>(t.nbytes()); done < n; done += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, n - done));
+        check_mpi(MPI_Bcast(p + done, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+      }
+    });
+  }
+
+  WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
+    check_cpu_contiguous(t, "all_reduce");
+    const MPI_Datatype type = reduce_type(t.dtype(), "all_reduce");
+    return enqueue("all_reduce", t.nbytes(), [this, t, op, type] {
+      auto* p = static_cast<char*>(t.raw_data());
+      const int64_t n = t.numel(), size = static_cast<int64_t>(t.element_size());
+      for (int64_t done = 0; done < n; done += kMaxCount) {
+        const int count = static_cast<int>(std::min(kMaxCount, n - done));
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + done * size, count, type, MPI_SUM, comm_), "MPI_Allreduce");
+      }
+      if (op == ReduceOp::Avg) divide(t, size_);
+    });
+  }
+
+  WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) override {
+    check_cpu_contiguous(input, "reduce_scatter");
+    check_cpu_contiguous(output, "reduce_scatter");
+    check_parts(input, output, "reduce_scatter", "input", "output");
+    const MPI_Datatype type = reduce_type(input.dtype(), "reduce_scatter");
+    return enqueue("reduce_scatter", input.nbytes(), [this, input, output, op, type] {
+      check_mpi(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), static_cast<int>(output.numel()), type,
+                                         MPI_SUM, comm_),
+                "MPI_Reduce_scatter_block");
+      if (op == ReduceOp::Avg) divide(output, size_);
+    });
+  }
+
+  WorkPtr all_gather_async(const Tensor& input, const Tensor& output) override {
+    check_cpu_contiguous(input, "all_gather");
+    check_cpu_contiguous(output, "all_gather");
+    check_parts(output, input, "all_gather", "output", "input");
+    return enqueue("all_gather", input.nbytes(), [this, input, output] {
+      const int bytes = static_cast<int>(input.nbytes());
+      check_mpi(MPI_Allgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_),
+                "MPI_Allgather");
+    });
+  }
+
+  WorkPtr barrier_async() override {
+    return enqueue("barrier", 0, [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
+  }
+
+  int64_t bytes_issued() const override {
+    std::lock_guard<std::mutex> lock(m_);
+    return bytes_;
+  }
+
+  void set_timeout(double seconds) override {
+    FT_CHECK(seconds >= 0, "dist_timeout: expected seconds >= 0 (0: none), found ", seconds);
+    std::lock_guard<std::mutex> lock(m_);
+    timeout_s_ = seconds;
+    cv_.notify_all();
+  }
+
+  // At exit: the queue is drained, then MPI_Finalize, itself watched (it waits for every rank).
+  void finalize() {
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      idle_.wait(lock, [&] { return queue_.empty() && current_ == nullptr; });
+      stop_worker_ = true;
+      cv_.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      finalize_started_ = Clock::now();
+      in_finalize_ = true;
+      cv_.notify_all();
+    }
+    MPI_Comm_free(&comm_);
+    if (owns_mpi_) MPI_Finalize();
+    stop_threads();
+  }
+
+ private:
+  // `whole` holds world_size parts the size of `part`.
+  void check_parts(const Tensor& whole, const Tensor& part, const char* who, const char* whole_name,
+                   const char* part_name) const {
+    FT_CHECK(whole.dtype() == part.dtype(), who, ": expected ", whole_name, " and ", part_name, " of one dtype, found ",
+             dtype_name(whole.dtype()), " and ", dtype_name(part.dtype()));
+    FT_CHECK(whole.numel() == part.numel() * size_, who, ": expected ", whole_name, " of world_size (", size_, ") x ",
+             part.numel(), " elements, found ", whole.numel());
+    FT_CHECK(part.nbytes() <= static_cast<size_t>(INT_MAX), who, ": expected at most ", INT_MAX,
+             " bytes per rank, found ", part.nbytes());
+  }
+
+  WorkPtr enqueue(const char* name, size_t bytes, std::function<void()> run) {
+    std::lock_guard<std::mutex> lock(m_);
+    FT_CHECK(!stop_worker_, name, ": the communicator has shut down (after exit began)");
+    ++issued_;
+    auto work = std::make_shared<MpiWork>(detail::concat(name, " #", issued_, " of ", bytes, " bytes"), std::move(run));
+    bytes_ += static_cast<int64_t>(bytes);
+    queue_.push_back(work);
+    cv_.notify_all();
+    return work;
+  }
+
+  void work_loop() {
+    for (;;) {
+      std::shared_ptr<MpiWork> work;
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return stop_worker_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        work = queue_.front();
+        queue_.pop_front();
+        current_ = work.get();
+        started_ = Clock::now();
+        cv_.notify_all();  // the watchdog starts timing this one
+      }
+      work->run();
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        current_ = nullptr;
+        idle_.notify_all();
+        cv_.notify_all();
+      }
+    }
+  }
+
+  // Wakes when a collective starts or ends or the timeout changes, and otherwise at the moment
+  // the running collective (or MPI_Finalize) would pass the timeout; every wake-up re-reads the
+  // state under the lock, so only a collective that has itself been running for the whole
+  // timeout aborts the job.
+  void watch_loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      if (stop_watchdog_) return;
+      const bool watching = timeout_s_ > 0 && (current_ != nullptr || in_finalize_);
+      if (!watching) {
+        cv_.wait(lock);
+        continue;
+      }
+      const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+      const auto since = in_finalize_ ? finalize_started_ : started_;
+      if (Clock::now() - since < timeout) {
+        cv_.wait_until(lock, since + timeout);
+        continue;
+      }
+      const std::string what = in_finalize_ ? std::string("MPI_Finalize") : current_->what();
+      std::fprintf(stderr,
+                   "fasttrain: rank %d of %d: error: %s did not complete within %g s (dist_timeout); another rank "
+                   "has failed or stopped communicating; aborting the job\n",
+                   rank_, size_, what.c_str(), timeout_s_);
+      std::fflush(stderr);
+      if (in_finalize_) std::_Exit(3);  // the job is ending anyway: do not wait for the others
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
+    }
+  }
+
+  void stop_threads() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_worker_ = stop_watchdog_ = true;
+      cv_.notify_all();
+    }
+    if (worker_.joinable()) worker_.join();
+    if (watchdog_.joinable()) watchdog_.join();
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  bool owns_mpi_ = false;
+  std::thread worker_, watchdog_;
+  mutable std::mutex m_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::shared_ptr<MpiWork>> queue_;
+  const MpiWork* current_ = nullptr;  // the collective the communication thread is inside
+  Clock::time_point started_, finalize_started_;
+  bool in_finalize_ = false, stop_worker_ = false, stop_watchdog_ = false;
+  double timeout_s_ = 300;
+  int64_t issued_ = 0, bytes_ = 0;
+};
+
+void finalize_at_exit() {
+  if (g_world == nullptr || g_finalizing) return;
+  g_finalizing = true;
+  g_world->finalize();
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_mpi_world() {
+  auto w = std::make_shared<MpiCommunicator>();
+  g_world = w.get();
+  std::atexit(finalize_at_exit);
+  return w;
+}
+
+void mpi_abort(int exit_code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
+}  // namespace ft::dist

@@ -1,0 +1,137 @@
+// The Trainer in a job of several ranks (docs/ARCHITECTURE.md "Distributed"): the process-wide
+// settings (timeout, threads per rank), DDP's start (rank 0's weights everywhere, the gradient
+// hooks), each rank's share of the training data, and the few values the ranks must agree on
+// (the run folder, the logged losses, a stop request). With one rank every function here is a
+// no-op, so a single process pays nothing.
+#include <algorithm>
+#include <thread>
+
+#include "fasttrain/parallel.h"
+#include "train/trainer_impl.h"
+
+namespace ft::train {
+
+namespace {
+
+// Rank r of W takes positions r, r + W, r + 2W, ... of the inner sampler's epoch (its size cut
+// to a multiple of W, as the Trainer drops the last partial batch anyway). With a per-rank batch
+// of B/W, rank r's batch k is positions kB + r, kB + r + W, ...: the W batches of step k are
+// together exactly batch k of one process with batch B, which is what makes N ranks train like
+// one process with the global batch.
+class RankSampler : public data::Sampler {
+ public:
+  RankSampler(data::SamplerPtr inner, int rank, int world) : inner_(std::move(inner)), rank_(rank), world_(world) {}
+  int64_t size() const override { return inner_->size() / world_; }
+  void indices(uint64_t epoch, std::vector<int64_t>& out) const override {
+    inner_->indices(epoch, out);
+    const int64_t n = size();
+    for (int64_t j = 0; j < n; ++j) out[j] = out[rank_ + j * world_];  // r + jW >= j: in place
+    out.resize(static_cast<size_t>(n));
+  }
+
+ private:
+  data::SamplerPtr inner_;
+  int rank_, world_;
+};
+
+// The same split of a stream: rank r's sample i is sample r + iW of the whole stream.
+class RankStream : public data::SampleStream {
+ public:
+  RankStream(std::unique_ptr<data::SampleStream> inner, int world) : inner_(std::move(inner)), world_(world) {}
+  bool next(const std::vector<Tensor>& fields) override {
+    if (!inner_->next(fields)) return false;
+    inner_->skip(world_ - 1);
+    return true;
+  }
+  int64_t skip(int64_t n) override {
+    int64_t passed = 0;
+    for (; passed < n; ++passed) {
+      const int64_t moved = inner_->skip(world_);
+      if (moved == 0) break;
+    }
+    return passed;
+  }
+
+ private:
+  std::unique_ptr<data::SampleStream> inner_;
+  int world_;
+};
+
+class RankStreamDataset : public data::IterableDataset {
+ public:
+  RankStreamDataset(data::IterableDatasetPtr inner, int rank, int world)
+      : inner_(std::move(inner)), rank_(rank), world_(world) {}
+  data::SampleSpec spec() const override { return inner_->spec(); }
+  std::unique_ptr<data::SampleStream> open(uint64_t epoch, int64_t start) const override {
+    return std::make_unique<RankStream>(inner_->open(epoch, start * world_ + rank_), world_);
+  }
+
+ private:
+  data::IterableDatasetPtr inner_;
+  int rank_, world_;
+};
+
+}  // namespace
+
+void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm) {
+  FT_CHECK(comm.world_size() == 1 || c.batch_size > 0,
+           "Trainer: batch_size auto is not implemented for jobs of several ranks yet (found ", comm.world_size(),
+           " ranks); give --batch-size, the per-rank batch");
+  comm.set_timeout(c.dist_timeout);
+  // Ranks on one machine share its cores: by default each takes its part (mpirun may have bound
+  // the rank to fewer cores already, which OpenMP's default count reflects).
+  if (c.threads == 0 && comm.local_size() > 1) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    set_num_threads(std::max(1, std::min(get_num_threads(), cores / comm.local_size())));
+  }
+}
+
+void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
+  if (world() == 1) return;
+  // Replicas start equal whatever seed initialised them, before the optimizer takes copies.
+  dist::broadcast_module(module->model(), *comm);
+  dist::DdpOptions o;
+  o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
+  ddp = std::make_unique<dist::DataParallel>(module->model(), comm, o);
+}
+
+data::SamplerPtr Trainer::Impl::rank_sampler(data::SamplerPtr sampler) const {
+  if (world() == 1) return sampler;
+  return std::make_shared<RankSampler>(std::move(sampler), comm->rank(), world());
+}
+
+data::IterableDatasetPtr Trainer::Impl::rank_stream(data::IterableDatasetPtr stream) const {
+  if (world() == 1) return stream;
+  return std::make_shared<RankStreamDataset>(std::move(stream), comm->rank(), world());
+}
+
+std::string Trainer::Impl::agreed(const std::string& rank0_value) const {
+  return world() == 1 ? rank0_value : dist::broadcast_string(*comm, rank0_value);
+}
+
+void Trainer::Impl::reduce_log_sums() {
+  if (world() == 1) return;
+  // Sums of means over equal per-rank batches: their mean over the ranks is the global batch's.
+  std::vector<Tensor> sums;
+  if (loss_sum.defined()) sums.push_back(loss_sum);
+  for (const auto& m : metric_sums) sums.push_back(m.second);
+  if (sums.empty()) return;
+  std::vector<Tensor> flat;
+  for (const Tensor& s : sums) flat.push_back(s.detach().to(DType::F64).reshape({1}));
+  Tensor packed = cat(flat, 0);
+  comm->all_reduce(packed, dist::ReduceOp::Avg);
+  size_t i = 0;
+  if (loss_sum.defined()) loss_sum = packed.narrow(0, i++, 1).reshape({}).to(DType::F32);
+  for (auto& m : metric_sums) m.second = packed.narrow(0, i++, 1).reshape({}).to(DType::F32);
+}
+
+bool Trainer::Impl::stop_requested_anywhere() {
+  const bool here = stop_requested.load();
+  if (world() == 1) return here;
+  // Every rank must leave the loop after the same step, wherever the signal arrived.
+  Tensor flag = scalar_tensor(here ? 1 : 0, DType::I32);
+  comm->all_reduce(flag, dist::ReduceOp::Sum);
+  return flag.item<int64_t>() > 0;
+}
+
+}  // namespace ft::train

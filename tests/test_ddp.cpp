@@ -1,0 +1,288 @@
+// Data-parallel training (src/dist, src/train/distributed.cpp): jobs of 2 and 3 ranks started
+// with mpirun (--oversubscribe: the CI machine has 2 cores; --allow-run-as-root: it runs as root)
+// against one process, through tests/dist/ddp_worker (a model and data of its own trained by
+// Trainer::fit) and the fasttrain program; and DDP's bucketing in one process.
+//
+// Under AddressSanitizer the ranks run with LeakSanitizer off (and only they): Open MPI leaves
+// what its components, PMIx and hwloc allocated unfreed at MPI_Finalize, and every leak reported
+// in a rank is in those libraries (docs/ARCHITECTURE.md "Sanitizers"). ASan and UBSan still
+// check every rank, and the single-process runs keep the leak check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/ddp.h"
+#include "fasttrain/fasttrain.h"
+#include "support/run_cli.h"
+#include "support/trainer_configs.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+#if defined(__SANITIZE_ADDRESS__)
+const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
+const std::string kForwardEnv = " -x ASAN_OPTIONS";
+#else
+const std::string kRankEnv, kForwardEnv;
+#endif
+
+// mpirun's --timeout is a second safety net besides the CTest timeout: no job outlives it.
+std::string mpirun(int ranks) {
+  return kRankEnv + FT_MPIEXEC + kForwardEnv + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
+         std::to_string(ranks) + " ";
+}
+
+test::CliRun run(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// Trains with the worker: alone for ranks == 1, else under mpirun; returns the run folder.
+std::string train(const std::string& root, const std::string& name, int ranks, const std::string& cap_mb,
+                  bool seed_per_rank = true) {
+  const std::string dir = root + "/" + name;
+  const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 " + cap_mb + (seed_per_rank ? " 1" : "");
+  const test::CliRun r = run(ranks == 1 ? args : mpirun(ranks) + args);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return dir;
+}
+
+// The training losses of metrics.csv, one per step (log_every_n_steps is 1).
+std::vector<double> losses(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.csv");
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
+    if (cols.size() > 3 && cols[2] == "train") out.push_back(std::stod(cols[3]));
+  }
+  return out;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Every weight of `dir`'s model within `rel` of the reference's, relative to the largest
+// magnitude in its tensor (near-zero elements are not held to a relative bound of their own).
+void expect_weights_close(const std::string& dir, const std::string& reference, double rel) {
+  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
+  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto& [name, x] = a.tensors[i];
+    ASSERT_EQ(name, b.tensors[i].first);
+    const std::vector<double> u = x.to_vector(), v = b.tensors[i].second.to_vector();
+    ASSERT_EQ(u.size(), v.size()) << name;
+    double scale = 0, worst = 0;
+    for (size_t k = 0; k < v.size(); ++k) {
+      scale = std::max(scale, std::abs(v[k]));
+      worst = std::max(worst, std::abs(u[k] - v[k]));
+    }
+    EXPECT_LE(worst, rel * scale) << dir << ": " << name << " differs by " << worst << " (largest value " << scale
+                                  << ")";
+  }
+}
+
+void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel) {
+  ASSERT_EQ(got.size(), 20u);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i])) << "step " << i + 1;
+}
+
+// Replicas compared before every micro-batch of 20 steps x 2 micro-batches: all equal.
+void expect_replicas_identical(const std::string& dir) {
+  EXPECT_EQ(slurp(dir + "/replicas.txt"), "checks 40 mismatches 0\n") << dir;
+}
+
+TEST(Ddp, TwoAndThreeRanksTrainLikeOneProcessWithTheGlobalBatch) {
+  const std::string root = test::scratch_dir("ddp", "equivalence");
+  // AdamW, weight decay, cosine with warmup, clipping at 0.5, 2 micro-batches per step (the
+  // worker's config); global batch 12: 12 x 1, 6 x 2 and 4 x 3 ranks. The ranks start from
+  // different seeds: DDP's broadcast must make them all rank 0's (= the single process's).
+  const std::string one = train(root, "one", 1, "25", false);
+  const std::vector<double> reference = losses(one);
+  for (int ranks : {2, 3}) {
+    const std::string dir = train(root, "ranks" + std::to_string(ranks), ranks, "25");
+    expect_losses_close(losses(dir), reference, 1e-6);
+    expect_weights_close(dir, one, 1e-6);
+    expect_replicas_identical(dir);
+  }
+  // The parameter no forward uses got no gradient on any rank: AdamW's decay never touched it,
+  // as in the single process (checked by the weights above); and it trained (loss fell).
+  EXPECT_LT(reference.back(), reference.front());
+  fs::remove_all(root);
+}
+
+TEST(Ddp, BucketCapsTinyDefaultAndUnboundedGiveIdenticalResults) {
+  const std::string root = test::scratch_dir("ddp", "buckets");
+  // 0.0001 MiB (~100 bytes): a bucket per parameter, and the 8 KiB weight larger than the cap;
+  // 0.004 MiB: that weight alone, smaller ones grouped; 25: the default; 0: one bucket. With 2
+  // ranks each element's mean is (a + b) / 2 whatever the buckets, so the bits must match.
+  const std::string base = train(root, "cap25", 2, "25");
+  const std::string model = slurp(base + "/model.safetensors");
+  ASSERT_FALSE(model.empty());
+  for (const char* cap : {"0.0001", "0.004", "0"}) {
+    const std::string dir = train(root, std::string("cap") + cap, 2, cap);
+    EXPECT_EQ(losses(dir), losses(base)) << "bucket_cap_mb " << cap;
+    EXPECT_TRUE(slurp(dir + "/model.safetensors") == model) << "bucket_cap_mb " << cap << ": weights differ";
+    expect_replicas_identical(dir);
+  }
+  fs::remove_all(root);
+}
+
+TEST(Ddp, ARankThatThrowsEndsEveryRankWithItsMessage) {
+  const std::string root = test::scratch_dir("ddp", "fail");
+  for (int ranks : {2, 3}) {
+    const int failing = ranks - 1;
+    const test::CliRun r = run(mpirun(ranks) + FT_DDP_WORKER + " fail " + root + "/r" + std::to_string(ranks) + " " +
+                               std::to_string(failing) + " 3");
+    EXPECT_NE(r.code, 0) << r.output;
+    const std::string expected = "fasttrain: rank " + std::to_string(failing) + " of " + std::to_string(ranks) +
+                                 ": error: injected failure in training step 3";
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  }
+  fs::remove_all(root);
+}
+
+TEST(Ddp, ARankThatStopsCommunicatingTimesTheJobOut) {
+  const std::string root = test::scratch_dir("ddp", "hang");
+  // Rank 1 sleeps in step 3; rank 0's next collective outlives dist_timeout (3 s) and its
+  // watchdog aborts the job, naming itself and the collective.
+  const test::CliRun r = run(mpirun(2) + FT_DDP_WORKER + " hang " + root + " 1 3");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("fasttrain: rank 0 of 2: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not complete within 3 s (dist_timeout)"), std::string::npos) << r.output;
+  fs::remove_all(root);
+}
+
+TEST(Ddp, TheProgramTrainsAndResumesUnderMpirunAndOnlyRankZeroReports) {
+  const std::string dir = test::scratch_dir("ddp", "cli");
+  const std::string flags =
+      " train --max-steps 6 --batch-size 4 --context 16 --layers 1 --dim 32 --heads 2 --train-chars 20000 "
+      "--val-chars 4000 --eval-every 3 --eval-batches 2 --log-every-n-steps 3 --checkpoint-every 3 --threads 1 "
+      "--run-dir " +
+      dir;
+  const test::CliRun r = run(mpirun(2) + FT_CLI_PATH + flags);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = r.output.find(what); at != std::string::npos; at = r.output.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("done: 6 steps"), 1u) << r.output;
+  EXPECT_EQ(count("data parallel: 2 ranks (ddp), global batch 8 x 1"), 1u) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step-00000006/trainer_state.json"));
+  EXPECT_EQ(losses(dir).size(), 2u);  // steps 3 and 6, once each: one writer
+
+  // Resumed from rank 0's checkpoint at step 3, both ranks continue exactly: step 6 logs the
+  // loss of the uninterrupted run, bit for bit.
+  const std::string resumed = dir + "_resumed";
+  const test::CliRun again = run(mpirun(2) + FT_CLI_PATH + flags.substr(0, flags.find(" --run-dir")) + " --run-dir " +
+                                 resumed + " --resume " + dir + "/checkpoints/step-00000003");
+  ASSERT_EQ(again.code, 0) << again.output;
+  const std::vector<double> resumed_losses = losses(resumed);
+  ASSERT_EQ(resumed_losses.size(), 1u);
+  EXPECT_EQ(resumed_losses[0], losses(dir)[1]);
+  fs::remove_all(resumed);
+  fs::remove_all(dir);
+
+  const test::CliRun zero = run(mpirun(2) + FT_CLI_PATH + flags + " --strategy zero1");
+  EXPECT_NE(zero.code, 0);
+  EXPECT_NE(zero.output.find("strategy: 'zero1' is not implemented yet (only ddp is)"), std::string::npos)
+      << zero.output;
+  fs::remove_all(dir);
+}
+
+// One process: DDP over a world of one changes nothing, and its buckets follow the caps.
+class Mlp : public nn::Module {
+ public:
+  explicit Mlp(Generator* gen) {
+    a = register_module("a", std::make_shared<nn::Linear>(8, 16, true, gen));   // 128 + 16
+    b = register_module("b", std::make_shared<nn::Linear>(16, 64, true, gen));  // 1024 + 64
+    c = register_module("c", std::make_shared<nn::Linear>(64, 2, true, gen));   // 128 + 2 (unused)
+  }
+  std::string type_name() const override { return "Mlp"; }
+  std::shared_ptr<nn::Linear> a, b, c;
+};
+
+TEST(Ddp, BucketsHoldParametersInReverseOrderUnderTheCaps) {
+  Generator gen(3);
+  Mlp m(&gen);
+  const auto single = dist::single_process();
+  // Reverse registration order: c.bias, c.weight, b.bias, b.weight, a.bias, a.weight.
+  EXPECT_EQ(dist::DataParallel(m, single, {0, 1 << 20}).bucket_sizes(), (std::vector<int64_t>{1362}));
+  // The first bucket capped at 600 bytes (150 floats): c.bias + c.weight; then a 4 KiB cap:
+  // b.bias + b.weight (1088 floats > 1024: the weight alone would pass the cap, so b.bias closes
+  // its bucket and b.weight has one of its own), then a.*.
+  EXPECT_EQ(dist::DataParallel(m, single, {4096, 600}).bucket_sizes(), (std::vector<int64_t>{130, 64, 1024, 144}));
+  // A cap below every parameter: one bucket each.
+  EXPECT_EQ(dist::DataParallel(m, single, {4, 4}).bucket_sizes(), (std::vector<int64_t>{2, 128, 64, 1024, 16, 128}));
+  // Per step: every gradient as f32 plus one used flag per parameter.
+  EXPECT_EQ(dist::DataParallel(m, single, {}).bytes_per_step(), (1362 + 6) * 4);
+}
+
+TEST(Ddp, AWorldOfOneLeavesGradientsAsBackwardMadeThem) {
+  Generator gen(5);
+  Mlp m(&gen);
+  Tensor x = randn({4, 8}, {}, &gen);
+  auto loss = [&] { return sum(square(m.b->forward(m.a->forward(x)))); };
+  loss().backward();
+  std::vector<std::vector<double>> expected;
+  for (const Tensor& p : m.parameters())
+    expected.push_back(p.grad().defined() ? p.grad().to_vector() : std::vector<double>{});
+  m.zero_grad();
+  dist::DataParallel ddp(m, dist::single_process(), {8, 8});
+  ddp.before_backward(true);
+  loss().backward();
+  ddp.after_backward(true);
+  ddp.finish();
+  const std::vector<Tensor> params = m.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (expected[i].empty()) {
+      EXPECT_FALSE(params[i].grad().defined()) << "parameter " << i << " was not used: no gradient";
+    } else {
+      EXPECT_EQ(params[i].grad().to_vector(), expected[i]) << "parameter " << i;
+    }
+  }
+}
+
+TEST(Ddp, StrategiesNotImplementedYetAreClearErrors) {
+  for (const char* s : {"zero1", "zero2", "zero3", "fsdp"}) {
+    train::TrainerConfig c;
+    c.strategy = s;
+    try {
+      c.validate();
+      ADD_FAILURE() << s << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + s + "' is not implemented yet"), std::string::npos)
+          << e.what();
+    }
+  }
+  train::TrainerConfig c;
+  c.strategy = "horovod";
+  EXPECT_THROW(c.validate(), Error);
+  EXPECT_FALSE(dist::launched());  // ctest does not start the suites with a launcher
+  EXPECT_EQ(dist::world()->world_size(), 1);
+  EXPECT_EQ(dist::world()->backend(), "single");
+}
+
+}  // namespace
+}  // namespace ft

@@ -40,6 +40,9 @@ struct Node : std::enable_shared_from_this<Node> {
   std::vector<std::vector<GradHook>> output_hooks;  // per output: hooks of non-leaf tensors
   uint64_t sequence_nr;                             // creation order; later nodes run first among ready ones
   bool released = false;
+  // The module whose forward recorded this node, set only while profiling (profiler.h), so the
+  // memory its backward allocates is attributed to that module.
+  std::string module;
 };
 
 // Backward of a function given as a lambda; the lambda's captures are the saved state and are

@@ -115,6 +115,8 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
 
 void record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>& inputs,
             const std::vector<Tensor*>& outputs) {
+  if (profiler::active()) [[unlikely]]
+    node->module = profiler::detail::current_module();
   node->next_edges.clear();
   for (const Tensor* t : inputs) node->next_edges.push_back(t ? edge_of(*t) : Edge{});
   node->outputs.clear();
@@ -250,7 +252,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     std::vector<Tensor> input_grads;
     if (!(is_accumulator && (ctx.stop_at_leaves || captures(ctx, node.get())))) {
       if (profiler::active()) [[unlikely]] {  // a span per node; the kernels it runs nest inside
-        profiler::detail::NodeScope scope(node->name());
+        profiler::detail::NodeScope scope(node->name(), node->module);
         input_grads = node->apply(grads);
       } else {
         input_grads = node->apply(grads);

@@ -205,17 +205,27 @@ KernelScope::~KernelScope() {
   c.sub_op = previous_sub_op_;
 }
 
-NodeScope::NodeScope(std::string name) {
+NodeScope::NodeScope(std::string name, const std::string& module) {
   ThreadContext& c = thread_context();
   previous_ = std::move(c.node);
   c.node = std::move(name);
+  if (!module.empty()) {
+    c.modules.push_back(module);
+    pushed_module_ = true;
+  }
   if (tracing()) start_ns_ = now_ns();
 }
 
 NodeScope::~NodeScope() {
   ThreadContext& c = thread_context();
   if (start_ns_ >= 0 && tracing()) emit(c.node, "autograd", start_ns_);
+  if (pushed_module_) c.modules.pop_back();
   c.node = std::move(previous_);
+}
+
+std::string current_module() {
+  const ThreadContext& c = thread_context();
+  return c.modules.empty() ? std::string() : c.modules.back();
 }
 
 // Module spans are emitted by the caller's ModuleScope; the start time rides on the stack.

@@ -89,18 +89,22 @@ decltype(auto) profiled_kernel_call(const char* name, Fn fn, Args&&... args) {
   return fn(std::forward<Args>(args)...);
 }
 
-// An autograd node's backward while profiling (span "LinearBackward", category "autograd").
+// An autograd node's backward while profiling (span "LinearBackward", category "autograd"); the
+// module that recorded the node (Node::module) is the module of what its backward allocates.
 class NodeScope {
  public:
-  explicit NodeScope(std::string name);
+  NodeScope(std::string name, const std::string& module);
   ~NodeScope();
   NodeScope(const NodeScope&) = delete;
   NodeScope& operator=(const NodeScope&) = delete;
 
  private:
   std::string previous_;
+  bool pushed_module_ = false;
   int64_t start_ns_ = -1;
 };
+// The innermost module path of this thread ("" outside any module).
+std::string current_module();
 
 // A module's forward while profiling: pushes its path (registered names, else its type name).
 class ModuleScope {

@@ -296,6 +296,31 @@ TEST(MemoryHistory, ReplaysToTheAllocatorPeakAndCategoriesSumToIt) {
   const nlohmann::json j = nlohmann::json::parse(memory::history_json(events, r));
   EXPECT_EQ(j["peak"]["peak_bytes"].get<int64_t>(), allocator_peak);
   EXPECT_EQ(j["events"].size(), events.size());
+
+  // The timeline of the peak's step: after every allocation and free of that step, the
+  // categories sum to the allocator's allocated bytes, and the highest point is the peak.
+  const std::vector<memory::TimelinePoint> points = memory::timeline(events, r.peak_step);
+  ASSERT_FALSE(points.empty());
+  std::vector<int64_t> allocated_in_step;
+  for (const auto& e : events)
+    if (e.kind != memory::Event::Kind::Label && e.step == r.peak_step) allocated_in_step.push_back(e.allocated_after);
+  ASSERT_EQ(points.size(), allocated_in_step.size());
+  int64_t highest = 0;
+  size_t at_peak = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    int64_t total = 0;
+    for (int64_t b : points[i].bytes) {
+      EXPECT_GE(b, 0);
+      total += b;
+    }
+    EXPECT_EQ(total, allocated_in_step[i]) << "point " << i;
+    if (total > highest) highest = total, at_peak = i;
+  }
+  EXPECT_EQ(highest, r.peak_bytes);
+  for (int c = 0; c < memory::kCategoryCount; ++c)  // the same split as the peak report's
+    EXPECT_EQ(points[at_peak].bytes[c], r.by_category[c]) << memory::category_name(static_cast<memory::Category>(c));
+  EXPECT_EQ(j["timeline"]["t_us"].size(), points.size());
+  EXPECT_EQ(j["timeline"]["step"].get<int64_t>(), r.peak_step);
 }
 
 // Hand-made events: a forward block freed in backward is an activation, one freed in forward a

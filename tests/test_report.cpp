@@ -139,6 +139,8 @@ class RunReport : public ::testing::Test {
     c.max_steps = 12;
     c.log_every_n_steps = 2;
     c.eval_every = 4;
+    c.profile = "3:5";
+    c.memory_history = true;
     test::BuiltinRun run(c);
     run.fit();
     train::LrFindResult r =
@@ -177,8 +179,17 @@ TEST_F(RunReport, HasEverySectionAndChartsTheLoggedRows) {
   // The configuration, escaped ('model' quotes stay readable as &#39;).
   EXPECT_NE(html.find("max_steps = 12"), std::string::npos);
   EXPECT_NE(html.find("[model]"), std::string::npos);
-  // Not profiled: the sections say so and how.
-  EXPECT_NE(html.find("This run was not profiled"), std::string::npos);
+  // Profiled: the step breakdown, the memory timeline and the advisor's findings.
+  EXPECT_EQ(html.find("This run was not profiled"), std::string::npos);
+  EXPECT_NE(html.find("<title>Time per phase (ms per step)</title>"), std::string::npos);
+  EXPECT_NE(html.find("<title>Memory over one step"), std::string::npos);
+  EXPECT_NE(html.find("the peak's top holders"), std::string::npos);
+  // Without profile/: the sections say so and which flag writes them.
+  fs::rename(*dir_ + "/profile", *dir_ + "/profile.kept");
+  const std::string plain = slurp(report::write_run_report(*dir_, *dir_ + "/plain.html"));
+  fs::rename(*dir_ + "/profile.kept", *dir_ + "/profile");
+  EXPECT_EQ(count(plain, "This run was not profiled"), 3u);
+  EXPECT_NE(plain.find("--profile START:END"), std::string::npos);
 }
 
 TEST_F(RunReport, RefusesWhatIsNotARunFolder) {
@@ -214,7 +225,7 @@ Rendered render(const std::string& page, const std::string& screenshot) {
   r.code = pclose(pipe);
   r.log = slurp(log_path);
   if (!screenshot.empty()) {
-    cmd = "chromium " + flags + "--window-size=1100,2400 --screenshot='" + screenshot + "' 'file://" + page +
+    cmd = "chromium " + flags + "--window-size=1100,5200 --screenshot='" + screenshot + "' 'file://" + page +
           "' >/dev/null 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }

@@ -77,6 +77,15 @@ struct PeakReport {
 // Replays `events` of one device (default: "cpu").
 PeakReport analyze(const std::vector<Event>& events, const std::string& device = "cpu");
 
+// Memory in use by category over one step of `device`: a point after every allocation and free
+// made in `step` (time since recording began); each point's categories sum to the allocator's
+// allocated bytes at that moment, by the same rules as analyze().
+struct TimelinePoint {
+  int64_t time_ns = 0;
+  int64_t bytes[kCategoryCount] = {};
+};
+std::vector<TimelinePoint> timeline(const std::vector<Event>& events, int64_t step, const std::string& device = "cpu");
+
 // The history and its analysis as JSON text (<run_dir>/profile/memory.json; format in
 // docs/ARCHITECTURE.md, "Profiler and memory history").
 std::string history_json(const std::vector<Event>& events, const PeakReport& report);

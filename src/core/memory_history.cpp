@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 
@@ -184,23 +185,26 @@ struct Block {
   bool freed_in_forward = false;
 };
 
-}  // namespace
-
-PeakReport analyze(const std::vector<Event>& events, const std::string& device) {
-  PeakReport rep;
-  rep.device = device;
-  // Pass 1: every block's lifetime and category. blocks[i] is one allocation (or a labeled block
-  // from before recording); live maps an address to the block living there.
+// Every block's lifetime and category (pass 1 of the analysis): blocks[i] is one allocation (or
+// a labeled block from before recording); block_of_event maps an Alloc/Free to its block, or -1
+// for the free of an unlabeled block from before recording.
+struct Blocks {
   std::vector<Block> blocks;
+  std::vector<int64_t> block_of_event;
+  int64_t baseline_bytes = 0;  // allocated when recording began
+};
+
+Blocks classify(const std::vector<Event>& events, const std::string& device) {
+  Blocks out;
+  out.block_of_event.assign(events.size(), -1);
   std::unordered_map<uint64_t, size_t> live;
-  std::vector<int64_t> block_of_event(events.size(), -1);  // Alloc/Free -> block, or -1 (unknown free)
   bool have_baseline = false;
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     if (e.device != device) continue;
     if (e.kind == Event::Kind::Alloc) {
       if (!have_baseline) {
-        rep.baseline_bytes = e.allocated_after - e.bytes;
+        out.baseline_bytes = e.allocated_after - e.bytes;
         have_baseline = true;
       }
       Block b;
@@ -208,18 +212,18 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
       b.alloc_seq = e.seq;
       b.phase = e.phase;
       b.module = e.module;
-      live[e.ptr] = blocks.size();
-      block_of_event[i] = static_cast<int64_t>(blocks.size());
-      blocks.push_back(std::move(b));
+      live[e.ptr] = out.blocks.size();
+      out.block_of_event[i] = static_cast<int64_t>(out.blocks.size());
+      out.blocks.push_back(std::move(b));
     } else if (e.kind == Event::Kind::Free) {
       if (!have_baseline) {
-        rep.baseline_bytes = e.allocated_after + e.bytes;
+        out.baseline_bytes = e.allocated_after + e.bytes;
         have_baseline = true;
       }
       auto it = live.find(e.ptr);
       if (it == live.end()) continue;  // alive before recording and never labeled: "other"
-      Block& b = blocks[it->second];
-      block_of_event[i] = static_cast<int64_t>(it->second);
+      Block& b = out.blocks[it->second];
+      out.block_of_event[i] = static_cast<int64_t>(it->second);
       b.freed_in_forward = e.phase == profiler::Phase::Forward;
       live.erase(it);
     } else {  // Label
@@ -231,10 +235,10 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
         b.labeled = true;
         b.category = e.category;
         b.module = e.module;
-        live[e.ptr] = blocks.size();
-        blocks.push_back(std::move(b));
+        live[e.ptr] = out.blocks.size();
+        out.blocks.push_back(std::move(b));
       } else {
-        Block& b = blocks[it->second];
+        Block& b = out.blocks[it->second];
         b.labeled = true;
         b.category = e.category;
         if (!e.module.empty() || b.module.empty()) b.module = e.module;
@@ -242,7 +246,7 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
     }
   }
   // Unlabeled blocks made while recording: by the phase that made them (header comment).
-  for (Block& b : blocks) {
+  for (Block& b : out.blocks) {
     if (b.labeled || b.alloc_seq < 0) continue;
     if (b.phase == profiler::Phase::Data)
       b.category = Category::DataBatches;
@@ -251,6 +255,18 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
     else
       b.category = Category::Temporaries;
   }
+  return out;
+}
+
+}  // namespace
+
+PeakReport analyze(const std::vector<Event>& events, const std::string& device) {
+  PeakReport rep;
+  rep.device = device;
+  Blocks classified = classify(events, device);
+  std::vector<Block>& blocks = classified.blocks;
+  const std::vector<int64_t>& block_of_event = classified.block_of_event;
+  rep.baseline_bytes = classified.baseline_bytes;
 
   // Pass 2: replay to the peak.
   int64_t running = rep.baseline_bytes;
@@ -311,6 +327,34 @@ PeakReport analyze(const std::vector<Event>& events, const std::string& device) 
   return rep;
 }
 
+std::vector<TimelinePoint> timeline(const std::vector<Event>& events, int64_t step, const std::string& device) {
+  const Blocks classified = classify(events, device);
+  // The live bytes per category when recording began: labeled blocks from before it in their
+  // category, the rest of the baseline "other".
+  int64_t bytes[kCategoryCount] = {};
+  int64_t labeled_baseline = 0;
+  for (const Block& b : classified.blocks)
+    if (b.alloc_seq < 0) {
+      bytes[static_cast<int>(b.category)] += b.bytes;
+      labeled_baseline += b.bytes;
+    }
+  bytes[static_cast<int>(Category::Other)] += classified.baseline_bytes - labeled_baseline;
+  std::vector<TimelinePoint> points;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    if (e.device != device || e.kind == Event::Kind::Label) continue;
+    const int64_t block = classified.block_of_event[i];
+    const int c = block < 0 ? static_cast<int>(Category::Other) : static_cast<int>(classified.blocks[block].category);
+    bytes[c] += e.kind == Event::Kind::Alloc ? e.bytes : -e.bytes;
+    if (e.step != step) continue;
+    TimelinePoint p;
+    p.time_ns = e.time_ns;
+    std::copy(std::begin(bytes), std::end(bytes), std::begin(p.bytes));
+    points.push_back(p);
+  }
+  return points;
+}
+
 std::string history_json(const std::vector<Event>& events, const PeakReport& report) {
   using nlohmann::json;
   static constexpr const char* kKinds[] = {"alloc", "free", "label"};
@@ -349,7 +393,16 @@ std::string history_json(const std::vector<Event>& events, const PeakReport& rep
                {"by_category", categories},
                {"by_module", modules},
                {"consistent", report.consistent}};
-  json doc = {{"format", "fasttrain.memory_history.v1"}, {"peak", peak}, {"events", ev}};
+  // Memory by category over the step that reached the peak, for the report's picture.
+  json times = json::array(), layers = json::object();
+  const std::vector<TimelinePoint> points = timeline(events, report.peak_step, report.device);
+  for (int c = 0; c < kCategoryCount; ++c) layers[category_name(static_cast<Category>(c))] = json::array();
+  for (const TimelinePoint& p : points) {
+    times.push_back(static_cast<double>(p.time_ns) * 1e-3);
+    for (int c = 0; c < kCategoryCount; ++c) layers[category_name(static_cast<Category>(c))].push_back(p.bytes[c]);
+  }
+  json step_timeline = {{"step", report.peak_step}, {"t_us", times}, {"bytes_by_category", layers}};
+  json doc = {{"format", "fasttrain.memory_history.v1"}, {"peak", peak}, {"timeline", step_timeline}, {"events", ev}};
   return doc.dump() + "\n";
 }
 

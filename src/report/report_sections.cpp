@@ -86,8 +86,53 @@ std::string step_breakdown_section(const ProfileFiles& profile) {
 }
 
 std::string memory_section(const ProfileFiles& profile) {
-  if (!profile.memory) return not_profiled("memory", "Memory", "the memory timeline and the peak's holders");
-  return not_profiled("memory", "Memory", "the memory timeline and the peak's holders");
+  if (!profile.memory)
+    return not_profiled("memory", "Memory", "the memory timeline and the peak's holders (with --memory-history)");
+  std::string body;
+  try {
+    const json& m = *profile.memory;
+    const json& peak = m.at("peak");
+    const double mib = 1048576.0;
+    body += "<p>Peak " + number(peak.at("peak_bytes").get<double>() / mib, "%.2f") + " MiB in step " +
+            std::to_string(peak.at("peak_step").get<int64_t>()) + ", during " +
+            escape_xml(peak.at("peak_phase").get<std::string>()) + " (" +
+            escape_xml(peak.at("peak_op").get<std::string>()) + ").</p>\n";
+    const json& t = m.at("timeline");
+    StackedArea area;
+    area.title = "Memory over one step (step " + std::to_string(t.at("step").get<int64_t>()) + ") by category";
+    area.x_label = "ms into the step";
+    area.y_label = "MiB";
+    const std::vector<double> t_us = t.at("t_us").get<std::vector<double>>();
+    for (double us : t_us) area.x.push_back((us - t_us.front()) / 1000.0);
+    for (const auto& [name, values] : t.at("bytes_by_category").items()) {
+      std::vector<double> v;
+      for (const json& b : values) v.push_back(b.get<double>() / mib);
+      double most = 0;
+      for (double x : v) most = std::max(most, x);
+      if (most > 0) area.layers.emplace_back(name, std::move(v));
+    }
+    if (area.x.size() >= 2 && !area.layers.empty()) body += "<figure>" + stacked_area_svg(area) + "</figure>\n";
+    BarChart categories;
+    categories.title = "At the peak, by category (MiB)";
+    categories.unit = "MiB";
+    for (const auto& [name, bytes] : peak.at("by_category").items())
+      if (bytes.get<int64_t>() > 0) categories.bars.emplace_back(name, bytes.get<double>() / mib);
+    std::stable_sort(categories.bars.begin(), categories.bars.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    if (!categories.bars.empty()) body += "<figure>" + bar_chart_svg(categories) + "</figure>\n";
+    std::string rows;
+    int shown = 0;
+    for (const json& holder : peak.at("by_module")) {
+      if (++shown > 8) break;
+      const std::string module = holder.at("module").get<std::string>();
+      rows += "<tr><td>" + escape_xml(module.empty() ? "(outside any module)" : module) + "</td><td>" +
+              number(holder.at("bytes").get<double>() / mib, "%.2f") + "</td></tr>\n";
+    }
+    body += "<table class=\"data\"><tr><th>the peak's top holders</th><th>MiB</th></tr>\n" + rows + "</table>\n";
+  } catch (const json::exception& e) {
+    FT_FAIL("report: profile/memory.json: malformed memory history: ", e.what());
+  }
+  return "<section id=\"memory\">\n<h2>Memory</h2>\n" + body + "</section>\n";
 }
 
 std::string advisor_section(const std::string& run_dir, const ProfileFiles& profile) {

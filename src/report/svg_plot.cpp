@@ -71,7 +71,7 @@ std::string svg_open(const std::string& title, double width, double height) {
   return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h + "\" viewBox=\"0 0 " + w + " " +
          h + "\" font-family=\"sans-serif\" font-size=\"12\" role=\"img\">\n<title>" + escape_xml(title) +
          "</title>\n<rect width=\"" + w + "\" height=\"" + h + "\" fill=\"white\"/>\n" +
-         text(width / 2, 24, "middle", title, " font-size=\"15\"") + "\n";
+         text(width / 2, 18, "middle", title, " font-size=\"15\"") + "\n";
 }
 
 // Axes, labels, grid and ticks of a frame; the x ticks are decades on a log axis.

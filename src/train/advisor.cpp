@@ -1,6 +1,7 @@
 // The advisor's rules (include/fasttrain/advisor.h). Each rule is a function from the config and
 // the measurements to at most one finding; its threshold is where the change starts to pay:
-//   data-wait        data phase > 5% of the step                 -> more loader workers
+//   data-wait        data phase > 5% of the step and > 0.1 ms   -> more loader workers (below
+//                    0.1 ms the time is handing a ready batch over, which workers cannot cut)
 //   batch-size       peak memory < 25% of the budget            -> --batch-size auto
 //   precision        fp32 on a CPU with bf16 dot products       -> --precision bf16-mixed
 //   memory           peak > 85% of the budget                   -> checkpointing or accumulation
@@ -52,7 +53,7 @@ using Rule = std::optional<Finding> (*)(const TrainerConfig&, const RunMeasureme
 
 std::optional<Finding> data_wait(const TrainerConfig& c, const RunMeasurements& m, const nn::Module*) {
   const double wait = phase(m, "data");
-  if (m.step_ms <= 0 || wait / m.step_ms <= 0.05) return std::nullopt;
+  if (m.step_ms <= 0 || wait / m.step_ms <= 0.05 || wait <= 0.1) return std::nullopt;
   const int64_t workers = std::max<int64_t>(2, c.workers * 2);
   return Finding{"data-wait",
                  "waiting for data " + fmt("%.0f", 100 * wait / m.step_ms) + "% of the step (" + fmt("%.2f", wait) +

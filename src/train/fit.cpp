@@ -82,7 +82,7 @@ struct Trainer::Run {
     // Rank 0 profiles (its folder is the run's); the other ranks' steps are the same work.
     if (im.rank0())
       profile = ProfileRun::create(c, dir, im.module->model(), *im.optimizer,
-                                   [this](const std::string& line) { progress->note(line); });
+                                   [this](const std::string& line) { progress->result(line); });
   }
 
   void open_files() {

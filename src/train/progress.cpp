@@ -71,7 +71,10 @@ void ProgressLine::log(int64_t step, double loss, double lr, double items_per_s,
 }
 
 void ProgressLine::note(const std::string& line) {
-  if (!enabled_) return;
+  if (enabled_) result(line);
+}
+
+void ProgressLine::result(const std::string& line) {
   std::fprintf(stderr, "%s%s\n", tty_ && drawn_ ? "\r\033[K" : "", line.c_str());
   std::fflush(stderr);
   drawn_ = false;

@@ -17,6 +17,9 @@ class ProgressLine {
   void log(int64_t step, double loss, double lr, double items_per_s, double elapsed_s);
   // A line of its own (evaluation results), keeping the progress line intact on a terminal.
   void note(const std::string& line);
+  // A line the user asked for (the profile's tables, the advisor's findings): printed even when
+  // the progress line is off.
+  void result(const std::string& line);
   void finish();
 
  private:

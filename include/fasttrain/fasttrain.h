@@ -51,8 +51,12 @@
 #include "fasttrain/train_module.h"
 #include "fasttrain/train_step.h"
 
-// Insight: the profiler (Chrome trace, phases, FLOPs) and the allocators' memory history.
+// Insight: the profiler (Chrome trace, phases, FLOPs), the allocators' memory history, the
+// advisor, the tuner and the run report.
+#include "fasttrain/advisor.h"
 #include "fasttrain/memory_history.h"
 #include "fasttrain/profiler.h"
+#include "fasttrain/report.h"
+#include "fasttrain/tune.h"
 // Data-parallel jobs: the communicator (MPI when launched by mpirun or srun).
 #include "fasttrain/dist.h"

@@ -37,8 +37,9 @@ inline bool tracing() noexcept { return (detail::g_flags.load(std::memory_order_
 
 // What part of a training step a thread is in. Recorded with every span and allocation, so time
 // and memory can be attributed to it. Loader worker threads are in Data for their whole life.
-enum class Phase : uint8_t { None, Data, Forward, Backward, Optimizer, Checkpoint, Eval };
-inline constexpr int kPhaseCount = 7;
+// Communication: a data-parallel step waiting for gradient all-reduces backward did not hide.
+enum class Phase : uint8_t { None, Data, Forward, Backward, Optimizer, Checkpoint, Eval, Communication };
+inline constexpr int kPhaseCount = 8;
 const char* phase_name(Phase p);  // "none", "data", "forward", ...
 Phase current_phase();            // this thread's
 

@@ -266,8 +266,9 @@ void clear_module_paths() {
 // --- public scopes ---
 
 const char* phase_name(Phase p) {
-  static constexpr const char* kNames[kPhaseCount] = {"none",      "data",       "forward", "backward",
-                                                      "optimizer", "checkpoint", "eval"};
+  static constexpr const char* kNames[] = {"none",      "data",       "forward", "backward",
+                                           "optimizer", "checkpoint", "eval",    "communication"};
+  static_assert(sizeof kNames / sizeof kNames[0] == kPhaseCount, "a name per phase");
   return kNames[static_cast<int>(p)];
 }
 

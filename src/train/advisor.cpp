@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/isa.h"
+#include "fasttrain/dist.h"
 #include "fasttrain/error.h"
 #include "fasttrain/nn.h"
 #include "train/run_files.h"
@@ -202,12 +203,13 @@ RunMeasurements measurements_from_profile(const std::string& path, const Trainer
       m.peak_bytes = mem.at("peak_bytes").get<int64_t>();
       for (const auto& [name, bytes] : mem.at("by_category").items()) m.peak_by_category[name] = bytes.get<int64_t>();
     }
-    if (doc.contains("communication_wait_ms_per_step"))
-      m.communication_wait_ms = doc.at("communication_wait_ms_per_step").get<double>();
+    // Only data-parallel steps have the phase (a world of one has nothing to wait for).
+    if (m.phase_ms.count("communication") > 0) m.communication_wait_ms = m.phase_ms.at("communication");
   } catch (const json::exception& e) {
     FT_FAIL(path, ": malformed profile summary: ", e.what());
   }
   m.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  m.local_ranks = dist::launched() ? dist::world()->local_size() : 1;
   m.bf16_hardware = cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16;
   m.cpu_isa = cpu::cpu_isa_name(cpu::detected_cpu_isa());
   const int64_t limit = parse_memory_size(config.memory_limit);

@@ -138,9 +138,12 @@ void StepRunner::optimizer_step() {
   FT_CHECK(micro_ == options_.accumulate, "StepRunner: optimizer_step() after ", micro_, " micro-batches, expected ",
            options_.accumulate, " (accumulate)");
   fault::point("optimizer");
-  profiler::PhaseScope phase(profiler::Phase::Optimizer);
   micro_ = 0;
-  if (sync_ != nullptr) sync_->finish();                  // the replicas' mean gradients
+  if (sync_ != nullptr) {  // the replicas' mean gradients: what backward did not hide is waited for here
+    profiler::PhaseScope phase(profiler::Phase::Communication);
+    sync_->finish();
+  }
+  profiler::PhaseScope phase(profiler::Phase::Optimizer);
   if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
   grad_norm_ = Tensor();
   if (options_.clip > 0) {

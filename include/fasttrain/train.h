@@ -84,8 +84,9 @@ struct TrainerConfig {
   bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
   // --- distributed: jobs of several processes started by mpirun or srun (dist.h) ---
   // The strategy when the job has more than one rank: "ddp" (replicated weights, gradients
-  // averaged in buckets during backward); "zero1", "zero2", "zero3" and "fsdp" are named but not
-  // implemented yet. batch_size is per rank: the global batch is batch_size x ranks.
+  // averaged in buckets during backward); "zero1" (optimizer state sharded over the ranks),
+  // "zero2" (gradients too); "zero3" and "fsdp" are named but not implemented yet. batch_size is
+  // per rank: the global batch is batch_size x ranks.
   std::string strategy = "ddp";
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
@@ -211,8 +212,8 @@ void visit_fields(Config& c, V&& visitor) {
   v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
   v("strategy", c.strategy,
-    "data parallelism when launched by mpirun/srun with several ranks: ddp (zero1, zero2, zero3, fsdp: not "
-    "implemented yet); batch_size is per rank");
+    "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
+    "zero2 (gradients too; zero3, fsdp: not implemented yet); batch_size is per rank");
   v("bucket_cap_mb", c.bucket_cap_mb,
     "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
   v("dist_timeout", c.dist_timeout,

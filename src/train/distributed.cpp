@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "dist/zero.h"
 #include "fasttrain/parallel.h"
 #include "train/trainer_impl.h"
 
@@ -90,9 +91,25 @@ void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
   if (world() == 1) return;
   // Replicas start equal whatever seed initialised them, before the optimizer takes copies.
   dist::broadcast_module(module->model(), *comm);
+  if (dist::zero_stage(c.strategy) > 0) return;  // sharded() sets ZeRO up around the optimizer
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
   ddp = std::make_unique<dist::DataParallel>(module->model(), comm, o);
+}
+
+std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::Optimizer> full,
+                                                         const TrainerConfig& c) {
+  const int stage = dist::zero_stage(c.strategy);
+  if (world() == 1 || stage == 0) return full;
+  // GradScaler's skip decision would be each rank's own shard's: not agreed across ranks yet.
+  FT_CHECK(c.precision != "fp16-mixed", "strategy ", c.strategy,
+           ": expected precision 32, tf32, bf16-mixed or bf16-true, found fp16-mixed (loss scaling is not "
+           "sharded yet; use --strategy ddp)");
+  zero.reset();  // its hooks go before the new one registers its own
+  dist::DdpOptions o;
+  o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
+  zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
+  return zero->make_shard_optimizer();
 }
 
 data::SamplerPtr Trainer::Impl::rank_sampler(data::SamplerPtr sampler) const {

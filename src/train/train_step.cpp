@@ -139,7 +139,10 @@ void StepRunner::optimizer_step() {
   grad_norm_ = Tensor();
   if (options_.clip > 0) {
     if (options_.clip_algorithm == ClipAlgorithm::Norm)
-      grad_norm_ = optim::clip_grad_norm_(params_, options_.clip);
+      grad_norm_ = sync_ != nullptr ? sync_->clip_grad_norm(params_, options_.clip)
+                                    : optim::clip_grad_norm_(params_, options_.clip);
+    else if (sync_ != nullptr)
+      sync_->clip_grad_value(params_, options_.clip);
     else
       optim::clip_grad_value_(params_, options_.clip);
   }
@@ -149,6 +152,7 @@ void StepRunner::optimizer_step() {
   } else {
     optimizer_.step();
   }
+  if (sync_ != nullptr) sync_->after_step();
 }
 
 Tensor StepRunner::step(const Tensor& input, const Tensor& target) {

@@ -96,7 +96,7 @@ const data::Batch& Trainer::Impl::next_batch() {
 
 void Trainer::Impl::make_runner(const TrainerConfig& c) {
   runner = std::make_unique<StepRunner>(module->model(), *optimizer, step_options(c));
-  runner->set_grad_sync(ddp.get());  // none with one rank
+  runner->set_grad_sync(grad_sync());  // none with one rank
 }
 
 namespace {
@@ -278,7 +278,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   im.module = &module;
   im.data = &data;
   im.start_data_parallel(config_);
-  im.optimizer = make_optimizer(config_, module);
+  im.optimizer = im.sharded(make_optimizer(config_, module), config_);
   im.schedule = make_schedule(config_);
   im.make_runner(config_);
   const MonitorMode mode = config_.monitor == "val_accuracy" ? MonitorMode::Max : MonitorMode::Min;
@@ -489,7 +489,7 @@ LrFindResult Trainer::lr_find(TrainModule& module, const DataModule& data, const
 
   // Restore: weights, a fresh optimizer (and its state if it had one), scaler, data, RNG.
   model.load_state_dict(weights, /*strict=*/true);
-  im.optimizer = make_optimizer(config_, module);
+  im.optimizer = im.sharded(make_optimizer(config_, module), config_);
   if (had_optimizer_state) {
     im.optimizer->load_state_tensors(opt_tensors);
     im.optimizer->load_state_metadata(opt_meta);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist/ddp.h"
+#include "dist/zero.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/dist.h"
@@ -50,6 +51,7 @@ struct Trainer::Impl {
   // launcher) and, with several ranks, DDP's gradient synchronisation.
   std::shared_ptr<dist::Communicator> comm;
   std::unique_ptr<dist::DataParallel> ddp;
+  std::unique_ptr<dist::ZeroSharding> zero;  // strategy zero1 / zero2 (then ddp is null)
 
   // The batch as the module reads it: floating fields in bf16 for bf16-true runs.
   data::Batch model_batch(const data::Batch& b) const;
@@ -73,6 +75,10 @@ struct Trainer::Impl {
   bool rank0() const { return comm->rank() == 0; }  // the rank that prints and writes files
   // Every replica takes rank 0's weights and buffers, then DDP's gradient hooks are set.
   void start_data_parallel(const TrainerConfig& c);
+  // `full` itself, or under ZeRO this rank's shard optimizer (the sharding rebuilt around it).
+  std::unique_ptr<optim::Optimizer> sharded(std::unique_ptr<optim::Optimizer> full, const TrainerConfig& c);
+  // The gradient synchronisation of the strategy (null with one rank).
+  GradSync* grad_sync() const { return ddp ? static_cast<GradSync*>(ddp.get()) : zero.get(); }
   // This rank's share of every epoch of the training data (disjoint across ranks).
   data::SamplerPtr rank_sampler(data::SamplerPtr sampler) const;
   data::IterableDatasetPtr rank_stream(data::IterableDatasetPtr stream) const;

@@ -3,9 +3,10 @@
 // blobs through Trainer::fit with AdamW, weight decay, a cosine schedule with warmup, norm
 // clipping and accumulation. Only the public API (fasttrain/*.h).
 //
-//   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank]
-//     trains 20 steps with batch global_batch / ranks per rank; each rank initialises its model
-//     from seed 7 + 1000 x rank when seed_per_rank is 1 (DDP must make them rank 0's). Before
+//   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank [strategy]]
+//     trains 20 steps with batch global_batch / ranks per rank and the strategy (default ddp;
+//     zero1, zero2: tests/test_zero.cpp); each rank initialises its model from seed
+//     7 + 1000 x rank when seed_per_rank is 1 (DDP must make them rank 0's). Before
 //     every micro-batch the ranks compare a checksum of their weights' bits; rank 0 writes
 //     <run_dir>/replicas.txt ("checks C mismatches M") besides the run folder's files.
 //   ddp_worker fail <run_dir> <rank> <step>   rank <rank> throws in training step <step>
@@ -129,7 +130,7 @@ class NetModule : public train::TrainModule {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK]\n"
+               "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY]]\n"
                "       ddp_worker fail|hang RUN_DIR RANK STEP\n");
   return 64;
 }
@@ -171,6 +172,7 @@ int main(int argc, char** argv) {
     c.batch_size = global_batch / w->world_size();
     c.bucket_cap_mb = std::atof(argv[4]);
     if (argc > 5 && std::strcmp(argv[5], "1") == 0) init_seed += 1000 * static_cast<uint64_t>(w->rank());
+    if (argc > 6) c.strategy = argv[6];
   } else if (mode == "fail" || mode == "hang") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);

@@ -263,6 +263,7 @@ int64_t ZeroSharding::used_flag_count() const {
 int64_t ZeroSharding::gradient_bytes(const nn::Module& model) const {
   int64_t bytes = 0;
   for (const Group& g : groups_) bytes += g.shard * static_cast<int64_t>(sizeof(float));
+  if (ddp_) bytes += ddp_->bytes_per_step();  // stage 1 keeps DDP's buckets: the full gradient
   for (const Tensor& p : model.parameters())
     if (p.grad().defined()) bytes += static_cast<int64_t>(p.grad().nbytes());
   return bytes;

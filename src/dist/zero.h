@@ -73,8 +73,9 @@ class ZeroSharding : public train::GradSync {
   int64_t padded_count() const;     // sum of P_g
   int64_t shard_count() const;      // sum of s_g: this rank's elements
   int64_t used_flag_count() const;  // parameters (one used flag each)
-  // Bytes of gradient held now: the shard's gradient buffers plus any full gradient the model's
-  // parameters still hold (none between steps).
+  // Bytes of gradient held now: the shard's gradient buffers, stage 1's DDP buckets (the full
+  // gradient and its used flags) and any gradient the model's parameters still hold (none
+  // between steps).
   int64_t gradient_bytes(const nn::Module& model) const;
 
   // --- checkpoints: the optimizer state in the unsharded layout ---

@@ -1,0 +1,218 @@
+// ZeRO stages 1 and 2 (src/dist/zero.h): jobs of 2 and 3 ranks started with mpirun (as in
+// test_ddp.cpp) against one process and against DDP, through tests/dist/ddp_worker; the shards'
+// bytes and the bytes communicated per step through tests/dist/zero_worker; and the strategies
+// and optimizers ZeRO refuses, in one process.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/zero.h"
+#include "fasttrain/fasttrain.h"
+#include "support/run_cli.h"
+#include "support/trainer_configs.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+#if defined(__SANITIZE_ADDRESS__)
+const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
+const std::string kForwardEnv = " -x ASAN_OPTIONS";
+#else
+const std::string kRankEnv, kForwardEnv;
+#endif
+
+std::string mpirun(int ranks) {
+  return kRankEnv + FT_MPIEXEC + kForwardEnv + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
+         std::to_string(ranks) + " ";
+}
+
+test::CliRun run(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// ddp_worker's 20 steps (AdamW, weight decay, cosine with warmup, clipping at 0.5, 2
+// micro-batches, an unused parameter) with global batch 12, alone or under mpirun.
+std::string train(const std::string& root, const std::string& name, int ranks, const std::string& strategy,
+                  const std::string& extra = "") {
+  const std::string dir = root + "/" + name;
+  const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 25 1 " + strategy + extra;
+  const test::CliRun r = run(ranks == 1 ? args : mpirun(ranks) + args);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return dir;
+}
+
+std::vector<double> losses(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.csv");
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
+    if (cols.size() > 3 && cols[2] == "train") out.push_back(std::stod(cols[3]));
+  }
+  return out;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Every weight within `rel` of the reference's, relative to the largest magnitude of its tensor.
+void expect_weights_close(const std::string& dir, const std::string& reference, double rel) {
+  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
+  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+    const std::vector<double> u = a.tensors[i].second.to_vector(), v = b.tensors[i].second.to_vector();
+    ASSERT_EQ(u.size(), v.size());
+    double scale = 0, worst = 0;
+    for (size_t k = 0; k < v.size(); ++k) {
+      scale = std::max(scale, std::abs(v[k]));
+      worst = std::max(worst, std::abs(u[k] - v[k]));
+    }
+    EXPECT_LE(worst, rel * scale) << dir << ": " << a.tensors[i].first << " differs by " << worst;
+  }
+}
+
+void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                         const std::string& what) {
+  ASSERT_EQ(want.size(), 20u);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i])) << what << ", step " << i + 1;
+}
+
+TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
+  const std::string root = test::scratch_dir("zero", "equivalence");
+  // Global batch 12: 12 x 1, 6 x 2 and 4 x 3 ranks; ranks start from different seeds (rank 0's
+  // weights are broadcast). The unused parameter must keep no gradient under sharding either, or
+  // AdamW's decay would move it and the weights would differ from the single process's.
+  const std::string one = train(root, "one", 1, "ddp");
+  const std::vector<double> reference = losses(one);
+  for (int ranks : {2, 3}) {
+    const std::string n = std::to_string(ranks);
+    const std::string ddp = train(root, "ddp" + n, ranks, "ddp");
+    for (const char* strategy : {"zero1", "zero2"}) {
+      const std::string dir = train(root, strategy + n, ranks, strategy);
+      const std::string what = std::string(strategy) + " at " + n + " ranks";
+      expect_losses_close(losses(dir), reference, 1e-6, what + " vs one process");
+      expect_losses_close(losses(dir), losses(ddp), 1e-6, what + " vs ddp");
+      expect_weights_close(dir, one, 1e-6);
+      expect_weights_close(dir, ddp, 1e-6);
+      // The all-gathered parameters are the same bits on every rank before every micro-batch.
+      EXPECT_EQ(slurp(dir + "/replicas.txt"), "checks 40 mismatches 0\n") << what;
+    }
+  }
+  fs::remove_all(root);
+}
+
+// zero_worker's rank<R>.txt as key -> value.
+std::map<std::string, int64_t> accounting(const std::string& dir, int rank) {
+  std::ifstream f(dir + "/rank" + std::to_string(rank) + ".txt");
+  std::map<std::string, int64_t> m;
+  std::string key;
+  int64_t value = 0;
+  while (f >> key >> value) m[key] = value;
+  return m;
+}
+
+TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
+  const std::string root = test::scratch_dir("zero", "bytes");
+  // zero_worker's model: Ψ = 66 parameters in 4 tensors, groups of 56 (weights) and 10 (biases).
+  const int64_t psi = 66, tensors = 4, f32 = 4, adam_k = 2 * f32;  // K = 8 bytes per element (exp_avg, exp_avg_sq)
+  for (int ranks : {2, 3}) {
+    // Each group padded to a multiple of N: N = 2: 56 + 10; N = 3: 57 + 12 (odd sizes, padded).
+    const int64_t shard = ranks == 2 ? 28 + 5 : 19 + 4;
+    for (int stage : {1, 2}) {
+      const std::string dir = root + "/s" + std::to_string(stage) + "n" + std::to_string(ranks);
+      fs::create_directories(dir);
+      const test::CliRun r = run(mpirun(ranks) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage));
+      ASSERT_EQ(r.code, 0) << r.output;
+      int64_t state_sum = 0;
+      for (int rank = 0; rank < ranks; ++rank) {
+        auto m = accounting(dir, rank);
+        const std::string what =
+            "stage " + std::to_string(stage) + ", rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+        EXPECT_EQ(m["psi"], psi) << what;
+        EXPECT_EQ(m["shard"], shard) << what;
+        EXPECT_EQ(m["padded"], shard * ranks) << what;
+        // Optimizer state: K Ψ / N per rank (padding holds none: the ranks' sum is exactly K Ψ).
+        EXPECT_LE(m["state"], adam_k * shard) << what;
+        EXPECT_GE(m["state"], adam_k * (shard - ranks)) << what;
+        state_sum += m["state"];
+        if (stage == 2) {
+          // Only the shard's gradient is kept after the step: 4 Ψ / N bytes.
+          EXPECT_EQ(m["grad"], f32 * shard) << what;
+        } else {
+          // Stage 1 keeps DDP's full gradient buckets (Ψ values plus a used flag per tensor) besides
+          // the shard's copy.
+          EXPECT_EQ(m["grad"], f32 * (psi + tensors) + f32 * shard) << what;
+        }
+        // Bytes issued in one step (each collective counts its input once; the norm is one f64):
+        //   stage 1: all-reduce Ψ (+ flags), all-gather of the shard Ψ/N;
+        //   stage 2: reduce-scatter of the padded Ψ, the flags, all-gather Ψ/N.
+        // In a ring, reduce-scatter of Ψ and all-gather into Ψ each move Ψ (N-1)/N per rank:
+        // stage 2's 2Ψ; stage 1's all-reduce is itself 2Ψ, plus the all-gather's Ψ.
+        const int64_t expected = stage == 1 ? f32 * (psi + tensors) + 8 + f32 * shard
+                                            : f32 * shard * ranks + f32 * tensors + 8 + f32 * shard;
+        EXPECT_EQ(m["issued"], expected) << what;
+      }
+      EXPECT_EQ(state_sum, adam_k * psi) << "stage " << stage << " at " << ranks << " ranks";
+    }
+  }
+  fs::remove_all(root);
+}
+
+TEST(Zero, StageThreeAndTrustRatioOptimizersAreClearErrors) {
+  for (const char* s : {"zero3", "fsdp"}) {
+    train::TrainerConfig c;
+    c.strategy = s;
+    try {
+      c.validate();
+      ADD_FAILURE() << s << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + s + "' is not implemented yet"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (const char* s : {"zero1", "zero2"}) {
+    train::TrainerConfig c;
+    c.strategy = s;
+    EXPECT_NO_THROW(c.validate()) << s;
+  }
+  Generator gen(1);
+  nn::Linear layer(3, 2, true, &gen);
+  optim::GroupOptions o;
+  auto lamb = optim::make_lamb(optim::decay_groups(layer.named_parameters(), o));
+  try {
+    dist::ZeroSharding zero(layer, *lamb, dist::single_process(), 1);
+    ADD_FAILURE() << "lamb accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected an element-wise optimizer (adamw, adam or sgd), found lamb"),
+              std::string::npos)
+        << e.what();
+  }
+  auto adamw = optim::make_adamw(optim::decay_groups(layer.named_parameters(), o));
+  EXPECT_THROW(dist::ZeroSharding(layer, *adamw, dist::single_process(), 3), Error);
+}
+
+}  // namespace
+}  // namespace ft

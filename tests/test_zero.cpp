@@ -124,6 +124,37 @@ TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
   fs::remove_all(root);
 }
 
+TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOne) {
+  const std::string root = test::scratch_dir("zero", "reshard");
+  // Stage 2 at 3 ranks with a checkpoint every 10 steps; resumed from step 10 at 2 ranks (stage
+  // 1) and at 1 rank (no sharding): the state is consolidated from the 3 shards and cut anew.
+  const std::string full = train(root, "full", 3, "zero2", " 10");
+  const std::string ckpt = full + "/checkpoints/step-00000010";
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(fs::exists(ckpt + "/optimizer-rank-" + std::to_string(r) + "-of-3.safetensors")) << r;
+  EXPECT_FALSE(fs::exists(ckpt + "/optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt + ".tmp"));  // committed: the temporary folder renamed
+  // The consolidated model: one file with every parameter whole.
+  const SafetensorsFile model = load_safetensors(ckpt + "/model.safetensors");
+  const SafetensorsFile final_model = load_safetensors(full + "/model.safetensors");
+  ASSERT_EQ(model.tensors.size(), final_model.tensors.size());
+  for (size_t i = 0; i < model.tensors.size(); ++i)
+    EXPECT_EQ(model.tensors[i].second.shape(), final_model.tensors[i].second.shape()) << model.tensors[i].first;
+  const std::vector<double> all = losses(full);
+  ASSERT_EQ(all.size(), 20u);
+  const std::vector<double> tail(all.begin() + 10, all.end());
+  for (const auto& [ranks, strategy] :
+       std::vector<std::pair<int, std::string>>{{2, "zero1"}, {1, "ddp"}, {2, "zero2"}}) {
+    const std::string dir = train(root, "resumed" + std::to_string(ranks) + strategy, ranks, strategy, " 0 " + ckpt);
+    const std::vector<double> got = losses(dir);
+    ASSERT_EQ(got.size(), tail.size()) << dir;
+    for (size_t i = 0; i < tail.size(); ++i)
+      EXPECT_NEAR(got[i], tail[i], 1e-6 * std::abs(tail[i])) << dir << ", step " << i + 11;
+    expect_weights_close(dir, full, 1e-6);
+  }
+  fs::remove_all(root);
+}
+
 // zero_worker's rank<R>.txt as key -> value.
 std::map<std::string, int64_t> accounting(const std::string& dir, int rank) {
   std::ifstream f(dir + "/rank" + std::to_string(rank) + ".txt");

@@ -85,8 +85,6 @@ ZeroSharding::ZeroSharding(nn::Module& model, const optim::Optimizer& full, std:
       if (begin >= end) continue;
       Piece piece{static_cast<int64_t>(i), begin - g.offsets[i], end - begin, begin - lo, Tensor()};
       piece.view = g.weights.narrow(0, piece.at, piece.numel);
-      const Tensor flat = g.params[i].detach().contiguous().reshape({-1});
-      piece.view.copy_(flat.narrow(0, piece.offset, piece.numel));
       g.pieces.push_back(std::move(piece));
     }
     // A rank whose range holds only padding still gives the optimizer one tensor, which never
@@ -94,6 +92,7 @@ ZeroSharding::ZeroSharding(nn::Module& model, const optim::Optimizer& full, std:
     if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, g.weights.narrow(0, 0, 1)});
     groups_.push_back(std::move(g));
   }
+  load_weights_from_model();
   if (stage_ == 1) ddp_ = std::make_unique<DataParallel>(model, comm_, ddp);
 }
 
@@ -101,6 +100,16 @@ ZeroSharding::~ZeroSharding() {
   for (const WorkPtr& w : works_) try {
       w->wait();
     } catch (const std::exception&) {
+    }
+}
+
+void ZeroSharding::load_weights_from_model() {
+  autograd::NoGradGuard no_grad;
+  for (Group& g : groups_)
+    for (Piece& p : g.pieces) {
+      if (p.param < 0) continue;
+      const Tensor flat = g.params[p.param].detach().contiguous().reshape({-1});
+      p.view.copy_(flat.narrow(0, p.offset, p.numel));
     }
 }
 

@@ -78,6 +78,9 @@ class ZeroSharding : public train::GradSync {
   // between steps).
   int64_t gradient_bytes(const nn::Module& model) const;
 
+  // The shards' master weights taken from the model again (after its weights were loaded).
+  void load_weights_from_model();
+
   // --- checkpoints: the optimizer state in the unsharded layout ---
   // Metadata describing this rank's pieces, saved beside its state_tensors() so a checkpoint of
   // N ranks can be read at any other number of ranks.

@@ -77,6 +77,14 @@ struct Trainer::Impl {
   void start_data_parallel(const TrainerConfig& c);
   // `full` itself, or under ZeRO this rank's shard optimizer (the sharding rebuilt around it).
   std::unique_ptr<optim::Optimizer> sharded(std::unique_ptr<optim::Optimizer> full, const TrainerConfig& c);
+  // ZeRO checkpoints: this rank's optimizer shard as <tmp>/optimizer-rank-R-of-N.safetensors,
+  // between two barriers (rank 0 has made tmp before the first; every shard is written after
+  // the second, so rank 0 may commit the folder).
+  void save_optimizer_shard(const std::string& tmp) const;
+  // The optimizer state of checkpoint `dir` for this rank's optimizer: optimizer.safetensors or
+  // the shards of a ZeRO run of any number of ranks, consolidated, then cut to this rank's shard
+  // under ZeRO.
+  SafetensorsFile load_optimizer_state(const std::string& dir, const TrainerConfig& c) const;
   // The gradient synchronisation of the strategy (null with one rank).
   GradSync* grad_sync() const { return ddp ? static_cast<GradSync*>(ddp.get()) : zero.get(); }
   // This rank's share of every epoch of the training data (disjoint across ranks).

@@ -48,9 +48,9 @@ test::CliRun run(const std::string& command) {
 // ddp_worker's 20 steps (AdamW, weight decay, cosine with warmup, clipping at 0.5, 2
 // micro-batches, an unused parameter) with global batch 12, alone or under mpirun.
 std::string train(const std::string& root, const std::string& name, int ranks, const std::string& strategy,
-                  const std::string& extra = "") {
+                  const std::string& extra = "", const std::string& cap_mb = "25") {
   const std::string dir = root + "/" + name;
-  const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 25 1 " + strategy + extra;
+  const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 " + cap_mb + " 1 " + strategy + extra;
   const test::CliRun r = run(ranks == 1 ? args : mpirun(ranks) + args);
   EXPECT_EQ(r.code, 0) << r.output;
   return dir;
@@ -151,6 +151,23 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOne) {
     for (size_t i = 0; i < tail.size(); ++i)
       EXPECT_NEAR(got[i], tail[i], 1e-6 * std::abs(tail[i])) << dir << ", step " << i + 11;
     expect_weights_close(dir, full, 1e-6);
+  }
+  fs::remove_all(root);
+}
+
+TEST(Zero, TinyBucketsAndAllGatherChunksGiveTheSameBits) {
+  const std::string root = test::scratch_dir("zero", "chunks");
+  // A cap of 0.0001 MiB (~100 bytes): stage 1 averages in a bucket per parameter, and both
+  // stages all-gather in chunks of 13 values per rank, so parameters straddle chunks and chunks
+  // straddle parameters. Every value is still the same sum and the same copy: the same bits.
+  // Stage 1 at 2 ranks, where each mean is (a + b) / 2 whatever algorithm MPI picks for a bucket's
+  // size; stage 2 (whose reduce-scatter does not depend on the cap) at 3, with padding.
+  for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int>>{{"zero1", 2}, {"zero2", 3}}) {
+    const std::string base = train(root, strategy + "cap25", ranks, strategy);
+    const std::string tiny = train(root, strategy + "tiny", ranks, strategy, "", "0.0001");
+    EXPECT_EQ(losses(tiny), losses(base)) << strategy;
+    EXPECT_TRUE(slurp(tiny + "/model.safetensors") == slurp(base + "/model.safetensors")) << strategy;
+    EXPECT_EQ(slurp(tiny + "/replicas.txt"), "checks 40 mismatches 0\n") << strategy;
   }
   fs::remove_all(root);
 }

@@ -54,6 +54,7 @@ struct BenchOptions {
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
+  std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -75,9 +76,10 @@ struct BenchResult {
   double loss = 0;  // of the last timed step
   int64_t params = 0;
   std::vector<double> step_ms;  // every timed step, in order
-  // Under mpirun: the ranks of a DDP run, which split `batch` (the global batch) evenly; each
-  // step's time is the slowest rank's (as the PyTorch DDP peer reports).
+  // Under mpirun: the ranks of a DDP or ZeRO run, which split `batch` (the global batch) evenly;
+  // each step's time is the slowest rank's (as the PyTorch DDP peer reports).
   int world_size = 1;
+  std::string strategy = "ddp";
 };
 
 // Validates the options (known workload, positive steps/threads/batch, warmup >= 0, a batch that

@@ -93,6 +93,8 @@ ZeroSharding::ZeroSharding(nn::Module& model, const optim::Optimizer& full, std:
     groups_.push_back(std::move(g));
   }
   load_weights_from_model();
+  const int64_t cap = ddp.bucket_cap_bytes > 0 ? ddp.bucket_cap_bytes : int64_t{1} << 40;
+  gather_chunk_ = std::max<int64_t>(1, cap / static_cast<int64_t>(sizeof(float)) / n);
   if (stage_ == 1) ddp_ = std::make_unique<DataParallel>(model, comm_, ddp);
 }
 
@@ -223,23 +225,58 @@ void ZeroSharding::clip_grad_value(const std::vector<Tensor>&, double clip_value
   optim::clip_grad_value_(views, clip_value);
 }
 
-void ZeroSharding::after_step() {
-  // Every rank's updated shard into every rank's full parameters (the forward needs them whole).
-  autograd::NoGradGuard no_grad;
-  std::vector<Tensor> gathered;
-  std::vector<WorkPtr> works;
-  for (Group& g : groups_) {
-    gathered.push_back(empty({g.shard * comm_->world_size()}, DType::F32));
-    works.push_back(comm_->all_gather_async(g.weights.narrow(0, 0, g.shard), gathered.back()));
-  }
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    works[gi]->wait();
-    Group& g = groups_[gi];
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      Tensor p = g.params[i].detach();
-      p.copy_(gathered[gi].narrow(0, g.offsets[i], p.numel()).view(p.shape()));
-      g.params[i].bump_version();
+void ZeroSharding::scatter_to_params(Group& g, int64_t begin, const Tensor& values) {
+  // values = elements [begin, begin + numel) of the group's flattened (padded) parameters.
+  const int64_t end = begin + values.numel();
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const int64_t lo = std::max(begin, g.offsets[i]), hi = std::min(end, g.offsets[i] + g.params[i].numel());
+    if (lo >= hi) continue;
+    Tensor p = g.params[i].detach();
+    Tensor part = values.narrow(0, lo - begin, hi - lo);
+    if (p.is_contiguous()) {
+      p.reshape({-1}).narrow(0, lo - g.offsets[i], hi - lo).copy_(part);
+    } else {  // e.g. channels-last: through a contiguous copy (rare: such layers are small)
+      Tensor flat = p.contiguous().reshape({-1});
+      flat.narrow(0, lo - g.offsets[i], hi - lo).copy_(part);
+      p.copy_(flat.view(p.shape()));
     }
+    g.params[i].bump_version();
+  }
+}
+
+void ZeroSharding::after_step() {
+  // Every rank's updated shard into every rank's full parameters (the forward needs them whole),
+  // in chunks of at most gather_chunk_ elements per rank so the gathered copy never holds more
+  // than N x chunk values (not Ψ); the next chunk's all-gather runs while this one is copied out.
+  autograd::NoGradGuard no_grad;
+  const int64_t n = comm_->world_size();
+  struct Chunk {
+    size_t group;
+    int64_t start, len;
+    Tensor out;
+    WorkPtr work;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (int64_t start = 0; start < groups_[gi].shard; start += gather_chunk_)
+      chunks.push_back({gi, start, std::min(gather_chunk_, groups_[gi].shard - start), Tensor(), nullptr});
+  auto launch = [&](Chunk& c) {
+    c.out = empty({n * c.len}, DType::F32);
+    c.work = comm_->all_gather_async(groups_[c.group].weights.narrow(0, c.start, c.len), c.out);
+  };
+  if (!chunks.empty()) launch(chunks[0]);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    if (k + 1 < chunks.size()) launch(chunks[k + 1]);
+    Chunk& c = chunks[k];
+    c.work->wait();
+    Group& g = groups_[c.group];
+    // Rank q's part holds elements [q s_g + start, q s_g + start + len) of the group.
+    for (int64_t q = 0; q < n; ++q) {
+      const int64_t begin = q * g.shard + c.start;
+      const int64_t len = std::min(c.len, g.total - begin);  // the padding is nobody's
+      if (len > 0) scatter_to_params(g, begin, c.out.narrow(0, q * c.len, len));
+    }
+    c.out = Tensor();
   }
   for (Group& g : groups_)
     for (Piece& p : g.pieces) p.view.set_grad(Tensor());

@@ -25,7 +25,8 @@
 //            after the step's communication; traffic reduce-scatter Ψ + all-gather Ψ = 2Ψ.
 //   both:    clipping by global norm: ||g||^2 = sum over ranks of the shard's ||g_r||^2
 //            (one all-reduce of a scalar); the optimizer updates the shard; the shards are
-//            all-gathered into every rank's full parameters (the model stays whole for forward).
+//            all-gathered into every rank's full parameters (the model stays whole for forward),
+//            in chunks of at most the bucket cap so the gathered copy stays small.
 // A parameter no rank produced a gradient for gets none (as in one process and DDP): one used
 // flag per parameter travels with the gradients (stage 1 in DDP's buckets, stage 2 in one small
 // all-reduce), and the optimizer skips its pieces.
@@ -108,12 +109,15 @@ class ZeroSharding : public train::GradSync {
     std::string name;
   };
   void copy_shards_to_pieces_grads(const std::vector<float>& used);
+  // Writes `values`, elements [begin, begin + numel) of group g's flattened parameters, into them.
+  static void scatter_to_params(Group& g, int64_t begin, const Tensor& values);
 
   std::shared_ptr<Communicator> comm_;
   int stage_;
   optim::OptimizerKind kind_;
   std::vector<Group> groups_;
   std::unique_ptr<DataParallel> ddp_;  // stage 1's gradient averaging
+  int64_t gather_chunk_ = 1;           // elements per rank in one all-gather (the bucket cap / N)
   // Stage 2: the step's flattened gradients and used flags while their collectives run.
   std::vector<Tensor> flat_grads_;
   Tensor flags_;

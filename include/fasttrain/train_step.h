@@ -70,6 +70,9 @@ class GradSync {
   virtual void clip_grad_value(const std::vector<Tensor>& params, double clip_value) {
     optim::clip_grad_value_(params, clip_value);
   }
+  // After GradScaler's unscale_: `found_inf` (0-d f32, shared with the scaler) made the same on
+  // every rank when each rank checked only its part of the gradients (ZeRO), so all skip alike.
+  virtual void agree_found_inf(const Tensor& found_inf) { (void)found_inf; }
   // After the optimizer step (ZeRO: the updated shards are gathered into every replica).
   virtual void after_step() {}
 };

@@ -184,7 +184,19 @@ void ZeroSharding::finish() {
     flat_grads_.clear();
     used.assign(flags_.data<float>(), flags_.data<float>() + used_flag_count());
   }
+  round_grads_to_param_dtype();
   copy_shards_to_pieces_grads(used);
+}
+
+void ZeroSharding::round_grads_to_param_dtype() {
+  // A bf16 / f16 parameter's gradient is held in its own dtype in one process and under DDP
+  // (the mean and the clipped gradient are rounded to it): round the shard's f32 copy alike.
+  for (Group& g : groups_)
+    for (const Piece& p : g.pieces) {
+      if (p.param < 0 || g.params[p.param].dtype() == DType::F32) continue;
+      Tensor part = g.grad.narrow(0, p.at, p.numel);
+      part.copy_(part.to(g.params[p.param].dtype()));
+    }
 }
 
 void ZeroSharding::copy_shards_to_pieces_grads(const std::vector<float>& used) {
@@ -209,11 +221,19 @@ Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm)
   }
   Tensor total = scalar_tensor(local, DType::F64).reshape({1});
   comm_->all_reduce(total, ReduceOp::Sum);
-  const double norm = std::sqrt(total.data<double>()[0]);
-  // torch.nn.utils.clip_grad_norm_'s factor.
-  const double scale = std::min(1.0, max_norm / (norm + 1e-6));
-  if (scale < 1.0)
-    for (Group& g : groups_) g.grad.copy_(mul(g.grad, scale));
+  // As optim::clip_grad_norm_ does it (f32 gradients): the norm rounded to f32, the factor
+  // max_norm / (norm + 1e-6) from it, applied in f32; so the clipped gradients are DDP's bits
+  // whenever the f64 sums round to the same f32 norm.
+  const float norm = static_cast<float>(std::sqrt(total.data<double>()[0]));
+  const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
+  if (coef < 1.0) {
+    const float factor = static_cast<float>(coef);
+    for (Group& g : groups_) {
+      float* v = g.grad.data<float>();
+      for (int64_t i = 0; i < g.shard; ++i) v[i] *= factor;
+    }
+    round_grads_to_param_dtype();
+  }
   return scalar_tensor(norm, DType::F32);
 }
 
@@ -223,6 +243,16 @@ void ZeroSharding::clip_grad_value(const std::vector<Tensor>&, double clip_value
     for (const Piece& p : g.pieces)
       if (p.view.grad().defined()) views.push_back(p.view);
   optim::clip_grad_value_(views, clip_value);
+  round_grads_to_param_dtype();
+}
+
+void ZeroSharding::agree_found_inf(const Tensor& found_inf) {
+  // An inf or NaN lands in the shard of whichever rank owns that element: every rank must skip.
+  autograd::NoGradGuard no_grad;
+  Tensor any = found_inf.to(DType::F32).reshape({1}).clone();
+  comm_->all_reduce(any, ReduceOp::Sum);
+  Tensor shared = found_inf;  // the scaler's tensor: written in place
+  shared.fill_(any.data<float>()[0] > 0 ? 1 : 0);
 }
 
 void ZeroSharding::scatter_to_params(Group& g, int64_t begin, const Tensor& values) {

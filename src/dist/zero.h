@@ -67,6 +67,7 @@ class ZeroSharding : public train::GradSync {
   void finish() override;
   Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) override;
   void clip_grad_value(const std::vector<Tensor>& params, double clip_value) override;
+  void agree_found_inf(const Tensor& found_inf) override;
   void after_step() override;
 
   int stage() const { return stage_; }
@@ -109,6 +110,7 @@ class ZeroSharding : public train::GradSync {
     std::string name;
   };
   void copy_shards_to_pieces_grads(const std::vector<float>& used);
+  void round_grads_to_param_dtype();
   // Writes `values`, elements [begin, begin + numel) of group g's flattened parameters, into them.
   static void scatter_to_params(Group& g, int64_t begin, const Tensor& values);
 

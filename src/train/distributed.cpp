@@ -104,10 +104,6 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
                                                          const TrainerConfig& c) {
   const int stage = dist::zero_stage(c.strategy);
   if (world() == 1 || stage == 0) return full;
-  // GradScaler's skip decision would be each rank's own shard's: not agreed across ranks yet.
-  FT_CHECK(c.precision != "fp16-mixed", "strategy ", c.strategy,
-           ": expected precision 32, tf32, bf16-mixed or bf16-true, found fp16-mixed (loss scaling is not "
-           "sharded yet; use --strategy ddp)");
   zero.reset();  // its hooks go before the new one registers its own
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);

@@ -134,8 +134,11 @@ void StepRunner::optimizer_step() {
            options_.accumulate, " (accumulate)");
   fault::point("optimizer");
   micro_ = 0;
-  if (sync_ != nullptr) sync_->finish();                  // the replicas' mean gradients
-  if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
+  if (sync_ != nullptr) sync_->finish();  // the replicas' mean gradients
+  if (scaler_->enabled()) {
+    scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
+    if (sync_ != nullptr) sync_->agree_found_inf(scaler_->found_inf());
+  }
   grad_norm_ = Tensor();
   if (options_.clip > 0) {
     if (options_.clip_algorithm == ClipAlgorithm::Norm)

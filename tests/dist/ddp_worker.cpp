@@ -4,7 +4,7 @@
 // clipping and accumulation. Only the public API (fasttrain/*.h).
 //
 //   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank [strategy
-//                    [checkpoint_every [resume_from]]]]
+//                    [checkpoint_every [resume_from|- [precision]]]]]
 //     trains 20 steps with batch global_batch / ranks per rank and the strategy (default ddp;
 //     zero1, zero2: tests/test_zero.cpp), keeping a checkpoint every checkpoint_every steps
 //     (all of them; 0: none) and resuming from the checkpoint folder resume_from when given;
@@ -132,10 +132,10 @@ class NetModule : public train::TrainModule {
 };
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY [CKPT_EVERY [RESUME]]]]\n"
-      "       ddp_worker fail|hang RUN_DIR RANK STEP\n");
+  std::fprintf(stderr,
+               "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY [CKPT_EVERY "
+               "[RESUME|- [PRECISION]]]]]\n"
+               "       ddp_worker fail|hang RUN_DIR RANK STEP\n");
   return 64;
 }
 
@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
     if (argc > 6) c.strategy = argv[6];
     if (argc > 7) c.checkpoint_every = std::atoll(argv[7]);
     c.keep_last = 0;
+    if (argc > 9) c.precision = argv[9];
   } else if (mode == "fail" || mode == "hang") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
   auto blobs = std::make_shared<Blobs>();
   train::DatasetModule data({blobs, nullptr, nullptr}, {blobs, nullptr});
   train::Trainer trainer(c);
-  if (mode == "train" && argc > 8) trainer.resume(argv[8]);
+  if (mode == "train" && argc > 8 && std::strcmp(argv[8], "-") != 0) trainer.resume(argv[8]);
   trainer.fit(module, data);
   if (w->rank() == 0) {
     std::ofstream out(run_dir + "/replicas.txt");

@@ -130,7 +130,7 @@ TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
   fs::remove_all(root);
 }
 
-TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOne) {
+TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
   const std::string root = test::scratch_dir("zero", "reshard");
   // Stage 2 at 3 ranks with a checkpoint every 10 steps; resumed from step 10 at 2 ranks (stage
   // 1) and at 1 rank (no sharding): the state is consolidated from the 3 shards and cut anew.
@@ -158,6 +158,16 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOne) {
       EXPECT_NEAR(got[i], tail[i], 1e-6 * std::abs(tail[i])) << dir << ", step " << i + 11;
     expect_weights_close(dir, full, 1e-6);
   }
+  // And the other way: one process's checkpoint (optimizer.safetensors, unsharded) resumed by
+  // 3 ranks under stage 2.
+  const std::string one = train(root, "one", 1, "ddp", " 10");
+  const std::string sharded = train(root, "one-resumed3", 3, "zero2", " 0 " + one + "/checkpoints/step-00000010");
+  const std::vector<double> one_all = losses(one), got = losses(sharded);
+  ASSERT_EQ(one_all.size(), 20u);
+  ASSERT_EQ(got.size(), 10u);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], one_all[i + 10], 1e-6 * std::abs(one_all[i + 10])) << "step " << i + 11;
+  expect_weights_close(sharded, one, 1e-6);
   fs::remove_all(root);
 }
 

@@ -53,8 +53,8 @@ class SampleStream {
 // size is unknown up front or that is read sequentially. open() must be a pure function of
 // (epoch, start) — every stream opened for an epoch yields the same samples in the same order — so
 // each loader worker can open its own stream and a resumed run can reopen at the point it reached.
-// The loader, not the dataset, splits the stream between workers (loader.h); splitting between
-// ranks, where wanted, is the dataset's (e.g. TokenStreamDataset's rank / world_size).
+// The loader splits the stream between workers (loader.h), the Trainer between ranks (rank r takes
+// samples r, r + W, ...); outside the Trainer a dataset may split itself (TokenStreamDataset).
 class IterableDataset {
  public:
   virtual ~IterableDataset() = default;

@@ -312,7 +312,7 @@ void Trainer::make_loaders() {
                                                train.dataset->size(), derive_seed(config_.seed, SeedUse::TrainBatches));
     im.loader = std::make_unique<data::DataLoader>(train.dataset, lo, im.rank_sampler(sampler));
     FT_CHECK(im.loader->batches_per_epoch() >= config_.accumulate, "Trainer: the training data holds ", sampler->size(),
-             " samples per epoch, fewer than batch_size x accumulate x ranks = ",
+             " samples per epoch, fewer than batch_size x accumulate", im.world() > 1 ? " x ranks" : "", " = ",
              config_.batch_size * config_.accumulate * im.world());
   } else {
     im.loader = std::make_unique<data::DataLoader>(im.rank_stream(train.stream), lo);

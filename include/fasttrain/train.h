@@ -344,7 +344,8 @@ class Trainer {
   int64_t step() const { return step_; }
   const std::vector<MetricRow>& history() const { return history_; }
   // Writes a checkpoint of the current state into `dir` (atomically: a temporary folder renamed).
-  // Only after fit() or lr_find() has attached a module.
+  // Only after fit() or lr_find() has attached a module. Under ZeRO (strategy zero1/zero2 with
+  // several ranks) every rank must call it: each writes its optimizer shard, rank 0 the rest.
   void save_checkpoint(const std::string& dir) const;
   // Asks fit() to save a checkpoint and return after the current step (what SIGINT and SIGTERM
   // do during fit(); safe to call from a signal handler or another thread).

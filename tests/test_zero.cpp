@@ -174,8 +174,9 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
 TEST(Zero, MixedPrecisionAndLossScalingGiveDdpsResults) {
   const std::string root = test::scratch_dir("zero", "precision");
   // fp16-mixed runs GradScaler (its unscale_ sees only the shard; the skip decision is agreed
-  // over the ranks), bf16-mixed autocast; 3 ranks, padded shards.
-  for (const char* precision : {"fp16-mixed", "bf16-mixed"}) {
+  // over the ranks), bf16-mixed autocast, bf16-true bf16 weights whose pieces get the
+  // optimizer's f32 master as in DDP; 3 ranks, padded shards.
+  for (const char* precision : {"fp16-mixed", "bf16-mixed", "bf16-true"}) {
     const std::string tail = std::string(" 0 - ") + precision;
     const std::string ddp = train(root, std::string("ddp") + precision, 3, "ddp", tail);
     for (const char* strategy : {"zero1", "zero2"}) {
@@ -292,6 +293,20 @@ TEST(Zero, StageThreeAndTrustRatioOptimizersAreClearErrors) {
   }
   auto adamw = optim::make_adamw(optim::decay_groups(layer.named_parameters(), o));
   EXPECT_THROW(dist::ZeroSharding(layer, *adamw, dist::single_process(), 3), Error);
+
+  // The shards are views of the parameters: converting the model afterwards is caught at the
+  // next step instead of training memory nobody reads.
+  dist::ZeroSharding zero(layer, *adamw, dist::single_process(), 2);
+  layer.to(DType::BF16);
+  zero.before_backward(true);
+  zero.after_backward(true);
+  try {
+    zero.finish();
+    ADD_FAILURE() << "a converted model accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was given new memory (bf16) after sharding (f32 view)"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -73,23 +73,32 @@ ZeroSharding::ZeroSharding(nn::Module& model, const optim::Optimizer& full, std:
     g.options = pg.options;
     g.name = pg.name;
     for (const Tensor& p : g.params) {
+      FT_CHECK(p.dtype() == g.params.front().dtype(), "ZeRO: parameter group '", g.name, "' mixes dtypes (",
+               dtype_name(g.params.front().dtype()), " and ", dtype_name(p.dtype()),
+               "); expected one dtype per group, as its shards are gathered as one buffer");
       g.offsets.push_back(g.total);
       g.total += p.numel();
     }
     g.shard = (g.total + n - 1) / n;  // P_g = N s_g >= T_g: the last shard is padded with zeros
-    g.weights = zeros({std::max<int64_t>(g.shard, 1)}, DType::F32);
     g.grad = zeros({std::max<int64_t>(g.shard, 1)}, DType::F32);
     const int64_t lo = r * g.shard, hi = lo + g.shard;
     for (size_t i = 0; i < g.params.size(); ++i) {
-      const int64_t begin = std::max(lo, g.offsets[i]), end = std::min(hi, g.offsets[i] + g.params[i].numel());
+      const Tensor& param = g.params[i];
+      const int64_t begin = std::max(lo, g.offsets[i]), end = std::min(hi, g.offsets[i] + param.numel());
       if (begin >= end) continue;
       Piece piece{static_cast<int64_t>(i), begin - g.offsets[i], end - begin, begin - lo, Tensor()};
-      piece.view = g.weights.narrow(0, piece.at, piece.numel);
+      // The piece is the parameter's own memory: the optimizer updates the model in place and
+      // no second copy of the weights exists (a bf16 parameter gets its f32 master in the
+      // optimizer's state, as in one process). A parameter in another memory order
+      // (channels-last) gets a buffer of its own, refreshed after every all-gather.
+      Tensor data = param.detach();
+      piece.view = data.is_contiguous() ? data.reshape({-1}).narrow(0, piece.offset, piece.numel)
+                                        : empty({piece.numel}, data.dtype());
       g.pieces.push_back(std::move(piece));
     }
     // A rank whose range holds only padding still gives the optimizer one tensor, which never
     // has a gradient (so it is never updated and has no state): optimizers refuse empty lists.
-    if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, g.weights.narrow(0, 0, 1)});
+    if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, zeros({1}, DType::F32)});
     groups_.push_back(std::move(g));
   }
   load_weights_from_model();
@@ -109,10 +118,22 @@ void ZeroSharding::load_weights_from_model() {
   autograd::NoGradGuard no_grad;
   for (Group& g : groups_)
     for (Piece& p : g.pieces) {
-      if (p.param < 0) continue;
+      if (p.param < 0 || g.params[p.param].is_contiguous()) continue;  // a view: nothing to copy
       const Tensor flat = g.params[p.param].detach().contiguous().reshape({-1});
       p.view.copy_(flat.narrow(0, p.offset, p.numel));
     }
+}
+
+void ZeroSharding::gather_from_params(const Group& g, int64_t begin, const Tensor& out) {
+  // out = elements [begin, begin + numel) of the group's flattened parameters (0 for padding).
+  const int64_t end = begin + out.numel();
+  if (end > g.total) out.narrow(0, std::max<int64_t>(0, g.total - begin), end - std::max(begin, g.total)).fill_(0);
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const int64_t lo = std::max(begin, g.offsets[i]), hi = std::min(end, g.offsets[i] + g.params[i].numel());
+    if (lo >= hi) continue;
+    const Tensor flat = g.params[i].detach().contiguous().reshape({-1});
+    out.narrow(0, lo - begin, hi - lo).copy_(flat.narrow(0, lo - g.offsets[i], hi - lo));
+  }
 }
 
 std::unique_ptr<optim::Optimizer> ZeroSharding::make_shard_optimizer() const {
@@ -159,7 +180,23 @@ void ZeroSharding::after_backward(bool last) {
   works_.push_back(comm_->all_reduce_async(flags_, ReduceOp::Sum));
 }
 
+void ZeroSharding::check_views() const {
+  // The pieces are views of the parameters' memory: a conversion that gave a parameter new
+  // memory after sharding (model.to(...)) would leave the optimizer updating the old one.
+  for (const Group& g : groups_)
+    for (const Piece& p : g.pieces) {
+      if (p.param < 0 || !g.params[p.param].is_contiguous()) continue;
+      const Tensor& param = g.params[p.param];
+      const char* expected = static_cast<const char*>(param.raw_data()) + p.offset * param.element_size();
+      FT_CHECK(p.view.raw_data() == expected && p.view.dtype() == param.dtype(), "ZeRO: parameter ", p.param,
+               " of group '", g.name, "' was given new memory (", dtype_name(param.dtype()), ") after sharding (",
+               dtype_name(p.view.dtype()),
+               " view); convert the model (dtype, device) before the ZeroSharding is built");
+    }
+}
+
 void ZeroSharding::finish() {
+  check_views();
   autograd::NoGradGuard no_grad;
   std::vector<float> used;
   if (ddp_) {
@@ -283,16 +320,20 @@ void ZeroSharding::after_step() {
   struct Chunk {
     size_t group;
     int64_t start, len;
-    Tensor out;
+    Tensor send, out;
     WorkPtr work;
   };
   std::vector<Chunk> chunks;
   for (size_t gi = 0; gi < groups_.size(); ++gi)
     for (int64_t start = 0; start < groups_[gi].shard; start += gather_chunk_)
-      chunks.push_back({gi, start, std::min(gather_chunk_, groups_[gi].shard - start), Tensor(), nullptr});
+      chunks.push_back({gi, start, std::min(gather_chunk_, groups_[gi].shard - start), Tensor(), Tensor(), nullptr});
   auto launch = [&](Chunk& c) {
-    c.out = empty({n * c.len}, DType::F32);
-    c.work = comm_->all_gather_async(groups_[c.group].weights.narrow(0, c.start, c.len), c.out);
+    const Group& g = groups_[c.group];
+    const DType dtype = g.params.front().dtype();  // a group's parameters share a dtype (checked)
+    c.send = empty({c.len}, dtype);
+    gather_from_params(g, comm_->rank() * g.shard + c.start, c.send);
+    c.out = empty({n * c.len}, dtype);
+    c.work = comm_->all_gather_async(c.send, c.out);
   };
   if (!chunks.empty()) launch(chunks[0]);
   for (size_t k = 0; k < chunks.size(); ++k) {
@@ -306,8 +347,9 @@ void ZeroSharding::after_step() {
       const int64_t len = std::min(c.len, g.total - begin);  // the padding is nobody's
       if (len > 0) scatter_to_params(g, begin, c.out.narrow(0, q * c.len, len));
     }
-    c.out = Tensor();
+    c.out = c.send = Tensor();
   }
+  load_weights_from_model();  // pieces with buffers of their own (channels-last parameters)
   for (Group& g : groups_)
     for (Piece& p : g.pieces) p.view.set_grad(Tensor());
 }

@@ -6,10 +6,10 @@
 // Layout: every parameter group of the optimizer (decay / no_decay, each with its own options)
 // is flattened in its parameter order into T_g elements, padded with zeros to P_g = N * s_g,
 // s_g = ceil(T_g / N), so any size divides. Rank r owns elements [r s_g, (r + 1) s_g) of every
-// group: an f32 buffer of s_g values (the shard's master weights). A parameter that crosses a
-// shard boundary is split; the part inside rank r's range is a "piece", a 1-d view into the
-// shard buffer, and the rank's optimizer is the Trainer's optimizer (same kind, same group
-// options) over those pieces. Element-wise optimizers (SGD, Adam, AdamW) update a piece exactly
+// group. A parameter that crosses a shard boundary is split; the part inside rank r's range is
+// a "piece", a 1-d view of the parameter's own memory (no second copy of the weights), and the
+// rank's optimizer is the Trainer's optimizer (same kind, same group options) over those
+// pieces. Element-wise optimizers (SGD, Adam, AdamW) update a piece exactly
 // as they would update those elements of the whole parameter, so a step equals DDP's;
 // per-parameter step counts are kept per piece (all pieces of a parameter count alike). LAMB and
 // LARS scale each parameter by the norm of the whole parameter, which a piece does not see: they
@@ -80,7 +80,8 @@ class ZeroSharding : public train::GradSync {
   // between steps).
   int64_t gradient_bytes(const nn::Module& model) const;
 
-  // The shards' master weights taken from the model again (after its weights were loaded).
+  // Pieces that are not views of their parameter (channels-last) copied from the model again
+  // (after its weights were loaded; after every all-gather).
   void load_weights_from_model();
 
   // --- checkpoints: the optimizer state in the unsharded layout ---
@@ -96,14 +97,13 @@ class ZeroSharding : public train::GradSync {
     int64_t param = -1;  // index in its group; -1: a padding placeholder (never has a gradient)
     int64_t offset = 0;  // first element of the parameter inside this piece
     int64_t numel = 0;   // elements in the piece
-    int64_t at = 0;      // the piece's first element in the shard buffer
-    Tensor view;         // shard buffer [at, at + numel)
+    int64_t at = 0;      // the piece's first element in the shard (and in `grad`)
+    Tensor view;         // the parameter's elements [offset, offset + numel), 1-d
   };
   struct Group {
     std::vector<Tensor> params;    // the model's, in the group's order
     std::vector<int64_t> offsets;  // of each parameter in the flattened group
     int64_t total = 0, shard = 0;  // T_g, s_g
-    Tensor weights;                // f32 [s_g]: this rank's master weights
     Tensor grad;                   // f32 [s_g]: this rank's gradient (after finish())
     std::vector<Piece> pieces;
     optim::GroupOptions options;
@@ -111,8 +111,11 @@ class ZeroSharding : public train::GradSync {
   };
   void copy_shards_to_pieces_grads(const std::vector<float>& used);
   void round_grads_to_param_dtype();
+  void check_views() const;
   // Writes `values`, elements [begin, begin + numel) of group g's flattened parameters, into them.
   static void scatter_to_params(Group& g, int64_t begin, const Tensor& values);
+  // The inverse: `out` = those elements (zeros past the group's end: the padding).
+  static void gather_from_params(const Group& g, int64_t begin, const Tensor& out);
 
   std::shared_ptr<Communicator> comm_;
   int stage_;

@@ -219,7 +219,13 @@ void ZeroSharding::finish() {
     for (const WorkPtr& w : works_) w->wait();
     works_.clear();
     flat_grads_.clear();
-    used.assign(flags_.data<float>(), flags_.data<float>() + used_flag_count());
+    if (flags_.defined()) {
+      used.assign(flags_.data<float>(), flags_.data<float>() + used_flag_count());
+    } else {  // no synchronised backward this step: nothing was reduced
+      used.assign(static_cast<size_t>(used_flag_count()), 0.0f);
+      for (Group& g : groups_) g.grad.zero_();
+    }
+    flags_ = Tensor();
   }
   round_grads_to_param_dtype();
   copy_shards_to_pieces_grads(used);
@@ -249,7 +255,9 @@ void ZeroSharding::copy_shards_to_pieces_grads(const std::vector<float>& used) {
 
 Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm) {
   // ||g||^2 of the whole gradient = the sum over ranks of their shards' ||g_r||^2 (padding and
-  // unused parameters hold zeros), reduced in f64 so the ranks agree on every bit.
+  // unused parameters hold zeros), reduced in f64 so the ranks agree on every bit. Summed on the
+  // host: the shards are CPU tensors, as the MPI communicator's are (a device communicator
+  // would keep this on the device).
   autograd::NoGradGuard no_grad;
   double local = 0;
   for (const Group& g : groups_) {

@@ -262,6 +262,28 @@ TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
   fs::remove_all(root);
 }
 
+TEST(Zero, AnOverflowInOneRanksShardSkipsTheStepOnEveryRank) {
+  const std::string root = test::scratch_dir("zero", "overflow");
+  // fp16-mixed, 3 ranks: in step 2 one gradient element is inf on rank 0, and after the
+  // reduce-scatter only its owner (rank 2) sees it. Every rank must skip that step, as DDP's
+  // ranks (which all see it) do: the same weights and loss scale after 4 steps.
+  std::vector<std::string> weights;
+  for (int stage : {0, 1, 2}) {
+    const std::string dir = root + "/s" + std::to_string(stage);
+    fs::create_directories(dir);
+    const test::CliRun r = run(mpirun(3) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage) + " inf");
+    ASSERT_EQ(r.code, 0) << r.output;
+    weights.push_back(slurp(dir + "/weights.txt"));
+  }
+  ASSERT_FALSE(weights[0].empty());
+  // The scale went down from its initial 2^16: the overflow was seen (and the step skipped).
+  EXPECT_EQ(weights[0].find("scale 65536\n"), std::string::npos) << weights[0];
+  EXPECT_NE(weights[0].find("scale "), std::string::npos) << weights[0];
+  EXPECT_EQ(weights[1], weights[0]) << "stage 1";
+  EXPECT_EQ(weights[2], weights[0]) << "stage 2";
+  fs::remove_all(root);
+}
+
 TEST(Zero, StageThreeAndTrustRatioOptimizersAreClearErrors) {
   for (const char* s : {"zero3", "fsdp"}) {
     train::TrainerConfig c;

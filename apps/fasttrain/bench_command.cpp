@@ -39,6 +39,10 @@ int run_bench_command(const std::vector<std::string>& args) {
                "activation checkpointing: every transformer block is recomputed in backward (gpt-mini)");
   app.add_flag("--channels-last", o.channels_last,
                "NHWC images and convolution weights (the peer's --channels-last; cnn-mini, resnet50)");
+  app.add_option("--strategy", o.strategy,
+                 "under mpirun: ddp, zero1 (optimizer state sharded) or zero2 (gradients too)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2"}))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option("--steps", o.steps, "timed steps; the median is reported")
       ->check(CLI::Range(1, 1000000))

@@ -69,6 +69,7 @@ struct BenchOptions {
   int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
   bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
+  std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -96,9 +97,10 @@ struct BenchResult {
   std::string cpu_isa;          // "avx2+avx512f+avx512_bf16[+amx]": figures from other ISAs do not compare
   std::string half_gemm;        // the bf16/f16 GEMM path (onednn or packed) for the 16-bit precisions, else ""
   std::vector<double> step_ms;  // every timed step, in order
-  // Under mpirun: the ranks of a DDP run, which split `batch` (the global batch) evenly; each
-  // step's time is the slowest rank's (as the PyTorch DDP peer reports).
+  // Under mpirun: the ranks of a DDP or ZeRO run, which split `batch` (the global batch) evenly;
+  // each step's time is the slowest rank's (as the PyTorch DDP peer reports).
   int world_size = 1;
+  std::string strategy = "ddp";
 };
 
 // Validates the options (known workload, positive steps/threads/batch, warmup >= 0, a batch that

@@ -62,6 +62,19 @@ class GradSync {
   virtual void after_backward(bool last) = 0;
   // Before clipping: waits until every gradient is the mean over the replicas.
   virtual void finish() = 0;
+  // Clipping of the gradients finish() left: over `params` by default; a sharded strategy
+  // (ZeRO) clips its shards by the norm of the whole gradient instead.
+  virtual Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+    return optim::clip_grad_norm_(params, max_norm);
+  }
+  virtual void clip_grad_value(const std::vector<Tensor>& params, double clip_value) {
+    optim::clip_grad_value_(params, clip_value);
+  }
+  // After GradScaler's unscale_: `found_inf` (0-d f32, shared with the scaler) made the same on
+  // every rank when each rank checked only its part of the gradients (ZeRO), so all skip alike.
+  virtual void agree_found_inf(const Tensor& found_inf) { (void)found_inf; }
+  // After the optimizer step (ZeRO: the updated shards are gathered into every replica).
+  virtual void after_step() {}
 };
 
 // (output, target) -> scalar loss.

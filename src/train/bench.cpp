@@ -11,6 +11,7 @@
 #include "backend/cpu/linalg.h"
 #include "backend/cpu/peak_rate.h"
 #include "dist/ddp.h"
+#include "dist/zero.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
@@ -182,18 +183,28 @@ BenchResult run_bench(const BenchOptions& o) {
   FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
            o.accumulate, " equal micro-batches");
   if (o.checkpoint_blocks) nn::set_activation_checkpointing(*w.model, true);
-  std::unique_ptr<dist::DataParallel> ddp;
-  if (ranks > 1) {
-    dist::broadcast_module(*w.model, *comm);
-    ddp = std::make_unique<dist::DataParallel>(*w.model, comm);
-  }
+  // Before the optimizer and any sharding: both hold views of the weights as they are then.
   if (o.channels_last && w.inputs.dim() == 4) {
     w.model->to_channels_last();
     w.inputs = w.inputs.contiguous_channels_last();
   }
+  std::unique_ptr<dist::DataParallel> ddp;
+  std::unique_ptr<dist::ZeroSharding> zero;
   auto opt = make_bench_optimizer(*w.model);
+  const int stage = dist::zero_stage(o.strategy);
+  FT_CHECK(o.strategy == "ddp" || stage == 1 || stage == 2, "bench: expected --strategy ddp, zero1 or zero2, found '",
+           o.strategy, "'");
+  if (ranks > 1) {
+    dist::broadcast_module(*w.model, *comm);
+    if (stage > 0) {
+      zero = std::make_unique<dist::ZeroSharding>(*w.model, *opt, comm, stage);
+      opt = zero->make_shard_optimizer();  // the whole model's optimizer (no state yet) goes
+    } else {
+      ddp = std::make_unique<dist::DataParallel>(*w.model, comm);
+    }
+  }
   auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
-  runner->set_grad_sync(ddp.get());
+  runner->set_grad_sync(ddp ? static_cast<train::GradSync*>(ddp.get()) : zero.get());
   BenchResult r;
   r.model_flops = model_flops_per_step(w);
   // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
@@ -236,6 +247,7 @@ BenchResult run_bench(const BenchOptions& o) {
   r.precision = o.precision;
   r.batch = global_batch;
   r.world_size = static_cast<int>(ranks);
+  r.strategy = o.strategy;
   r.threads = get_num_threads();
   r.items_per_s = static_cast<double>(global_batch * w.items_per_sample) / (r.ms_per_step / 1e3);
   r.item_unit = w.item_unit;
@@ -278,7 +290,7 @@ std::string to_json_line(const BenchResult& r) {
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   if (r.channels_last) s += ", \"channels_last\": true";
   if (r.world_size > 1)
-    s += ", \"strategy\": \"ddp\", \"world_size\": " + std::to_string(r.world_size) +
+    s += ", \"strategy\": \"" + r.strategy + "\", \"world_size\": " + std::to_string(r.world_size) +
          ", \"threads_per_rank\": " + std::to_string(r.threads);
   s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";
   return s;

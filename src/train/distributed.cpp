@@ -4,9 +4,13 @@
 // (the run folder, the logged losses, a stop request). With one rank every function here is a
 // no-op, so a single process pays nothing.
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
+#include "dist/zero.h"
 #include "fasttrain/parallel.h"
+#include "fasttrain/safetensors.h"
+#include "train/run_setup.h"
 #include "train/trainer_impl.h"
 
 namespace ft::train {
@@ -90,9 +94,68 @@ void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
   if (world() == 1) return;
   // Replicas start equal whatever seed initialised them, before the optimizer takes copies.
   dist::broadcast_module(module->model(), *comm);
+  if (dist::zero_stage(c.strategy) > 0) return;  // sharded() sets ZeRO up around the optimizer
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
   ddp = std::make_unique<dist::DataParallel>(module->model(), comm, o);
+}
+
+std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::Optimizer> full,
+                                                         const TrainerConfig& c) {
+  const int stage = dist::zero_stage(c.strategy);
+  if (world() == 1 || stage == 0) return full;
+  zero.reset();  // its hooks go before the new one registers its own
+  // The shards are views of the parameters: bf16-true's conversion (which StepRunner would do
+  // later) must come first.
+  if (precision_from_name(c.precision) == Precision::BF16True) module->model().to(DType::BF16);
+  dist::DdpOptions o;
+  o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
+  zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
+  return zero->make_shard_optimizer();
+}
+
+namespace {
+
+std::string shard_file(const std::string& dir, int rank, int world) {
+  return dir + "/optimizer-rank-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+}
+
+}  // namespace
+
+void Trainer::Impl::save_optimizer_shard(const std::string& tmp) const {
+  comm->barrier();  // rank 0 has made the folder
+  std::map<std::string, std::string> metadata = optimizer->state_metadata();
+  for (auto& [key, value] : zero->shard_metadata()) metadata[key] = value;
+  save_safetensors(shard_file(tmp, comm->rank(), world()), optimizer->state_tensors(), metadata);
+  comm->barrier();  // every shard is written: rank 0 may commit
+}
+
+SafetensorsFile Trainer::Impl::load_optimizer_state(const std::string& dir, const TrainerConfig& c) const {
+  SafetensorsFile state;
+  if (std::filesystem::exists(dir + "/optimizer.safetensors")) {
+    state = load_safetensors(dir + "/optimizer.safetensors");
+  } else {
+    // A ZeRO checkpoint: rank 0's shard says how many ranks wrote it; every one must be there.
+    int shards = 0;
+    for (int n = 1; n <= 1 << 16 && shards == 0; ++n)
+      if (std::filesystem::exists(shard_file(dir, 0, n))) shards = n;
+    FT_CHECK(shards > 0, "resume: ", dir,
+             " has no optimizer state (expected optimizer.safetensors or optimizer-rank-0-of-N.safetensors)");
+    std::vector<SafetensorsFile> files;
+    for (int r = 0; r < shards; ++r) {
+      const std::string path = shard_file(dir, r, shards);
+      FT_CHECK(std::filesystem::exists(path), "resume: ", dir, " holds the optimizer shards of a job of ", shards,
+               " ranks, but not ", path);
+      files.push_back(load_safetensors(path));
+    }
+    // The unsharded groups of this model (the same split whatever the number of ranks).
+    const std::unique_ptr<optim::Optimizer> full = make_optimizer(c, *module);
+    state.tensors = dist::consolidate_zero_state(files, full->param_groups());
+    for (const auto& [key, value] : files.front().metadata)
+      if (key.rfind("zero.", 0) != 0) state.metadata[key] = value;
+  }
+  if (zero) state.tensors = zero->shard_state_from_full(state.tensors);
+  return state;
 }
 
 data::SamplerPtr Trainer::Impl::rank_sampler(data::SamplerPtr sampler) const {

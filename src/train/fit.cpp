@@ -334,7 +334,8 @@ struct Trainer::Run {
     im.checkpoint_eval = last_eval;
     try {
       profiler::PhaseScope phase(profiler::Phase::Checkpoint);
-      if (im.rank0()) t.save_checkpoint(path);  // DDP's replicas are identical: rank 0 writes
+      // DDP's replicas are identical: rank 0 writes; under ZeRO every rank writes its shard.
+      if (im.rank0() || im.zero) t.save_checkpoint(path);
     } catch (const Error& e) {
       const std::string previous = last_good_checkpoint();
       throw Error("checkpoint " + path + " was not written: " + e.what() +

@@ -144,11 +144,17 @@ void StepRunner::optimizer_step() {
     sync_->finish();
   }
   profiler::PhaseScope phase(profiler::Phase::Optimizer);
-  if (scaler_->enabled()) scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
+  if (scaler_->enabled()) {
+    scaler_->unscale_(optimizer_);  // clip real gradients, not scaled ones
+    if (sync_ != nullptr) sync_->agree_found_inf(scaler_->found_inf());
+  }
   grad_norm_ = Tensor();
   if (options_.clip > 0) {
     if (options_.clip_algorithm == ClipAlgorithm::Norm)
-      grad_norm_ = optim::clip_grad_norm_(params_, options_.clip);
+      grad_norm_ = sync_ != nullptr ? sync_->clip_grad_norm(params_, options_.clip)
+                                    : optim::clip_grad_norm_(params_, options_.clip);
+    else if (sync_ != nullptr)
+      sync_->clip_grad_value(params_, options_.clip);
     else
       optim::clip_grad_value_(params_, options_.clip);
   }
@@ -158,6 +164,7 @@ void StepRunner::optimizer_step() {
   } else {
     optimizer_.step();
   }
+  if (sync_ != nullptr) sync_->after_step();
 }
 
 Tensor StepRunner::step(const Tensor& input, const Tensor& target) {

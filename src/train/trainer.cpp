@@ -98,7 +98,7 @@ const data::Batch& Trainer::Impl::next_batch() {
 
 void Trainer::Impl::make_runner(const TrainerConfig& c) {
   runner = std::make_unique<StepRunner>(module->model(), *optimizer, step_options(c));
-  runner->set_grad_sync(ddp.get());  // none with one rank
+  runner->set_grad_sync(grad_sync());  // none with one rank
 }
 
 namespace {
@@ -296,7 +296,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   im.module = &module;
   im.data = &data;
   im.start_data_parallel(config_);
-  im.optimizer = make_optimizer(config_, module);
+  im.optimizer = im.sharded(make_optimizer(config_, module), config_);
   im.schedule = make_schedule(config_);
   im.make_runner(config_);
   const MonitorMode mode = config_.monitor == "val_accuracy" ? MonitorMode::Max : MonitorMode::Min;
@@ -343,6 +343,8 @@ void Trainer::make_loaders() {
 
 void Trainer::save_checkpoint(const std::string& dir) const {
   const std::string tmp = dir + ".tmp";
+  // ZeRO: every rank writes its optimizer shard into rank 0's temporary folder (distributed.cpp).
+  if (impl_->zero && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
   std::error_code ec;
   fs::remove_all(tmp, ec);
   // A half-written folder helps nobody (its name already says it is unfinished): gone on any error.
@@ -358,9 +360,13 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   make_dirs(tmp);
   impl_->module->model().save(tmp + "/model.safetensors");
   fault::point("checkpoint-file", tmp + "/model.safetensors");
-  save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
-                   impl_->optimizer->state_metadata());
-  fault::point("checkpoint-file", tmp + "/optimizer.safetensors");
+  if (impl_->zero) {
+    impl_->save_optimizer_shard(tmp);  // returns once every rank's shard is in tmp
+  } else {
+    save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
+                     impl_->optimizer->state_metadata());
+    fault::point("checkpoint-file", tmp + "/optimizer.safetensors");
+  }
   save_safetensors(tmp + "/loss_scaler.safetensors", impl_->runner->scaler().state_tensors());
   fault::point("checkpoint-file", tmp + "/loss_scaler.safetensors");
   write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
@@ -378,6 +384,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
                 {"pending_items", impl_->items},
                 {"pending_metric_sums", sums_to_json(impl_->metric_sums)},
                 {"optimizer", impl_->optimizer->name()},
+                {"ranks", impl_->world()},  // batch_size is per rank: the global batch is batch_size x ranks
                 {"monitored", impl_->checkpoint_metric},
                 {"config", config_to_json(config_)}};
   if (impl_->checkpoint_eval_step == step_) state["evaluation"] = evaluation_to_json(impl_->checkpoint_eval);
@@ -404,7 +411,13 @@ void Trainer::resume(const std::string& dir) {
   FT_CHECK(fs::is_directory(dir), "resume: ", dir, ": no such checkpoint folder");
   check_finished(dir, "resume: ");
   FT_CHECK(fs::exists(state_path), "resume: ", dir, " is not a checkpoint folder (it has no trainer_state.json)");
-  const json saved = config_to_json(load_run_config(dir)), now = config_to_json(config_);
+  json saved = config_to_json(load_run_config(dir)), now = config_to_json(config_);
+  // A job may resume at another number of ranks (ZeRO's shards are cut anew on load): the
+  // global batch must match, not the per-rank one.
+  const int64_t saved_ranks = parse_json(read_text(state_path, "the trainer state"), state_path).value("ranks", 1);
+  if (saved["batch_size"].is_number_integer() && now["batch_size"].is_number_integer() &&
+      saved["batch_size"].get<int64_t>() * saved_ranks == now["batch_size"].get<int64_t>() * impl_->world())
+    saved["batch_size"] = now["batch_size"];
   visit_fields(config_, [&](const OptionInfo& o, const auto&) {
     const char* key = o.name;
     if (o.on_resume == OnResume::MustMatch)
@@ -447,10 +460,11 @@ void Trainer::apply_resume() {
   // error that leaves the module and this trainer as they were (safetensors checks sizes,
   // offsets and CRCs).
   SafetensorsFile weights = load_safetensors(dir + "/model.safetensors");
-  SafetensorsFile opt_state = load_safetensors(dir + "/optimizer.safetensors");
+  SafetensorsFile opt_state = impl_->load_optimizer_state(dir, config_);  // this rank's shard under ZeRO
   SafetensorsFile scaler_state = load_safetensors(dir + "/loss_scaler.safetensors");
   Impl& im = *impl_;
   im.module->model().load_state_dict(weights.tensors, /*strict=*/true);
+  if (im.zero) im.zero->load_weights_from_model();  // the shards' master weights are the loaded ones
   im.optimizer->load_state_tensors(opt_state.tensors);
   im.optimizer->load_state_metadata(opt_state.metadata);
   im.runner->scaler().load_state_tensors(scaler_state.tensors);
@@ -508,7 +522,7 @@ LrFindResult Trainer::lr_find(TrainModule& module, const DataModule& data, const
 
   // Restore: weights, a fresh optimizer (and its state if it had one), scaler, data, RNG.
   model.load_state_dict(weights, /*strict=*/true);
-  im.optimizer = make_optimizer(config_, module);
+  im.optimizer = im.sharded(make_optimizer(config_, module), config_);
   if (had_optimizer_state) {
     im.optimizer->load_state_tensors(opt_tensors);
     im.optimizer->load_state_metadata(opt_meta);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist/ddp.h"
+#include "dist/zero.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/dist.h"
@@ -50,6 +51,7 @@ struct Trainer::Impl {
   // launcher) and, with several ranks, DDP's gradient synchronisation.
   std::shared_ptr<dist::Communicator> comm;
   std::unique_ptr<dist::DataParallel> ddp;
+  std::unique_ptr<dist::ZeroSharding> zero;  // strategy zero1 / zero2 (then ddp is null)
 
   bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
 
@@ -76,6 +78,18 @@ struct Trainer::Impl {
   bool rank0() const { return comm->rank() == 0; }  // the rank that prints and writes files
   // Every replica takes rank 0's weights and buffers, then DDP's gradient hooks are set.
   void start_data_parallel(const TrainerConfig& c);
+  // `full` itself, or under ZeRO this rank's shard optimizer (the sharding rebuilt around it).
+  std::unique_ptr<optim::Optimizer> sharded(std::unique_ptr<optim::Optimizer> full, const TrainerConfig& c);
+  // ZeRO checkpoints: this rank's optimizer shard as <tmp>/optimizer-rank-R-of-N.safetensors,
+  // between two barriers (rank 0 has made tmp before the first; every shard is written after
+  // the second, so rank 0 may commit the folder).
+  void save_optimizer_shard(const std::string& tmp) const;
+  // The optimizer state of checkpoint `dir` for this rank's optimizer: optimizer.safetensors or
+  // the shards of a ZeRO run of any number of ranks, consolidated, then cut to this rank's shard
+  // under ZeRO.
+  SafetensorsFile load_optimizer_state(const std::string& dir, const TrainerConfig& c) const;
+  // The gradient synchronisation of the strategy (null with one rank).
+  GradSync* grad_sync() const { return ddp ? static_cast<GradSync*>(ddp.get()) : zero.get(); }
   // This rank's share of every epoch of the training data (disjoint across ranks).
   data::SamplerPtr rank_sampler(data::SamplerPtr sampler) const;
   data::IterableDatasetPtr rank_stream(data::IterableDatasetPtr stream) const;

@@ -3,9 +3,13 @@
 // blobs through Trainer::fit with AdamW, weight decay, a cosine schedule with warmup, norm
 // clipping and accumulation. Only the public API (fasttrain/*.h).
 //
-//   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank]
-//     trains 20 steps with batch global_batch / ranks per rank; each rank initialises its model
-//     from seed 7 + 1000 x rank when seed_per_rank is 1 (DDP must make them rank 0's). Before
+//   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank [strategy
+//                    [checkpoint_every [resume_from|- [precision]]]]]
+//     trains 20 steps with batch global_batch / ranks per rank and the strategy (default ddp;
+//     zero1, zero2: tests/test_zero.cpp), keeping a checkpoint every checkpoint_every steps
+//     (all of them; 0: none) and resuming from the checkpoint folder resume_from when given;
+//     each rank initialises its model from seed
+//     7 + 1000 x rank when seed_per_rank is 1 (DDP must make them rank 0's). Before
 //     every micro-batch the ranks compare a checksum of their weights' bits; rank 0 writes
 //     <run_dir>/replicas.txt ("checks C mismatches M") besides the run folder's files.
 //   ddp_worker fail <run_dir> <rank> <step>   rank <rank> throws in training step <step>
@@ -129,7 +133,8 @@ class NetModule : public train::TrainModule {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK]\n"
+               "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY [CKPT_EVERY "
+               "[RESUME|- [PRECISION]]]]]\n"
                "       ddp_worker fail|hang RUN_DIR RANK STEP\n");
   return 64;
 }
@@ -171,6 +176,10 @@ int main(int argc, char** argv) {
     c.batch_size = global_batch / w->world_size();
     c.bucket_cap_mb = std::atof(argv[4]);
     if (argc > 5 && std::strcmp(argv[5], "1") == 0) init_seed += 1000 * static_cast<uint64_t>(w->rank());
+    if (argc > 6) c.strategy = argv[6];
+    if (argc > 7) c.checkpoint_every = std::atoll(argv[7]);
+    c.keep_last = 0;
+    if (argc > 9) c.precision = argv[9];
   } else if (mode == "fail" || mode == "hang") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);
@@ -183,6 +192,7 @@ int main(int argc, char** argv) {
   auto blobs = std::make_shared<Blobs>();
   train::DatasetModule data({blobs, nullptr, nullptr}, {blobs, nullptr});
   train::Trainer trainer(c);
+  if (mode == "train" && argc > 8 && std::strcmp(argv[8], "-") != 0) trainer.resume(argv[8]);
   trainer.fit(module, data);
   if (w->rank() == 0) {
     std::ofstream out(run_dir + "/replicas.txt");

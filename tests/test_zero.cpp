@@ -1,0 +1,335 @@
+// ZeRO stages 1 and 2 (src/dist/zero.h): jobs of 2 and 3 ranks started with mpirun (as in
+// test_ddp.cpp) against one process and against DDP, through tests/dist/ddp_worker; the shards'
+// bytes and the bytes communicated per step through tests/dist/zero_worker; and the strategies
+// and optimizers ZeRO refuses, in one process.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/zero.h"
+#include "fasttrain/fasttrain.h"
+#include "support/run_cli.h"
+#include "support/trainer_configs.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+#if defined(__SANITIZE_ADDRESS__)
+const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
+const std::string kForwardEnv = " -x ASAN_OPTIONS";
+#else
+const std::string kRankEnv, kForwardEnv;
+#endif
+
+std::string mpirun(int ranks) {
+  return kRankEnv + FT_MPIEXEC + kForwardEnv + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
+         std::to_string(ranks) + " ";
+}
+
+test::CliRun run(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+// ddp_worker's 20 steps (AdamW, weight decay, cosine with warmup, clipping at 0.5, 2
+// micro-batches, an unused parameter) with global batch 12, alone or under mpirun.
+std::string train(const std::string& root, const std::string& name, int ranks, const std::string& strategy,
+                  const std::string& extra = "", const std::string& cap_mb = "25") {
+  const std::string dir = root + "/" + name;
+  const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 " + cap_mb + " 1 " + strategy + extra;
+  const test::CliRun r = run(ranks == 1 ? args : mpirun(ranks) + args);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return dir;
+}
+
+std::vector<double> losses(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.csv");
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
+    if (cols.size() > 3 && cols[2] == "train") out.push_back(std::stod(cols[3]));
+  }
+  return out;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Every weight within `rel` of the reference's, relative to the largest magnitude of its tensor.
+void expect_weights_close(const std::string& dir, const std::string& reference, double rel) {
+  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
+  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
+    const std::vector<double> u = a.tensors[i].second.to_vector(), v = b.tensors[i].second.to_vector();
+    ASSERT_EQ(u.size(), v.size());
+    double scale = 0, worst = 0;
+    for (size_t k = 0; k < v.size(); ++k) {
+      scale = std::max(scale, std::abs(v[k]));
+      worst = std::max(worst, std::abs(u[k] - v[k]));
+    }
+    EXPECT_LE(worst, rel * scale) << dir << ": " << a.tensors[i].first << " differs by " << worst;
+  }
+}
+
+void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                         const std::string& what) {
+  ASSERT_EQ(want.size(), 20u);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i])) << what << ", step " << i + 1;
+}
+
+TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
+  const std::string root = test::scratch_dir("zero", "equivalence");
+  // Global batch 12: 12 x 1, 6 x 2 and 4 x 3 ranks; ranks start from different seeds (rank 0's
+  // weights are broadcast). The unused parameter must keep no gradient under sharding either, or
+  // AdamW's decay would move it and the weights would differ from the single process's.
+  const std::string one = train(root, "one", 1, "ddp");
+  const std::vector<double> reference = losses(one);
+  for (int ranks : {2, 3}) {
+    const std::string n = std::to_string(ranks);
+    const std::string ddp = train(root, "ddp" + n, ranks, "ddp");
+    for (const char* strategy : {"zero1", "zero2"}) {
+      const std::string dir = train(root, strategy + n, ranks, strategy);
+      const std::string what = std::string(strategy) + " at " + n + " ranks";
+      expect_losses_close(losses(dir), reference, 1e-6, what + " vs one process");
+      expect_losses_close(losses(dir), losses(ddp), 1e-6, what + " vs ddp");
+      expect_weights_close(dir, one, 1e-6);
+      expect_weights_close(dir, ddp, 1e-6);
+      // With 2 ranks every mean is (a + b) / 2 whatever MPI's algorithm, and clipping uses
+      // DDP's f32 norm and factor: the same bits as DDP.
+      if (ranks == 2) {
+        EXPECT_EQ(losses(dir), losses(ddp)) << what;
+        EXPECT_TRUE(slurp(dir + "/model.safetensors") == slurp(ddp + "/model.safetensors")) << what;
+      }
+      // The all-gathered parameters are the same bits on every rank before every micro-batch.
+      EXPECT_EQ(slurp(dir + "/replicas.txt"), "checks 40 mismatches 0\n") << what;
+    }
+  }
+  fs::remove_all(root);
+}
+
+TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
+  const std::string root = test::scratch_dir("zero", "reshard");
+  // Stage 2 at 3 ranks with a checkpoint every 10 steps; resumed from step 10 at 2 ranks (stage
+  // 1) and at 1 rank (no sharding): the state is consolidated from the 3 shards and cut anew.
+  const std::string full = train(root, "full", 3, "zero2", " 10");
+  const std::string ckpt = full + "/checkpoints/step-00000010";
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(fs::exists(ckpt + "/optimizer-rank-" + std::to_string(r) + "-of-3.safetensors")) << r;
+  EXPECT_FALSE(fs::exists(ckpt + "/optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt + ".tmp"));  // committed: the temporary folder renamed
+  // The consolidated model: one file with every parameter whole.
+  const SafetensorsFile model = load_safetensors(ckpt + "/model.safetensors");
+  const SafetensorsFile final_model = load_safetensors(full + "/model.safetensors");
+  ASSERT_EQ(model.tensors.size(), final_model.tensors.size());
+  for (size_t i = 0; i < model.tensors.size(); ++i)
+    EXPECT_EQ(model.tensors[i].second.shape(), final_model.tensors[i].second.shape()) << model.tensors[i].first;
+  const std::vector<double> all = losses(full);
+  ASSERT_EQ(all.size(), 20u);
+  const std::vector<double> tail(all.begin() + 10, all.end());
+  for (const auto& [ranks, strategy] :
+       std::vector<std::pair<int, std::string>>{{2, "zero1"}, {1, "ddp"}, {2, "zero2"}}) {
+    const std::string dir = train(root, "resumed" + std::to_string(ranks) + strategy, ranks, strategy, " 0 " + ckpt);
+    const std::vector<double> got = losses(dir);
+    ASSERT_EQ(got.size(), tail.size()) << dir;
+    for (size_t i = 0; i < tail.size(); ++i)
+      EXPECT_NEAR(got[i], tail[i], 1e-6 * std::abs(tail[i])) << dir << ", step " << i + 11;
+    expect_weights_close(dir, full, 1e-6);
+  }
+  // And the other way: one process's checkpoint (optimizer.safetensors, unsharded) resumed by
+  // 3 ranks under stage 2.
+  const std::string one = train(root, "one", 1, "ddp", " 10");
+  const std::string sharded = train(root, "one-resumed3", 3, "zero2", " 0 " + one + "/checkpoints/step-00000010");
+  const std::vector<double> one_all = losses(one), got = losses(sharded);
+  ASSERT_EQ(one_all.size(), 20u);
+  ASSERT_EQ(got.size(), 10u);
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], one_all[i + 10], 1e-6 * std::abs(one_all[i + 10])) << "step " << i + 11;
+  expect_weights_close(sharded, one, 1e-6);
+  fs::remove_all(root);
+}
+
+TEST(Zero, MixedPrecisionAndLossScalingGiveDdpsResults) {
+  const std::string root = test::scratch_dir("zero", "precision");
+  // fp16-mixed runs GradScaler (its unscale_ sees only the shard; the skip decision is agreed
+  // over the ranks), bf16-mixed autocast, bf16-true bf16 weights whose pieces get the
+  // optimizer's f32 master as in DDP; 3 ranks, padded shards.
+  for (const char* precision : {"fp16-mixed", "bf16-mixed", "bf16-true"}) {
+    const std::string tail = std::string(" 0 - ") + precision;
+    const std::string ddp = train(root, std::string("ddp") + precision, 3, "ddp", tail);
+    for (const char* strategy : {"zero1", "zero2"}) {
+      const std::string dir = train(root, std::string(strategy) + precision, 3, strategy, tail);
+      expect_losses_close(losses(dir), losses(ddp), 1e-6, std::string(strategy) + " " + precision + " vs ddp");
+      expect_weights_close(dir, ddp, 1e-6);
+    }
+  }
+  fs::remove_all(root);
+}
+
+TEST(Zero, TinyBucketsAndAllGatherChunksGiveTheSameBits) {
+  const std::string root = test::scratch_dir("zero", "chunks");
+  // A cap of 0.0001 MiB (~100 bytes): stage 1 averages in a bucket per parameter, and both
+  // stages all-gather in chunks of 13 values per rank, so parameters straddle chunks and chunks
+  // straddle parameters. Every value is still the same sum and the same copy: the same bits.
+  // Stage 1 at 2 ranks, where each mean is (a + b) / 2 whatever algorithm MPI picks for a bucket's
+  // size; stage 2 (whose reduce-scatter does not depend on the cap) at 3, with padding.
+  for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int>>{{"zero1", 2}, {"zero2", 3}}) {
+    const std::string base = train(root, strategy + "cap25", ranks, strategy);
+    const std::string tiny = train(root, strategy + "tiny", ranks, strategy, "", "0.0001");
+    EXPECT_EQ(losses(tiny), losses(base)) << strategy;
+    EXPECT_TRUE(slurp(tiny + "/model.safetensors") == slurp(base + "/model.safetensors")) << strategy;
+    EXPECT_EQ(slurp(tiny + "/replicas.txt"), "checks 40 mismatches 0\n") << strategy;
+  }
+  fs::remove_all(root);
+}
+
+// zero_worker's rank<R>.txt as key -> value.
+std::map<std::string, int64_t> accounting(const std::string& dir, int rank) {
+  std::ifstream f(dir + "/rank" + std::to_string(rank) + ".txt");
+  std::map<std::string, int64_t> m;
+  std::string key;
+  int64_t value = 0;
+  while (f >> key >> value) m[key] = value;
+  return m;
+}
+
+TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
+  const std::string root = test::scratch_dir("zero", "bytes");
+  // zero_worker's model: Ψ = 66 parameters in 4 tensors, groups of 56 (weights) and 10 (biases).
+  const int64_t psi = 66, tensors = 4, f32 = 4, adam_k = 2 * f32;  // K = 8 bytes per element (exp_avg, exp_avg_sq)
+  for (int ranks : {2, 3}) {
+    // Each group padded to a multiple of N: N = 2: 56 + 10; N = 3: 57 + 12 (odd sizes, padded).
+    const int64_t shard = ranks == 2 ? 28 + 5 : 19 + 4;
+    for (int stage : {1, 2}) {
+      const std::string dir = root + "/s" + std::to_string(stage) + "n" + std::to_string(ranks);
+      fs::create_directories(dir);
+      const test::CliRun r = run(mpirun(ranks) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage));
+      ASSERT_EQ(r.code, 0) << r.output;
+      int64_t state_sum = 0;
+      for (int rank = 0; rank < ranks; ++rank) {
+        auto m = accounting(dir, rank);
+        const std::string what =
+            "stage " + std::to_string(stage) + ", rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+        EXPECT_EQ(m["psi"], psi) << what;
+        EXPECT_EQ(m["shard"], shard) << what;
+        EXPECT_EQ(m["padded"], shard * ranks) << what;
+        // Optimizer state: K Ψ / N per rank (padding holds none: the ranks' sum is exactly K Ψ).
+        EXPECT_LE(m["state"], adam_k * shard) << what;
+        EXPECT_GE(m["state"], adam_k * (shard - ranks)) << what;
+        state_sum += m["state"];
+        if (stage == 2) {
+          // Only the shard's gradient is kept after the step: 4 Ψ / N bytes.
+          EXPECT_EQ(m["grad"], f32 * shard) << what;
+        } else {
+          // Stage 1 keeps DDP's full gradient buckets (Ψ values plus a used flag per tensor) besides
+          // the shard's copy.
+          EXPECT_EQ(m["grad"], f32 * (psi + tensors) + f32 * shard) << what;
+        }
+        // Bytes issued in one step (each collective counts its input once; the norm is one f64):
+        //   stage 1: all-reduce Ψ (+ flags), all-gather of the shard Ψ/N;
+        //   stage 2: reduce-scatter of the padded Ψ, the flags, all-gather Ψ/N.
+        // In a ring, reduce-scatter of Ψ and all-gather into Ψ each move Ψ (N-1)/N per rank:
+        // stage 2's 2Ψ; stage 1's all-reduce is itself 2Ψ, plus the all-gather's Ψ.
+        const int64_t expected = stage == 1 ? f32 * (psi + tensors) + 8 + f32 * shard
+                                            : f32 * shard * ranks + f32 * tensors + 8 + f32 * shard;
+        EXPECT_EQ(m["issued"], expected) << what;
+      }
+      EXPECT_EQ(state_sum, adam_k * psi) << "stage " << stage << " at " << ranks << " ranks";
+    }
+  }
+  fs::remove_all(root);
+}
+
+TEST(Zero, AnOverflowInOneRanksShardSkipsTheStepOnEveryRank) {
+  const std::string root = test::scratch_dir("zero", "overflow");
+  // fp16-mixed, 3 ranks: in step 2 one gradient element is inf on rank 0, and after the
+  // reduce-scatter only its owner (rank 2) sees it. Every rank must skip that step, as DDP's
+  // ranks (which all see it) do: the same weights and loss scale after 4 steps.
+  std::vector<std::string> weights;
+  for (int stage : {0, 1, 2}) {
+    const std::string dir = root + "/s" + std::to_string(stage);
+    fs::create_directories(dir);
+    const test::CliRun r = run(mpirun(3) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage) + " inf");
+    ASSERT_EQ(r.code, 0) << r.output;
+    weights.push_back(slurp(dir + "/weights.txt"));
+  }
+  ASSERT_FALSE(weights[0].empty());
+  // The scale went down from its initial 2^16: the overflow was seen (and the step skipped).
+  EXPECT_EQ(weights[0].find("scale 65536\n"), std::string::npos) << weights[0];
+  EXPECT_NE(weights[0].find("scale "), std::string::npos) << weights[0];
+  EXPECT_EQ(weights[1], weights[0]) << "stage 1";
+  EXPECT_EQ(weights[2], weights[0]) << "stage 2";
+  fs::remove_all(root);
+}
+
+TEST(Zero, StageThreeAndTrustRatioOptimizersAreClearErrors) {
+  for (const char* s : {"zero3", "fsdp"}) {
+    train::TrainerConfig c;
+    c.strategy = s;
+    try {
+      c.validate();
+      ADD_FAILURE() << s << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + s + "' is not implemented yet"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (const char* s : {"zero1", "zero2"}) {
+    train::TrainerConfig c;
+    c.strategy = s;
+    EXPECT_NO_THROW(c.validate()) << s;
+  }
+  Generator gen(1);
+  nn::Linear layer(3, 2, true, &gen);
+  optim::GroupOptions o;
+  auto lamb = optim::make_lamb(optim::decay_groups(layer.named_parameters(), o));
+  try {
+    dist::ZeroSharding zero(layer, *lamb, dist::single_process(), 1);
+    ADD_FAILURE() << "lamb accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected an element-wise optimizer (adamw, adam or sgd), found lamb"),
+              std::string::npos)
+        << e.what();
+  }
+  auto adamw = optim::make_adamw(optim::decay_groups(layer.named_parameters(), o));
+  EXPECT_THROW(dist::ZeroSharding(layer, *adamw, dist::single_process(), 3), Error);
+
+  // The shards are views of the parameters: converting the model afterwards is caught at the
+  // next step instead of training memory nobody reads.
+  dist::ZeroSharding zero(layer, *adamw, dist::single_process(), 2);
+  layer.to(DType::BF16);
+  zero.before_backward(true);
+  zero.after_backward(true);
+  try {
+    zero.finish();
+    ADD_FAILURE() << "a converted model accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was given new memory (bf16) after sharding (f32 view)"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ft

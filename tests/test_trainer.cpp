@@ -192,6 +192,19 @@ TEST(TrainerConfig, ReadsTheFlatConfigOfEarlierRuns) {
   EXPECT_EQ(back.lr, 0.5);
 }
 
+// threads 0 means all cores even after an earlier Trainer in the process asked for one (the tuner
+// runs trials one after another in one process).
+TEST(Trainer, ThreadsZeroIsAllCoresAfterAnEarlierTrainer) {
+  TrainerConfig one = test::tiny_char(temp_dir("threads_one"));
+  one.threads = 1;
+  { Trainer t(one); }
+  EXPECT_EQ(get_num_threads(), 1);
+  TrainerConfig all = one;
+  all.threads = 0;
+  { Trainer t(all); }
+  EXPECT_EQ(get_num_threads(), default_num_threads());
+}
+
 // The names of the optimizer and gradient_clip_algorithm options are parsed to enums where the
 // config is turned into an optimizer and step options; the help text lists the same names.
 TEST(TrainerConfig, NamedOptionsParseToKinds) {

@@ -8,6 +8,9 @@ namespace ft {
 
 void set_num_threads(int n);  // also sets the BLAS library's thread count
 int get_num_threads();
+// The count a process starts with (OpenMP's default: OMP_NUM_THREADS or the CPUs it may use),
+// whatever set_num_threads() did since: what "all cores" means.
+int default_num_threads();
 
 namespace detail {
 void parallel_run(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& f);

@@ -14,7 +14,17 @@ namespace {
 std::atomic<int> g_threads{0};
 }
 
+int default_num_threads() {
+  // OpenMP's count before anything set one (OMP_NUM_THREADS, the CPUs this process may use).
+  static const int initial = [] {
+    cpu::ensure_blas_kernels();
+    return omp_get_max_threads();
+  }();
+  return initial;
+}
+
 void set_num_threads(int n) {
+  default_num_threads();  // remembered before this changes OpenMP's count
   if (n < 1) n = 1;
   cpu::ensure_blas_kernels();
   g_threads = n;

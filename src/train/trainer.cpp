@@ -259,7 +259,8 @@ double monitored(const TrainerConfig& c, const EvalResult& r) {
 
 Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::make_unique<Impl>()) {
   config_.validate();
-  if (config_.threads > 0) set_num_threads(static_cast<int>(config_.threads));
+  // threads 0 is all cores, also after an earlier Trainer in this process asked for fewer.
+  set_num_threads(config_.threads > 0 ? static_cast<int>(config_.threads) : default_num_threads());
   const int64_t limit = parse_memory_size(config_.memory_limit);
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
   // Dropout draws from the default generator: seeded here, saved and restored by checkpoints.

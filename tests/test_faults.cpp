@@ -186,6 +186,7 @@ int step_of(const std::string& checkpoint) {
 // Files and folders whose name says they were left half-written.
 std::vector<std::string> leftovers(const std::string& run_dir) {
   std::vector<std::string> found;
+  if (!fs::exists(run_dir)) return found;  // killed before the run made its folder
   for (const auto& e : fs::recursive_directory_iterator(run_dir))
     if (e.path().filename().string().find(".tmp") != std::string::npos) found.push_back(e.path().string());
   return found;

@@ -2,6 +2,7 @@
 // while every sample takes milliseconds to "decode" — is tuned to one with workers, measured; a
 // setting that changes what the model computes is refused by the loss check; the outputs are the
 // configuration of a trial that ran, and every trial is in tune.csv.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -126,9 +127,23 @@ TEST(Tune, FindsLoaderWorkersForSlowDecoding) {
   EXPECT_GE(best.config.workers, 2) << train::tune_table(r);
   EXPECT_GT(r.speedup, 1.5) << train::tune_table(r);
   EXPECT_NEAR(r.speedup, best.items_per_s / r.trials[0].items_per_s, 1e-12);
-  // Workers do not change the batches: the loss trajectory is the start's.
+  // Threads and workers do not change the batches or the arithmetic: every trial that changed only
+  // those follows the start's loss trajectory exactly. (The best may also carry bf16-mixed when
+  // load on the machine made that trial look faster; its loss then differs by rounding only.)
+  int64_t workers_trials = 0;
+  for (const train::TuneTrial& t : r.trials) {
+    const bool only_parallelism = std::all_of(t.changes.begin(), t.changes.end(), [](const train::TuneChange& c) {
+      return c.option == "threads" || c.option == "workers";
+    });
+    if (!t.ran || t.changes.empty() || !only_parallelism) continue;
+    workers_trials += std::any_of(t.changes.begin(), t.changes.end(),
+                                  [](const train::TuneChange& c) { return c.option == "workers"; });
+    ASSERT_TRUE(t.loss_difference.has_value()) << train::tune_table(r);
+    EXPECT_LT(*t.loss_difference, 1e-6) << "trial " << t.index << "\n" << train::tune_table(r);
+  }
+  EXPECT_GE(workers_trials, 1) << train::tune_table(r);
   ASSERT_TRUE(best.loss_difference.has_value());
-  EXPECT_LT(*best.loss_difference, 1e-6);
+  EXPECT_LT(*best.loss_difference, start.precision == best.config.precision ? 1e-6 : 1e-2) << train::tune_table(r);
 
   train::write_tune_outputs(start, r, dir);
   TrainerConfig written;

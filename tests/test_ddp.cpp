@@ -172,6 +172,34 @@ TEST(Ddp, ARankThatStopsCommunicatingTimesTheJobOut) {
   fs::remove_all(root);
 }
 
+TEST(Ddp, TheDebugModeNamesACollectiveThatDiffersAcrossRanks) {
+  const std::string root = test::scratch_dir("ddp", "debug");
+  // In step 3 rank 1 all-gathers a checksum of 2 elements where the others gather 1 (size), or
+  // skips that all-gather, so that its next collective is backward's first gradient bucket
+  // (skip). With dist_debug every earlier collective agreed (the job reached step 3), and this
+  // one fails on every rank, naming each rank's version, long before dist_timeout (120 s).
+  struct Case {
+    const char* mode;
+    int ranks;
+    std::vector<std::string> named;
+  };
+  for (const Case& c :
+       {Case{"size",
+             2,
+             {"rank 0: collective #", ": all_gather of 1 i64 elements", "rank 1: collective #",
+              ": all_gather of 2 i64 elements"}},
+        Case{"size", 3, {"rank 2: collective #", ": all_gather of 1 i64 elements", ": all_gather of 2 i64 elements"}},
+        Case{"skip", 2, {": all_gather of 1 i64 elements", ": all_reduce of ", " f32 elements (avg)"}}}) {
+    SCOPED_TRACE(std::string(c.mode) + " at " + std::to_string(c.ranks) + " ranks");
+    const test::CliRun r = run(mpirun(c.ranks) + FT_DDP_WORKER + " " + c.mode + " " + root + "/" + c.mode + " 1 3");
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find(": error: collectives differ across ranks (dist_debug)"), std::string::npos) << r.output;
+    for (const std::string& what : c.named) EXPECT_NE(r.output.find(what), std::string::npos) << what << r.output;
+    EXPECT_EQ(r.output.find("did not complete within"), std::string::npos) << r.output;
+  }
+  fs::remove_all(root);
+}
+
 TEST(Ddp, TheProgramTrainsAndResumesUnderMpirunAndOnlyRankZeroReports) {
   const std::string dir = test::scratch_dir("ddp", "cli");
   const std::string flags =

@@ -126,6 +126,7 @@ struct TrainerConfig {
   std::string strategy = "ddp";
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
+  bool dist_debug = false;    // compare every collective across ranks before running it (dist.h set_debug)
   // --- the built-in tasks' model and data: [model] and [data] tables in TOML ---
   ModelOptions model;
   DataOptions data;
@@ -260,6 +261,9 @@ void visit_fields(Config& c, V&& visitor) {
     "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
   v("dist_timeout", c.dist_timeout,
     "seconds a collective may wait for the other ranks before the whole job is aborted (0: never)");
+  v("dist_debug", c.dist_debug,
+    "check before each collective that every rank issues the same one (kind, dtype, size); a mismatch fails on "
+    "every rank, naming each rank's collective (one small extra all-gather per collective)");
   model("model", c.model.name,
         "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
         "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",

@@ -49,6 +49,7 @@ class SingleProcessCommunicator : public Communicator {
   WorkPtr barrier_async() override { return done(); }
   int64_t bytes_issued() const override { return 0; }
   void set_timeout(double) override {}
+  void set_debug(bool) override {}  // one rank: nothing to disagree with
 
  private:
   static WorkPtr done() {

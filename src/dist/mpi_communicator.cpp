@@ -17,8 +17,10 @@
 #include <cstdlib>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "dist/mpi_communicator.h"
 #include "fasttrain/error.h"
@@ -118,6 +120,31 @@ void divide(const Tensor& t, int n) {
 // MPI counts are ints: large buffers go in pieces of at most 2^30 elements.
 constexpr int64_t kMaxCount = int64_t{1} << 30;
 
+// What a rank is about to run, as the debug mode compares it across ranks.
+struct Collective {
+  enum Kind : int64_t { Broadcast, AllReduce, ReduceScatter, AllGather, Barrier };
+  int64_t sequence = 0;  // 1 for the first collective of this communicator
+  int64_t kind = Barrier;
+  int64_t dtype = 0;     // the input's DType
+  int64_t count = 0;     // the input's elements
+  int64_t argument = 0;  // broadcast: the root; reductions: the ReduceOp; else 0
+  bool operator==(const Collective&) const = default;
+};
+static_assert(sizeof(Collective) == 5 * sizeof(int64_t), "exchanged as 5 int64 per rank");
+
+std::string describe(const Collective& c) {
+  static constexpr const char* kNames[] = {"broadcast", "all_reduce", "reduce_scatter", "all_gather", "barrier"};
+  static_assert(std::size(kNames) == Collective::Barrier + 1, "one name per kind");
+  const bool known = c.kind >= 0 && c.kind <= Collective::Barrier;
+  std::string s = known ? kNames[c.kind] : "unknown collective " + std::to_string(c.kind);
+  if (c.kind == Collective::Barrier) return s;
+  s += detail::concat(" of ", c.count, " ", dtype_name(static_cast<DType>(c.dtype)), " elements");
+  if (c.kind == Collective::Broadcast) s += detail::concat(" from root ", c.argument);
+  if (c.kind == Collective::AllReduce || c.kind == Collective::ReduceScatter)
+    s += static_cast<ReduceOp>(c.argument) == ReduceOp::Avg ? " (avg)" : " (sum)";
+  return s;
+}
+
 class MpiCommunicator;
 MpiCommunicator* g_world = nullptr;  // for the exit handler and mpi_abort
 bool g_finalizing = false;
@@ -159,27 +186,30 @@ class MpiCommunicator : public Communicator {
   WorkPtr broadcast_async(const Tensor& t, int root) override {
     check_cpu_contiguous(t, "broadcast");
     FT_CHECK(root >= 0 && root < size_, "broadcast: expected a root rank in [0, ", size_, "), found ", root);
-    return enqueue("broadcast", t.nbytes(), [this, t, root] {
-      auto* p = static_cast<char*>(t.raw_data());
-      for (int64_t done = 0, n = static_cast<int64_t>(t.nbytes()); done < n; done += kMaxCount) {
-        const int count = static_cast<int>(std::min(kMaxCount, n - done));
-        check_mpi(MPI_Bcast(p + done, count, MPI_BYTE, root, comm_), "MPI_Bcast");
-      }
-    });
+    return enqueue({0, Collective::Broadcast, static_cast<int64_t>(t.dtype()), t.numel(), root}, t.nbytes(),
+                   [this, t, root] {
+                     auto* p = static_cast<char*>(t.raw_data());
+                     for (int64_t done = 0, n = static_cast<int64_t>(t.nbytes()); done < n; done += kMaxCount) {
+                       const int count = static_cast<int>(std::min(kMaxCount, n - done));
+                       check_mpi(MPI_Bcast(p + done, count, MPI_BYTE, root, comm_), "MPI_Bcast");
+                     }
+                   });
   }
 
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp op) override {
     check_cpu_contiguous(t, "all_reduce");
     const MPI_Datatype type = reduce_type(t.dtype(), "all_reduce");
-    return enqueue("all_reduce", t.nbytes(), [this, t, op, type] {
-      auto* p = static_cast<char*>(t.raw_data());
-      const int64_t n = t.numel(), size = static_cast<int64_t>(t.element_size());
-      for (int64_t done = 0; done < n; done += kMaxCount) {
-        const int count = static_cast<int>(std::min(kMaxCount, n - done));
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + done * size, count, type, MPI_SUM, comm_), "MPI_Allreduce");
-      }
-      if (op == ReduceOp::Avg) divide(t, size_);
-    });
+    return enqueue({0, Collective::AllReduce, static_cast<int64_t>(t.dtype()), t.numel(), static_cast<int64_t>(op)},
+                   t.nbytes(), [this, t, op, type] {
+                     auto* p = static_cast<char*>(t.raw_data());
+                     const int64_t n = t.numel(), size = static_cast<int64_t>(t.element_size());
+                     for (int64_t done = 0; done < n; done += kMaxCount) {
+                       const int count = static_cast<int>(std::min(kMaxCount, n - done));
+                       check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + done * size, count, type, MPI_SUM, comm_),
+                                 "MPI_Allreduce");
+                     }
+                     if (op == ReduceOp::Avg) divide(t, size_);
+                   });
   }
 
   WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp op) override {
@@ -187,27 +217,31 @@ class MpiCommunicator : public Communicator {
     check_cpu_contiguous(output, "reduce_scatter");
     check_parts(input, output, "reduce_scatter", "input", "output");
     const MPI_Datatype type = reduce_type(input.dtype(), "reduce_scatter");
-    return enqueue("reduce_scatter", input.nbytes(), [this, input, output, op, type] {
-      check_mpi(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), static_cast<int>(output.numel()), type,
-                                         MPI_SUM, comm_),
-                "MPI_Reduce_scatter_block");
-      if (op == ReduceOp::Avg) divide(output, size_);
-    });
+    return enqueue(
+        {0, Collective::ReduceScatter, static_cast<int64_t>(input.dtype()), input.numel(), static_cast<int64_t>(op)},
+        input.nbytes(), [this, input, output, op, type] {
+          check_mpi(MPI_Reduce_scatter_block(input.raw_data(), output.raw_data(), static_cast<int>(output.numel()),
+                                             type, MPI_SUM, comm_),
+                    "MPI_Reduce_scatter_block");
+          if (op == ReduceOp::Avg) divide(output, size_);
+        });
   }
 
   WorkPtr all_gather_async(const Tensor& input, const Tensor& output) override {
     check_cpu_contiguous(input, "all_gather");
     check_cpu_contiguous(output, "all_gather");
     check_parts(output, input, "all_gather", "output", "input");
-    return enqueue("all_gather", input.nbytes(), [this, input, output] {
-      const int bytes = static_cast<int>(input.nbytes());
-      check_mpi(MPI_Allgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_),
-                "MPI_Allgather");
-    });
+    return enqueue({0, Collective::AllGather, static_cast<int64_t>(input.dtype()), input.numel(), 0}, input.nbytes(),
+                   [this, input, output] {
+                     const int bytes = static_cast<int>(input.nbytes());
+                     check_mpi(
+                         MPI_Allgather(input.raw_data(), bytes, MPI_BYTE, output.raw_data(), bytes, MPI_BYTE, comm_),
+                         "MPI_Allgather");
+                   });
   }
 
   WorkPtr barrier_async() override {
-    return enqueue("barrier", 0, [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
+    return enqueue({}, 0, [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
   int64_t bytes_issued() const override {
@@ -220,6 +254,11 @@ class MpiCommunicator : public Communicator {
     std::lock_guard<std::mutex> lock(m_);
     timeout_s_ = seconds;
     cv_.notify_all();
+  }
+
+  void set_debug(bool on) override {
+    std::lock_guard<std::mutex> lock(m_);
+    debug_ = on;
   }
 
   // At exit: the queue is drained, then MPI_Finalize, itself watched (it waits for every rank).
@@ -254,15 +293,34 @@ class MpiCommunicator : public Communicator {
              " bytes per rank, found ", part.nbytes());
   }
 
-  WorkPtr enqueue(const char* name, size_t bytes, std::function<void()> run) {
+  WorkPtr enqueue(Collective c, size_t bytes, std::function<void()> run) {
     std::lock_guard<std::mutex> lock(m_);
-    FT_CHECK(!stop_worker_, name, ": the communicator has shut down (after exit began)");
-    ++issued_;
-    auto work = std::make_shared<MpiWork>(detail::concat(name, " #", issued_, " of ", bytes, " bytes"), std::move(run));
+    c.sequence = ++issued_;
+    FT_CHECK(!stop_worker_, describe(c), ": the communicator has shut down (after exit began)");
+    // Whether to compare is decided here, in the caller's order, so every rank decides alike for
+    // the same collective even when set_debug() races with the communication thread.
+    if (debug_) run = [this, c, run = std::move(run)] { agree_on(c), run(); };
+    auto work = std::make_shared<MpiWork>(
+        detail::concat(describe(c), " (collective #", c.sequence, ", ", bytes, " bytes)"), std::move(run));
     bytes_ += static_cast<int64_t>(bytes);
     queue_.push_back(work);
     cv_.notify_all();
     return work;
+  }
+
+  // Debug mode: every rank's next collective, gathered, must be this one; else it fails on every
+  // rank (each sees the same gathered table) before MPI is handed mismatched buffers.
+  void agree_on(const Collective& mine) const {
+    std::vector<Collective> all(static_cast<size_t>(size_));
+    check_mpi(MPI_Allgather(&mine, 5, MPI_INT64_T, all.data(), 5, MPI_INT64_T, comm_), "MPI_Allgather (dist_debug)");
+    if (std::all_of(all.begin(), all.end(), [&](const Collective& c) { return c == all.front(); })) return;
+    std::string ranks;
+    for (int r = 0; r < size_; ++r)
+      ranks += detail::concat("\n  rank ", r, ": collective #", all[r].sequence, ": ", describe(all[r]));
+    FT_FAIL(
+        "collectives differ across ranks (dist_debug); every rank must issue the same collectives with the same "
+        "sizes in the same order:",
+        ranks);
   }
 
   void work_loop() {
@@ -340,6 +398,7 @@ class MpiCommunicator : public Communicator {
   Clock::time_point started_, finalize_started_;
   bool in_finalize_ = false, stop_worker_ = false, stop_watchdog_ = false;
   double timeout_s_ = 300;
+  bool debug_ = false;
   int64_t issued_ = 0, bytes_ = 0;
 };
 

@@ -82,6 +82,7 @@ void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm
            "Trainer: batch_size auto is not implemented for jobs of several ranks yet (found ", comm.world_size(),
            " ranks); give --batch-size, the per-rank batch");
   comm.set_timeout(c.dist_timeout);
+  comm.set_debug(c.dist_debug);
   // Ranks on one machine share its cores: by default each takes its part (mpirun may have bound
   // the rank to fewer cores already, which OpenMP's default count reflects).
   if (c.threads == 0 && comm.local_size() > 1) {

@@ -15,6 +15,10 @@
 //   ddp_worker fail <run_dir> <rank> <step>   rank <rank> throws in training step <step>
 //   ddp_worker hang <run_dir> <rank> <step>   rank <rank> stops communicating at step <step>
 //     (the others' collectives must time out: dist_timeout is 3 s here)
+//   ddp_worker size|skip <run_dir> <rank> <step>   with dist_debug on, rank <rank> all-gathers a
+//     2-element checksum in step <step> (size) or skips that all-gather (skip): the debug mode
+//     must name the differing collectives on every rank
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -103,9 +107,13 @@ class NetModule : public train::TrainModule {
       if (mode_ == "hang")
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
+    const bool diverge = step == fail_step_ && w->rank() == fail_rank_;
+    if (diverge && mode_ == "skip") return step_of(b);
     // Every replica must hold the same bits before every micro-batch.
-    Tensor mine = scalar_tensor(weights_hash(net_), DType::I64).reshape({1});
-    Tensor all = empty({w->world_size()}, DType::I64);
+    const int64_t n = diverge && mode_ == "size" ? 2 : 1;
+    Tensor mine = empty({n}, DType::I64);
+    std::fill_n(mine.data<int64_t>(), n, weights_hash(net_));
+    Tensor all = empty({w->world_size() * n}, DType::I64);
     w->all_gather(mine, all);
     for (int64_t r = 1; r < w->world_size(); ++r) mismatches += all.data<int64_t>()[r] != all.data<int64_t>()[0];
     ++checks;
@@ -135,7 +143,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY [CKPT_EVERY "
                "[RESUME|- [PRECISION]]]]]\n"
-               "       ddp_worker fail|hang RUN_DIR RANK STEP\n");
+               "       ddp_worker fail|hang|size|skip RUN_DIR RANK STEP\n");
   return 64;
 }
 
@@ -180,11 +188,14 @@ int main(int argc, char** argv) {
     if (argc > 7) c.checkpoint_every = std::atoll(argv[7]);
     c.keep_last = 0;
     if (argc > 9) c.precision = argv[9];
-  } else if (mode == "fail" || mode == "hang") {
+  } else if (mode == "fail" || mode == "hang" || mode == "size" || mode == "skip") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);
     fail_step = std::atoll(argv[4]);
     c.dist_timeout = 3;
+    // The debug mode, not the timeout, must end a diverging job: the timeout is out of reach.
+    c.dist_debug = mode == "size" || mode == "skip";
+    if (c.dist_debug) c.dist_timeout = 120;
   } else {
     return usage();
   }

@@ -263,9 +263,10 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   set_num_threads(config_.threads > 0 ? static_cast<int>(config_.threads) : default_num_threads());
   const int64_t limit = parse_memory_size(config_.memory_limit);
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
-  // Dropout draws from the default generator: seeded here, saved and restored by checkpoints.
-  default_generator().set_state({derive_seed(config_.seed, SeedUse::Dropout), 0});
   impl_->comm = dist::world();
+  // Dropout draws from the default generator: seeded here, each rank its own stream, saved (rank
+  // 0's) and restored by checkpoints.
+  default_generator().set_state({rank_stream(derive_seed(config_.seed, SeedUse::Dropout), impl_->comm->rank()), 0});
   apply_distributed_settings(config_, *impl_->comm);
 }
 
@@ -448,7 +449,9 @@ void Trainer::apply_resume() {
     pending_items = st.value("pending_items", int64_t{0});
     if (st.contains("pending_metric_sums"))
       pending_metrics = st.at("pending_metric_sums").get<std::vector<std::pair<std::string, double>>>();
-    g.seed = st.at("default_generator").at("seed").get<uint64_t>();
+    // Rank 0's stream was saved; every rank draws the same count per step, so each continues its
+    // own stream at the same offset (also at another number of ranks).
+    g.seed = rank_stream(st.at("default_generator").at("seed").get<uint64_t>(), impl_->comm->rank());
     g.offset = st.at("default_generator").at("offset").get<uint64_t>();
     ls.epoch = st.at("loader").at("epoch").get<uint64_t>();
     ls.position = st.at("loader").at("position").get<int64_t>();

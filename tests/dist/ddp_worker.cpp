@@ -4,14 +4,17 @@
 // clipping and accumulation. Only the public API (fasttrain/*.h).
 //
 //   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank [strategy
-//                    [checkpoint_every [resume_from|- [precision]]]]]
+//                    [checkpoint_every [resume_from|- [precision [dropout]]]]]]
 //     trains 20 steps with batch global_batch / ranks per rank and the strategy (default ddp;
 //     zero1, zero2: tests/test_zero.cpp), keeping a checkpoint every checkpoint_every steps
 //     (all of them; 0: none) and resuming from the checkpoint folder resume_from when given;
 //     each rank initialises its model from seed
 //     7 + 1000 x rank when seed_per_rank is 1 (DDP must make them rank 0's). Before
 //     every micro-batch the ranks compare a checksum of their weights' bits; rank 0 writes
-//     <run_dir>/replicas.txt ("checks C mismatches M") besides the run folder's files.
+//     <run_dir>/replicas.txt ("checks C mismatches M") besides the run folder's files. With
+//     dropout > 0 the hidden layer is dropped out in training steps, and the ranks also compare
+//     their masks: replicas.txt then ends with " same_masks S", the micro-batches in which two
+//     ranks dropped the same units.
 //   ddp_worker fail <run_dir> <rank> <step>   rank <rank> throws in training step <step>
 //   ddp_worker hang <run_dir> <rank> <step>   rank <rank> stops communicating at step <step>
 //     (the others' collectives must time out: dist_timeout is 3 s here)
@@ -90,8 +93,9 @@ int64_t weights_hash(const nn::Module& m) {
 
 class NetModule : public train::TrainModule {
  public:
-  NetModule(uint64_t seed, std::string mode, int fail_rank, int64_t fail_step, int64_t accumulate)
-      : gen_(seed),
+  NetModule(uint64_t seed, std::string mode, int fail_rank, int64_t fail_step, int64_t accumulate, double dropout)
+      : dropout_(dropout),
+        gen_(seed),
         net_(&gen_),
         mode_(std::move(mode)),
         fail_rank_(fail_rank),
@@ -108,7 +112,7 @@ class NetModule : public train::TrainModule {
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     }
     const bool diverge = step == fail_step_ && w->rank() == fail_rank_;
-    if (diverge && mode_ == "skip") return step_of(b);
+    if (diverge && mode_ == "skip") return step_of(b, true);
     // Every replica must hold the same bits before every micro-batch.
     const int64_t n = diverge && mode_ == "size" ? 2 : 1;
     Tensor mine = empty({n}, DType::I64);
@@ -117,21 +121,43 @@ class NetModule : public train::TrainModule {
     w->all_gather(mine, all);
     for (int64_t r = 1; r < w->world_size(); ++r) mismatches += all.data<int64_t>()[r] != all.data<int64_t>()[0];
     ++checks;
-    return step_of(b);
+    return step_of(b, true);
   }
-  train::StepOutput validation_step(const data::Batch& b) override { return step_of(b); }
+  train::StepOutput validation_step(const data::Batch& b) override { return step_of(b, false); }
 
-  int64_t checks = 0, mismatches = 0;
+  int64_t checks = 0, mismatches = 0, same_masks = 0;
 
  private:
-  train::StepOutput step_of(const data::Batch& b) {
+  train::StepOutput step_of(const data::Batch& b, bool training) {
     const Tensor x = add(b.field("x"), net_.named_buffers().front().second);
-    const Tensor h = tanh(net_.wide->forward(relu(net_.trunk->forward(x))));
+    Tensor h = tanh(net_.wide->forward(relu(net_.trunk->forward(x))));
+    if (training && dropout_ > 0) {
+      h = dropout(h, dropout_, true);
+      compare_masks(h);
+    }
     const Tensor ce = cross_entropy(net_.classify->forward(h), b.field("label"));
     const Tensor mse = mean(square(sub(net_.regress->forward(h).reshape({-1}), b.field("sum"))));
     return {add(ce, mul(mse, 0.05)), {{"mse", mse}}};
   }
 
+  // Counts the micro-batches where another rank's dropout mask (the zeros of `h`) equals this one's.
+  void compare_masks(const Tensor& h) {
+    const std::shared_ptr<dist::Communicator> w = dist::world();
+    const std::vector<double> v = h.to_vector();
+    uint64_t hash = 1469598103934665603ull;
+    for (double x : v) hash = (hash ^ (x == 0.0 ? 1u : 2u)) * 1099511628211ull;
+    Tensor mine = scalar_tensor(static_cast<int64_t>(hash >> 1), DType::I64).reshape({1});
+    Tensor all = empty({w->world_size()}, DType::I64);
+    w->all_gather(mine, all);
+    const int64_t* a = all.data<int64_t>();
+    for (int64_t r = 0; r < w->world_size(); ++r)
+      if (r != w->rank() && a[r] == a[w->rank()]) {
+        ++same_masks;
+        break;
+      }
+  }
+
+  double dropout_;
   Generator gen_;
   Net net_;
   std::string mode_;
@@ -142,7 +168,7 @@ class NetModule : public train::TrainModule {
 int usage() {
   std::fprintf(stderr,
                "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY [CKPT_EVERY "
-               "[RESUME|- [PRECISION]]]]]\n"
+               "[RESUME|- [PRECISION [DROPOUT]]]]]]\n"
                "       ddp_worker fail|hang|size|skip RUN_DIR RANK STEP\n");
   return 64;
 }
@@ -172,6 +198,7 @@ int main(int argc, char** argv) {
   c.eval_batches = 0;
   c.threads = 1;
   uint64_t init_seed = 7;
+  double dropout_p = 0;
   int fail_rank = -1;
   int64_t fail_step = -1;
   if (mode == "train") {
@@ -188,6 +215,7 @@ int main(int argc, char** argv) {
     if (argc > 7) c.checkpoint_every = std::atoll(argv[7]);
     c.keep_last = 0;
     if (argc > 9) c.precision = argv[9];
+    if (argc > 10) dropout_p = std::atof(argv[10]);
   } else if (mode == "fail" || mode == "hang" || mode == "size" || mode == "skip") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);
@@ -199,7 +227,7 @@ int main(int argc, char** argv) {
   } else {
     return usage();
   }
-  NetModule module(init_seed, mode, fail_rank, fail_step, c.accumulate);
+  NetModule module(init_seed, mode, fail_rank, fail_step, c.accumulate, dropout_p);
   auto blobs = std::make_shared<Blobs>();
   train::DatasetModule data({blobs, nullptr, nullptr}, {blobs, nullptr});
   train::Trainer trainer(c);
@@ -207,7 +235,9 @@ int main(int argc, char** argv) {
   trainer.fit(module, data);
   if (w->rank() == 0) {
     std::ofstream out(run_dir + "/replicas.txt");
-    out << "checks " << module.checks << " mismatches " << module.mismatches << "\n";
+    out << "checks " << module.checks << " mismatches " << module.mismatches;
+    if (dropout_p > 0) out << " same_masks " << module.same_masks;
+    out << "\n";
   }
   return 0;
 }

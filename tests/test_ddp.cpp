@@ -194,6 +194,41 @@ TEST(Ddp, DropoutDrawsItsOwnMasksOnEveryRankAndResumesExactly) {
   fs::remove_all(root);
 }
 
+TEST(Ddp, TheBatchSizeFinderRunsOnEveryRankAndTheRanksAgreeOnTheSmallest) {
+  const std::string root = test::scratch_dir("ddp", "batch-finder");
+  const std::string flags =
+      " train --batch-size auto --max-batch-size 512 --max-steps 2 --context 32 --layers 1 --dim 64 --heads 2 "
+      "--train-chars 40000 --val-chars 4000 --eval-every 0 --threads 1 --tensorboard false --run-dir " +
+      root;
+  // The batch one process finds under 24 MiB, then the same budget on both ranks: the same batch
+  // per rank, twice the global batch.
+  const test::CliRun one = run(std::string(FT_CLI_PATH) + flags + "/one --memory-limit 24MiB");
+  ASSERT_EQ(one.code, 0) << one.output;
+  const size_t at = one.output.find("-> batch size ");
+  ASSERT_NE(at, std::string::npos) << one.output;
+  const int64_t b = std::stoll(one.output.substr(at + 14));
+  ASSERT_GE(b, 8) << one.output;  // room to find a smaller one below
+  const test::CliRun two = run(mpirun(2) + FT_CLI_PATH + flags + "/two --memory-limit 24MiB");
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_NE(two.output.find("-> batch size " + std::to_string(b) + " per rank"), std::string::npos) << two.output;
+  EXPECT_NE(two.output.find("global batch " + std::to_string(2 * b) + " x 1"), std::string::npos) << two.output;
+  // Rank 1 with a quarter of the budget (mpirun's MPMD form): rank 0 searches past rank 1's
+  // batch, and both take rank 1's, the smallest; rank 0 reports both.
+  const test::CliRun mixed = run(mpirun(1) + FT_CLI_PATH + flags + "/mixed --memory-limit 24MiB : -np 1 " +
+                                 FT_CLI_PATH + flags + "/mixed --memory-limit 6MiB");
+  ASSERT_EQ(mixed.code, 0) << mixed.output;
+  const size_t m = mixed.output.find("(the smallest any rank found; this rank's: " + std::to_string(b) + ")");
+  ASSERT_NE(m, std::string::npos) << mixed.output;
+  const size_t agreed_at = mixed.output.rfind("-> batch size ", m);
+  ASSERT_NE(agreed_at, std::string::npos) << mixed.output;
+  const int64_t agreed = std::stoll(mixed.output.substr(agreed_at + 14));
+  EXPECT_GE(agreed, 1);
+  EXPECT_LT(agreed, b);
+  EXPECT_NE(mixed.output.find("global batch " + std::to_string(2 * agreed) + " x 1"), std::string::npos)
+      << mixed.output;
+  fs::remove_all(root);
+}
+
 TEST(Ddp, TheDebugModeNamesACollectiveThatDiffersAcrossRanks) {
   const std::string root = test::scratch_dir("ddp", "debug");
   // In step 3 rank 1 all-gathers a checksum of 2 elements where the others gather 1 (size), or

@@ -2,12 +2,18 @@
 // forward, backward and the optimizer's update with its state — at the config's precision, so
 // the peak it reaches is the peak training will reach at that batch size. Batches come from the
 // module's own data at each trial size, read by a loader in the calling thread.
+//
+// In a job of several ranks every rank searches on its own (the trials do not communicate: DDP's
+// hooks are not registered yet), under a budget that is the user's per-process limit or its share
+// of the machine's memory (the ranks on one machine share it), and then the ranks agree on the
+// smallest batch any of them found, so the per-rank batch is the same everywhere.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "fasttrain/allocator.h"
+#include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
@@ -17,20 +23,25 @@ namespace ft::train {
 
 namespace {
 
-// 80% of MemAvailable: what a CPU run may use when the user set no budget.
-int64_t default_cpu_budget() {
+// 80% of MemAvailable, shared by the job's ranks on this machine: what a CPU run may use when the
+// user set no budget.
+int64_t default_cpu_budget(int local_ranks) {
   std::ifstream in("/proc/meminfo");
   std::string key;
   int64_t kb = 0;
   std::string unit;
   while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024 / 10 * 8;
+    if (key == "MemAvailable:") return kb * 1024 / 10 * 8 / local_ranks;
   FT_FAIL("batch-size finder: cannot read MemAvailable from /proc/meminfo; set --memory-limit");
 }
 
 std::string bytes_text(int64_t b) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  const double mib = static_cast<double>(b) / (1024.0 * 1024);
+  if (mib < 1024)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", mib);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f GiB", mib / 1024);
   return buf;
 }
 
@@ -42,8 +53,9 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   c.validate();
   Allocator& alloc = allocator_for(Device::cpu());
   BatchSizeSearch out;
+  const std::shared_ptr<dist::Communicator> comm = dist::world();
   const int64_t user_limit = parse_memory_size(config.memory_limit);
-  out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget();
+  out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget(comm->local_size());
   alloc.set_memory_limit(static_cast<size_t>(out.memory_limit));
 
   // The trials train: the module's weights are put back afterwards (clones, since state_dict
@@ -109,13 +121,21 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   // Leave the allocator as the run will use it: the user's budget (or none), no cached trial memory.
   alloc.set_memory_limit(static_cast<size_t>(user_limit));
   alloc.empty_cache();
-  FT_CHECK(good > 0, "batch-size finder: not even a batch of 1 fits in the memory budget of ",
-           bytes_text(out.memory_limit), " (set a larger --memory-limit)");
-  out.batch_size = good;
+  // Every rank learns every rank's result before any fails, so all fail or none does.
+  Tensor found = empty({comm->world_size()}, DType::I64);
+  comm->all_gather(scalar_tensor(good, DType::I64).reshape({1}), found);
+  const int64_t* per_rank = found.data<int64_t>();
+  const int64_t agreed = *std::min_element(per_rank, per_rank + comm->world_size());
+  FT_CHECK(agreed > 0, "batch-size finder: not even a batch of 1 fits in the memory budget of ",
+           bytes_text(out.memory_limit), good > 0 ? " on another rank" : "", " (set a larger --memory-limit)");
+  out.batch_size = agreed;
   std::ostringstream r;
-  r << "batch-size finder (" << config.batch_size_search << ", budget " << bytes_text(out.memory_limit) << "):";
+  r << "batch-size finder (" << config.batch_size_search << ", budget " << bytes_text(out.memory_limit)
+    << (comm->world_size() > 1 ? " per rank" : "") << "):";
   for (const auto& [b, ok] : out.trials) r << " " << b << (ok ? " ok," : " out of memory,");
-  r << " -> batch size " << good;
+  r << " -> batch size " << agreed;
+  if (agreed < good) r << " (the smallest any rank found; this rank's: " << good << ")";
+  if (comm->world_size() > 1) r << " per rank";
   if (bad == 0) r << " (the largest tried: max_batch_size or the data size)";
   out.report = r.str();
   return out;

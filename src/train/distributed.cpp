@@ -78,9 +78,6 @@ class RankStreamDataset : public data::IterableDataset {
 }  // namespace
 
 void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm) {
-  FT_CHECK(comm.world_size() == 1 || c.batch_size > 0,
-           "Trainer: batch_size auto is not implemented for jobs of several ranks yet (found ", comm.world_size(),
-           " ranks); give --batch-size, the per-rank batch");
   comm.set_timeout(c.dist_timeout);
   comm.set_debug(c.dist_debug);
   // Ranks on one machine share its cores: by default each takes its part (mpirun may have bound

@@ -229,6 +229,25 @@ TEST(Ddp, TheBatchSizeFinderRunsOnEveryRankAndTheRanksAgreeOnTheSmallest) {
   fs::remove_all(root);
 }
 
+TEST(Ddp, BenchUnderMpirunSplitsOneProcesssBatchAndReportsItsLoss) {
+  // Each rank takes its rows of the batch one process would use; the mean of the ranks' losses is
+  // that process's loss, step after step (the same weights, the same global gradient).
+  auto field = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\"" + key + "\": ");
+    EXPECT_NE(at, std::string::npos) << key << " in " << out;
+    return at == std::string::npos ? 0.0 : std::stod(out.substr(at + key.size() + 4));
+  };
+  const std::string args =
+      std::string(FT_CLI_PATH) + " bench --workload mlp --batch 8 --steps 3 --warmup 1 --threads 1";
+  const test::CliRun one = run(args), two = run(mpirun(2) + args);
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_NEAR(field(two.output, "loss"), field(one.output, "loss"), 1e-4 * std::abs(field(one.output, "loss")))
+      << one.output << two.output;
+  EXPECT_EQ(field(two.output, "model_flops"), field(one.output, "model_flops"));  // the job's step
+  EXPECT_EQ(field(two.output, "world_size"), 2);
+}
+
 TEST(Ddp, TheDebugModeNamesACollectiveThatDiffersAcrossRanks) {
   const std::string root = test::scratch_dir("ddp", "debug");
   // In step 3 rank 1 all-gathers a checksum of 2 elements where the others gather 1 (size), or

@@ -89,10 +89,10 @@ struct BenchResult {
   double ms_per_step = 0;  // median of the timed steps
   double items_per_s = 0;
   std::string item_unit;
-  double loss = 0;  // of the last timed step
+  double loss = 0;  // of the last timed step (under mpirun: the mean over the ranks, one process's loss)
   int64_t params = 0;
-  double model_flops = 0;       // per step, model_flops_per_step
-  double peak_gflops = 0;       // the machine's measured peak for this precision on `threads` threads
+  double model_flops = 0;       // per step of the whole job (every rank), model_flops_per_step
+  double peak_gflops = 0;       // the measured peak for this precision on `threads` threads, times the ranks
   double peak_fraction = 0;     // model FLOP/s over that peak
   std::string cpu_isa;          // "avx2+avx512f+avx512_bf16[+amx]": figures from other ISAs do not compare
   std::string half_gemm;        // the bf16/f16 GEMM path (onednn or packed) for the 16-bit precisions, else ""

@@ -171,14 +171,17 @@ BenchResult run_bench(const BenchOptions& o) {
   if (o.threads) set_num_threads(o.threads);
   Generator gen(o.seed);
   Workload w = make_workload(o.workload, o.batch, gen);
-  // Several ranks (mpirun): each takes its part of the global batch; DDP averages the gradients.
+  // Several ranks (mpirun): each takes its rows of one process's batch, so the step's mean loss
+  // over the ranks is one process's loss; DDP averages the gradients.
   const std::shared_ptr<dist::Communicator> comm = dist::world();
   const int64_t global_batch = w.batch, ranks = comm->world_size();
   if (ranks > 1) {
     FT_CHECK(global_batch % ranks == 0, "bench: the global batch of ", global_batch, " does not split evenly into ",
              ranks, " ranks");
-    Generator rank_gen(o.seed);
-    w = make_workload(o.workload, global_batch / ranks, rank_gen);
+    const int64_t rows = global_batch / ranks;
+    w.inputs = w.inputs.narrow(0, comm->rank() * rows, rows).contiguous();
+    w.targets = w.targets.narrow(0, comm->rank() * rows, rows).contiguous();
+    w.batch = rows;
   }
   FT_CHECK(w.batch % o.accumulate == 0, "bench: the batch of ", w.batch, " does not split into --accumulate ",
            o.accumulate, " equal micro-batches");
@@ -206,7 +209,8 @@ BenchResult run_bench(const BenchOptions& o) {
   auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
   runner->set_grad_sync(ddp ? static_cast<train::GradSync*>(ddp.get()) : zero.get());
   BenchResult r;
-  r.model_flops = model_flops_per_step(w);
+  // The job's step: every rank's rows (the peak below is the job's too: every rank's threads).
+  r.model_flops = model_flops_per_step(w) * static_cast<double>(ranks);
   // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
   // the steps use. bf16 compares against the fastest bf16 product the CPU has; fp32 and fp16
   // against f32 FMA (f16 operands are widened to f32 on the CPU).
@@ -214,7 +218,7 @@ BenchResult run_bench(const BenchOptions& o) {
   const bool half = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True ||
                     o.precision == train::Precision::FP16Mixed;
   const bool bf16 = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True;
-  r.peak_gflops = bf16 ? peak.bf16_gflops() : peak.fp32_gflops;
+  r.peak_gflops = (bf16 ? peak.bf16_gflops() : peak.fp32_gflops) * static_cast<double>(ranks);
   r.cpu_isa = cpu::cpu_isa_flags();
   if (half) r.half_gemm = cpu::half_gemm_path_name(cpu::half_gemm_path());
 
@@ -251,7 +255,9 @@ BenchResult run_bench(const BenchOptions& o) {
   r.threads = get_num_threads();
   r.items_per_s = static_cast<double>(global_batch * w.items_per_sample) / (r.ms_per_step / 1e3);
   r.item_unit = w.item_unit;
-  r.loss = loss.item<double>();
+  Tensor mean_loss = scalar_tensor(loss.item<double>(), DType::F64);
+  comm->all_reduce(mean_loss, dist::ReduceOp::Avg);  // a world of one: unchanged
+  r.loss = mean_loss.item<double>();
   r.params = w.model->num_parameters();
   if (r.peak_gflops > 0) r.peak_fraction = r.model_flops / (r.ms_per_step / 1e3) / (r.peak_gflops * 1e9);
   return r;

@@ -3,10 +3,7 @@
 // against one process, through tests/dist/ddp_worker (a model and data of its own trained by
 // Trainer::fit) and the fasttrain program; and DDP's bucketing in one process.
 //
-// Under AddressSanitizer the ranks run with LeakSanitizer off (and only they): Open MPI leaves
-// what its components, PMIx and hwloc allocated unfreed at MPI_Finalize, and every leak reported
-// in a rank is in those libraries (docs/ARCHITECTURE.md "Sanitizers"). ASan and UBSan still
-// check every rank, and the single-process runs keep the leak check.
+// (tests/support/mpi_job.h: the mpirun prefix, and ASan's leak check off in the ranks only.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +16,7 @@
 
 #include "dist/ddp.h"
 #include "fasttrain/fasttrain.h"
-#include "support/run_cli.h"
+#include "support/mpi_job.h"
 #include "support/trainer_configs.h"
 
 namespace ft {
@@ -27,77 +24,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#if defined(__SANITIZE_ADDRESS__)
-const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
-const std::string kForwardEnv = " -x ASAN_OPTIONS";
-#else
-const std::string kRankEnv, kForwardEnv;
-#endif
-
-// mpirun's --timeout is a second safety net besides the CTest timeout: no job outlives it.
-std::string mpirun(int ranks) {
-  return kRankEnv + FT_MPIEXEC + kForwardEnv + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
-         std::to_string(ranks) + " ";
-}
-
-test::CliRun run(const std::string& command) {
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using test::expect_weights_close;
+using test::mpirun;
+using test::run_command;
+using test::slurp;
+using test::train_losses;
 
 // Trains with the worker: alone for ranks == 1, else under mpirun; returns the run folder.
 std::string train(const std::string& root, const std::string& name, int ranks, const std::string& cap_mb,
                   bool seed_per_rank = true) {
   const std::string dir = root + "/" + name;
   const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 " + cap_mb + (seed_per_rank ? " 1" : "");
-  const test::CliRun r = run(ranks == 1 ? args : mpirun(ranks) + args);
+  const test::CliRun r = run_command(ranks == 1 ? args : mpirun(ranks) + args);
   EXPECT_EQ(r.code, 0) << r.output;
   return dir;
-}
-
-// The training losses of metrics.csv, one per step (log_every_n_steps is 1).
-std::vector<double> losses(const std::string& dir) {
-  std::ifstream f(dir + "/metrics.csv");
-  std::vector<double> out;
-  std::string line;
-  while (std::getline(f, line)) {
-    std::vector<std::string> cols;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
-    if (cols.size() > 3 && cols[2] == "train") out.push_back(std::stod(cols[3]));
-  }
-  return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-// Every weight of `dir`'s model within `rel` of the reference's, relative to the largest
-// magnitude in its tensor (near-zero elements are not held to a relative bound of their own).
-void expect_weights_close(const std::string& dir, const std::string& reference, double rel) {
-  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
-  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const auto& [name, x] = a.tensors[i];
-    ASSERT_EQ(name, b.tensors[i].first);
-    const std::vector<double> u = x.to_vector(), v = b.tensors[i].second.to_vector();
-    ASSERT_EQ(u.size(), v.size()) << name;
-    double scale = 0, worst = 0;
-    for (size_t k = 0; k < v.size(); ++k) {
-      scale = std::max(scale, std::abs(v[k]));
-      worst = std::max(worst, std::abs(u[k] - v[k]));
-    }
-    EXPECT_LE(worst, rel * scale) << dir << ": " << name << " differs by " << worst << " (largest value " << scale
-                                  << ")";
-  }
 }
 
 void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel) {
@@ -117,10 +57,10 @@ TEST(Ddp, TwoAndThreeRanksTrainLikeOneProcessWithTheGlobalBatch) {
   // worker's config); global batch 12: 12 x 1, 6 x 2 and 4 x 3 ranks. The ranks start from
   // different seeds: DDP's broadcast must make them all rank 0's (= the single process's).
   const std::string one = train(root, "one", 1, "25", false);
-  const std::vector<double> reference = losses(one);
+  const std::vector<double> reference = train_losses(one);
   for (int ranks : {2, 3}) {
     const std::string dir = train(root, "ranks" + std::to_string(ranks), ranks, "25");
-    expect_losses_close(losses(dir), reference, 1e-6);
+    expect_losses_close(train_losses(dir), reference, 1e-6);
     expect_weights_close(dir, one, 1e-6);
     expect_replicas_identical(dir);
   }
@@ -140,7 +80,7 @@ TEST(Ddp, BucketCapsTinyDefaultAndUnboundedGiveIdenticalResults) {
   ASSERT_FALSE(model.empty());
   for (const char* cap : {"0.0001", "0.004", "0"}) {
     const std::string dir = train(root, std::string("cap") + cap, 2, cap);
-    EXPECT_EQ(losses(dir), losses(base)) << "bucket_cap_mb " << cap;
+    EXPECT_EQ(train_losses(dir), train_losses(base)) << "bucket_cap_mb " << cap;
     EXPECT_TRUE(slurp(dir + "/model.safetensors") == model) << "bucket_cap_mb " << cap << ": weights differ";
     expect_replicas_identical(dir);
   }
@@ -151,8 +91,8 @@ TEST(Ddp, ARankThatThrowsEndsEveryRankWithItsMessage) {
   const std::string root = test::scratch_dir("ddp", "fail");
   for (int ranks : {2, 3}) {
     const int failing = ranks - 1;
-    const test::CliRun r = run(mpirun(ranks) + FT_DDP_WORKER + " fail " + root + "/r" + std::to_string(ranks) + " " +
-                               std::to_string(failing) + " 3");
+    const test::CliRun r = run_command(mpirun(ranks) + FT_DDP_WORKER + " fail " + root + "/r" + std::to_string(ranks) +
+                                       " " + std::to_string(failing) + " 3");
     EXPECT_NE(r.code, 0) << r.output;
     const std::string expected = "fasttrain: rank " + std::to_string(failing) + " of " + std::to_string(ranks) +
                                  ": error: injected failure in training step 3";
@@ -165,7 +105,7 @@ TEST(Ddp, ARankThatStopsCommunicatingTimesTheJobOut) {
   const std::string root = test::scratch_dir("ddp", "hang");
   // Rank 1 sleeps in step 3; rank 0's next collective outlives dist_timeout (3 s) and its
   // watchdog aborts the job, naming itself and the collective.
-  const test::CliRun r = run(mpirun(2) + FT_DDP_WORKER + " hang " + root + " 1 3");
+  const test::CliRun r = run_command(mpirun(2) + FT_DDP_WORKER + " hang " + root + " 1 3");
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("fasttrain: rank 0 of 2: error: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did not complete within 3 s (dist_timeout)"), std::string::npos) << r.output;
@@ -178,7 +118,8 @@ TEST(Ddp, DropoutDrawsItsOwnMasksOnEveryRankAndResumesExactly) {
   // drop the same units of their own samples in every micro-batch. Each rank draws its own.
   auto job = [&](const std::string& name, const std::string& resume) {
     const std::string dir = root + "/" + name;
-    const test::CliRun r = run(mpirun(2) + FT_DDP_WORKER + " train " + dir + " 12 25 1 ddp 10 " + resume + " 32 0.3");
+    const test::CliRun r =
+        run_command(mpirun(2) + FT_DDP_WORKER + " train " + dir + " 12 25 1 ddp 10 " + resume + " 32 0.3");
     EXPECT_EQ(r.code, 0) << r.output;
     return dir;
   };
@@ -186,7 +127,7 @@ TEST(Ddp, DropoutDrawsItsOwnMasksOnEveryRankAndResumesExactly) {
   EXPECT_EQ(slurp(full + "/replicas.txt"), "checks 40 mismatches 0 same_masks 0\n");
   // Resumed at step 10, every rank continues its own stream: the losses of the uninterrupted run.
   const std::string resumed = job("resumed", full + "/checkpoints/step-00000010");
-  const std::vector<double> all = losses(full), tail = losses(resumed);
+  const std::vector<double> all = train_losses(full), tail = train_losses(resumed);
   ASSERT_EQ(all.size(), 20u);
   ASSERT_EQ(tail.size(), 10u);
   for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], all[i + 10]) << "step " << i + 11;
@@ -202,20 +143,20 @@ TEST(Ddp, TheBatchSizeFinderRunsOnEveryRankAndTheRanksAgreeOnTheSmallest) {
       root;
   // The batch one process finds under 24 MiB, then the same budget on both ranks: the same batch
   // per rank, twice the global batch.
-  const test::CliRun one = run(std::string(FT_CLI_PATH) + flags + "/one --memory-limit 24MiB");
+  const test::CliRun one = run_command(std::string(FT_CLI_PATH) + flags + "/one --memory-limit 24MiB");
   ASSERT_EQ(one.code, 0) << one.output;
   const size_t at = one.output.find("-> batch size ");
   ASSERT_NE(at, std::string::npos) << one.output;
   const int64_t b = std::stoll(one.output.substr(at + 14));
   ASSERT_GE(b, 8) << one.output;  // room to find a smaller one below
-  const test::CliRun two = run(mpirun(2) + FT_CLI_PATH + flags + "/two --memory-limit 24MiB");
+  const test::CliRun two = run_command(mpirun(2) + FT_CLI_PATH + flags + "/two --memory-limit 24MiB");
   ASSERT_EQ(two.code, 0) << two.output;
   EXPECT_NE(two.output.find("-> batch size " + std::to_string(b) + " per rank"), std::string::npos) << two.output;
   EXPECT_NE(two.output.find("global batch " + std::to_string(2 * b) + " x 1"), std::string::npos) << two.output;
   // Rank 1 with a quarter of the budget (mpirun's MPMD form): rank 0 searches past rank 1's
   // batch, and both take rank 1's, the smallest; rank 0 reports both.
-  const test::CliRun mixed = run(mpirun(1) + FT_CLI_PATH + flags + "/mixed --memory-limit 24MiB : -np 1 " +
-                                 FT_CLI_PATH + flags + "/mixed --memory-limit 6MiB");
+  const test::CliRun mixed = run_command(mpirun(1) + FT_CLI_PATH + flags + "/mixed --memory-limit 24MiB : -np 1 " +
+                                         FT_CLI_PATH + flags + "/mixed --memory-limit 6MiB");
   ASSERT_EQ(mixed.code, 0) << mixed.output;
   const size_t m = mixed.output.find("(the smallest any rank found; this rank's: " + std::to_string(b) + ")");
   ASSERT_NE(m, std::string::npos) << mixed.output;
@@ -239,7 +180,7 @@ TEST(Ddp, BenchUnderMpirunSplitsOneProcesssBatchAndReportsItsLoss) {
   };
   const std::string args =
       std::string(FT_CLI_PATH) + " bench --workload mlp --batch 8 --steps 3 --warmup 1 --threads 1";
-  const test::CliRun one = run(args), two = run(mpirun(2) + args);
+  const test::CliRun one = run_command(args), two = run_command(mpirun(2) + args);
   ASSERT_EQ(one.code, 0) << one.output;
   ASSERT_EQ(two.code, 0) << two.output;
   EXPECT_NEAR(field(two.output, "loss"), field(one.output, "loss"), 1e-4 * std::abs(field(one.output, "loss")))
@@ -267,7 +208,8 @@ TEST(Ddp, TheDebugModeNamesACollectiveThatDiffersAcrossRanks) {
         Case{"size", 3, {"rank 2: collective #", ": all_gather of 1 i64 elements", ": all_gather of 2 i64 elements"}},
         Case{"skip", 2, {": all_gather of 1 i64 elements", ": all_reduce of ", " f32 elements (avg)"}}}) {
     SCOPED_TRACE(std::string(c.mode) + " at " + std::to_string(c.ranks) + " ranks");
-    const test::CliRun r = run(mpirun(c.ranks) + FT_DDP_WORKER + " " + c.mode + " " + root + "/" + c.mode + " 1 3");
+    const test::CliRun r =
+        run_command(mpirun(c.ranks) + FT_DDP_WORKER + " " + c.mode + " " + root + "/" + c.mode + " 1 3");
     EXPECT_NE(r.code, 0) << r.output;
     EXPECT_NE(r.output.find(": error: collectives differ across ranks (dist_debug)"), std::string::npos) << r.output;
     for (const std::string& what : c.named) EXPECT_NE(r.output.find(what), std::string::npos) << what << r.output;
@@ -283,7 +225,7 @@ TEST(Ddp, TheProgramTrainsAndResumesUnderMpirunAndOnlyRankZeroReports) {
       "--val-chars 4000 --eval-every 3 --eval-batches 2 --log-every-n-steps 3 --checkpoint-every 3 --threads 1 "
       "--run-dir " +
       dir;
-  const test::CliRun r = run(mpirun(2) + FT_CLI_PATH + flags);
+  const test::CliRun r = run_command(mpirun(2) + FT_CLI_PATH + flags);
   ASSERT_EQ(r.code, 0) << r.output;
   auto count = [&](const std::string& what) {
     size_t n = 0;
@@ -294,21 +236,21 @@ TEST(Ddp, TheProgramTrainsAndResumesUnderMpirunAndOnlyRankZeroReports) {
   EXPECT_EQ(count("data parallel: 2 ranks (ddp), global batch 8 x 1"), 1u) << r.output;
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
   EXPECT_TRUE(fs::exists(dir + "/checkpoints/step-00000006/trainer_state.json"));
-  EXPECT_EQ(losses(dir).size(), 2u);  // steps 3 and 6, once each: one writer
+  EXPECT_EQ(train_losses(dir).size(), 2u);  // steps 3 and 6, once each: one writer
 
   // Resumed from rank 0's checkpoint at step 3, both ranks continue exactly: step 6 logs the
   // loss of the uninterrupted run, bit for bit.
   const std::string resumed = dir + "_resumed";
-  const test::CliRun again = run(mpirun(2) + FT_CLI_PATH + flags.substr(0, flags.find(" --run-dir")) + " --run-dir " +
-                                 resumed + " --resume " + dir + "/checkpoints/step-00000003");
+  const test::CliRun again = run_command(mpirun(2) + FT_CLI_PATH + flags.substr(0, flags.find(" --run-dir")) +
+                                         " --run-dir " + resumed + " --resume " + dir + "/checkpoints/step-00000003");
   ASSERT_EQ(again.code, 0) << again.output;
-  const std::vector<double> resumed_losses = losses(resumed);
+  const std::vector<double> resumed_losses = train_losses(resumed);
   ASSERT_EQ(resumed_losses.size(), 1u);
-  EXPECT_EQ(resumed_losses[0], losses(dir)[1]);
+  EXPECT_EQ(resumed_losses[0], train_losses(dir)[1]);
   fs::remove_all(resumed);
   fs::remove_all(dir);
 
-  const test::CliRun zero = run(mpirun(2) + FT_CLI_PATH + flags + " --strategy zero3");
+  const test::CliRun zero = run_command(mpirun(2) + FT_CLI_PATH + flags + " --strategy zero3");
   EXPECT_NE(zero.code, 0);
   EXPECT_NE(zero.output.find("strategy: 'zero3' is not implemented yet (ddp, zero1 and zero2 are)"), std::string::npos)
       << zero.output;

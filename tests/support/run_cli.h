@@ -1,5 +1,6 @@
 // Runs the built fasttrain program (FT_CLI_PATH, set for the suites that use it in
-// tests/CMakeLists.txt) as a user does, capturing its exit code and everything it printed.
+// tests/CMakeLists.txt) as a user does, or any command line, capturing its exit code and
+// everything it printed.
 #pragma once
 #include <sys/wait.h>
 
@@ -13,9 +14,9 @@ struct CliRun {
   std::string output;  // stdout and stderr together
 };
 
-inline CliRun run_cli(const std::string& args) {
-  const std::string cmd = std::string(FT_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
+// Runs a shell command line.
+inline CliRun run_command(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
   char buf[4096];
@@ -23,5 +24,9 @@ inline CliRun run_cli(const std::string& args) {
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
+
+#ifdef FT_CLI_PATH
+inline CliRun run_cli(const std::string& args) { return run_command(std::string(FT_CLI_PATH) + " " + args); }
+#endif
 
 }  // namespace ft::test

@@ -1,0 +1,79 @@
+// What the data-parallel suites (test_ddp, test_zero) share: the mpirun prefix for jobs of N ranks
+// on the CI machine, running a command, and reading back a run folder's losses and weights.
+//
+// Under AddressSanitizer the ranks run with LeakSanitizer off (and only they): Open MPI leaves
+// what its components, PMIx and hwloc allocated unfreed at MPI_Finalize, and every leak reported
+// in a rank is in those libraries (docs/ARCHITECTURE.md "Sanitizers"). ASan and UBSan still check
+// every rank, and the single-process runs keep the leak check.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fasttrain/safetensors.h"
+#include "support/run_cli.h"
+
+namespace ft::test {
+
+// "mpirun ... -np N " (FT_MPIEXEC, set in tests/CMakeLists.txt): --oversubscribe, as the CI
+// machine has 2 cores; --allow-run-as-root, as it runs as root; mpirun's --timeout is a second
+// safety net besides the CTest timeout, so no job outlives it.
+inline std::string mpirun(int ranks) {
+#if defined(__SANITIZE_ADDRESS__)
+  const std::string env = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ",
+                    forward = " -x ASAN_OPTIONS";
+#else
+  const std::string env, forward;
+#endif
+  return env + FT_MPIEXEC + forward + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
+         std::to_string(ranks) + " ";
+}
+
+// The training losses of a run folder's metrics.csv, in step order.
+inline std::vector<double> train_losses(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.csv");
+  std::vector<double> out;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
+    if (cols.size() > 3 && cols[2] == "train") out.push_back(std::stod(cols[3]));
+  }
+  return out;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Every weight of `dir`'s model.safetensors within `rel` of the reference's, relative to the
+// largest magnitude in its tensor (near-zero elements are not held to a relative bound of their
+// own).
+inline void expect_weights_close(const std::string& dir, const std::string& reference, double rel) {
+  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
+  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto& [name, x] = a.tensors[i];
+    ASSERT_EQ(name, b.tensors[i].first);
+    const std::vector<double> u = x.to_vector(), v = b.tensors[i].second.to_vector();
+    ASSERT_EQ(u.size(), v.size()) << name;
+    double scale = 0, worst = 0;
+    for (size_t k = 0; k < v.size(); ++k) {
+      scale = std::max(scale, std::abs(v[k]));
+      worst = std::max(worst, std::abs(u[k] - v[k]));
+    }
+    EXPECT_LE(worst, rel * scale) << dir << ": " << name << " differs by " << worst << " (largest value " << scale
+                                  << ")";
+  }
+}
+
+}  // namespace ft::test

@@ -249,6 +249,74 @@ TEST(Linalg, Bf16PathsAgreeOnLinearLayouts) {
   }
 }
 
+TEST(Linalg, F32PathsAgreeAndDoNotDependOnTheThreadCount) {
+  // oneDNN's f32 matmul against OpenBLAS's sgemm in the layouts linear and attention use, with a
+  // long inner dimension (the shape where a library might split K across threads and change the
+  // order of the sum), an accumulating product and a broadcast operand. Both sum in f32 in their
+  // own order: close, not equal. oneDNN gives the same bits on 1 and 2 threads (so does sgemm on
+  // its AVX-512 kernels).
+  Generator g(5);
+  const int64_t R = 96, in = 80, out = 144;
+  Tensor x = randn({R, in}, DType::F32, &g), w = randn({out, in}, DType::F32, &g);
+  Tensor dy = randn({R, out}, DType::F32, &g), bias = randn({out}, DType::F32, &g);
+  Tensor c0 = randn({R, out}, DType::F32, &g);
+  Tensor lk_a = randn({16, 8192}, DType::F32, &g), lk_b = randn({8192, 24}, DType::F32, &g);
+  struct Case {
+    const char* name;
+    Tensor a, b, bias;
+    bool accumulate;
+  };
+  const Case cases[] = {
+      {"forward", x, w.t(), bias, false},
+      {"input grad", dy, w, Tensor(), false},
+      {"weight grad", dy.t(), x, Tensor(), false},
+      {"accumulate", x, w.t(), Tensor(), true},
+      {"batched, broadcast weight", x.reshape({2, R / 2, in}), w.t().expand({2, in, out}), bias, false},
+      {"long inner dimension", lk_a, lk_b, Tensor(), false}};
+  const int threads = get_num_threads();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int nd = c.a.dim();
+    Shape s = c.a.shape();
+    s[nd - 1] = c.b.size(nd - 1);
+    auto product = [&](bool onednn, int n) {
+      set_num_threads(n);
+      Tensor y = c.accumulate ? c0.clone() : empty(s, DType::F32);
+      if (onednn)
+        EXPECT_TRUE(cpu::matmul_onednn(c.a, c.b, y, c.accumulate, c.bias));
+      else
+        cpu::matmul_via_f32(c.a, c.b, y, c.accumulate, c.bias);  // f32 in, f32 out: sgemm itself
+      return y.to_vector();
+    };
+    const std::vector<double> d1 = product(true, 1), d2 = product(true, 2), b1 = product(false, 1),
+                              b2 = product(false, 2);
+    EXPECT_EQ(d1, d2) << "oneDNN's f32 product depends on the thread count";
+    // OpenBLAS's AVX-512 kernels split the output only; its AVX2 ("Haswell") kernels give other
+    // bits on 2 threads than on 1 (seen with OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU).
+    if (cpu::blas_has_avx512_kernels()) EXPECT_EQ(b1, b2) << "sgemm depends on the thread count";
+    double scale = 0;
+    for (double v : b1) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < b1.size(); ++i) ASSERT_NEAR(d1[i], b1[i], 1e-5 * scale) << "element " << i;
+  }
+  set_num_threads(threads);
+}
+
+TEST(Linalg, F32GemmPathChoice) {
+  using cpu::F32GemmPath;
+  // Forced paths; auto takes oneDNN only where OpenBLAS runs below AVX-512 and oneDNN does not.
+  EXPECT_EQ(cpu::choose_f32_gemm_path("onednn", true, false), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path("blas", false, true), F32GemmPath::Blas);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(nullptr, false, true), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path("auto", true, true), F32GemmPath::Blas);
+  EXPECT_EQ(cpu::choose_f32_gemm_path("", false, false), F32GemmPath::Blas);
+  expect_error([] { cpu::choose_f32_gemm_path("mkl", true, true); },
+               "FT_F32_GEMM: expected blas, onednn or auto, found 'mkl'");
+  // A forced path is the process's path (CTest runs this suite with each one).
+  const char* env = std::getenv("FT_F32_GEMM");
+  if (env && (std::string(env) == "onednn" || std::string(env) == "blas"))
+    EXPECT_STREQ(cpu::f32_gemm_path_name(cpu::f32_gemm_path()), env);
+}
+
 TEST(Linalg, Errors) {
   expect_error([] { matmul(zeros({4, 3}), zeros({5, 2})); }, "matmul: inner dimensions differ: [4, 3] x [5, 2]");
   expect_error([] { matmul(zeros({3}), zeros({4})); }, "matmul: inner dimensions differ: [3] x [4]");

@@ -189,7 +189,8 @@ dnnl::memory::desc mat_desc(int64_t batch, int64_t bstride, int64_t rows, int64_
   return dnnl::memory::desc({batch, rows, cols}, dt, {bs, sr, sc});
 }
 
-// True when OpenBLAS runs its AVX-512 kernels (see blas_setup.h for why it might not).
+}  // namespace
+
 bool blas_has_avx512_kernels() {
   static const bool fast = [] {
     ensure_blas_kernels();
@@ -202,14 +203,12 @@ bool blas_has_avx512_kernels() {
   return fast;
 }
 
-}  // namespace
-
 bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate, const Tensor& bias) {
   using dt = dnnl::memory::data_type;
   const DType t = out.dtype();
-  if ((t != DType::BF16 && t != DType::F16) || a_in.dtype() != t || b_in.dtype() != t) return false;
+  if ((t != DType::BF16 && t != DType::F16 && t != DType::F32) || a_in.dtype() != t || b_in.dtype() != t) return false;
   if (bias.defined() && (accumulate || bias.dtype() != t)) return false;
-  const dt type = t == DType::BF16 ? dt::bf16 : dt::f16;
+  const dt type = t == DType::BF16 ? dt::bf16 : t == DType::F16 ? dt::f16 : dt::f32;
   const int nd = out.dim();
   const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a_in.size(nd - 1);
   MatLayout la, lb, lc;
@@ -223,8 +222,9 @@ bool matmul_onednn(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bo
   const bool flat = flat_batch_stride(a, sa) && flat_batch_stride(b, sb) && flat_batch_stride(out, sc) && sc != 0;
   const int64_t B = flat ? nb : 1;
   const int64_t Ba = (flat && sa != 0) ? nb : 1, Bb = (flat && sb != 0) ? nb : 1;
-  PrimKey key = {B,  M,  N,        K,     Ba, sa,    la.trans,       la.ld,
-                 Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(), (accumulate ? 1 : 0) + (t == DType::F16 ? 2 : 0)};
+  PrimKey key = {
+      B,  M,  N,        K,     Ba, sa,    la.trans,       la.ld,
+      Bb, sb, lb.trans, lb.ld, sc, lc.ld, bias.defined(), (accumulate ? 1 : 0) + 2 * static_cast<int64_t>(type)};
   std::shared_ptr<Prim> prim;
   {
     PrimCache& cache = prim_cache();
@@ -347,6 +347,34 @@ void matmul_via_f32(const Tensor& a, const Tensor& b, const Tensor& out, bool ac
 
 const char* half_gemm_path_name(HalfGemmPath p) { return p == HalfGemmPath::Onednn ? "onednn" : "packed"; }
 
+const char* f32_gemm_path_name(F32GemmPath p) { return p == F32GemmPath::Onednn ? "onednn" : "blas"; }
+
+F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512) {
+  const std::string v = setting ? setting : "";
+  if (v == "onednn") return F32GemmPath::Onednn;
+  if (v == "blas") return F32GemmPath::Blas;
+  FT_CHECK(v.empty() || v == "auto", "FT_F32_GEMM: expected blas, onednn or auto, found '", v, "'");
+  // OpenBLAS on kernels below the CPU's AVX-512 (OPENBLAS_CORETYPE chose them, or it did not
+  // recognise the CPU) against oneDNN's AVX-512 brgemm: about twice the rate (docs/PERF.md).
+  return !blas_avx512 && onednn_avx512 ? F32GemmPath::Onednn : F32GemmPath::Blas;
+}
+
+bool onednn_isa_has_avx512() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+  return (isa & avx512) == avx512;
+}
+
+F32GemmPath f32_gemm_path() {
+  static const F32GemmPath path = [] {
+    const char* setting = std::getenv("FT_F32_GEMM");
+    const std::string v = setting ? setting : "";
+    if (v == "onednn" || v == "blas") return choose_f32_gemm_path(setting, false, false);
+    return choose_f32_gemm_path(setting, blas_has_avx512_kernels(), onednn_isa_has_avx512());
+  }();
+  return path;
+}
+
 HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma) {
   const std::string v = setting ? setting : "";
   if (v == "onednn") return HalfGemmPath::Onednn;
@@ -410,7 +438,12 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
     return;
   }
   switch (out.dtype()) {
-    case DType::F32: blas_matmul<float>(a, b, out, accumulate, bias); return;
+    case DType::F32:
+      // The one place that picks the f32 GEMM (f32_gemm_path, linalg.h); oneDNN declines aliased
+      // (broadcast-gradient) outputs, which OpenBLAS then accumulates batch by batch.
+      if (f32_gemm_path() == F32GemmPath::Onednn && matmul_onednn(a, b, out, accumulate, bias)) return;
+      blas_matmul<float>(a, b, out, accumulate, bias);
+      return;
     case DType::F64: blas_matmul<double>(a, b, out, accumulate, bias); return;
     case DType::BF16:
     case DType::F16:

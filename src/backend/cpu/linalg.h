@@ -47,6 +47,20 @@ HalfGemmPath half_gemm_path();
 bool onednn_isa_has_amx();
 bool onednn_isa_has_avx512_bf16();
 
+// The GEMM behind f32 matrix products: OpenBLAS's sgemm, or oneDNN's f32 matmul primitive
+// (brgemm kernels; bias and accumulation fused as above). FT_F32_GEMM = blas | onednn forces a
+// path; auto (null or "") takes oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where
+// oneDNN has AVX-512 (an OPENBLAS_CORETYPE that chose AVX2 kernels, say), BLAS otherwise. An
+// unknown value is an error naming the accepted ones. Read once per process.
+enum class F32GemmPath { Blas, Onednn };
+const char* f32_gemm_path_name(F32GemmPath p);  // "blas", "onednn"
+F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512);
+F32GemmPath f32_gemm_path();
+// Whether OpenBLAS runs its AVX-512 kernels (blas_setup.h: why it might not), and whether
+// oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AVX-512.
+bool blas_has_avx512_kernels();
+bool onednn_isa_has_avx512();
+
 // a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
 // zero strides allowed) and one floating dtype. out's matrices must be row-major (unit column
 // stride); its batch dims may alias (zero strides) only when `accumulate`. With `accumulate`
@@ -59,8 +73,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate
 void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                      const Tensor& bias = Tensor());
 
-// The 16-bit paths, same contract as matmul, exposed so tests and benchmarks can compare
-// them. matmul_onednn (bf16 or f16, all three tensors alike) returns false when oneDNN declines
+// The paths, same contract as matmul, exposed so tests and benchmarks can compare them.
+// matmul_onednn (bf16, f16 or f32, all three tensors alike) returns false when oneDNN declines
 // the problem (f16 without AVX512-FP16, say) or out's batches alias; with `accumulate` the sum
 // is a post-op rounded once. matmul_via_f32 converts to f32, calls sgemm and rounds once.
 bool matmul_onednn(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,

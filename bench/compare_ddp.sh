@@ -31,6 +31,15 @@ for workload in gpt-mini cnn-mini; do
   OMP_NUM_THREADS=1 /usr/bin/python3 "$peer" --workload "$workload" --world-size "$ranks" --threads 1 \
     --steps "$steps" | tee -a "$out" >&2
 done
+# ZeRO at N ranks on gpt-mini: stage 1 beside PyTorch's ZeroRedundancyOptimizer (its only CPU
+# ZeRO: 1.13 has no CPU FSDP); stages 2 and 3 fasttrain's alone. Per-rank peak memory is
+# fasttrain's peak_mem_mb (the peer does not report one).
+for strategy in zero1 zero2 zero3; do
+  OMP_NUM_THREADS=1 "${mpi[@]}" "$fasttrain" bench --workload gpt-mini --threads 1 --steps "$steps" \
+    --strategy "$strategy" | tee -a "$out" >&2
+done
+OMP_NUM_THREADS=1 /usr/bin/python3 "$peer" --workload gpt-mini --world-size "$ranks" --threads 1 --steps "$steps" \
+  --strategy zero1 | tee -a "$out" >&2
 /usr/bin/python3 - "$out" "$ranks" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -47,4 +56,9 @@ for w in ("gpt-mini", "cnn-mini"):
         eff = f"{one / (n * many):10.2f}" if one and many else f"{'missing':>10}"
         print(f"{w:9} {impl:9} {one or 0:10.1f} {many or 0:11.1f} {eff}")
 print(f"# efficiency = (1-rank ms) / ({n} x {n}-rank ms), same global batch, 1 thread per rank; JSON lines in {sys.argv[1]}")
+print(f"\ngpt-mini at {n} ranks by strategy: ms per step (peak MiB per rank, fasttrain)")
+for r in rows:
+    if r["workload"] == "gpt-mini" and r.get("world_size", 1) == n:
+        mem = f" ({r['peak_mem_mb']:.1f} MiB)" if "peak_mem_mb" in r else ""
+        print(f"  {r['impl'].split('-')[0]:9} {r.get('strategy', 'ddp'):6} {r['ms_per_step']:8.1f}{mem}")
 PY

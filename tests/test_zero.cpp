@@ -1,4 +1,4 @@
-// ZeRO stages 1 and 2 (src/dist/zero.h): jobs of 2 and 3 ranks started with mpirun (as in
+// ZeRO stages 1, 2 and 3 (src/dist/zero.h): jobs of 2 and 3 ranks started with mpirun (as in
 // test_ddp.cpp) against one process and against DDP, through tests/dist/ddp_worker; the shards'
 // bytes and the bytes communicated per step through tests/dist/zero_worker; and the strategies
 // and optimizers ZeRO refuses, in one process.
@@ -15,6 +15,8 @@
 
 #include "dist/zero.h"
 #include "fasttrain/fasttrain.h"
+#include "support/expect_error.h"
+#include "support/linear_block.h"
 #include "support/run_cli.h"
 #include "support/trainer_configs.h"
 
@@ -22,6 +24,7 @@ namespace ft {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_error;
 
 #if defined(__SANITIZE_ADDRESS__)
 const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
@@ -100,7 +103,7 @@ void expect_losses_close(const std::vector<double>& got, const std::vector<doubl
     EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i])) << what << ", step " << i + 1;
 }
 
-TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
+TEST(Zero, EveryStageTrainsLikeOneProcessAndLikeDdp) {
   const std::string root = test::scratch_dir("zero", "equivalence");
   // Global batch 12: 12 x 1, 6 x 2 and 4 x 3 ranks; ranks start from different seeds (rank 0's
   // weights are broadcast). The unused parameter must keep no gradient under sharding either, or
@@ -110,7 +113,7 @@ TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
   for (int ranks : {2, 3}) {
     const std::string n = std::to_string(ranks);
     const std::string ddp = train(root, "ddp" + n, ranks, "ddp");
-    for (const char* strategy : {"zero1", "zero2"}) {
+    for (const char* strategy : {"zero1", "zero2", "zero3"}) {
       const std::string dir = train(root, strategy + n, ranks, strategy);
       const std::string what = std::string(strategy) + " at " + n + " ranks";
       expect_losses_close(losses(dir), reference, 1e-6, what + " vs one process");
@@ -123,10 +126,26 @@ TEST(Zero, StagesOneAndTwoTrainLikeOneProcessAndLikeDdp) {
         EXPECT_EQ(losses(dir), losses(ddp)) << what;
         EXPECT_TRUE(slurp(dir + "/model.safetensors") == slurp(ddp + "/model.safetensors")) << what;
       }
-      // The all-gathered parameters are the same bits on every rank before every micro-batch.
+      // The all-gathered parameters are the same bits on every rank before every micro-batch
+      // (stage 3: the root's, gathered before the forward; the blocks' are gathered inside it).
       EXPECT_EQ(slurp(dir + "/replicas.txt"), "checks 40 mismatches 0\n") << what;
     }
   }
+  fs::remove_all(root);
+}
+
+TEST(Zero, StageThreeUnderActivationCheckpointingAndAsFsdp) {
+  const std::string root = test::scratch_dir("zero", "stage3");
+  // Activation checkpointing recomputes each block inside its backward, after stage 3 gathered
+  // the block's parameters again: the same results as one process without it. "fsdp" is stage 3.
+  const std::string one = train(root, "one", 1, "ddp");
+  const std::string ckpt = train(root, "zero3ckpt", 3, "zero3", " 0 - 32 0 1");
+  expect_losses_close(losses(ckpt), losses(one), 1e-6, "zero3 with checkpointed blocks at 3 ranks");
+  expect_weights_close(ckpt, one, 1e-6);
+  const std::string fsdp = train(root, "fsdp", 2, "fsdp");
+  const std::string zero3 = train(root, "zero3", 2, "zero3");
+  EXPECT_EQ(losses(fsdp), losses(zero3));
+  EXPECT_TRUE(slurp(fsdp + "/model.safetensors") == slurp(zero3 + "/model.safetensors"));
   fs::remove_all(root);
 }
 
@@ -150,7 +169,7 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
   ASSERT_EQ(all.size(), 20u);
   const std::vector<double> tail(all.begin() + 10, all.end());
   for (const auto& [ranks, strategy] :
-       std::vector<std::pair<int, std::string>>{{2, "zero1"}, {1, "ddp"}, {2, "zero2"}}) {
+       std::vector<std::pair<int, std::string>>{{2, "zero1"}, {1, "ddp"}, {2, "zero2"}, {2, "zero3"}}) {
     const std::string dir = train(root, "resumed" + std::to_string(ranks) + strategy, ranks, strategy, " 0 " + ckpt);
     const std::vector<double> got = losses(dir);
     ASSERT_EQ(got.size(), tail.size()) << dir;
@@ -168,6 +187,22 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_NEAR(got[i], one_all[i + 10], 1e-6 * std::abs(one_all[i + 10])) << "step " << i + 11;
   expect_weights_close(sharded, one, 1e-6);
+  // Stage 3 at 3 ranks (its groups are cut per block): its checkpoint resumes at 2 under stage 3
+  // and in one process, with the losses of the uninterrupted run.
+  const std::string full3 = train(root, "full3", 3, "zero3", " 10");
+  const std::string ckpt3 = full3 + "/checkpoints/step-00000010";
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(fs::exists(ckpt3 + "/optimizer-rank-" + std::to_string(r) + "-of-3.safetensors")) << r;
+  const std::vector<double> all3 = losses(full3);
+  ASSERT_EQ(all3.size(), 20u);
+  for (const auto& [ranks, strategy] : std::vector<std::pair<int, std::string>>{{2, "zero3"}, {1, "ddp"}}) {
+    const std::string dir = train(root, "resumed3-" + std::to_string(ranks) + strategy, ranks, strategy, " 0 " + ckpt3);
+    const std::vector<double> got3 = losses(dir);
+    ASSERT_EQ(got3.size(), 10u) << dir;
+    for (size_t i = 0; i < got3.size(); ++i)
+      EXPECT_NEAR(got3[i], all3[i + 10], 1e-6 * std::abs(all3[i + 10])) << dir << ", step " << i + 11;
+    expect_weights_close(dir, full3, 1e-6);
+  }
   fs::remove_all(root);
 }
 
@@ -179,7 +214,7 @@ TEST(Zero, MixedPrecisionAndLossScalingGiveDdpsResults) {
   for (const char* precision : {"fp16-mixed", "bf16-mixed", "bf16-true"}) {
     const std::string tail = std::string(" 0 - ") + precision;
     const std::string ddp = train(root, std::string("ddp") + precision, 3, "ddp", tail);
-    for (const char* strategy : {"zero1", "zero2"}) {
+    for (const char* strategy : {"zero1", "zero2", "zero3"}) {
       const std::string dir = train(root, std::string(strategy) + precision, 3, strategy, tail);
       expect_losses_close(losses(dir), losses(ddp), 1e-6, std::string(strategy) + " " + precision + " vs ddp");
       expect_weights_close(dir, ddp, 1e-6);
@@ -217,12 +252,15 @@ std::map<std::string, int64_t> accounting(const std::string& dir, int rank) {
 
 TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
   const std::string root = test::scratch_dir("zero", "bytes");
-  // zero_worker's model: Ψ = 66 parameters in 4 tensors, groups of 56 (weights) and 10 (biases).
+  // zero_worker's model: Ψ = 66 parameters in 4 tensors, groups of 56 (weights) and 10 (biases);
+  // under stage 3 cut per unit: the root (b: 21 weights, 3 biases) and the block (a: 35, 7).
   const int64_t psi = 66, tensors = 4, f32 = 4, adam_k = 2 * f32;  // K = 8 bytes per element (exp_avg, exp_avg_sq)
   for (int ranks : {2, 3}) {
-    // Each group padded to a multiple of N: N = 2: 56 + 10; N = 3: 57 + 12 (odd sizes, padded).
-    const int64_t shard = ranks == 2 ? 28 + 5 : 19 + 4;
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
+      // Each group padded to a multiple of N: stages 1 and 2, N = 2: 56 + 10; N = 3: 57 + 12.
+      // Stage 3, N = 2: 22 + 4 (root) + 36 + 8 (block); N = 3: 21 + 3 + 36 + 9.
+      const int64_t block_shard = stage == 3 ? (ranks == 2 ? 18 + 4 : 12 + 3) : 0;
+      const int64_t shard = stage == 3 ? (ranks == 2 ? 11 + 2 : 7 + 1) + block_shard : (ranks == 2 ? 28 + 5 : 19 + 4);
       const std::string dir = root + "/s" + std::to_string(stage) + "n" + std::to_string(ranks);
       fs::create_directories(dir);
       const test::CliRun r = run(mpirun(ranks) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage));
@@ -237,9 +275,9 @@ TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
         EXPECT_EQ(m["padded"], shard * ranks) << what;
         // Optimizer state: K Ψ / N per rank (padding holds none: the ranks' sum is exactly K Ψ).
         EXPECT_LE(m["state"], adam_k * shard) << what;
-        EXPECT_GE(m["state"], adam_k * (shard - ranks)) << what;
+        if (stage < 3) EXPECT_GE(m["state"], adam_k * (shard - ranks)) << what;
         state_sum += m["state"];
-        if (stage == 2) {
+        if (stage >= 2) {
           // Only the shard's gradient is kept after the step: 4 Ψ / N bytes.
           EXPECT_EQ(m["grad"], f32 * shard) << what;
         } else {
@@ -247,13 +285,20 @@ TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
           // the shard's copy.
           EXPECT_EQ(m["grad"], f32 * (psi + tensors) + f32 * shard) << what;
         }
+        // Parameters between steps: the whole model (stages 1, 2), the shard alone (stage 3).
+        EXPECT_EQ(m["param"], stage == 3 ? f32 * shard : f32 * psi) << what;
         // Bytes issued in one step (each collective counts its input once; the norm is one f64):
         //   stage 1: all-reduce Ψ (+ flags), all-gather of the shard Ψ/N;
-        //   stage 2: reduce-scatter of the padded Ψ, the flags, all-gather Ψ/N.
+        //   stage 2: reduce-scatter of the padded Ψ, the flags, all-gather Ψ/N;
+        //   stage 3: all-gather Ψ/N before forward (every unit), again Ψ_block/N before the
+        //            block's backward, reduce-scatter of the padded Ψ, the flags.
         // In a ring, reduce-scatter of Ψ and all-gather into Ψ each move Ψ (N-1)/N per rank:
-        // stage 2's 2Ψ; stage 1's all-reduce is itself 2Ψ, plus the all-gather's Ψ.
+        // stage 2's 2Ψ; stage 1's all-reduce is itself 2Ψ, plus the all-gather's Ψ; stage 3's
+        // 2Ψ + Ψ_block (3Ψ when every parameter is in a block).
         const int64_t expected = stage == 1 ? f32 * (psi + tensors) + 8 + f32 * shard
-                                            : f32 * shard * ranks + f32 * tensors + 8 + f32 * shard;
+                                 : stage == 2
+                                     ? f32 * shard * ranks + f32 * tensors + 8 + f32 * shard
+                                     : f32 * shard + f32 * block_shard + f32 * shard * ranks + f32 * tensors + 8;
         EXPECT_EQ(m["issued"], expected) << what;
       }
       EXPECT_EQ(state_sum, adam_k * psi) << "stage " << stage << " at " << ranks << " ranks";
@@ -268,7 +313,7 @@ TEST(Zero, AnOverflowInOneRanksShardSkipsTheStepOnEveryRank) {
   // reduce-scatter only its owner (rank 2) sees it. Every rank must skip that step, as DDP's
   // ranks (which all see it) do: the same weights and loss scale after 4 steps.
   std::vector<std::string> weights;
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     const std::string dir = root + "/s" + std::to_string(stage);
     fs::create_directories(dir);
     const test::CliRun r = run(mpirun(3) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage) + " inf");
@@ -281,40 +326,28 @@ TEST(Zero, AnOverflowInOneRanksShardSkipsTheStepOnEveryRank) {
   EXPECT_NE(weights[0].find("scale "), std::string::npos) << weights[0];
   EXPECT_EQ(weights[1], weights[0]) << "stage 1";
   EXPECT_EQ(weights[2], weights[0]) << "stage 2";
+  EXPECT_EQ(weights[3], weights[0]) << "stage 3";
   fs::remove_all(root);
 }
 
-TEST(Zero, StageThreeAndTrustRatioOptimizersAreClearErrors) {
-  for (const char* s : {"zero3", "fsdp"}) {
-    train::TrainerConfig c;
-    c.strategy = s;
-    try {
-      c.validate();
-      ADD_FAILURE() << s << " accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("'") + s + "' is not implemented yet"), std::string::npos)
-          << e.what();
-    }
-  }
-  for (const char* s : {"zero1", "zero2"}) {
+TEST(Zero, TrustRatioOptimizersAndUnknownStagesAreClearErrors) {
+  for (const char* s : {"zero1", "zero2", "zero3", "fsdp"}) {
     train::TrainerConfig c;
     c.strategy = s;
     EXPECT_NO_THROW(c.validate()) << s;
   }
+  train::TrainerConfig bad;
+  bad.strategy = "zero4";
+  expect_error([&] { bad.validate(); }, "expected ddp, zero1, zero2, zero3 or fsdp, found 'zero4'");
   Generator gen(1);
   nn::Linear layer(3, 2, true, &gen);
   optim::GroupOptions o;
   auto lamb = optim::make_lamb(optim::decay_groups(layer.named_parameters(), o));
-  try {
-    dist::ZeroSharding zero(layer, *lamb, dist::single_process(), 1);
-    ADD_FAILURE() << "lamb accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected an element-wise optimizer (adamw, adam or sgd), found lamb"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { dist::ZeroSharding zero(layer, *lamb, dist::single_process(), 1); },
+               "expected an element-wise optimizer (adamw, adam or sgd), found lamb");
   auto adamw = optim::make_adamw(optim::decay_groups(layer.named_parameters(), o));
-  EXPECT_THROW(dist::ZeroSharding(layer, *adamw, dist::single_process(), 3), Error);
+  expect_error([&] { dist::ZeroSharding zero(layer, *adamw, dist::single_process(), 4); },
+               "ZeRO: expected stage 1, 2 or 3, found 4");
 
   // The shards are views of the parameters: converting the model afterwards is caught at the
   // next step instead of training memory nobody reads.
@@ -322,13 +355,83 @@ TEST(Zero, StageThreeAndTrustRatioOptimizersAreClearErrors) {
   layer.to(DType::BF16);
   zero.before_backward(true);
   zero.after_backward(true);
-  try {
-    zero.finish();
-    ADD_FAILURE() << "a converted model accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("was given new memory (bf16) after sharding (f32 view)"), std::string::npos)
-        << e.what();
+  expect_error([&] { zero.finish(); }, "was given new memory (bf16) after sharding (f32 view)");
+}
+
+// Two blocks and a root layer, for stage 3 in one process.
+class Stage3Net : public nn::Module {
+ public:
+  explicit Stage3Net(Generator* gen) {
+    first = register_module("first", std::make_shared<test::LinearBlock>(4, 6, gen));
+    second = register_module("second", std::make_shared<test::LinearBlock>(6, 5, gen));
+    head = register_module("head", std::make_shared<nn::Linear>(5, 2, true, gen));
   }
+  std::string type_name() const override { return "Stage3Net"; }
+  Tensor forward(const Tensor& x) { return head->forward(tanh((*second)(tanh((*first)(x))))); }
+  std::shared_ptr<test::LinearBlock> first, second;
+  std::shared_ptr<nn::Linear> head;
+};
+
+void expect_values_close(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * std::abs(want[i]) + 1e-9) << what;
+}
+
+TEST(Zero, StageThreeReleasesParametersBetweenUsesAndStepsLikeTheUnshardedOptimizer) {
+  // A world of one: every gather returns the rank's own shard, so the arithmetic is the unsharded
+  // optimizer's (the clipping norm summed in f64, to rounding), while the parameters' memory is
+  // released between uses.
+  Generator g1(3), g2(3);
+  Stage3Net sharded_net(&g1), plain_net(&g2);
+  optim::GroupOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.1;
+  auto full = optim::make_adamw(optim::decay_groups(sharded_net.named_parameters(), o));
+  auto plain = optim::make_adamw(optim::decay_groups(plain_net.named_parameters(), o));
+  auto zero = std::make_unique<dist::ZeroSharding>(sharded_net, *full, dist::single_process(), 3);
+  auto shard_opt = zero->make_shard_optimizer();
+  train::StepOptions so;
+  so.clip = 0.5;
+  so.accumulate = 2;
+  train::StepRunner runner(sharded_net, *shard_opt, so), reference(plain_net, *plain, so);
+  runner.set_grad_sync(zero.get());
+  // Between steps only the shard holds parameter values: reading one is a clear error.
+  for (const Tensor& p : sharded_net.parameters()) EXPECT_EQ(p.storage()->ptr(), nullptr);
+  expect_error([&] { (void)sharded_net.first->weight.to_vector(); }, "its memory is released");
+  EXPECT_EQ(zero->parameter_bytes(sharded_net), 4 * sharded_net.num_parameters());  // the shard (N = 1)
+  Generator data(9);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> xs = {randn({3, 4}, {}, &data), randn({3, 4}, {}, &data)};
+    for (const Tensor& x : xs) {
+      auto loss_of = [&](Stage3Net& net) { return [&net, &x] { return mean(square(net.forward(x))); }; };
+      const Tensor a = runner.forward_backward(loss_of(sharded_net));
+      const Tensor b = reference.forward_backward(loss_of(plain_net));
+      EXPECT_NEAR(a.item<double>(), b.item<double>(), 1e-6 * std::abs(b.item<double>())) << "step " << step;
+      // After a backward every block is released again.
+      EXPECT_EQ(sharded_net.second->weight.storage()->ptr(), nullptr);
+    }
+    runner.optimizer_step();
+    reference.optimizer_step();
+  }
+  {
+    const dist::GatheredParameters whole(zero.get());
+    const TensorMap got = sharded_net.state_dict(), want = plain_net.state_dict();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_values_close(got[i].second.to_vector(), want[i].second.to_vector(), got[i].first);
+  }
+  EXPECT_EQ(sharded_net.head->weight.storage()->ptr(), nullptr);  // released at the scope's end
+  // Evaluation without autograd: each block gathered for its forward only.
+  zero->before_forward();
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensor x = randn({2, 4}, {}, &data);
+    expect_values_close(sharded_net.forward(x).to_vector(), plain_net.forward(x).to_vector(), "evaluation");
+  }
+  zero->release_all();
+  // Destroyed, the sharding leaves no hooks behind on the blocks.
+  zero.reset();
+  EXPECT_EQ(sharded_net.first->hooks(), nullptr);
 }
 
 }  // namespace

@@ -40,8 +40,9 @@ int run_bench_command(const std::vector<std::string>& args) {
   app.add_flag("--channels-last", o.channels_last,
                "NHWC images and convolution weights (the peer's --channels-last; cnn-mini, resnet50)");
   app.add_option("--strategy", o.strategy,
-                 "under mpirun: ddp, zero1 (optimizer state sharded) or zero2 (gradients too)")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2"}))
+                 "under mpirun: ddp, zero1 (optimizer state sharded), zero2 (gradients too) or zero3 / fsdp "
+                 "(parameters too)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp"}))
       ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option("--steps", o.steps, "timed steps; the median is reported")

@@ -102,17 +102,35 @@ using ModulePtr = std::shared_ptr<UnaryModule>;
 // A repeated block of a model (GPT's transformer blocks, the ResNets' residual blocks) whose
 // forward can run under activation checkpointing (autograd::checkpoint): its activations are
 // recomputed in backward instead of kept. Off by default; names and state_dict are unaffected.
+//
+// Blocks are also the unit that ZeRO stage 3 (FSDP) gathers: BlockHooks run around every forward.
+class CheckpointableBlock;
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  // Before the block computes (its parameters must hold their values once this returns).
+  virtual void before_forward(CheckpointableBlock& block) = 0;
+  // With the block's output; the returned tensor replaces it (it may carry an autograd node
+  // whose backward runs before the block's own, to gather the parameters again).
+  virtual Tensor after_forward(CheckpointableBlock& block, const Tensor& output) = 0;
+};
+
 class CheckpointableBlock : public UnaryModule {
  public:
   Tensor forward(const Tensor& x) final;
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   bool activation_checkpointing() const { return checkpointing_; }
+  // At most one set of hooks (not owned; null removes them). The recomputation of activation
+  // checkpointing runs inside the block's backward and calls no hooks.
+  void set_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+  BlockHooks* hooks() const { return hooks_; }
 
  protected:
   virtual Tensor block_forward(const Tensor& x) = 0;
 
  private:
   bool checkpointing_ = false;
+  BlockHooks* hooks_ = nullptr;
 };
 
 // Turns activation checkpointing on or off for every CheckpointableBlock in `model` (itself

@@ -121,8 +121,8 @@ struct TrainerConfig {
   // --- distributed: jobs of several processes started by mpirun or srun (dist.h) ---
   // The strategy when the job has more than one rank: "ddp" (replicated weights, gradients
   // averaged in buckets during backward); "zero1" (optimizer state sharded over the ranks),
-  // "zero2" (gradients too); "zero3" and "fsdp" are named but not implemented yet. batch_size is
-  // per rank: the global batch is batch_size x ranks.
+  // "zero2" (gradients too), "zero3" or its alias "fsdp" (parameters too, gathered block by block
+  // for forward and backward). batch_size is per rank: the global batch is batch_size x ranks.
   std::string strategy = "ddp";
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
@@ -256,7 +256,7 @@ void visit_fields(Config& c, V&& visitor) {
   v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
   v("strategy", c.strategy,
     "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
-    "zero2 (gradients too; zero3, fsdp: not implemented yet); batch_size is per rank");
+    "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank");
   v("bucket_cap_mb", c.bucket_cap_mb,
     "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
   v("dist_timeout", c.dist_timeout,
@@ -395,7 +395,7 @@ class Trainer {
   int64_t step() const { return step_; }
   const std::vector<MetricRow>& history() const { return history_; }
   // Writes a checkpoint of the current state into `dir` (atomically: a temporary folder renamed).
-  // Only after fit() or lr_find() has attached a module. Under ZeRO (strategy zero1/zero2 with
+  // Only after fit() or lr_find() has attached a module. Under ZeRO (strategy zero1/2/3 with
   // several ranks) every rank must call it: each writes its optimizer shard, rank 0 the rest.
   void save_checkpoint(const std::string& dir) const;
   // Asks fit() to save a checkpoint and return after the current step (what SIGINT and SIGTERM

@@ -55,6 +55,8 @@ struct StepOptions {
 class GradSync {
  public:
   virtual ~GradSync() = default;
+  // Before a micro-batch's forward (ZeRO stage 3 gathers the parameters no block holds).
+  virtual void before_forward() {}
   // Before a micro-batch's backward; `last`: the step's final micro-batch, the only one whose
   // gradients are communicated (the others only accumulate, as under PyTorch's no_sync()).
   virtual void before_backward(bool last) = 0;

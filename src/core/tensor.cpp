@@ -48,6 +48,11 @@ void Tensor::bump_version() const {
 
 void* Tensor::raw_data() const {
   const auto& impl = checked();
+  // ZeRO stage 3 releases a parameter's memory between its uses (the Storage stays, so every
+  // view and saved tensor sees the memory again once gathered): a read now is a bug, not data.
+  if (!impl.storage->data && impl.storage->nbytes > 0) [[unlikely]]
+    FT_FAIL("tensor ", impl.name.empty() ? std::string() : "'" + impl.name + "' ", impl.shape.str(),
+            ": its memory is released (a ZeRO stage 3 parameter read outside its gather)");
   return static_cast<char*>(impl.storage->ptr()) + impl.offset * static_cast<int64_t>(dtype_size(impl.dtype));
 }
 

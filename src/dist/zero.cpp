@@ -55,59 +55,175 @@ std::string state_name(int64_t group, int64_t index, const std::string& state) {
 
 }  // namespace
 
+namespace {
+
+// Stage 3 releases a parameter's memory between its uses: the Storage (shared by the parameter,
+// its views and the tensors autograd saved) stays, so restoring its memory makes all of them
+// valid again.
+void release_memory(const Tensor& p) { p.storage()->data.reset(); }
+bool released(const Tensor& p) { return !p.storage()->data && p.storage()->nbytes > 0; }
+
+void restore_memory(const Tensor& p) {
+  Storage& s = *p.storage();
+  if (s.data || s.nbytes == 0) return;
+  Tensor fresh = empty({static_cast<int64_t>(s.nbytes)}, TensorOptions(DType::U8, p.device()));
+  s.data = std::move(fresh.storage()->data);
+}
+
+}  // namespace
+
 ZeroSharding::ZeroSharding(nn::Module& model, const optim::Optimizer& full, std::shared_ptr<Communicator> comm,
                            int stage, DdpOptions ddp)
     : comm_(std::move(comm)), stage_(stage), kind_(full.kind()) {
   FT_CHECK(comm_ != nullptr, "ZeRO: expected a communicator, found none");
-  FT_CHECK(stage == 1 || stage == 2, "strategy zero", stage,
-           ": not implemented yet (ZeRO stages 1 and 2 are: zero1, zero2; stage 3 / fsdp is not)");
+  FT_CHECK(stage >= 1 && stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ", stage);
   FT_CHECK(kind_ != optim::OptimizerKind::LAMB && kind_ != optim::OptimizerKind::LARS, "strategy zero", stage,
            ": expected an element-wise optimizer (adamw, adam or sgd), found ", optim::optimizer_name(kind_),
            " (its trust ratio needs the norm of each whole parameter, which a shard does not hold; use --strategy "
            "ddp)");
-  const int64_t n = comm_->world_size(), r = comm_->rank();
-  autograd::NoGradGuard no_grad;
-  for (const optim::ParamGroup& pg : full.param_groups()) {
-    Group g;
-    g.params = pg.params;
-    g.options = pg.options;
-    g.name = pg.name;
-    for (const Tensor& p : g.params) {
-      FT_CHECK(p.dtype() == g.params.front().dtype(), "ZeRO: parameter group '", g.name, "' mixes dtypes (",
-               dtype_name(g.params.front().dtype()), " and ", dtype_name(p.dtype()),
-               "); expected one dtype per group, as its shards are gathered as one buffer");
-      g.offsets.push_back(g.total);
-      g.total += p.numel();
-    }
-    g.shard = (g.total + n - 1) / n;  // P_g = N s_g >= T_g: the last shard is padded with zeros
-    g.grad = zeros({std::max<int64_t>(g.shard, 1)}, DType::F32);
-    const int64_t lo = r * g.shard, hi = lo + g.shard;
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      const Tensor& param = g.params[i];
-      const int64_t begin = std::max(lo, g.offsets[i]), end = std::min(hi, g.offsets[i] + param.numel());
-      if (begin >= end) continue;
-      Piece piece{static_cast<int64_t>(i), begin - g.offsets[i], end - begin, begin - lo, Tensor()};
-      // The piece is the parameter's own memory: the optimizer updates the model in place and
-      // no second copy of the weights exists (a bf16 parameter gets its f32 master in the
-      // optimizer's state, as in one process). A parameter in another memory order
-      // (channels-last) gets a buffer of its own, refreshed after every all-gather.
-      Tensor data = param.detach();
-      piece.view = data.is_contiguous() ? data.reshape({-1}).narrow(0, piece.offset, piece.numel)
-                                        : empty({piece.numel}, data.dtype());
-      g.pieces.push_back(std::move(piece));
-    }
-    // A rank whose range holds only padding still gives the optimizer one tensor, which never
-    // has a gradient (so it is never updated and has no state): optimizers refuse empty lists.
-    if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, zeros({1}, DType::F32)});
-    groups_.push_back(std::move(g));
-  }
+  build_groups(model, full);
+  for (Unit& u : units_) u.gathered = true;  // the model is whole until stage 3 releases it below
   load_weights_from_model();
   const int64_t cap = ddp.bucket_cap_bytes > 0 ? ddp.bucket_cap_bytes : int64_t{1} << 40;
-  gather_chunk_ = std::max<int64_t>(1, cap / static_cast<int64_t>(sizeof(float)) / n);
+  gather_chunk_ = std::max<int64_t>(1, cap / static_cast<int64_t>(sizeof(float)) / comm_->world_size());
   if (stage_ == 1) ddp_ = std::make_unique<DataParallel>(model, comm_, ddp);
+  if (stage_ == 3) {
+    add_stage3_hooks();
+    release_all();
+  }
+}
+
+void ZeroSharding::assign_units(nn::Module& model, std::vector<size_t>* unit_of_param,
+                                const std::vector<const TensorImpl*>& params) {
+  // Unit 0 is the root; each outermost block is a unit (a block inside one is part of it). A
+  // parameter two blocks share stays in the root, which is gathered through the whole step.
+  units_.assign(1, Unit{});
+  unit_of_param->assign(params.size(), 0);
+  if (stage_ != 3) return;
+  auto index_of = [&](const TensorImpl* t) {
+    return static_cast<size_t>(std::find(params.begin(), params.end(), t) - params.begin());
+  };
+  std::vector<char> shared(params.size(), 0);
+  for (auto& [name, m] : model.named_modules()) {
+    auto* block = dynamic_cast<nn::CheckpointableBlock*>(m.get());
+    // The model itself (a non-owning handle) is the root even when it is a block.
+    if (block == nullptr || name.empty()) continue;
+    std::vector<size_t> mine;
+    for (const auto& [pname, p] : block->named_parameters())
+      if (const size_t i = index_of(p.impl()); i < params.size()) mine.push_back(i);
+    const bool nested = !mine.empty() && std::all_of(mine.begin(), mine.end(), [&](size_t i) {
+      return (*unit_of_param)[i] != 0 && (*unit_of_param)[i] == (*unit_of_param)[mine.front()];
+    });
+    if (mine.empty() || nested) continue;
+    FT_CHECK(block->hooks() == nullptr, "ZeRO stage 3: block '", name,
+             "' already has hooks (another sharding of this model is alive)");
+    units_.push_back(Unit{});
+    units_.back().block = block;
+    units_.back().owner = m;
+    for (size_t i : mine) {
+      if ((*unit_of_param)[i] != 0) shared[i] = 1;
+      (*unit_of_param)[i] = units_.size() - 1;
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (shared[i]) (*unit_of_param)[i] = 0;
+}
+
+void ZeroSharding::build_groups(nn::Module& model, const optim::Optimizer& full) {
+  const int64_t n = comm_->world_size(), r = comm_->rank();
+  const auto& full_groups = full.param_groups();
+  full_groups_ = static_cast<int64_t>(full_groups.size());
+  std::vector<const TensorImpl*> all;  // every optimizer parameter, group by group
+  for (const optim::ParamGroup& pg : full_groups)
+    for (const Tensor& p : pg.params) all.push_back(p.impl());
+  std::vector<size_t> unit_of_param;
+  assign_units(model, &unit_of_param, all);
+  autograd::NoGradGuard no_grad;
+  int64_t flag = 0;
+  // Stages 1 and 2: one group per optimizer group (empty ones too: the indices are the
+  // optimizer's). Stage 3: one per unit and optimizer group, empty ones left out.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    size_t k = 0;  // position in `all`
+    for (size_t fg = 0; fg < full_groups.size(); ++fg) {
+      const optim::ParamGroup& pg = full_groups[fg];
+      Group g;
+      g.options = pg.options;
+      g.name = pg.name;
+      g.full_group = static_cast<int64_t>(fg);
+      g.unit = u;
+      for (size_t i = 0; i < pg.params.size(); ++i, ++k) {
+        if (unit_of_param[k] != u) continue;
+        const Tensor& p = pg.params[i];
+        FT_CHECK(g.params.empty() || p.dtype() == g.params.front().dtype(), "ZeRO: parameter group '", g.name,
+                 "' mixes dtypes (", dtype_name(g.params.front().dtype()), " and ", dtype_name(p.dtype()),
+                 "); expected one dtype per group, as its shards are gathered as one buffer");
+        g.params.push_back(p);
+        g.full_index.push_back(static_cast<int64_t>(i));
+        g.offsets.push_back(g.total);
+        g.total += p.numel();
+      }
+      if (stage_ == 3 && g.params.empty()) continue;
+      g.shard = (g.total + n - 1) / n;  // P_g = N s_g >= T_g: the last shard is padded with zeros
+      g.grad = zeros({std::max<int64_t>(g.shard, 1)}, DType::F32);
+      g.first_flag = flag;
+      flag += static_cast<int64_t>(g.params.size());
+      if (stage_ == 3) g.data = zeros({std::max<int64_t>(g.shard, 1)}, g.params.front().dtype());
+      const int64_t lo = r * g.shard, hi = lo + g.shard;
+      for (size_t i = 0; i < g.params.size(); ++i) {
+        const Tensor& param = g.params[i];
+        const int64_t begin = std::max(lo, g.offsets[i]), end = std::min(hi, g.offsets[i] + param.numel());
+        if (begin >= end) continue;
+        Piece piece{static_cast<int64_t>(i), begin - g.offsets[i], end - begin, begin - lo, Tensor()};
+        // Stages 1 and 2: the piece is the parameter's own memory, so the optimizer updates the
+        // model in place and no second copy of the weights exists (a bf16 parameter gets its f32
+        // master in the optimizer's state, as in one process). A parameter in another memory
+        // order (channels-last) gets a buffer of its own, refreshed after every all-gather.
+        // Stage 3: the shard's buffer, the only copy kept between uses.
+        Tensor data = param.detach();
+        if (stage_ == 3)
+          piece.view = g.data.narrow(0, piece.at, piece.numel);
+        else
+          piece.view = data.is_contiguous() ? data.reshape({-1}).narrow(0, piece.offset, piece.numel)
+                                            : empty({piece.numel}, data.dtype());
+        g.pieces.push_back(std::move(piece));
+      }
+      // A rank whose range holds only padding still gives the optimizer one tensor, which never
+      // has a gradient (so it is never updated and has no state): optimizers refuse empty lists.
+      if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, zeros({1}, DType::F32)});
+      units_[u].groups.push_back(groups_.size());
+      groups_.push_back(std::move(g));
+    }
+  }
+}
+
+void ZeroSharding::add_stage3_hooks() {
+  // One gradient hook per parameter: the unit's backward is over when all of them ran.
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    if (unit.block) unit.block->set_hooks(this);
+    for (size_t gi : unit.groups)
+      for (const Tensor& p : groups_[gi].params) {
+        if (!p.requires_grad()) continue;
+        const size_t slot = static_cast<size_t>(unit.slots++);
+        std::weak_ptr<bool> alive = alive_;
+        p.register_post_accumulate_grad_hook([this, alive, u, slot](Tensor&) {
+          const std::shared_ptr<bool> a = alive.lock();
+          if (a && *a) on_grad_ready(u, slot);
+        });
+      }
+    unit.slot_ready.assign(static_cast<size_t>(unit.slots), 0);
+  }
 }
 
 ZeroSharding::~ZeroSharding() {
+  *alive_ = false;
+  for (Unit& u : units_) {
+    if (u.block && u.block->hooks() == this) u.block->set_hooks(nullptr);
+    for (Gather& g : u.gathers) try {
+        g.work->wait();
+      } catch (const std::exception&) {
+      }
+  }
   for (const WorkPtr& w : works_) try {
       w->wait();
     } catch (const std::exception&) {
@@ -116,6 +232,13 @@ ZeroSharding::~ZeroSharding() {
 
 void ZeroSharding::load_weights_from_model() {
   autograd::NoGradGuard no_grad;
+  if (stage_ == 3) {
+    FT_CHECK(all_gathered_ || units_.empty() ||
+                 std::all_of(units_.begin(), units_.end(), [](const Unit& u) { return u.gathered; }),
+             "ZeRO stage 3: the shards can take the model's weights only while they are gathered (gather_all)");
+    for (Group& g : groups_) gather_from_params(g, comm_->rank() * g.shard, g.data.narrow(0, 0, g.shard));
+    return;
+  }
   for (Group& g : groups_)
     for (Piece& p : g.pieces) {
       if (p.param < 0 || g.params[p.param].is_contiguous()) continue;  // a view: nothing to copy
@@ -148,8 +271,51 @@ std::unique_ptr<optim::Optimizer> ZeroSharding::make_shard_optimizer() const {
   return make_of_kind(kind_, std::move(groups));
 }
 
+void ZeroSharding::before_forward() {
+  if (stage_ == 3 && !all_gathered_) wait_gather(units_[0]);  // the root: embeddings, head, norms
+}
+
 void ZeroSharding::before_backward(bool last) {
   if (ddp_) ddp_->before_backward(last);
+  if (stage_ == 1) return;
+  syncing_ = last;
+  // Stage 3 counts every micro-batch's gradients (a finished block is released either way).
+  for (Unit& u : units_) {
+    u.ready = 0;
+    u.done = false;
+    std::fill(u.slot_ready.begin(), u.slot_ready.end(), 0);
+  }
+  if (!last) return;
+  autograd::NoGradGuard no_grad;
+  flags_ = zeros({std::max<int64_t>(used_flag_count(), 1)}, DType::F32);
+  flat_grads_.clear();
+  if (stage_ != 3) return;
+  // Reduce-scatters go out in one order on every rank (MPI matches collectives by order):
+  // blocks in reverse forward order (roughly when backward finishes them), then blocks the
+  // forward did not run, then the root, whose gradients (tied embeddings) come last.
+  reduce_order_.assign(forward_order_.rbegin(), forward_order_.rend());
+  for (size_t u = 1; u < units_.size(); ++u)
+    if (std::find(forward_order_.begin(), forward_order_.end(), u) == forward_order_.end()) reduce_order_.push_back(u);
+  reduce_order_.push_back(0);
+  next_reduce_ = 0;
+}
+
+void ZeroSharding::reduce_group(Group& g) {
+  // The group's gradients flattened in the padded layout and reduce-scattered, so that rank r
+  // receives the mean of elements [r s_g, (r + 1) s_g) only; its used flags set for the one
+  // all-reduce at the end of backward.
+  autograd::NoGradGuard no_grad;
+  Tensor flat = zeros({g.shard * comm_->world_size()}, DType::F32);
+  float* flag = flags_.data<float>() + g.first_flag;
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const Tensor grad = g.params[i].grad();
+    if (!grad.defined()) continue;
+    flat.narrow(0, g.offsets[i], g.params[i].numel()).copy_(grad.contiguous().reshape({-1}));
+    flag[i] = 1;
+    g.params[i].set_grad(Tensor());  // the full gradient is not needed past this point
+  }
+  works_.push_back(comm_->reduce_scatter_async(flat, g.grad.narrow(0, 0, g.shard), ReduceOp::Avg));
+  flat_grads_.push_back(std::move(flat));
 }
 
 void ZeroSharding::after_backward(bool last) {
@@ -157,32 +323,144 @@ void ZeroSharding::after_backward(bool last) {
     ddp_->after_backward(last);
     return;
   }
-  if (!last) return;
-  // Stage 2: each group's gradients flattened in the padded layout and reduce-scattered, so that
-  // rank r receives the mean of elements [r s_g, (r + 1) s_g) only; one used flag per parameter
-  // all-reduced beside them.
-  autograd::NoGradGuard no_grad;
-  flags_ = zeros({std::max<int64_t>(used_flag_count(), 1)}, DType::F32);
-  float* flag = flags_.data<float>();
-  flat_grads_.clear();
-  for (Group& g : groups_) {
-    Tensor flat = zeros({g.shard * comm_->world_size()}, DType::F32);
-    for (size_t i = 0; i < g.params.size(); ++i, ++flag) {
-      const Tensor grad = g.params[i].grad();
-      if (!grad.defined()) continue;
-      flat.narrow(0, g.offsets[i], g.params[i].numel()).copy_(grad.contiguous().reshape({-1}));
-      *flag = 1;
-      g.params[i].set_grad(Tensor());  // the full gradient is not needed past this point
+  if (stage_ == 3) {
+    // Units whose gradients did not all arrive (parameters this pass did not use) go now, in
+    // the agreed order; every block is released, the root after the step's last backward.
+    if (last) {
+      for (Unit& u : units_) u.done = true;
+      launch_reductions();
+      syncing_ = false;
     }
-    works_.push_back(comm_->reduce_scatter_async(flat, g.grad.narrow(0, 0, g.shard), ReduceOp::Avg));
-    flat_grads_.push_back(std::move(flat));
+    for (size_t u = 1; u < units_.size(); ++u) release(units_[u]);
+    if (last) release(units_[0]);
+  } else if (last) {
+    for (Group& g : groups_) reduce_group(g);  // stage 2: once backward is over
   }
-  works_.push_back(comm_->all_reduce_async(flags_, ReduceOp::Sum));
+  if (last) works_.push_back(comm_->all_reduce_async(flags_, ReduceOp::Sum));
+}
+
+// --- stage 3: gathering, releasing and the blocks' hooks ---
+
+void ZeroSharding::launch_gather(Unit& u) {
+  if (u.gathered || !u.gathers.empty()) return;
+  for (size_t gi : u.groups) {
+    Group& g = groups_[gi];
+    for (const Tensor& p : g.params) restore_memory(p);
+    Tensor out = empty({g.shard * comm_->world_size()}, g.data.dtype());
+    WorkPtr work = comm_->all_gather_async(g.data.narrow(0, 0, g.shard), out);
+    u.gathers.push_back({gi, std::move(out), std::move(work)});
+  }
+}
+
+void ZeroSharding::wait_gather(Unit& u) {
+  launch_gather(u);
+  if (u.gathered) return;
+  // The values are the ones autograd saved these parameters with (a gather before backward):
+  // written without bumping the version counters, so the saved tensors stay usable.
+  autograd::InferenceMode quiet;
+  for (Gather& g : u.gathers) {
+    g.work->wait();
+    Group& group = groups_[g.group];
+    scatter_to_params(group, 0, g.out.narrow(0, 0, group.total));
+  }
+  u.gathers.clear();
+  u.gathered = true;
+}
+
+void ZeroSharding::release(Unit& u, bool force) {
+  if (all_gathered_ && !force) return;
+  for (Gather& g : u.gathers) g.work->wait();  // nothing may write into released memory
+  u.gathers.clear();
+  for (size_t gi : u.groups)
+    for (const Tensor& p : groups_[gi].params) release_memory(p);
+  u.gathered = false;
+}
+
+size_t ZeroSharding::unit_of(const nn::CheckpointableBlock& block) const {
+  for (size_t u = 1; u < units_.size(); ++u)
+    if (units_[u].block == &block) return u;
+  FT_FAIL("ZeRO stage 3: a block this sharding does not know called its hooks");
+}
+
+void ZeroSharding::before_forward(nn::CheckpointableBlock& block) {
+  if (all_gathered_) return;
+  const size_t u = unit_of(block);
+  auto at = std::find(forward_order_.begin(), forward_order_.end(), u);
+  if (at == forward_order_.end()) at = forward_order_.insert(forward_order_.end(), u);
+  wait_gather(units_[u]);
+  // The next block's parameters travel while this one computes.
+  if (at + 1 != forward_order_.end()) launch_gather(units_[*(at + 1)]);
+}
+
+Tensor ZeroSharding::after_forward(nn::CheckpointableBlock& block, const Tensor& output) {
+  if (all_gathered_) return output;
+  const size_t u = unit_of(block);
+  release(units_[u]);  // autograd's saved tensors keep the Storage: gathered again before backward
+  if (!autograd::grad_enabled() || !output.requires_grad()) return output;
+  Tensor y = output.detach();
+  std::weak_ptr<bool> alive = alive_;
+  autograd::record_function("ZeroGatherBeforeBackward", {&output}, {&y}, [this, alive, u](std::vector<Tensor>& grads) {
+    const std::shared_ptr<bool> a = alive.lock();
+    if (a && *a) before_block_backward(u);
+    return std::vector<Tensor>{grads[0]};
+  });
+  return y;
+}
+
+void ZeroSharding::before_block_backward(size_t unit) {
+  wait_gather(units_[unit]);
+  // The block whose backward runs next is the one before it in forward order.
+  const auto at = std::find(forward_order_.begin(), forward_order_.end(), unit);
+  if (at != forward_order_.end() && at != forward_order_.begin() && !units_[*(at - 1)].done)
+    launch_gather(units_[*(at - 1)]);
+}
+
+void ZeroSharding::on_grad_ready(size_t unit, size_t slot) {
+  Unit& u = units_[unit];
+  if (u.slot_ready[slot]) return;  // a second backward through the same leaf in one pass
+  u.slot_ready[slot] = 1;
+  if (++u.ready < u.slots) return;
+  u.done = true;
+  if (unit == 0) return;  // the root is gathered until the step's last backward ends
+  release(u);
+  if (syncing_) launch_reductions();
+}
+
+void ZeroSharding::launch_reductions() {
+  while (next_reduce_ < reduce_order_.size() && units_[reduce_order_[next_reduce_]].done) {
+    for (size_t gi : units_[reduce_order_[next_reduce_]].groups) reduce_group(groups_[gi]);
+    ++next_reduce_;
+  }
+}
+
+void ZeroSharding::gather_all() {
+  if (stage_ != 3) return;
+  for (Unit& u : units_) launch_gather(u);
+  for (Unit& u : units_) wait_gather(u);
+  all_gathered_ = true;
+}
+
+void ZeroSharding::release_all() {
+  if (stage_ != 3) return;
+  all_gathered_ = false;
+  for (Unit& u : units_) release(u);
+}
+
+GatheredParameters::GatheredParameters(ZeroSharding* zero) : zero_(zero) {
+  if (!zero_) return;
+  was_gathered_ = zero_->all_gathered();
+  zero_->gather_all();
+}
+
+GatheredParameters::~GatheredParameters() {
+  if (zero_ && !was_gathered_) zero_->release_all();
 }
 
 void ZeroSharding::check_views() const {
   // The pieces are views of the parameters' memory: a conversion that gave a parameter new
   // memory after sharding (model.to(...)) would leave the optimizer updating the old one.
+  // (Stage 3's pieces are the shard's own buffer.)
+  if (stage_ == 3) return;
   for (const Group& g : groups_)
     for (const Piece& p : g.pieces) {
       if (p.param < 0 || !g.params[p.param].is_contiguous()) continue;
@@ -320,6 +598,16 @@ void ZeroSharding::scatter_to_params(Group& g, int64_t begin, const Tensor& valu
 }
 
 void ZeroSharding::after_step() {
+  if (stage_ == 3) {
+    // The updated shards are gathered unit by unit by the next forward. The parameters' values
+    // changed: anything keyed by their version (autocast's cached casts) must not be reused.
+    for (Group& g : groups_) {
+      for (const Tensor& p : g.params) p.bump_version();
+      for (Piece& p : g.pieces) p.view.set_grad(Tensor());
+    }
+    if (all_gathered_) gather_all();  // a caller holding the whole model sees the new values
+    return;
+  }
   // Every rank's updated shard into every rank's full parameters (the forward needs them whole),
   // in chunks of at most gather_chunk_ elements per rank so the gathered copy never holds more
   // than N x chunk values (not Ψ); the next chunk's all-gather runs while this one is copied out.
@@ -395,35 +683,57 @@ int64_t ZeroSharding::gradient_bytes(const nn::Module& model) const {
   return bytes;
 }
 
+int64_t ZeroSharding::parameter_bytes(const nn::Module& model) const {
+  int64_t bytes = 0;
+  for (const Group& g : groups_)
+    if (g.data.defined()) bytes += static_cast<int64_t>(g.data.nbytes());
+  for (const Tensor& p : model.parameters())
+    if (!released(p)) bytes += static_cast<int64_t>(p.nbytes());
+  return bytes;
+}
+
 std::map<std::string, std::string> ZeroSharding::shard_metadata() const {
   // "zero.<group>.<piece>" = "<param> <offset> <numel>": where each piece of the shard
-  // optimizer's state lies in the unsharded parameter.
+  // optimizer's state lies in the unsharded parameter, <param> counted in the optimizer's group
+  // "zero.group.<group>" (stage 3 cuts an optimizer group into one group per unit).
   std::map<std::string, std::string> m{{"zero.rank", std::to_string(comm_->rank())},
                                        {"zero.world_size", std::to_string(comm_->world_size())}};
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    for (size_t k = 0; k < groups_[gi].pieces.size(); ++k) {
-      const Piece& p = groups_[gi].pieces[k];
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    m["zero.group." + std::to_string(gi)] = std::to_string(g.full_group);
+    for (size_t k = 0; k < g.pieces.size(); ++k) {
+      const Piece& p = g.pieces[k];
+      const int64_t param = p.param < 0 ? -1 : g.full_index[static_cast<size_t>(p.param)];
       m["zero." + std::to_string(gi) + "." + std::to_string(k)] =
-          std::to_string(p.param) + " " + std::to_string(p.offset) + " " + std::to_string(p.numel);
+          std::to_string(param) + " " + std::to_string(p.offset) + " " + std::to_string(p.numel);
     }
+  }
   return m;
 }
 
 TensorMap ZeroSharding::shard_state_from_full(const TensorMap& full) const {
+  // "<optimizer group>.<index there>" -> (group, parameter) of this sharding.
+  std::map<std::pair<int64_t, int64_t>, std::pair<size_t, int64_t>> where;
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i)
+      where[{groups_[gi].full_group, groups_[gi].full_index[i]}] = {gi, static_cast<int64_t>(i)};
   TensorMap out;
   for (const auto& [name, t] : full) {
-    int64_t gi = 0, i = 0;
+    int64_t fg = 0, fi = 0;
     std::string state;
-    FT_CHECK(split_state_name(name, &gi, &i, &state) && gi >= 0 && gi < static_cast<int64_t>(groups_.size()),
-             "ZeRO resume: expected optimizer state named <group>.<parameter>.<state> of ", groups_.size(),
-             " groups, found '", name, "'");
-    const Group& g = groups_[static_cast<size_t>(gi)];
-    FT_CHECK(i < static_cast<int64_t>(g.params.size()), "ZeRO resume: state '", name, "' names parameter ", i,
-             " of group ", gi, ", which has ", g.params.size());
+    FT_CHECK(split_state_name(name, &fg, &fi, &state),
+             "ZeRO resume: expected optimizer state named "
+             "<group>.<parameter>.<state>, found '",
+             name, "'");
+    const auto found = where.find({fg, fi});
+    FT_CHECK(found != where.end(), "ZeRO resume: state '", name, "' names parameter ", fi, " of group ", fg,
+             ", which this model's optimizer does not have");
+    const auto [gi, i] = found->second;
+    const Group& g = groups_[gi];
     for (size_t k = 0; k < g.pieces.size(); ++k) {
       const Piece& p = g.pieces[k];
       if (p.param != i) continue;
-      const std::string piece_name = state_name(gi, static_cast<int64_t>(k), state);
+      const std::string piece_name = state_name(static_cast<int64_t>(gi), static_cast<int64_t>(k), state);
       if (t.dim() == 0) {  // "step": the parameter's count is every piece's
         out.emplace_back(piece_name, t.clone());
         continue;
@@ -436,6 +746,56 @@ TensorMap ZeroSharding::shard_state_from_full(const TensorMap& full) const {
   return out;
 }
 
+namespace {
+
+// "<group>.<rest>" -> group, rest; false for keys that belong to no group ("groups", "optimizer").
+bool split_group_key(const std::string& key, int64_t* group, std::string* rest) {
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos || dot == 0 || key.find_first_not_of("0123456789") != dot) return false;
+  *group = std::stoll(key.substr(0, dot));
+  *rest = key.substr(dot + 1);
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ZeroSharding::full_metadata(const std::map<std::string, std::string>& shard) const {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : shard) {
+    int64_t g = 0;
+    std::string rest;
+    if (!split_group_key(key, &g, &rest)) {
+      out[key] = value;
+    } else if (g >= 0 && g < static_cast<int64_t>(groups_.size())) {
+      // The groups of one optimizer group have its options (the schedule sets them alike).
+      out[std::to_string(groups_[static_cast<size_t>(g)].full_group) + "." + rest] = value;
+    }
+  }
+  out["groups"] = std::to_string(full_groups_);
+  return out;
+}
+
+std::map<std::string, std::string> ZeroSharding::shard_metadata_from_full(
+    const std::map<std::string, std::string>& full) const {
+  std::map<std::string, std::string> out;
+  std::map<int64_t, std::vector<std::pair<std::string, std::string>>> per_group;
+  for (const auto& [key, value] : full) {
+    int64_t g = 0;
+    std::string rest;
+    if (split_group_key(key, &g, &rest))
+      per_group[g].emplace_back(rest, value);
+    else
+      out[key] = value;
+  }
+  if (const auto n = full.find("groups"); n != full.end())
+    FT_CHECK(n->second == std::to_string(full_groups_), "ZeRO resume: the optimizer state has ", n->second,
+             " parameter groups, this optimizer ", full_groups_);
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (const auto& [rest, value] : per_group[groups_[gi].full_group]) out[std::to_string(gi) + "." + rest] = value;
+  out["groups"] = std::to_string(groups_.size());
+  return out;
+}
+
 TensorMap consolidate_zero_state(const std::vector<SafetensorsFile>& shards,
                                  const std::vector<optim::ParamGroup>& groups) {
   FT_CHECK(!shards.empty(), "ZeRO checkpoint: expected the optimizer state of at least one rank, found none");
@@ -444,15 +804,19 @@ TensorMap consolidate_zero_state(const std::vector<SafetensorsFile>& shards,
   std::map<std::string, int64_t> filled;
   for (const SafetensorsFile& f : shards) {
     for (const auto& [name, t] : f.tensors) {
-      int64_t gi = 0, k = 0;
+      int64_t sg = 0, k = 0;  // the shard's group and piece
       std::string state;
-      FT_CHECK(split_state_name(name, &gi, &k, &state), "ZeRO checkpoint: unexpected state name '", name, "'");
-      const auto where = f.metadata.find("zero." + std::to_string(gi) + "." + std::to_string(k));
+      FT_CHECK(split_state_name(name, &sg, &k, &state), "ZeRO checkpoint: unexpected state name '", name, "'");
+      // The optimizer group the shard's group belongs to (the same index before stage 3).
+      int64_t gi = sg;
+      if (const auto g = f.metadata.find("zero.group." + std::to_string(sg)); g != f.metadata.end())
+        FT_CHECK(std::sscanf(g->second.c_str(), "%ld", &gi) == 1, "ZeRO checkpoint: malformed group '", g->second, "'");
+      const auto where = f.metadata.find("zero." + std::to_string(sg) + "." + std::to_string(k));
       FT_CHECK(where != f.metadata.end(), "ZeRO checkpoint: state '", name, "' has no piece in the metadata");
       int64_t param = -1, offset = 0, numel = 0;
       FT_CHECK(std::sscanf(where->second.c_str(), "%ld %ld %ld", &param, &offset, &numel) == 3,
                "ZeRO checkpoint: malformed piece '", where->second, "'");
-      FT_CHECK(gi < static_cast<int64_t>(groups.size()) && param >= 0 &&
+      FT_CHECK(gi >= 0 && gi < static_cast<int64_t>(groups.size()) && param >= 0 &&
                    param < static_cast<int64_t>(groups[gi].params.size()),
                "ZeRO checkpoint: state '", name, "' names parameter ", param, " of group ", gi,
                ", which this model does not have");

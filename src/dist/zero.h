@@ -1,19 +1,34 @@
-// ZeRO stages 1 and 2 (Rajbhandari et al. 2020; DeepSpeed's zero_optimization, PyTorch's
-// ZeroRedundancyOptimizer): data parallelism where each of the N ranks keeps the optimizer state
-// of 1/N of the parameters only (stage 1) and, after the step's communication, only that shard's
-// gradient too (stage 2). Stage 3 (parameters sharded as well) is not implemented.
+// ZeRO stages 1, 2 and 3 (Rajbhandari et al. 2020; DeepSpeed's zero_optimization, PyTorch's
+// ZeroRedundancyOptimizer and FSDP): data parallelism where each of the N ranks keeps the
+// optimizer state of 1/N of the parameters only (stage 1), after the step's communication only
+// that shard's gradient too (stage 2), and between their uses only that shard of the parameters
+// themselves (stage 3).
 //
 // Layout: every parameter group of the optimizer (decay / no_decay, each with its own options)
 // is flattened in its parameter order into T_g elements, padded with zeros to P_g = N * s_g,
 // s_g = ceil(T_g / N), so any size divides. Rank r owns elements [r s_g, (r + 1) s_g) of every
 // group. A parameter that crosses a shard boundary is split; the part inside rank r's range is
-// a "piece", a 1-d view of the parameter's own memory (no second copy of the weights), and the
-// rank's optimizer is the Trainer's optimizer (same kind, same group options) over those
-// pieces. Element-wise optimizers (SGD, Adam, AdamW) update a piece exactly
-// as they would update those elements of the whole parameter, so a step equals DDP's;
-// per-parameter step counts are kept per piece (all pieces of a parameter count alike). LAMB and
-// LARS scale each parameter by the norm of the whole parameter, which a piece does not see: they
-// are refused with ZeRO.
+// a "piece", and the rank's optimizer is the Trainer's optimizer (same kind, same group options)
+// over those pieces. Stages 1 and 2: a piece is a 1-d view of the parameter's own memory (no
+// second copy of the weights). Stage 3: the pieces live in the shard's own buffer and the
+// parameters' memory is released between uses. Element-wise optimizers (SGD, Adam, AdamW)
+// update a piece exactly as they would update those elements of the whole parameter, so a step
+// equals DDP's; per-parameter step counts are kept per piece (all pieces of a parameter count
+// alike). LAMB and LARS scale each parameter by the norm of the whole parameter, which a piece
+// does not see: they are refused with ZeRO.
+//
+// Stage 3's units (FSDP's wrapped modules): every outermost nn::CheckpointableBlock (GPT's
+// transformer blocks, the ResNets' residual blocks) is a unit, and the parameters outside any
+// block (embeddings, head, final norm) are the root unit. The groups above are formed per unit
+// (the decay and no-decay parameters of one block are two groups), so gathering a unit is one
+// all-gather of equal parts per group. Through nn::BlockHooks a block's parameters are
+// all-gathered just before its forward (the next block's gather is issued then, so it arrives
+// while this one computes) and released after it; an autograd node on the block's output gathers
+// them again just before the block's backward (prefetching the block whose backward comes
+// next); once every parameter of the block has its gradient, the gradients are reduce-scattered
+// to their owners and the parameters and full gradients released. The root unit is gathered
+// before each micro-batch's forward and released after the step's last backward. Activation
+// checkpointing recomputes a block inside its backward, after that gather.
 //
 // One step, with Ψ parameters (elements), K bytes of optimizer state per element (AdamW, f32:
 // 8), N ranks:
@@ -23,13 +38,16 @@
 //   stage 2: the full gradients reduce-scattered once backward ends: each rank receives only its
 //            shard's mean gradient and frees the rest, so it keeps 4 Ψ / N bytes of gradient
 //            after the step's communication; traffic reduce-scatter Ψ + all-gather Ψ = 2Ψ.
-//   both:    clipping by global norm: ||g||^2 = sum over ranks of the shard's ||g_r||^2
-//            (one all-reduce of a scalar); the optimizer updates the shard; the shards are
-//            all-gathered into every rank's full parameters (the model stays whole for forward),
-//            in chunks of at most the bucket cap so the gathered copy stays small.
+//   stage 3: parameters held between steps: Ψ / N per rank (plus the one unit being used);
+//            traffic: all-gather Ψ in forward, all-gather Ψ - Ψ_root again in backward (the
+//            root stays gathered through the step), reduce-scatter Ψ during backward: 3Ψ at most.
+//   all:     clipping by global norm: ||g||^2 = sum over ranks of the shard's ||g_r||^2
+//            (one all-reduce of a scalar); the optimizer updates the shard. Stages 1 and 2 then
+//            all-gather the shards into every rank's full parameters (the model stays whole for
+//            forward), in chunks of at most the bucket cap so the gathered copy stays small.
 // A parameter no rank produced a gradient for gets none (as in one process and DDP): one used
-// flag per parameter travels with the gradients (stage 1 in DDP's buckets, stage 2 in one small
-// all-reduce), and the optimizer skips its pieces.
+// flag per parameter travels with the gradients (stage 1 in DDP's buckets, stages 2 and 3 in one
+// small all-reduce), and the optimizer skips its pieces.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -39,6 +57,7 @@
 
 #include "dist/ddp.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/train_step.h"
@@ -48,11 +67,12 @@ namespace ft::dist {
 // 1 or 2 for "zero1" / "zero2"; 3 for "zero3" / "fsdp"; 0 for anything else (DDP).
 int zero_stage(const std::string& strategy);
 
-class ZeroSharding : public train::GradSync {
+class ZeroSharding : public train::GradSync, public nn::BlockHooks {
  public:
   // `full` is the optimizer the Trainer would use without sharding: its groups, their options
   // and its kind are taken; the parameters must be `model`'s. Starts from the model's current
-  // weights (broadcast them first). Throws for stage 3 and for LAMB / LARS.
+  // weights (broadcast them first); stage 3 then releases the parameters' memory (gather_all()
+  // brings it back). Throws for LAMB / LARS.
   ZeroSharding(nn::Module& model, const optim::Optimizer& full, std::shared_ptr<Communicator> comm, int stage,
                DdpOptions ddp = {});
   ~ZeroSharding() override;
@@ -62,6 +82,7 @@ class ZeroSharding : public train::GradSync {
   // The optimizer of this rank's shard (same kind and group options as `full`).
   std::unique_ptr<optim::Optimizer> make_shard_optimizer() const;
 
+  void before_forward() override;
   void before_backward(bool last) override;
   void after_backward(bool last) override;
   void finish() override;
@@ -69,6 +90,20 @@ class ZeroSharding : public train::GradSync {
   void clip_grad_value(const std::vector<Tensor>& params, double clip_value) override;
   void agree_found_inf(const Tensor& found_inf) override;
   void after_step() override;
+
+  // nn::BlockHooks (stage 3): the block's unit gathered before its forward, released after it.
+  void before_forward(nn::CheckpointableBlock& block) override;
+  Tensor after_forward(nn::CheckpointableBlock& block, const Tensor& output) override;
+
+  // Stage 3 (no-ops otherwise): every parameter whole on every rank until release_all() (a
+  // collective: every rank calls it), for what reads or writes the whole model outside a step:
+  // saving, loading, the LR finder's snapshot. While gathered, the blocks' hooks do nothing.
+  void gather_all();
+  bool all_gathered() const { return all_gathered_; }
+  // Every unit's memory released (after an evaluation, or the end of gather_all()'s scope).
+  void release_all();
+  // Bytes of parameter memory this rank holds now: gathered parameters and stage 3's shard.
+  int64_t parameter_bytes(const nn::Module& model) const;
 
   int stage() const { return stage_; }
   int64_t parameter_count() const;  // Ψ: the groups' elements, unpadded
@@ -80,8 +115,9 @@ class ZeroSharding : public train::GradSync {
   // between steps).
   int64_t gradient_bytes(const nn::Module& model) const;
 
-  // Pieces that are not views of their parameter (channels-last) copied from the model again
-  // (after its weights were loaded; after every all-gather).
+  // Pieces that are not views of their parameter (channels-last; every piece in stage 3) copied
+  // from the model again (after its weights were loaded; after every all-gather). Stage 3: only
+  // while all_gathered().
   void load_weights_from_model();
 
   // --- checkpoints: the optimizer state in the unsharded layout ---
@@ -91,6 +127,11 @@ class ZeroSharding : public train::GradSync {
   // The shard optimizer's state for this rank's pieces, cut from a state in the unsharded
   // layout ("<group>.<param>.<state>", the parameter's shape) as one process would save it.
   TensorMap shard_state_from_full(const TensorMap& full) const;
+  // The optimizer's metadata ("groups", per-group "<group>.<option>") between the shard
+  // optimizer's groups and the unsharded optimizer's (stage 3 has one group per unit and
+  // optimizer group), so checkpoints hold the unsharded form whatever the stage.
+  std::map<std::string, std::string> full_metadata(const std::map<std::string, std::string>& shard) const;
+  std::map<std::string, std::string> shard_metadata_from_full(const std::map<std::string, std::string>& full) const;
 
  private:
   struct Piece {
@@ -101,14 +142,49 @@ class ZeroSharding : public train::GradSync {
     Tensor view;         // the parameter's elements [offset, offset + numel), 1-d
   };
   struct Group {
-    std::vector<Tensor> params;    // the model's, in the group's order
-    std::vector<int64_t> offsets;  // of each parameter in the flattened group
-    int64_t total = 0, shard = 0;  // T_g, s_g
-    Tensor grad;                   // f32 [s_g]: this rank's gradient (after finish())
+    std::vector<Tensor> params;       // the model's, in the group's order
+    std::vector<int64_t> full_index;  // each parameter's index in the optimizer's group
+    int64_t full_group = 0;           // that group's index in the optimizer
+    size_t unit = 0;                  // stage 3's unit (0: the root)
+    std::vector<int64_t> offsets;     // of each parameter in the flattened group
+    int64_t total = 0, shard = 0;     // T_g, s_g
+    int64_t first_flag = 0;           // its first parameter's used flag
+    Tensor grad;                      // f32 [s_g]: this rank's gradient (after finish())
+    Tensor data;                      // stage 3: this rank's parameter elements [s_g] (the pieces' memory)
     std::vector<Piece> pieces;
     optim::GroupOptions options;
     std::string name;
   };
+  // Stage 3: a block (or the root) whose groups are gathered and released together.
+  struct Gather {
+    size_t group;
+    Tensor out;  // [N s_g]: every rank's part
+    WorkPtr work;
+  };
+  struct Unit {
+    nn::CheckpointableBlock* block = nullptr;  // null: the root
+    std::shared_ptr<nn::Module> owner;         // keeps the block alive until its hooks are removed
+    std::vector<size_t> groups;
+    std::vector<Gather> gathers;  // in flight
+    bool gathered = false;
+    int64_t slots = 0, ready = 0;  // parameters with a gradient hook; those done this backward
+    std::vector<char> slot_ready;
+    bool done = false;  // every gradient of this backward is in
+  };
+  void build_groups(nn::Module& model, const optim::Optimizer& full);
+  void assign_units(nn::Module& model, std::vector<size_t>* unit_of_param,
+                    const std::vector<const TensorImpl*>& params);
+  void add_stage3_hooks();
+  void launch_gather(Unit& u);
+  void wait_gather(Unit& u);
+  void release(Unit& u, bool force = false);
+  size_t unit_of(const nn::CheckpointableBlock& block) const;
+  void before_block_backward(size_t unit);
+  void on_grad_ready(size_t unit, size_t slot);
+  void launch_reductions();
+  // The group's full gradients flattened and reduce-scattered (its used flags set); the full
+  // gradients are dropped.
+  void reduce_group(Group& g);
   void copy_shards_to_pieces_grads(const std::vector<float>& used);
   void round_grads_to_param_dtype();
   void check_views() const;
@@ -123,10 +199,33 @@ class ZeroSharding : public train::GradSync {
   std::vector<Group> groups_;
   std::unique_ptr<DataParallel> ddp_;  // stage 1's gradient averaging
   int64_t gather_chunk_ = 1;           // elements per rank in one all-gather (the bucket cap / N)
-  // Stage 2: the step's flattened gradients and used flags while their collectives run.
+  int64_t full_groups_ = 0;            // the unsharded optimizer's parameter groups
+  // Stages 2 and 3: the step's flattened gradients and used flags while their collectives run.
   std::vector<Tensor> flat_grads_;
   Tensor flags_;
   std::vector<WorkPtr> works_;
+  // Stage 3.
+  std::vector<Unit> units_;
+  std::vector<size_t> forward_order_;  // block units in the order their forward first ran
+  std::vector<size_t> reduce_order_;   // this backward's: reverse forward order, the rest, the root
+  size_t next_reduce_ = 0;
+  bool syncing_ = false;  // the step's last micro-batch: gradients are reduced
+  bool all_gathered_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // the hooks' guard (as DDP's)
+};
+
+// Stage 3's gather_all() for a scope: every rank must enter it. Leaves the sharding gathered if
+// it was already (the end of fit() keeps the model whole). Null or stages 1, 2: nothing.
+class GatheredParameters {
+ public:
+  explicit GatheredParameters(ZeroSharding* zero);
+  ~GatheredParameters();
+  GatheredParameters(const GatheredParameters&) = delete;
+  GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+ private:
+  ZeroSharding* zero_;
+  bool was_gathered_ = false;
 };
 
 // The optimizer state in the unsharded layout, assembled from the per-rank files a ZeRO run of

@@ -5,8 +5,10 @@
 namespace ft::nn {
 
 Tensor CheckpointableBlock::forward(const Tensor& x) {
-  if (!checkpointing_) return block_forward(x);
-  return autograd::checkpoint([this](const Tensor& in) { return block_forward(in); }, x);
+  if (hooks_) hooks_->before_forward(*this);
+  Tensor y = checkpointing_ ? autograd::checkpoint([this](const Tensor& in) { return block_forward(in); }, x)
+                            : block_forward(x);
+  return hooks_ ? hooks_->after_forward(*this, y) : y;
 }
 
 int64_t set_activation_checkpointing(Module& model, bool on) {

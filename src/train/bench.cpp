@@ -195,7 +195,7 @@ BenchResult run_bench(const BenchOptions& o) {
   std::unique_ptr<dist::ZeroSharding> zero;
   auto opt = make_bench_optimizer(*w.model);
   const int stage = dist::zero_stage(o.strategy);
-  FT_CHECK(o.strategy == "ddp" || stage == 1 || stage == 2, "bench: expected --strategy ddp, zero1 or zero2, found '",
+  FT_CHECK(o.strategy == "ddp" || stage > 0, "bench: expected --strategy ddp, zero1, zero2, zero3 or fsdp, found '",
            o.strategy, "'");
   if (ranks > 1) {
     dist::broadcast_module(*w.model, *comm);

@@ -197,10 +197,8 @@ void TrainerConfig::validate() const {
   check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
         "0 or more", early_stopping_min_delta);
   // Distributed options (src/train/distributed.cpp applies them).
-  FT_CHECK(strategy != "zero3" && strategy != "fsdp", "option strategy: '", strategy,
-           "' is not implemented yet (ddp, zero1 and zero2 are)");
-  check(strategy == "ddp" || strategy == "zero1" || strategy == "zero2", "strategy",
-        "ddp, zero1 or zero2 (zero3 and fsdp are not implemented yet)", "'" + strategy + "'");
+  check(strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "fsdp",
+        "strategy", "ddp, zero1, zero2, zero3 or fsdp", "'" + strategy + "'");
   check(std::isfinite(bucket_cap_mb) && bucket_cap_mb >= 0, "bucket_cap_mb", "0 (one bucket) or a positive size in MiB",
         bucket_cap_mb);
   check(std::isfinite(dist_timeout) && dist_timeout >= 0, "dist_timeout", "0 (never) or a positive number of seconds",

@@ -102,7 +102,8 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
                                                          const TrainerConfig& c) {
   const int stage = dist::zero_stage(c.strategy);
   if (world() == 1 || stage == 0) return full;
-  zero.reset();  // its hooks go before the new one registers its own
+  if (zero) zero->gather_all();  // stage 3: the new sharding starts from the whole model
+  zero.reset();                  // its hooks go before the new one registers its own
   // The shards are views of the parameters: bf16-true's conversion (which StepRunner would do
   // later) must come first.
   if (precision_from_name(c.precision) == Precision::BF16True) module->model().to(DType::BF16);
@@ -122,7 +123,8 @@ std::string shard_file(const std::string& dir, int rank, int world) {
 
 void Trainer::Impl::save_optimizer_shard(const std::string& tmp) const {
   comm->barrier();  // rank 0 has made the folder
-  std::map<std::string, std::string> metadata = optimizer->state_metadata();
+  // The optimizer's metadata in the unsharded form (its groups, not stage 3's per-block ones).
+  std::map<std::string, std::string> metadata = zero->full_metadata(optimizer->state_metadata());
   for (auto& [key, value] : zero->shard_metadata()) metadata[key] = value;
   save_safetensors(shard_file(tmp, comm->rank(), world()), optimizer->state_tensors(), metadata);
   comm->barrier();  // every shard is written: rank 0 may commit
@@ -152,7 +154,10 @@ SafetensorsFile Trainer::Impl::load_optimizer_state(const std::string& dir, cons
     for (const auto& [key, value] : files.front().metadata)
       if (key.rfind("zero.", 0) != 0) state.metadata[key] = value;
   }
-  if (zero) state.tensors = zero->shard_state_from_full(state.tensors);
+  if (zero) {
+    state.tensors = zero->shard_state_from_full(state.tensors);
+    state.metadata = zero->shard_metadata_from_full(state.metadata);
+  }
   return state;
 }
 

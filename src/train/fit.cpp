@@ -201,7 +201,11 @@ struct Trainer::Run {
   // The first parameter (in registration order) whose gradient, or else whose value, holds a NaN
   // or an infinity: 0 * x is 0 for every finite x and NaN otherwise, so the sum tells exactly.
   static std::string first_non_finite_parameter(const nn::Module& model) {
-    auto finite = [](const Tensor& x) { return sum(mul(x.detach().to(DType::F32), 0.0)).item<double>() == 0.0; };
+    // A parameter whose memory ZeRO stage 3 released between steps has no values here to judge.
+    auto finite = [](const Tensor& x) {
+      if (!x.storage()->data) return true;
+      return sum(mul(x.detach().to(DType::F32), 0.0)).item<double>() == 0.0;
+    };
     for (const auto& [name, p] : model.named_parameters())
       if (p.grad().defined() && !finite(p.grad())) return "the first parameter with a non-finite gradient: " + name;
     for (const auto& [name, p] : model.named_parameters())
@@ -361,6 +365,8 @@ struct Trainer::Run {
     progress->finish();
     if (tb) tb->flush();
     nn::Module& model = im.module->model();
+    // ZeRO stage 3: every rank gathers (a collective); the model stays whole after fit().
+    if (im.zero) im.zero->gather_all();
     if (im.rank0()) model.save(dir + "/model.safetensors");
     items_trained += im.items * im.world();
     result.steps = t.step_;

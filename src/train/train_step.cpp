@@ -116,6 +116,7 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
     const bool mixed = precision_is_mixed(options_.precision);
     autocast::AutocastGuard amp(mixed ? autocast_dtype() : DType::BF16, mixed);
     profiler::PhaseScope phase(profiler::Phase::Forward);
+    if (sync_ != nullptr) sync_->before_forward();
     loss = loss_of();
   }
   Tensor to_backprop = loss;

@@ -227,7 +227,12 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
 }
 
 EvalResult Trainer::Impl::evaluate(const TrainerConfig& c) {
-  return evaluate_module(*module, *val_batches, c, runner->options().precision);
+  if (!zero) return evaluate_module(*module, *val_batches, c, runner->options().precision);
+  // ZeRO stage 3: the root's parameters for the whole evaluation, each block's around its forward.
+  zero->before_forward();
+  EvalResult r = evaluate_module(*module, *val_batches, c, runner->options().precision);
+  zero->release_all();
+  return r;
 }
 
 double Trainer::Impl::momentum_in_use() const {
@@ -345,6 +350,7 @@ void Trainer::make_loaders() {
 
 void Trainer::save_checkpoint(const std::string& dir) const {
   const std::string tmp = dir + ".tmp";
+  const dist::GatheredParameters whole(impl_->zero.get());  // stage 3: the consolidated model
   // ZeRO: every rank writes its optimizer shard into rank 0's temporary folder (distributed.cpp).
   if (impl_->zero && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
   std::error_code ec;
@@ -467,8 +473,11 @@ void Trainer::apply_resume() {
   SafetensorsFile opt_state = impl_->load_optimizer_state(dir, config_);  // this rank's shard under ZeRO
   SafetensorsFile scaler_state = load_safetensors(dir + "/loss_scaler.safetensors");
   Impl& im = *impl_;
-  im.module->model().load_state_dict(weights.tensors, /*strict=*/true);
-  if (im.zero) im.zero->load_weights_from_model();  // the shards' master weights are the loaded ones
+  {
+    const dist::GatheredParameters whole(im.zero.get());  // stage 3: memory to load into
+    im.module->model().load_state_dict(weights.tensors, /*strict=*/true);
+    if (im.zero) im.zero->load_weights_from_model();  // the shards' master weights are the loaded ones
+  }
   im.optimizer->load_state_tensors(opt_state.tensors);
   im.optimizer->load_state_metadata(opt_state.metadata);
   im.runner->scaler().load_state_tensors(scaler_state.tensors);
@@ -499,7 +508,10 @@ LrFindResult Trainer::lr_find(TrainModule& module, const DataModule& data, const
   nn::Module& model = module.model();
   // Snapshot everything the sweep changes; state_dict and state tensors are live views: clone.
   TensorMap weights;
-  for (const auto& [name, t] : model.state_dict()) weights.emplace_back(name, t.clone());
+  {
+    const dist::GatheredParameters whole(im.zero.get());
+    for (const auto& [name, t] : model.state_dict()) weights.emplace_back(name, t.clone());
+  }
   const bool had_optimizer_state = im.optimizer->step_count() > 0;
   TensorMap opt_tensors;
   for (const auto& [name, t] : im.optimizer->state_tensors()) opt_tensors.emplace_back(name, t.clone());
@@ -525,6 +537,7 @@ LrFindResult Trainer::lr_find(TrainModule& module, const DataModule& data, const
   LrFindResult result = find_lr(sweep_step, options);
 
   // Restore: weights, a fresh optimizer (and its state if it had one), scaler, data, RNG.
+  if (im.zero) im.zero->gather_all();  // stage 3: sharded() below shards the restored weights anew
   model.load_state_dict(weights, /*strict=*/true);
   im.optimizer = im.sharded(make_optimizer(config_, module), config_);
   if (had_optimizer_state) {

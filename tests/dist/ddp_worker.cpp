@@ -4,9 +4,9 @@
 // clipping and accumulation. Only the public API (fasttrain/*.h).
 //
 //   ddp_worker train <run_dir> <global_batch> <bucket_cap_mb> [seed_per_rank [strategy
-//                    [checkpoint_every [resume_from|- [precision [dropout]]]]]]
+//                    [checkpoint_every [resume_from|- [precision [dropout [checkpoint_blocks]]]]]]]
 //     trains 20 steps with batch global_batch / ranks per rank and the strategy (default ddp;
-//     zero1, zero2: tests/test_zero.cpp), keeping a checkpoint every checkpoint_every steps
+//     zero1, zero2, zero3: tests/test_zero.cpp), keeping a checkpoint every checkpoint_every steps
 //     (all of them; 0: none) and resuming from the checkpoint folder resume_from when given;
 //     each rank initialises its model from seed
 //     7 + 1000 x rank when seed_per_rank is 1 (DDP must make them rank 0's). Before
@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "fasttrain/fasttrain.h"
+#include "support/linear_block.h"
 
 namespace {
 
@@ -63,25 +64,30 @@ class Blobs : public data::Dataset {
 };
 
 // trunk -> wide (a 64 x 32 weight: 8 KiB, larger than the tests' smallest bucket caps) -> two
-// heads; `unused` is never in the forward pass; `shift` is a buffer added to the input.
+// heads; `unused` is never in the forward pass; `shift` is a buffer added to the input. trunk and
+// wide are blocks (ZeRO stage 3's units; recomputed in backward with checkpoint_blocks), the rest
+// is the root.
 class Net : public nn::Module {
  public:
   explicit Net(Generator* gen) {
-    trunk = register_module("trunk", std::make_shared<nn::Linear>(kFeatures, 32, true, gen));
-    wide = register_module("wide", std::make_shared<nn::Linear>(32, 64, true, gen));
+    trunk = register_module("trunk", std::make_shared<test::LinearBlock>(kFeatures, 32, gen));
+    wide = register_module("wide", std::make_shared<test::LinearBlock>(32, 64, gen));
     unused = register_module("unused", std::make_shared<nn::Linear>(64, 2, true, gen));
     classify = register_module("classify", std::make_shared<nn::Linear>(64, kClasses, true, gen));
     regress = register_module("regress", std::make_shared<nn::Linear>(64, 1, true, gen));
     register_buffer("shift", mul(randn({kFeatures}, {}, gen), 0.1));
   }
   std::string type_name() const override { return "DdpTestNet"; }
-  std::shared_ptr<nn::Linear> trunk, wide, unused, classify, regress;
+  std::shared_ptr<test::LinearBlock> trunk, wide;
+  std::shared_ptr<nn::Linear> unused, classify, regress;
 };
 
-// A hash of every parameter's and buffer's bits, in registration order.
+// A hash of every parameter's and buffer's bits, in registration order (under ZeRO stage 3, of
+// those gathered before the forward: the root's; the blocks' are gathered inside it).
 int64_t weights_hash(const nn::Module& m) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const Tensor& t) {
+    if (!t.storage()->data) return;
     const Tensor c = t.detach().contiguous();
     const auto* p = static_cast<const unsigned char*>(c.raw_data());
     for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
@@ -168,7 +174,7 @@ class NetModule : public train::TrainModule {
 int usage() {
   std::fprintf(stderr,
                "usage: ddp_worker train RUN_DIR GLOBAL_BATCH BUCKET_CAP_MB [SEED_PER_RANK [STRATEGY [CKPT_EVERY "
-               "[RESUME|- [PRECISION [DROPOUT]]]]]]\n"
+               "[RESUME|- [PRECISION [DROPOUT [CHECKPOINT_BLOCKS]]]]]]]\n"
                "       ddp_worker fail|hang|size|skip RUN_DIR RANK STEP\n");
   return 64;
 }
@@ -216,6 +222,7 @@ int main(int argc, char** argv) {
     c.keep_last = 0;
     if (argc > 9) c.precision = argv[9];
     if (argc > 10) dropout_p = std::atof(argv[10]);
+    if (argc > 11) c.checkpoint_blocks = std::strcmp(argv[11], "1") == 0;
   } else if (mode == "fail" || mode == "hang" || mode == "size" || mode == "skip") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);

@@ -1,15 +1,16 @@
 // The program tests/test_zero.cpp starts under mpirun to measure ZeRO's memory and traffic
 // (src/dist/zero.h): a two-layer model of odd sizes (5 -> 7 -> 3: 56 weights in the decay group,
-// 10 biases in the other, neither a multiple of 2 or 3) trained 3 steps with AdamW and norm
-// clipping through StepRunner and dist::ZeroSharding. After the last step each rank writes
-// <dir>/rank<R>.txt:
+// 10 biases in the other, neither a multiple of 2 or 3; the first layer a block, stage 3's unit,
+// the second the root) trained 4 steps with AdamW and norm clipping through StepRunner and
+// dist::ZeroSharding. After the last step each rank writes <dir>/rank<R>.txt:
 //   psi <parameters> padded <sum of P_g> shard <sum of s_g> params <tensors>
 //   state <bytes of the optimizer's moment buffers> grad <bytes of gradients held>
-//   issued <bytes_issued during the last step>
+//   param <bytes of parameter memory held> issued <bytes_issued during the last step>
 //
 //   zero_worker <dir> <stage> [inf]
 //     inf: fp16-mixed with GradScaler, and in step 2 rank 0 adds w * inf for one element w of
-//     b.weight that rank 2 owns (3 ranks), so only that rank's shard sees the overflow; stage 0
+//     b.weight that rank 2 owns (3 ranks; rank 0 under stage 3), so only that rank's shard sees
+//     the overflow; stage 0
 //     is DDP. Rank 0 writes <dir>/weights.txt (every parameter value, then the loss scale).
 #include <cmath>
 #include <cstdio>
@@ -20,17 +21,19 @@
 
 #include "dist/zero.h"
 #include "fasttrain/fasttrain.h"
+#include "support/linear_block.h"
 
 using namespace ft;
 
 class Net : public nn::Module {
  public:
   explicit Net(Generator* gen) {
-    a = register_module("a", std::make_shared<nn::Linear>(5, 7, true, gen));
+    a = register_module("a", std::make_shared<test::LinearBlock>(5, 7, gen));
     b = register_module("b", std::make_shared<nn::Linear>(7, 3, true, gen));
   }
   std::string type_name() const override { return "ZeroTestNet"; }
-  std::shared_ptr<nn::Linear> a, b;
+  std::shared_ptr<test::LinearBlock> a;
+  std::shared_ptr<nn::Linear> b;
 };
 
 int main(int argc, char** argv) {
@@ -72,7 +75,8 @@ int main(int argc, char** argv) {
       const double c = inf && step == 1 && comm->rank() == 0 ? std::numeric_limits<double>::infinity() : 0.0;
       runner.forward_backward([&] {
         Tensor loss = mean(square(net.b->forward(tanh(net.a->forward(x)))));
-        // b.weight's element 5 is element 40 of the decay group: rank 2's at 3 ranks (38..56).
+        // b.weight's element 5 is element 40 of the decay group: rank 2's at 3 ranks (38..56);
+        // under stage 3 element 5 of the root's decay group (21 elements): rank 0's (0..7).
         if (c != 0) loss = add(loss, mul(sum(net.b->weight.reshape({-1}).narrow(0, 5, 1)), c));
         return loss;
       });
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
       issued = comm->bytes_issued() - before;
     }
     if (inf) {
+      if (zero) zero->gather_all();  // stage 3: the whole model on every rank (a collective)
       if (comm->rank() == 0) {
         std::ofstream w(dir + "/weights.txt");
         w.precision(9);
@@ -95,7 +100,7 @@ int main(int argc, char** argv) {
     std::ofstream out(dir + "/rank" + std::to_string(comm->rank()) + ".txt");
     out << "psi " << zero->parameter_count() << " padded " << zero->padded_count() << " shard " << zero->shard_count()
         << " params " << zero->used_flag_count() << " state " << state << " grad " << zero->gradient_bytes(net)
-        << " issued " << issued << "\n";
+        << " param " << zero->parameter_bytes(net) << " issued " << issued << "\n";
   } catch (const std::exception& e) {
     dist::abort_job(e.what(), 2);
   }

@@ -1,8 +1,10 @@
-// ZeRO stages 1 and 2 (zero.h): the flattened, padded group layout, the shard optimizer over
-// views of this rank's part, gradient reduction (DDP's buckets or one reduce-scatter per group),
-// clipping by the global norm and the all-gather of the updated shards; and the optimizer state
-// moved between the sharded and the unsharded layout, which is what lets a checkpoint saved at N
-// ranks resume at any other number of ranks.
+// ZeRO stages 1, 2 and 3 (zero.h): the flattened, padded group layout, the shard optimizer over
+// this rank's part, gradient reduction (DDP's buckets, or reduce-scatters per group: at the end
+// of backward in stage 2, block by block during it in stage 3), clipping by the global norm, the
+// all-gather of the updated shards (stages 1, 2) or stage 3's gathering and releasing of each
+// block's parameters around its forward and backward; and the optimizer state moved between the
+// sharded and the unsharded layout, which is what lets a checkpoint saved at N ranks resume at
+// any other number of ranks.
 #include "dist/zero.h"
 
 #include <algorithm>

@@ -51,7 +51,7 @@ struct Trainer::Impl {
   // launcher) and, with several ranks, DDP's gradient synchronisation.
   std::shared_ptr<dist::Communicator> comm;
   std::unique_ptr<dist::DataParallel> ddp;
-  std::unique_ptr<dist::ZeroSharding> zero;  // strategy zero1 / zero2 (then ddp is null)
+  std::unique_ptr<dist::ZeroSharding> zero;  // strategy zero1 / zero2 / zero3 (then ddp is null)
 
   bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
 

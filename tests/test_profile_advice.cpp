@@ -45,31 +45,36 @@ class Samples : public data::Dataset {
   std::chrono::microseconds delay_;
 };
 
-// An MLP of `width`; with `conv_bias_bn`, a 1x1 convolution with a bias into a BatchNorm runs
-// first on the features seen as a 4x4 image.
+// An MLP of `width` with `depth` more square hidden layers; with `conv_bias_bn`, a 1x1 convolution
+// with a bias into a BatchNorm runs first on the features seen as a 4x4 image.
 class Net : public nn::Module {
  public:
-  Net(int64_t width, bool conv_bias_bn, Generator* g) {
+  Net(int64_t width, int64_t depth, bool conv_bias_bn, Generator* g) {
     if (conv_bias_bn) {
       conv = register_module("conv", std::make_shared<nn::Conv2d>(1, 1, 1, 1, 0, true, 1, 1, g));
       bn = register_module("bn", std::make_shared<nn::BatchNorm2d>(1));
     }
     hidden = register_module("hidden", std::make_shared<nn::Linear>(kFeatures, width, true, g));
+    for (int64_t i = 0; i < depth; ++i)
+      deep.push_back(register_module("deep" + std::to_string(i), std::make_shared<nn::Linear>(width, width, true, g)));
     out = register_module("out", std::make_shared<nn::Linear>(width, kClasses, true, g));
   }
   std::string type_name() const override { return "Net"; }
   Tensor forward(Tensor x) {
     if (conv) x = bn->forward(conv->forward(x.reshape({-1, 1, 4, 4}))).reshape({-1, kFeatures});
-    return out->forward(relu(hidden->forward(x)));
+    Tensor h = relu(hidden->forward(x));
+    for (const auto& layer : deep) h = relu(layer->forward(h));
+    return out->forward(h);
   }
   std::shared_ptr<nn::Conv2d> conv;
   std::shared_ptr<nn::BatchNorm2d> bn;
   std::shared_ptr<nn::Linear> hidden, out;
+  std::vector<std::shared_ptr<nn::Linear>> deep;
 };
 
 class NetModule : public train::TrainModule {
  public:
-  NetModule(int64_t width, bool conv_bias_bn) : gen_(5), net_(width, conv_bias_bn, &gen_) {}
+  NetModule(int64_t width, int64_t depth, bool conv_bias_bn) : gen_(5), net_(width, depth, conv_bias_bn, &gen_) {}
   nn::Module& model() override { return net_; }
   train::StepOutput training_step(const data::Batch& b) override {
     return {cross_entropy(net_.forward(b.field("x")), b.field("label")), {}};
@@ -83,6 +88,7 @@ class NetModule : public train::TrainModule {
 
 struct RunSetup {
   int64_t width = 64;
+  int64_t depth = 0;
   bool conv_bias_bn = false;
   std::chrono::microseconds delay{0};
 };
@@ -99,7 +105,7 @@ std::vector<Finding> profiled_run(TrainerConfig c, const RunSetup& s) {
   c.memory_history = true;
   c.warmup_steps = 0;
   auto train_set = std::make_shared<Samples>(4096, s.delay), val_set = std::make_shared<Samples>(64, s.delay);
-  NetModule module(s.width, s.conv_bias_bn);
+  NetModule module(s.width, s.depth, s.conv_bias_bn);
   train::DatasetModule data({train_set, std::make_shared<data::RandomSampler>(train_set->size(), 1), nullptr},
                             {val_set, nullptr});
   train::Trainer(c).fit(module, data);
@@ -136,9 +142,18 @@ TEST(ProfileAdvice, SlowDecodingAsksForWorkers) {
   slow.delay = std::chrono::microseconds(1000);
   const auto waiting = profiled_run(base("wait_a"), slow);
   EXPECT_TRUE(has(waiting, "data-wait")) << rules_of(waiting);
-  // The same run with data that is ready at once. (With workers the slow data would still be
-  // the bottleneck of so small a model, and rightly reported.)
-  const auto ready = profiled_run(base("wait_b"), {});
+  // A run whose data is ready when the step asks: no sleep, batches assembled ahead by two loader
+  // workers with deep queues, and a step of real work (two 1024-wide layers). Assembling a batch
+  // on the training thread for the tiny model above can itself take more than 5% of its
+  // sub-millisecond step on a slow or loaded machine (ASan's CI run, with another test beside it),
+  // and the finding is then right. With workers the slow data would still be the bottleneck.
+  TrainerConfig prefetched = base("wait_b");
+  prefetched.workers = 2;
+  prefetched.prefetch = 16;  // batches per worker queued ahead: full before the profiled steps
+  RunSetup heavy;
+  heavy.width = 1024;
+  heavy.depth = 2;
+  const auto ready = profiled_run(prefetched, heavy);
   EXPECT_FALSE(has(ready, "data-wait")) << rules_of(ready);
 }
 

@@ -429,6 +429,21 @@ TEST(Zero, StageThreeReleasesParametersBetweenUsesAndStepsLikeTheUnshardedOptimi
     expect_values_close(sharded_net.forward(x).to_vector(), plain_net.forward(x).to_vector(), "evaluation");
   }
   zero->release_all();
+  // A step taken while the whole model is held (as after fit()) refreshes it: the held parameters
+  // are the updated ones, not those from before the step.
+  {
+    const dist::GatheredParameters whole(zero.get());
+    const Tensor x = randn({3, 4}, {}, &data);
+    for (int micro = 0; micro < 2; ++micro) {
+      runner.forward_backward([&] { return mean(square(sharded_net.forward(x))); });
+      reference.forward_backward([&] { return mean(square(plain_net.forward(x))); });
+    }
+    runner.optimizer_step();
+    reference.optimizer_step();
+    const TensorMap got = sharded_net.state_dict(), want = plain_net.state_dict();
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_values_close(got[i].second.to_vector(), want[i].second.to_vector(), "held: " + got[i].first);
+  }
   // Destroyed, the sharding leaves no hooks behind on the blocks.
   zero.reset();
   EXPECT_EQ(sharded_net.first->hooks(), nullptr);

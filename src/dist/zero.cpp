@@ -9,7 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/error.h"
@@ -102,9 +102,8 @@ void ZeroSharding::assign_units(nn::Module& model, std::vector<size_t>* unit_of_
   units_.assign(1, Unit{});
   unit_of_param->assign(params.size(), 0);
   if (stage_ != 3) return;
-  auto index_of = [&](const TensorImpl* t) {
-    return static_cast<size_t>(std::find(params.begin(), params.end(), t) - params.begin());
-  };
+  std::unordered_map<const TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index.emplace(params[i], i);
   std::vector<char> shared(params.size(), 0);
   for (auto& [name, m] : model.named_modules()) {
     auto* block = dynamic_cast<nn::CheckpointableBlock*>(m.get());
@@ -112,7 +111,7 @@ void ZeroSharding::assign_units(nn::Module& model, std::vector<size_t>* unit_of_
     if (block == nullptr || name.empty()) continue;
     std::vector<size_t> mine;
     for (const auto& [pname, p] : block->named_parameters())
-      if (const size_t i = index_of(p.impl()); i < params.size()) mine.push_back(i);
+      if (const auto found = index.find(p.impl()); found != index.end()) mine.push_back(found->second);
     const bool nested = !mine.empty() && std::all_of(mine.begin(), mine.end(), [&](size_t i) {
       return (*unit_of_param)[i] != 0 && (*unit_of_param)[i] == (*unit_of_param)[mine.front()];
     });
@@ -235,8 +234,7 @@ ZeroSharding::~ZeroSharding() {
 void ZeroSharding::load_weights_from_model() {
   autograd::NoGradGuard no_grad;
   if (stage_ == 3) {
-    FT_CHECK(all_gathered_ || units_.empty() ||
-                 std::all_of(units_.begin(), units_.end(), [](const Unit& u) { return u.gathered; }),
+    FT_CHECK(std::all_of(units_.begin(), units_.end(), [](const Unit& u) { return u.gathered; }),
              "ZeRO stage 3: the shards can take the model's weights only while they are gathered (gather_all)");
     for (Group& g : groups_) gather_from_params(g, comm_->rank() * g.shard, g.data.narrow(0, 0, g.shard));
     return;
@@ -369,8 +367,8 @@ void ZeroSharding::wait_gather(Unit& u) {
   u.gathered = true;
 }
 
-void ZeroSharding::release(Unit& u, bool force) {
-  if (all_gathered_ && !force) return;
+void ZeroSharding::release(Unit& u) {
+  if (all_gathered_) return;
   for (Gather& g : u.gathers) g.work->wait();  // nothing may write into released memory
   u.gathers.clear();
   for (size_t gi : u.groups)
@@ -607,7 +605,10 @@ void ZeroSharding::after_step() {
       for (const Tensor& p : g.params) p.bump_version();
       for (Piece& p : g.pieces) p.view.set_grad(Tensor());
     }
-    if (all_gathered_) gather_all();  // a caller holding the whole model sees the new values
+    if (all_gathered_) {                          // a caller holding the whole model sees the new values
+      for (Unit& u : units_) u.gathered = false;  // the memory is there: gathered into again
+      gather_all();
+    }
     return;
   }
   // Every rank's updated shard into every rank's full parameters (the forward needs them whole),

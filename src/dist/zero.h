@@ -177,7 +177,7 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   void add_stage3_hooks();
   void launch_gather(Unit& u);
   void wait_gather(Unit& u);
-  void release(Unit& u, bool force = false);
+  void release(Unit& u);
   size_t unit_of(const nn::CheckpointableBlock& block) const;
   void before_block_backward(size_t unit);
   void on_grad_ready(size_t unit, size_t slot);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -349,13 +350,36 @@ const char* half_gemm_path_name(HalfGemmPath p) { return p == HalfGemmPath::Oned
 
 const char* f32_gemm_path_name(F32GemmPath p) { return p == F32GemmPath::Onednn ? "onednn" : "blas"; }
 
-F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512) {
+namespace {
+
+// The path an FT_*_GEMM setting forces ("onednn" or the other path's name), none for auto (null,
+// "" or "auto"); any other value is an error naming the accepted ones (`accepted`).
+template <class Path>
+std::optional<Path> forced_gemm_path(const char* variable, const char* setting, const char* other_name, Path other,
+                                     const char* accepted) {
   const std::string v = setting ? setting : "";
-  if (v == "onednn") return F32GemmPath::Onednn;
-  if (v == "blas") return F32GemmPath::Blas;
-  FT_CHECK(v.empty() || v == "auto", "FT_F32_GEMM: expected blas, onednn or auto, found '", v, "'");
-  // OpenBLAS on kernels below the CPU's AVX-512 (OPENBLAS_CORETYPE chose them, or it did not
-  // recognise the CPU) against oneDNN's AVX-512 brgemm: about twice the rate (docs/PERF.md).
+  if (v == "onednn") return Path::Onednn;
+  if (v == other_name) return other;
+  FT_CHECK(v.empty() || v == "auto", variable, ": expected ", accepted, ", found '", v, "'");
+  return std::nullopt;
+}
+
+std::optional<F32GemmPath> forced_f32_gemm_path(const char* setting) {
+  return forced_gemm_path("FT_F32_GEMM", setting, "blas", F32GemmPath::Blas, "blas, onednn or auto");
+}
+
+std::optional<HalfGemmPath> forced_half_gemm_path(const char* setting) {
+  return forced_gemm_path("FT_BF16_GEMM", setting, "packed", HalfGemmPath::Packed, "onednn, packed or auto");
+}
+
+}  // namespace
+
+F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512) {
+  if (const auto forced = forced_f32_gemm_path(setting)) return *forced;
+  // OpenBLAS's sgemm stays the default: oneDNN is taken only where OpenBLAS runs kernels below the
+  // CPU's AVX-512 (OPENBLAS_CORETYPE chose them, or it did not recognise the CPU) and oneDNN has
+  // AVX-512. (docs/PERF.md has both paths measured; oneDNN was also faster on a Zen 4 CPU whose
+  // OpenBLAS runs AVX-512 kernels, a case this rule leaves to FT_F32_GEMM=onednn.)
   return !blas_avx512 && onednn_avx512 ? F32GemmPath::Onednn : F32GemmPath::Blas;
 }
 
@@ -368,18 +392,15 @@ bool onednn_isa_has_avx512() {
 F32GemmPath f32_gemm_path() {
   static const F32GemmPath path = [] {
     const char* setting = std::getenv("FT_F32_GEMM");
-    const std::string v = setting ? setting : "";
-    if (v == "onednn" || v == "blas") return choose_f32_gemm_path(setting, false, false);
+    // A forced path skips the probes (OpenBLAS's kernel query, oneDNN's ISA).
+    if (const auto forced = forced_f32_gemm_path(setting)) return *forced;
     return choose_f32_gemm_path(setting, blas_has_avx512_kernels(), onednn_isa_has_avx512());
   }();
   return path;
 }
 
 HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma) {
-  const std::string v = setting ? setting : "";
-  if (v == "onednn") return HalfGemmPath::Onednn;
-  if (v == "packed") return HalfGemmPath::Packed;
-  FT_CHECK(v.empty() || v == "auto", "FT_BF16_GEMM: expected onednn, packed or auto, found '", v, "'");
+  if (const auto forced = forced_half_gemm_path(setting)) return *forced;
   // oneDNN's bf16 kernels multiply bf16 pairs (tile or vdpbf16ps); the packed GEMM widens to f32
   // and runs FMA. Whichever instruction retires more FLOP/s wins on GEMM-sized problems
   // (bench/gemm_paths compares the two at gpt-mini's shapes).
@@ -401,8 +422,7 @@ bool onednn_isa_has_avx512_bf16() {
 HalfGemmPath half_gemm_path() {
   static const HalfGemmPath path = [] {
     const char* setting = std::getenv("FT_BF16_GEMM");
-    const std::string v = setting ? setting : "";
-    if (v == "onednn" || v == "packed") return choose_half_gemm_path(setting, false, false);
+    if (const auto forced = forced_half_gemm_path(setting)) return *forced;
     const CpuIsa table = selected_cpu_isa();
     const bool amx = onednn_isa_has_amx() && table >= CpuIsa::Amx;
     bool dot_faster = false;

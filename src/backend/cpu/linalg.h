@@ -50,8 +50,9 @@ bool onednn_isa_has_avx512_bf16();
 // The GEMM behind f32 matrix products: OpenBLAS's sgemm, or oneDNN's f32 matmul primitive
 // (brgemm kernels; bias and accumulation fused as above). FT_F32_GEMM = blas | onednn forces a
 // path; auto (null or "") takes oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where
-// oneDNN has AVX-512 (an OPENBLAS_CORETYPE that chose AVX2 kernels, say), BLAS otherwise. An
-// unknown value is an error naming the accepted ones. Read once per process.
+// oneDNN has AVX-512 (an OPENBLAS_CORETYPE that chose AVX2 kernels, say), BLAS otherwise
+// (docs/PERF.md measures both). An unknown value is an error naming the accepted ones. Read once
+// per process.
 enum class F32GemmPath { Blas, Onednn };
 const char* f32_gemm_path_name(F32GemmPath p);  // "blas", "onednn"
 F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512);

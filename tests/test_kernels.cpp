@@ -42,14 +42,27 @@ TEST(Kernels, CpuTableIsCompleteAtEveryLevel) {
 }
 
 TEST(Kernels, DeviceWithoutKernelNamesDeviceAndKernel) {
-  // This build registers no CUDA kernels: every CUDA slot is empty, and the call says which.
-  const Kernels& cuda = backend::kernels(Device::cuda(0));
-  EXPECT_EQ(cuda.device, DeviceType::CUDA);
+  // A table a backend filled nothing into: every slot is empty, and the call says which.
+  const Kernels cuda(DeviceType::CUDA);
   Tensor x = ones({4}), out = empty({4});
   test::expect_error([&] { cuda.unary(math::UnaryOp::Exp, x, out); }, "no cuda kernel for unary");
   test::expect_error([&] { cuda.matmul(x, x, out, false, Tensor()); }, "no cuda kernel for matmul");
   // The check happens before the call: the output is untouched.
   EXPECT_EQ(out.numel(), 4);
+}
+
+TEST(Kernels, CudaBuildRegistersItsTable) {
+  if (!cuda_compiled()) GTEST_SKIP() << "SKIP: this build has no CUDA backend";
+  // Registered when the backend starts, GPU or not; the entries it has not written stay empty.
+  const Kernels& cuda = backend::kernels(Device::cuda(0));
+  EXPECT_EQ(cuda.device, DeviceType::CUDA);
+  for (bool filled : {cuda.copy.has_value(), cuda.matmul.has_value(), cuda.attention_backward.has_value(),
+                      cuda.cross_entropy_backward.has_value(), cuda.adam_step.has_value()})
+    EXPECT_TRUE(filled);
+  EXPECT_FALSE(cuda.conv2d_forward.has_value());
+  Tensor x = ones({1, 1, 4, 4}), out = empty({1, 1, 4, 4});
+  test::expect_error([&] { cuda.conv2d_forward(backend::ConvParams{}, x, x, Tensor(), out); },
+                     "no cuda kernel for conv2d_forward");
 }
 
 TEST(Kernels, CpuDispatchGoesThroughTheTable) {

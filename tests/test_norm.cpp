@@ -102,6 +102,10 @@ TEST(NormGradcheck, LayerNorm) {
   // weight only
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return layer_norm(in[0], {6}, in[1], Tensor(), 1e-3); },
                    {r({2, 6}), r({6})});
+  // parameters only: the input needs no gradient (a frozen embedding feeding a trained norm)
+  const Tensor frozen = randn({3, 6}, DType::F64, &g);
+  EXPECT_GRADCHECK([&](const std::vector<Tensor>& in) { return layer_norm(frozen, {6}, in[0], in[1]); },
+                   {r({6}), r({6})});
 }
 
 TEST(NormGradcheck, RmsNorm) {

@@ -54,9 +54,12 @@ int run_bench_command(const std::vector<std::string>& args) {
                  "at 1 and resnet50 at 8)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
+  std::string device = "cpu";
+  app.add_option("--device", device, "cpu, cuda or cuda:N (model and batch on that device)")->capture_default_str();
 
   if (!ft::cli::parse_command_line(app, args, "bench")) return 0;
   o.precision = ft::train::precision_from_name(precision);
+  o.device = ft::Device::parse(device);
   const ft::bench::BenchResult r = ft::bench::run_bench(o);
   if (ft::dist::world()->rank() == 0) std::puts(ft::bench::to_json_line(r).c_str());  // one line per job
   std::fflush(stdout);

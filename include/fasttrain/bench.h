@@ -70,6 +70,7 @@ struct BenchOptions {
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
   bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
   std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
+  Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -79,6 +80,8 @@ struct BenchOptions {
 
 struct BenchResult {
   std::string workload;
+  Device device = Device::cpu();
+  std::string gpu;  // the GPU's name on CUDA (figures from other GPUs do not compare)
   train::Precision precision = train::Precision::FP32;
   int64_t accumulate = 1;
   bool checkpoint_blocks = false;

@@ -85,9 +85,29 @@ class Event {
   void* handle_ = nullptr;  // cudaEvent_t
 };
 
+// TF32 tensor-core products for f32 matmuls on CUDA (torch.backends.cuda.matmul.allow_tf32):
+// f32 operands rounded to 10 mantissa bits inside the product, f32 accumulation. Off unless
+// asked for (precision "tf32" turns it on around a step); no effect on the CPU. Thread-local, as
+// autocast is, and set for a scope by the guard.
+bool allow_tf32();
+class AllowTf32Guard {
+ public:
+  explicit AllowTf32Guard(bool allow);
+  ~AllowTf32Guard();
+  AllowTf32Guard(const AllowTf32Guard&) = delete;
+  AllowTf32Guard& operator=(const AllowTf32Guard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Number of usable CUDA devices; 0 when the build has no CUDA or no driver/GPU is present.
 int cuda_device_count();
 bool cuda_available();
+// Whether this build has the CUDA backend (whatever the machine has).
+bool cuda_compiled();
+// The GPU's name ("NVIDIA H100 80GB HBM3"); throws when the device is not available.
+std::string cuda_device_name(int device);
 // Waits for all work on the stream (no-op on the CPU).
 void synchronize(Stream stream);
 

@@ -189,7 +189,7 @@ void visit_fields(Config& c, V&& visitor) {
   v("deterministic", c.deterministic,
     "require deterministic kernels (every CPU kernel is: results do not depend on threads)");
   v("threads", c.threads, "CPU threads (0: all cores)");
-  v("device", c.device, "device: cpu (cuda is not built yet)");
+  v("device", c.device, "device: cpu, cuda or cuda:N");
   v("run_dir", c.run_dir, "run folder (default runs/<task>-<timestamp>)");
   v("progress", c.progress, "show the live progress line on stderr");
   v("workers", c.workers, "data loader worker threads (0: read batches in the training thread)");

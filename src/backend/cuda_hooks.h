@@ -4,6 +4,7 @@
 // lets the same binary run on machines without a driver.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "fasttrain/device.h"
 
@@ -13,6 +14,7 @@ class Allocator;
 
 struct CudaHooks {
   int (*device_count)() = nullptr;  // 0 when no driver or no GPU
+  std::string (*device_name)(int device) = nullptr;
   void (*synchronize)(Stream) = nullptr;
   // Copies nbytes between host and device memory (either side may be the device) on `stream`.
   void (*memcpy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, Stream stream,

@@ -1,6 +1,7 @@
 #include "backend/kernels.h"
 
 #include "backend/cpu/kernels.h"
+#include "backend/cuda_hooks.h"
 
 #include <array>
 #include <atomic>
@@ -30,6 +31,7 @@ void missing_kernel(DeviceType device, const char* name) {
 
 const Kernels& kernels(Device device) {
   if (device.type == DeviceType::CPU) return cpu_kernels();
+  (void)cuda_hooks();  // the CUDA backend registers its table when the hooks are first made
   if (const Kernels* k = registry()[static_cast<size_t>(device.type)].load(std::memory_order_acquire)) return *k;
   // Only two device types exist; a third needs its own empty table here.
   static_assert(kNumDeviceTypes == 2);

@@ -66,6 +66,7 @@ Allocator& allocator_for(Device device) {
     static CpuCachingAllocator* cpu = new CpuCachingAllocator();
     return *cpu;
   }
+  (void)cuda_hooks();  // the CUDA backend registers its allocator when the hooks are first made
   Allocator* a = g_allocators[static_cast<int>(device.type)];
   FT_CHECK(a != nullptr, "device ", device.str(), " is not available: this build has no CUDA support");
   return *a;

@@ -44,8 +44,22 @@ void set_current_stream(Stream stream) {
 StreamGuard::StreamGuard(Stream stream) : previous_(current_stream(stream.device)) { set_current_stream(stream); }
 StreamGuard::~StreamGuard() { set_current_stream(previous_); }
 
+namespace {
+thread_local bool tls_allow_tf32 = false;
+}
+bool allow_tf32() { return tls_allow_tf32; }
+AllowTf32Guard::AllowTf32Guard(bool allow) : previous_(tls_allow_tf32) { tls_allow_tf32 = allow; }
+AllowTf32Guard::~AllowTf32Guard() { tls_allow_tf32 = previous_; }
+
 int cuda_device_count() { return cuda_hooks().device_count ? cuda_hooks().device_count() : 0; }
 bool cuda_available() { return cuda_device_count() > 0; }
+bool cuda_compiled() { return cuda_hooks().device_count != nullptr; }
+std::string cuda_device_name(int device) {
+  const int n = cuda_device_count();
+  FT_CHECK(device >= 0 && device < n, "cuda_device_name(", device, "): device is not available (", n,
+           " CUDA devices found)");
+  return cuda_hooks().device_name(device);
+}
 
 void synchronize(Stream stream) {
   if (stream.device.is_cpu()) return;

@@ -23,7 +23,9 @@ void check_index(const Tensor& index, const char* op) {
 DType acc_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 // Gradient buffer for a scatter-add: zeros in the accumulation dtype.
-Tensor zero_acc(const Shape& shape, DType dt) { return zeros(shape, TensorOptions(acc_dtype(dt))); }
+Tensor zero_acc(const Shape& shape, DType dt, Device device) {
+  return zeros(shape, TensorOptions(acc_dtype(dt), device));
+}
 Tensor from_acc(const Tensor& acc, DType dt) { return acc.dtype() == dt ? acc : acc.to(dt); }
 
 std::vector<Tensor> split_impl(const Tensor& x, const std::vector<int64_t>& sizes, int d, const char* op) {
@@ -165,7 +167,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
     const DType dt = x.dtype();
     autograd::SavedTensor idx(index.detach());
     autograd::record_function("IndexSelectBackward", {&x}, {&out}, [xs, dt, idx, d](std::vector<Tensor>& g) {
-      Tensor acc = zero_acc(xs, dt);
+      Tensor acc = zero_acc(xs, dt, g[0].device());
       kernels(acc).index_add(acc, d, idx.get("IndexSelectBackward"), g[0], std::nullopt);
       return std::vector<Tensor>{from_acc(acc, dt)};
     });
@@ -193,7 +195,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     const DType dt = x.dtype();
     autograd::SavedTensor idx(index.detach());
     autograd::record_function("GatherBackward", {&x}, {&out}, [xs, dt, idx, d](std::vector<Tensor>& g) {
-      Tensor acc = zero_acc(xs, dt);
+      Tensor acc = zero_acc(xs, dt, g[0].device());
       kernels(acc).scatter_add(acc, d, idx.get("GatherBackward"), g[0]);
       return std::vector<Tensor>{from_acc(acc, dt)};
     });
@@ -228,7 +230,7 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t>
     const int64_t n = flat.numel();
     autograd::SavedTensor sids(flat);
     autograd::record_function("EmbeddingBackward", {&weight}, {&out}, [sids, n, V, D, dt, pad](std::vector<Tensor>& g) {
-      Tensor acc = zero_acc({V, D}, dt);
+      Tensor acc = zero_acc({V, D}, dt, g[0].device());
       kernels(acc).index_add(acc, 0, sids.get("EmbeddingBackward"), g[0].reshape({n, D}), pad);
       return std::vector<Tensor>{from_acc(acc, dt)};
     });

@@ -76,7 +76,7 @@ Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
       Tensor dx = need_x ? empty(xv.shape(), xv.options()) : Tensor();
       Tensor dw = need_w ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
       Tensor db = need_b ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
-      kernels(dx).row_norm_backward(dy.view({M, N}), xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms, dx, dw,
+      kernels(xv).row_norm_backward(dy.view({M, N}), xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms, dx, dw,
                                     db);
       if (dw.defined()) dw = dw.view(wshape).to(wdt);
       if (db.defined()) db = db.view(wshape).to(bdt);

@@ -66,7 +66,7 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding, Pair 
   window_params(p, kernel, stride, padding, dilation, op);
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
   Tensor y = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, x.options(), p.channels_last);
-  Tensor indices = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, TensorOptions(DType::I64), p.channels_last);
+  Tensor indices = ops::empty_in_format({p.N, p.C, p.OH, p.OW}, TensorOptions(DType::I64, x.device()), p.channels_last);
   if (y.numel() > 0) kernels(xd).max_pool2d_forward(p, xd, y, indices);
   autograd::SavedTensor si(autograd::any_requires_grad({&x}) ? indices : Tensor());
   record_pool_backward("MaxPool2dBackward", x, y, p,

@@ -162,6 +162,32 @@ std::unique_ptr<train::StepRunner> make_step_runner(Workload& w, optim::Optimize
   return std::make_unique<train::StepRunner>(*w.model, opt, f32_cross_entropy, so);
 }
 
+namespace {
+
+// The GPU's matrix-product peak for a precision, measured as the bench's CPU peak is: the best of
+// a few large square products through the engine's own matmul (cuBLASLt), so model-FLOPs
+// utilisation is against what this GPU reaches, not a datasheet.
+double gpu_matmul_peak_gflops(Device device, train::Precision precision) {
+  const bool bf16 = precision == train::Precision::BF16Mixed || precision == train::Precision::BF16True;
+  const DType dt = bf16 ? DType::BF16 : precision == train::Precision::FP16Mixed ? DType::F16 : DType::F32;
+  const AllowTf32Guard tf32(precision == train::Precision::TF32);
+  constexpr int64_t n = 8192;
+  Generator gen(1);
+  const Tensor a = randn({n, n}, DType::F32, &gen).to(device, dt), b = randn({n, n}, DType::F32, &gen).to(device, dt);
+  const Stream stream = current_stream(device);
+  double best_s = 1e30;
+  for (int i = 0; i < 6; ++i) {
+    synchronize(stream);
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor c = matmul(a, b);
+    synchronize(stream);
+    if (i > 0) best_s = std::min(best_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * n / best_s / 1e9;
+}
+
+}  // namespace
+
 BenchResult run_bench(const BenchOptions& o) {
   FT_CHECK(o.steps > 0, "bench: expected --steps > 0, found ", o.steps);
   FT_CHECK(o.warmup >= 0, "bench: expected --warmup >= 0, found ", o.warmup);
@@ -171,11 +197,16 @@ BenchResult run_bench(const BenchOptions& o) {
   if (o.threads) set_num_threads(o.threads);
   Generator gen(o.seed);
   Workload w = make_workload(o.workload, o.batch, gen);
+  const Device device = o.device;
+  w.model->to(device);  // drawn on the CPU from the seed, so every device trains the same weights
+  w.inputs = w.inputs.to(device);
+  w.targets = w.targets.to(device);
   // Several ranks (mpirun): each takes its rows of one process's batch, so the step's mean loss
   // over the ranks is one process's loss; DDP averages the gradients.
   const std::shared_ptr<dist::Communicator> comm = dist::world();
   const int64_t global_batch = w.batch, ranks = comm->world_size();
   if (ranks > 1) {
+    FT_CHECK(device.is_cpu(), "bench: several ranks run on the CPU only (found --device ", device.str(), ")");
     FT_CHECK(global_batch % ranks == 0, "bench: the global batch of ", global_batch, " does not split evenly into ",
              ranks, " ranks");
     const int64_t rows = global_batch / ranks;
@@ -214,22 +245,31 @@ BenchResult run_bench(const BenchOptions& o) {
   // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
   // the steps use. bf16 compares against the fastest bf16 product the CPU has; fp32 and fp16
   // against f32 FMA (f16 operands are widened to f32 on the CPU).
-  const cpu::PeakRates& peak = cpu::measured_peak_rates(get_num_threads());
   const bool half = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True ||
                     o.precision == train::Precision::FP16Mixed;
   const bool bf16 = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True;
-  r.peak_gflops = (bf16 ? peak.bf16_gflops() : peak.fp32_gflops) * static_cast<double>(ranks);
   r.cpu_isa = cpu::cpu_isa_flags();
-  if (half) r.half_gemm = cpu::half_gemm_path_name(cpu::half_gemm_path());
+  r.device = device;
+  if (device.is_cpu()) {
+    const cpu::PeakRates& peak = cpu::measured_peak_rates(get_num_threads());
+    r.peak_gflops = (bf16 ? peak.bf16_gflops() : peak.fp32_gflops) * static_cast<double>(ranks);
+    if (half) r.half_gemm = cpu::half_gemm_path_name(cpu::half_gemm_path());
+  } else {
+    r.gpu = cuda_device_name(device.index);
+    r.peak_gflops = gpu_matmul_peak_gflops(device, o.precision);
+  }
 
+  const Stream stream = current_stream(device);
   for (int i = 0; i < o.warmup; ++i) runner->step(w.inputs, w.targets);
-  Allocator& alloc = allocator_for(Device::cpu());
+  synchronize(stream);
+  Allocator& alloc = allocator_for(device);
   alloc.reset_peak();
   Tensor loss;
   for (int i = 0; i < o.steps; ++i) {
     if (ranks > 1) comm->barrier();  // every rank starts the step together (as the peer does)
     auto t0 = std::chrono::steady_clock::now();
     loss = runner->step(w.inputs, w.targets);
+    synchronize(stream);  // a GPU step ends when its kernels do (the peer synchronises too)
     r.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   if (ranks > 1) {  // each step's time is the slowest rank's
@@ -284,7 +324,8 @@ std::string py_float(double x, int digits) {
 
 std::string to_json_line(const BenchResult& r) {
   std::string s =
-      "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"cpu\", \"precision\": \"" +
+      "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"" +
+      device_type_name(r.device.type) + "\", \"precision\": \"" +
       bench_precision_name(r.precision) + "\", \"batch\": " + std::to_string(r.batch) +
       ", \"threads\": " + std::to_string(r.threads) + ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" +
       r.item_unit + "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
@@ -292,6 +333,7 @@ std::string to_json_line(const BenchResult& r) {
       "\", \"model_flops\": " + std::to_string(static_cast<int64_t>(std::llround(r.model_flops))) +
       ", \"peak_gflops\": " + py_float(r.peak_gflops, 1) + ", \"peak_fraction\": " + py_float(r.peak_fraction, 4);
   if (!r.half_gemm.empty()) s += ", \"half_gemm\": \"" + r.half_gemm + "\"";
+  if (!r.gpu.empty()) s += ", \"gpu\": \"" + r.gpu + "\"";
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   if (r.channels_last) s += ", \"channels_last\": true";

@@ -153,9 +153,15 @@ void TrainerConfig::validate() const {
   // Names a built-in task for the CLI; for a module of one's own it names the run (runs/<task>-...).
   check(!task.empty() && task.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-.") == std::string::npos, "task",
         "a name of lowercase letters, digits, '_', '-' or '.' (built in: char, images)", "'" + task + "'");
-  if (device.rfind("cuda", 0) == 0)
-    FT_FAIL("option device: '", device, "': no CUDA kernels in this build yet (use cpu)");
-  check(device == "cpu", "device", "cpu", "'" + device + "'");
+  check(device == "cpu" || device == "cuda" || device.rfind("cuda:", 0) == 0, "device", "cpu, cuda or cuda:N",
+        "'" + device + "'");
+  check_name([](const std::string& d) { return Device::parse(d); }, device);
+  if (device != "cpu") {
+    const int index = Device::parse(device).index, found = cuda_device_count();
+    check(index < found, "device", "cpu or one of this machine's CUDA devices",
+          detail::concat("'", device, "' (", found, " CUDA devices found",
+                         cuda_compiled() ? "" : ": this build has no CUDA support", ")"));
+  }
   check(max_steps >= 1, "max_steps", "at least 1", max_steps);
   check(max_epochs >= 0, "max_epochs", "0 (no limit) or more", max_epochs);
   check(eval_every >= 0, "eval_every", "0 (only at the end) or more", eval_every);

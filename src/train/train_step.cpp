@@ -110,6 +110,7 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
            options_.accumulate, "; call optimizer_step() first");
   if (micro_ == 0) optimizer_.zero_grad(/*set_to_none=*/true);
   fault::point("forward");
+  const AllowTf32Guard tf32(options_.precision == Precision::TF32);  // forward and backward products
   Tensor loss;
   {
     // Forward and loss under autocast, backward outside it (torch.autocast's rule).

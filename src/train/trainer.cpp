@@ -194,6 +194,7 @@ data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
 EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
   FT_CHECK(config_.batch_size > 0, "validate: expected a batch size, found auto (0)");
   const Precision precision = precision_from_name(config_.precision);
+  module.model().to(Device::parse(config_.device));
   if (precision == Precision::BF16True) module.model().to(DType::BF16);
   std::unique_ptr<data::DataLoader> loader = make_val_loader(data, config_);
   data::DevicePrefetcher batches(*loader, Device::parse(config_.device));
@@ -296,6 +297,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
     batch_size_report_ = found.report;
   }
   nn::Module& model = module.model();
+  model.to(Device::parse(config_.device));  // before the optimizer: its state follows the parameters
   model.train();
   if (config_.checkpoint_blocks) set_block_checkpointing(model, true);
   if (config_.channels_last) model.to_channels_last();

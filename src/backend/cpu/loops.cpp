@@ -1,6 +1,6 @@
 #include "backend/cpu/loops.h"
 
-namespace ft::cpu {
+namespace ft::backend {
 
 StridedLoop make_loop(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
   StridedLoop L;
@@ -65,4 +65,4 @@ StridedLoop make_loop(const Tensor& out, std::initializer_list<const Tensor*> in
   return L;
 }
 
-}  // namespace ft::cpu
+}  // namespace ft::backend

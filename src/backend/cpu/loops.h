@@ -9,25 +9,15 @@
 #include <type_traits>
 
 #include "backend/cpu/half_tiles.h"
+#include "backend/strided_loop.h"
 
 #include "fasttrain/parallel.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-struct StridedLoop {
-  static constexpr int kMaxArgs = 4;
-  int ndim = 0;
-  int nargs = 0;
-  int64_t numel = 0;
-  int64_t shape[kMaxDims] = {};
-  int64_t strides[kMaxArgs][kMaxDims] = {};  // bytes
-  char* base[kMaxArgs] = {};
-  size_t elem_size[kMaxArgs] = {};
-};
-
-// out must already have the broadcast shape; inputs must broadcast to it.
-StridedLoop make_loop(const Tensor& out, std::initializer_list<const Tensor*> inputs);
+using backend::make_loop;
+using backend::StridedLoop;
 
 // Calls inner(ptrs, strides_bytes, n) for contiguous runs of the innermost dimension, in parallel.
 template <class Inner>

@@ -1,14 +1,16 @@
-// CUDA runtime glue: device discovery, streams and events, host<->device copies and the device
-// allocator. Linked against the static CUDA runtime, which loads the driver only when first
-// used, so a machine without a driver sees zero devices instead of failing to start.
+// CUDA runtime glue: device discovery, streams and events, host<->device copies, and the
+// registration of the device allocator and the kernel table. Linked against the static CUDA
+// runtime, which loads the driver only when first used, so a machine without a driver sees zero
+// devices instead of failing to start.
 #include <cuda_runtime.h>
 
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda_hooks.h"
-#include "core/allocator_bookkeeping.h"
 
 namespace ft::cuda {
 namespace {
@@ -23,6 +25,12 @@ int device_count() {
     return n;
   }();
   return count;
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "device properties");
+  return prop.name;
 }
 
 void synchronize(Stream s) {
@@ -81,41 +89,11 @@ bool event_query(void* event) {
   return true;
 }
 
-// Device memory with statistics. The size-class caching and expandable segments of the full
-// caching allocator come with the CUDA backend issue; the interface is already the final one.
-class CudaAllocator final : public AllocatorBookkeeping {
- public:
-  CudaAllocator() : AllocatorBookkeeping("cuda") {}
-  DataPtr allocate(size_t nbytes, Stream stream) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    size_t size = (std::max<size_t>(nbytes, 1) + 511) / 512 * 512;
-    if (over_limit_locked(size))
-      throw OutOfMemoryError(detail::concat(stream.device.str(), ": out of memory: requested ", nbytes, " bytes with ",
-                                            stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
-                                            " reserved, over the limit of ", limit_));
-    check(cudaSetDevice(stream.device.index), "allocate");
-    void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, size);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      throw OutOfMemoryError(detail::concat(stream.device.str(), ": out of memory: requested ", nbytes, " bytes with ",
-                                            stats_.allocated_bytes, " allocated and ", stats_.reserved_bytes,
-                                            " reserved (", cudaGetErrorString(err), ")"));
-    }
-    count_allocation_locked(p, size, /*from_system=*/true);
-    return DataPtr(p, [this, size](void* ptr) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cudaFree(ptr);
-      count_free_locked(ptr, size, /*to_system=*/true);
-    });
-  }
-  void empty_cache() override {}
-};
-
 }  // namespace
 
 void register_backend(CudaHooks& hooks) {
   hooks.device_count = device_count;
+  hooks.device_name = device_name;
   hooks.synchronize = synchronize;
   hooks.memcpy = memcpy_any;
   hooks.stream_create = stream_create;
@@ -126,8 +104,8 @@ void register_backend(CudaHooks& hooks) {
   hooks.event_synchronize = event_synchronize;
   hooks.event_query = event_query;
   hooks.pinned_allocator = &pinned_host_allocator_instance();
-  static CudaAllocator allocator;
-  register_allocator(DeviceType::CUDA, &allocator);
+  register_allocator(DeviceType::CUDA, &device_allocator_instance());
+  backend::register_kernels(DeviceType::CUDA, &cuda_kernels());
 }
 
 }  // namespace ft::cuda

@@ -1,0 +1,203 @@
+// The device caching allocator (PyTorch's CUDACachingAllocator idea, own code). cudaMalloc and
+// cudaFree synchronise the device and cost far more than a kernel, so freed blocks are kept and
+// handed out again:
+//
+// - Sizes are rounded to a size class (core/size_class.h: four classes per power of two, at most
+//   25% waste), and free blocks are kept per (stream, size class).
+// - A block belongs to the stream it was allocated on. Work on one stream runs in issue order, so
+//   a block freed on the host while kernels that use it are still queued can be handed to the next
+//   allocation on the same stream at once: whatever that allocation's kernels do, they run after.
+// - A block another stream used too (record_stream) is parked at free time with an event per such
+//   stream and returns to its free list once every event is reached, so it is never reused while
+//   another stream may still read or write it.
+// - When cudaMalloc fails, the cache is returned to the device and the allocation retried once;
+//   a second failure raises OutOfMemoryError stating the requested, allocated and reserved bytes
+//   and the device's free and total memory.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/caching_allocator.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/allocator_bookkeeping.h"
+#include "core/size_class.h"
+
+namespace ft::cuda {
+namespace {
+
+std::string mib(int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
+
+class DeviceCachingAllocator final : public AllocatorBookkeeping {
+ public:
+  DeviceCachingAllocator() : AllocatorBookkeeping("cuda") {}
+
+  DataPtr allocate(size_t nbytes, Stream stream) override {
+    const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
+    std::lock_guard<std::mutex> lock(mu_);
+    reclaim_finished_locked();
+    if (over_limit_locked(size))
+      throw OutOfMemoryError(oom_message(stream.device, nbytes, "over the memory limit of " + std::to_string(limit_)));
+    const Key key{stream.device.index, stream.handle, size};
+    void* p = nullptr;
+    auto it = free_.find(key);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+    }
+    const bool from_system = p == nullptr;
+    if (from_system) p = device_malloc_locked(stream.device, size, nbytes);
+    in_use_[p] = Block{key, {}};
+    count_allocation_locked(p, size, from_system);
+    return DataPtr(p, [this](void* ptr) { release(ptr); });
+  }
+
+  // `ptr` may point anywhere inside a block (a view's data).
+  void record_stream(void* ptr, Stream stream) override {
+    if (!stream.device.is_cuda()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_use_.upper_bound(ptr);
+    FT_CHECK(it != in_use_.begin(), "cuda allocator: record_stream: ", ptr, " is not in a device block");
+    --it;
+    FT_CHECK(static_cast<const char*>(ptr) < static_cast<const char*>(it->first) + it->second.key.size,
+             "cuda allocator: record_stream: ", ptr, " is not in a device block");
+    if (stream.handle == it->second.key.stream) return;  // its own stream orders its uses already
+    std::vector<Stream>& streams = it->second.other_streams;
+    if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+  }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    reclaim_finished_locked();
+    release_cache_locked();
+  }
+
+ private:
+  struct Key {
+    int device;
+    void* stream;
+    size_t size;
+    bool operator==(const Key& o) const { return device == o.device && stream == o.stream && size == o.size; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<void*>()(k.stream) ^ (k.size * 0x9E3779B97F4A7C15ull) ^ static_cast<size_t>(k.device);
+    }
+  };
+  struct Block {
+    Key key;
+    std::vector<Stream> other_streams;  // streams besides its own that may still use it
+  };
+  struct Parked {
+    void* ptr;
+    Key key;
+    std::vector<cudaEvent_t> events;  // one per other stream, recorded at free time
+  };
+
+  std::string oom_message(Device device, size_t nbytes, const std::string& why) const {
+    return detail::concat(device.str(), ": out of memory: requested ", nbytes, " bytes (", mib(nbytes), ") with ",
+                          stats_.allocated_bytes, " bytes allocated and ", stats_.reserved_bytes, " reserved (",
+                          mib(stats_.reserved_bytes), "); ", why);
+  }
+
+  void* device_malloc_locked(Device device, size_t size, size_t nbytes) {
+    check(cudaSetDevice(device.index), "cuda allocator: set device");
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err == cudaErrorMemoryAllocation) {
+      // The cache may hold the memory: give it back (cudaFree waits for the device) and retry.
+      cudaGetLastError();
+      release_cache_locked();
+      err = cudaMalloc(&p, size);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      std::string device_state = "device memory unknown";
+      if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+        device_state = detail::concat("the device has ", mib(static_cast<int64_t>(free_b)), " free of ",
+                                      mib(static_cast<int64_t>(total_b)));
+      cudaGetLastError();
+      throw OutOfMemoryError(oom_message(device, nbytes, detail::concat("cudaMalloc of ", size, " bytes failed (",
+                                                                        cudaGetErrorString(err), "), ", device_state)));
+    }
+    return p;
+  }
+
+  // Runs from a DataPtr deleter, so it must not throw: a failure to record an event falls back to
+  // waiting for the stream, slow but safe.
+  void release(void* ptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_use_.find(ptr);
+    if (it == in_use_.end()) return;
+    Block block = std::move(it->second);
+    in_use_.erase(it);
+    count_free_locked(ptr, block.key.size, /*to_system=*/false);
+    Parked parked{ptr, block.key, {}};
+    for (const Stream& s : block.other_streams) {
+      cudaEvent_t ev = nullptr;
+      auto stream = static_cast<cudaStream_t>(s.handle);
+      if (cudaSetDevice(s.device.index) == cudaSuccess &&
+          cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+          cudaEventRecord(ev, stream) == cudaSuccess) {
+        parked.events.push_back(ev);
+      } else {
+        if (ev != nullptr) cudaEventDestroy(ev);
+        cudaGetLastError();
+        cudaStreamSynchronize(stream);
+        cudaGetLastError();
+      }
+    }
+    if (parked.events.empty())
+      free_[block.key].push_back(ptr);
+    else
+      parked_.push_back(std::move(parked));
+  }
+
+  void reclaim_finished_locked() {
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      const bool done = std::all_of(it->events.begin(), it->events.end(),
+                                    [](cudaEvent_t ev) { return cudaEventQuery(ev) != cudaErrorNotReady; });
+      if (!done) {
+        ++it;
+        continue;
+      }
+      cudaGetLastError();
+      for (cudaEvent_t ev : it->events) cudaEventDestroy(ev);
+      free_[it->key].push_back(it->ptr);
+      it = parked_.erase(it);
+    }
+  }
+
+  void release_cache_locked() {
+    for (auto& [key, blocks] : free_) {
+      for (void* p : blocks) {
+        cudaSetDevice(key.device);
+        cudaFree(p);
+        stats_.reserved_bytes -= static_cast<int64_t>(key.size);
+        ++stats_.num_system_frees;
+      }
+      blocks.clear();
+    }
+    cudaGetLastError();
+  }
+
+  std::map<void*, Block> in_use_;  // ordered: record_stream looks up interior pointers
+  std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
+  std::deque<Parked> parked_;
+};
+
+}  // namespace
+
+Allocator& device_allocator_instance() {
+  // Leaked on purpose: device tensors held by static objects may be freed after main() returns,
+  // when a destroyed allocator could not take them back.
+  static auto* allocator = new DeviceCachingAllocator();
+  return *allocator;
+}
+
+}  // namespace ft::cuda

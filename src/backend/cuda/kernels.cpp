@@ -1,0 +1,38 @@
+// Fills the CUDA kernel table: one line per entry the backend provides (the function of the same
+// name in ft::cuda, declared in kernels.h from the lists). What is not listed stays empty and
+// raises "no cuda kernel for <name>" where an op asks for it.
+#include "backend/cuda/kernels.h"
+
+// clang-format off
+#define FT_CUDA_PROVIDED(X)                                                                          \
+  /* core and elementwise (elementwise.cu) */                                                         \
+  X(copy) X(fill) X(unary) X(unary_backward) X(binary) X(where) X(clamp) X(clamp_backward)            \
+  X(add_inplace) X(random_fill) X(dropout_forward) X(dropout_backward)                                \
+  /* reductions and indexing (reduce.cu, indexing.cu) */                                              \
+  X(sum) X(var) X(max_dim) X(max_all) X(max_dim_backward)                                             \
+  X(cat) X(find_out_of_range) X(index_select) X(index_add) X(gather) X(scatter_add)                   \
+  X(check_class_targets)                                                                              \
+  /* matrix products (matmul.cpp: cuBLASLt) */                                                        \
+  X(matmul)                                                                                           \
+  /* rows: norms, softmax, cross-entropy (rows.cu); attention (attention.cu) */                       \
+  X(row_norm_forward) X(row_norm_backward) X(softmax_forward) X(softmax_backward)                     \
+  X(cross_entropy_forward) X(cross_entropy_backward) X(attention_forward) X(attention_backward)       \
+  /* optimizers, clipping, loss scaling (optim.cu) */                                                 \
+  X(sgd_step) X(adam_step) X(lamb_step) X(lars_step) X(clip_grad_norm) X(clip_grad_value)             \
+  X(unscale_grads) X(update_loss_scale)
+// clang-format on
+
+namespace ft::cuda {
+
+const backend::Kernels& cuda_kernels() {
+  static const backend::Kernels table = [] {
+    backend::Kernels k(DeviceType::CUDA);
+#define FT_CUDA_ASSIGN(name) k.name = &cuda::name;
+    FT_CUDA_PROVIDED(FT_CUDA_ASSIGN)
+#undef FT_CUDA_ASSIGN
+    return k;
+  }();
+  return table;
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,290 @@
+// Matrix products on CUDA through cuBLASLt: out (+)= a @ b (+ bias), batched over leading dims,
+// for f32 (TF32 tensor cores when allow_tf32()), bf16 and f16 (tensor cores, f32 accumulation)
+// and f64.
+//
+// cuBLASLt is column-major. A row-major [rows, cols] matrix with leading dimension ld is, to it,
+// the column-major [cols, rows] matrix with the same ld, so the row-major product
+// C[M,N] = A[M,K] B[K,N] is issued as the column-major C^T[N,M] = B^T[N,K] A^T[K,M]: cuBLASLt's
+// "A" is our b and its "B" is our a, and a transposed view is a transpose flag, not a copy.
+//
+// Batches go in one call when each operand's batch matrices sit at multiples of one stride
+// (broadcast operands have stride 0). An output whose batches alias (the gradient of a broadcast
+// operand, accumulated) is summed one batch at a time: one launch's batches run concurrently and
+// would race on it. The bias rides in cuBLASLt's epilogue (no extra pass over the output).
+//
+// Descriptors and the heuristic's algorithm are cached per problem (shapes, strides, dtypes,
+// pointer alignment, epilogue): the heuristic query costs more than a small GEMM.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/matrix_layout.h"
+
+namespace ft::cuda {
+namespace {
+
+void check_lt(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS) FT_FAIL("matmul: cuBLASLt ", what, " failed: ", cublasLtGetStatusName(st), " (", cublasLtGetStatusString(st), ")");
+}
+
+// cuBLASLt's workspace: kernels that split K use it. 32 MiB covers Hopper's largest choices.
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  std::map<void*, Tensor> workspaces;  // per stream: two streams' GEMMs must not share one
+};
+
+DeviceState& device_state(int device) {
+  static std::mutex mu;
+  static std::map<int, DeviceState> states;
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceState& s = states[device];
+  if (s.handle == nullptr) {
+    check(cudaSetDevice(device), "matmul: set device");
+    check_lt(cublasLtCreate(&s.handle), "handle creation");
+  }
+  return s;
+}
+
+void* workspace(int device, cudaStream_t stream) {
+  static std::mutex mu;
+  DeviceState& s = device_state(device);
+  std::lock_guard<std::mutex> lock(mu);
+  Tensor& w = s.workspaces[stream];
+  if (!w.defined()) {
+    StreamGuard guard(Stream{Device::cuda(device), stream});
+    w = empty({static_cast<int64_t>(kWorkspaceBytes)}, TensorOptions(DType::U8, Device::cuda(device)));
+  }
+  return w.raw_data();
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F64: return CUDA_R_64F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: FT_FAIL("matmul: expected a floating-point dtype on CUDA, found ", dtype_name(t));
+  }
+}
+
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// One problem as cuBLASLt sees it (column-major, its A = our b, its B = our a).
+struct Problem {
+  DType dtype;
+  bool tf32;
+  bool trans_a, trans_b;  // cuBLASLt's op(A), op(B)
+  int64_t m, n, k;        // its C is m x n: m = our N, n = our M
+  int64_t lda, ldb, ldc;
+  int64_t batch;
+  int64_t stride_a, stride_b, stride_c;
+  bool bias;
+  uint32_t align_a, align_b, align_c, align_bias;
+  auto tie() const {
+    return std::tie(dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c, bias,
+                    align_a, align_b, align_c, align_bias);
+  }
+  bool operator<(const Problem& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                              int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  check_lt(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+           "layout");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+             "batch count");
+    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+             "batch stride");
+  }
+  return l;
+}
+
+// Built once per problem; the cache lives as long as the process (descriptors are small).
+const Plan& plan_for(const Problem& p, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<int, Problem>, Plan> plans;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(device, p);
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second;
+
+  Plan plan;
+  const cudaDataType_t type = cuda_type(p.dtype);
+  const bool f64 = p.dtype == DType::F64;
+  const cublasComputeType_t compute =
+      f64 ? CUBLAS_COMPUTE_64F : (p.dtype == DType::F32 && p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  check_lt(cublasLtMatmulDescCreate(&plan.op, compute, f64 ? CUDA_R_64F : CUDA_R_32F), "descriptor");
+  const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+  if (p.bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+    const cudaDataType_t bias_type = type;
+    check_lt(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
+        "bias type");
+  }
+  // Stored shapes, before op(): op(A) is m x k, op(B) is k x n.
+  plan.a = p.trans_a ? layout(type, p.k, p.m, p.lda, p.batch, p.stride_a) : layout(type, p.m, p.k, p.lda, p.batch, p.stride_a);
+  plan.b = p.trans_b ? layout(type, p.n, p.k, p.ldb, p.batch, p.stride_b) : layout(type, p.k, p.n, p.ldb, p.batch, p.stride_b);
+  plan.c = layout(type, p.m, p.n, p.ldc, p.batch, p.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const uint64_t ws = kWorkspaceBytes;
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+           "workspace preference");
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.align_c}};
+  for (const auto& [attr, value] : aligns)
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), "alignment preference");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1,
+                                     &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check_lt(st, "heuristic");
+  FT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.n, ", ", p.k, "] x [",
+           p.k, ", ", p.m, "] (batch ", p.batch, ")");
+  plan.algo = result.algo;
+  return plans.emplace(key, plan).first->second;
+}
+
+// One cuBLASLt call: `batch` products at the given element strides.
+void run(const Problem& p, const void* a, const void* b, void* c, const void* bias, bool accumulate,
+         const Tensor& on) {
+  const int device = on.device().index;
+  const cudaStream_t stream = static_cast<cudaStream_t>(current_stream(on.device()).handle);
+  check(cudaSetDevice(device), "matmul: set device");
+  const Plan& plan = plan_for(p, device);
+  // The bias pointer is an attribute of the cached descriptor: set and use it under one lock.
+  static std::mutex bias_mu;
+  std::unique_lock<std::mutex> lock(bias_mu, std::defer_lock);
+  if (p.bias) lock.lock();
+  if (p.bias)
+    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+             "bias pointer");
+  const double alpha64 = 1, beta64 = accumulate ? 1 : 0;
+  const float alpha32 = 1, beta32 = accumulate ? 1 : 0;
+  const bool f64 = p.dtype == DType::F64;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
+  check_lt(cublasLtMatmul(device_state(device).handle, plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c, c,
+                          plan.c, &plan.algo, workspace(device, stream), kWorkspaceBytes, stream),
+           "matmul");
+}
+
+// The operand as cuBLASLt can read it: itself, or a dense copy when its strides are not expressible.
+Tensor lt_operand(const Tensor& t, backend::MatLayout& L) {
+  if (backend::matrix_layout(t, L)) return t;
+  Tensor c = t.contiguous();
+  backend::matrix_layout(c, L);
+  return c;
+}
+
+}  // namespace
+
+void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate, const Tensor& bias) {
+  const int nd = out.dim();
+  FT_CHECK(nd >= 2 && a_in.dim() == nd && b_in.dim() == nd, "matmul: internal error, operands must have equal rank >= 2");
+  FT_CHECK(!(accumulate && bias.defined()), "matmul: internal error, bias with accumulate");
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a_in.size(nd - 1);
+  if (out.numel() == 0) return;
+  if (K == 0) {  // empty sum: out = bias (or 0), or unchanged when accumulating
+    if (accumulate) return;
+    if (bias.defined())
+      copy(out, bias.expand(out.shape()));
+    else
+      fill(out, 0);
+    return;
+  }
+  backend::MatLayout la, lb, lc;
+  Tensor a = lt_operand(a_in, la), b = lt_operand(b_in, lb);
+  FT_CHECK(backend::matrix_layout(out, lc) && !lc.trans, "matmul: internal error, output matrices must be row-major");
+  const bool dense_bias = bias.defined() && bias.dim() == 1 && bias.size(0) == N && bias.stride(0) == 1 &&
+                          bias.dtype() == out.dtype() && out.dtype() != DType::F64;
+  Tensor bias_c = dense_bias ? bias : Tensor();
+  if (bias.defined() && !dense_bias) {
+    copy(out, bias.expand(out.shape()));  // rows start as the bias; the GEMM adds on top
+    accumulate = true;
+  }
+
+  Problem p{};
+  p.dtype = out.dtype();
+  p.tf32 = allow_tf32();
+  p.trans_a = lb.trans;
+  p.trans_b = la.trans;
+  p.m = N;
+  p.n = M;
+  p.k = K;
+  p.lda = lb.ld;
+  p.ldb = la.ld;
+  p.ldc = lc.ld;
+  p.bias = bias_c.defined();
+  const size_t es = out.element_size();
+  char* pa = static_cast<char*>(a.raw_data());
+  char* pb = static_cast<char*>(b.raw_data());
+  char* pc = static_cast<char*>(out.raw_data());
+  const void* pbias = p.bias ? bias_c.raw_data() : nullptr;
+  p.align_a = alignment(pb);
+  p.align_b = alignment(pa);
+  p.align_c = alignment(pc);
+  p.align_bias = p.bias ? alignment(pbias) : 0;
+
+  int64_t sa = 0, sb = 0, sc = 0;
+  int64_t nb = 1;
+  for (int d = 0; d + 2 < nd; ++d) nb *= out.size(d);
+  const bool flat = backend::flat_batch_stride(a, sa) && backend::flat_batch_stride(b, sb) &&
+                    backend::flat_batch_stride(out, sc) && (nb == 1 || sc != 0);
+  if (flat) {
+    p.batch = nb;
+    p.stride_a = sb;
+    p.stride_b = sa;
+    p.stride_c = sc;
+    run(p, pb, pa, pc, pbias, accumulate, out);
+    return;
+  }
+  // Aliased or irregular batches: one product per batch, in order on the stream.
+  const std::vector<int64_t> oa = backend::batch_offsets(a), ob = backend::batch_offsets(b),
+                             oc = backend::batch_offsets(out);
+  p.batch = 1;
+  for (size_t i = 0; i < oc.size(); ++i) {
+    char* ai = pa + oa[i] * es;
+    char* bi = pb + ob[i] * es;
+    char* ci = pc + oc[i] * es;
+    Problem q = p;
+    q.align_a = alignment(bi);
+    q.align_b = alignment(ai);
+    q.align_c = alignment(ci);
+    run(q, bi, ai, ci, pbias, accumulate, out);
+  }
+}
+
+}  // namespace ft::cuda

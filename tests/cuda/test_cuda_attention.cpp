@@ -1,0 +1,231 @@
+// CUDA scaled_dot_product_attention (src/backend/cuda/attention.cu) against the CPU backend: the
+// output and, through autograd, dq/dk/dv on the same random inputs, over causal and full masks,
+// sequence lengths that are and are not multiples of the tiles (1, 17, 64, 257, 1024), every
+// compiled head dim (32, 64, 128) and one padded into a wider kernel, f32/bf16/f16 (and f64),
+// cross attention, strided and broadcast operands, non-default scales and dropout (the same
+// Philox mask on both devices).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "fasttrain/fasttrain.h"
+#include "support/cuda_compare.h"
+#include "support/require_gpu.h"
+
+using namespace ft;
+using ft::testing::gpu;
+
+namespace {
+
+struct Case {
+  int64_t B = 2, H = 3, Tq = 17, Tk = 17, D = 64;
+  bool causal = false;
+  DType dtype = DType::F32;
+  std::optional<double> scale;
+  double dropout = 0.0;
+};
+
+std::string describe(const Case& c) {
+  return "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " Tq=" + std::to_string(c.Tq) +
+         " Tk=" + std::to_string(c.Tk) + " D=" + std::to_string(c.D) + (c.causal ? " causal" : " full") + " " +
+         dtype_name(c.dtype) + (c.scale ? " scale=" + std::to_string(*c.scale) : "") +
+         (c.dropout > 0 ? " dropout=" + std::to_string(c.dropout) : "");
+}
+
+// The tolerances by norm: f32 1e-5, bf16/f16 1e-2; f64 is exact up to summation order.
+double tolerance(DType dt) {
+  if (dt == DType::F64) return 1e-10;
+  if (dt == DType::F32) return 1e-5;
+  return 1e-2;
+}
+
+Tensor random(const Shape& s, DType dt, Generator& g) { return randn(s, DType::F32, &g).to(dt); }
+
+// Runs attention forward and backward on the CPU operands (q, k, v, upstream gradient gout) and
+// on their GPU counterparts (same values, possibly other views), and compares out, dq, dk, dv.
+void compare(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const Tensor& gq, const Tensor& gk,
+             const Tensor& gv, const Tensor& ggout, const Case& c) {
+  const double tol = tolerance(c.dtype);
+  auto run = [&](const Tensor& qi, const Tensor& ki, const Tensor& vi, const Tensor& gi) {
+    Tensor ql = qi.detach(), kl = ki.detach(), vl = vi.detach();
+    ql.requires_grad_();
+    kl.requires_grad_();
+    vl.requires_grad_();
+    Generator g(1234);  // the same seed and counter base on both devices: the same dropout mask
+    Tensor y = scaled_dot_product_attention(ql, kl, vl, c.causal, c.dropout, c.scale, &g);
+    std::vector<Tensor> grads = autograd::grad({y}, {ql, kl, vl}, {gi});
+    grads.insert(grads.begin(), y);
+    return grads;
+  };
+  const std::vector<Tensor> want = run(q, k, v, gout);
+  const std::vector<Tensor> got = run(gq, gk, gv, ggout);
+  // Every query sees exactly one key: the softmax is constant 1, so dq and dk are exactly 0 and
+  // both devices return only the rounding residue of dP - Di (~1e-7), whose ratio means nothing.
+  const bool one_key = c.Tk == 1 || (c.causal && c.Tq == 1);
+  const char* names[] = {"out", "dq", "dk", "dv"};
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(names[i]);
+    if (one_key && (i == 1 || i == 2)) {
+      ASSERT_TRUE(got[i].device().is_cuda());
+      double worst = 0;
+      for (double x : got[i].to(Device::cpu()).to_vector()) worst = std::max(worst, std::fabs(x));
+      EXPECT_LT(worst, 1e-4);
+      continue;
+    }
+    EXPECT_CLOSE_TO_CPU(got[i], want[i], tol);
+  }
+}
+
+void compare(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, const Case& c) {
+  compare(q, k, v, gout, gpu(q), gpu(k), gpu(v), gpu(gout), c);
+}
+
+void check(const Case& c, uint64_t seed = 1) {
+  SCOPED_TRACE(describe(c));
+  Generator g(seed);
+  Tensor q = random({c.B, c.H, c.Tq, c.D}, c.dtype, g);
+  Tensor k = random({c.B, c.H, c.Tk, c.D}, c.dtype, g);
+  Tensor v = random({c.B, c.H, c.Tk, c.D}, c.dtype, g);
+  Tensor gout = random({c.B, c.H, c.Tq, c.D}, c.dtype, g);
+  compare(q, k, v, gout, c);
+}
+
+}  // namespace
+
+TEST(CudaAttention, F32AllHeadDimsAndLengths) {
+  REQUIRE_GPU();
+  // 17 and 257 are not multiples of any tile (32 or 64); 64 is exactly one or two tiles.
+  for (int64_t D : {32, 64, 128})
+    for (int64_t T : {1, 17, 64, 257})
+      for (bool causal : {false, true}) check({.B = 2, .H = 3, .Tq = T, .Tk = T, .D = D, .causal = causal});
+}
+
+TEST(CudaAttention, F32LongSequences) {
+  REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    check({.B = 1, .H = 4, .Tq = 1024, .Tk = 1024, .D = 64, .causal = causal});
+    check({.B = 2, .H = 1, .Tq = 1024, .Tk = 1024, .D = 128, .causal = causal});
+  }
+}
+
+TEST(CudaAttention, HalfPrecisionTypes) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int64_t D : {32, 64, 128})
+      for (int64_t T : {17, 257})
+        for (bool causal : {false, true})
+          check({.B = 2, .H = 2, .Tq = T, .Tk = T, .D = D, .causal = causal, .dtype = dt});
+  check({.B = 1, .H = 4, .Tq = 1024, .Tk = 1024, .D = 64, .causal = true, .dtype = DType::BF16});
+  // Without autograd the forward gets no f32 copy of the output to fill.
+  autograd::NoGradGuard no_grad;
+  Generator g(11);
+  Tensor q = random({2, 2, 70, 64}, DType::BF16, g), k = random({2, 2, 70, 64}, DType::BF16, g),
+         v = random({2, 2, 70, 64}, DType::BF16, g);
+  EXPECT_CLOSE_TO_CPU(scaled_dot_product_attention(gpu(q), gpu(k), gpu(v), true),
+                      scaled_dot_product_attention(q, k, v, true), 1e-2);
+}
+
+TEST(CudaAttention, F64) {
+  REQUIRE_GPU();
+  for (int64_t D : {32, 64, 128})
+    for (bool causal : {false, true})
+      check({.B = 1, .H = 2, .Tq = 45, .Tk = 45, .D = D, .causal = causal, .dtype = DType::F64});
+}
+
+TEST(CudaAttention, CrossAttentionLengths) {
+  REQUIRE_GPU();
+  // Causal with Tq > Tk: the last queries see every key; Tq < Tk: the last keys are seen by none.
+  for (auto [tq, tk] : {std::pair<int64_t, int64_t>{70, 130}, {130, 70}, {1, 100}, {100, 1}})
+    for (bool causal : {false, true}) check({.B = 2, .H = 2, .Tq = tq, .Tk = tk, .D = 64, .causal = causal});
+}
+
+TEST(CudaAttention, NonDefaultScale) {
+  REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    check({.B = 2, .H = 2, .Tq = 100, .Tk = 100, .D = 64, .causal = causal, .scale = 0.37});
+    check({.B = 1, .H = 3, .Tq = 65, .Tk = 65, .D = 32, .causal = causal, .scale = 1.0});
+    check({.B = 1, .H = 2, .Tq = 65, .Tk = 65, .D = 128, .causal = causal, .dtype = DType::BF16, .scale = 0.05});
+  }
+}
+
+TEST(CudaAttention, HeadDimsBetweenCompiledOnes) {
+  REQUIRE_GPU();
+  // Run on the next compiled head dim with zero-padded columns.
+  for (int64_t D : {8, 40, 80, 100})
+    for (bool causal : {false, true}) check({.B = 2, .H = 2, .Tq = 33, .Tk = 33, .D = D, .causal = causal});
+}
+
+TEST(CudaAttention, StridedAndBroadcastOperands) {
+  REQUIRE_GPU();
+  const int64_t B = 2, H = 3, T = 77, D = 64;
+  for (bool causal : {false, true}) {
+    const Case c{.B = B, .H = H, .Tq = T, .Tk = T, .D = D, .causal = causal};
+    SCOPED_TRACE(describe(c));
+    Generator g(5);
+    // The views are taken on each device, so the kernels see the strides (a copy to the GPU of a
+    // view could come out dense).
+    Tensor qs = random({B, T, H, D}, DType::F32, g), ks = random({B, T, H, D}, DType::F32, g),
+           vs = random({B, T, H, D}, DType::F32, g), gs = random({B, T, H, D}, DType::F32, g);
+    // [B, T, H, D] storage seen as [B, H, T, D], as a fused QKV projection gives; a strided gout.
+    auto bhtd = [](const Tensor& t) { return t.permute({0, 2, 1, 3}); };
+    compare(bhtd(qs), bhtd(ks), bhtd(vs), bhtd(gs), bhtd(gpu(qs)), bhtd(gpu(ks)), bhtd(gpu(vs)), bhtd(gpu(gs)), c);
+    // One key/value head broadcast over all query heads (zero head stride); v with a non-unit
+    // stride along D.
+    Tensor k1 = random({B, 1, T, D}, DType::F32, g), v1 = random({B, 1, D, T}, DType::F32, g);
+    auto bcast = [&](const Tensor& t) { return t.expand({-1, H, -1, -1}); };
+    auto bcast_t = [&](const Tensor& t) { return t.transpose(2, 3).expand({-1, H, -1, -1}); };
+    compare(bhtd(qs), bcast(k1), bcast_t(v1), bhtd(gs), bhtd(gpu(qs)), bcast(gpu(k1)), bcast_t(gpu(v1)), bhtd(gpu(gs)),
+            c);
+  }
+}
+
+TEST(CudaAttention, DropoutMatchesCpuMask) {
+  REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    check({.B = 2, .H = 2, .Tq = 77, .Tk = 77, .D = 64, .causal = causal, .dropout = 0.2});
+    check({.B = 1, .H = 2, .Tq = 50, .Tk = 90, .D = 32, .causal = causal, .dropout = 0.5});
+    check({.B = 1, .H = 2, .Tq = 130, .Tk = 130, .D = 128, .causal = causal, .dtype = DType::BF16, .dropout = 0.1});
+  }
+}
+
+TEST(CudaAttention, BackwardIsDeterministic) {
+  REQUIRE_GPU();
+  Generator g(9);
+  Tensor q = gpu(randn({2, 4, 300, 64}, {}, &g)).requires_grad_();
+  Tensor k = gpu(randn({2, 4, 300, 64}, {}, &g)).requires_grad_();
+  Tensor v = gpu(randn({2, 4, 300, 64}, {}, &g)).requires_grad_();
+  Tensor gout = gpu(randn({2, 4, 300, 64}, {}, &g));
+  std::vector<Tensor> r[2];
+  for (int i = 0; i < 2; ++i) {
+    Tensor y = scaled_dot_product_attention(q, k, v, true);
+    r[i] = autograd::grad({y}, {q, k, v}, {gout});
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[0][i].to(Device::cpu()).to_vector(), r[1][i].to(Device::cpu()).to_vector()) << "gradient " << i;
+}
+
+TEST(CudaAttention, EmptySequences) {
+  REQUIRE_GPU();
+  // No keys: the output is 0 and every gradient 0; no queries: an empty output, dk = dv = 0.
+  for (auto [tq, tk] : {std::pair<int64_t, int64_t>{5, 0}, {0, 5}}) {
+    SCOPED_TRACE(std::to_string(tq) + "x" + std::to_string(tk));
+    Generator g(3);
+    Tensor q = randn({1, 2, tq, 32}, {}, &g), k = randn({1, 2, tk, 32}, {}, &g), v = randn({1, 2, tk, 32}, {}, &g);
+    Tensor gout = randn({1, 2, tq, 32}, {}, &g);
+    compare(q, k, v, gout, {.B = 1, .H = 2, .Tq = tq, .Tk = tk, .D = 32});
+  }
+}
+
+TEST(CudaAttention, HeadDimAbove128IsRefused) {
+  REQUIRE_GPU();
+  Tensor q = gpu(zeros({1, 1, 4, 160}));
+  try {
+    scaled_dot_product_attention(q, q, q);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dim 160 is not supported on CUDA"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,82 @@
+// Matrix products on the GPU (cuBLASLt) against the CPU backend: plain, transposed views, batched
+// with broadcast batch dims (whose gradients sum aliased batches), linear with its bias epilogue,
+// f32 / bf16 / f16 / f64, and TF32 when allowed (within TF32's rounding, and off by default).
+#include <gtest/gtest.h>
+
+#include "fasttrain/fasttrain.h"
+#include "support/cuda_compare.h"
+#include "support/require_gpu.h"
+
+using namespace ft;
+using ft::testing::gpu;
+
+namespace {
+
+double tol(DType dt) { return dt == DType::F32 || dt == DType::F64 ? 1e-5 : 1e-2; }
+
+// Forward and both operand gradients of matmul(a, b) on each device, from the same values.
+void expect_matmul_matches(const Tensor& a_cpu, const Tensor& b_cpu, DType dt) {
+  Tensor a = a_cpu.to(dt).detach().requires_grad_(), b = b_cpu.to(dt).detach().requires_grad_();
+  Tensor ga = gpu(a).detach().requires_grad_(), gb = gpu(b).detach().requires_grad_();
+  Tensor y = matmul(a, b), gy = matmul(ga, gb);
+  EXPECT_CLOSE_TO_CPU(gy, y, tol(dt));
+  Tensor dy = randn(y.shape()).to(dt);
+  y.backward(dy);
+  gy.backward(gpu(dy));
+  EXPECT_CLOSE_TO_CPU(ga.grad(), a.grad(), tol(dt));
+  EXPECT_CLOSE_TO_CPU(gb.grad(), b.grad(), tol(dt));
+}
+
+}  // namespace
+
+TEST(CudaMatmul, MatchesCpuAcrossLayoutsAndDtypes) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_matmul_matches(randn({37, 70}), randn({70, 45}), dt);                       // odd sizes
+    expect_matmul_matches(randn({70, 37}).t(), randn({45, 70}).t(), dt);               // both transposed
+    expect_matmul_matches(randn({5, 1, 33, 64}), randn({3, 64, 17}), dt);              // broadcast batches
+    expect_matmul_matches(randn({4, 8, 16}).transpose(1, 2), randn({4, 8, 24}), dt);  // batched, transposed
+    expect_matmul_matches(randn({1, 64}), randn({64, 1}), dt);                         // a dot product
+    expect_matmul_matches(randn({6, 10, 12}).slice(2, 0, 12, 2), randn({6, 6, 9}), dt);  // strided columns
+  }
+}
+
+TEST(CudaMatmul, LinearWithBiasMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = randn({3, 50, 96}).to(dt).requires_grad_(), w = randn({130, 96}).to(dt).requires_grad_(),
+           b = randn({130}).to(dt).requires_grad_();
+    Tensor gx = gpu(x).detach().requires_grad_(), gw = gpu(w).detach().requires_grad_(),
+           gb = gpu(b).detach().requires_grad_();
+    Tensor y = linear(x, w, b), gy = linear(gx, gw, gb);
+    EXPECT_CLOSE_TO_CPU(gy, y, tol(dt));
+    Tensor dy = randn(y.shape()).to(dt);
+    y.backward(dy);
+    gy.backward(gpu(dy));
+    EXPECT_CLOSE_TO_CPU(gx.grad(), x.grad(), tol(dt));
+    EXPECT_CLOSE_TO_CPU(gw.grad(), w.grad(), tol(dt));
+    EXPECT_CLOSE_TO_CPU(gb.grad(), b.grad(), tol(dt));
+  }
+}
+
+TEST(CudaMatmul, Tf32OnlyWhenAllowed) {
+  REQUIRE_GPU();
+  Tensor a = randn({512, 512}), b = randn({512, 512});
+  Tensor ref = matmul(a.to(DType::F64), b.to(DType::F64)).to(DType::F32);
+  Tensor exact = matmul(gpu(a), gpu(b));
+  EXPECT_CLOSE_TO_CPU(exact, ref, 1e-5);  // off by default: full f32 products
+  AllowTf32Guard tf32(true);
+  Tensor fast = matmul(gpu(a), gpu(b));
+  EXPECT_CLOSE_TO_CPU(fast, ref, 2e-3);  // TF32 rounds operands to 10 mantissa bits
+  EXPECT_FALSE(ft::testing::close_to_cpu(fast, ref, 1e-5)) << "TF32 was asked for but the products are exact";
+}
+
+TEST(CudaMatmul, EmptyInnerDimensionGivesBiasOrZeros) {
+  REQUIRE_GPU();
+  Tensor a = randn({4, 0}), b = randn({0, 5});
+  EXPECT_CLOSE_TO_CPU(matmul(gpu(a), gpu(b)), matmul(a, b), 1e-7);
+  Tensor w = randn({5, 0}), bias = randn({5});
+  EXPECT_CLOSE_TO_CPU(linear(gpu(a), gpu(w), gpu(bias)), linear(a, w, bias), 1e-7);
+}

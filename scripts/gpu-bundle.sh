@@ -4,14 +4,16 @@
 # GoogleTest): a portable build (no -march=native) of the CLI and the CUDA tests, packed with the
 # shared libraries they load that such an image lacks, into build/gpu-carry/bundle.tar.xz. The
 # CUDA toolkit's own libraries (cuBLASLt) are the machine's. Carry build/gpu-carry with the call.
-# Usage: scripts/gpu-bundle.sh
+# Usage: scripts/gpu-bundle.sh [--pack-only]   (--pack-only: pack what build/gpu-bundle holds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/gpu-bundle
 carry=build/gpu-carry
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFASTTRAIN_CUDA=ON -DFASTTRAIN_FUZZ=OFF -DFASTTRAIN_NATIVE=OFF >/dev/null
 mapfile -t tests < <(cd tests/cuda && ls test_*.cpp | sed 's/\.cpp$//; s/^/cuda_/')
-cmake --build "$build" -j"$(nproc)" --target fasttrain_cli "${tests[@]}"
+if [ "${1:-}" != --pack-only ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFASTTRAIN_CUDA=ON -DFASTTRAIN_FUZZ=OFF -DFASTTRAIN_NATIVE=OFF >/dev/null
+  cmake --build "$build" -j"$(nproc)" --target fasttrain_cli "${tests[@]}"
+fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$carry"

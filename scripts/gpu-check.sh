@@ -12,6 +12,8 @@
 # Results go to $OUT (the device tool's folder) or build/gpu/results: tests.txt (every test
 # binary's output), bench.jsonl (every JSON line), gpu.txt. The summary is printed last.
 # Usage: scripts/gpu-check.sh [tests|bench|all (default)] [gtest filter (default *)]
+#   FT_GPU_ROWS="gpt-mini:bf16:16 ..." picks the benchmark rows (workload:precision:batch);
+#   FT_GPU_PROFILE="gpt2-124m:bf16:16" also prints that row's time per op (bench --profile).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -55,7 +57,7 @@ if [ "$what" != tests ]; then
   peer="${FT_PEER_PYTHON:-python3}"
   printf '%-10s %-6s %6s %12s %12s %8s\n' workload prec batch fasttrain_ms pytorch_ms ratio >"$out/bench.txt"
   # workload:precision:batch
-  for row in mlp:fp32:256 gpt-mini:fp32:16 gpt-mini:bf16:16 gpt2-124m:bf16:16; do
+  for row in ${FT_GPU_ROWS:-mlp:fp32:256 gpt-mini:fp32:16 gpt-mini:bf16:16 gpt2-124m:bf16:16}; do
     IFS=: read -r w p b <<<"$row"
     ft=$("$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 2>&1 | tail -1)
     pt=$("$peer" bench/torch_bench.py --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 2>&1 | tail -1)
@@ -64,6 +66,15 @@ if [ "$what" != tests ]; then
     r=$(awk -v a="${a:-0}" -v c="${c:-0}" 'BEGIN { if (a > 0) printf "%.2f", c / a; else print "-" }')
     printf '%-10s %-6s %6s %12s %12s %8s\n' "$w" "$p" "$b" "${a:-fail}" "${c:-fail}" "$r" >>"$out/bench.txt"
   done
+  for row in ${FT_GPU_PROFILE:-}; do
+    IFS=: read -r w p b <<<"$row"
+    "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 5 --warmup 3 \
+      --profile 2 >>"$out/bench.txt" 2>&1
+  done
+  # The Trainer on the GPU: the README's default run, shortened.
+  (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --max-steps 300 --run-dir /tmp/ft-gpu-run) \
+    >"$out/train.txt" 2>&1 || { echo "gpu-check: fasttrain train --device cuda failed"; status=1; }
+  tail -4 "$out/train.txt" >>"$out/bench.txt"
 fi
 
 echo "--- summary"

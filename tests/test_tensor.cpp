@@ -120,6 +120,18 @@ TEST(Tensor, ViewOfNonContiguousNeedsReshape) {
   EXPECT_EQ(v.storage().get(), u.storage().get());
 }
 
+TEST(Tensor, EmptyTensorsAreContiguousAndFill) {
+  // Zero elements: nothing is out of place whatever the strides say; random fills and copies of
+  // them are no-ops rather than "expected a contiguous tensor" errors.
+  for (const Shape& s : {Shape{0}, Shape{5, 0}, Shape{0, 3}, Shape{2, 0, 4}}) {
+    Tensor t = randn(s);
+    EXPECT_TRUE(t.is_contiguous()) << s.str();
+    EXPECT_EQ(t.numel(), 0);
+    EXPECT_EQ(t.clone().shape(), s);
+  }
+  EXPECT_TRUE(empty({3, 4}).t().slice(0, 0, 0).is_contiguous());
+}
+
 TEST(Tensor, ChannelsLast) {
   Tensor x = arange(0, 2 * 3 * 4 * 5).reshape({2, 3, 4, 5});
   Tensor cl = x.contiguous_channels_last();

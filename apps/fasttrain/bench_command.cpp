@@ -54,6 +54,10 @@ int run_bench_command(const std::vector<std::string>& args) {
                  "at 1 and resnet50 at 8)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--seed", o.seed, "seed of the weights and the fixed batch")->capture_default_str();
+  app.add_option("--profile", o.profile_steps,
+                 "after the timed steps, profile this many more and print time per phase and per op to stderr "
+                 "(on a GPU each kernel is waited for, so its time is device time)")
+      ->check(CLI::Range(0, 1000));
   std::string device = "cpu";
   app.add_option("--device", device, "cpu, cuda or cuda:N (model and batch on that device)")->capture_default_str();
 
@@ -61,6 +65,7 @@ int run_bench_command(const std::vector<std::string>& args) {
   o.precision = ft::train::precision_from_name(precision);
   o.device = ft::Device::parse(device);
   const ft::bench::BenchResult r = ft::bench::run_bench(o);
+  if (!r.profile_table.empty() && ft::dist::world()->rank() == 0) std::fputs(r.profile_table.c_str(), stderr);
   if (ft::dist::world()->rank() == 0) std::puts(ft::bench::to_json_line(r).c_str());  // one line per job
   std::fflush(stdout);
   return 0;

@@ -71,6 +71,7 @@ struct BenchOptions {
   bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
   std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
   Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
+  int profile_steps = 0;           // > 0: after the timed steps, that many profiled ones (profile_table)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -100,6 +101,7 @@ struct BenchResult {
   std::string cpu_isa;          // "avx2+avx512f+avx512_bf16[+amx]": figures from other ISAs do not compare
   std::string half_gemm;        // the bf16/f16 GEMM path (onednn or packed) for the 16-bit precisions, else ""
   std::vector<double> step_ms;  // every timed step, in order
+  std::string profile_table;    // BenchOptions::profile_steps: time per phase and op (device time on a GPU)
   // Under mpirun: the ranks of a DDP or ZeRO run, which split `batch` (the global batch) evenly;
   // each step's time is the slowest rank's (as the PyTorch DDP peer reports).
   int world_size = 1;

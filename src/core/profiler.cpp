@@ -168,6 +168,8 @@ AllocationContext allocation_context() {
 void collect(KernelCall& call, const Tensor& t) {
   KernelCall::TensorInfo info;
   if (t.defined()) {
+    if (std::none_of(call.tensors.begin(), call.tensors.end(), [](const auto& i) { return i.defined; }))
+      call.device = t.device();
     info.defined = true;
     info.shape = t.shape().vec();
     info.dtype = t.dtype();
@@ -175,6 +177,18 @@ void collect(KernelCall& call, const Tensor& t) {
   }
   call.tensors.push_back(std::move(info));
 }
+DeviceWait::DeviceWait(Device device) : device_(device) {
+  if (device_.is_cuda()) synchronize(current_stream(device_));
+}
+DeviceWait::~DeviceWait() {
+  if (!device_.is_cuda()) return;
+  try {
+    synchronize(current_stream(device_));
+  } catch (const Error&) {
+    // A failed kernel reports its own error; the span just ends.
+  }
+}
+
 void collect(KernelCall& call, const std::vector<Tensor>& ts) {
   for (const Tensor& t : ts) collect(call, t);
 }

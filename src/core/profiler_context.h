@@ -45,6 +45,7 @@ struct KernelCall {
     int64_t nbytes = 0;
   };
   std::vector<TensorInfo> tensors;  // every tensor argument in order (undefined ones kept as blanks)
+  Device device;                    // of the first defined tensor argument
 };
 void collect(KernelCall& call, const Tensor& t);
 void collect(KernelCall& call, const std::vector<Tensor>& ts);
@@ -75,6 +76,20 @@ class KernelScope {
   int64_t start_ns_ = -1;
 };
 
+// While tracing a GPU kernel: waits for the device's stream before the span starts and before
+// it ends, so the span is the kernel's device time rather than its launch (CUDA_LAUNCH_BLOCKING's
+// effect; a traced GPU step runs slower than an untraced one, by the lost overlap).
+class DeviceWait {
+ public:
+  explicit DeviceWait(Device device);
+  ~DeviceWait();
+  DeviceWait(const DeviceWait&) = delete;
+  DeviceWait& operator=(const DeviceWait&) = delete;
+
+ private:
+  Device device_;
+};
+
 // Runs a kernel with a KernelScope around it (the profiling branch of Kernel::operator()).
 template <class Fn, class... Args>
 decltype(auto) profiled_kernel_call(const char* name, Fn fn, Args&&... args) {
@@ -82,7 +97,9 @@ decltype(auto) profiled_kernel_call(const char* name, Fn fn, Args&&... args) {
     KernelCall call;
     call.kernel = name;
     (collect(call, args), ...);
+    const DeviceWait before(call.device);
     KernelScope scope(name, &call);
+    const DeviceWait end(call.device);  // destroyed first: the span ends after the device's work
     return fn(std::forward<Args>(args)...);
   }
   KernelScope scope(name, nullptr);

@@ -19,6 +19,7 @@ int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "s
 bool Tensor::is_contiguous() const {
   const auto& s = shape();
   const auto& st = strides();
+  if (s.numel() == 0) return true;  // no element to be out of place (PyTorch agrees), whatever the strides
   int64_t expected = 1;
   for (int i = s.size() - 1; i >= 0; --i) {
     if (s[i] == 1) continue;

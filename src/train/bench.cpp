@@ -12,6 +12,7 @@
 #include "backend/cpu/peak_rate.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
+#include "train/profile_run.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
@@ -281,6 +282,20 @@ BenchResult run_bench(const BenchOptions& o) {
       for (int64_t k = 0; k < ranks; ++k) r.step_ms[i] = std::max(r.step_ms[i], t[k * mine.numel() + i]);
   }
   r.peak_allocated_bytes = alloc.stats().peak_allocated_bytes;
+  if (o.profile_steps > 0) {  // after the timed steps: tracing must not slow what is measured
+    profiler::Session session;
+    for (int i = 0; i < o.profile_steps; ++i) {
+      const profiler::StepScope scope(o.warmup + o.steps + i + 1);
+      runner->step(w.inputs, w.targets);
+      synchronize(stream);
+    }
+    session.stop();
+    profiler::PeakFlops peak;
+    peak.gflops = r.peak_gflops;
+    peak.gflops_per_core = r.peak_gflops;
+    peak.instruction = device.is_cpu() ? "measured FMA/dot rate" : "measured matmul rate";
+    r.profile_table = train::summary_table(train::summarize(session.spans(), peak), 20);
+  }
   r.accumulate = o.accumulate;
   r.checkpoint_blocks = o.checkpoint_blocks;
   r.channels_last = o.channels_last && w.inputs.dim() == 4;

@@ -3,7 +3,7 @@
 // sequence lengths that are and are not multiples of the tiles (1, 17, 64, 257, 1024), every
 // compiled head dim (32, 64, 128) and one padded into a wider kernel, f32/bf16/f16 (and f64),
 // cross attention, strided and broadcast operands, non-default scales and dropout (the same
-// Philox mask on both devices).
+// Philox mask on both devices); bf16/f16 exercise the tensor-core kernels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -189,6 +189,50 @@ TEST(CudaAttention, DropoutMatchesCpuMask) {
     check({.B = 1, .H = 2, .Tq = 50, .Tk = 90, .D = 32, .causal = causal, .dropout = 0.5});
     check({.B = 1, .H = 2, .Tq = 130, .Tk = 130, .D = 128, .causal = causal, .dtype = DType::BF16, .dropout = 0.1});
   }
+}
+
+// bf16 and f16 run on the tensor-core kernels (64-row tiles, 16 rows per warp, 64-key tiles):
+// lengths around and across those tiles, cross attention, every compiled head dim and padded
+// ones, the cp.async path ([B, T, H, D] views: rows strided, 16-byte chunks) and the element-load
+// path (a transposed operand), dropout, and a deterministic backward.
+TEST(CudaAttention, TensorCorePath) {
+  REQUIRE_GPU();
+  for (bool causal : {false, true}) {
+    for (DType dt : {DType::BF16, DType::F16}) {
+      check({.B = 1, .H = 2, .Tq = 100, .Tk = 100, .D = 128, .causal = causal, .dtype = dt});
+      check({.B = 1, .H = 2, .Tq = 65, .Tk = 65, .D = 32, .causal = causal, .dtype = dt});
+    }
+    for (int64_t D : {32, 64, 128})
+      for (auto [tq, tk] : {std::pair<int64_t, int64_t>{70, 130}, {130, 70}, {1, 100}, {100, 1}, {64, 128}})
+        check({.B = 1, .H = 2, .Tq = tq, .Tk = tk, .D = D, .causal = causal, .dtype = DType::BF16});
+    check({.B = 1, .H = 2, .Tq = 33, .Tk = 33, .D = 80, .causal = causal, .dtype = DType::BF16});
+    check({.B = 1, .H = 2, .Tq = 200, .Tk = 200, .D = 64, .causal = causal, .dtype = DType::BF16, .dropout = 0.2});
+    check({.B = 1, .H = 2, .Tq = 90, .Tk = 150, .D = 128, .causal = causal, .dtype = DType::F16, .dropout = 0.3});
+
+    const int64_t B = 2, H = 3, T = 150, D = 64;
+    const Case c{.B = B, .H = H, .Tq = T, .Tk = T, .D = D, .causal = causal, .dtype = DType::BF16};
+    SCOPED_TRACE(describe(c));
+    Generator g(6);
+    Tensor qs = random({B, T, H, D}, DType::BF16, g), ks = random({B, T, H, D}, DType::BF16, g),
+           vs = random({B, T, H, D}, DType::BF16, g), gs = random({B, T, H, D}, DType::BF16, g);
+    auto bhtd = [](const Tensor& t) { return t.permute({0, 2, 1, 3}); };
+    compare(bhtd(qs), bhtd(ks), bhtd(vs), bhtd(gs), bhtd(gpu(qs)), bhtd(gpu(ks)), bhtd(gpu(vs)), bhtd(gpu(gs)), c);
+    Tensor vt = random({B, H, D, T}, DType::BF16, g);
+    auto tr = [](const Tensor& t) { return t.transpose(2, 3); };
+    compare(bhtd(qs), bhtd(ks), tr(vt), bhtd(gs), bhtd(gpu(qs)), bhtd(gpu(ks)), tr(gpu(vt)), bhtd(gpu(gs)), c);
+  }
+  Generator g(10);
+  Tensor q = gpu(random({2, 4, 300, 128}, DType::BF16, g)).requires_grad_();
+  Tensor k = gpu(random({2, 4, 300, 128}, DType::BF16, g)).requires_grad_();
+  Tensor v = gpu(random({2, 4, 300, 128}, DType::BF16, g)).requires_grad_();
+  Tensor gout = gpu(random({2, 4, 300, 128}, DType::BF16, g));
+  std::vector<Tensor> r[2];
+  for (int i = 0; i < 2; ++i) {
+    Tensor y = scaled_dot_product_attention(q, k, v, true);
+    r[i] = autograd::grad({y}, {q, k, v}, {gout});
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[0][i].to(Device::cpu()).to_vector(), r[1][i].to(Device::cpu()).to_vector()) << "gradient " << i;
 }
 
 TEST(CudaAttention, BackwardIsDeterministic) {

@@ -34,8 +34,20 @@ Run train(const std::string& workload, int64_t batch, Device device, train::Prec
   return r;
 }
 
+// The attention key bias (the middle third of c_attn.bias) has an exactly zero gradient: adding
+// q . b_k to every score of a row is undone by the softmax. Both devices compute rounding noise
+// for it, which AdamW's normalisation turns into steps of +-lr in arbitrary directions, so its
+// values after 20 steps say nothing about the engine; the query and value parts do.
+Tensor comparable_part(const std::string& name, const Tensor& t) {
+  if (name.find("c_attn.bias") == std::string::npos) return t;
+  const int64_t d = t.size(0) / 3;
+  return cat({t.narrow(0, 0, d), t.narrow(0, 2 * d, d)}, 0);
+}
+
+// weights_only: compare the ".weight" tensors (bf16 runs: the biases start at zero and move by
+// AdamW's +-lr steps, where a sign decided by bf16 rounding noise is a 100% relative difference).
 void expect_same_training(const std::string& workload, int64_t batch, train::Precision precision, double loss_tol,
-                          double weight_tol) {
+                          double weight_tol, bool weights_only) {
   constexpr int kSteps = 20;
   set_num_threads(2);
   const Run cpu = train(workload, batch, Device::cpu(), precision, kSteps);
@@ -45,28 +57,34 @@ void expect_same_training(const std::string& workload, int64_t batch, train::Pre
         << workload << " step " << s << ": cuda " << gpu.losses[s] << ", cpu " << cpu.losses[s];
   EXPECT_LT(cpu.losses.back(), 0.95 * cpu.losses.front()) << workload << ": the curve must fall to say much";
   ASSERT_EQ(gpu.state.size(), cpu.state.size());
+  int compared = 0;
   for (size_t i = 0; i < cpu.state.size(); ++i) {
-    ASSERT_EQ(gpu.state[i].first, cpu.state[i].first);
-    EXPECT_TRUE(ft::testing::close_to_cpu(gpu.state[i].second, cpu.state[i].second, weight_tol))
-        << workload << " " << cpu.state[i].first;
+    const std::string& name = cpu.state[i].first;
+    ASSERT_EQ(gpu.state[i].first, name);
+    if (weights_only && name.find(".weight") == std::string::npos) continue;
+    EXPECT_TRUE(ft::testing::close_to_cpu(comparable_part(name, gpu.state[i].second),
+                                          comparable_part(name, cpu.state[i].second), weight_tol))
+        << workload << " " << name;
+    ++compared;
   }
+  EXPECT_GT(compared, 4);
 }
 
 }  // namespace
 
 TEST(CudaTraining, GptMiniFp32MatchesCpuFor20Steps) {
   REQUIRE_GPU();
-  expect_same_training("gpt-mini", 4, train::Precision::FP32, 1e-4, 1e-4);
+  expect_same_training("gpt-mini", 4, train::Precision::FP32, 1e-4, 1e-4, false);
 }
 
 TEST(CudaTraining, MlpFp32MatchesCpuFor20Steps) {
   REQUIRE_GPU();
-  expect_same_training("mlp", 64, train::Precision::FP32, 1e-4, 1e-4);
+  expect_same_training("mlp", 64, train::Precision::FP32, 1e-4, 1e-4, false);
 }
 
 TEST(CudaTraining, GptMiniBf16MixedFollowsCpu) {
   REQUIRE_GPU();
   // Both sides round the products' operands to bf16; the sums' orders differ, so the curves
   // agree to bf16's precision rather than f32's.
-  expect_same_training("gpt-mini", 4, train::Precision::BF16Mixed, 2e-2, 5e-2);
+  expect_same_training("gpt-mini", 4, train::Precision::BF16Mixed, 2e-2, 5e-2, true);
 }

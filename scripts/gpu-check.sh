@@ -48,6 +48,10 @@ if [ "$what" != bench ]; then
     echo "=== $(basename "$t")" >>"$out/tests.txt"
     timeout 150 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
   done
+  # bf16/f16 attention again on the CUDA-core kernels (the tensor-core ones ran above).
+  echo "=== cuda_test_cuda_attention with FT_CUDA_ATTENTION_FMA=1" >>"$out/tests.txt"
+  FT_CUDA_ATTENTION_FMA=1 timeout 150 "$tests_dir/cuda_test_cuda_attention" --gtest_filter="$filter" \
+    >>"$out/tests.txt" 2>&1 || status=1
   # A skip here means the binary saw no GPU, which on this machine is a failure.
   grep -q "no CUDA device" "$out/tests.txt" && { echo "gpu-check: CUDA tests were skipped: no GPU seen"; status=1; }
 fi

@@ -93,7 +93,10 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
                "lr_find: max_lr must be finite and greater than min_lr = 1, found 0.1");
   expect_error("train --lr -0.5", "option lr: expected a positive learning rate, found -0.5");
   expect_error("train --max-steps ten", "option max_steps: expected an integer, found 'ten'");
-  if (cuda_device_count() == 0) expect_error("train --device cuda", "option device: expected cpu or one of this machine's CUDA devices, found 'cuda' (0 CUDA devices found");
+  if (ft::cuda_device_count() == 0)
+    expect_error(
+        "train --device cuda",
+        "option device: expected cpu or one of this machine's CUDA devices, found 'cuda' (0 CUDA devices found");
   expect_error("train --task images --context 32", "option --context applies to the char, lm tasks, not images");
   expect_error("train --task text", "option task: expected char, images, lm or classify, found 'text'");
   expect_error("train --config /nonexistent/run.toml", "cannot read the config file /nonexistent/run.toml");

@@ -117,7 +117,8 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   };
   bad([](TrainerConfig& c) { c.batch_size = -1; }, "option batch_size: expected at least 1 (or auto), found -1");
   bad([](TrainerConfig& c) { c.lr = -1; }, "option lr: expected a positive learning rate, found -1");
-  bad([](TrainerConfig& c) { c.device = "cuda:64"; }, "option device: expected cpu or one of this machine's CUDA devices, found 'cuda:64' (");
+  bad([](TrainerConfig& c) { c.device = "cuda:64"; },
+      "option device: expected cpu or one of this machine's CUDA devices, found 'cuda:64' (");
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, cuda or cuda:N, found 'tpu'");
   bad([](TrainerConfig& c) { c.model.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
   bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam, sgd, lamb or lars");

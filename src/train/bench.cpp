@@ -6,19 +6,21 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <unordered_set>
 
 #include "backend/cpu/linalg.h"
 #include "backend/cpu/peak_rate.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
-#include "train/profile_run.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"
+#include "train/profile_run.h"
 
 namespace ft::bench {
 
@@ -165,6 +167,32 @@ std::unique_ptr<train::StepRunner> make_step_runner(Workload& w, optim::Optimize
 
 namespace {
 
+// The kernel calls of a profiled range grouped by kernel, operand shapes and dtypes, largest
+// total first: which products or copies of an op carry its time.
+std::string calls_by_shape(const std::vector<profiler::Span>& spans, int steps) {
+  struct Total {
+    int64_t calls = 0;
+    double ms = 0;
+  };
+  std::map<std::string, Total> by_key;
+  for (const profiler::Span& s : spans) {
+    if (s.category != "kernel") continue;
+    Total& t = by_key[s.name + " " + s.shapes + " " + s.dtypes];
+    ++t.calls;
+    t.ms += static_cast<double>(s.duration_ns) / 1e6;
+  }
+  std::vector<std::pair<std::string, Total>> rows(by_key.begin(), by_key.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  std::string out = "  kernel calls by shape (largest 25)     calls/step  ms/step\n";
+  char line[512];
+  for (size_t i = 0; i < rows.size() && i < 25; ++i) {
+    std::snprintf(line, sizeof line, "  %-60s %6.1f %8.3f\n", rows[i].first.c_str(),
+                  static_cast<double>(rows[i].second.calls) / steps, rows[i].second.ms / steps);
+    out += line;
+  }
+  return out;
+}
+
 // The GPU's matrix-product peak for a precision, measured as the bench's CPU peak is: the best of
 // a few large square products through the engine's own matmul (cuBLASLt), so model-FLOPs
 // utilisation is against what this GPU reaches, not a datasheet.
@@ -294,7 +322,8 @@ BenchResult run_bench(const BenchOptions& o) {
     peak.gflops = r.peak_gflops;
     peak.gflops_per_core = r.peak_gflops;
     peak.instruction = device.is_cpu() ? "measured FMA/dot rate" : "measured matmul rate";
-    r.profile_table = train::summary_table(train::summarize(session.spans(), peak), 20);
+    const std::vector<profiler::Span> spans = session.spans();
+    r.profile_table = train::summary_table(train::summarize(spans, peak), 20) + calls_by_shape(spans, o.profile_steps);
   }
   r.accumulate = o.accumulate;
   r.checkpoint_blocks = o.checkpoint_blocks;
@@ -338,15 +367,15 @@ std::string py_float(double x, int digits) {
 }  // namespace
 
 std::string to_json_line(const BenchResult& r) {
-  std::string s =
-      "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"" +
-      device_type_name(r.device.type) + "\", \"precision\": \"" +
-      bench_precision_name(r.precision) + "\", \"batch\": " + std::to_string(r.batch) +
-      ", \"threads\": " + std::to_string(r.threads) + ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" +
-      r.item_unit + "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
-      ", \"params\": " + std::to_string(r.params) + ", \"cpu_isa\": \"" + r.cpu_isa +
-      "\", \"model_flops\": " + std::to_string(static_cast<int64_t>(std::llround(r.model_flops))) +
-      ", \"peak_gflops\": " + py_float(r.peak_gflops, 1) + ", \"peak_fraction\": " + py_float(r.peak_fraction, 4);
+  std::string s = "{\"impl\": \"fasttrain\", \"workload\": \"" + r.workload + "\", \"device\": \"" +
+                  device_type_name(r.device.type) + "\", \"precision\": \"" + bench_precision_name(r.precision) +
+                  "\", \"batch\": " + std::to_string(r.batch) + ", \"threads\": " + std::to_string(r.threads) +
+                  ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" + r.item_unit +
+                  "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
+                  ", \"params\": " + std::to_string(r.params) + ", \"cpu_isa\": \"" + r.cpu_isa +
+                  "\", \"model_flops\": " + std::to_string(static_cast<int64_t>(std::llround(r.model_flops))) +
+                  ", \"peak_gflops\": " + py_float(r.peak_gflops, 1) +
+                  ", \"peak_fraction\": " + py_float(r.peak_fraction, 4);
   if (!r.half_gemm.empty()) s += ", \"half_gemm\": \"" + r.half_gemm + "\"";
   if (!r.gpu.empty()) s += ", \"gpu\": \"" + r.gpu + "\"";
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);

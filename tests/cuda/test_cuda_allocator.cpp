@@ -1,8 +1,8 @@
 // The device caching allocator: freed blocks are reused without cudaMalloc, statistics add up,
 // a block another stream used is not handed out before that stream's work is done, empty_cache
 // returns the cache, and running out of memory says how much was asked for and held.
-#include <gtest/gtest.h>
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <string>
 

@@ -158,6 +158,30 @@ TEST(CudaElementwise, CopyFloatRoundTripsOddSizesAndViews) {
   }
 }
 
+TEST(CudaElementwise, PermutedCopiesWithDenseRowsMatchTheCpu) {
+  REQUIRE_GPU();
+  // The attention heads' layouts: [B, T, H, D] <-> [B, H, T, D], whose rows of D are dense in both
+  // (the vector path), next to row lengths that do not fill a 16-byte vector (the element path),
+  // a row starting off a vector boundary, and a dtype change on the way.
+  Generator g(31);
+  for (int64_t D : {64, 12, 8, 3}) {
+    for (DType dt : {DType::F32, DType::BF16}) {
+      Tensor x = randn({2, 33, 4, D}, DType::F32, &g).to(dt);
+      EXPECT_CLOSE_TO_CPU(gpu(x).transpose(1, 2).contiguous(), x.transpose(1, 2).contiguous(), 1e-12);
+      Tensor y = randn({2, 4, 33, D}, DType::F32, &g).to(dt);
+      Tensor back = empty({2, 33, 4, D}, TensorOptions(dt, Device::cuda(0)));
+      back.transpose(1, 2).copy_(gpu(y));
+      EXPECT_CLOSE_TO_CPU(back, y.transpose(1, 2).contiguous(), 1e-12);
+      Tensor offset = randn({5, 2 * D + 1}, DType::F32, &g).to(dt).narrow(1, 1, 2 * D);
+      EXPECT_CLOSE_TO_CPU(gpu(offset.contiguous()), offset.contiguous(), 1e-12);
+      EXPECT_CLOSE_TO_CPU(gpu(x).transpose(1, 2).to(DType::F32).contiguous(), x.transpose(1, 2).to(DType::F32), 1e-12);
+      // A bias broadcast over rows: outer stride 0, dense rows.
+      Tensor bias = randn({D}, DType::F32, &g).to(dt), rows = randn({7, 3, D}, DType::F32, &g).to(dt);
+      EXPECT_CLOSE_TO_CPU(add(gpu(rows), gpu(bias)), add(rows, bias), dt == DType::F32 ? 1e-7 : 1e-2);
+    }
+  }
+}
+
 TEST(CudaElementwise, CopyIntoStridedBroadcastDestination) {
   REQUIRE_GPU();
   Generator g(3);

@@ -33,11 +33,11 @@ TEST(CudaMatmul, MatchesCpuAcrossLayoutsAndDtypes) {
   REQUIRE_GPU();
   for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
     SCOPED_TRACE(dtype_name(dt));
-    expect_matmul_matches(randn({37, 70}), randn({70, 45}), dt);                       // odd sizes
-    expect_matmul_matches(randn({70, 37}).t(), randn({45, 70}).t(), dt);               // both transposed
-    expect_matmul_matches(randn({5, 1, 33, 64}), randn({3, 64, 17}), dt);              // broadcast batches
-    expect_matmul_matches(randn({4, 8, 16}).transpose(1, 2), randn({4, 8, 24}), dt);  // batched, transposed
-    expect_matmul_matches(randn({1, 64}), randn({64, 1}), dt);                         // a dot product
+    expect_matmul_matches(randn({37, 70}), randn({70, 45}), dt);                         // odd sizes
+    expect_matmul_matches(randn({70, 37}).t(), randn({45, 70}).t(), dt);                 // both transposed
+    expect_matmul_matches(randn({5, 1, 33, 64}), randn({3, 64, 17}), dt);                // broadcast batches
+    expect_matmul_matches(randn({4, 8, 16}).transpose(1, 2), randn({4, 8, 24}), dt);     // batched, transposed
+    expect_matmul_matches(randn({1, 64}), randn({64, 1}), dt);                           // a dot product
     expect_matmul_matches(randn({6, 10, 12}).slice(2, 0, 12, 2), randn({6, 6, 9}), dt);  // strided columns
   }
 }

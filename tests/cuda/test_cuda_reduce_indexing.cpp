@@ -19,7 +19,12 @@
 #include "support/require_gpu.h"
 
 using namespace ft;
+using ft::testing::backward_random;
 using ft::testing::gpu;
+using ft::testing::Leaf;
+using ft::testing::leaf;
+using ft::testing::rnd;
+using ft::testing::tol;
 
 namespace {
 
@@ -27,43 +32,10 @@ using Fn = std::function<Tensor(const Tensor&)>;
 
 const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
-double tol(DType dt) {
-  switch (dt) {
-    case DType::F64: return 1e-10;
-    case DType::F32: return 1e-5;
-    default: return 1e-2;
-  }
-}
-
-// N(0, 1) * scale + shift drawn in f32 and rounded to dt, so the CPU and GPU see the same values.
-Tensor rnd(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0, double shift = 0.0) {
-  Generator g(seed);
-  return add(mul(randn(shape, DType::F32, &g), scale), shift).to(dt).detach();
-}
-
 // Integers in [low, high) as dtype dt (few distinct values: many ties for max).
 Tensor ints(int64_t low, int64_t high, const Shape& shape, DType dt, uint64_t seed) {
   Generator g(seed);
   return randint(low, high, shape, DType::I64, &g).to(dt).detach();
-}
-
-struct Leaf {
-  Tensor cpu, cuda;
-};
-Leaf leaf(const Tensor& v, bool requires_grad = true) {
-  Leaf l{v.detach().clone(), gpu(v.detach())};
-  if (requires_grad) {
-    l.cpu.requires_grad_();
-    l.cuda.requires_grad_();
-  }
-  return l;
-}
-
-// Backpropagates the same random upstream gradient into y_cpu and y_cuda.
-void backward_random(const Tensor& y_cpu, const Tensor& y_cuda, uint64_t seed) {
-  Tensor gy = rnd(y_cpu.shape(), y_cpu.dtype(), seed);
-  y_cpu.backward(gy);
-  y_cuda.backward(gpu(gy));
 }
 
 // Bit-for-bit equal values (integer results, indices, copies), same shape, dtype, and on the GPU.

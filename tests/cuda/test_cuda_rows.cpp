@@ -17,45 +17,16 @@
 #include "support/require_gpu.h"
 
 using namespace ft;
+using ft::testing::backward_random;
 using ft::testing::gpu;
+using ft::testing::Leaf;
+using ft::testing::leaf;
+using ft::testing::rnd;
+using ft::testing::tol;
 
 namespace {
 
 const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
-
-double tol(DType dt) {
-  switch (dt) {
-    case DType::F64: return 1e-10;
-    case DType::F32: return 1e-5;
-    default: return 1e-2;
-  }
-}
-
-// N(0, 1) * scale + shift drawn in f32 and rounded to dt, so the CPU and GPU see the same values.
-Tensor rnd(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0, double shift = 0.0) {
-  Generator g(seed);
-  return add(mul(randn(shape, DType::F32, &g), scale), shift).to(dt).detach();
-}
-
-// The same leaf on both devices, both requiring grad.
-struct Leaf {
-  Tensor cpu, cuda;
-};
-Leaf leaf(const Tensor& v, bool requires_grad = true) {
-  Leaf l{v.detach().clone(), gpu(v.detach())};
-  if (requires_grad) {
-    l.cpu.requires_grad_();
-    l.cuda.requires_grad_();
-  }
-  return l;
-}
-
-// Backpropagates a random upstream gradient (the same on both devices) into y_cpu and y_cuda.
-void backward_random(const Tensor& y_cpu, const Tensor& y_cuda, uint64_t seed) {
-  Tensor gy = rnd(y_cpu.shape(), y_cpu.dtype(), seed);
-  y_cpu.backward(gy);
-  y_cuda.backward(gpu(gy));
-}
 
 // Largest |got - want| over the elements (got from the GPU); infinite for a NaN or a size mismatch.
 double max_abs_diff(const Tensor& got, const Tensor& want) {

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "fasttrain/bench.h"
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"
 #include "support/require_gpu.h"
+#include "support/trainer_configs.h"
 
 using namespace ft;
 
@@ -87,4 +89,46 @@ TEST(CudaTraining, GptMiniBf16MixedFollowsCpu) {
   // Both sides round the products' operands to bf16; the sums' orders differ, so the curves
   // agree to bf16's precision rather than f32's.
   expect_same_training("gpt-mini", 4, train::Precision::BF16Mixed, 2e-2, 5e-2, true);
+}
+
+// The Trainer on the GPU (batches through DevicePrefetcher, evaluation, checkpoints): the char
+// task's logged losses follow the CPU run's, and a run resumed from a GPU checkpoint logs bitwise
+// the losses of the run that never stopped (model, AdamW moments, data position and the dropout
+// stream restored onto the device).
+TEST(CudaTraining, TrainerFollowsCpuAndResumesExactly) {
+  REQUIRE_GPU();
+  namespace fs = std::filesystem;
+  train::TrainerConfig c = test::tiny_char(test::scratch_dir("cuda_trainer", "cpu"));
+  c.max_steps = 12;
+  c.checkpoint_every = 6;
+  c.model.dropout = 0.1;
+  test::BuiltinRun on_cpu(c);
+  on_cpu.fit();
+
+  train::TrainerConfig g = c;
+  g.device = "cuda";
+  g.run_dir = test::scratch_dir("cuda_trainer", "gpu");
+  test::BuiltinRun on_gpu(g);
+  on_gpu.fit();
+  ASSERT_EQ(on_gpu.history().size(), on_cpu.history().size());
+  for (size_t k = 0; k < on_cpu.history().size(); ++k) {
+    const train::MetricRow &a = on_cpu.history()[k], &b = on_gpu.history()[k];
+    EXPECT_EQ(a.step, b.step);
+    EXPECT_NEAR(b.loss, a.loss, 1e-4 * std::abs(a.loss)) << "step " << a.step << " " << a.split;
+  }
+
+  train::TrainerConfig r = g;
+  r.run_dir = test::scratch_dir("cuda_trainer", "resumed");
+  test::BuiltinRun resumed(r);
+  resumed.resume(g.run_dir + "/checkpoints/step-00000006");
+  resumed.fit();
+  std::vector<train::MetricRow> tail;
+  for (const train::MetricRow& row : on_gpu.history())
+    if (row.step > 6) tail.push_back(row);
+  ASSERT_EQ(tail.size(), resumed.history().size());
+  for (size_t k = 0; k < tail.size(); ++k) {
+    EXPECT_EQ(tail[k].step, resumed.history()[k].step);
+    EXPECT_EQ(tail[k].loss, resumed.history()[k].loss) << "step " << tail[k].step << " " << tail[k].split;
+  }
+  for (const auto& dir : {c.run_dir, g.run_dir, r.run_dir}) fs::remove_all(dir);
 }

@@ -42,6 +42,41 @@ inline ::testing::AssertionResult close_to_cpu(const Tensor& got, const Tensor& 
   return ::testing::AssertionFailure() << "relative error " << err << " >= " << tol;
 }
 
+// The tolerances by norms: f32 1e-5, 16-bit floats 1e-2 (f64 far below both).
+inline double tol(DType dt) {
+  switch (dt) {
+    case DType::F64: return 1e-10;
+    case DType::F32: return 1e-5;
+    default: return 1e-2;
+  }
+}
+
+// N(0, 1) * scale + shift drawn in f32 and rounded to dt, so the CPU and GPU see the same values.
+inline Tensor rnd(const Shape& shape, DType dt, uint64_t seed, double scale = 1.0, double shift = 0.0) {
+  Generator g(seed);
+  return add(mul(randn(shape, DType::F32, &g), scale), shift).to(dt).detach();
+}
+
+// The same leaf on both devices, both requiring grad unless asked not to.
+struct Leaf {
+  Tensor cpu, cuda;
+};
+inline Leaf leaf(const Tensor& v, bool requires_grad = true) {
+  Leaf l{v.detach().clone(), gpu(v.detach())};
+  if (requires_grad) {
+    l.cpu.requires_grad_();
+    l.cuda.requires_grad_();
+  }
+  return l;
+}
+
+// Backpropagates the same random upstream gradient into y_cpu and y_cuda.
+inline void backward_random(const Tensor& y_cpu, const Tensor& y_cuda, uint64_t seed) {
+  Tensor gy = rnd(y_cpu.shape(), y_cpu.dtype(), seed);
+  y_cpu.backward(gy);
+  y_cuda.backward(gpu(gy));
+}
+
 }  // namespace ft::testing
 
 // EXPECT_CLOSE_TO_CPU(cuda_result, cpu_result, tolerance)

@@ -38,7 +38,6 @@ namespace {
 // 65536 * 4), so spreading such GEMMs over batches cannot oversubscribe the cores.
 constexpr int64_t kSmallGemm = int64_t(1) << 18;
 
-
 // The operand as BLAS can read it: itself, or a dense copy when its strides are not expressible.
 Tensor blas_operand(const Tensor& t, MatLayout& L) {
   if (matrix_layout(t, L)) return t;
@@ -47,7 +46,6 @@ Tensor blas_operand(const Tensor& t, MatLayout& L) {
   matrix_layout(c, L);
   return c;
 }
-
 
 inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -106,7 +104,6 @@ dnnl::engine& dnnl_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
-
 
 using PrimKey = std::array<int64_t, 16>;
 struct Prim {

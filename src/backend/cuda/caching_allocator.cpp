@@ -24,6 +24,7 @@
 
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_events.h"
 #include "core/allocator_bookkeeping.h"
 #include "core/size_class.h"
 
@@ -37,6 +38,9 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   DeviceCachingAllocator() : AllocatorBookkeeping("cuda") {}
 
   DataPtr allocate(size_t nbytes, Stream stream) override {
+    const int devices = cuda_device_count();
+    FT_CHECK(stream.device.index >= 0 && stream.device.index < devices, stream.device.str(),
+             ": device is not available (", devices, " CUDA devices found)");
     const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mu_);
     reclaim_finished_locked();
@@ -122,14 +126,14 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
         device_state = detail::concat("the device has ", mib(static_cast<int64_t>(free_b)), " free of ",
                                       mib(static_cast<int64_t>(total_b)));
       cudaGetLastError();
-      throw OutOfMemoryError(oom_message(device, nbytes, detail::concat("cudaMalloc of ", size, " bytes failed (",
-                                                                        cudaGetErrorString(err), "), ", device_state)));
+      throw OutOfMemoryError(oom_message(
+          device, nbytes,
+          detail::concat("cudaMalloc of ", size, " bytes failed (", cudaGetErrorString(err), "), ", device_state)));
     }
     return p;
   }
 
-  // Runs from a DataPtr deleter, so it must not throw: a failure to record an event falls back to
-  // waiting for the stream, slow but safe.
+  // Runs from a DataPtr deleter, so it must not throw.
   void release(void* ptr) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = in_use_.find(ptr);
@@ -137,21 +141,7 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     Block block = std::move(it->second);
     in_use_.erase(it);
     count_free_locked(ptr, block.key.size, /*to_system=*/false);
-    Parked parked{ptr, block.key, {}};
-    for (const Stream& s : block.other_streams) {
-      cudaEvent_t ev = nullptr;
-      auto stream = static_cast<cudaStream_t>(s.handle);
-      if (cudaSetDevice(s.device.index) == cudaSuccess &&
-          cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
-          cudaEventRecord(ev, stream) == cudaSuccess) {
-        parked.events.push_back(ev);
-      } else {
-        if (ev != nullptr) cudaEventDestroy(ev);
-        cudaGetLastError();
-        cudaStreamSynchronize(stream);
-        cudaGetLastError();
-      }
-    }
+    Parked parked{ptr, block.key, record_stream_events(block.other_streams)};
     if (parked.events.empty())
       free_[block.key].push_back(ptr);
     else
@@ -160,14 +150,10 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
 
   void reclaim_finished_locked() {
     for (auto it = parked_.begin(); it != parked_.end();) {
-      const bool done = std::all_of(it->events.begin(), it->events.end(),
-                                    [](cudaEvent_t ev) { return cudaEventQuery(ev) != cudaErrorNotReady; });
-      if (!done) {
+      if (!events_reached_then_destroy(it->events)) {
         ++it;
         continue;
       }
-      cudaGetLastError();
-      for (cudaEvent_t ev : it->events) cudaEventDestroy(ev);
       free_[it->key].push_back(it->ptr);
       it = parked_.erase(it);
     }

@@ -108,15 +108,15 @@ struct DeviceLoop {
   }
 
 // Runs the lambda with scalar_t bound to the device type of a floating dtype.
-#define FT_CUDA_DISPATCH_FLOATING(DTYPE, NAME, ...)                                                             \
-  [&] {                                                                                                         \
-    switch (DTYPE) {                                                                                            \
-      FT_CUDA_CASE(F32, float, __VA_ARGS__)                                                                     \
-      FT_CUDA_CASE(F64, double, __VA_ARGS__)                                                                    \
-      FT_CUDA_CASE(BF16, ::ft::cuda::bf16_t, __VA_ARGS__)                                                       \
-      FT_CUDA_CASE(F16, ::ft::cuda::f16_t, __VA_ARGS__)                                                         \
-      default: FT_FAIL(NAME, ": expected a floating-point tensor, found dtype ", ::ft::dtype_name(DTYPE));      \
-    }                                                                                                           \
+#define FT_CUDA_DISPATCH_FLOATING(DTYPE, NAME, ...)                                                        \
+  [&] {                                                                                                    \
+    switch (DTYPE) {                                                                                       \
+      FT_CUDA_CASE(F32, float, __VA_ARGS__)                                                                \
+      FT_CUDA_CASE(F64, double, __VA_ARGS__)                                                               \
+      FT_CUDA_CASE(BF16, ::ft::cuda::bf16_t, __VA_ARGS__)                                                  \
+      FT_CUDA_CASE(F16, ::ft::cuda::f16_t, __VA_ARGS__)                                                    \
+      default: FT_FAIL(NAME, ": expected a floating-point tensor, found dtype ", ::ft::dtype_name(DTYPE)); \
+    }                                                                                                      \
   }()
 
 // Every dtype.

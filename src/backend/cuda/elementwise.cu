@@ -144,6 +144,42 @@ __global__ void __launch_bounds__(kThreads) strided_kernel(DeviceLoop loop, F f)
     strided_one<Out, In...>(loop, f, i, std::index_sequence_for<In...>{});
 }
 
+// Vector step p of a loop whose innermost dimension is dense in every operand and a multiple of
+// kVec long, with every run starting aligned (inner_dense_operands): the index arithmetic of
+// element p * kVec serves kVec elements, and each access is one vector. Permuted copies (the
+// attention heads' [B, T, H, D] <-> [B, H, T, D]) take this path.
+template <int kVec, class Out, class... In, class F, size_t... I>
+__device__ __forceinline__ void inner_pack(const DeviceLoop& loop, const F& f, int64_t p, std::index_sequence<I...>) {
+  int64_t off[1 + sizeof...(In)];
+  element_offsets(loop.L, p * kVec, off);
+  store_pack<kVec, Out>(f, reinterpret_cast<Pack<Out, kVec>*>(loop.L.base[0] + off[0]),
+                        load_pack<In, kVec>(loop.L.base[I + 1] + off[I + 1], false, 0)...);
+}
+
+template <int kVec, class Out, class F, class... In>
+__global__ void __launch_bounds__(kThreads) inner_dense_kernel(DeviceLoop loop, F f) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t packs = loop.L.numel / kVec;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += step)
+    inner_pack<kVec, Out, In...>(loop, f, p, std::index_sequence_for<In...>{});
+}
+
+// True when every operand's innermost dimension is dense, that dimension is a multiple of kVec,
+// and every run of it starts on a kVec-element boundary (base and outer strides aligned).
+template <int kVec>
+bool inner_dense_operands(const backend::StridedLoop& L) {
+  const int nd = L.ndim;
+  if (nd < 2 || L.shape[nd - 1] % kVec != 0) return false;
+  for (int a = 0; a < L.nargs; ++a) {
+    const int64_t es = static_cast<int64_t>(L.elem_size[a]), vec = es * kVec;
+    if (L.strides[a][nd - 1] != es || reinterpret_cast<uintptr_t>(L.base[a]) % static_cast<uintptr_t>(vec) != 0)
+      return false;
+    for (int d = 0; d < nd - 1; ++d)
+      if (L.strides[a][d] % vec != 0) return false;
+  }
+  return true;
+}
+
 // Fills `d` and returns true when the loop is one-dimensional, the output is dense, every input
 // is dense or one broadcast element, and the dense bases are aligned for kVec-element vectors
 // (a view starting mid-vector takes the strided kernel instead).
@@ -183,6 +219,8 @@ void launch_elementwise(const char* name, const Tensor& out, std::initializer_li
   DenseArgs d;
   if (dense_operands<kVec>(loop.L, d)) {
     dense_kernel<kVec, Out, F, In...><<<grid_for((n + kVec - 1) / kVec, kThreads), kThreads, 0, stream>>>(d, f);
+  } else if (inner_dense_operands<kVec>(loop.L)) {
+    inner_dense_kernel<kVec, Out, F, In...><<<grid_for(n / kVec, kThreads), kThreads, 0, stream>>>(loop, f);
   } else {
     strided_kernel<Out, F, In...><<<grid_for(n, kThreads), kThreads, 0, stream>>>(loop, f);
   }

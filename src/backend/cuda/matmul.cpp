@@ -30,7 +30,8 @@ namespace ft::cuda {
 namespace {
 
 void check_lt(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS) FT_FAIL("matmul: cuBLASLt ", what, " failed: ", cublasLtGetStatusName(st), " (", cublasLtGetStatusString(st), ")");
+  if (st != CUBLAS_STATUS_SUCCESS)
+    FT_FAIL("matmul: cuBLASLt ", what, " failed: ", cublasLtGetStatusName(st), " (", cublasLtGetStatusString(st), ")");
 }
 
 // cuBLASLt's workspace: kernels that split K use it. 32 MiB covers Hopper's largest choices.
@@ -148,8 +149,10 @@ const Plan& plan_for(const Problem& p, int device) {
         "bias type");
   }
   // Stored shapes, before op(): op(A) is m x k, op(B) is k x n.
-  plan.a = p.trans_a ? layout(type, p.k, p.m, p.lda, p.batch, p.stride_a) : layout(type, p.m, p.k, p.lda, p.batch, p.stride_a);
-  plan.b = p.trans_b ? layout(type, p.n, p.k, p.ldb, p.batch, p.stride_b) : layout(type, p.k, p.n, p.ldb, p.batch, p.stride_b);
+  plan.a = p.trans_a ? layout(type, p.k, p.m, p.lda, p.batch, p.stride_a)
+                     : layout(type, p.m, p.k, p.lda, p.batch, p.stride_a);
+  plan.b = p.trans_b ? layout(type, p.n, p.k, p.ldb, p.batch, p.stride_b)
+                     : layout(type, p.k, p.n, p.ldb, p.batch, p.stride_b);
   plan.c = layout(type, p.m, p.n, p.ldc, p.batch, p.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -166,20 +169,18 @@ const Plan& plan_for(const Problem& p, int device) {
     check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), "alignment preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1,
-                                     &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a, plan.b, plan.c,
+                                                           plan.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   check_lt(st, "heuristic");
-  FT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.n, ", ", p.k, "] x [",
-           p.k, ", ", p.m, "] (batch ", p.batch, ")");
+  FT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.n, ", ", p.k, "] x [", p.k,
+           ", ", p.m, "] (batch ", p.batch, ")");
   plan.algo = result.algo;
   return plans.emplace(key, plan).first->second;
 }
 
 // One cuBLASLt call: `batch` products at the given element strides.
-void run(const Problem& p, const void* a, const void* b, void* c, const void* bias, bool accumulate,
-         const Tensor& on) {
+void run(const Problem& p, const void* a, const void* b, void* c, const void* bias, bool accumulate, const Tensor& on) {
   const int device = on.device().index;
   const cudaStream_t stream = static_cast<cudaStream_t>(current_stream(on.device()).handle);
   check(cudaSetDevice(device), "matmul: set device");
@@ -196,8 +197,8 @@ void run(const Problem& p, const void* a, const void* b, void* c, const void* bi
   const bool f64 = p.dtype == DType::F64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  check_lt(cublasLtMatmul(device_state(device).handle, plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c, c,
-                          plan.c, &plan.algo, workspace(device, stream), kWorkspaceBytes, stream),
+  check_lt(cublasLtMatmul(device_state(device).handle, plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c, c, plan.c,
+                          &plan.algo, workspace(device, stream), kWorkspaceBytes, stream),
            "matmul");
 }
 
@@ -213,7 +214,8 @@ Tensor lt_operand(const Tensor& t, backend::MatLayout& L) {
 
 void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accumulate, const Tensor& bias) {
   const int nd = out.dim();
-  FT_CHECK(nd >= 2 && a_in.dim() == nd && b_in.dim() == nd, "matmul: internal error, operands must have equal rank >= 2");
+  FT_CHECK(nd >= 2 && a_in.dim() == nd && b_in.dim() == nd,
+           "matmul: internal error, operands must have equal rank >= 2");
   FT_CHECK(!(accumulate && bias.defined()), "matmul: internal error, bias with accumulate");
   const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a_in.size(nd - 1);
   if (out.numel() == 0) return;

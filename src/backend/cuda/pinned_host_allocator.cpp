@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/stream_events.h"
 #include "core/allocator_bookkeeping.h"
 #include "core/size_class.h"
 
@@ -77,8 +78,7 @@ class PinnedHostAllocator final : public AllocatorBookkeeping {
     std::vector<cudaEvent_t> events;  // one per recorded stream, recorded at free time
   };
 
-  // Runs from a DataPtr deleter, so it must not throw: a failure to record an event falls back to
-  // waiting for the stream, which is slow but keeps the block from being reused too early.
+  // Runs from a DataPtr deleter, so it must not throw.
   void release(void* ptr) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = in_use_.find(ptr);
@@ -86,21 +86,7 @@ class PinnedHostAllocator final : public AllocatorBookkeeping {
     const InUse block = std::move(it->second);
     in_use_.erase(it);
     count_free_locked(ptr, block.size, /*to_system=*/false);
-    Parked parked{ptr, block.size, {}};
-    for (const Stream& s : block.streams) {
-      cudaEvent_t ev = nullptr;
-      auto stream = static_cast<cudaStream_t>(s.handle);
-      if (cudaSetDevice(s.device.index) == cudaSuccess &&
-          cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
-          cudaEventRecord(ev, stream) == cudaSuccess) {
-        parked.events.push_back(ev);
-      } else {
-        if (ev != nullptr) cudaEventDestroy(ev);
-        cudaGetLastError();
-        cudaStreamSynchronize(stream);
-        cudaGetLastError();
-      }
-    }
+    Parked parked{ptr, block.size, record_stream_events(block.streams)};
     if (parked.events.empty())
       cache_locked(ptr, parked.size);
     else
@@ -110,14 +96,10 @@ class PinnedHostAllocator final : public AllocatorBookkeeping {
   // Moves parked blocks whose copies have all finished to the free lists.
   void reclaim_finished_locked() {
     for (auto it = parked_.begin(); it != parked_.end();) {
-      bool done = std::all_of(it->events.begin(), it->events.end(),
-                              [](cudaEvent_t ev) { return cudaEventQuery(ev) != cudaErrorNotReady; });
-      if (!done) {
+      if (!events_reached_then_destroy(it->events)) {
         ++it;
         continue;
       }
-      cudaGetLastError();  // a failed query (a dead context) must not resurface elsewhere
-      for (cudaEvent_t ev : it->events) cudaEventDestroy(ev);
       cache_locked(it->ptr, it->size);
       it = parked_.erase(it);
     }

@@ -263,6 +263,83 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// The same two kernels with one warp per row, for rows up to kWarpRowMax wide (transformer
+// widths): a block's reductions need barriers, a warp's only shuffles, and eight rows per block
+// keep the loads of several rows in flight. Same formulas, same per-thread order of terms.
+constexpr int64_t kWarpRowMax = 2048;
+constexpr int kWarpRowsPerBlock = 8;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    row_norm_forward_warp_kernel(const T* __restrict__ x, const acc_t<T>* __restrict__ w,
+                                 const acc_t<T>* __restrict__ b, acc_t<T> eps, bool rms, int64_t M, int64_t N,
+                                 T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const A inv_n = A(1) / static_cast<A>(N);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5); row < M; row += warps) {
+    const T* xr = x + row * N;
+    T* yr = y + row * N;
+    A mu = 0;
+    if (!rms) {
+      A s = 0;
+      for (int64_t i = lane; i < N; i += 32) s += load(xr + i);
+      mu = warp_sum(s) * inv_n;
+    }
+    A q = 0;
+    for (int64_t i = lane; i < N; i += 32) {
+      const A d = load(xr + i) - mu;
+      q += d * d;
+    }
+    const A rs = A(1) / sqrt_of(warp_sum(q) * inv_n + eps);
+    if (lane == 0) {
+      if (!rms) mean[row] = mu;
+      rstd[row] = rs;
+    }
+    for (int64_t i = lane; i < N; i += 32) {
+      const A wi = w ? w[i] : A(1), bi = b ? b[i] : A(0);
+      yr[i] = convert<T>((load(xr + i) - mu) * rs * wi + bi);
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    row_norm_backward_dx_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+                                     const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
+                                     const acc_t<T>* __restrict__ w, bool rms, int64_t M, int64_t N,
+                                     T* __restrict__ dx) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const A inv_n = A(1) / static_cast<A>(N);
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5); row < M; row += warps) {
+    const T* xr = x + row * N;
+    const T* dyr = dy + row * N;
+    const A mu = rms ? A(0) : mean[row];
+    const A rs = rstd[row];
+    A a1 = 0, a2 = 0;
+    for (int64_t i = lane; i < N; i += 32) {
+      const A g = mul_rn(load(dyr + i), w ? w[i] : A(1));
+      a1 += g;
+      a2 += g * ((load(xr + i) - mu) * rs);
+    }
+    a1 = warp_sum(a1);
+    a2 = warp_sum(a2);
+    const A mg = rms ? A(0) : a1 * inv_n, mgx = a2 * inv_n;
+    T* dxr = dx + row * N;
+    for (int64_t i = lane; i < N; i += 32) {
+      const A xhat = (load(xr + i) - mu) * rs;
+      dxr[i] = convert<T>(rs * (mul_rn(load(dyr + i), w ? w[i] : A(1)) - mg - mul_rn(xhat, mgx)));
+    }
+  }
+}
+
+unsigned warp_row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::min<int64_t>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock, 132 * 16));
+}
+
 // Partial column sums of dw (dy * xhat) and db (dy) over rows [M * blk / nb, M * (blk + 1) / nb):
 // block (32, kParamLanes), blockIdx.x picks 32 columns, blockIdx.y the row block. Each lane adds
 // its rows in order, then lane row 0 adds the kParamLanes lanes in order: a fixed summation order.
@@ -540,9 +617,14 @@ void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double 
   cudaStream_t stream = stream_for(x);
   FT_CUDA_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm", [&] {
     using A = acc_t<scalar_t>;
-    row_norm_forward_kernel<scalar_t><<<row_grid(M), row_threads(N), 0, stream>>>(
-        cptr<scalar_t>(x), opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N, mptr<scalar_t>(y),
-        rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
+    if (N <= kWarpRowMax)
+      row_norm_forward_warp_kernel<scalar_t><<<warp_row_grid(M), 32 * kWarpRowsPerBlock, 0, stream>>>(
+          cptr<scalar_t>(x), opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N,
+          mptr<scalar_t>(y), rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
+    else
+      row_norm_forward_kernel<scalar_t><<<row_grid(M), row_threads(N), 0, stream>>>(
+          cptr<scalar_t>(x), opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N,
+          mptr<scalar_t>(y), rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
     check_launch("row_norm_forward");
   });
 }
@@ -555,7 +637,12 @@ void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, co
   FT_CUDA_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm", [&] {
     using A = acc_t<scalar_t>;
     const A* meanp = rms ? nullptr : cptr<A>(mean);
-    if (dx.defined() && M > 0) {
+    if (dx.defined() && M > 0 && N <= kWarpRowMax) {
+      row_norm_backward_dx_warp_kernel<scalar_t><<<warp_row_grid(M), 32 * kWarpRowsPerBlock, 0, stream>>>(
+          cptr<scalar_t>(dy), cptr<scalar_t>(x), meanp, cptr<A>(rstd), opt_ptr<const A>(w), rms, M, N,
+          mptr<scalar_t>(dx));
+      check_launch("row_norm_backward");
+    } else if (dx.defined() && M > 0) {
       row_norm_backward_dx_kernel<scalar_t>
           <<<row_grid(M), row_threads(N), 0, stream>>>(cptr<scalar_t>(dy), cptr<scalar_t>(x), meanp, cptr<A>(rstd),
                                                        opt_ptr<const A>(w), rms, M, N, mptr<scalar_t>(dx));

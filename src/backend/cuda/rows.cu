@@ -284,12 +284,10 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     A mu = 0;
     if (!rms) {
       A s = 0;
-#pragma unroll 4
       for (int64_t i = lane; i < N; i += 32) s += load(xr + i);
       mu = warp_sum(s) * inv_n;
     }
     A q = 0;
-#pragma unroll 4
     for (int64_t i = lane; i < N; i += 32) {
       const A d = load(xr + i) - mu;
       q += d * d;
@@ -299,7 +297,6 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
       if (!rms) mean[row] = mu;
       rstd[row] = rs;
     }
-#pragma unroll 4
     for (int64_t i = lane; i < N; i += 32) {
       const A wi = w ? w[i] : A(1), bi = b ? b[i] : A(0);
       yr[i] = convert<T>((load(xr + i) - mu) * rs * wi + bi);
@@ -323,7 +320,6 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     const A mu = rms ? A(0) : mean[row];
     const A rs = rstd[row];
     A a1 = 0, a2 = 0;
-#pragma unroll 4
     for (int64_t i = lane; i < N; i += 32) {
       const A g = mul_rn(load(dyr + i), w ? w[i] : A(1));
       a1 += g;
@@ -333,7 +329,6 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     a2 = warp_sum(a2);
     const A mg = rms ? A(0) : a1 * inv_n, mgx = a2 * inv_n;
     T* dxr = dx + row * N;
-#pragma unroll 4
     for (int64_t i = lane; i < N; i += 32) {
       const A xhat = (load(xr + i) - mu) * rs;
       dxr[i] = convert<T>(rs * (mul_rn(load(dyr + i), w ? w[i] : A(1)) - mg - mul_rn(xhat, mgx)));
@@ -360,7 +355,6 @@ __global__ void row_norm_param_partials_kernel(const T* __restrict__ dy, const T
   const int64_t r0 = M * blk / nb, r1 = M * (blk + 1) / nb;
   A aw = 0, ab = 0;
   if (col < N) {
-#pragma unroll 4
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kParamLanes) {
       const A g = load(dy + r * N + col);
       if (pw) aw += g * ((load(x + r * N + col) - (rms ? A(0) : mean[r])) * rstd[r]);
@@ -529,8 +523,6 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const T* xr = x + n * C;
     A m = -inf_of<A>(), s = 0, sx = 0;
-    // Unrolled so that four loads are in flight ahead of the dependent running max and sum.
-#pragma unroll 4
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const A v = load(xr + c);
       push(m, s, v);
@@ -582,7 +574,6 @@ __global__ void __launch_bounds__(kRowThreads)
     }
     const A sc = (per_position ? grad[n] : grad[0]) * scale;
     const A l = lse[n];
-#pragma unroll 4
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
       out[c] = convert<T>(sc * (exp_of(load(xr + c) - l) - smooth - (c == t ? one_minus_eps : A(0))));
   }

@@ -1,7 +1,7 @@
 // What every CUDA kernel file shares: the stream a tensor's kernels go to, launch checking that
 // names the kernel, dtype dispatch onto device types, 16-bit float conversions that round as the
-// CPU backend does (nearest, ties to even), and the strided elementwise loop shape of
-// backend/strided_loop.h turned into per-element byte offsets on the device.
+// CPU backend does (nearest, ties to even), and the strided elementwise loop of
+// backend/strided_loop.h as a kernel parameter.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -78,25 +78,10 @@ __device__ __forceinline__ acc_t<T> load(const T* p) {
   return convert<acc_t<T>>(*p);
 }
 
-// Per-element byte offsets of a StridedLoop's operands: the loop is passed to the kernel by
-// value (a few hundred bytes of parameters) and each thread unravels its linear index.
+// A StridedLoop passed to a kernel by value (a few hundred bytes of parameters); elementwise.cu
+// unravels each thread's linear index into the operands' byte offsets.
 struct DeviceLoop {
   backend::StridedLoop L;
-  __device__ __forceinline__ void offsets(int64_t i, int64_t* off) const {
-    for (int a = 0; a < L.nargs; ++a) off[a] = 0;
-    for (int d = L.ndim - 1; d >= 0; --d) {
-      const int64_t idx = i % L.shape[d];
-      i /= L.shape[d];
-      for (int a = 0; a < L.nargs; ++a) off[a] += idx * L.strides[a][d];
-    }
-  }
-  // True when every operand walks memory densely (or is a broadcast scalar) in one dimension.
-  bool dense() const {
-    if (L.ndim != 1) return false;
-    for (int a = 0; a < L.nargs; ++a)
-      if (L.strides[a][0] != 0 && L.strides[a][0] != static_cast<int64_t>(L.elem_size[a])) return false;
-    return true;
-  }
 };
 
 }  // namespace ft::cuda

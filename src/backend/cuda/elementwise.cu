@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(kThreads) dense_kernel(DenseArgs a, F f) {
   if (e < a.n) dense_one<Out, In...>(a, f, e, std::index_sequence_for<In...>{});
 }
 
-// Byte offsets of element i in each of the N operands: DeviceLoop::offsets with the operand count
-// known at compile time, so the unrolled loops keep off[] in registers (a runtime count puts it
+// Byte offsets of element i in each of the N operands, with the operand count known at compile
+// time, so the unrolled loops keep off[] in registers (a runtime count puts it
 // in local memory), and without the 64-bit divisions when the loop is one-dimensional.
 template <int N>
 __device__ __forceinline__ void element_offsets(const backend::StridedLoop& L, int64_t i, int64_t (&off)[N]) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of the file parsers with clang (the library instrumented with
-# AddressSanitizer) in build/fuzz and runs each for a short time (default 10 s). Called by the
-# test suite (CTest test `fuzz_parsers`); exits 77 (skipped) when clang is not installed.
+# Builds the libFuzzer targets of the file parsers in the sanitizer build (preset `debug`: clang,
+# ASan + UBSan, coverage feedback on the parser sources) and runs each for a short time (default
+# 10 s). Called by the test suite (CTest test `fuzz_parsers`); exits 77 (skipped) when clang is not
+# installed. It configures build/debug exactly as scripts/sanitizers.sh does, so in CI the library
+# built here is the one the sanitizer job then tests: one instrumented copy, not two.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-10}"
@@ -9,10 +11,9 @@ if ! command -v clang++ >/dev/null 2>&1; then
   echo "SKIP: clang++ not installed (apt-get install clang); parser fuzzing skipped"
   exit 77
 fi
-build="$root/build/fuzz"
-CXX=clang++ cmake -S "$root" -B "$build" -DFASTTRAIN_FUZZ=ON -DFASTTRAIN_CUDA=OFF -DFASTTRAIN_TESTS=OFF \
-  -DFASTTRAIN_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-# Only the fuzz targets (and the library they link): not the program, which nothing here runs.
+build="$root/build/debug"
+(cd "$root" && cmake --preset debug -DFASTTRAIN_BENCH=OFF >/dev/null)
+# Only the fuzz targets (and the library they link): the tests are the sanitizer job's.
 targets=()
 for src in "$root"/tests/fuzz/fuzz_*.cpp; do targets+=(--target "$(basename "$src" .cpp)"); done
 cmake --build "$build" -j"$(nproc)" "${targets[@]}" >/dev/null

@@ -6,8 +6,9 @@
 # -fno-sanitize-recover, ASan and LSan stop by default, the tsan test preset sets halt_on_error=1.
 # Nothing is suppressed (docs/ARCHITECTURE.md, "Sanitizers").
 #
-# Left out of both, as not meaningful here: fuzz_parsers builds and fuzzes its own clang + ASan
-# copy of the parsers (the release run of the suite does that), and clang_format checks sources.
+# Left out of both, as not meaningful here: fuzz_parsers (scripts/fuzz.sh) builds its targets in
+# this job's ASan build and fuzzes them (the release run of the suite does that), and
+# clang_format checks sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="$(nproc)"

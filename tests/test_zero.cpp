@@ -17,6 +17,7 @@
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 #include "support/linear_block.h"
+#include "support/mpi_job.h"
 #include "support/run_cli.h"
 #include "support/trainer_configs.h"
 
@@ -26,73 +27,19 @@ namespace {
 namespace fs = std::filesystem;
 using test::expect_error;
 
-#if defined(__SANITIZE_ADDRESS__)
-const std::string kRankEnv = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ";
-const std::string kForwardEnv = " -x ASAN_OPTIONS";
-#else
-const std::string kRankEnv, kForwardEnv;
-#endif
-
-std::string mpirun(int ranks) {
-  return kRankEnv + FT_MPIEXEC + kForwardEnv + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
-         std::to_string(ranks) + " ";
-}
-
-test::CliRun run(const std::string& command) {
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
+using test::expect_weights_close;
+using test::mpirun;
+using test::slurp;
+using test::train_losses;
 // ddp_worker's 20 steps (AdamW, weight decay, cosine with warmup, clipping at 0.5, 2
 // micro-batches, an unused parameter) with global batch 12, alone or under mpirun.
 std::string train(const std::string& root, const std::string& name, int ranks, const std::string& strategy,
                   const std::string& extra = "", const std::string& cap_mb = "25") {
   const std::string dir = root + "/" + name;
   const std::string args = std::string(FT_DDP_WORKER) + " train " + dir + " 12 " + cap_mb + " 1 " + strategy + extra;
-  const test::CliRun r = run(ranks == 1 ? args : mpirun(ranks) + args);
+  const test::CliRun r = test::run_command(ranks == 1 ? args : mpirun(ranks) + args);
   EXPECT_EQ(r.code, 0) << r.output;
   return dir;
-}
-
-std::vector<double> losses(const std::string& dir) {
-  std::ifstream f(dir + "/metrics.csv");
-  std::vector<double> out;
-  std::string line;
-  while (std::getline(f, line)) {
-    std::vector<std::string> cols;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
-    if (cols.size() > 3 && cols[2] == "train") out.push_back(std::stod(cols[3]));
-  }
-  return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-// Every weight within `rel` of the reference's, relative to the largest magnitude of its tensor.
-void expect_weights_close(const std::string& dir, const std::string& reference, double rel) {
-  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
-  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
-    const std::vector<double> u = a.tensors[i].second.to_vector(), v = b.tensors[i].second.to_vector();
-    ASSERT_EQ(u.size(), v.size());
-    double scale = 0, worst = 0;
-    for (size_t k = 0; k < v.size(); ++k) {
-      scale = std::max(scale, std::abs(v[k]));
-      worst = std::max(worst, std::abs(u[k] - v[k]));
-    }
-    EXPECT_LE(worst, rel * scale) << dir << ": " << a.tensors[i].first << " differs by " << worst;
-  }
 }
 
 void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
@@ -109,21 +56,21 @@ TEST(Zero, EveryStageTrainsLikeOneProcessAndLikeDdp) {
   // weights are broadcast). The unused parameter must keep no gradient under sharding either, or
   // AdamW's decay would move it and the weights would differ from the single process's.
   const std::string one = train(root, "one", 1, "ddp");
-  const std::vector<double> reference = losses(one);
+  const std::vector<double> reference = train_losses(one);
   for (int ranks : {2, 3}) {
     const std::string n = std::to_string(ranks);
     const std::string ddp = train(root, "ddp" + n, ranks, "ddp");
     for (const char* strategy : {"zero1", "zero2", "zero3"}) {
       const std::string dir = train(root, strategy + n, ranks, strategy);
       const std::string what = std::string(strategy) + " at " + n + " ranks";
-      expect_losses_close(losses(dir), reference, 1e-6, what + " vs one process");
-      expect_losses_close(losses(dir), losses(ddp), 1e-6, what + " vs ddp");
+      expect_losses_close(train_losses(dir), reference, 1e-6, what + " vs one process");
+      expect_losses_close(train_losses(dir), train_losses(ddp), 1e-6, what + " vs ddp");
       expect_weights_close(dir, one, 1e-6);
       expect_weights_close(dir, ddp, 1e-6);
       // With 2 ranks every mean is (a + b) / 2 whatever MPI's algorithm, and clipping uses
       // DDP's f32 norm and factor: the same bits as DDP.
       if (ranks == 2) {
-        EXPECT_EQ(losses(dir), losses(ddp)) << what;
+        EXPECT_EQ(train_losses(dir), train_losses(ddp)) << what;
         EXPECT_TRUE(slurp(dir + "/model.safetensors") == slurp(ddp + "/model.safetensors")) << what;
       }
       // The all-gathered parameters are the same bits on every rank before every micro-batch
@@ -140,11 +87,11 @@ TEST(Zero, StageThreeUnderActivationCheckpointingAndAsFsdp) {
   // the block's parameters again: the same results as one process without it. "fsdp" is stage 3.
   const std::string one = train(root, "one", 1, "ddp");
   const std::string ckpt = train(root, "zero3ckpt", 3, "zero3", " 0 - 32 0 1");
-  expect_losses_close(losses(ckpt), losses(one), 1e-6, "zero3 with checkpointed blocks at 3 ranks");
+  expect_losses_close(train_losses(ckpt), train_losses(one), 1e-6, "zero3 with checkpointed blocks at 3 ranks");
   expect_weights_close(ckpt, one, 1e-6);
   const std::string fsdp = train(root, "fsdp", 2, "fsdp");
   const std::string zero3 = train(root, "zero3", 2, "zero3");
-  EXPECT_EQ(losses(fsdp), losses(zero3));
+  EXPECT_EQ(train_losses(fsdp), train_losses(zero3));
   EXPECT_TRUE(slurp(fsdp + "/model.safetensors") == slurp(zero3 + "/model.safetensors"));
   fs::remove_all(root);
 }
@@ -165,13 +112,13 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
   ASSERT_EQ(model.tensors.size(), final_model.tensors.size());
   for (size_t i = 0; i < model.tensors.size(); ++i)
     EXPECT_EQ(model.tensors[i].second.shape(), final_model.tensors[i].second.shape()) << model.tensors[i].first;
-  const std::vector<double> all = losses(full);
+  const std::vector<double> all = train_losses(full);
   ASSERT_EQ(all.size(), 20u);
   const std::vector<double> tail(all.begin() + 10, all.end());
   for (const auto& [ranks, strategy] :
        std::vector<std::pair<int, std::string>>{{2, "zero1"}, {1, "ddp"}, {2, "zero2"}, {2, "zero3"}}) {
     const std::string dir = train(root, "resumed" + std::to_string(ranks) + strategy, ranks, strategy, " 0 " + ckpt);
-    const std::vector<double> got = losses(dir);
+    const std::vector<double> got = train_losses(dir);
     ASSERT_EQ(got.size(), tail.size()) << dir;
     for (size_t i = 0; i < tail.size(); ++i)
       EXPECT_NEAR(got[i], tail[i], 1e-6 * std::abs(tail[i])) << dir << ", step " << i + 11;
@@ -181,7 +128,7 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
   // 3 ranks under stage 2.
   const std::string one = train(root, "one", 1, "ddp", " 10");
   const std::string sharded = train(root, "one-resumed3", 3, "zero2", " 0 " + one + "/checkpoints/step-00000010");
-  const std::vector<double> one_all = losses(one), got = losses(sharded);
+  const std::vector<double> one_all = train_losses(one), got = train_losses(sharded);
   ASSERT_EQ(one_all.size(), 20u);
   ASSERT_EQ(got.size(), 10u);
   for (size_t i = 0; i < got.size(); ++i)
@@ -193,11 +140,11 @@ TEST(Zero, ACheckpointOfThreeRanksResumesAtTwoAndAtOneAndOneOfOneAtThree) {
   const std::string ckpt3 = full3 + "/checkpoints/step-00000010";
   for (int r = 0; r < 3; ++r)
     EXPECT_TRUE(fs::exists(ckpt3 + "/optimizer-rank-" + std::to_string(r) + "-of-3.safetensors")) << r;
-  const std::vector<double> all3 = losses(full3);
+  const std::vector<double> all3 = train_losses(full3);
   ASSERT_EQ(all3.size(), 20u);
   for (const auto& [ranks, strategy] : std::vector<std::pair<int, std::string>>{{2, "zero3"}, {1, "ddp"}}) {
     const std::string dir = train(root, "resumed3-" + std::to_string(ranks) + strategy, ranks, strategy, " 0 " + ckpt3);
-    const std::vector<double> got3 = losses(dir);
+    const std::vector<double> got3 = train_losses(dir);
     ASSERT_EQ(got3.size(), 10u) << dir;
     for (size_t i = 0; i < got3.size(); ++i)
       EXPECT_NEAR(got3[i], all3[i + 10], 1e-6 * std::abs(all3[i + 10])) << dir << ", step " << i + 11;
@@ -216,7 +163,8 @@ TEST(Zero, MixedPrecisionAndLossScalingGiveDdpsResults) {
     const std::string ddp = train(root, std::string("ddp") + precision, 3, "ddp", tail);
     for (const char* strategy : {"zero1", "zero2", "zero3"}) {
       const std::string dir = train(root, std::string(strategy) + precision, 3, strategy, tail);
-      expect_losses_close(losses(dir), losses(ddp), 1e-6, std::string(strategy) + " " + precision + " vs ddp");
+      expect_losses_close(train_losses(dir), train_losses(ddp), 1e-6,
+                          std::string(strategy) + " " + precision + " vs ddp");
       expect_weights_close(dir, ddp, 1e-6);
     }
   }
@@ -233,7 +181,7 @@ TEST(Zero, TinyBucketsAndAllGatherChunksGiveTheSameBits) {
   for (const auto& [strategy, ranks] : std::vector<std::pair<std::string, int>>{{"zero1", 2}, {"zero2", 3}}) {
     const std::string base = train(root, strategy + "cap25", ranks, strategy);
     const std::string tiny = train(root, strategy + "tiny", ranks, strategy, "", "0.0001");
-    EXPECT_EQ(losses(tiny), losses(base)) << strategy;
+    EXPECT_EQ(train_losses(tiny), train_losses(base)) << strategy;
     EXPECT_TRUE(slurp(tiny + "/model.safetensors") == slurp(base + "/model.safetensors")) << strategy;
     EXPECT_EQ(slurp(tiny + "/replicas.txt"), "checks 40 mismatches 0\n") << strategy;
   }
@@ -263,7 +211,8 @@ TEST(Zero, ShardBytesAndBytesPerStepFollowTheZeroFormulas) {
       const int64_t shard = stage == 3 ? (ranks == 2 ? 11 + 2 : 7 + 1) + block_shard : (ranks == 2 ? 28 + 5 : 19 + 4);
       const std::string dir = root + "/s" + std::to_string(stage) + "n" + std::to_string(ranks);
       fs::create_directories(dir);
-      const test::CliRun r = run(mpirun(ranks) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage));
+      const test::CliRun r =
+          test::run_command(mpirun(ranks) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage));
       ASSERT_EQ(r.code, 0) << r.output;
       int64_t state_sum = 0;
       for (int rank = 0; rank < ranks; ++rank) {
@@ -316,7 +265,8 @@ TEST(Zero, AnOverflowInOneRanksShardSkipsTheStepOnEveryRank) {
   for (int stage : {0, 1, 2, 3}) {
     const std::string dir = root + "/s" + std::to_string(stage);
     fs::create_directories(dir);
-    const test::CliRun r = run(mpirun(3) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage) + " inf");
+    const test::CliRun r =
+        test::run_command(mpirun(3) + FT_ZERO_WORKER + " " + dir + " " + std::to_string(stage) + " inf");
     ASSERT_EQ(r.code, 0) << r.output;
     weights.push_back(slurp(dir + "/weights.txt"));
   }

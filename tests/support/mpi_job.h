@@ -24,8 +24,16 @@ namespace ft::test {
 // "mpirun ... -np N " (FT_MPIEXEC, set in tests/CMakeLists.txt): --oversubscribe, as the CI
 // machine has 2 cores; --allow-run-as-root, as it runs as root; mpirun's --timeout is a second
 // safety net besides the CTest timeout, so no job outlives it.
-inline std::string mpirun(int ranks) {
+// (GCC says ASan with __SANITIZE_ADDRESS__, clang 14 only through __has_feature.)
 #if defined(__SANITIZE_ADDRESS__)
+#define FT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FT_TEST_ASAN 1
+#endif
+#endif
+inline std::string mpirun(int ranks) {
+#if defined(FT_TEST_ASAN)
   const std::string env = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" ",
                     forward = " -x ASAN_OPTIONS";
 #else

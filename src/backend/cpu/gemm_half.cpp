@@ -2,7 +2,9 @@
 
 // GCC 12 reports the deliberately undefined lanes inside AVX-512 intrinsics as "maybe
 // uninitialized" when they are inlined into target() functions.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

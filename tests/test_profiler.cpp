@@ -3,6 +3,7 @@
 // nesting checked; FLOPs per op against hand-computed values; the memory history replayed to the
 // allocator's own peak with categories summing to it; and the Trainer's --profile and
 // --memory-history files. No timed assertions.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/peak_rate.h"
 #include "core/size_class.h"
 #include "fasttrain/fasttrain.h"
 #include "fasttrain/memory_history.h"
@@ -433,6 +435,48 @@ assert top.startswith("transformer") and summary["memory"]["top_module_bytes"] >
 )PY"),
                  dir + "/profile/trace.json " + dir + "/profile/summary.json " + dir + "/profile/memory.json");
   EXPECT_EQ(rc, 0) << out;
+  fs::remove_all(dir);
+}
+
+// The peak a bf16 run is held to is the fastest bf16 product measured (AMX, vdpbf16ps, or FMA on
+// widened operands), never less than the fp32 one; both come from the one measurement of
+// backend/cpu/peak_rate.h where the CPU has AVX-512.
+TEST(Profiler, PeakOfBf16RunsIsTheFastestBf16ProductAndFp32TheFma) {
+  const profiler::PeakFlops f = profiler::measured_peak_flops(2, profiler::PeakOperands::F32);
+  const profiler::PeakFlops b = profiler::measured_peak_flops(2, profiler::PeakOperands::BF16);
+  EXPECT_EQ(f.threads, 2);
+  EXPECT_GT(f.gflops, 0);
+  EXPECT_DOUBLE_EQ(f.gflops_per_core * 2, f.gflops);
+  EXPECT_GE(b.gflops, f.gflops);
+  const cpu::PeakRates& r = cpu::measured_peak_rates(2);
+  if (r.fp32_gflops > 0) {
+    EXPECT_EQ(f.gflops, r.fp32_gflops);
+    EXPECT_EQ(f.instruction, "vfmadd231ps zmm");
+  }
+  EXPECT_EQ(b.gflops, std::max({f.gflops, r.bf16_dot_gflops, r.amx_bf16_gflops}));
+  if (b.gflops == r.amx_bf16_gflops)
+    EXPECT_EQ(b.instruction, "tdpbf16ps");
+  else if (b.gflops == r.bf16_dot_gflops)
+    EXPECT_EQ(b.instruction, "vdpbf16ps zmm");
+  else
+    EXPECT_EQ(b.instruction, f.instruction);
+}
+
+// A bf16-mixed run's profile divides by the bf16 peak (it used to divide by fp32 FMA's, so a
+// bf16 CNN showed conv2d at 170% "of peak").
+TEST(ProfileTrainer, ABf16RunIsMeasuredAgainstTheBf16Peak) {
+  const std::string dir = temp_dir("bf16");
+  train::TrainerConfig c = test::tiny_char(dir);
+  c.max_steps = 2;
+  c.precision = "bf16-mixed";
+  c.profile = "2:2";
+  test::BuiltinRun t(c);
+  t.fit();
+  std::ifstream f(dir + "/profile/summary.json");
+  const nlohmann::json peak = nlohmann::json::parse(f)["peak"];
+  const profiler::PeakFlops want = profiler::measured_peak_flops(0, profiler::PeakOperands::BF16);
+  EXPECT_EQ(peak["instruction"].get<std::string>(), want.instruction);
+  EXPECT_DOUBLE_EQ(peak["gflops"].get<double>(), want.gflops);
   fs::remove_all(dir);
 }
 

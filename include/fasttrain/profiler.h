@@ -142,16 +142,22 @@ class Session {
   uint64_t generation_ = 0;
 };
 
-// The fp32 multiply-add rate of this machine, measured (not looked up): 12 independent chains of
-// the widest FMA the CPU has (AVX-512, AVX2 or scalar) on one core for about 20 ms, times the
-// number of threads the engine uses. GFLOP/s counting a multiply-add as 2 FLOPs. Measured once per
-// process; `threads` 0 uses get_num_threads().
+// The peak arithmetic rate of this machine for a run's matrix products, measured (not looked up).
+// GFLOP/s counting a multiply-add as 2 FLOPs, for `threads` threads (0: get_num_threads()),
+// measured once per process and thread count.
+// - F32 (fp32, tf32, and f16, whose operands the CPU widens): the widest fp32 FMA the CPU has.
+//   With AVX-512, 12 independent vfmadd231ps zmm chains run on every thread at once (the rate
+//   `fasttrain bench` reports as peak_gflops); otherwise one core's AVX2 or scalar chains for
+//   about 20 ms, times `threads`.
+// - BF16 (bf16-mixed, bf16-true): the fastest bf16 product the CPU has: the AMX tile multiply,
+//   vdpbf16ps, or FMA on widened operands, whichever measured the most.
+enum class PeakOperands { F32, BF16 };
 struct PeakFlops {
-  double gflops = 0;           // for `threads` cores
-  double gflops_per_core = 0;  // measured
+  double gflops = 0;           // for `threads` threads
+  double gflops_per_core = 0;  // gflops / threads
   int threads = 1;
-  std::string instruction;  // "vfmadd231ps zmm", "vfmadd231ps ymm", "scalar"
+  std::string instruction;  // "vfmadd231ps zmm", "vfmadd231ps ymm", "scalar", "vdpbf16ps zmm", "tdpbf16ps"
 };
-PeakFlops measured_peak_flops(int threads = 0);
+PeakFlops measured_peak_flops(int threads = 0, PeakOperands operands = PeakOperands::F32);
 
 }  // namespace ft::profiler

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/peak_rate.h"
 #include "core/profiler_context.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/atomic_file.h"
@@ -451,7 +452,6 @@ namespace {
 
 #if defined(__x86_64__)
 #define FT_PEAK_TWELVE(OP) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11) OP(12) OP(13) OP(14)
-#define FT_PEAK_ZMM(i) "vfmadd231ps %%zmm1, %%zmm2, %%zmm" #i "\n\t"
 #define FT_PEAK_YMM(i) "vfmadd231ps %%ymm1, %%ymm2, %%ymm" #i "\n\t"
 // 12 independent accumulator chains hide the FMA latency; zero operands keep values finite.
 #define FT_PEAK_LOOP(BODY, ZERO)                                                                                      \
@@ -490,18 +490,10 @@ double time_chains(void (*run)(long), double flops_per_iteration) {
   return best;
 }
 
+// Without AVX-512 (whose rates backend/cpu/peak_rate.h measures): one core's AVX2 or scalar FMA.
 PeakFlops measure_one_core() {
   PeakFlops p;
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512f")) {
-    p.instruction = "vfmadd231ps zmm";
-    p.gflops_per_core = time_chains(FT_PEAK_LOOP(FT_PEAK_ZMM,
-                                                 "vpxord %%zmm1, %%zmm1, %%zmm1\n\t"
-                                                 "vpxord %%zmm2, %%zmm2, %%zmm2\n\t"),
-                                    12 * 32) /
-                        1e9;
-    return p;
-  }
   if (__builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2")) {
     p.instruction = "vfmadd231ps ymm";
     p.gflops_per_core = time_chains(FT_PEAK_LOOP(FT_PEAK_YMM,
@@ -533,11 +525,28 @@ PeakFlops measure_one_core() {
 
 }  // namespace
 
-PeakFlops measured_peak_flops(int threads) {
-  static const PeakFlops one = measure_one_core();
-  PeakFlops p = one;
+PeakFlops measured_peak_flops(int threads, PeakOperands operands) {
+  PeakFlops p;
   p.threads = threads > 0 ? threads : get_num_threads();
-  p.gflops = p.gflops_per_core * p.threads;
+  // One place measures the AVX-512 rates (backend/cpu/peak_rate.h, all threads at once); the
+  // one-core loop above covers CPUs without AVX-512, where those rates are 0.
+  const cpu::PeakRates& rates = cpu::measured_peak_rates(p.threads);
+  auto take = [&](double gflops, const char* instruction) {
+    if (gflops <= p.gflops) return;
+    p.gflops = gflops;
+    p.instruction = instruction;
+  };
+  take(rates.fp32_gflops, "vfmadd231ps zmm");
+  if (p.gflops == 0) {
+    static const PeakFlops one = measure_one_core();
+    p.gflops = one.gflops_per_core * p.threads;
+    p.instruction = one.instruction;
+  }
+  if (operands == PeakOperands::BF16) {
+    take(rates.bf16_dot_gflops, "vdpbf16ps zmm");
+    take(rates.amx_bf16_gflops, "tdpbf16ps");
+  }
+  p.gflops_per_core = p.gflops / p.threads;
   return p;
 }
 

@@ -279,13 +279,17 @@ BenchResult run_bench(const BenchOptions& o) {
   const bool bf16 = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True;
   r.cpu_isa = cpu::cpu_isa_flags();
   r.device = device;
+  profiler::PeakFlops peak;  // of one rank
   if (device.is_cpu()) {
-    const cpu::PeakRates& peak = cpu::measured_peak_rates(get_num_threads());
-    r.peak_gflops = (bf16 ? peak.bf16_gflops() : peak.fp32_gflops) * static_cast<double>(ranks);
+    peak = profiler::measured_peak_flops(get_num_threads(),
+                                         bf16 ? profiler::PeakOperands::BF16 : profiler::PeakOperands::F32);
+    r.peak_gflops = peak.gflops * static_cast<double>(ranks);
     if (half) r.half_gemm = cpu::half_gemm_path_name(cpu::half_gemm_path());
   } else {
     r.gpu = cuda_device_name(device.index);
     r.peak_gflops = gpu_matmul_peak_gflops(device, o.precision);
+    peak.gflops = peak.gflops_per_core = r.peak_gflops;
+    peak.instruction = "measured matmul rate";
   }
 
   const Stream stream = current_stream(device);
@@ -318,10 +322,6 @@ BenchResult run_bench(const BenchOptions& o) {
       synchronize(stream);
     }
     session.stop();
-    profiler::PeakFlops peak;
-    peak.gflops = r.peak_gflops;
-    peak.gflops_per_core = r.peak_gflops;
-    peak.instruction = device.is_cpu() ? "measured FMA/dot rate" : "measured matmul rate";
     const std::vector<profiler::Span> spans = session.spans();
     r.profile_table = train::summary_table(train::summarize(spans, peak), 20) + calls_by_shape(spans, o.profile_steps);
   }

@@ -5,8 +5,8 @@
 // steps; "other" is the step spans' time not inside any phase (logging, the schedule). Ops: the
 // "kernel" spans by name with their self time (duration minus the spans directly inside them on
 // the same lane), FLOPs (op_flops.cpp) and bytes. Achieved GFLOP/s = FLOPs / self time; the
-// fraction of peak divides that by profiler::measured_peak_flops(), a timed FMA loop on one core
-// times the engine's threads (profiler.h says how it is measured).
+// fraction of peak divides that by profiler::measured_peak_flops() for the run's precision: fp32
+// FMA, or for bf16 runs the fastest bf16 product the CPU has (profiler.h says how it is measured).
 #include "train/profile_run.h"
 
 #include "fasttrain/advisor.h"
@@ -20,6 +20,7 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/error.h"
+#include "fasttrain/train_step.h"
 #include "train/run_files.h"
 
 namespace ft::train {
@@ -190,7 +191,7 @@ std::string summary_table(const ProfileSummary& s, size_t top_ops) {
   std::snprintf(
       line, sizeof line,
       "profile: steps %lld-%lld, %.2f ms per step, %.2f GFLOP/s in kernels (%.1f%% of a measured peak of %.1f "
-      "GFLOP/s: %s on one core x %d threads)\n",
+      "GFLOP/s: %s, %d threads)\n",
       static_cast<long long>(s.first_step), static_cast<long long>(s.last_step), s.step_ms,
       gflops_of(s.kernel_flops, s.step_ms),
       s.peak.gflops > 0 ? 100 * gflops_of(s.kernel_flops, s.step_ms) / s.peak.gflops : 0.0, s.peak.gflops,
@@ -309,7 +310,10 @@ void ProfileRun::start() {
   started_ = true;
   profiler::name_modules(*model_);
   if (trace_) {
-    peak_ = profiler::measured_peak_flops();  // before the session: its 60 ms are not in the trace
+    // Before the session: its tens of milliseconds are not in the trace.
+    const Precision precision = precision_from_name(config_.precision);
+    const bool bf16 = precision == Precision::BF16Mixed || precision == Precision::BF16True;
+    peak_ = profiler::measured_peak_flops(0, bf16 ? profiler::PeakOperands::BF16 : profiler::PeakOperands::F32);
     session_ = std::make_unique<profiler::Session>();
   }
   if (memory_) {

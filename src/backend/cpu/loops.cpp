@@ -1,5 +1,8 @@
 #include "backend/cpu/loops.h"
 
+#include <cstdlib>
+#include <utility>
+
 namespace ft::backend {
 
 StridedLoop make_loop(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
@@ -34,13 +37,30 @@ StridedLoop make_loop(const Tensor& out, std::initializer_list<const Tensor*> in
       }
     }
   }
-  // Drop size-1 dimensions, then merge neighbours that are contiguous for every operand.
+  // Drop size-1 dimensions and order the rest as the output lies in memory: strides decreasing
+  // inward, so that a channels-last tensor loops over C innermost (and merges into one dense run)
+  // instead of over W at a stride of C elements. Where the output does not decide (a zero stride,
+  // or two equal), the next operand's strides do; where none does, the logical order stays. For
+  // a row-major output this is the logical order. The elementwise ops only see pointers and
+  // strides, and contributions to one element of scatter_add's accumulator differ only along its
+  // zero-stride dimension, so they keep their order whatever the permutation.
+  int order[kMaxDims];
   int m = 0;
-  for (int d = 0; d < nd; ++d) {
-    if (shape[d] == 1) continue;
-    L.shape[m] = shape[d];
-    for (int a = 0; a < L.nargs; ++a) L.strides[a][m] = st[a][d];
-    ++m;
+  for (int d = 0; d < nd; ++d)
+    if (shape[d] != 1) order[m++] = d;
+  auto belongs_inside = [&](int outer, int inner) {  // true: `outer` should loop inside `inner`
+    for (int a = 0; a < L.nargs; ++a) {
+      const int64_t so = std::abs(st[a][outer]), si = std::abs(st[a][inner]);
+      if (so == 0 || si == 0 || so == si) continue;
+      return so < si;
+    }
+    return false;
+  };
+  for (int i = 1; i < m; ++i)
+    for (int j = i; j > 0 && belongs_inside(order[j - 1], order[j]); --j) std::swap(order[j - 1], order[j]);
+  for (int k = 0; k < m; ++k) {
+    L.shape[k] = shape[order[k]];
+    for (int a = 0; a < L.nargs; ++a) L.strides[a][k] = st[a][order[k]];
   }
   if (m == 0) {
     L.shape[0] = 1;

@@ -98,11 +98,12 @@ for w, p in order:
     print(f"{w:9} {p:9} {ft[-1]['batch']:5} {a:12.1f} {b:11.1f} {b / a:6.2f} {frac:7.1%}"
           f"  {ft[-1]['loss']:14.4f} {pt[-1]['loss']:12.4f}  {per}")
 isas = sorted({r.get("cpu_isa", "?") for r in rows})
+cpus = sorted({r["cpu"] for r in rows if "cpu" in r})
 peaks = {}
 for r in rows:
     if r["impl"] == "fasttrain":
         peaks.setdefault(r["precision"], []).append(r.get("peak_gflops", 0.0))
-print("# cpu_isa: " + ", ".join(isas) + "; measured peak GFLOP/s (median): " +
+print("# cpu: " + ", ".join(cpus) + "; cpu_isa: " + ", ".join(isas) + "; measured peak GFLOP/s (median): " +
       ", ".join(f"{p} {statistics.median(v):.0f}" for p, v in sorted(peaks.items())))
 print(f"# ratio = fasttrain speed / PyTorch speed (PyTorch ms / fasttrain ms); of peak = fasttrain's model FLOP/s"
       f" over the measured peak; JSON lines in {sys.argv[1]}")

@@ -151,8 +151,8 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   std::vector<std::string> keys;
   for (auto& [k, v] : j.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"impl", "workload", "device", "precision", "batch", "threads",
-                                            "ms_per_step", "samples_per_s", "loss", "params", "cpu_isa", "model_flops",
-                                            "peak_gflops", "peak_fraction", "peak_mem_mb"}));
+                                            "ms_per_step", "samples_per_s", "loss", "params", "cpu_isa", "cpu",
+                                            "model_flops", "peak_gflops", "peak_fraction", "peak_mem_mb"}));
   EXPECT_EQ(j["impl"], "fasttrain");
   EXPECT_EQ(j["workload"], "mlp");
   EXPECT_EQ(j["device"], "cpu");
@@ -168,6 +168,7 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   EXPECT_GT(j["peak_gflops"].get<double>(), 0.0);
   EXPECT_NEAR(j["peak_fraction"].get<double>(), r.model_flops / (r.ms_per_step / 1e3) / (r.peak_gflops * 1e9), 5e-5);
   EXPECT_FALSE(j["cpu_isa"].get<std::string>().empty());
+  EXPECT_NE(j["cpu"].get<std::string>().find(" family "), std::string::npos) << j["cpu"];
   // Python's json.dumps layout: ", " and ": " separators, floats with a decimal point.
   EXPECT_NE(line.find("\"device\": \"cpu\", "), std::string::npos) << line;
   EXPECT_NE(line.find("\"ms_per_step\": " + std::to_string(static_cast<int64_t>(r.ms_per_step))), std::string::npos)

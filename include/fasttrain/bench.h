@@ -99,6 +99,7 @@ struct BenchResult {
   double peak_gflops = 0;       // the measured peak for this precision on `threads` threads, times the ranks
   double peak_fraction = 0;     // model FLOP/s over that peak
   std::string cpu_isa;          // "avx2+avx512f+avx512_bf16[+amx]": figures from other ISAs do not compare
+  std::string cpu;              // "AuthenticAMD family 25 model 17": CPUs with one ISA still differ
   std::string half_gemm;        // the bf16/f16 GEMM path (onednn or packed) for the 16-bit precisions, else ""
   std::vector<double> step_ms;  // every timed step, in order
   std::string profile_table;    // BenchOptions::profile_steps: time per phase and op (device time on a GPU)
@@ -114,8 +115,8 @@ struct BenchResult {
 BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
 // and rounding: ms 3 decimals, throughput 1, loss 4), then the engine's own fields: "cpu_isa" (as
-// the peer writes it), "model_flops", "peak_gflops" (1 decimal), "peak_fraction" (4 decimals),
-// "half_gemm" for the 16-bit precisions; runs with accumulate > 1, checkpointed blocks or
+// the peer writes it), "cpu" (vendor, family and model from CPUID), "model_flops", "peak_gflops" (1 decimal),
+// "peak_fraction" (4 decimals), "half_gemm" for the 16-bit precisions; runs with accumulate > 1, checkpointed blocks or
 // channels-last add "accumulate" / "checkpoint_blocks" / "channels_last" and every line ends
 // with "peak_mem_mb".
 std::string to_json_line(const BenchResult& result);

@@ -278,6 +278,7 @@ BenchResult run_bench(const BenchOptions& o) {
                     o.precision == train::Precision::FP16Mixed;
   const bool bf16 = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True;
   r.cpu_isa = cpu::cpu_isa_flags();
+  r.cpu = cpu::cpu_model_name();
   r.device = device;
   profiler::PeakFlops peak;  // of one rank
   if (device.is_cpu()) {
@@ -372,8 +373,8 @@ std::string to_json_line(const BenchResult& r) {
                   "\", \"batch\": " + std::to_string(r.batch) + ", \"threads\": " + std::to_string(r.threads) +
                   ", \"ms_per_step\": " + py_float(r.ms_per_step, 3) + ", \"" + r.item_unit +
                   "_per_s\": " + py_float(r.items_per_s, 1) + ", \"loss\": " + py_float(r.loss, 4) +
-                  ", \"params\": " + std::to_string(r.params) + ", \"cpu_isa\": \"" + r.cpu_isa +
-                  "\", \"model_flops\": " + std::to_string(static_cast<int64_t>(std::llround(r.model_flops))) +
+                  ", \"params\": " + std::to_string(r.params) + ", \"cpu_isa\": \"" + r.cpu_isa + "\", \"cpu\": \"" +
+                  r.cpu + "\", \"model_flops\": " + std::to_string(static_cast<int64_t>(std::llround(r.model_flops))) +
                   ", \"peak_gflops\": " + py_float(r.peak_gflops, 1) +
                   ", \"peak_fraction\": " + py_float(r.peak_fraction, 4);
   if (!r.half_gemm.empty()) s += ", \"half_gemm\": \"" + r.half_gemm + "\"";

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -156,6 +157,26 @@ std::string cpu_isa_flags() {
   }
 #endif
   return s.empty() ? "generic" : s;
+}
+
+std::string cpu_model_name() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 1) return "unknown";
+  __cpuid(0, a, b, c, d);
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  __cpuid(1, a, b, c, d);
+  // The displayed family and model, as the SDM and AMD's APM define them (and /proc/cpuinfo shows).
+  const unsigned base_family = (a >> 8) & 0xf, base_model = (a >> 4) & 0xf;
+  const unsigned family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
+  const unsigned model = base_family == 0x6 || base_family == 0xf ? (((a >> 16) & 0xf) << 4) | base_model : base_model;
+  return std::string(vendor) + " family " + std::to_string(family) + " model " + std::to_string(model);
+#else
+  return "unknown";
+#endif
 }
 
 }  // namespace ft::cpu

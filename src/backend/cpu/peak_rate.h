@@ -34,4 +34,9 @@ const PeakRates& measured_peak_rates(int threads);
 // "amx" when CPUID has both amx_bf16 and amx_tile; "generic" when none.
 std::string cpu_isa_flags();
 
+// Which CPU this is, from CPUID: vendor, family and model ("AuthenticAMD family 25 model 17": a
+// Zen 4). Machines of one kind with the same ISA flags can differ twofold in FMA rate (Zen 4 and
+// Zen 5 both show avx2+avx512f+avx512_bf16), so figures carry this too. "unknown" off x86.
+std::string cpu_model_name();
+
 }  // namespace ft::cpu

@@ -8,6 +8,11 @@
 // - f32/f64 operands whose last dimension is dense are handed to the GEMM in place (any B/H/T
 //   strides: the row stride becomes the leading dimension); other layouts and bf16/f16 are
 //   packed tile by tile into a dense compute-type buffer (bf16/f16 widened to f32).
+// - bf16 tiles, where the CPU multiplies bf16 faster than f32 (linalg.h's half_gemm_path() is
+//   onednn: AVX512-BF16 or AMX), stay bf16 and are multiplied by oneDNN matmul primitives (cached
+//   per tile shape and thread) into f32; the softmax tile P and the score gradient dS are rounded
+//   to bf16 for the products they feed (P V, dS K, dS^T Q, P^T dO), as PyTorch's bf16 attention
+//   rounds them. Otherwise bf16 is widened and multiplied in f32 as above.
 // - exp is a branch-free polynomial (Cephes' expf, ~1 ulp) that the compiler vectorises; the
 //   libm call would dominate the run time, since there is one exp per score but only 4*D flops.
 #include "backend/cpu/attention.h"
@@ -22,9 +27,14 @@
 #include <type_traits>
 #include <vector>
 
+#include <array>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "backend/cpu/copy.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/linalg.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 
@@ -69,6 +79,69 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
                  const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
+}
+
+// C[M, N] (+)= A[M, K] B[K, N] for bf16 A and B (A given transposed, [K, M], when `ta`; B given
+// as [N, K] when `tb`; leading dimensions in elements) into f32 C, on oneDNN's bf16 matmul.
+// One per thread: the primitives of the tile shapes it met, so the products inside the
+// parallel_for take no lock (they run single-threaded there: nested regions are serialised).
+class Bf16Tiles {
+ public:
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
+            bool accumulate, float* C, int64_t ldc) {
+    using dnnl::memory;
+    const std::array<int64_t, 9> key = {M, N, K, ta, tb, lda, ldb, ldc, accumulate};
+    auto it = prims_.find(key);
+    if (it == prims_.end()) {
+      const memory::desc a({M, K}, memory::data_type::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
+      const memory::desc b({K, N}, memory::data_type::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+      const memory::desc c({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
+      dnnl::primitive_attr attr;
+      if (accumulate) {  // C = A B + C: the sum post-op
+        dnnl::post_ops ops;
+        ops.append_sum(1.0f);
+        attr.set_post_ops(ops);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+      it = prims_.emplace(key, Prim{dnnl::matmul(pd), a, b, c}).first;
+    }
+    const Prim& p = it->second;
+    dnnl::memory am(p.a, engine(), const_cast<bf16*>(A)), bm(p.b, engine(), const_cast<bf16*>(B)), cm(p.c, engine(), C);
+    p.matmul.execute(stream_, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+  }
+
+ private:
+  struct Prim {
+    dnnl::matmul matmul;
+    dnnl::memory::desc a, b, c;
+  };
+  static dnnl::engine& engine() {
+    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+    return e;
+  }
+  dnnl::stream stream_{engine()};  // in-order CPU stream: execute returns when the product is done
+  std::map<std::array<int64_t, 9>, Prim> prims_;
+};
+
+Bf16Tiles& bf16_tiles() {
+  thread_local Bf16Tiles t;
+  return t;
+}
+
+// Whether bf16 attention multiplies bf16 tiles (see the top of the file): the choice of
+// linalg.h's half_gemm_path(), the one place that decides how bf16 is multiplied.
+template <class T>
+bool bf16_tile_products() {
+  if constexpr (std::is_same_v<T, bf16>) return half_gemm_path() == HalfGemmPath::Onednn;
+  return false;
+}
+
+// Rows [0, n) of an f32 tile (leading dimension ld) times `mul`, rounded into a bf16 tile with
+// the same leading dimension.
+template <class Src, class Dst>
+void round_tile(const Src* src, int64_t n, int64_t cols, int64_t ld, Src mul, Dst* dst) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < cols; ++j) dst[r * ld + j] = static_cast<Dst>(src[r * ld + j] * mul);
 }
 
 template <class C>
@@ -190,14 +263,18 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
 
   // Two GEMMs of bq x Tk x D per task (half of Tk under causal masking, on average).
   const int64_t task_flops = 4 * bq * D * (p.causal ? (Tk + 1) / 2 : Tk);
+  const bool tiles16 = bf16_tile_products<T>();
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
+    const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> qbuf(bq * D), kbuf(bk * D), vbuf(bk * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
+    std::vector<T> q16(n16 * bq * D), k16(n16 * bk * D);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t task = p.causal ? zigzag(t, ntasks) : t;
       const int64_t qb = task % nqb, bh = task / nqb, b = bh / H, h = bh % H;
       const int64_t i0 = qb * bq, nq = std::min(bq, Tq - i0);
-      int64_t ldq, ldk, ldv;
-      const C* Qp = Q.template rows<C>(b, h, i0, nq, qbuf.data(), ldq);
+      int64_t ldq = 0, ldk = 0, ldv = 0;
+      const C* Qp = tiles16 ? nullptr : Q.template rows<C>(b, h, i0, nq, qbuf.data(), ldq);
+      const T* Qh = tiles16 ? Q.template rows<T>(b, h, i0, nq, q16.data(), ldq) : nullptr;
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), C(0));
       std::fill(acc.begin(), acc.end(), C(0));
@@ -205,9 +282,20 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
       for (int64_t k0 = 0; k0 < kend; k0 += bk) {
         const int64_t nk = std::min(bk, kend - k0);
-        const C* Kp = K.template rows<C>(b, h, k0, nk, kbuf.data(), ldk);
+        // V in the compute type on both paths: P V takes P unrounded (below).
         const C* Vp = V.template rows<C>(b, h, k0, nk, vbuf.data(), ldv);
-        gemm(false, true, nq, nk, D, scale, Qp, ldq, Kp, ldk, C(0), s.data(), bk);
+        if constexpr (std::is_same_v<T, bf16>) {
+          if (tiles16) {
+            const T* Kh = K.template rows<T>(b, h, k0, nk, k16.data(), ldk);
+            bf16_tiles().gemm(false, true, nq, nk, D, Qh, ldq, Kh, ldk, false, s.data(), bk);
+            for (int64_t r = 0; r < nq; ++r)
+              for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
+          }
+        }
+        if (!tiles16) {
+          const C* Kp = K.template rows<C>(b, h, k0, nk, kbuf.data(), ldk);
+          gemm(false, true, nq, nk, D, scale, Qp, ldq, Kp, ldk, C(0), s.data(), bk);
+        }
         const bool crosses_diagonal = p.causal && k0 + nk - 1 > i0;
         for (int64_t r = 0; r < nq; ++r) {
           C* row = s.data() + r * bk;
@@ -232,6 +320,9 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
           }
         }
+        // In the compute type on both paths: the backward's Di = rowsum(dO * O) is differenced
+        // with dO V^T, so an O from bf16-rounded P moved some dQ elements by 20% (the parity case
+        // sdpa_causal_q_gt_k_bf16).
         gemm(false, false, nq, D, nk, C(1), s.data(), bk, Vp, ldv, C(1), acc.data(), D);
       }
       for (int64_t r = 0; r < nq; ++r) {
@@ -322,9 +413,21 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
   // Five GEMMs of Tq x (Tk / G) x D per task (half under causal masking).
   const int64_t task_flops = 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
+  const bool tiles16 = bf16_tile_products<T>();
   parallel_for(0, BH * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
+    const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> kbuf(bk * D), vbuf(bk * D), qbuf(bq * D), dobuf(bq * D), P(bq * bk), Z(dropout ? bq * bk : 0),
         dS(bq * bk), M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D);
+    std::vector<T> k16(n16 * bk * D), v16(n16 * bk * D), q16(n16 * bq * D), do16(n16 * bq * D), z16(n16 * bq * bk);
+    // The tile products of this path (bf16 tiles into f32, or compute-type tiles); `a16`/`b16`
+    // are the bf16 operands, `a`/`b` the compute-type ones: each call passes the pair it has.
+    auto product = [&](bool ta, bool tb, int64_t M_, int64_t N_, int64_t K_, C alpha, const C* a, const T* a16,
+                       int64_t lda, const C* b_, const T* b16, int64_t ldb, bool acc, C* out, int64_t ldc) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (tiles16) return bf16_tiles().gemm(ta, tb, M_, N_, K_, a16, lda, b16, ldb, acc, out, ldc);
+      }
+      gemm(ta, tb, M_, N_, K_, alpha, a, lda, b_, ldb, acc ? C(1) : C(0), out, ldc);
+    };
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / G, g = t % G, b = bh / H, h = bh % H;
       C* dqg = dq_group(g) + bh * Tq * D;
@@ -332,23 +435,33 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       // queries, and interleaving spreads them evenly across groups.
       for (int64_t kb = g; kb < nkb; kb += G) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
-        int64_t ldk, ldv, ldq, lddo;
-        const C* Kp = K.template rows<C>(b, h, k0, nk, kbuf.data(), ldk);
-        const C* Vp = V.template rows<C>(b, h, k0, nk, vbuf.data(), ldv);
+        int64_t ldk = 0, ldv = 0, ldq = 0, lddo = 0;
+        // K in the compute type on both paths: dQ's product takes dS unrounded (below).
+        int64_t ldkc = 0, ldqc = 0;
+        const C* Kp = K.template rows<C>(b, h, k0, nk, kbuf.data(), ldkc);
+        const C* Vp = tiles16 ? nullptr : V.template rows<C>(b, h, k0, nk, vbuf.data(), ldv);
+        const T* Kh = tiles16 ? K.template rows<T>(b, h, k0, nk, k16.data(), ldk) : nullptr;
+        const T* Vh = tiles16 ? V.template rows<T>(b, h, k0, nk, v16.data(), ldv) : nullptr;
+        if (!tiles16) ldk = ldkc;
         std::fill(dKacc.begin(), dKacc.end(), C(0));
         std::fill(dVacc.begin(), dVacc.end(), C(0));
         // Query rows before k0 see none of these keys: start at the block holding row k0.
         const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
         for (int64_t i0 = qstart; i0 < Tq; i0 += bq) {
           const int64_t nq = std::min(bq, Tq - i0);
-          const C* Qp = Q.template rows<C>(b, h, i0, nq, qbuf.data(), ldq);
-          const C* dOp = dO.template rows<C>(b, h, i0, nq, dobuf.data(), lddo);
-          gemm(false, true, nq, nk, D, scale, Qp, ldq, Kp, ldk, C(0), P.data(), bk);
+          const C* Qp = Q.template rows<C>(b, h, i0, nq, qbuf.data(), ldqc);
+          const C* dOp = tiles16 ? nullptr : dO.template rows<C>(b, h, i0, nq, dobuf.data(), lddo);
+          const T* Qh = tiles16 ? Q.template rows<T>(b, h, i0, nq, q16.data(), ldq) : nullptr;
+          if (!tiles16) ldq = ldqc;
+          const T* dOh = tiles16 ? dO.template rows<T>(b, h, i0, nq, do16.data(), lddo) : nullptr;
+          // The bf16 product is unscaled: the scale goes into the exponent below.
+          product(false, true, nq, nk, D, scale, Qp, Qh, ldq, Kp, Kh, ldk, false, P.data(), bk);
+          const C pre = tiles16 ? scale : C(1);
           for (int64_t r = 0; r < nq; ++r) {
             C* row = P.data() + r * bk;
             const C li = L[bh * Tq + i0 + r];
             const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
-            for (int64_t j = 0; j < valid; ++j) row[j] = fast_exp(row[j] - li);
+            for (int64_t j = 0; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
             for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
             if (dropout) {
               C* mr = M.data() + r * bk;
@@ -359,10 +472,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             }
           }
           const C* Zp = dropout ? Z.data() : P.data();
+          if (tiles16) round_tile(Zp, nq, nk, bk, C(1), z16.data());
           // dV += Z^T dO
-          gemm(true, false, nk, D, nq, C(1), Zp, bk, dOp, lddo, C(1), dVacc.data(), D);
+          product(true, false, nk, D, nq, C(1), Zp, z16.data(), bk, dOp, dOh, lddo, true, dVacc.data(), D);
           // dZ = dO V^T, then dS = P * (dZ * mask - Di)
-          gemm(false, true, nq, nk, D, C(1), dOp, lddo, Vp, ldv, C(0), dS.data(), bk);
+          product(false, true, nq, nk, D, C(1), dOp, dOh, lddo, Vp, Vh, ldv, false, dS.data(), bk);
           for (int64_t r = 0; r < nq; ++r) {
             C* ds = dS.data() + r * bk;
             const C* pr = P.data() + r * bk;
@@ -374,9 +488,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di);
             }
           }
-          // dK += scale dS^T Q;  dQ += scale dS K
-          gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qp, ldq, C(1), dKacc.data(), D);
-          gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kp, ldk, C(1), dqg + i0 * D, D);
+          // dK += scale dS^T Q;  dQ += scale dS K. In the compute type on both paths: dS is a
+          // difference (dZ - Di) whose sums over keys cancel, and rounding it to bf16 moved some
+          // dQ elements by 20% (the parity case sdpa_causal_q_gt_k_bf16).
+          gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qp, ldqc, C(1), dKacc.data(), D);
+          gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kp, ldkc, C(1), dqg + i0 * D, D);
         }
         T* dk_out = dK + (bh * Tk + k0) * D;
         T* dv_out = dV + (bh * Tk + k0) * D;

@@ -8,11 +8,14 @@
 // - f32/f64 operands whose last dimension is dense are handed to the GEMM in place (any B/H/T
 //   strides: the row stride becomes the leading dimension); other layouts and bf16/f16 are
 //   packed tile by tile into a dense compute-type buffer (bf16/f16 widened to f32).
-// - bf16 tiles, where the CPU multiplies bf16 faster than f32 (linalg.h's half_gemm_path() is
-//   onednn: AVX512-BF16 or AMX), stay bf16 and are multiplied by oneDNN matmul primitives (cached
-//   per tile shape and thread) into f32; the softmax tile P and the score gradient dS are rounded
-//   to bf16 for the products they feed (P V, dS K, dS^T Q, P^T dO), as PyTorch's bf16 attention
-//   rounds them. Otherwise bf16 is widened and multiplied in f32 as above.
+// - bf16, where the CPU multiplies bf16 faster than f32 (linalg.h's half_gemm_path() is onednn:
+//   AVX512-BF16 or AMX): the products of bf16 tensors (Q K^T, dO V^T) and dV += Z^T dO (Z, the
+//   dropped softmax tile, rounded to bf16: positive weights, no cancellation) run on oneDNN's
+//   bf16 matmul primitives (cached per tile shape and thread) into f32. P V, dS^T Q and dS K stay
+//   in f32 on widened tiles: the backward differences dO V^T with Di = rowsum(dO * O), and
+//   rounding P (hence O) or dS to bf16 moved single dQ elements by 20-30% in the parity case
+//   sdpa_causal_q_gt_k_bf16. Otherwise (f16, or bf16 where f32 FMA is as fast) bf16 is widened
+//   and every product is f32.
 // - exp is a branch-free polynomial (Cephes' expf, ~1 ulp) that the compiler vectorises; the
 //   libm call would dominate the run time, since there is one exp per score but only 4*D flops.
 #include "backend/cpu/attention.h"
@@ -21,14 +24,14 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <type_traits>
 #include <vector>
 
-#include <array>
-#include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/cpu/copy.h"
@@ -144,6 +147,27 @@ void round_tile(const Src* src, int64_t n, int64_t cols, int64_t ld, Src mul, Ds
     for (int64_t j = 0; j < cols; ++j) dst[r * ld + j] = static_cast<Dst>(src[r * ld + j] * mul);
 }
 
+// A tile of an operand in the compute type (c) and, on the bf16 tile path, in bf16 (h), each with
+// its leading dimension; a form not needed is null.
+template <class T, class C>
+struct Tile {
+  const C* c = nullptr;
+  int64_t ldc = 0;
+  const T* h = nullptr;
+  int64_t ldh = 0;
+};
+
+// out[M, N] (+)= op(A) op(B): on bf16 tiles when both operands have them (the product is then
+// unscaled: the caller applies alpha), otherwise on the compute-type tiles times alpha.
+template <class T, class C>
+void tile_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, C alpha, const Tile<T, C>& a, const Tile<T, C>& b,
+                  bool accumulate, C* out, int64_t ldo) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (a.h && b.h) return bf16_tiles().gemm(ta, tb, M, N, K, a.h, a.ldh, b.h, b.ldh, accumulate, out, ldo);
+  }
+  gemm(ta, tb, M, N, K, alpha, a.c, a.ldc, b.c, b.ldc, accumulate ? C(1) : C(0), out, ldo);
+}
+
 template <class C>
 C row_max(const C* x, int64_t n) {
   C part[8];
@@ -226,6 +250,15 @@ struct Operand {
     }
     return scratch;
   }
+
+  // Rows [t0, t0+n) as a Tile: in the compute type when `c`, in bf16 (T itself) when `h`.
+  template <class C>
+  Tile<T, C> tile(int64_t b, int64_t h, int64_t t0, int64_t n, bool c, bool h16, C* cbuf, T* hbuf) const {
+    Tile<T, C> t;
+    if (c) t.c = rows<C>(b, h, t0, n, cbuf, t.ldc);
+    if (h16) t.h = rows<T>(b, h, t0, n, hbuf, t.ldh);
+    return t;
+  }
 };
 
 // Causal task order for the forward: later query blocks see more keys, and parallel_for hands
@@ -272,9 +305,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       const int64_t task = p.causal ? zigzag(t, ntasks) : t;
       const int64_t qb = task % nqb, bh = task / nqb, b = bh / H, h = bh % H;
       const int64_t i0 = qb * bq, nq = std::min(bq, Tq - i0);
-      int64_t ldq = 0, ldk = 0, ldv = 0;
-      const C* Qp = tiles16 ? nullptr : Q.template rows<C>(b, h, i0, nq, qbuf.data(), ldq);
-      const T* Qh = tiles16 ? Q.template rows<T>(b, h, i0, nq, q16.data(), ldq) : nullptr;
+      const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !tiles16, tiles16, qbuf.data(), q16.data());
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), C(0));
       std::fill(acc.begin(), acc.end(), C(0));
@@ -282,20 +313,12 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
       for (int64_t k0 = 0; k0 < kend; k0 += bk) {
         const int64_t nk = std::min(bk, kend - k0);
-        // V in the compute type on both paths: P V takes P unrounded (below).
-        const C* Vp = V.template rows<C>(b, h, k0, nk, vbuf.data(), ldv);
-        if constexpr (std::is_same_v<T, bf16>) {
-          if (tiles16) {
-            const T* Kh = K.template rows<T>(b, h, k0, nk, k16.data(), ldk);
-            bf16_tiles().gemm(false, true, nq, nk, D, Qh, ldq, Kh, ldk, false, s.data(), bk);
-            for (int64_t r = 0; r < nq; ++r)
-              for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
-          }
-        }
-        if (!tiles16) {
-          const C* Kp = K.template rows<C>(b, h, k0, nk, kbuf.data(), ldk);
-          gemm(false, true, nq, nk, D, scale, Qp, ldq, Kp, ldk, C(0), s.data(), bk);
-        }
+        const Tile<T, C> Kt = K.template tile<C>(b, h, k0, nk, !tiles16, tiles16, kbuf.data(), k16.data());
+        const Tile<T, C> Vt = V.template tile<C>(b, h, k0, nk, true, false, vbuf.data(), nullptr);  // P V in f32
+        tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        if (tiles16)  // the bf16 product is unscaled
+          for (int64_t r = 0; r < nq; ++r)
+            for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
         const bool crosses_diagonal = p.causal && k0 + nk - 1 > i0;
         for (int64_t r = 0; r < nq; ++r) {
           C* row = s.data() + r * bk;
@@ -320,10 +343,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
           }
         }
-        // In the compute type on both paths: the backward's Di = rowsum(dO * O) is differenced
-        // with dO V^T, so an O from bf16-rounded P moved some dQ elements by 20% (the parity case
-        // sdpa_causal_q_gt_k_bf16).
-        gemm(false, false, nq, D, nk, C(1), s.data(), bk, Vp, ldv, C(1), acc.data(), D);
+        tile_product(false, false, nq, D, nk, C(1), Tile<T, C>{s.data(), bk}, Vt, true, acc.data(), D);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const C inv = l[r] > 0 ? C(1) / l[r] : C(0);
@@ -419,15 +439,6 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     std::vector<C> kbuf(bk * D), vbuf(bk * D), qbuf(bq * D), dobuf(bq * D), P(bq * bk), Z(dropout ? bq * bk : 0),
         dS(bq * bk), M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D);
     std::vector<T> k16(n16 * bk * D), v16(n16 * bk * D), q16(n16 * bq * D), do16(n16 * bq * D), z16(n16 * bq * bk);
-    // The tile products of this path (bf16 tiles into f32, or compute-type tiles); `a16`/`b16`
-    // are the bf16 operands, `a`/`b` the compute-type ones: each call passes the pair it has.
-    auto product = [&](bool ta, bool tb, int64_t M_, int64_t N_, int64_t K_, C alpha, const C* a, const T* a16,
-                       int64_t lda, const C* b_, const T* b16, int64_t ldb, bool acc, C* out, int64_t ldc) {
-      if constexpr (std::is_same_v<T, bf16>) {
-        if (tiles16) return bf16_tiles().gemm(ta, tb, M_, N_, K_, a16, lda, b16, ldb, acc, out, ldc);
-      }
-      gemm(ta, tb, M_, N_, K_, alpha, a, lda, b_, ldb, acc ? C(1) : C(0), out, ldc);
-    };
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / G, g = t % G, b = bh / H, h = bh % H;
       C* dqg = dq_group(g) + bh * Tq * D;
@@ -435,27 +446,19 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       // queries, and interleaving spreads them evenly across groups.
       for (int64_t kb = g; kb < nkb; kb += G) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
-        int64_t ldk = 0, ldv = 0, ldq = 0, lddo = 0;
-        // K in the compute type on both paths: dQ's product takes dS unrounded (below).
-        int64_t ldkc = 0, ldqc = 0;
-        const C* Kp = K.template rows<C>(b, h, k0, nk, kbuf.data(), ldkc);
-        const C* Vp = tiles16 ? nullptr : V.template rows<C>(b, h, k0, nk, vbuf.data(), ldv);
-        const T* Kh = tiles16 ? K.template rows<T>(b, h, k0, nk, k16.data(), ldk) : nullptr;
-        const T* Vh = tiles16 ? V.template rows<T>(b, h, k0, nk, v16.data(), ldv) : nullptr;
-        if (!tiles16) ldk = ldkc;
+        // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
+        const Tile<T, C> Kt = K.template tile<C>(b, h, k0, nk, true, tiles16, kbuf.data(), k16.data());
+        const Tile<T, C> Vt = V.template tile<C>(b, h, k0, nk, !tiles16, tiles16, vbuf.data(), v16.data());
         std::fill(dKacc.begin(), dKacc.end(), C(0));
         std::fill(dVacc.begin(), dVacc.end(), C(0));
         // Query rows before k0 see none of these keys: start at the block holding row k0.
         const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
         for (int64_t i0 = qstart; i0 < Tq; i0 += bq) {
           const int64_t nq = std::min(bq, Tq - i0);
-          const C* Qp = Q.template rows<C>(b, h, i0, nq, qbuf.data(), ldqc);
-          const C* dOp = tiles16 ? nullptr : dO.template rows<C>(b, h, i0, nq, dobuf.data(), lddo);
-          const T* Qh = tiles16 ? Q.template rows<T>(b, h, i0, nq, q16.data(), ldq) : nullptr;
-          if (!tiles16) ldq = ldqc;
-          const T* dOh = tiles16 ? dO.template rows<T>(b, h, i0, nq, do16.data(), lddo) : nullptr;
-          // The bf16 product is unscaled: the scale goes into the exponent below.
-          product(false, true, nq, nk, D, scale, Qp, Qh, ldq, Kp, Kh, ldk, false, P.data(), bk);
+          const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, true, tiles16, qbuf.data(), q16.data());
+          const Tile<T, C> dOt = dO.template tile<C>(b, h, i0, nq, !tiles16, tiles16, dobuf.data(), do16.data());
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
+          // The bf16 product is unscaled: the scale goes into the exponent.
           const C pre = tiles16 ? scale : C(1);
           for (int64_t r = 0; r < nq; ++r) {
             C* row = P.data() + r * bk;
@@ -471,12 +474,15 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               for (int64_t j = 0; j < nk; ++j) zr[j] = row[j] * mr[j];
             }
           }
-          const C* Zp = dropout ? Z.data() : P.data();
-          if (tiles16) round_tile(Zp, nq, nk, bk, C(1), z16.data());
+          Tile<T, C> Zt{dropout ? Z.data() : P.data(), bk};
+          if (tiles16) {
+            round_tile(Zt.c, nq, nk, bk, C(1), z16.data());
+            Zt = {nullptr, 0, z16.data(), bk};
+          }
           // dV += Z^T dO
-          product(true, false, nk, D, nq, C(1), Zp, z16.data(), bk, dOp, dOh, lddo, true, dVacc.data(), D);
+          tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVacc.data(), D);
           // dZ = dO V^T, then dS = P * (dZ * mask - Di)
-          product(false, true, nq, nk, D, C(1), dOp, dOh, lddo, Vp, Vh, ldv, false, dS.data(), bk);
+          tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
           for (int64_t r = 0; r < nq; ++r) {
             C* ds = dS.data() + r * bk;
             const C* pr = P.data() + r * bk;
@@ -488,11 +494,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di);
             }
           }
-          // dK += scale dS^T Q;  dQ += scale dS K. In the compute type on both paths: dS is a
-          // difference (dZ - Di) whose sums over keys cancel, and rounding it to bf16 moved some
-          // dQ elements by 20% (the parity case sdpa_causal_q_gt_k_bf16).
-          gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qp, ldqc, C(1), dKacc.data(), D);
-          gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kp, ldkc, C(1), dqg + i0 * D, D);
+          // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
+          gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, C(1), dKacc.data(), D);
+          gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
         }
         T* dk_out = dK + (bh * Tk + k0) * D;
         T* dv_out = dV + (bh * Tk + k0) * D;

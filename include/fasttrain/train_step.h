@@ -31,6 +31,8 @@ Precision precision_from_name(const std::string& name);
 const char* precision_name(Precision p);  // the Lightning name ("32", "bf16-mixed", ...)
 // True for BF16Mixed and FP16Mixed (the modes that run forward under autocast).
 bool precision_is_mixed(Precision p);
+// True for bf16-mixed and bf16-true: the precisions whose matrix products take bf16 operands.
+bool precision_is_bf16(Precision p);
 
 // Lightning's `gradient_clip_algorithm`:
 //  Norm   "norm"   scale every gradient by one factor so their global L2 norm is at most `clip`

@@ -197,7 +197,7 @@ std::string calls_by_shape(const std::vector<profiler::Span>& spans, int steps) 
 // a few large square products through the engine's own matmul (cuBLASLt), so model-FLOPs
 // utilisation is against what this GPU reaches, not a datasheet.
 double gpu_matmul_peak_gflops(Device device, train::Precision precision) {
-  const bool bf16 = precision == train::Precision::BF16Mixed || precision == train::Precision::BF16True;
+  const bool bf16 = train::precision_is_bf16(precision);
   const DType dt = bf16 ? DType::BF16 : precision == train::Precision::FP16Mixed ? DType::F16 : DType::F32;
   const AllowTf32Guard tf32(precision == train::Precision::TF32);
   constexpr int64_t n = 8192;
@@ -274,9 +274,8 @@ BenchResult run_bench(const BenchOptions& o) {
   // Measured before the steps (a few tens of milliseconds, cached for the process) on the threads
   // the steps use. bf16 compares against the fastest bf16 product the CPU has; fp32 and fp16
   // against f32 FMA (f16 operands are widened to f32 on the CPU).
-  const bool half = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True ||
-                    o.precision == train::Precision::FP16Mixed;
-  const bool bf16 = o.precision == train::Precision::BF16Mixed || o.precision == train::Precision::BF16True;
+  const bool bf16 = train::precision_is_bf16(o.precision);
+  const bool half = bf16 || o.precision == train::Precision::FP16Mixed;
   r.cpu_isa = cpu::cpu_isa_flags();
   r.cpu = cpu::cpu_model_name();
   r.device = device;

@@ -56,6 +56,8 @@ const char* precision_name(Precision p) { return kPrecisionNames[static_cast<siz
 
 bool precision_is_mixed(Precision p) { return p == Precision::BF16Mixed || p == Precision::FP16Mixed; }
 
+bool precision_is_bf16(Precision p) { return p == Precision::BF16Mixed || p == Precision::BF16True; }
+
 ClipAlgorithm clip_algorithm_from_name(const std::string& name) {
   for (const auto& a : kClipAlgorithmNames)
     if (name == a.name) return a.value;

@@ -246,16 +246,22 @@ struct Operand {
       }
     }
     ld = D;
-    for (int64_t r = 0; r < n; ++r) {
+    convert_rows(b, h, t0, n, scratch);
+    return scratch;
+  }
+
+  // Rows [t0, t0+n) converted into `dst` (n * D elements, dense rows).
+  template <class C>
+  void convert_rows(int64_t b, int64_t h, int64_t t0, int64_t n, C* dst) const {
+    const T* p = row(b, h, t0);
+    for (int64_t r = 0; r < n; ++r, dst += D) {
       const T* src = p + r * st;
-      C* dst = scratch + r * D;
       if (sd == 1) {
         convert_run(src, dst, D);
       } else {
         for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<C>(src[d * sd]);
       }
     }
-    return scratch;
   }
 
   // Rows [t0, t0+n) as a Tile: in the compute type when `c`, in bf16 (T itself) when `h`.
@@ -268,8 +274,43 @@ struct Operand {
   }
 };
 
-// Causal task order for the forward: later query blocks see more keys, and parallel_for hands
-// each thread one contiguous range, so pair cheap and expensive blocks (0, n-1, 1, n-2, ...).
+// The rows of one (b, h) of an operand in one form (the compute type, or bf16 itself), made once
+// per (b, h) as they are first needed and then read as tiles: a task walks the same keys (the
+// forward's K and V) or queries (the backward's Q and dO) once per block of the other side, and
+// converting them per tile pair would repeat the conversion that many times. In place (no copy)
+// when the operand already has dense rows of that type.
+template <class T, class C>
+class RowsOf {
+ public:
+  RowsOf(const Operand<T>& op, int64_t rows) : op_(op), in_place_(std::is_same_v<T, C> && op.sd == 1 && op.st >= op.D) {
+    if (!in_place_) buf_.resize(static_cast<size_t>(rows * op.D));
+  }
+
+  // Rows [t0, t0 + n) of (b, h) as a dense-row matrix; sets its leading dimension.
+  const C* rows(int64_t b, int64_t h, int64_t t0, int64_t n, int64_t& ld) {
+    if (in_place_) {
+      ld = op_.st;
+      return reinterpret_cast<const C*>(op_.row(b, h, t0));
+    }
+    if (b != b_ || h != h_) b_ = b, h_ = h, done_ = 0;
+    if (done_ < t0 + n) {
+      op_.template convert_rows<C>(b, h, done_, t0 + n - done_, buf_.data() + done_ * op_.D);
+      done_ = t0 + n;
+    }
+    ld = op_.D;
+    return buf_.data() + t0 * op_.D;
+  }
+
+ private:
+  const Operand<T>& op_;
+  bool in_place_;
+  std::vector<C> buf_;
+  int64_t b_ = -1, h_ = -1, done_ = 0;
+};
+
+// Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
+// parallel_for hands each thread one contiguous range, so pair cheap and expensive blocks (0,
+// n-1, 1, n-2, ...) and a range's work grows evenly with its length.
 inline int64_t zigzag(int64_t t, int64_t n) { return (t % 2 == 0) ? t / 2 : n - 1 - t / 2; }
 
 template <class T>
@@ -306,11 +347,14 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   const bool tiles16 = bf16_tile_products<T>();
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
-    std::vector<C> qbuf(bq * D), kbuf(bk * D), vbuf(bk * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
-    std::vector<T> q16(n16 * bq * D), k16(n16 * bk * D);
+    std::vector<C> qbuf(bq * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
+    std::vector<T> q16(n16 * bq * D);
+    // K in the form Q K^T takes, V in the compute type (P V is f32 on both paths).
+    RowsOf<T, C> Kc(K, tiles16 ? 0 : Tk), Vc(V, Tk);
+    RowsOf<T, T> K16(K, tiles16 ? Tk : 0);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t task = p.causal ? zigzag(t, ntasks) : t;
-      const int64_t qb = task % nqb, bh = task / nqb, b = bh / H, h = bh % H;
+      // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run.
+      const int64_t bh = t / nqb, qb = p.causal ? zigzag(t % nqb, nqb) : t % nqb, b = bh / H, h = bh % H;
       const int64_t i0 = qb * bq, nq = std::min(bq, Tq - i0);
       const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !tiles16, tiles16, qbuf.data(), q16.data());
       std::fill(m.begin(), m.end(), kNegInf);
@@ -320,8 +364,12 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
       for (int64_t k0 = 0; k0 < kend; k0 += bk) {
         const int64_t nk = std::min(bk, kend - k0);
-        const Tile<T, C> Kt = K.template tile<C>(b, h, k0, nk, !tiles16, tiles16, kbuf.data(), k16.data());
-        const Tile<T, C> Vt = V.template tile<C>(b, h, k0, nk, true, false, vbuf.data(), nullptr);  // P V in f32
+        Tile<T, C> Kt, Vt;
+        if (tiles16)
+          Kt.h = K16.rows(b, h, k0, nk, Kt.ldh);
+        else
+          Kt.c = Kc.rows(b, h, k0, nk, Kt.ldc);
+        Vt.c = Vc.rows(b, h, k0, nk, Vt.ldc);
         tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
         if (tiles16)  // the bf16 product is unscaled
           for (int64_t r = 0; r < nq; ++r)
@@ -422,18 +470,21 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   // B*H is too small to keep the threads busy) and the partials are added in a fixed order
   // afterwards. The grouping depends on the shapes only, not on the thread count, so results
   // are bitwise identical for any number of threads.
-  // Group 0 accumulates straight into dq when dq is in the compute type.
+  // Group 0 accumulates straight into dq when dq is in the compute type. With one group a task
+  // owns its (b, h)'s dq rows: it zeroes them itself, or (dq in bf16/f16) sums them in its own
+  // compute-type rows and rounds them into dq at its end, with no pass over dq before or after.
   const int64_t G = std::min(nkb, std::max<int64_t>(1, (kMinBackwardTasks + BH - 1) / BH));
   constexpr bool in_place = std::is_same_v<T, C>;
+  const bool own_dq = !in_place && G == 1;
   const int64_t per_group = BH * Tq * D;
-  const int64_t nbuf = in_place ? G - 1 : G;
+  const int64_t nbuf = G == 1 ? 0 : in_place ? G - 1 : G;
   Tensor dq_partial = empty({nbuf * per_group}, TensorOptions(cdt));
   C* buf = dq_partial.data<C>();
   auto dq_group = [&](int64_t g) -> C* {
     if constexpr (in_place) return g == 0 ? reinterpret_cast<C*>(dQ) : buf + (g - 1) * per_group;
     return buf + g * per_group;
   };
-  for (int64_t g = 0; g < G; ++g) {
+  for (int64_t g = 0; G > 1 && g < G; ++g) {
     C* z = dq_group(g);
     parallel_for(0, per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
   }
@@ -443,12 +494,17 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const bool tiles16 = bf16_tile_products<T>();
   parallel_for(0, BH * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
-    std::vector<C> kbuf(bk * D), vbuf(bk * D), qbuf(bq * D), dobuf(bq * D), P(bq * bk), Z(dropout ? bq * bk : 0),
-        dS(bq * bk), M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D);
-    std::vector<T> k16(n16 * bk * D), v16(n16 * bk * D), q16(n16 * bq * D), do16(n16 * bq * D), z16(n16 * bq * bk);
+    std::vector<C> kbuf(bk * D), vbuf(bk * D), P(bq * bk), Z(dropout ? bq * bk : 0), dS(bq * bk),
+        M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D), dq_own(own_dq ? Tq * D : 0);
+    std::vector<T> k16(n16 * bk * D), v16(n16 * bk * D), z16(n16 * bq * bk);
+    // Q in the compute type (dK += dS^T Q) and, on the bf16 path, in bf16 (Q K^T); dO in the form
+    // dV += Z^T dO and dO V^T take.
+    RowsOf<T, C> Qc(Q, Tq), dOc(dO, tiles16 ? 0 : Tq);
+    RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0), dO16(dO, tiles16 ? Tq : 0);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / G, g = t % G, b = bh / H, h = bh % H;
-      C* dqg = dq_group(g) + bh * Tq * D;
+      C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
+      if (own_dq || (in_place && G == 1)) std::fill(dqg, dqg + Tq * D, C(0));
       // Interleaved key blocks per group: under causal masking early key blocks have more
       // queries, and interleaving spreads them evenly across groups.
       for (int64_t kb = g; kb < nkb; kb += G) {
@@ -462,8 +518,14 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
         for (int64_t i0 = qstart; i0 < Tq; i0 += bq) {
           const int64_t nq = std::min(bq, Tq - i0);
-          const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, true, tiles16, qbuf.data(), q16.data());
-          const Tile<T, C> dOt = dO.template tile<C>(b, h, i0, nq, !tiles16, tiles16, dobuf.data(), do16.data());
+          Tile<T, C> Qt, dOt;
+          Qt.c = Qc.rows(b, h, i0, nq, Qt.ldc);
+          if (tiles16) {
+            Qt.h = Q16.rows(b, h, i0, nq, Qt.ldh);
+            dOt.h = dO16.rows(b, h, i0, nq, dOt.ldh);
+          } else {
+            dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
+          }
           tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
           // The bf16 product is unscaled: the scale goes into the exponent.
           const C pre = tiles16 ? scale : C(1);
@@ -512,10 +574,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           dv_out[e] = static_cast<T>(dVacc[e]);
         }
       }
+      if (own_dq) convert_run(dq_own.data(), dQ + bh * Tq * D, Tq * D);
     }
   });
 
-  if (!in_place || G > 1) {
+  if (G > 1) {
     std::vector<const C*> parts(G);
     for (int64_t g = 0; g < G; ++g) parts[g] = dq_group(g);
     parallel_for(0, per_group, 1 << 14, [&](int64_t a, int64_t e) {

@@ -62,12 +62,16 @@ struct Blocks {
   int64_t q, k;
 };
 
-Blocks choose_blocks(int64_t D) {
+enum class Pass { Forward, Backward };
+
+Blocks choose_blocks(int64_t D, Pass pass) {
   // 64 x 64 tiles at D <= 64 are 16 KiB of f32 each: Q, K, V, S and the accumulator fit in L2
   // together. Wider heads shrink the key block to keep that footprint (and, for f64, to stay
-  // under OpenBLAS's threading threshold of M*N*K = 64^3).
-  Blocks b{64, 64};
-  if (D > 64) b.k = std::max<int64_t>(8, (64 * 64 / D) / 8 * 8);
+  // under OpenBLAS's threading threshold of M*N*K = 64^3). The forward keeps fewer tiles alive
+  // (no dS, dK, dV) and takes twice the keys per block: half the products and half the per-row
+  // softmax bookkeeping per score (docs/PERF.md).
+  Blocks b{64, pass == Pass::Forward ? 128 : 64};
+  if (D > 64) b.k = std::max<int64_t>(8, (b.k * 64 / D) / 8 * 8);
   if (g_block_q_override > 0) b.q = g_block_q_override;
   if (g_block_k_override > 0) b.k = g_block_k_override;
   return b;
@@ -332,7 +336,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
     return;
   }
   const Operand<T> Q(q), K(k), V(v);
-  const Blocks bl = choose_blocks(D);
+  const Blocks bl = choose_blocks(D, Pass::Forward);
   const int64_t bq = bl.q, bk = bl.k;
   const int64_t nqb = (Tq + bq - 1) / bq;
   const int64_t ntasks = B * H * nqb;
@@ -433,7 +437,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   }
   const Operand<T> Q(q), K(k), V(v), dO(dout);
   const C* L = lse.data<C>();
-  const Blocks bl = choose_blocks(D);
+  const Blocks bl = choose_blocks(D, Pass::Backward);
   const int64_t bq = bl.q, bk = bl.k;
   const int64_t nkb = (Tk + bk - 1) / bk;
   const C scale = static_cast<C>(p.scale);

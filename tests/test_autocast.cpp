@@ -42,6 +42,59 @@ TEST(Autocast, F32ClassOpsWidenSixteenBitInputs) {
   EXPECT_EQ(layer_norm(x, {10}).dtype(), DType::BF16);
 }
 
+// Cross-entropy reads 16-bit logits in its kernels instead of widening them: the loss and the
+// logits' gradient are those of the widened computation up to the order of the f32 sums, without
+// the f32 copy of the logits (for a language model's vocabulary, the largest tensor of the step).
+TEST(Autocast, CrossEntropyReadsSixteenBitLogitsAsWideningWould) {
+  const int64_t N = 64, C = 4096;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator g(7);
+    Tensor base = mul(randn({N, C}, {}, &g), 3.0).to(dt);
+    Tensor t = randint(0, C, {N}, DType::I64, &g);
+    t.data<int64_t>()[5] = -100;  // an ignored position
+    Tensor widened = base.detach().requires_grad_();
+    Tensor want = cross_entropy(widened.to(DType::F32), t, -100, 0.1);
+    want.backward();
+
+    Tensor read = base.detach().requires_grad_();
+    Allocator& alloc = allocator_for(Device::cpu());
+    const int64_t before = alloc.stats().allocated_bytes;
+    alloc.reset_peak();
+    Tensor got;
+    {
+      AutocastGuard ac(dt);
+      got = cross_entropy(read, t, -100, 0.1);
+    }
+    // The forward keeps per-row statistics only: far below an f32 copy of the logits.
+    EXPECT_LT(alloc.stats().peak_allocated_bytes - before, N * C * 4 / 4);
+    EXPECT_EQ(got.dtype(), DType::F32);
+    EXPECT_NEAR(got.item<float>(), want.item<float>(), 1e-6 * std::fabs(want.item<float>()));
+    got.backward();
+    EXPECT_EQ(read.grad().dtype(), dt);
+    // Each element rounds the same f32 value give or take a few f32 ulps of the row's terms (the
+    // smoothing term cancels exp(x - lse) in the smallest ones): mostly the same 16-bit value.
+    const std::vector<double> gr = read.grad().to_vector(), gw = widened.grad().to_vector();
+    double largest = 0;
+    for (double v : gw) largest = std::max(largest, std::fabs(v));
+    const int mantissa = dt == DType::BF16 ? 7 : 10;
+    const double subnormal_step = dt == DType::BF16 ? 0.0 : std::ldexp(1.0, -24);  // f16's, below 2^-14
+    int64_t differ = 0;
+    for (size_t i = 0; i < gr.size(); ++i) {
+      EXPECT_NEAR(gr[i], gw[i], std::ldexp(std::fabs(gw[i]), -mantissa) + subnormal_step + 1e-6 * largest) << i;
+      differ += gr[i] != gw[i];
+    }
+    EXPECT_LT(differ, N * C / 100);
+
+    AutocastGuard ac(dt);  // per-position losses too
+    Tensor none = cross_entropy(base, t, -100, 0.0, Reduction::None);
+    EXPECT_EQ(none.dtype(), DType::F32);
+    const std::vector<double> lr = none.to_vector(),
+                              lw = cross_entropy(base.to(DType::F32), t, -100, 0.0, Reduction::None).to_vector();
+    for (size_t i = 0; i < lr.size(); ++i) EXPECT_NEAR(lr[i], lw[i], 1e-6 * std::fabs(lw[i])) << i;
+  }
+}
+
 TEST(Autocast, EachParameterIsCastOncePerRegion) {
   Tensor w = randn({8, 8}).requires_grad_();
   Tensor x = randn({2, 8});

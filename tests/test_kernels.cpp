@@ -131,16 +131,22 @@ TEST(Kernels, AutocastPolicyTable) {
   using ops::AutocastOp;
   using ops::CastClass;
   EXPECT_EQ(ops::autocast_class(AutocastOp::linear), CastClass::LowPrecision);
-  EXPECT_EQ(ops::autocast_class(AutocastOp::cross_entropy), CastClass::Float32);
+  EXPECT_EQ(ops::autocast_class(AutocastOp::softmax), CastClass::Float32);
+  EXPECT_EQ(ops::autocast_class(AutocastOp::cross_entropy), CastClass::Float32InKernel);
   Tensor w = randn({4, 3}), h = randn({2, 3}).to(DType::BF16);
   EXPECT_FALSE(ops::autocast_inputs(AutocastOp::linear, w, w).has_value());  // autocast off
   autocast::AutocastGuard guard(DType::BF16);
   auto lin = ops::autocast_inputs(AutocastOp::linear, h, w);
   ASSERT_TRUE(lin.has_value());
   EXPECT_EQ((*lin)[1].dtype(), DType::BF16);
-  auto ce = ops::autocast_inputs(AutocastOp::cross_entropy, h);
-  ASSERT_TRUE(ce.has_value());
-  EXPECT_EQ((*ce)[0].dtype(), DType::F32);
+  auto sm = ops::autocast_inputs(AutocastOp::softmax, h);
+  ASSERT_TRUE(sm.has_value());
+  EXPECT_EQ((*sm)[0].dtype(), DType::F32);
+  // Read as they are, with an f32 result.
+  EXPECT_FALSE(ops::autocast_inputs(AutocastOp::cross_entropy, h).has_value());
+  EXPECT_EQ(ops::autocast_result_dtype(AutocastOp::cross_entropy, h), DType::F32);
+  EXPECT_EQ(ops::autocast_result_dtype(AutocastOp::cross_entropy, w), DType::F32);
+  EXPECT_EQ(ops::autocast_result_dtype(AutocastOp::softmax, h), DType::BF16);  // not that class
 }
 
 // The elementwise loop follows the output's memory order: channels-last operands become one

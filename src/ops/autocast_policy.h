@@ -17,6 +17,12 @@ namespace ft::ops {
 enum class CastClass {
   LowPrecision,  // f32 inputs are cast to the region's bf16/f16 (products: where the speed is)
   Float32,       // bf16/f16 inputs are widened (exp/log/sums over many terms: where range and accuracy are)
+  // As Float32, but the kernel widens 16-bit inputs as it reads them (it computes in f32 for
+  // every dtype) and the op returns an f32 result: the same computation up to the order of its
+  // f32 sums (the vectorised loops differ by input dtype), without the widened copy of the input
+  // or the rounding copy of its gradient. For cross-entropy over a language model's vocabulary
+  // those copies are each as large as the logits (docs/PERF.md).
+  Float32InKernel,
 };
 
 #define FT_AUTOCAST_OPS(X)                      \
@@ -27,7 +33,7 @@ enum class CastClass {
   X(scaled_dot_product_attention, LowPrecision) \
   X(softmax, Float32)                           \
   X(log_softmax, Float32)                       \
-  X(cross_entropy, Float32)
+  X(cross_entropy, Float32InKernel)
 
 enum class AutocastOp {
 #define FT_AUTOCAST_ENUM(op, cls) op,
@@ -47,12 +53,19 @@ constexpr CastClass autocast_class(AutocastOp op) { return kAutocastPolicy[stati
 // when the op should run on its inputs as they are.
 template <class... T>
 std::optional<std::array<Tensor, sizeof...(T)>> autocast_inputs(AutocastOp op, const T&... inputs) {
+  if (autocast_class(op) == CastClass::Float32InKernel) return std::nullopt;  // see autocast_result_dtype
   if (autocast_class(op) == CastClass::LowPrecision) {
     if (!autocast::needs_lowp({&inputs...})) return std::nullopt;
     return std::array<Tensor, sizeof...(T)>{autocast::lowp(inputs)...};
   }
   if (!autocast::needs_fp32({&inputs...})) return std::nullopt;
   return std::array<Tensor, sizeof...(T)>{autocast::fp32(inputs)...};
+}
+
+// The dtype of a Float32InKernel op's result on input x: f32 where autocast would have widened
+// x, x's own dtype otherwise.
+inline DType autocast_result_dtype(AutocastOp op, const Tensor& x) {
+  return autocast_class(op) == CastClass::Float32InKernel && autocast::needs_fp32({&x}) ? DType::F32 : x.dtype();
 }
 
 }  // namespace ft::ops

@@ -19,8 +19,9 @@ using backend::kernels;
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, double label_smoothing,
                      Reduction reduction) {
-  if (auto c = ops::autocast_inputs(ops::AutocastOp::cross_entropy, logits))
-    return cross_entropy((*c)[0], target, ignore_index, label_smoothing, reduction);
+  // Under autocast 16-bit logits are read as they are (the kernels compute in f32) and the loss is
+  // f32, as if they had been widened.
+  const DType out_dtype = ops::autocast_result_dtype(ops::AutocastOp::cross_entropy, logits);
   const char* op = "cross_entropy";
   ops::common_device({&logits, &target}, op);
   ops::check_floating(logits, op, "logits");
@@ -51,11 +52,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   Tensor out;
   double scale = 1.0;
   switch (reduction) {
-    case Reduction::None: out = loss.view(expected).to(logits.dtype()); break;
-    case Reduction::Sum: out = sum(loss).to(logits.dtype()); break;
+    case Reduction::None: out = loss.view(expected).to(out_dtype); break;
+    case Reduction::Sum: out = sum(loss).to(out_dtype); break;
     case Reduction::Mean:
       // count == 0 gives 0/0 = NaN, like PyTorch; the gradient is then 0 (every position ignored).
-      out = div(sum(loss), ops::scalar_like(static_cast<double>(count), loss)).to(logits.dtype());
+      out = div(sum(loss), ops::scalar_like(static_cast<double>(count), loss)).to(out_dtype);
       scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
       break;
   }

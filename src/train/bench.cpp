@@ -73,8 +73,10 @@ Workload make_workload(const std::string& name, int64_t batch, Generator& gen) {
 namespace {
 
 // The peer's loss: cross-entropy in f32 (`logits.float()`), language-model logits flattened.
+// Under autocast cross_entropy computes it from 16-bit logits as they are (an f32 loss, without
+// the widened copy); bf16-true runs, outside autocast, widen them first.
 Tensor f32_cross_entropy(const Tensor& output, const Tensor& targets) {
-  Tensor logits = output.dtype() == DType::F32 ? output : output.to(DType::F32);
+  Tensor logits = output.dtype() == DType::F32 || autocast::enabled() ? output : output.to(DType::F32);
   if (logits.dim() == 3) return cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
   return cross_entropy(logits, targets);
 }

@@ -201,6 +201,16 @@ TEST(Linalg, PeakRatesAreMeasuredAndCached) {
   const std::string isa = cpu::cpu_isa_flags();
   EXPECT_FALSE(isa.empty());
   if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16) EXPECT_NE(isa.find("avx512_bf16"), std::string::npos) << isa;
+
+  // A second measurement keeps the larger of each rate, in the same cached record.
+  const cpu::PeakRates first = r;
+  const cpu::PeakRates& again = cpu::remeasure_peak_rates(1);
+  EXPECT_EQ(&again, &r);
+  EXPECT_GE(again.fp32_gflops, first.fp32_gflops);
+  EXPECT_GE(again.bf16_dot_gflops, first.bf16_dot_gflops);
+  EXPECT_GE(again.amx_bf16_gflops, first.amx_bf16_gflops);
+  if (cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512)
+    EXPECT_EQ(profiler::measured_peak_flops(1, profiler::PeakOperands::F32).gflops, again.fp32_gflops);
 }
 
 TEST(Linalg, Bf16PathsAgreeOnLinearLayouts) {

@@ -159,5 +159,9 @@ struct PeakFlops {
   std::string instruction;  // "vfmadd231ps zmm", "vfmadd231ps ymm", "scalar", "vdpbf16ps zmm", "tdpbf16ps"
 };
 PeakFlops measured_peak_flops(int threads = 0, PeakOperands operands = PeakOperands::F32);
+// Measures the AVX-512 rates on `threads` threads again and keeps, per rate, the larger of this
+// and the earlier measurement for the calls that follow. A virtual machine's two vCPUs can share
+// one physical core for a while, and a measurement then reads half the rate.
+void remeasure_peak_flops(int threads);
 
 }  // namespace ft::profiler

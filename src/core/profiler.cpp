@@ -525,6 +525,8 @@ PeakFlops measure_one_core() {
 
 }  // namespace
 
+void remeasure_peak_flops(int threads) { cpu::remeasure_peak_rates(threads > 0 ? threads : get_num_threads()); }
+
 PeakFlops measured_peak_flops(int threads, PeakOperands operands) {
   PeakFlops p;
   p.threads = threads > 0 ? threads : get_num_threads();

@@ -28,6 +28,8 @@ struct PeakRates {
 // Measured on `threads` threads of the pool the first time it is asked for that count, then
 // cached for the process (a few tens of milliseconds per measurement).
 const PeakRates& measured_peak_rates(int threads);
+// Measures again and keeps, per rate, the larger of the two for the calls that follow.
+const PeakRates& remeasure_peak_rates(int threads);
 
 // The CPU's instruction sets that decide bf16 speed, as the PyTorch peer writes them
 // (bench/torch_bench.py's cpu_isa): "+"-joined avx2, avx512f, avx512_bf16, avx512_fp16 and

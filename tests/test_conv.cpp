@@ -104,17 +104,22 @@ TEST(ConvKernels, OneDnnMatchesReference) {
     int64_t C, O, HW, stride, groups;
   };
   for (const Cfg& k : {Cfg{16, 32, 12, 1, 1}, Cfg{32, 32, 8, 2, 1}, Cfg{16, 16, 9, 1, 16}, Cfg{8, 16, 10, 1, 2}}) {
-    for (bool cl : {false, true}) {
+    // Activations NCHW or NHWC; with NHWC, weights OIHW or (ungrouped) OHWI.
+    for (int layout = 0; layout < (k.groups == 1 ? 3 : 2); ++layout) {
+      const bool cl = layout > 0, wcl = layout == 2;
       for (DType dt : {DType::F32, DType::BF16}) {
         SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " g" +
-                     std::to_string(k.groups) + (cl ? " nhwc " : " nchw ") + dtype_name(dt));
+                     std::to_string(k.groups) + (cl ? " nhwc " : " nchw ") + (wcl ? "ohwi " : "oihw ") +
+                     dtype_name(dt));
         cpu::ConvParams p;
         p.N = 3, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3;
         p.stride = {k.stride, k.stride}, p.padding = {1, 1}, p.groups = k.groups, p.channels_last = cl;
+        p.weight_channels_last = wcl;
         p.OH = (p.H + 2 - 3) / k.stride + 1, p.OW = p.OH;
         auto fmt = [&](const Tensor& t) { return cl ? t.contiguous_channels_last() : t; };
+        auto wfmt = [&](const Tensor& t) { return wcl ? t.contiguous_channels_last() : t; };
         Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 11).to(dt));
-        Tensor w = randn_like_shape({p.O, p.C / p.groups, 3, 3}, DType::F32, 12).to(dt);
+        Tensor w = wfmt(randn_like_shape({p.O, p.C / p.groups, 3, 3}, DType::F32, 12).to(dt));
         Tensor b = randn_like_shape({p.O}, DType::F32, 13).to(dt);
         Tensor gy = fmt(randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 14).to(dt));
         auto out = [&](const Shape& s) { return fmt(empty(s, TensorOptions(dt))); };
@@ -134,7 +139,7 @@ TEST(ConvKernels, OneDnnMatchesReference) {
         if (!used) cpu::conv2d_backward_data(p, gy, w, gx1);
         cpu::conv2d_backward_data_reference(p, gy, w, gx2);
         EXPECT_EQ(test::compare(gx1, gx2, tol), "");
-        Tensor gw1 = empty(w.shape(), TensorOptions(dt)), gw2 = empty(w.shape(), TensorOptions(dt));
+        Tensor gw1 = wfmt(empty(w.shape(), TensorOptions(dt))), gw2 = wfmt(empty(w.shape(), TensorOptions(dt)));
         Tensor gb1 = empty({p.O}, TensorOptions(dt)), gb2 = empty({p.O}, TensorOptions(dt));
         used = cpu::onednn_conv2d_backward_weight(p, gy, x, gw1, gb1);
         if (must) EXPECT_TRUE(used) << "oneDNN declined backward-weights";
@@ -260,7 +265,8 @@ TEST(ConvErrors, Messages) {
 TEST(ConvLayout, ChannelsLastSurvivesAStepUnderBf16Autocast) {
   // conv -> BatchNorm -> ReLU -> residual add, channels-last, under bf16 autocast: every
   // activation and gradient stays NHWC (autocast's casts and the elementwise ops keep the memory
-  // format), so oneDNN never reorders activations between layers. Values equal the NCHW run's.
+  // format), so oneDNN never reorders activations between layers, and the weight and its
+  // gradient stay OHWI. Values equal the NCHW run's.
   Generator g(4);
   Tensor x0 = randn({2, 16, 6, 6}, DType::F32, &g);
   std::vector<double> outs[2], grads[2];
@@ -288,6 +294,8 @@ TEST(ConvLayout, ChannelsLastSurvivesAStepUnderBf16Autocast) {
     sum(y.to(DType::F32)).backward();
     outs[cl] = y.to_vector();
     grads[cl] = conv->weight.grad().to_vector();
+    // The channels-last weight's gradient comes out in its layout (no OIHW copy either way).
+    if (cl) EXPECT_TRUE(conv->weight.grad().is_channels_last() && !conv->weight.grad().is_contiguous());
   }
   for (size_t i = 0; i < outs[0].size(); ++i) ASSERT_NEAR(outs[1][i], outs[0][i], 2e-2 * std::abs(outs[0][i]) + 2e-2);
   for (size_t i = 0; i < grads[0].size(); ++i)

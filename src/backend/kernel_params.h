@@ -15,6 +15,8 @@ struct ConvParams {
   Pair stride{1, 1}, padding{0, 0}, dilation{1, 1};
   int64_t groups = 1;
   bool channels_last = false;  // x, y, gx, gy are dense NHWC; otherwise dense NCHW
+  // w and gw are dense OHWI (a channels-last weight, groups == 1); otherwise dense OIHW.
+  bool weight_channels_last = false;
 };
 
 struct PoolParams {

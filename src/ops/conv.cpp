@@ -66,6 +66,7 @@ backend::ConvParams conv_params(const Tensor& x, const Tensor& weight, const Ten
   p.OW = (p.W + 2 * padding[1] - ekW) / stride[1] + 1;
   p.stride = stride, p.padding = padding, p.dilation = dilation, p.groups = groups;
   p.channels_last = ops::prefers_channels_last(x);
+  p.weight_channels_last = groups == 1 && ops::prefers_channels_last(weight);
   return p;
 }
 
@@ -77,7 +78,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
     return conv2d((*c)[0], (*c)[1], (*c)[2], stride, padding, dilation, groups);
   const backend::ConvParams p = conv_params(x, weight, bias, stride, padding, dilation, groups);
   const Tensor xd = ops::dense_in_format(x, p.channels_last);
-  const Tensor wd = weight.detach().contiguous();
+  const Tensor wd = ops::dense_in_format(weight, p.weight_channels_last);
   const Tensor bd = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = ops::empty_in_format({p.N, p.O, p.OH, p.OW}, x.options(), p.channels_last);
   if (p.N * p.O * p.OH * p.OW > 0) kernels(xd).conv2d_forward(p, xd, wd, bd, y);
@@ -98,7 +99,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Pair st
         kernels(gy).conv2d_backward_data(p, gy, sw.get("Conv2dBackward"), gx);
       }
       if (need_w) {
-        gw = empty(w_shape, gy.options());
+        gw = ops::empty_in_format(w_shape, gy.options(), p.weight_channels_last);
         if (need_b) gb = empty({p.O}, gy.options());
         kernels(gy).conv2d_backward_weight(p, gy, sx.get("Conv2dBackward"), gw, gb);
       } else if (need_b) {

@@ -6,7 +6,9 @@
 //   plain OIHW weight descriptor oneDNN only offers its reference kernel for NHWC activations
 //   (orders of magnitude slower); with `any` it picks the brgemm kernels, several times faster
 //   than im2col+sgemm.
-// - NHWC (channels-last) activations are used in place: brgconv runs on them directly.
+// - NHWC (channels-last) activations are used in place: brgconv runs on them directly, and so
+//   are channels-last (OHWI) weights and their gradients, which oneDNN reorders from and to as it
+//   does OIHW ones (no OIHW copy of each weight per step, nor a copy of its gradient back).
 // - NCHW activations are described with `any` too: oneDNN then picks its blocked (nChw16c) JIT
 //   kernels, and the reorders in and out cost much less than the plain-NCHW GEMM kernel loses.
 // - bf16 weight and bias gradients are produced in f32 and rounded once when stored.
@@ -68,9 +70,10 @@ std::map<std::string, std::unique_ptr<ConvPrims>> g_cache;
 
 std::string cache_key(const ConvParams& p, DType dt, bool bias) {
   std::string k;
-  for (int64_t v : {p.N, p.C, p.H, p.W, p.O, p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1],
-                    p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(p.channels_last),
-                    static_cast<int64_t>(dt), static_cast<int64_t>(bias)}) {
+  for (int64_t v :
+       {p.N, p.C, p.H, p.W, p.O, p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
+        p.dilation[1], p.groups, static_cast<int64_t>(p.channels_last), static_cast<int64_t>(p.weight_channels_last),
+        static_cast<int64_t>(dt), static_cast<int64_t>(bias)}) {
     k += std::to_string(v);
     k += ',';
   }
@@ -88,7 +91,7 @@ ConvPrims* lookup(const ConvParams& p, DType dt, bool bias) {
   const memory::dims xd = {p.N, p.C, p.H, p.W}, yd = {p.N, p.O, p.OH, p.OW};
   const memory::dims wd = p.groups == 1 ? memory::dims{p.O, p.C, p.kH, p.kW}
                                         : memory::dims{p.groups, p.O / p.groups, p.C / p.groups, p.kH, p.kW};
-  const tag wtag = p.groups == 1 ? tag::oihw : tag::goihw;
+  const tag wtag = p.groups > 1 ? tag::goihw : p.weight_channels_last ? tag::ohwi : tag::oihw;
   const tag atag = p.channels_last ? tag::nhwc : tag::nchw;
   c->act_x = memory::desc(xd, t, atag);
   c->act_y = memory::desc(yd, t, atag);
@@ -251,7 +254,7 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   memory xm = input(pd.src_desc(), c->act_x, x.raw_data(), keep);
   // Gradients are produced in f32; for bf16 they are rounded once into the user's tensors.
   const bool f32 = gw.dtype() == DType::F32;
-  Tensor gw32 = f32 ? gw : empty(gw.shape(), TensorOptions(DType::F32));
+  Tensor gw32 = f32 ? gw : empty_strided(gw.shape(), gw.strides(), TensorOptions(DType::F32));  // in gw's layout
   Tensor gb32 = !bias ? Tensor() : (f32 ? gb : empty(gb.shape(), TensorOptions(DType::F32)));
   Output gwm = output(pd.diff_weights_desc(), c->user_w_f32, gw32.raw_data(), keep);
   std::unordered_map<int, memory> args = {

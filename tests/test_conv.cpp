@@ -153,6 +153,32 @@ TEST(ConvKernels, OneDnnMatchesReference) {
   }
 }
 
+// Backward-weights reuses the gy that backward-data just reordered, but only for that same tensor
+// unchanged: a gy changed in place in between, or another tensor, is reordered afresh.
+TEST(ConvKernels, ReorderedGradientIsReusedOnlyWhenUnchanged) {
+  cpu::ConvParams p;
+  p.N = 2, p.C = 16, p.H = 8, p.W = 8, p.O = 32, p.kH = 3, p.kW = 3, p.OH = 8, p.OW = 8;
+  p.padding = {1, 1};
+  Tensor x = randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 21);
+  Tensor w = randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 22);
+  Tensor gy = randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 23);
+  Tensor other = randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 24);
+  Tensor gx = empty(x.shape());
+  auto weight_grad = [&](const Tensor& g) {
+    Tensor gw = empty(w.shape()), ref = empty(w.shape());
+    EXPECT_TRUE(cpu::onednn_conv2d_backward_weight(p, g, x, gw, Tensor()));
+    cpu::conv2d_backward_weight_reference(p, g, x, ref, Tensor());
+    EXPECT_EQ(test::compare(gw, ref, test::Tolerance{1e-3, 1e-4}), "");
+  };
+  ASSERT_TRUE(cpu::onednn_conv2d_backward_data(p, gy, w, gx));
+  weight_grad(gy);  // the reordered gy, reused
+  ASSERT_TRUE(cpu::onednn_conv2d_backward_data(p, gy, w, gx));
+  add_(gy, other);  // changed in place after backward-data reordered it
+  weight_grad(gy);
+  ASSERT_TRUE(cpu::onednn_conv2d_backward_data(p, gy, w, gx));
+  weight_grad(other);  // another tensor
+}
+
 // f16 computes in f32 on the f16 values and rounds once: the same as an f32 conv of the rounded
 // inputs, rounded.
 TEST(ConvKernels, F16MatchesRoundedF32) {

@@ -147,6 +147,37 @@ memory input(const memory::desc& want, const memory::desc& user, void* ptr, std:
   return m;
 }
 
+// The diff_dst that the last backward-data call reordered, kept for the backward-weights call of
+// the same convolution: autograd calls the two in turn with the same gy, and oneDNN usually wants
+// it in the same blocked layout for both, so the second reorder of gy (as large as the layer's
+// output) is skipped. Holding the tensor keeps its memory from being reused by another; its
+// version counter catches an in-place change. Dropped at the next backward call either way.
+struct ReorderedGy {
+  Tensor gy;
+  uint32_t version = 0;
+  memory mem;
+  std::vector<Tensor> keep;
+};
+thread_local ReorderedGy t_last_gy;
+
+memory diff_dst_for_data(const memory::desc& want, const memory::desc& user, const Tensor& gy) {
+  t_last_gy = ReorderedGy{};
+  memory m = input(want, user, gy.raw_data(), t_last_gy.keep);
+  if (!t_last_gy.keep.empty()) t_last_gy.gy = gy, t_last_gy.version = gy.version(), t_last_gy.mem = m;
+  return m;
+}
+
+memory diff_dst_for_weights(const memory::desc& want, const memory::desc& user, const Tensor& gy,
+                            std::vector<Tensor>& keep) {
+  ReorderedGy last = std::move(t_last_gy);
+  t_last_gy = ReorderedGy{};
+  if (last.gy.defined() && last.gy.same(gy) && last.version == gy.version() && last.mem.get_desc() == want) {
+    keep.insert(keep.end(), last.keep.begin(), last.keep.end());
+    return last.mem;
+  }
+  return input(want, user, gy.raw_data(), keep);
+}
+
 // An output: the user buffer when layouts agree, else scratch that flush() reorders into the user's.
 struct Output {
   memory mem, user;
@@ -213,7 +244,7 @@ bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Te
   if (!c || !c->data) return false;
   std::vector<Tensor> keep;
   const auto& pd = *c->data_pd;
-  memory gym = input(pd.diff_dst_desc(), c->act_y, gy.raw_data(), keep);
+  memory gym = diff_dst_for_data(pd.diff_dst_desc(), c->act_y, gy);
   memory wm = input(pd.weights_desc(), c->user_w, w.raw_data(), keep);
   Output gxm = output(pd.diff_src_desc(), c->act_x, gx.raw_data(), keep);
   c->data->execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, gxm.mem}});
@@ -250,7 +281,7 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   if (!c || !c->weight) return false;
   std::vector<Tensor> keep;
   const auto& pd = *c->weight_pd;
-  memory gym = input(pd.diff_dst_desc(), c->act_y, gy.raw_data(), keep);
+  memory gym = diff_dst_for_weights(pd.diff_dst_desc(), c->act_y, gy, keep);
   memory xm = input(pd.src_desc(), c->act_x, x.raw_data(), keep);
   // Gradients are produced in f32; for bf16 they are rounded once into the user's tensors.
   const bool f32 = gw.dtype() == DType::F32;

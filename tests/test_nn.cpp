@@ -166,6 +166,44 @@ TEST(Module, BatchNormModes) {
   expect_error([&] { bn(zeros({3, 5})); }, "BatchNorm2d: expected a 4-d input [N, C, H, W], found shape [3, 5]");
 }
 
+// Sequential runs BatchNorm2d + ReLU as one fused op: the same values and gradients as calling the
+// modules one by one, and no ReLU kernel runs (the profiler's kernel spans).
+TEST(Module, SequentialFusesBatchNormAndRelu) {
+  Generator g(17);
+  auto conv = std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1, false, 1, 1, &g);
+  auto bn = std::make_shared<nn::BatchNorm2d>(8);
+  auto act = std::make_shared<nn::ReLU>();
+  nn::Sequential seq({conv, bn, act});
+  Tensor x = randn({4, 3, 6, 6}, DType::F32, &g);
+  std::vector<double> out[2], gw[2], gb[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    seq.zero_grad();
+    Tensor y;
+    std::vector<profiler::Span> spans;
+    {
+      profiler::Session session;
+      y = fused ? seq(x) : (*act)((*bn)((*conv)(x)));
+      sum(mul(y, y)).backward();
+      session.stop();
+      spans = session.spans();
+    }
+    int relu_kernels = 0, bn_kernels = 0;
+    for (const auto& s : spans) {
+      if (s.category != "kernel") continue;
+      relu_kernels += s.name == "relu" || s.name == "relu_backward";
+      bn_kernels += s.name == "batch_norm_apply" || s.name == "batch_norm_backward";
+    }
+    EXPECT_EQ(relu_kernels, fused ? 0 : 2);
+    EXPECT_EQ(bn_kernels, 2);
+    out[fused] = y.to_vector();
+    gw[fused] = conv->weight.grad().to_vector();
+    gb[fused] = bn->bias.grad().to_vector();
+  }
+  EXPECT_EQ(out[1], out[0]);
+  for (size_t i = 0; i < gw[0].size(); ++i) EXPECT_NEAR(gw[1][i], gw[0][i], 1e-5 * (1 + std::fabs(gw[0][i])));
+  for (size_t i = 0; i < gb[0].size(); ++i) EXPECT_NEAR(gb[1][i], gb[0][i], 1e-5 * (1 + std::fabs(gb[0][i])));
+}
+
 TEST(Module, ToChannelsLastKeepsResults) {
   auto net = nn::cnn_mini();
   net->eval();

@@ -142,6 +142,63 @@ TEST(NormGradcheck, BatchNorm) {
       {r({3, 2, 4})});
 }
 
+// batch_norm_relu: gradients against finite differences (the ReLU's mask is recomputed from x in
+// the backward), training and eval, NCHW, channels-last and [N, C].
+TEST(NormGradcheck, BatchNormRelu) {
+  Generator g(15);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  auto fn = [](bool training) {
+    return [training](const std::vector<Tensor>& in) {
+      const int64_t C = in[0].size(1);
+      Tensor rm = full({C}, 0.1, DType::F64), rv = full({C}, 1.3, DType::F64);
+      return batch_norm_relu(in[0], rm, rv, in[1], in[2], training, 0.1, 1e-5);
+    };
+  };
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "eval");
+    EXPECT_GRADCHECK(fn(training), {r({6, 3}), r({3}), r({3})});
+    EXPECT_GRADCHECK(fn(training), {r({2, 3, 2, 3}), r({3}), r({3})});
+    Tensor cl = randn({2, 4, 3, 2}, DType::F64, &g).contiguous_channels_last().detach().requires_grad_();
+    EXPECT_GRADCHECK(fn(training), {cl, r({4}), r({4})});
+  }
+}
+
+// batch_norm_relu is relu(batch_norm(...)): values and gradients of x, weight and bias, in every
+// floating dtype and both layouts, training and eval; the running statistics move the same way.
+TEST(Norm, BatchNormReluMatchesReluOfBatchNorm) {
+  for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+    for (bool cl : {false, true}) {
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (cl ? " nhwc" : " nchw") + (training ? " train" : " eval"));
+        Generator g(16);
+        Tensor x0 = randn({3, 5, 4, 6}, DType::F32, &g).to(dt);
+        if (cl) x0 = x0.contiguous_channels_last();
+        const Tensor w0 = randn({5}, DType::F32, &g).to(dt), b0 = randn({5}, DType::F32, &g).to(dt);
+        const Tensor dy = randn({3, 5, 4, 6}, DType::F32, &g).to(dt);
+        std::vector<double> out[2], grads[2][3], running[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+          Tensor rm = full({5}, 0.2, dt), rv = full({5}, 1.5, dt);
+          Tensor y = fused ? batch_norm_relu(x, rm, rv, w, b, training) : relu(batch_norm(x, rm, rv, w, b, training));
+          if (cl) EXPECT_TRUE(y.is_channels_last() && !y.is_contiguous());
+          autograd::backward({y}, {dy});
+          out[fused] = y.to_vector();
+          grads[fused][0] = x.grad().to_vector();
+          grads[fused][1] = w.grad().to_vector();
+          grads[fused][2] = b.grad().to_vector();
+          running[fused] = cat({rm, rv}).to_vector();
+        }
+        EXPECT_EQ(out[1], out[0]);
+        EXPECT_EQ(running[1], running[0]);
+        const double tol = dt == DType::BF16 ? 2e-2 : dt == DType::F32 ? 1e-5 : 1e-12;
+        for (int k = 0; k < 3; ++k)
+          for (size_t i = 0; i < grads[0][k].size(); ++i)
+            EXPECT_NEAR(grads[1][k][i], grads[0][k][i], tol * (1 + std::fabs(grads[0][k][i]))) << k << " " << i;
+      }
+    }
+  }
+}
+
 TEST(Norm, BatchNormRunningStatsUpdate) {
   Generator g(6);
   Tensor x = randn({6, 3, 2, 2}, {}, &g);

@@ -94,6 +94,10 @@ class UnaryModule : public Module {
     return forward(x);
   }
 
+ protected:
+  // f() as a call of this module: inside its profiler span while profiling.
+  Tensor call_as_this(const std::function<Tensor()>& f);
+
  private:
   Tensor profiled_forward(const Tensor& x);
 };
@@ -178,6 +182,9 @@ class BatchNorm2d : public UnaryModule {  // weight, bias, running_mean, running
  public:
   explicit BatchNorm2d(int64_t channels, double eps = 1e-5, double momentum = 0.1);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) as one fused op (batch_norm_relu), called as this module (its profiler span).
+  // Sequential runs a BatchNorm2d followed by a ReLU module this way.
+  Tensor call_with_relu(const Tensor& x);
   std::string type_name() const override { return "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double eps, momentum;

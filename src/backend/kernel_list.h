@@ -64,7 +64,7 @@
                            const Tensor& w, const Tensor& b, const Tensor& y))                                         \
   X(batch_norm_backward,                                                                                               \
     void(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,        \
-         const Tensor& w, bool training, const Tensor& dx, const Tensor& dw, const Tensor& db))                        \
+         const Tensor& w, const Tensor& b, bool training, const Tensor& dx, const Tensor& dw, const Tensor& db))       \
   X(softmax_forward, void(const Tensor& x, int dim, bool log, const Tensor& out))                                      \
   X(softmax_backward, void(const Tensor& g, const Tensor& y, int dim, bool log, const Tensor& gx))                     \
   X(check_class_targets, int64_t(const Tensor& target, int64_t C, int64_t ignore_index, const char* op))               \

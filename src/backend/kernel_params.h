@@ -37,6 +37,9 @@ struct AttentionParams {
 struct BatchNormLayout {
   int64_t N = 0, C = 0, S = 1;
   bool rows = false;  // MC form: dense [N*S, C]; otherwise dense [N, C, S]
+  // batch_norm followed by ReLU: y = max(0, bn(x)), and the backward takes dy as zero where
+  // bn(x) <= 0 (recomputed from x and the coefficients, so the output need not be read).
+  bool relu = false;
 };
 
 }  // namespace ft::backend

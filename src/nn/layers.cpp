@@ -76,16 +76,27 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum) : eps(ep
   num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::I64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+namespace {
+
+Tensor batch_norm_module(BatchNorm2d& m, bool training, const Tensor& x, bool relu) {
   FT_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-d input [N, C, H, W], found shape ", x.shape().str());
+  auto op = relu ? batch_norm_relu : batch_norm;
   // Re-run by activation checkpointing's backward: the forward already updated the statistics.
-  if (training_ && autograd::recomputing()) return batch_norm(x, Tensor(), Tensor(), weight, bias, true, momentum, eps);
-  Tensor y = batch_norm(x, running_mean, running_var, weight, bias, training_, momentum, eps);
-  if (training_) {
+  if (training && autograd::recomputing()) return op(x, Tensor(), Tensor(), m.weight, m.bias, true, m.momentum, m.eps);
+  Tensor y = op(x, m.running_mean, m.running_var, m.weight, m.bias, training, m.momentum, m.eps);
+  if (training) {
     autograd::NoGradGuard ng;
-    add_(num_batches_tracked, ones({}, num_batches_tracked.options()));  // as torch: counted, not used
+    add_(m.num_batches_tracked, ones({}, m.num_batches_tracked.options()));  // as torch: counted, not used
   }
   return y;
+}
+
+}  // namespace
+
+Tensor BatchNorm2d::forward(const Tensor& x) { return batch_norm_module(*this, training_, x, false); }
+
+Tensor BatchNorm2d::call_with_relu(const Tensor& x) {
+  return call_as_this([&] { return batch_norm_module(*this, training_, x, true); });
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine) : dim(dim), eps(eps) {

@@ -7,9 +7,14 @@
 namespace ft::nn {
 
 Tensor UnaryModule::profiled_forward(const Tensor& x) {
+  return call_as_this([&] { return forward(x); });
+}
+
+Tensor UnaryModule::call_as_this(const std::function<Tensor()>& f) {
+  if (!profiler::active()) return f();
   std::optional<std::string> path = profiler::detail::module_path(this);
   profiler::detail::ModuleScope scope(path ? std::move(*path) : type_name());
-  return forward(x);
+  return f();
 }
 
 }  // namespace ft::nn

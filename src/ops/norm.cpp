@@ -111,9 +111,11 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   return row_norm(x, normalized_shape, weight, Tensor(), eps, true);
 }
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
-  const char* op = "batch_norm";
+namespace {
+
+Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
   ops::check_floating(x, op, "input");
   FT_CHECK(x.dim() >= 2, op, ": expected an input of shape [N, C, ...] with at least 2 dimensions, found shape ",
            x.shape().str());
@@ -146,6 +148,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   L.C = C;
   L.S = S;
   L.rows = channels_last || S == 1;
+  L.relu = relu;
 
   const DType ct = compute_dtype(x.dtype());
   const TensorOptions copts(ct, x.device());
@@ -177,22 +180,36 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
-    SavedTensor sx(xc), smean(mean), sinv(invstd), sw(wc);
+    SavedTensor sx(xc), smean(mean), sinv(invstd), sw(wc), sb(relu ? bc : Tensor());  // b: the ReLU mask
     const DType wdt = weight.defined() ? weight.dtype() : ct, bdt = bias.defined() ? bias.dtype() : ct;
-    autograd::record_function("BatchNormBackward", {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
-      const char* node = "BatchNormBackward";
-      Tensor xv = sx.get(node);
-      Tensor dy = in_format(g[0].to(xv.dtype()), channels_last);
-      Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
-      Tensor dw = need_w ? empty({C}, copts) : Tensor();
-      Tensor db = need_b ? empty({C}, copts) : Tensor();
-      kernels(dy).batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node), sw.get(node), training, dx, dw, db);
-      if (dw.defined()) dw = dw.to(wdt);
-      if (db.defined()) db = db.to(bdt);
-      return std::vector<Tensor>{dx, dw, db};
-    });
+    autograd::record_function(relu ? "BatchNormReluBackward" : "BatchNormBackward", {&x, &weight, &bias}, {&y},
+                              [=](std::vector<Tensor>& g) {
+                                const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
+                                Tensor xv = sx.get(node);
+                                Tensor dy = in_format(g[0].to(xv.dtype()), channels_last);
+                                Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
+                                Tensor dw = need_w ? empty({C}, copts) : Tensor();
+                                Tensor db = need_b ? empty({C}, copts) : Tensor();
+                                kernels(dy).batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node),
+                                                                sw.get(node), sb.get(node), training, dx, dw, db);
+                                if (dw.defined()) dw = dw.to(wdt);
+                                if (db.defined()) db = db.to(bdt);
+                                return std::vector<Tensor>{dx, dw, db};
+                              });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
 }
 
 }  // namespace ft

@@ -15,6 +15,10 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 // in eval mode uses the running statistics. running_* may be undefined in training mode.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(...)) in one pass over the activations each way, with no tensor between the
+// two (nn::Sequential runs a BatchNorm2d followed by a ReLU this way).
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (identity when !training
 // or p == 0). The mask comes from the counter-based generator.

@@ -271,36 +271,58 @@ void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tens
   }
 }
 
-template <class T>
+// bn(x) = x * scale + shift per channel, with scale = w * invstd and shift = b - mean * scale.
+template <class Cp>
+struct Affine {
+  std::vector<Cp> scale, shift;
+  Affine(const Tensor& mean_t, const Tensor& invstd_t, const Tensor& w, const Tensor& b, int64_t C)
+      : scale(C), shift(C) {
+    const Cp* meanp = mean_t.data<Cp>();
+    const Cp* isp = invstd_t.data<Cp>();
+    const std::vector<Cp> wv = feature_vector<Cp>(w, C, Cp(1)), bv = feature_vector<Cp>(b, C, Cp(0));
+    for (int64_t c = 0; c < C; ++c) {
+      scale[c] = wv[c] * isp[c];
+      shift[c] = bv[c] - meanp[c] * scale[c];
+    }
+  }
+};
+
+// max(0, v) with ReLU fused, v otherwise.
+template <bool Relu, class Cp>
+inline Cp activate(Cp v) {
+  if constexpr (Relu) return v > Cp(0) ? v : Cp(0);
+  return v;
+}
+
+// dy where the fused ReLU passed bn(x) (bn(x) > 0), else 0; dy itself without ReLU.
+template <bool Relu, class Cp>
+inline Cp through_relu(Cp g, Cp x, Cp scale, Cp shift) {
+  if constexpr (Relu) return x * scale + shift > Cp(0) ? g : Cp(0);
+  return g;
+}
+
+template <class T, bool Relu>
 void batch_norm_apply_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& invstd_t,
                            const Tensor& w, const Tensor& b, const Tensor& y) {
   using Cp = compute_t<T>;
   const int64_t C = L.C;
-  const Cp* meanp = mean_t.data<Cp>();
-  const Cp* isp = invstd_t.data<Cp>();
-  const std::vector<Cp> wv = feature_vector<Cp>(w, C, Cp(1)), bv = feature_vector<Cp>(b, C, Cp(0));
-  // y = x * scale + shift with scale = w * invstd, shift = b - mean * scale
-  std::vector<Cp> scale(C), shift(C);
-  for (int64_t c = 0; c < C; ++c) {
-    scale[c] = wv[c] * isp[c];
-    shift[c] = bv[c] - meanp[c] * scale[c];
-  }
-  const Cp* sc = scale.data();
-  const Cp* sh = shift.data();
+  const Affine<Cp> af(mean_t, invstd_t, w, b, C);
+  const Cp* sc = af.scale.data();
+  const Cp* sh = af.shift.data();
   channel_map<T>(
       L, x.data<T>(), nullptr, y.data<T>(),
       [sc, sh](int64_t c, const T* xr, const T*, T* yr, int64_t n) {
         const Cp a = sc[c], bb = sh[c];
-        for (int64_t i = 0; i < n; ++i) yr[i] = static_cast<T>(static_cast<Cp>(xr[i]) * a + bb);
+        for (int64_t i = 0; i < n; ++i) yr[i] = static_cast<T>(activate<Relu>(static_cast<Cp>(xr[i]) * a + bb));
       },
       [C, sc, sh](const T* xr, const T*, T* yr) {
-        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(static_cast<Cp>(xr[c]) * sc[c] + sh[c]);
+        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(activate<Relu>(static_cast<Cp>(xr[c]) * sc[c] + sh[c]));
       });
 }
 
-template <class T>
+template <class T, bool Relu>
 void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t,
-                              const Tensor& invstd_t, const Tensor& w, bool training, const Tensor& dx,
+                              const Tensor& invstd_t, const Tensor& w, const Tensor& b, bool training, const Tensor& dx,
                               const Tensor& dw, const Tensor& db) {
   using Cp = compute_t<T>;
   const int64_t C = L.C;
@@ -309,6 +331,9 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
   const Cp* meanp = mean_t.data<Cp>();
   const Cp* isp = invstd_t.data<Cp>();
   const std::vector<Cp> wv = feature_vector<Cp>(w, C, Cp(1));
+  const Affine<Cp> af(mean_t, invstd_t, w, b, C);  // the fused ReLU's mask: bn(x) > 0
+  const Cp* sc = af.scale.data();
+  const Cp* sh = af.shift.data();
   const double count = static_cast<double>(L.N * L.S);
   const bool need_sums = training || dw.defined() || db.defined();
   std::vector<double> sdy(C, 0.0), sdyx(C, 0.0);
@@ -316,21 +341,23 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
     // sdy = sum(dy), sdyx = sum(dy * (x - mean))
     channel_sums<T>(
         L, xp, dyp,
-        [meanp](int64_t c, const T* xr, const T* dyr, int64_t n, double& a1, double& a2) {
-          const Cp mu = meanp[c];
+        [meanp, sc, sh](int64_t c, const T* xr, const T* dyr, int64_t n, double& a1, double& a2) {
+          const Cp mu = meanp[c], a = sc[c], bb = sh[c];
           Cp p1[kAcc] = {}, p2[kAcc] = {};
           int64_t i = 0;
           for (; i + kAcc <= n; i += kAcc)
             for (int j = 0; j < kAcc; ++j) {
-              Cp g = static_cast<Cp>(dyr[i + j]);
+              const Cp xv = static_cast<Cp>(xr[i + j]);
+              const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[i + j]), xv, a, bb);
               p1[j] += g;
-              p2[j] += g * (static_cast<Cp>(xr[i + j]) - mu);
+              p2[j] += g * (xv - mu);
             }
           Cp r1 = 0, r2 = 0;
           for (; i < n; ++i) {
-            Cp g = static_cast<Cp>(dyr[i]);
+            const Cp xv = static_cast<Cp>(xr[i]);
+            const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[i]), xv, a, bb);
             r1 += g;
-            r2 += g * (static_cast<Cp>(xr[i]) - mu);
+            r2 += g * (xv - mu);
           }
           for (int j = 0; j < kAcc; ++j) {
             r1 += p1[j];
@@ -339,11 +366,12 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
           a1 += r1;
           a2 += r2;
         },
-        [C, meanp](const T* xr, const T* dyr, double* a1, double* a2) {
+        [C, meanp, sc, sh](const T* xr, const T* dyr, double* a1, double* a2) {
           for (int64_t c = 0; c < C; ++c) {
-            Cp g = static_cast<Cp>(dyr[c]);
+            const Cp xv = static_cast<Cp>(xr[c]);
+            const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[c]), xv, sc[c], sh[c]);
             a1[c] += g;
-            a2[c] += g * (static_cast<Cp>(xr[c]) - meanp[c]);
+            a2[c] += g * (xv - meanp[c]);
           }
         },
         sdy, sdyx);
@@ -372,14 +400,32 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
     channel_map<T>(
         L, xp, dyp, dx.data<T>(),
         [=](int64_t c, const T* xr, const T* dyr, T* dxr, int64_t n) {
-          const Cp a = k1p[c], bb = k2p[c], cc = k3p[c], m = mup[c];
+          const Cp a = k1p[c], bb = k2p[c], cc = k3p[c], m = mup[c], s = sc[c], h = sh[c];
+          for (int64_t i = 0; i < n; ++i) {
+            const Cp xv = static_cast<Cp>(xr[i]);
+            dxr[i] = static_cast<T>(through_relu<Relu>(static_cast<Cp>(dyr[i]), xv, s, h) * a + (xv - m) * bb + cc);
+          }
+        },
+        [=](const T* xr, const T* dyr, T* dxr) {
+          for (int64_t c = 0; c < C; ++c) {
+            const Cp xv = static_cast<Cp>(xr[c]);
+            dxr[c] = static_cast<T>(through_relu<Relu>(static_cast<Cp>(dyr[c]), xv, sc[c], sh[c]) * k1p[c] +
+                                    (xv - mup[c]) * k2p[c] + k3p[c]);
+          }
+        });
+  } else if constexpr (Relu) {
+    // eval mode is an affine map of x: dx = dy * w * invstd where bn(x) > 0
+    channel_map<T>(
+        L, xp, dyp, dx.data<T>(),
+        [=](int64_t c, const T* xr, const T* dyr, T* dxr, int64_t n) {
+          const Cp a = k1p[c], s = sc[c], h = sh[c];
           for (int64_t i = 0; i < n; ++i)
-            dxr[i] = static_cast<T>(static_cast<Cp>(dyr[i]) * a + (static_cast<Cp>(xr[i]) - m) * bb + cc);
+            dxr[i] = static_cast<T>(through_relu<Relu>(static_cast<Cp>(dyr[i]), static_cast<Cp>(xr[i]), s, h) * a);
         },
         [=](const T* xr, const T* dyr, T* dxr) {
           for (int64_t c = 0; c < C; ++c)
-            dxr[c] =
-                static_cast<T>(static_cast<Cp>(dyr[c]) * k1p[c] + (static_cast<Cp>(xr[c]) - mup[c]) * k2p[c] + k3p[c]);
+            dxr[c] = static_cast<T>(through_relu<Relu>(static_cast<Cp>(dyr[c]), static_cast<Cp>(xr[c]), sc[c], sh[c]) *
+                                    k1p[c]);
         });
   } else {
     // eval mode is an affine map of x: dx = dy * w * invstd
@@ -415,14 +461,23 @@ void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& m
 
 void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
                       const Tensor& w, const Tensor& b, const Tensor& y) {
-  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] { batch_norm_apply_impl<scalar_t>(x, L, mean, invstd, w, b, y); });
+  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    if (L.relu)
+      batch_norm_apply_impl<scalar_t, true>(x, L, mean, invstd, w, b, y);
+    else
+      batch_norm_apply_impl<scalar_t, false>(x, L, mean, invstd, w, b, y);
+  });
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,
-                         const Tensor& invstd, const Tensor& w, bool training, const Tensor& dx, const Tensor& dw,
-                         const Tensor& db) {
-  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm",
-                       [&] { batch_norm_backward_impl<scalar_t>(dy, x, L, mean, invstd, w, training, dx, dw, db); });
+                         const Tensor& invstd, const Tensor& w, const Tensor& b, bool training, const Tensor& dx,
+                         const Tensor& dw, const Tensor& db) {
+  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
+    if (L.relu)
+      batch_norm_backward_impl<scalar_t, true>(dy, x, L, mean, invstd, w, b, training, dx, dw, db);
+    else
+      batch_norm_backward_impl<scalar_t, false>(dy, x, L, mean, invstd, w, b, training, dx, dw, db);
+  });
 }
 
 }  // namespace ft::cpu

@@ -43,14 +43,15 @@ void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, co
 using backend::BatchNormLayout;
 // Per-channel batch mean and biased variance (compute dtype [C]).
 void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var);
-// y = (x - mean) * invstd * w + b, in x's layout.
+// y = (x - mean) * invstd * w + b, in x's layout (then max(0, y) with L.relu).
 void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
                       const Tensor& w, const Tensor& b, const Tensor& y);
 // Training: dx = w*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)) (means over N*S);
 // eval: dx = dy*w*invstd. dw = sum(dy*xhat), db = sum(dy). dy and dx in x's layout; any of
-// dx/dw/db may be undefined.
+// dx/dw/db may be undefined. With L.relu, dy is first zeroed where the forward's
+// x*w*invstd + (b - mean*w*invstd) was <= 0 (b is read for that mask only).
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,
-                         const Tensor& invstd, const Tensor& w, bool training, const Tensor& dx, const Tensor& dw,
-                         const Tensor& db);
+                         const Tensor& invstd, const Tensor& w, const Tensor& b, bool training, const Tensor& dx,
+                         const Tensor& dw, const Tensor& db);
 
 }  // namespace ft::cpu

@@ -116,50 +116,38 @@ TEST(NormGradcheck, RmsNorm) {
   EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return rms_norm(in[0], {2, 3}); }, {xt});
 }
 
+// batch_norm and batch_norm_relu (whose backward recomputes the ReLU's mask from x) against
+// finite differences: training and eval; [N, C], NCHW, channels-last and a permuted layout.
 TEST(NormGradcheck, BatchNorm) {
-  Generator g(5);
-  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
-  auto fn = [](bool training) {
-    return [training](const std::vector<Tensor>& in) {
-      const int64_t C = in[0].size(1);
-      Tensor rm = full({C}, 0.1, DType::F64), rv = full({C}, 1.3, DType::F64);
-      return batch_norm(in[0], rm, rv, in[1], in[2], training, 0.1, 1e-5);
+  using BatchNormOp =
+      Tensor (*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double, double);
+  for (BatchNormOp op : {BatchNormOp(batch_norm), BatchNormOp(batch_norm_relu)}) {
+    SCOPED_TRACE(op == BatchNormOp(batch_norm) ? "batch_norm" : "batch_norm_relu");
+    Generator g(5);
+    auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+    auto fn = [op](bool training) {
+      return [op, training](const std::vector<Tensor>& in) {
+        const int64_t C = in[0].size(1);
+        Tensor rm = full({C}, 0.1, DType::F64), rv = full({C}, 1.3, DType::F64);
+        return op(in[0], rm, rv, in[1], in[2], training, 0.1, 1e-5);
+      };
     };
-  };
-  for (bool training : {true, false}) {
-    SCOPED_TRACE(training ? "training" : "eval");
-    EXPECT_GRADCHECK(fn(training), {r({5, 3}), r({3}), r({3})});
-    EXPECT_GRADCHECK(fn(training), {r({2, 3, 2, 3}), r({3}), r({3})});
-    Tensor cl = randn({2, 4, 3, 2}, DType::F64, &g).contiguous_channels_last().detach().requires_grad_();
-    ASSERT_TRUE(cl.is_channels_last());
-    EXPECT_GRADCHECK(fn(training), {cl, r({4}), r({4})});
-    Tensor nc = randn({4, 3, 2}, DType::F64, &g).permute({2, 1, 0}).detach().requires_grad_();  // [2, 3, 4]
-    EXPECT_GRADCHECK(fn(training), {nc, r({3}), r({3})});
-  }
-  // training without running statistics or affine parameters
-  EXPECT_GRADCHECK(
-      [](const std::vector<Tensor>& in) { return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-      {r({3, 2, 4})});
-}
-
-// batch_norm_relu: gradients against finite differences (the ReLU's mask is recomputed from x in
-// the backward), training and eval, NCHW, channels-last and [N, C].
-TEST(NormGradcheck, BatchNormRelu) {
-  Generator g(15);
-  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
-  auto fn = [](bool training) {
-    return [training](const std::vector<Tensor>& in) {
-      const int64_t C = in[0].size(1);
-      Tensor rm = full({C}, 0.1, DType::F64), rv = full({C}, 1.3, DType::F64);
-      return batch_norm_relu(in[0], rm, rv, in[1], in[2], training, 0.1, 1e-5);
-    };
-  };
-  for (bool training : {true, false}) {
-    SCOPED_TRACE(training ? "training" : "eval");
-    EXPECT_GRADCHECK(fn(training), {r({6, 3}), r({3}), r({3})});
-    EXPECT_GRADCHECK(fn(training), {r({2, 3, 2, 3}), r({3}), r({3})});
-    Tensor cl = randn({2, 4, 3, 2}, DType::F64, &g).contiguous_channels_last().detach().requires_grad_();
-    EXPECT_GRADCHECK(fn(training), {cl, r({4}), r({4})});
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(training ? "training" : "eval");
+      EXPECT_GRADCHECK(fn(training), {r({5, 3}), r({3}), r({3})});
+      EXPECT_GRADCHECK(fn(training), {r({2, 3, 2, 3}), r({3}), r({3})});
+      Tensor cl = randn({2, 4, 3, 2}, DType::F64, &g).contiguous_channels_last().detach().requires_grad_();
+      ASSERT_TRUE(cl.is_channels_last());
+      EXPECT_GRADCHECK(fn(training), {cl, r({4}), r({4})});
+      Tensor nc = randn({4, 3, 2}, DType::F64, &g).permute({2, 1, 0}).detach().requires_grad_();  // [2, 3, 4]
+      EXPECT_GRADCHECK(fn(training), {nc, r({3}), r({3})});
+    }
+    // training without running statistics or affine parameters
+    EXPECT_GRADCHECK(
+        [op](const std::vector<Tensor>& in) {
+          return op(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+        },
+        {r({3, 2, 4})});
   }
 }
 

@@ -182,20 +182,19 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
     SavedTensor sx(xc), smean(mean), sinv(invstd), sw(wc), sb(relu ? bc : Tensor());  // b: the ReLU mask
     const DType wdt = weight.defined() ? weight.dtype() : ct, bdt = bias.defined() ? bias.dtype() : ct;
-    autograd::record_function(relu ? "BatchNormReluBackward" : "BatchNormBackward", {&x, &weight, &bias}, {&y},
-                              [=](std::vector<Tensor>& g) {
-                                const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
-                                Tensor xv = sx.get(node);
-                                Tensor dy = in_format(g[0].to(xv.dtype()), channels_last);
-                                Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
-                                Tensor dw = need_w ? empty({C}, copts) : Tensor();
-                                Tensor db = need_b ? empty({C}, copts) : Tensor();
-                                kernels(dy).batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node),
-                                                                sw.get(node), sb.get(node), training, dx, dw, db);
-                                if (dw.defined()) dw = dw.to(wdt);
-                                if (db.defined()) db = db.to(bdt);
-                                return std::vector<Tensor>{dx, dw, db};
-                              });
+    const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
+    autograd::record_function(node, {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
+      Tensor xv = sx.get(node);
+      Tensor dy = in_format(g[0].to(xv.dtype()), channels_last);
+      Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
+      Tensor dw = need_w ? empty({C}, copts) : Tensor();
+      Tensor db = need_b ? empty({C}, copts) : Tensor();
+      kernels(dy).batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node), sw.get(node), sb.get(node), training,
+                                      dx, dw, db);
+      if (dw.defined()) dw = dw.to(wdt);
+      if (db.defined()) db = db.to(bdt);
+      return std::vector<Tensor>{dx, dw, db};
+    });
   }
   return y;
 }

@@ -2,6 +2,7 @@
 
 #include "backend/cpu/conv.h"
 #include "fasttrain/fasttrain.h"
+#include "support/cuda_compare.h"  // relative_error: by norms, as the CUDA tests compare
 #include "support/gradcheck.h"
 #include "support/parity.h"
 
@@ -177,6 +178,84 @@ TEST(ConvKernels, ReorderedGradientIsReusedOnlyWhenUnchanged) {
   weight_grad(gy);
   ASSERT_TRUE(cpu::onednn_conv2d_backward_data(p, gy, w, gx));
   weight_grad(other);  // another tensor
+}
+
+// The algorithm rule: Winograd for f32 3x3 stride-1 ungrouped convolutions with 16 or more
+// channels each side (FT_CONV_ALGO=auto), direct otherwise; the setting forces either.
+TEST(ConvKernels, AlgorithmRule) {
+  cpu::ConvParams p;
+  p.N = 2, p.C = 64, p.H = 8, p.W = 8, p.O = 64, p.kH = 3, p.kW = 3, p.OH = 8, p.OW = 8;
+  p.padding = {1, 1};
+  using A = cpu::ConvAlgorithm;
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, nullptr), A::Winograd);
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, "auto"), A::Winograd);
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, "direct"), A::Direct);
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::BF16, ""), A::Direct);  // no bf16 Winograd in oneDNN
+  cpu::ConvParams q = p;
+  q.C = 3;  // an RGB input layer
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, "winograd"), A::Winograd);
+  q = p, q.stride = {2, 2}, q.OH = q.OW = 4;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  q = p, q.kH = q.kW = 1, q.padding = {0, 0};
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  q = p, q.groups = 2;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  q = p, q.dilation = {2, 2}, q.padding = {2, 2};
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  try {
+    cpu::choose_conv_algorithm(p, DType::F32, "fft");
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("FT_CONV_ALGO: expected direct, winograd or auto, found 'fft'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Every pass of an f32 convolution on the algorithm this process chose (ctest runs this suite under
+// each FT_CONV_ALGO), against the f64 reference by norms: Winograd's transforms round differently
+// from direct sums but stay within f32's accuracy. The implementation oneDNN reports is the chosen
+// algorithm's, so the comparison is not of the direct kernel with itself.
+TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
+  struct Cfg {
+    int64_t N, C, O, HW;
+    bool channels_last;
+  };
+  for (const Cfg& k : {Cfg{4, 64, 64, 16, false}, Cfg{2, 32, 48, 20, true}, Cfg{2, 128, 128, 7, false}}) {
+    cpu::ConvParams p;
+    p.N = k.N, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3, p.OH = k.HW, p.OW = k.HW;
+    p.padding = {1, 1}, p.channels_last = k.channels_last, p.weight_channels_last = k.channels_last;
+    SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " " + std::to_string(k.HW) +
+                 (k.channels_last ? " nhwc" : " nchw"));
+    const bool wino = cpu::conv_algorithm(p, DType::F32) == cpu::ConvAlgorithm::Winograd;
+    const std::string impl = cpu::onednn_conv2d_forward_implementation(p, DType::F32, false);
+    EXPECT_EQ(impl.find("wino") != std::string::npos, wino) << impl;
+    auto fmt = [&](const Tensor& t) { return k.channels_last ? t.contiguous_channels_last() : t; };
+    Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 31));
+    Tensor w = fmt(randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 32));
+    Tensor gy = fmt(randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 33));
+    auto f64 = [&](const Tensor& t) { return fmt(t.to(DType::F64)); };
+    auto rel = [](const Tensor& got, const Tensor& want) {
+      return ft::testing::relative_error(got.to(DType::F64).to_vector(), want.to_vector());
+    };
+    Tensor y = fmt(empty({p.N, p.O, p.OH, p.OW})), y64 = f64(empty({p.N, p.O, p.OH, p.OW}));
+    ASSERT_TRUE(cpu::onednn_conv2d_forward(p, x, w, Tensor(), y));
+    cpu::conv2d_forward_reference(p, f64(x), f64(w), Tensor(), y64);
+    Tensor gx = fmt(empty(x.shape())), gx64 = f64(empty(x.shape()));
+    ASSERT_TRUE(cpu::onednn_conv2d_backward_data(p, gy, w, gx));
+    cpu::conv2d_backward_data_reference(p, f64(gy), f64(w), gx64);
+    Tensor gw = fmt(empty(w.shape())), gw64 = f64(empty(w.shape()));
+    ASSERT_TRUE(cpu::onednn_conv2d_backward_weight(p, gy, x, gw, Tensor()));
+    cpu::conv2d_backward_weight_reference(p, f64(gy), f64(x), gw64, Tensor());
+    const double ey = rel(y, y64), egx = rel(gx, gx64), egw = rel(gw, gw64);
+    std::printf("%s %s: relative error y %.2e gx %.2e gw %.2e\n", impl.c_str(), wino ? "winograd" : "direct", ey, egx,
+                egw);
+    // Measured: Winograd 4e-7 to 1e-6, direct 1e-7 to 6e-7.
+    EXPECT_LT(ey, 5e-6);
+    EXPECT_LT(egx, 5e-6);
+    EXPECT_LT(egw, 5e-6);
+  }
 }
 
 // f16 computes in f32 on the f16 values and rounds once: the same as an f32 conv of the rounded

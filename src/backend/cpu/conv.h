@@ -10,6 +10,8 @@
 // oneDNN rejects or would only run with its slow reference implementation, use the im2col + GEMM
 // reference path below.
 #pragma once
+#include <string>
+
 #include "backend/kernel_params.h"
 #include "fasttrain/ops/conv.h"
 #include "fasttrain/tensor.h"
@@ -37,5 +39,21 @@ bool onednn_conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w
 bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
 bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
                                    const Tensor& gb);
+
+// Which oneDNN algorithm a convolution asks for. Winograd F(4x4, 3x3) multiplies 2.25-4x less
+// than the direct convolution; for f32 3x3 stride-1 layers with at least 16 channels each side,
+// oneDNN's AVX-512 kernels for it run every pass up to twice as fast (docs/PERF.md). Its transforms
+// round differently: against an f64 reference, errors by norms of about 1e-6 where direct sums
+// make 2e-7 (tests/test_conv.cpp), far inside f32 training's needs. FT_CONV_ALGO=direct forces the
+// direct kernels that PyTorch's CPU convolutions use; FT_CONV_ALGO=winograd asks for Winograd
+// wherever oneDNN has it. Winograd that oneDNN declines falls back to direct.
+enum class ConvAlgorithm { Direct, Winograd };
+const char* conv_algorithm_name(ConvAlgorithm a);  // "direct", "winograd"
+// setting: FT_CONV_ALGO's value (null, "" or "auto" for the rule above); other values throw.
+ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting);
+ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO
+// The implementation oneDNN runs for the forward pass (its impl_info_str, e.g. "jit_wino_4x3:avx512_core"),
+// or "" when the configuration takes the reference path.
+std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias);
 
 }  // namespace ft::cpu

@@ -11,6 +11,9 @@
 //   does OIHW ones (no OIHW copy of each weight per step, nor a copy of its gradient back).
 // - NCHW activations are described with `any` too: oneDNN then picks its blocked (nChw16c) JIT
 //   kernels, and the reorders in and out cost much less than the plain-NCHW GEMM kernel loses.
+// - f32 3x3 stride-1 convolutions ask for oneDNN's Winograd kernels (conv.h's rule, FT_CONV_ALGO),
+//   on its blocked layouts whatever the activations' format; the backward passes follow the
+//   forward's algorithm, falling back to direct where oneDNN has no Winograd kernel for them.
 // - bf16 weight and bias gradients are produced in f32 and rounded once when stored.
 // - Primitive descriptors and primitives are cached per configuration (shape, dtype, layout,
 //   bias), so a training step creates nothing after the first.
@@ -18,12 +21,14 @@
 //   caller uses the im2col + OpenBLAS path instead.
 #include <dnnl.hpp>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/cpu/conv.h"
 #include "backend/cpu/copy.h"
@@ -63,6 +68,7 @@ struct ConvPrims {
   std::optional<dnnl::convolution_backward_weights> weight;
   memory::dims strides, dilates, pad_l, pad_r;
   memory::desc any_x, any_y, any_w, any_w_f32, any_b, any_b_f32;
+  dnnl::algorithm alg = dnnl::algorithm::convolution_direct;  // that of fwd_pd; the backward ones follow it
 };
 
 std::mutex g_mutex;
@@ -78,6 +84,24 @@ std::string cache_key(const ConvParams& p, DType dt, bool bias) {
     k += ',';
   }
   return k;
+}
+
+// Creates c's forward primitive with algorithm `alg` and activation descriptors x, y, unless oneDNN
+// rejects the configuration or would only run its reference kernel for it.
+void make_forward(ConvPrims& c, dnnl::algorithm alg, bool bias, const memory::desc& x, const memory::desc& y) {
+  try {
+    auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, c.any_w, c.any_b, y,
+                                                    c.strides, c.dilates, c.pad_l, c.pad_r)
+                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, c.any_w, y, c.strides,
+                                                    c.dilates, c.pad_l, c.pad_r);
+    dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+    if (is_reference_impl(pd.impl_info_str())) return;
+    c.fwd_pd = pd;
+    c.fwd = dnnl::convolution_forward(pd);
+    c.alg = alg;
+  } catch (const dnnl::error&) {
+    // unsupported: leave fwd empty
+  }
 }
 
 // Returns the cached primitives for the configuration (creating the forward one on first use), or
@@ -111,24 +135,56 @@ ConvPrims* lookup(const ConvParams& p, DType dt, bool bias) {
   // Right padding so that the output size matches floor((H + 2p - d(k-1) - 1) / s) + 1.
   c->pad_r = {(p.OH - 1) * p.stride[0] + (p.kH - 1) * p.dilation[0] + 1 - p.H - p.padding[0],
               (p.OW - 1) * p.stride[1] + (p.kW - 1) * p.dilation[1] + 1 - p.W - p.padding[1]};
-  try {
-    auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                    dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_b,
-                                                    c->any_y, c->strides, c->dilates, c->pad_l, c->pad_r)
-                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                                    dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_y,
-                                                    c->strides, c->dilates, c->pad_l, c->pad_r);
-    dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
-    if (!is_reference_impl(pd.impl_info_str())) {
-      c->fwd_pd = pd;
-      c->fwd = dnnl::convolution_forward(pd);
-    }
-  } catch (const dnnl::error&) {
-    // unsupported: leave fwd empty, the caller falls back
+  if (conv_algorithm(p, dt) == ConvAlgorithm::Winograd) {
+    // oneDNN's Winograd kernels work on its blocked layouts only, so channels-last activations are
+    // reordered too, as NCHW ones always are.
+    const memory::desc blocked_x(xd, t, tag::any), blocked_y(yd, t, tag::any);
+    make_forward(*c, dnnl::algorithm::convolution_winograd, bias, blocked_x, blocked_y);
+    if (c->fwd) c->any_x = blocked_x, c->any_y = blocked_y;
   }
+  if (!c->fwd) make_forward(*c, dnnl::algorithm::convolution_direct, bias, c->any_x, c->any_y);
   ConvPrims* out = c->fwd ? c.get() : nullptr;
   g_cache.emplace(key, std::move(c));
   return out;
+}
+
+// The algorithms to try for c's backward passes: the forward's, then direct (oneDNN may have a
+// Winograd forward for a configuration and no Winograd backward).
+std::vector<dnnl::algorithm> backward_algorithms(const ConvPrims& c) {
+  if (c.alg == dnnl::algorithm::convolution_direct) return {c.alg};
+  return {c.alg, dnnl::algorithm::convolution_direct};
+}
+
+void make_backward_data(ConvPrims& c) {
+  for (dnnl::algorithm alg : backward_algorithms(c)) {
+    try {
+      dnnl::convolution_backward_data::desc d(alg, c.any_x, c.any_w, c.any_y, c.strides, c.dilates, c.pad_l, c.pad_r);
+      dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), *c.fwd_pd);
+      if (is_reference_impl(pd.impl_info_str())) continue;
+      c.data_pd = pd;
+      c.data = dnnl::convolution_backward_data(pd);
+      return;
+    } catch (const dnnl::error&) {
+    }
+  }
+}
+
+// Weight (and bias) gradients in f32 whatever the activations' type (rounded when stored).
+void make_backward_weights(ConvPrims& c, bool bias) {
+  for (dnnl::algorithm alg : backward_algorithms(c)) {
+    try {
+      auto d = bias ? dnnl::convolution_backward_weights::desc(alg, c.any_x, c.any_w_f32, c.any_b_f32, c.any_y,
+                                                               c.strides, c.dilates, c.pad_l, c.pad_r)
+                    : dnnl::convolution_backward_weights::desc(alg, c.any_x, c.any_w_f32, c.any_y, c.strides, c.dilates,
+                                                               c.pad_l, c.pad_r);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), *c.fwd_pd);
+      if (is_reference_impl(pd.impl_info_str())) continue;
+      c.weight_pd = pd;
+      c.weight = dnnl::convolution_backward_weights(pd);
+      return;
+    } catch (const dnnl::error&) {
+    }
+  }
 }
 
 // Scratch memory for a oneDNN buffer, from the caching allocator.
@@ -229,16 +285,7 @@ bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Te
     c = lookup(p, gy.dtype(), false);
     if (c && !c->data_tried) {
       c->data_tried = true;
-      try {
-        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, c->any_x, c->any_w, c->any_y,
-                                                c->strides, c->dilates, c->pad_l, c->pad_r);
-        dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
-        if (!is_reference_impl(pd.impl_info_str())) {
-          c->data_pd = pd;
-          c->data = dnnl::convolution_backward_data(pd);
-        }
-      } catch (const dnnl::error&) {
-      }
+      make_backward_data(*c);
     }
   }
   if (!c || !c->data) return false;
@@ -262,20 +309,7 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
     c = lookup(p, gy.dtype(), bias);
     if (c && !c->weight_tried) {
       c->weight_tried = true;
-      try {
-        auto d =
-            bias ? dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x, c->any_w_f32,
-                                                            c->any_b_f32, c->any_y, c->strides, c->dilates, c->pad_l,
-                                                            c->pad_r)
-                 : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, c->any_x, c->any_w_f32,
-                                                            c->any_y, c->strides, c->dilates, c->pad_l, c->pad_r);
-        dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), *c->fwd_pd);
-        if (!is_reference_impl(pd.impl_info_str())) {
-          c->weight_pd = pd;
-          c->weight = dnnl::convolution_backward_weights(pd);
-        }
-      } catch (const dnnl::error&) {
-      }
+      make_backward_weights(*c, bias);
     }
   }
   if (!c || !c->weight) return false;
@@ -304,6 +338,31 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
     if (bias) copy(gb, gb32);
   }
   return true;
+}
+
+const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::Winograd ? "winograd" : "direct"; }
+
+ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting) {
+  const std::string v = setting ? setting : "";
+  if (v == "direct") return ConvAlgorithm::Direct;
+  if (v == "winograd") return ConvAlgorithm::Winograd;
+  FT_CHECK(v.empty() || v == "auto", "FT_CONV_ALGO: expected direct, winograd or auto, found '", v, "'");
+  // oneDNN's Winograd kernels are f32 only. With fewer than 16 channels on either side (a first
+  // layer on RGB) its transforms cost more than the products they save.
+  const bool three_by_three = p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
+                              p.dilation[1] == 1 && p.groups == 1;
+  return dt == DType::F32 && three_by_three && p.C >= 16 && p.O >= 16 ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
+}
+
+ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt) {
+  static const char* setting = std::getenv("FT_CONV_ALGO");
+  return choose_conv_algorithm(p, dt, setting);
+}
+
+std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ConvPrims* c = lookup(p, dt, bias);
+  return c ? c->fwd_pd->impl_info_str() : "";
 }
 
 }  // namespace ft::cpu

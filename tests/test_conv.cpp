@@ -258,6 +258,48 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
   }
 }
 
+// Every pass gives the same bits on 1, 2 and 3 threads, on each algorithm the process uses (ctest
+// runs this under FT_CONV_ALGO=direct and winograd too): the Winograd and direct kernels of f32
+// layers, a stride-2 layer, and bf16 (whose weight gradients are summed in f32 and rounded).
+TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
+  struct Cfg {
+    int64_t C, O, HW, stride;
+    DType dt;
+    bool channels_last;
+  };
+  const int threads = get_num_threads();
+  for (const Cfg& k : {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
+                       Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true}}) {
+    cpu::ConvParams p;
+    p.N = 8, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3, p.stride = {k.stride, k.stride};
+    p.OH = p.OW = (k.HW - 1) / k.stride + 1;
+    p.padding = {1, 1}, p.channels_last = k.channels_last, p.weight_channels_last = k.channels_last;
+    SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " " +
+                 dtype_name(k.dt) + (k.channels_last ? " nhwc " : " nchw ") +
+                 cpu::onednn_conv2d_forward_implementation(p, k.dt, true));
+    auto fmt = [&](const Tensor& t) { return k.channels_last ? t.contiguous_channels_last() : t; };
+    Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 41).to(k.dt));
+    Tensor w = fmt(randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 42).to(k.dt));
+    Tensor b = randn_like_shape({p.O}, DType::F32, 43).to(k.dt);
+    Tensor gy = fmt(randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 44).to(k.dt));
+    auto passes = [&](int n) {
+      set_num_threads(n);
+      Tensor y = fmt(empty(gy.shape(), TensorOptions(k.dt))), gx = fmt(empty(x.shape(), TensorOptions(k.dt)));
+      Tensor gw = fmt(empty(w.shape(), TensorOptions(k.dt))), gb = empty(b.shape(), TensorOptions(k.dt));
+      cpu::conv2d_forward(p, x, w, b, y);
+      cpu::conv2d_backward_data(p, gy, w, gx);
+      cpu::conv2d_backward_weight(p, gy, x, gw, gb);
+      return std::vector<std::vector<double>>{y.to_vector(), gx.to_vector(), gw.to_vector(), gb.to_vector()};
+    };
+    const auto one = passes(1);
+    for (int n : {2, 3}) {
+      const auto many = passes(n);
+      for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], many[i]) << "pass " << i << " on " << n << " threads";
+    }
+  }
+  set_num_threads(threads);
+}
+
 // f16 computes in f32 on the f16 values and rounds once: the same as an f32 conv of the rounded
 // inputs, rounded.
 TEST(ConvKernels, F16MatchesRoundedF32) {

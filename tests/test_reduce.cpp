@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/reduce.h"
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"
@@ -164,6 +165,35 @@ TEST(Reduce, LargeAndIntegerInputs) {
   EXPECT_EQ(var(a, {}, 0).item<double>(), 1.25);
   // var with too few elements: 0/0 = NaN, as in PyTorch
   EXPECT_TRUE(std::isnan(var(ones({1, 3}), {0}).to_vector()[0]));
+}
+
+// Sums over leading dims (bias gradients) of many rows: blocks of rows are summed in the compute
+// type and combined in double. Against the f64 sum of the same values, within f32's rounding of
+// a 256-row block; the same bits on 1, 2 and 3 threads (threads split the columns).
+TEST(Reduce, LeadingSumsOfManyRowsAreAccurateAndThreadIndependent) {
+  Generator g(7);
+  const int threads = get_num_threads();
+  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = add(randn({1000, 3, 300}, DType::F32, &g), 2.0).to(dt);  // offset: sums far from 0
+    // The kernel's double sums (the op rounds them to x's dtype), against summing in f64 throughout.
+    auto column_sums = [&](const Tensor& t) {
+      Tensor out = empty({3, 300}, DType::F64);
+      cpu::sum(t, {true, false, false}, 1.0, out);
+      return out;
+    };
+    Tensor want = column_sums(x.to(DType::F64));
+    std::vector<std::vector<double>> got;
+    for (int n : {1, 2, 3}) {
+      set_num_threads(n);
+      got.push_back(column_sums(x).to_vector());
+    }
+    set_num_threads(threads);
+    EXPECT_EQ(got[0], got[1]);
+    EXPECT_EQ(got[0], got[2]);
+    const std::vector<double> w = want.to_vector();
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(got[0][i], w[i], 1e-6 * std::abs(w[i])) << "column " << i;
+  }
 }
 
 TEST(Reduce, Errors) {

@@ -77,24 +77,35 @@ void sum_rows(const T* x, int64_t K, int64_t R, double scale, Acc* out) {
   });
 }
 
-// x viewed as [R, K] dense: out[k] = sum_r x[r, k].
+// x viewed as [R, K] dense: out[k] = sum_r x[r, k]. As sum_rows: blocks of 256 rows summed in the
+// compute type (one vectorised add per element into a row of partial sums that stays in L1), the
+// blocks combined in double. Threads split the columns, so each column's order of addition is
+// the same on any thread count.
 template <class T, class Acc>
 void sum_columns(const T* x, int64_t R, int64_t K, double scale, Acc* out) {
+  using C = compute_t<T>;
   parallel_for(0, K, 256, [&](int64_t k0, int64_t k1) {
-    std::vector<double> acc(k1 - k0, 0.0);
-    for (int64_t r = 0; r < R; ++r) {
-      const T* row = x + r * K;
-      if constexpr (std::is_same_v<T, f16>) {  // widened in tiles: a conversion per element stays scalar
-        for_half_tiles(k1 - k0, [&](int64_t i0, int64_t m) {
-          float t[kHalfTile];
-          widen_halves(row + k0 + i0, t, m);
-          for (int64_t i = 0; i < m; ++i) acc[i0 + i] += static_cast<double>(t[i]);
-        });
-      } else {
-        for (int64_t k = k0; k < k1; ++k) acc[k - k0] += static_cast<double>(static_cast<compute_t<T>>(row[k]));
+    const int64_t n = k1 - k0;
+    std::vector<double> acc(n, 0.0);
+    std::vector<C> part(n);
+    for (int64_t r0 = 0; r0 < R; r0 += 256) {
+      const int64_t r1 = std::min(R, r0 + 256);
+      std::fill(part.begin(), part.end(), C(0));
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* row = x + r * K + k0;
+        if constexpr (std::is_same_v<T, f16>) {  // widened in tiles: a conversion per element stays scalar
+          for_half_tiles(n, [&](int64_t i0, int64_t m) {
+            float t[kHalfTile];
+            widen_halves(row + i0, t, m);
+            for (int64_t i = 0; i < m; ++i) part[i0 + i] += t[i];
+          });
+        } else {
+          for (int64_t i = 0; i < n; ++i) part[i] += static_cast<C>(row[i]);
+        }
       }
+      for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(part[i]);
     }
-    for (int64_t k = k0; k < k1; ++k) out[k] = static_cast<Acc>(acc[k - k0] * scale);
+    for (int64_t i = 0; i < n; ++i) out[k0 + i] = static_cast<Acc>(acc[i] * scale);
   });
 }
 

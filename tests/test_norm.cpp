@@ -361,4 +361,14 @@ TEST(Norm, ColumnSumsIndependentOfThreadCount) {
   auto a = run(1), b = run(2);
   set_num_threads(prev);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "result " << i;
+  // The channels-last sums (f32 partials over runs of rows, carried in double) against the same
+  // batch norm in f64 on NCHW, whose per-channel loops are the other form: within f32 rounding.
+  Tensor wb = ones({24}, DType::F64).requires_grad_(), x64 = xb.to(DType::F64).contiguous().requires_grad_();
+  Tensor y64 = batch_norm(x64, Tensor(), Tensor(), wb, Tensor(), true);
+  autograd::backward({y64}, {gb.to(DType::F64)});
+  const std::vector<std::vector<double>> want = {y64.to_vector(), wb.grad().to_vector(), x64.grad().to_vector()};
+  for (size_t i = 0; i < want.size(); ++i)
+    for (size_t j = 0; j < want[i].size(); ++j)
+      ASSERT_NEAR(a[2 + i][j], want[i][j], 2e-5 * (1 + std::abs(want[i][j])))
+          << "result " << 2 + i << ", element " << j;
 }

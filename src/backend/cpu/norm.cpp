@@ -180,8 +180,9 @@ void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mea
 // batch_norm
 
 // Per-channel sums s1[c] = sum f1(x, dy), s2[c] = sum f2(...) over N*S elements, in double.
-// `row(c, xr, dyr, n, &a1, &a2)` adds one contiguous run of one channel (NCS form);
-// `col(xr, dyr, a1, a2)` adds one [C] row of the MC form into per-channel accumulators.
+// `run(c, xr, dyr, n, &a1, &a2)` adds one contiguous run of one channel (NCS form);
+// `row(xr, dyr, a1, a2)` adds one [C] row of the MC form into per-channel accumulators of the
+// compute type.
 template <class T, class RunF, class RowF>
 void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, RowF row, std::vector<double>& s1,
                   std::vector<double>& s2) {
@@ -203,13 +204,29 @@ void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, R
     });
     return;
   }
+  // Rows add into compute-type partial sums (one vectorised add per element, in L1) that are
+  // carried into the block's doubles every kRowsPerPartial rows; a double add per element cost
+  // more than the rest of the loop. Blocks and sub-blocks depend on the shape only, so the sums
+  // do not depend on the thread count.
+  using Cp = compute_t<T>;
+  constexpr int64_t kRowsPerPartial = 64;
   const int64_t M = L.N * L.S;
   const int64_t nb = row_blocks(M, C);
   std::vector<double> p1(nb * C, 0.0), p2(nb * C, 0.0);
   for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
     double* a1 = p1.data() + blk * C;
     double* a2 = p2.data() + blk * C;
-    for (int64_t m = m0; m < m1; ++m) row(x + m * C, dy ? dy + m * C : nullptr, a1, a2);
+    std::vector<Cp> q1(C), q2(C);
+    for (int64_t s0 = m0; s0 < m1; s0 += kRowsPerPartial) {
+      std::fill(q1.begin(), q1.end(), Cp(0));
+      std::fill(q2.begin(), q2.end(), Cp(0));
+      const int64_t rows_end = std::min(m1, s0 + kRowsPerPartial);
+      for (int64_t m = s0; m < rows_end; ++m) row(x + m * C, dy ? dy + m * C : nullptr, q1.data(), q2.data());
+      for (int64_t c = 0; c < C; ++c) {
+        a1[c] += static_cast<double>(q1[c]);
+        a2[c] += static_cast<double>(q2[c]);
+      }
+    }
   });
   combine_partials(p1, nb, C, s1.data());
   combine_partials(p2, nb, C, s2.data());
@@ -244,7 +261,7 @@ void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tens
   channel_sums<T>(
       L, xp, nullptr,
       [](int64_t, const T* xr, const T*, int64_t n, double& a1, double&) { a1 += dense_sum<T, Cp>(xr, n); },
-      [C](const T* xr, const T*, double* a1, double*) {
+      [C](const T* xr, const T*, Cp* a1, Cp*) {
         for (int64_t c = 0; c < C; ++c) a1[c] += static_cast<Cp>(xr[c]);
       },
       s1, s2);
@@ -256,7 +273,7 @@ void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tens
       [mup](int64_t c, const T* xr, const T*, int64_t n, double& a1, double&) {
         a1 += dense_sq_dev<T, Cp>(xr, n, mup[c]);
       },
-      [C, mup](const T* xr, const T*, double* a1, double*) {
+      [C, mup](const T* xr, const T*, Cp* a1, Cp*) {
         for (int64_t c = 0; c < C; ++c) {
           Cp d = static_cast<Cp>(xr[c]) - mup[c];
           a1[c] += d * d;
@@ -368,7 +385,7 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
           a1 += r1;
           a2 += r2;
         },
-        [C, meanp, sc, sh](const T* xr, const T* dyr, double* a1, double* a2) {
+        [C, meanp, sc, sh](const T* xr, const T* dyr, Cp* a1, Cp* a2) {
           for (int64_t c = 0; c < C; ++c) {
             const Cp xv = static_cast<Cp>(xr[c]);
             const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[c]), xv, sc[c], sh[c]);

@@ -181,7 +181,8 @@ TEST(ConvKernels, ReorderedGradientIsReusedOnlyWhenUnchanged) {
 }
 
 // The algorithm rule: Winograd for f32 3x3 stride-1 ungrouped convolutions with 16 or more
-// channels each side (FT_CONV_ALGO=auto), direct otherwise; the setting forces either.
+// channels each side and at least 8x8 outputs (FT_CONV_ALGO=auto), direct otherwise; the setting
+// forces either.
 TEST(ConvKernels, AlgorithmRule) {
   cpu::ConvParams p;
   p.N = 2, p.C = 64, p.H = 8, p.W = 8, p.O = 64, p.kH = 3, p.kW = 3, p.OH = 8, p.OW = 8;
@@ -203,6 +204,12 @@ TEST(ConvKernels, AlgorithmRule) {
   EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
   q = p, q.dilation = {2, 2}, q.padding = {2, 2};
   EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  q = p, q.H = q.W = q.OH = q.OW = 7;  // ResNet's last stage
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  q.OW = q.W = 8;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
+  q.OH = q.H = 8;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Winograd);
   try {
     cpu::choose_conv_algorithm(p, DType::F32, "fft");
     ADD_FAILURE() << "no error";
@@ -256,6 +263,27 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
     EXPECT_LT(egx, 5e-6);
     EXPECT_LT(egw, 5e-6);
   }
+}
+
+// oneDNN's scratch memory (large for Winograd: transformed tiles and weights) comes from the
+// caching allocator, so the memory statistics and profiles count it: the forward's peak exceeds its
+// inputs and output by at least the scratchpad oneDNN asks for, and the scratch is free afterwards.
+TEST(ConvKernels, ScratchMemoryIsCountedByTheAllocator) {
+  cpu::ConvParams p;
+  p.N = 4, p.C = 128, p.H = 16, p.W = 16, p.O = 128, p.kH = 3, p.kW = 3, p.OH = 16, p.OW = 16;
+  p.padding = {1, 1};
+  Tensor x = randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 51);
+  Tensor w = randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 52);
+  Tensor y = empty({p.N, p.O, p.OH, p.OW});
+  ASSERT_TRUE(cpu::onednn_conv2d_forward(p, x, w, Tensor(), y));  // primitives made, caches warm
+  const int64_t scratch = cpu::onednn_conv2d_forward_scratch_bytes(p, DType::F32, false);
+  if (cpu::conv_algorithm(p, DType::F32) == cpu::ConvAlgorithm::Winograd) EXPECT_GT(scratch, 1 << 20);
+  Allocator& a = allocator_for(Device::cpu());
+  const int64_t before = a.stats().allocated_bytes;
+  a.reset_peak();
+  ASSERT_TRUE(cpu::onednn_conv2d_forward(p, x, w, Tensor(), y));
+  EXPECT_GE(a.stats().peak_allocated_bytes - before, scratch);
+  EXPECT_EQ(a.stats().allocated_bytes, before);
 }
 
 // Every pass gives the same bits on 1, 2 and 3 threads, on each algorithm the process uses (ctest

@@ -41,8 +41,9 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
                                    const Tensor& gb);
 
 // Which oneDNN algorithm a convolution asks for. Winograd F(4x4, 3x3) multiplies 2.25-4x less
-// than the direct convolution; for f32 3x3 stride-1 layers with at least 16 channels each side,
-// oneDNN's AVX-512 kernels for it run every pass up to twice as fast (docs/PERF.md). Its transforms
+// than the direct convolution; for f32 3x3 stride-1 layers with at least 16 channels each side
+// and 8x8 outputs, oneDNN's AVX-512 kernels for it run every pass up to twice as fast
+// (docs/PERF.md), at the cost of scratch memory (taken from the caching allocator). Its transforms
 // round differently: against an f64 reference, errors by norms of about 1e-6 where direct sums
 // make 2e-7 (tests/test_conv.cpp), far inside f32 training's needs. FT_CONV_ALGO=direct forces the
 // direct kernels that PyTorch's CPU convolutions use; FT_CONV_ALGO=winograd asks for Winograd
@@ -55,5 +56,7 @@ ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the proces
 // The implementation oneDNN runs for the forward pass (its impl_info_str, e.g. "jit_wino_4x3:avx512_core"),
 // or "" when the configuration takes the reference path.
 std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias);
+// The scratch memory its forward primitive asks for (taken from the caching allocator per call).
+int64_t onednn_conv2d_forward_scratch_bytes(const ConvParams& p, DType dt, bool bias);
 
 }  // namespace ft::cpu

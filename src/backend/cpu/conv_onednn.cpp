@@ -53,6 +53,15 @@ dnnl::stream& cpu_stream() {
 
 ddt dnnl_type(DType t) { return t == DType::BF16 ? ddt::bf16 : ddt::f32; }
 
+// Primitives take their scratch memory (Winograd's transformed tiles, backward-weights' partial
+// sums) from the caller, which gets it from the caching allocator (scratch() below), so it shows
+// in the memory statistics and profiles instead of living inside oneDNN.
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
 
 struct ConvPrims {
@@ -94,7 +103,7 @@ void make_forward(ConvPrims& c, dnnl::algorithm alg, bool bias, const memory::de
                                                     c.strides, c.dilates, c.pad_l, c.pad_r)
                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x, c.any_w, y, c.strides,
                                                     c.dilates, c.pad_l, c.pad_r);
-    dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+    dnnl::convolution_forward::primitive_desc pd(d, user_scratchpad(), cpu_engine());
     if (is_reference_impl(pd.impl_info_str())) return;
     c.fwd_pd = pd;
     c.fwd = dnnl::convolution_forward(pd);
@@ -159,7 +168,7 @@ void make_backward_data(ConvPrims& c) {
   for (dnnl::algorithm alg : backward_algorithms(c)) {
     try {
       dnnl::convolution_backward_data::desc d(alg, c.any_x, c.any_w, c.any_y, c.strides, c.dilates, c.pad_l, c.pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(d, cpu_engine(), *c.fwd_pd);
+      dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), cpu_engine(), *c.fwd_pd);
       if (is_reference_impl(pd.impl_info_str())) continue;
       c.data_pd = pd;
       c.data = dnnl::convolution_backward_data(pd);
@@ -177,7 +186,7 @@ void make_backward_weights(ConvPrims& c, bool bias) {
                                                                c.strides, c.dilates, c.pad_l, c.pad_r)
                     : dnnl::convolution_backward_weights::desc(alg, c.any_x, c.any_w_f32, c.any_y, c.strides, c.dilates,
                                                                c.pad_l, c.pad_r);
-      dnnl::convolution_backward_weights::primitive_desc pd(d, cpu_engine(), *c.fwd_pd);
+      dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), cpu_engine(), *c.fwd_pd);
       if (is_reference_impl(pd.impl_info_str())) continue;
       c.weight_pd = pd;
       c.weight = dnnl::convolution_backward_weights(pd);
@@ -270,6 +279,7 @@ bool onednn_conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w
   Output ym = output(pd.dst_desc(), c->act_y, y.raw_data(), keep);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym.mem}};
   if (b.defined()) args[DNNL_ARG_BIAS] = input(pd.bias_desc(), c->user_b, b.raw_data(), keep);
+  args[DNNL_ARG_SCRATCHPAD] = scratch(pd.scratchpad_desc(), keep);
   c->fwd->execute(cpu_stream(), args);
   flush(ym);
   cpu_stream().wait();
@@ -294,7 +304,10 @@ bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Te
   memory gym = diff_dst_for_data(pd.diff_dst_desc(), c->act_y, gy);
   memory wm = input(pd.weights_desc(), c->user_w, w.raw_data(), keep);
   Output gxm = output(pd.diff_src_desc(), c->act_x, gx.raw_data(), keep);
-  c->data->execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DIFF_SRC, gxm.mem}});
+  c->data->execute(cpu_stream(), {{DNNL_ARG_DIFF_DST, gym},
+                                  {DNNL_ARG_WEIGHTS, wm},
+                                  {DNNL_ARG_DIFF_SRC, gxm.mem},
+                                  {DNNL_ARG_SCRATCHPAD, scratch(pd.scratchpad_desc(), keep)}});
   flush(gxm);
   cpu_stream().wait();
   return true;
@@ -329,6 +342,7 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
     gbm = output(pd.diff_bias_desc(), c->user_b_f32, gb32.raw_data(), keep);
     args[DNNL_ARG_DIFF_BIAS] = gbm.mem;
   }
+  args[DNNL_ARG_SCRATCHPAD] = scratch(pd.scratchpad_desc(), keep);
   c->weight->execute(cpu_stream(), args);
   flush(gwm);
   if (bias) flush(gbm);
@@ -348,10 +362,13 @@ ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* s
   if (v == "winograd") return ConvAlgorithm::Winograd;
   FT_CHECK(v.empty() || v == "auto", "FT_CONV_ALGO: expected direct, winograd or auto, found '", v, "'");
   // oneDNN's Winograd kernels are f32 only. With fewer than 16 channels on either side (a first
-  // layer on RGB) its transforms cost more than the products they save.
+  // layer on RGB) its transforms cost more than the products they save. Below 8x8 outputs per
+  // image (ResNet's last stage, 7x7) the gain is small while the scratch memory, which grows with
+  // C * O (126 MB for 512 -> 512 backward-weights), is not.
   const bool three_by_three = p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
                               p.dilation[1] == 1 && p.groups == 1;
-  return dt == DType::F32 && three_by_three && p.C >= 16 && p.O >= 16 ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
+  const bool wide_enough = p.C >= 16 && p.O >= 16 && p.OH >= 8 && p.OW >= 8;
+  return dt == DType::F32 && three_by_three && wide_enough ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
 }
 
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt) {
@@ -363,6 +380,12 @@ std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, 
   std::lock_guard<std::mutex> lock(g_mutex);
   ConvPrims* c = lookup(p, dt, bias);
   return c ? c->fwd_pd->impl_info_str() : "";
+}
+
+int64_t onednn_conv2d_forward_scratch_bytes(const ConvParams& p, DType dt, bool bias) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ConvPrims* c = lookup(p, dt, bias);
+  return c ? static_cast<int64_t>(c->fwd_pd->scratchpad_desc().get_size()) : 0;
 }
 
 }  // namespace ft::cpu

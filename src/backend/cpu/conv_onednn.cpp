@@ -14,7 +14,8 @@
 // - f32 3x3 stride-1 convolutions ask for oneDNN's Winograd kernels (conv.h's rule, FT_CONV_ALGO),
 //   on its blocked layouts whatever the activations' format; the backward passes follow the
 //   forward's algorithm, falling back to direct where oneDNN has no Winograd kernel for them.
-// - bf16 weight and bias gradients are produced in f32 and rounded once when stored.
+// - bf16 weight and bias gradients are produced in f32 and rounded once by the reorder that stores
+//   them in the user's layout.
 // - Primitive descriptors and primitives are cached per configuration (shape, dtype, layout,
 //   bias), so a training step creates nothing after the first.
 // - A configuration for which oneDNN would only run a reference (`ref:`) kernel is declined, and the
@@ -65,9 +66,8 @@ dnnl::primitive_attr user_scratchpad() {
 bool is_reference_impl(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
 
 struct ConvPrims {
-  memory::desc act_x, act_y;        // user activations (x / gx, y / gy)
-  memory::desc user_w, user_w_f32;  // user weight layout (and in f32 for bf16 weight gradients)
-  memory::desc user_b, user_b_f32;
+  memory::desc act_x, act_y;    // user activations (x / gx, y / gy)
+  memory::desc user_w, user_b;  // the user's weight and bias layouts
   std::optional<dnnl::convolution_forward::primitive_desc> fwd_pd;
   std::optional<dnnl::convolution_forward> fwd;
   bool data_tried = false, weight_tried = false;
@@ -129,15 +129,13 @@ ConvPrims* lookup(const ConvParams& p, DType dt, bool bias) {
   c->act_x = memory::desc(xd, t, atag);
   c->act_y = memory::desc(yd, t, atag);
   c->user_w = memory::desc(wd, t, wtag);
-  c->user_w_f32 = memory::desc(wd, ddt::f32, wtag);
   c->user_b = memory::desc({p.O}, t, tag::x);
-  c->user_b_f32 = memory::desc({p.O}, ddt::f32, tag::x);
   c->any_x = p.channels_last ? c->act_x : memory::desc(xd, t, tag::any);
   c->any_y = p.channels_last ? c->act_y : memory::desc(yd, t, tag::any);
   c->any_w = memory::desc(wd, t, tag::any);
   c->any_w_f32 = memory::desc(wd, ddt::f32, tag::any);
   c->any_b = c->user_b;
-  c->any_b_f32 = c->user_b_f32;
+  c->any_b_f32 = memory::desc({p.O}, ddt::f32, tag::x);
   c->strides = {p.stride[0], p.stride[1]};
   c->dilates = {p.dilation[0] - 1, p.dilation[1] - 1};  // oneDNN counts the gaps
   c->pad_l = {p.padding[0], p.padding[1]};
@@ -330,16 +328,13 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   const auto& pd = *c->weight_pd;
   memory gym = diff_dst_for_weights(pd.diff_dst_desc(), c->act_y, gy, keep);
   memory xm = input(pd.src_desc(), c->act_x, x.raw_data(), keep);
-  // Gradients are produced in f32; for bf16 they are rounded once into the user's tensors.
-  const bool f32 = gw.dtype() == DType::F32;
-  Tensor gw32 = f32 ? gw : empty_strided(gw.shape(), gw.strides(), TensorOptions(DType::F32));  // in gw's layout
-  Tensor gb32 = !bias ? Tensor() : (f32 ? gb : empty(gb.shape(), TensorOptions(DType::F32)));
-  Output gwm = output(pd.diff_weights_desc(), c->user_w_f32, gw32.raw_data(), keep);
+  // Gradients are produced in f32; for bf16 the reorder into the user's layout rounds them once.
+  Output gwm = output(pd.diff_weights_desc(), c->user_w, gw.raw_data(), keep);
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_DIFF_DST, gym}, {DNNL_ARG_SRC, xm}, {DNNL_ARG_DIFF_WEIGHTS, gwm.mem}};
   Output gbm;
   if (bias) {
-    gbm = output(pd.diff_bias_desc(), c->user_b_f32, gb32.raw_data(), keep);
+    gbm = output(pd.diff_bias_desc(), c->user_b, gb.raw_data(), keep);
     args[DNNL_ARG_DIFF_BIAS] = gbm.mem;
   }
   args[DNNL_ARG_SCRATCHPAD] = scratch(pd.scratchpad_desc(), keep);
@@ -347,10 +342,6 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   flush(gwm);
   if (bias) flush(gbm);
   cpu_stream().wait();
-  if (!f32) {
-    copy(gw, gw32);
-    if (bias) copy(gb, gb32);
-  }
   return true;
 }
 

@@ -22,6 +22,17 @@ Tensor randn_like_shape(const Shape& s, DType dt, uint64_t seed) {
   return randn(s, TensorOptions(dt));
 }
 
+// A 3x3 convolution with padding 1 on square HWxHW images (outputs of the same size at stride 1),
+// NCHW or channels-last activations and weights.
+cpu::ConvParams conv3x3(int64_t N, int64_t C, int64_t O, int64_t HW, int64_t stride = 1, bool channels_last = false) {
+  cpu::ConvParams p;
+  p.N = N, p.C = C, p.H = HW, p.W = HW, p.O = O, p.kH = 3, p.kW = 3;
+  p.stride = {stride, stride}, p.padding = {1, 1};
+  p.OH = p.OW = (HW - 1) / stride + 1;
+  p.channels_last = p.weight_channels_last = channels_last;
+  return p;
+}
+
 const char* kConfigs[] = {"basic",        "basic_cl",   "stride2",   "stride2_cl",   "dilation2", "dilation2_cl",
                           "groups2",      "groups2_cl", "depthwise", "depthwise_cl", "rect",      "rect_cl",
                           "pointwise_cl", "transposed", "cnn_cl",    "cnn"};
@@ -113,11 +124,8 @@ TEST(ConvKernels, OneDnnMatchesReference) {
         SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " g" +
                      std::to_string(k.groups) + (cl ? " nhwc " : " nchw ") + (wcl ? "ohwi " : "oihw ") +
                      dtype_name(dt));
-        cpu::ConvParams p;
-        p.N = 3, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3;
-        p.stride = {k.stride, k.stride}, p.padding = {1, 1}, p.groups = k.groups, p.channels_last = cl;
-        p.weight_channels_last = wcl;
-        p.OH = (p.H + 2 - 3) / k.stride + 1, p.OW = p.OH;
+        cpu::ConvParams p = conv3x3(3, k.C, k.O, k.HW, k.stride, cl);
+        p.groups = k.groups, p.weight_channels_last = wcl;
         auto fmt = [&](const Tensor& t) { return cl ? t.contiguous_channels_last() : t; };
         auto wfmt = [&](const Tensor& t) { return wcl ? t.contiguous_channels_last() : t; };
         Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 11).to(dt));
@@ -158,9 +166,7 @@ TEST(ConvKernels, OneDnnMatchesReference) {
 // Backward-weights reuses the gy that backward-data just reordered, but only for that same tensor
 // unchanged: a gy changed in place in between, or another tensor, is reordered afresh.
 TEST(ConvKernels, ReorderedGradientIsReusedOnlyWhenUnchanged) {
-  cpu::ConvParams p;
-  p.N = 2, p.C = 16, p.H = 8, p.W = 8, p.O = 32, p.kH = 3, p.kW = 3, p.OH = 8, p.OW = 8;
-  p.padding = {1, 1};
+  const cpu::ConvParams p = conv3x3(2, 16, 32, 8);
   Tensor x = randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 21);
   Tensor w = randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 22);
   Tensor gy = randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 23);
@@ -185,9 +191,7 @@ TEST(ConvKernels, ReorderedGradientIsReusedOnlyWhenUnchanged) {
 // channels each side and at least 8x8 outputs (FT_CONV_ALGO=auto), direct otherwise; the setting
 // forces either.
 TEST(ConvKernels, AlgorithmRule) {
-  cpu::ConvParams p;
-  p.N = 2, p.C = 64, p.H = 8, p.W = 8, p.O = 64, p.kH = 3, p.kW = 3, p.OH = 8, p.OW = 8;
-  p.padding = {1, 1};
+  const cpu::ConvParams p = conv3x3(2, 64, 64, 8);
   using A = cpu::ConvAlgorithm;
   EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, nullptr), A::Winograd);
   EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, "auto"), A::Winograd);
@@ -231,9 +235,7 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
     bool channels_last;
   };
   for (const Cfg& k : {Cfg{4, 64, 64, 16, false}, Cfg{2, 32, 48, 20, true}, Cfg{2, 128, 128, 7, false}}) {
-    cpu::ConvParams p;
-    p.N = k.N, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3, p.OH = k.HW, p.OW = k.HW;
-    p.padding = {1, 1}, p.channels_last = k.channels_last, p.weight_channels_last = k.channels_last;
+    const cpu::ConvParams p = conv3x3(k.N, k.C, k.O, k.HW, 1, k.channels_last);
     SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " " + std::to_string(k.HW) +
                  (k.channels_last ? " nhwc" : " nchw"));
     // oneDNN has Winograd kernels on AVX-512 only; below it (ctest's ONEDNN_MAX_CPU_ISA=AVX2 run)
@@ -273,9 +275,7 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
 // caching allocator, so the memory statistics and profiles count it: the forward's peak exceeds its
 // inputs and output by at least the scratchpad oneDNN asks for, and the scratch is free afterwards.
 TEST(ConvKernels, ScratchMemoryIsCountedByTheAllocator) {
-  cpu::ConvParams p;
-  p.N = 4, p.C = 128, p.H = 16, p.W = 16, p.O = 128, p.kH = 3, p.kW = 3, p.OH = 16, p.OW = 16;
-  p.padding = {1, 1};
+  const cpu::ConvParams p = conv3x3(4, 128, 128, 16);
   Tensor x = randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 51);
   Tensor w = randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 52);
   Tensor y = empty({p.N, p.O, p.OH, p.OW});
@@ -303,10 +303,7 @@ TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   const int threads = get_num_threads();
   for (const Cfg& k : {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
                        Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true}}) {
-    cpu::ConvParams p;
-    p.N = 8, p.C = k.C, p.H = k.HW, p.W = k.HW, p.O = k.O, p.kH = 3, p.kW = 3, p.stride = {k.stride, k.stride};
-    p.OH = p.OW = (k.HW - 1) / k.stride + 1;
-    p.padding = {1, 1}, p.channels_last = k.channels_last, p.weight_channels_last = k.channels_last;
+    const cpu::ConvParams p = conv3x3(8, k.C, k.O, k.HW, k.stride, k.channels_last);
     SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " " +
                  dtype_name(k.dt) + (k.channels_last ? " nhwc " : " nchw ") +
                  cpu::onednn_conv2d_forward_implementation(p, k.dt, true));

@@ -162,36 +162,43 @@ std::vector<dnnl::algorithm> backward_algorithms(const ConvPrims& c) {
   return {c.alg, dnnl::algorithm::convolution_direct};
 }
 
-void make_backward_data(ConvPrims& c) {
+// Creates a backward primitive (Prim: backward-data or backward-weights) from describe(algorithm)
+// on the first of backward_algorithms(c) that oneDNN runs with a non-reference kernel.
+template <class Prim, class Describe>
+void make_backward(const ConvPrims& c, Describe describe, std::optional<typename Prim::primitive_desc>& pd_out,
+                   std::optional<Prim>& prim_out) {
   for (dnnl::algorithm alg : backward_algorithms(c)) {
     try {
-      dnnl::convolution_backward_data::desc d(alg, c.any_x, c.any_w, c.any_y, c.strides, c.dilates, c.pad_l, c.pad_r);
-      dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), cpu_engine(), *c.fwd_pd);
+      typename Prim::primitive_desc pd(describe(alg), user_scratchpad(), cpu_engine(), *c.fwd_pd);
       if (is_reference_impl(pd.impl_info_str())) continue;
-      c.data_pd = pd;
-      c.data = dnnl::convolution_backward_data(pd);
+      pd_out = pd;
+      prim_out = Prim(pd);
       return;
     } catch (const dnnl::error&) {
     }
   }
 }
 
+void make_backward_data(ConvPrims& c) {
+  make_backward<dnnl::convolution_backward_data>(
+      c,
+      [&c](dnnl::algorithm alg) {
+        return dnnl::convolution_backward_data::desc(alg, c.any_x, c.any_w, c.any_y, c.strides, c.dilates, c.pad_l,
+                                                     c.pad_r);
+      },
+      c.data_pd, c.data);
+}
+
 // Weight (and bias) gradients in f32 whatever the activations' type (rounded when stored).
 void make_backward_weights(ConvPrims& c, bool bias) {
-  for (dnnl::algorithm alg : backward_algorithms(c)) {
-    try {
-      auto d = bias ? dnnl::convolution_backward_weights::desc(alg, c.any_x, c.any_w_f32, c.any_b_f32, c.any_y,
-                                                               c.strides, c.dilates, c.pad_l, c.pad_r)
-                    : dnnl::convolution_backward_weights::desc(alg, c.any_x, c.any_w_f32, c.any_y, c.strides, c.dilates,
-                                                               c.pad_l, c.pad_r);
-      dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), cpu_engine(), *c.fwd_pd);
-      if (is_reference_impl(pd.impl_info_str())) continue;
-      c.weight_pd = pd;
-      c.weight = dnnl::convolution_backward_weights(pd);
-      return;
-    } catch (const dnnl::error&) {
-    }
-  }
+  make_backward<dnnl::convolution_backward_weights>(
+      c,
+      [&c, bias](dnnl::algorithm alg) {
+        using D = dnnl::convolution_backward_weights::desc;
+        return bias ? D(alg, c.any_x, c.any_w_f32, c.any_b_f32, c.any_y, c.strides, c.dilates, c.pad_l, c.pad_r)
+                    : D(alg, c.any_x, c.any_w_f32, c.any_y, c.strides, c.dilates, c.pad_l, c.pad_r);
+      },
+      c.weight_pd, c.weight);
 }
 
 // Scratch memory for a oneDNN buffer, from the caching allocator.

@@ -49,7 +49,6 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
 // direct kernels that PyTorch's CPU convolutions use; FT_CONV_ALGO=winograd asks for Winograd
 // wherever oneDNN has it. Winograd that oneDNN declines falls back to direct.
 enum class ConvAlgorithm { Direct, Winograd };
-const char* conv_algorithm_name(ConvAlgorithm a);  // "direct", "winograd"
 // setting: FT_CONV_ALGO's value (null, "" or "auto" for the rule above); other values throw.
 ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting);
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO

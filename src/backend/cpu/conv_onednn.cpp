@@ -352,8 +352,6 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   return true;
 }
 
-const char* conv_algorithm_name(ConvAlgorithm a) { return a == ConvAlgorithm::Winograd ? "winograd" : "direct"; }
-
 ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting) {
   const std::string v = setting ? setting : "";
   if (v == "direct") return ConvAlgorithm::Direct;

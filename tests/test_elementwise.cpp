@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <set>
@@ -125,6 +127,36 @@ TEST(Elementwise, GeluApproximationsAreTheListedOps) {
   Tensor x = randn({4, 9});
   EXPECT_EQ(gelu(x).to_vector(), ops::unary(math::UnaryOp::Gelu, x).to_vector());
   EXPECT_EQ(gelu(x, GeluApprox::Tanh).to_vector(), ops::unary(math::UnaryOp::GeluTanh, x).to_vector());
+}
+
+// The f32 erf behind exact GELU (math::erf_, a polynomial fit) against the library erf in
+// double: every 257th float of [0, 6] and their negatives, the fit's seams, and the special values.
+TEST(ElementwiseMath, F32ErfIsWithinThreeUlpsOfTheLibraryErf) {
+  auto ulps = [](float x) {
+    const double want = std::erf(static_cast<double>(x));
+    const float w = static_cast<float>(want);
+    const double ulp = std::nextafter(std::fabs(w), INFINITY) - std::fabs(w);
+    return std::fabs(static_cast<double>(math::erf_(x)) - want) / ulp;
+  };
+  double worst = 0;
+  float at = 0;
+  auto check = [&](float x) {
+    const double e = ulps(x);
+    if (!(e <= worst)) worst = e, at = x;
+  };
+  const uint32_t end = std::bit_cast<uint32_t>(6.0f);
+  for (uint32_t bits = 0; bits <= end; bits += 257) {
+    check(std::bit_cast<float>(bits));
+    check(-std::bit_cast<float>(bits));
+  }
+  for (float seam : {0.9f, 3.92f})
+    for (float x = std::nextafter(seam, 0.0f), k = 0; k < 3; ++k, x = std::nextafter(x, INFINITY)) check(x), check(-x);
+  EXPECT_LE(worst, 3.0) << "at x = " << at;
+  EXPECT_EQ(math::erf_(0.0f), 0.0f);
+  EXPECT_EQ(math::erf_(INFINITY), 1.0f);
+  EXPECT_EQ(math::erf_(-INFINITY), -1.0f);
+  EXPECT_EQ(math::erf_(1e30f), 1.0f);
+  EXPECT_TRUE(std::isnan(math::erf_(NAN)));
 }
 
 // pow with a tensor exponent runs in Binary; these take parameters.

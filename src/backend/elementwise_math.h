@@ -120,12 +120,18 @@ template <class T>
 FT_HD T sigmoid_(T x) {
   return T(1) / (T(1) + exp_(-x));
 }
+// tanh-GELU as x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): 0.5 (1 + tanh(u)) = sigmoid(2u)
+// exactly, and the sigmoid form takes one exp and one division, with no 1 + tanh cancelling for
+// negative x. Its derivative, with s = sigmoid(2u): s + 2 x s (1 - s) u'.
+template <class T>
+FT_HD T gelu_tanh_(T x) {
+  return x * sigmoid_(T(2 * kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+}
 template <class T>
 FT_HD T gelu_tanh_derivative(T x) {
-  T inner = T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x);
-  T t = tanh_(inner);
-  T dinner = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner;
+  const T s = sigmoid_(T(2 * kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+  const T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
+  return s + T(2) * x * s * (T(1) - s) * du;
 }
 template <class T>
 FT_HD T silu_derivative(T x) {
@@ -189,8 +195,7 @@ FT_HD T pow_(T a, T b) {
      T(0.5) * x * (T(1) + erf_(x * T(kInvSqrt2))),                                                                     \
      T(0.5) * (T(1) + erf_(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x))                             \
   OP(GeluTanh, gelu_tanh, Floating, Input,  Internal,                                                                  \
-     T(0.5) * x * (T(1) + tanh_(T(kSqrt2OverPi) * (x + T(0.044715) * x * x * x))),                                     \
-     gelu_tanh_derivative(x))                                                                                          \
+     gelu_tanh_(x), gelu_tanh_derivative(x))                                                                                          \
   OP(Silu,     silu,      Floating, Input,  Public,                                                                    \
      x / (T(1) + exp_(-x)),                                                                                            \
      silu_derivative(x))                                                                                               \

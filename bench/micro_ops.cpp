@@ -59,6 +59,16 @@ Bench make(const json& c, DType dt, const std::string& layout) {
               return scaled_dot_product_attention(in[0], in[1], in[2], causal);
             }};
   }
+  if (op == "cat") {
+    // The backward of GPT's q, k, v split: three [B, H, T, D] gradients, each a permuted view,
+    // concatenated into the [B, T, 3, H, D] gradient of the qkv projection.
+    Shape s = {c["B"], c["H"], c["T"], c["D"]};
+    return {{r(s), r(s), r(s)}, [](const std::vector<Tensor>& in) {
+              std::vector<Tensor> parts;
+              for (const Tensor& t : in) parts.push_back(t.permute({0, 2, 1, 3}).unsqueeze(2));
+              return cat(parts, 2);
+            }};
+  }
   if (op == "activation") {
     // Memory-bound: one read and one write per element forward, three reads and a write backward,
     // so a slow case means the per-element formula stopped vectorising.

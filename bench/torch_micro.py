@@ -46,6 +46,9 @@ def make(case, dtype, layout):
     if op == "attention":
         shape = (case["B"], case["H"], case["T"], case["D"])
         return [r(*shape), r(*shape), r(*shape)], lambda q, k, v: attention(q, k, v, case["causal"])
+    if op == "cat":
+        shape = (case["B"], case["H"], case["T"], case["D"])
+        return [r(*shape), r(*shape), r(*shape)], lambda *xs: torch.cat([x.permute(0, 2, 1, 3).unsqueeze(2) for x in xs], 2)
     if op == "activation":
         fns = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": F.silu, "gelu": F.gelu,
                "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "softplus": F.softplus,

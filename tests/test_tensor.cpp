@@ -132,6 +132,27 @@ TEST(Tensor, EmptyTensorsAreContiguousAndFill) {
   EXPECT_TRUE(empty({3, 4}).t().slice(0, 0, 0).is_contiguous());
 }
 
+// fill_ writes the value into every element of a dense tensor and of a strided view, and
+// nothing outside the view, for every dtype (dense runs take their own loop).
+TEST(Tensor, FillWritesEveryElementOfDenseAndStridedTensors) {
+  for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64, DType::Bool}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double v = dt == DType::Bool ? 1 : 3;
+    Tensor dense = zeros({1000 * 37}, TensorOptions(dt));
+    dense.fill_(v);
+    for (double x : dense.to_vector()) ASSERT_EQ(x, v);
+    Tensor base = zeros({64, 37}, TensorOptions(dt));
+    base.slice(1, 3, 20).fill_(v);       // columns 3..19: dense runs of 17 elements
+    base.t().slice(0, 25, 30).fill_(v);  // columns 25..29 through the transpose: stride 37
+    const std::vector<double> got = base.to_vector();
+    for (int64_t r = 0; r < 64; ++r)
+      for (int64_t c = 0; c < 37; ++c) {
+        const bool inside = (c >= 3 && c < 20) || (c >= 25 && c < 30);
+        ASSERT_EQ(got[r * 37 + c], inside ? v : 0.0) << r << ", " << c;
+      }
+  }
+}
+
 TEST(Tensor, ChannelsLast) {
   Tensor x = arange(0, 2 * 3 * 4 * 5).reshape({2, 3, 4, 5});
   Tensor cl = x.contiguous_channels_last();

@@ -48,6 +48,15 @@ void fill(const Tensor& dst, Scalar value) {
     }
     StridedLoop L = make_loop(dst, {});
     run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(scalar_t)) {
+        // A dense run, written from a local copy: stores through a bf16/f16 pointer may alias a
+        // captured `v`, so GCC reloaded it per element and wrote one element at a time (half an
+        // fp16/bf16 backward went to the ones of its seed gradient; docs/PERF.md).
+        const scalar_t val = v;
+        scalar_t* o = reinterpret_cast<scalar_t*>(p[0]);
+        for (int64_t i = 0; i < n; ++i) o[i] = val;
+        return;
+      }
       for (int64_t i = 0; i < n; ++i) *reinterpret_cast<scalar_t*>(p[0] + i * s[0]) = v;
     });
   });

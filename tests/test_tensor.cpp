@@ -153,6 +153,28 @@ TEST(Tensor, FillWritesEveryElementOfDenseAndStridedTensors) {
   }
 }
 
+// Copies between layouts, for every dtype: dense runs of the same dtype (a permute that keeps
+// the last dim) are copied as bytes, strided ones element by element; both against indices.
+TEST(Tensor, CopiesOfPermutedViewsPutEveryElementInItsPlace) {
+  for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = arange(0, 2 * 3 * 4 * 5).reshape({2, 3, 4, 5}).to(dt);
+    for (const std::vector<int64_t>& perm : {std::vector<int64_t>{0, 2, 1, 3}, std::vector<int64_t>{3, 1, 0, 2}}) {
+      Tensor p = x.permute(perm);
+      const std::vector<double> got = p.contiguous().to_vector();
+      int64_t k = 0;
+      for (int64_t a = 0; a < p.size(0); ++a)
+        for (int64_t b = 0; b < p.size(1); ++b)
+          for (int64_t c = 0; c < p.size(2); ++c)
+            for (int64_t d = 0; d < p.size(3); ++d, ++k) {
+              int64_t idx[4];
+              idx[perm[0]] = a, idx[perm[1]] = b, idx[perm[2]] = c, idx[perm[3]] = d;
+              ASSERT_EQ(got[k], ((idx[0] * 3 + idx[1]) * 4 + idx[2]) * 5 + idx[3]);
+            }
+    }
+  }
+}
+
 TEST(Tensor, ChannelsLast) {
   Tensor x = arange(0, 2 * 3 * 4 * 5).reshape({2, 3, 4, 5});
   Tensor cl = x.contiguous_channels_last();

@@ -124,12 +124,12 @@ FT_HD T sigmoid_(T x) {
 // exactly, and the sigmoid form takes one exp and one division, with no 1 + tanh cancelling for
 // negative x. Its derivative, with s = sigmoid(2u): s + 2 x s (1 - s) u'.
 template <class T>
-FT_HD T gelu_tanh_(T x) {
-  return x * sigmoid_(T(2 * kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+FT_HD T gelu_tanh_gate_(T x) {
+  return sigmoid_(T(2 * kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
 }
 template <class T>
 FT_HD T gelu_tanh_derivative(T x) {
-  const T s = sigmoid_(T(2 * kSqrt2OverPi) * (x + T(0.044715) * x * x * x));
+  const T s = gelu_tanh_gate_(x);
   const T du = T(kSqrt2OverPi) * (T(1) + T(3 * 0.044715) * x * x);
   return s + T(2) * x * s * (T(1) - s) * du;
 }
@@ -193,9 +193,9 @@ FT_HD T pow_(T a, T b) {
   OP(Relu,     relu,      Numeric,  Input,  Public,   x > T(0) ? x : T(0), x > T(0) ? T(1) : T(0))                     \
   OP(Gelu,     gelu,      Floating, Input,  Internal,                                                                  \
      T(0.5) * x * (T(1) + erf_(x * T(kInvSqrt2))),                                                                     \
-     T(0.5) * (T(1) + erf_(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x))                             \
+     T(0.5) * (T(1) + erf_(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x))                            \
   OP(GeluTanh, gelu_tanh, Floating, Input,  Internal,                                                                  \
-     gelu_tanh_(x), gelu_tanh_derivative(x))                                                                                          \
+     x * gelu_tanh_gate_(x), gelu_tanh_derivative(x))                                                                  \
   OP(Silu,     silu,      Floating, Input,  Public,                                                                    \
      x / (T(1) + exp_(-x)),                                                                                            \
      silu_derivative(x))                                                                                               \

@@ -23,14 +23,11 @@ void copy(const Tensor& dst, const Tensor& src) {
       using From = scalar_t;
       StridedLoop L = make_loop(dst, {&src});
       run_loop(L, [&](char** p, const int64_t* s, int64_t n) {
-        if constexpr (std::is_same_v<To, From>) {
-          if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
-            std::memcpy(p[0], p[1], n * sizeof(To));  // same dtype: bytes, not a round trip per element
-            return;
-          }
-        }
         if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
-          convert_run(reinterpret_cast<const From*>(p[1]), reinterpret_cast<To*>(p[0]), n);
+          if constexpr (std::is_same_v<To, From>)
+            std::memcpy(p[0], p[1], n * sizeof(To));  // bytes, not a round trip through the compute type
+          else
+            convert_run(reinterpret_cast<const From*>(p[1]), reinterpret_cast<To*>(p[0]), n);
         } else {
           for (int64_t i = 0; i < n; ++i) {
             const From& x = *reinterpret_cast<const From*>(p[1] + i * s[1]);

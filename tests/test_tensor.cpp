@@ -175,6 +175,30 @@ TEST(Tensor, CopiesOfPermutedViewsPutEveryElementInItsPlace) {
   }
 }
 
+// empty_like / zeros_like / ones_like / full_like keep a dense tensor's layout (PyTorch's
+// preserve_format) and give slices and broadcasts contiguous strides; values fill every element.
+TEST(Tensor, LikeFunctionsPreserveTheLayoutOfDenseTensors) {
+  Tensor x = randn({2, 3, 4, 5});
+  Tensor cl = x.contiguous_channels_last();
+  Tensor tr = randn({6, 7}).t();
+  Tensor perm = x.permute({2, 0, 3, 1});
+  for (const Tensor& t : {x, cl, tr, perm}) {
+    SCOPED_TRACE(t.strides().str());
+    EXPECT_EQ(empty_like(t).strides(), t.strides());
+    EXPECT_EQ(zeros_like(t).strides(), t.strides());
+    Tensor f = full_like(t, 2.5);
+    EXPECT_EQ(f.strides(), t.strides());
+    for (double v : f.to_vector()) ASSERT_EQ(v, 2.5);
+    for (double v : ones_like(t).to_vector()) ASSERT_EQ(v, 1.0);
+  }
+  EXPECT_TRUE(ones_like(cl).is_channels_last());
+  Tensor slice = randn({4, 6}).slice(1, 1, 4);  // gaps between rows
+  EXPECT_EQ(ones_like(slice).strides(), (Strides{3, 1}));
+  Tensor broadcast = randn({1, 5}).expand({3, 5});  // rows overlap
+  EXPECT_EQ(zeros_like(broadcast).strides(), (Strides{5, 1}));
+  EXPECT_EQ(empty_like(randn({3, 1, 4}).permute({2, 1, 0})).strides(), (Strides{1, 4, 4}));
+}
+
 TEST(Tensor, ChannelsLast) {
   Tensor x = arange(0, 2 * 3 * 4 * 5).reshape({2, 3, 4, 5});
   Tensor cl = x.contiguous_channels_last();

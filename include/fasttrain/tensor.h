@@ -210,7 +210,10 @@ class Tensor {
 // --- creation ---
 Tensor empty(const Shape& shape, TensorOptions opts = {});
 Tensor empty_strided(const Shape& shape, const Strides& strides, TensorOptions opts = {});
-Tensor empty_like(const Tensor& t);  // same shape/dtype/device, contiguous
+// The *_like functions: t's shape, dtype and device, and t's memory layout when t is dense in
+// some dimension order (contiguous, channels-last, a permutation: PyTorch's preserve_format), else
+// contiguous.
+Tensor empty_like(const Tensor& t);
 // A contiguous CPU tensor in page-locked memory (pin_memory=True), from which the CUDA backend
 // copies to the device asynchronously. Without a usable CUDA device it is ordinary 64-byte-aligned
 // host memory (is_pinned() false): pinning only pays off when there is a device to copy to.

@@ -2,6 +2,7 @@
 // printing in print.cpp.
 #include "fasttrain/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -130,7 +131,25 @@ Tensor empty_strided(const Shape& shape, const Strides& strides, TensorOptions o
   return t;
 }
 
-Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+// The strides a *_like tensor takes (PyTorch's memory_format=preserve_format): those of `t` when
+// its elements fill its memory without gaps or overlap in some dimension order (contiguous,
+// channels-last, a permutation of either), else contiguous ones (slices, broadcasts). A
+// channels-last activation's gradient seed or buffer then stays channels-last, instead of costing
+// a transposing copy at the next convolution.
+static Strides like_strides(const Tensor& t) {
+  std::vector<int> dims;
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](int a, int b) { return t.stride(a) < t.stride(b); });
+  int64_t dense = 1;
+  for (int d : dims) {
+    if (t.stride(d) != dense) return contiguous_strides(t.shape());
+    dense *= t.size(d);
+  }
+  return t.strides();
+}
+
+Tensor empty_like(const Tensor& t) { return empty_strided(t.shape(), like_strides(t), t.options()); }
 
 Tensor empty_pinned(const Shape& shape, DType dtype) {
   check_shape(shape, "empty_pinned");
@@ -151,9 +170,14 @@ Tensor full(const Shape& shape, Scalar value, TensorOptions opts) {
 }
 Tensor zeros(const Shape& shape, TensorOptions opts) { return full(shape, 0, opts); }
 Tensor ones(const Shape& shape, TensorOptions opts) { return full(shape, 1, opts); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
-Tensor full_like(const Tensor& t, Scalar value) { return full(t.shape(), value, t.options()); }
+Tensor full_like(const Tensor& t, Scalar value) {
+  Tensor out = empty_like(t);
+  autograd::NoGradGuard ng;
+  out.fill_(value);
+  return out;
+}
+Tensor zeros_like(const Tensor& t) { return full_like(t, 0); }
+Tensor ones_like(const Tensor& t) { return full_like(t, 1); }
 Tensor scalar_tensor(Scalar value, TensorOptions opts) { return full({}, value, opts); }
 
 Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {

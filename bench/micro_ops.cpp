@@ -83,11 +83,14 @@ Bench make(const json& c, DType dt, const std::string& layout) {
         {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); }},
         {"softplus", [](const Tensor& x) { return softplus(x); }},
         {"mish", [](const Tensor& x) { return mish(x); }},
+        {"log", [](const Tensor& x) { return log(x); }},
     };
     auto it = activations.find(fn);
     FT_CHECK(it != activations.end(), "micro_ops: unknown activation ", fn);
     Activation f = it->second;
-    return {{r({c["rows"], c["cols"]})}, [f](const std::vector<Tensor>& in) { return f(in[0]); }};
+    Tensor x = r({c["rows"], c["cols"]});
+    if (fn == "log") x = add(abs(x), 0.01).to(dt);  // log's domain
+    return {{x}, [f](const std::vector<Tensor>& in) { return f(in[0]); }};
   }
   FT_FAIL("micro_ops: unknown op ", op);
 }

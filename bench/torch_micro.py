@@ -52,8 +52,11 @@ def make(case, dtype, layout):
     if op == "activation":
         fns = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": F.silu, "gelu": F.gelu,
                "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "softplus": F.softplus,
-               "mish": F.mish}
-        return [r(case["rows"], case["cols"])], fns[case["fn"]]
+               "mish": F.mish, "log": torch.log}
+        x = r(case["rows"], case["cols"])
+        if case["fn"] == "log":
+            x = (x.abs() + 0.01).to(dtype)  # log's domain
+        return [x], fns[case["fn"]]
     raise ValueError(op)
 
 

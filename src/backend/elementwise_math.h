@@ -4,6 +4,9 @@
 // kernel cases and the op functions in src/ops/elementwise.cpp are all generated from them.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <type_traits>
 
 #ifdef __CUDACC__
@@ -47,8 +50,8 @@ FT_HD T tanh_(T x) {
   }
 }
 
-// log(1 + t) for t in [0, 1]. On the CPU, f32 is computed as 2 atanh(s) with s = t / (2 + t)
-// <= 1/3, whose odd series reaches f32 precision in 8 terms (<= 2 ulp): it vectorises, where
+// log(1 + t) for t in [-0.3, 1]. On the CPU, f32 is computed as 2 atanh(s) with s = t / (2 + t),
+// |s| <= 1/3, whose odd series reaches f32 precision in 8 terms (<= 2 ulp): it vectorises, where
 // glibc's log1pf is a scalar call (40 ns per element in softplus). f64 and device code use log1p.
 template <class T>
 FT_HD T log1p_unit_(T t) {
@@ -67,6 +70,36 @@ FT_HD T log1p_unit_(T t) {
 #endif
   using std::log1p;
   return log1p(t);
+}
+
+// log for the formulas below. On the CPU, f32 splits x = 2^e m with m in [sqrt(1/2), sqrt(2))
+// by integer arithmetic on its bits (subnormals scaled by 2^23 first) and takes e ln2 + log1p(m - 1)
+// through log1p_unit_ above: it vectorises (given -fno-trapping-math, CMakeLists.txt), where
+// glibc's logf is a scalar call (3x slower than PyTorch's log; docs/PERF.md). 0 gives -inf, negatives and NaN give NaN,
+// inf gives inf. f64 and device code use the library log.
+template <class T>
+FT_HD T log_(T x) {
+#ifndef __CUDACC__
+  if constexpr (std::is_same_v<T, float>) {
+    const bool subnormal = x < T(1.17549435e-38f);
+    const T xs = subnormal ? x * T(8388608.0f) : x;
+    uint32_t u;
+    std::memcpy(&u, &xs, sizeof(u));
+    // Offsetting by sqrt(1/2)'s bits puts the exponent boundary at sqrt(1/2) instead of 1.
+    const uint32_t v = u - 0x3f3504f3u;
+    const uint32_t mbits = (v & 0x007fffffu) + 0x3f3504f3u;
+    T m;
+    std::memcpy(&m, &mbits, sizeof(m));
+    const T ef = static_cast<T>(static_cast<int32_t>(v) >> 23) - (subnormal ? T(23) : T(0));
+    // ln2 in two parts: e * 0.693359375 is exact, the small remainder carries the rest.
+    const T r = ef * T(0.693359375f) + (log1p_unit_(m - T(1)) + ef * T(-2.12194440e-4f));
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    // NaN fails both comparisons: NaN.
+    return x > T(0) ? (x < kInf ? r : kInf) : (x == T(0) ? -kInf : std::numeric_limits<T>::quiet_NaN());
+  }
+#endif
+  using std::log;
+  return log(x);
 }
 
 // c[0] x^(N-1) + c[1] x^(N-2) + ... + c[N-1] by Horner's scheme.
@@ -180,7 +213,7 @@ FT_HD T pow_(T a, T b) {
   OP(Neg,      neg,       Numeric,  Input,  Public,   -x,                  T(-1))                                      \
   OP(Abs,      abs,       Numeric,  Input,  Public,   fabs(x),             T((x > T(0)) - (x < T(0))))                 \
   OP(Exp,      exp,       Floating, Output, Public,   exp_(x),             y)                                          \
-  OP(Log,      log,       Positive, Input,  Public,   log(x),              T(1) / x)                                   \
+  OP(Log,      log,       Positive, Input,  Public,   log_(x),             T(1) / x)                                   \
   OP(Sqrt,     sqrt,      Positive, Output, Public,   sqrt(x),             T(0.5) / y)                                 \
   OP(Rsqrt,    rsqrt,     Positive, Output, Public,   T(1) / sqrt(x),      T(-0.5) * y * y * y)                        \
   OP(Square,   square,    Numeric,  Input,  Public,   x * x,               T(2) * x)                                   \
@@ -262,7 +295,7 @@ constexpr bool is_comparison(BinaryOp op) { return binary_info(op).kind == Binar
 
 template <class T>
 FT_HD T unary(UnaryOp op, T x) {
-  using std::log, std::log1p, std::sqrt, std::fabs;
+  using std::log1p, std::sqrt, std::fabs;
   switch (op) {
 #define FT_UNARY_FORWARD_CASE(Op, name, domain, saves, api, forward, derivative) \
   case UnaryOp::Op: return forward;
@@ -275,7 +308,7 @@ FT_HD T unary(UnaryOp op, T x) {
 // d unary(x) / dx, given x and y = unary(x). For ops that save their output, x is y too.
 template <class T>
 FT_HD T unary_derivative(UnaryOp op, T x, T y) {
-  using std::log, std::log1p, std::sqrt, std::fabs;
+  using std::log1p, std::sqrt, std::fabs;
   switch (op) {
 #define FT_UNARY_DERIVATIVE_CASE(Op, name, domain, saves, api, forward, derivative) \
   case UnaryOp::Op: return derivative;

@@ -129,19 +129,20 @@ TEST(Elementwise, GeluApproximationsAreTheListedOps) {
   EXPECT_EQ(gelu(x, GeluApprox::Tanh).to_vector(), ops::unary(math::UnaryOp::GeluTanh, x).to_vector());
 }
 
+// How far an f32 result is from the exact value `want`, in units of f32's last place at want.
+static double ulps_off(float got, double want) {
+  const float w = static_cast<float>(want);
+  const double ulp = std::nextafter(std::fabs(w), INFINITY) - std::fabs(w);
+  return std::fabs(static_cast<double>(got) - want) / ulp;
+}
+
 // The f32 erf behind exact GELU (math::erf_, a polynomial fit) against the library erf in
 // double: every 257th float of [0, 6] and their negatives, the fit's seams, and the special values.
 TEST(ElementwiseMath, F32ErfIsWithinThreeUlpsOfTheLibraryErf) {
-  auto ulps = [](float x) {
-    const double want = std::erf(static_cast<double>(x));
-    const float w = static_cast<float>(want);
-    const double ulp = std::nextafter(std::fabs(w), INFINITY) - std::fabs(w);
-    return std::fabs(static_cast<double>(math::erf_(x)) - want) / ulp;
-  };
   double worst = 0;
   float at = 0;
   auto check = [&](float x) {
-    const double e = ulps(x);
+    const double e = ulps_off(math::erf_(x), std::erf(static_cast<double>(x)));
     if (!(e <= worst)) worst = e, at = x;
   };
   const uint32_t end = std::bit_cast<uint32_t>(6.0f);
@@ -167,10 +168,7 @@ TEST(ElementwiseMath, F32LogIsWithinThreeUlpsOfTheLibraryLog) {
   float at = 0;
   for (uint32_t bits = 1; bits < 0x7f800000u; bits += 257) {
     const float x = std::bit_cast<float>(bits);
-    const double want = std::log(static_cast<double>(x));
-    const float w = static_cast<float>(want);
-    const double ulp = std::nextafter(std::fabs(w), INFINITY) - std::fabs(w);
-    const double e = std::fabs(static_cast<double>(math::log_(x)) - want) / ulp;
+    const double e = ulps_off(math::log_(x), std::log(static_cast<double>(x)));
     if (!(e <= worst)) worst = e, at = x;
   }
   EXPECT_LE(worst, 3.0) << "at x = " << at;

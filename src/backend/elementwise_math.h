@@ -72,11 +72,11 @@ FT_HD T log1p_unit_(T t) {
   return log1p(t);
 }
 
-// log for the formulas below. On the CPU, f32 splits x = 2^e m with m in [sqrt(1/2), sqrt(2))
-// by integer arithmetic on its bits (subnormals scaled by 2^23 first) and takes e ln2 + log1p(m - 1)
+// log for the formulas below. On the CPU, f32 splits x = 2^e m with m in [sqrt(1/2), sqrt(2)) by
+// integer arithmetic on its bits (subnormals scaled by 2^23 first) and takes e ln2 + log1p(m - 1)
 // through log1p_unit_ above: it vectorises (given -fno-trapping-math, CMakeLists.txt), where
-// glibc's logf is a scalar call (3x slower than PyTorch's log; docs/PERF.md). 0 gives -inf, negatives and NaN give NaN,
-// inf gives inf. f64 and device code use the library log.
+// glibc's logf is a scalar call (3x slower than PyTorch's log; docs/PERF.md). 0 gives -inf,
+// negatives and NaN give NaN, inf gives inf. f64 and device code use the library log.
 template <class T>
 FT_HD T log_(T x) {
 #ifndef __CUDACC__

@@ -58,6 +58,44 @@ TEST(DType, F16FastConversionsMatchTheSoftwareOnes) {
   }
 }
 
+// Kernels that write bf16 narrow dense runs with AVX512-BF16's vcvtneps2bf16 where the CPU has it
+// (half_tiles.h), which flushes subnormals that bf16::from_float keeps. Both paths must give the
+// bits of the scalar conversion: a conversion of a sweep of floats (every exponent, rounding tie,
+// subnormal, infinity and NaN), and products of every bf16 with scalars that make subnormal,
+// tied and overflowing results, dense and broadcast. Without AVX512-BF16 both sides are the
+// scalar conversion.
+TEST(DType, Bf16NarrowingInKernelsMatchesTheScalarConversion) {
+  auto same = [](uint16_t got, float want) {
+    const uint16_t w = bf16::from_float(want);
+    return std::isnan(want) ? (got & 0x7fffu) > 0x7f80u : got == w;
+  };
+  std::vector<float> sweep;
+  for (uint64_t u = 0; u <= 0xffffffffull; u += 997) {
+    const auto bits = static_cast<uint32_t>(u);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    sweep.push_back(f);
+  }
+  Tensor narrowed = from_blob(sweep.data(), {static_cast<int64_t>(sweep.size())}).to(DType::BF16);
+  const auto* nb = narrowed.data<bf16>();
+  for (size_t i = 0; i < sweep.size(); ++i) ASSERT_TRUE(same(nb[i].bits, sweep[i])) << "narrowing " << sweep[i];
+
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  Tensor every = from_blob(all.data(), {65536}, DType::BF16);
+  for (float s : {0.75f, 1.00390625f, 3.0e-30f, -1.0e-38f, 2.0e30f}) {
+    SCOPED_TRACE(s);
+    const Tensor dense = full({65536}, s, DType::BF16);
+    const float sb = static_cast<float>(bf16(s));
+    for (const Tensor& p : {every * dense, every * Scalar(static_cast<double>(sb))}) {
+      ASSERT_EQ(p.dtype(), DType::BF16);
+      const auto* pb = p.data<bf16>();
+      for (uint32_t h = 0; h < 65536; ++h)
+        ASSERT_TRUE(same(pb[h].bits, bf16::to_float(static_cast<uint16_t>(h)) * sb)) << "product of " << std::hex << h;
+    }
+  }
+}
+
 TEST(DType, Promotion) {
   EXPECT_EQ(promote_types(DType::F32, DType::F64), DType::F64);
   EXPECT_EQ(promote_types(DType::BF16, DType::F16), DType::F32);

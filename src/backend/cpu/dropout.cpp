@@ -8,6 +8,7 @@
 #endif
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/half_tiles.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 
@@ -135,7 +136,8 @@ void dropout_backward_impl(const Tensor& dy, const Tensor& mask, double scale, c
   T* dp = dx.data<T>();
   const C s = static_cast<C>(scale);
   parallel_for(0, n, 32768, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) dp[i] = static_cast<T>(static_cast<C>(gp[i]) * (static_cast<C>(mp[i]) * s));
+    store_run(dp + i0, i1 - i0,
+              [&](int64_t i) { return static_cast<C>(gp[i0 + i]) * (static_cast<C>(mp[i0 + i]) * s); });
   });
 }
 

@@ -73,7 +73,7 @@ void unary_loop(const Tensor& out, const Tensor& in, Op op) {
         });
         return;
       }
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<compute_t<In>>(x[i])));
+      store_run(o, n, [&](int64_t i) { return op(static_cast<compute_t<In>>(x[i])); });
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * s[0]) =
@@ -101,13 +101,13 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
         });
         return;
       }
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<C>(x[i]), static_cast<C>(y[i])));
+      store_run(o, n, [&](int64_t i) { return op(static_cast<C>(x[i]), static_cast<C>(y[i])); });
     } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
       const C yv = static_cast<C>(*y);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(static_cast<C>(x[i]), yv));
+      store_run(o, n, [&](int64_t i) { return op(static_cast<C>(x[i]), yv); });
     } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(In)) {
       const C xv = static_cast<C>(*x);
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(xv, static_cast<C>(y[i])));
+      store_run(o, n, [&](int64_t i) { return op(xv, static_cast<C>(y[i])); });
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * s[0]) =
@@ -139,7 +139,7 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
         });
         return;
       }
-      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(x[i], static_cast<C>(y[i]), static_cast<C>(z[i])));
+      store_run(o, n, [&](int64_t i) { return op(x[i], static_cast<C>(y[i]), static_cast<C>(z[i])); });
       return;
     }
     for (int64_t i = 0; i < n; ++i)

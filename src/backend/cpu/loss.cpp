@@ -8,6 +8,7 @@
 #include "backend/cpu/column_softmax_stats.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/half_tiles.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -94,8 +95,7 @@ void backward_rows(const T* x, const int64_t* target, const compute_t<T>* lse, i
       }
       const A sc = static_cast<A>((per_position ? grad[n] : grad[0]) * static_cast<A>(scale));
       const A l = lse[n];
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) out[c] = store<T>(sc * (fast_exp(load(xr[c]) - l) - smooth));
+      store_run(out, C, [&](int64_t c) { return sc * (fast_exp(load(xr[c]) - l) - smooth); });
       out[t] = store<T>(sc * (fast_exp(load(xr[t]) - l) - smooth - (A(1) - eps)));
     }
   });

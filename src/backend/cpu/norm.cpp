@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/half_tiles.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -111,7 +112,7 @@ void row_norm_forward_impl(const Tensor& x, const Tensor& w, const Tensor& b, do
       const C rs = C(1) / std::sqrt(var + ceps);
       if (!rms) meanp[m] = mu;
       rstdp[m] = rs;
-      for (int64_t i = 0; i < N; ++i) yr[i] = static_cast<T>((static_cast<C>(xr[i]) - mu) * rs * wp[i] + bp[i]);
+      store_run(yr, N, [&](int64_t i) { return (static_cast<C>(xr[i]) - mu) * rs * wp[i] + bp[i]; });
     }
   });
 }
@@ -166,10 +167,10 @@ void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mea
       }
       const C mg = rms ? C(0) : a1 * inv_n, mgx = a2 * inv_n;
       T* dxr = dxp + m * N;
-      for (int64_t k = 0; k < N; ++k) {
-        C xhat = (static_cast<C>(xr[k]) - mu) * rs;
-        dxr[k] = static_cast<T>(rs * (static_cast<C>(dyr[k]) * wp[k] - mg - xhat * mgx));
-      }
+      store_run(dxr, N, [&](int64_t k) {
+        const C xhat = (static_cast<C>(xr[k]) - mu) * rs;
+        return rs * (static_cast<C>(dyr[k]) * wp[k] - mg - xhat * mgx);
+      });
     }
   });
   if (need_dw) combine_partials(pw, nb, N, dw.data<C>());
@@ -332,7 +333,7 @@ void batch_norm_apply_impl(const Tensor& x, const BatchNormLayout& L, const Tens
       L, x.data<T>(), nullptr, y.data<T>(),
       [sc, sh](int64_t c, const T* xr, const T*, T* yr, int64_t n) {
         const Cp a = sc[c], bb = sh[c];
-        for (int64_t i = 0; i < n; ++i) yr[i] = static_cast<T>(activate<Relu>(static_cast<Cp>(xr[i]) * a + bb));
+        store_run(yr, n, [&](int64_t i) { return activate<Relu>(static_cast<Cp>(xr[i]) * a + bb); });
       },
       [C, sc, sh](const T* xr, const T*, T* yr) {
         for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(activate<Relu>(static_cast<Cp>(xr[c]) * sc[c] + sh[c]));
@@ -420,10 +421,10 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
         L, xp, dyp, dx.data<T>(),
         [=](int64_t c, const T* xr, const T* dyr, T* dxr, int64_t n) {
           const Cp a = k1p[c], bb = k2p[c], cc = k3p[c], m = mup[c], s = sc[c], h = sh[c];
-          for (int64_t i = 0; i < n; ++i) {
+          store_run(dxr, n, [&](int64_t i) {
             const Cp xv = static_cast<Cp>(xr[i]);
-            dxr[i] = static_cast<T>(through_relu<Relu>(static_cast<Cp>(dyr[i]), xv, s, h) * a + (xv - m) * bb + cc);
-          }
+            return through_relu<Relu>(static_cast<Cp>(dyr[i]), xv, s, h) * a + (xv - m) * bb + cc;
+          });
         },
         [=](const T* xr, const T* dyr, T* dxr) {
           for (int64_t c = 0; c < C; ++c) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/dispatch.h"
+#include "backend/cpu/half_tiles.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -67,7 +68,7 @@ void mean_forward(const PoolParams& p, const T* x, T* y, WinFn win) {
           }
         T* yr = y + ((n * p.OH + oh) * p.OW + ow) * C;
         const A div = static_cast<A>(w.div);
-        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(acc[c] / div);
+        store_run(yr, C, [&](int64_t c) { return acc[c] / div; });
       }
     }
   });
@@ -90,7 +91,7 @@ void mean_backward(const PoolParams& p, const T* gy, T* gx, WinFn win) {
               for (int64_t iw = w.ws; iw < w.we; ++iw) buf[ih * p.W + iw] += g;
           }
         T* xp = gx + b * p.H * p.W;
-        for (int64_t i = 0; i < p.H * p.W; ++i) xp[i] = static_cast<T>(buf[i]);
+        store_run(xp, p.H * p.W, [&](int64_t i) { return buf[i]; });
       }
     });
     return;
@@ -113,7 +114,7 @@ void mean_backward(const PoolParams& p, const T* gy, T* gx, WinFn win) {
             }
         }
       T* xp = gx + n * p.H * p.W * C;
-      for (int64_t i = 0; i < p.H * p.W * C; ++i) xp[i] = static_cast<T>(buf[i]);
+      store_run(xp, p.H * p.W * C, [&](int64_t i) { return buf[i]; });
     }
   });
 }
@@ -215,7 +216,7 @@ void max_backward(const PoolParams& p, const T* gy, const int64_t* idx, T* gx) {
         const int64_t* ip = idx + b * p.OH * p.OW;
         for (int64_t o = 0; o < p.OH * p.OW; ++o) buf[ip[o]] += static_cast<A>(gp[o]);
         T* xp = gx + b * p.H * p.W;
-        for (int64_t i = 0; i < p.H * p.W; ++i) xp[i] = static_cast<T>(buf[i]);
+        store_run(xp, p.H * p.W, [&](int64_t i) { return buf[i]; });
       }
     });
     return;
@@ -230,7 +231,7 @@ void max_backward(const PoolParams& p, const T* gy, const int64_t* idx, T* gx) {
       for (int64_t o = 0; o < p.OH * p.OW; ++o)
         for (int64_t c = 0; c < C; ++c) buf[ip[o * C + c] * C + c] += static_cast<A>(gp[o * C + c]);
       T* xp = gx + n * p.H * p.W * C;
-      for (int64_t i = 0; i < p.H * p.W * C; ++i) xp[i] = static_cast<T>(buf[i]);
+      store_run(xp, p.H * p.W * C, [&](int64_t i) { return buf[i]; });
     }
   });
 }

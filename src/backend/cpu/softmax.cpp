@@ -8,6 +8,7 @@
 #include "backend/cpu/column_softmax_stats.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/half_tiles.h"
 #include "backend/cpu/reduce.h"
 #include "fasttrain/parallel.h"
 
@@ -30,8 +31,7 @@ void forward_row(const T* xr, T* yr, int64_t R, bool log, compute_t<T>* buf) {
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < R; ++i) s += fast_exp(load(xr[i]) - m);
     const C logs = std::log(s);
-#pragma omp simd
-    for (int64_t i = 0; i < R; ++i) yr[i] = store<T>(load(xr[i]) - m - logs);
+    store_run(yr, R, [&](int64_t i) { return load(xr[i]) - m - logs; });
   } else {
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < R; ++i) {
@@ -40,8 +40,7 @@ void forward_row(const T* xr, T* yr, int64_t R, bool log, compute_t<T>* buf) {
       s += v;
     }
     const C inv = C(1) / s;
-#pragma omp simd
-    for (int64_t i = 0; i < R; ++i) yr[i] = store<T>(buf[i] * inv);
+    store_run(yr, R, [&](int64_t i) { return buf[i] * inv; });
   }
 }
 
@@ -78,16 +77,14 @@ void forward_cols(const T* x, T* y, int64_t outer, int64_t R, int64_t inner, boo
         for (int64_t r = 0; r < R; ++r) {
           const T* xr = xb + r * inner;
           T* yr = yb + r * inner;
-#pragma omp simd
-          for (int64_t j = 0; j < w; ++j) yr[j] = store<T>(load(xr[j]) - s[j]);
+          store_run(yr, w, [&](int64_t j) { return load(xr[j]) - s[j]; });
         }
       } else {
         for (int64_t j = 0; j < w; ++j) s[j] = C(1) / s[j];
         for (int64_t r = 0; r < R; ++r) {
           const T* xr = xb + r * inner;
           T* yr = yb + r * inner;
-#pragma omp simd
-          for (int64_t j = 0; j < w; ++j) yr[j] = store<T>(fast_exp(load(xr[j]) - m[j]) * s[j]);
+          store_run(yr, w, [&](int64_t j) { return fast_exp(load(xr[j]) - m[j]) * s[j]; });
         }
       }
     }
@@ -106,13 +103,11 @@ void backward_rows(const T* g, const T* y, T* gx, int64_t rows, int64_t R, bool 
       if (log) {
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < R; ++i) s += load(gr[i]);
-#pragma omp simd
-        for (int64_t i = 0; i < R; ++i) out[i] = store<T>(load(gr[i]) - fast_exp(load(yr[i])) * s);
+        store_run(out, R, [&](int64_t i) { return load(gr[i]) - fast_exp(load(yr[i])) * s; });
       } else {
 #pragma omp simd reduction(+ : s)
         for (int64_t i = 0; i < R; ++i) s += load(gr[i]) * load(yr[i]);
-#pragma omp simd
-        for (int64_t i = 0; i < R; ++i) out[i] = store<T>(load(yr[i]) * (load(gr[i]) - s));
+        store_run(out, R, [&](int64_t i) { return load(yr[i]) * (load(gr[i]) - s); });
       }
     }
   });
@@ -144,11 +139,9 @@ void backward_cols(const T* g, const T* y, T* gx, int64_t outer, int64_t R, int6
         const T* yr = y + base + r * inner;
         T* out = gx + base + r * inner;
         if (log) {
-#pragma omp simd
-          for (int64_t j = 0; j < w; ++j) out[j] = store<T>(load(gr[j]) - fast_exp(load(yr[j])) * s[j]);
+          store_run(out, w, [&](int64_t j) { return load(gr[j]) - fast_exp(load(yr[j])) * s[j]; });
         } else {
-#pragma omp simd
-          for (int64_t j = 0; j < w; ++j) out[j] = store<T>(load(yr[j]) * (load(gr[j]) - s[j]));
+          store_run(out, w, [&](int64_t j) { return load(yr[j]) * (load(gr[j]) - s[j]); });
         }
       }
     }

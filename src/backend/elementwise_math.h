@@ -110,38 +110,44 @@ FT_HD T horner_(T x, const float (&c)[N]) {
   return r;
 }
 
-// erf for the formulas below. On the CPU, f32 is branch-free and vectorises (glibc's erff is a
-// scalar call, and made exact GELU 12x slower than PyTorch's; docs/PERF.md), within 3 ulp of
-// erf: |x| <= 0.9 as x P(x^2); past that as 1 - exp(-x^2) Q(|x|), where Q(x) = erfc(x) e^{x^2}
-// is smooth and fitted in x - 2.45 on [0.9, 4]; 1 from 3.92 on, where erf(x) rounds to 1 in
-// f32. Both are least-squares fits at Chebyshev nodes against 30-digit erf (mpmath). f64 and
-// device code use the library erf.
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
+
+// The standard normal CDF Phi(x) = 0.5 erfc(-x/sqrt2), exact GELU's gate. On the CPU, f32 is
+// branch-free and vectorises (glibc's erff is a scalar call, and made exact GELU 12x slower than
+// PyTorch's; docs/PERF.md). With z = x/sqrt2:
+// - |z| <= 0.9: 0.5 + 0.5 z P(z^2);
+// - past that, h = 0.5 erfc(|z|) = 0.5 e^{-z^2} Q(|z|), where Q(z) = erfc(z) e^{z^2} is smooth and
+//   fitted in |z| - 2.45 on [0.9, 4]; Phi = h for x < 0 and 1 - h for x > 0. Taking h itself for
+//   x < 0, rather than 0.5 (1 + erf(z)), keeps Phi's relative accuracy in the negative tail,
+//   where 1 + erf(z) cancels;
+// - past |z| = 3.92, 0 or 1 (Phi(-5.54) = 1.5e-8).
+// P and Q are least-squares fits at Chebyshev nodes against 30-digit erf (mpmath). e^{-z^2} is
+// written exp_(T(-0.5) * x * x), the expression of the density in GELU's derivative, so a loop
+// computing both evaluates the exp once. f64 and device code use the library erfc.
 template <class T>
-FT_HD T erf_(T x) {
+FT_HD T normal_cdf_(T x) {
 #ifndef __CUDACC__
   if constexpr (std::is_same_v<T, float>) {
-    // P(x^2) on |x| <= 0.9 and Q(|x| - 2.45) on [0.9, 4], highest power first.
+    // P(z^2) on |z| <= 0.9 and Q(|z| - 2.45) on [0.9, 4], highest power first.
     static constexpr float kP[] = {-6.106989458e-04f, 5.015357397e-03f,  -2.678133920e-02f,
                                    1.128221229e-01f,  -3.761253059e-01f, 1.128379107e+00f};
     static constexpr float kQ[] = {1.298582077e-07f, -5.154042242e-07f, 1.061642820e-06f, -4.144072591e-06f,
                                    1.830378278e-05f, -6.663234672e-05f, 2.325126698e-04f, -7.993957261e-04f,
                                    2.658724319e-03f, -8.514073677e-03f, 2.617615834e-02f, -7.690239698e-02f,
                                    2.145870924e-01f};
-    const T s = x * x, ax = x < T(0) ? -x : x;
-    const T p = horner_(s, kP), q = horner_(ax - T(2.45f), kQ);
-    // Past 3.92 q may overflow and exp(-s) be 0: the select, not the product, gives 1 there. A
-    // NaN x fails every comparison and stays NaN.
-    const T tail = ax > T(3.92f) ? T(1) : T(1) - exp_(-s) * q;
-    return ax <= T(0.9f) ? x * p : (x < T(0) ? -tail : tail);
+    const T z = x * T(kInvSqrt2), az = z < T(0) ? -z : z;
+    const T central = T(0.5f) + T(0.5f) * z * horner_(z * z, kP);
+    // Past 3.92 Q may overflow and the exp be 0: the select, not the product, gives the tail 0
+    // there. A NaN x fails every comparison and gives 1 - NaN.
+    const T tail = az > T(3.92f) ? T(0) : T(0.5f) * exp_(T(-0.5) * x * x) * horner_(az - T(2.45f), kQ);
+    return az <= T(0.9f) ? central : (x < T(0) ? tail : T(1) - tail);
   }
 #endif
-  using std::erf;
-  return erf(x);
+  using std::erfc;
+  return T(0.5) * erfc(-x * T(kInvSqrt2));
 }
-
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kInvSqrt2 = 0.7071067811865476;
-constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
 // Formulas too long for one line of the lists. Helpers are FT_HD too: one that is not inlined
 // turns its caller's loop scalar.
@@ -221,8 +227,8 @@ FT_HD T pow_(T a, T b) {
   OP(Sigmoid,  sigmoid,   Floating, Output, Public,   sigmoid_(x),         y * (T(1) - y))                             \
   OP(Relu,     relu,      Numeric,  Input,  Public,   x > T(0) ? x : T(0), x > T(0) ? T(1) : T(0))                     \
   OP(Gelu,     gelu,      Floating, Input,  Internal,                                                                  \
-     T(0.5) * x * (T(1) + erf_(x * T(kInvSqrt2))),                                                                     \
-     T(0.5) * (T(1) + erf_(x * T(kInvSqrt2))) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x))                            \
+     x * normal_cdf_(x),                                                                                               \
+     normal_cdf_(x) + x * T(kInvSqrt2Pi) * exp_(T(-0.5) * x * x))                                                      \
   OP(GeluTanh, gelu_tanh, Floating, Input,  Internal,                                                                  \
      x * gelu_tanh_gate_(x), gelu_tanh_derivative(x))                                                                  \
   OP(Silu,     silu,      Floating, Input,  Public,                                                                    \

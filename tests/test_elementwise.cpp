@@ -141,8 +141,8 @@ static double ulps_off(float got, double want) {
 // past them, and the special values. Phi(x) = 0.5 erfc(-x/sqrt2) changes by x^2 of its own
 // relative size per relative change of x (d log Phi / d log x = x phi(x) / Phi(x), about x^2 in the
 // negative tail), so rounding x^2 in f32 alone moves the result by up to x^2/2 ulps there: the
-// bound is 4 ulps times max(1, x^2/2) (the worst is 3.2). Through 0.5 (1 + erf(x/sqrt2)), as before, Phi lost all
-// relative accuracy in the negative tail (1e-2 at x = -4.5).
+// bound is 4 ulps times max(1, x^2/2) (the worst is 3.2). Computed as 0.5 (1 + erf(x/sqrt2)), as
+// before, Phi lost all relative accuracy in the negative tail (1e-2 at x = -4.5).
 TEST(ElementwiseMath, F32NormalCdfIsWithinFourUlpsOfTheLibraryErfc) {
   double worst = 0;
   float at = 0;
@@ -161,7 +161,8 @@ TEST(ElementwiseMath, F32NormalCdfIsWithinFourUlpsOfTheLibraryErfc) {
     check(std::bit_cast<float>(bits));
     check(-std::bit_cast<float>(bits));
   }
-  for (float seam : {0.9f * 1.41421356f, 3.92f * 1.41421356f})  // -5.54 and below: the tail's 0, next
+  // Past -3.92 sqrt2 = -5.54 Phi is 0 (checked below), not within ulps.
+  for (float seam : {0.9f * 1.41421356f, 3.92f * 1.41421356f})
     for (float x = std::nextafter(seam, 0.0f), k = 0; k < 3; ++k, x = std::nextafter(x, INFINITY)) {
       check(x);
       if (x <= 5.5f) check(-x);

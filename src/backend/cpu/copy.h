@@ -25,7 +25,7 @@ template <class To, class From>
 inline void convert_run(const From* src, To* dst, int64_t n) {
   if constexpr (std::is_same_v<To, float> && std::is_same_v<From, f16>) {
     widen_halves(src, dst, n);
-  } else if constexpr ((std::is_same_v<To, f16> || std::is_same_v<To, bf16>)&&std::is_same_v<From, float>) {
+  } else if constexpr (std::is_same_v<From, float> && (std::is_same_v<To, f16> || std::is_same_v<To, bf16>)) {
     narrow_to_halves(src, dst, n);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = convert_value<To>(src[i]);

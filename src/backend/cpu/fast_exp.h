@@ -48,32 +48,16 @@ __attribute__((always_inline)) inline float fast_exp(float x) {
 
 inline double fast_exp(double x) { return std::exp(x); }
 
-// Loads and stores between a storage type and its compute type that GCC vectorises. bf16's own
-// conversion (dtype.h) branches on NaN, which keeps loops scalar; this one selects instead.
+// Loads and stores between a storage type and its compute type. bf16's conversions (dtype.h) are
+// branch-free, so loops through these vectorise; dense bf16 runs are better stored through
+// store_run (half_tiles.h), which narrows with the CPU's instruction where it has one.
 template <class T>
 inline compute_t<T> load(T v) {
   return static_cast<compute_t<T>>(v);
 }
-template <>
-inline float load<bf16>(bf16 v) {
-  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
 template <class T>
 inline T store(compute_t<T> v) {
   return static_cast<T>(v);
-}
-template <>
-inline bf16 store<bf16>(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // nearest, ties to even
-  const uint32_t quiet_nan = (u >> 16) | 0x40u;
-  bf16 b;
-  b.bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-  return b;
 }
 
 // max of p[0..n) in the compute type (-inf when empty; NaNs are skipped, callers' later sums

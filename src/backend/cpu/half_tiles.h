@@ -84,22 +84,29 @@ inline void for_half_tiles(int64_t n, Body&& body) {
   for (int64_t i0 = 0; i0 < n; i0 += kHalfTile) body(i0, std::min(kHalfTile, n - i0));
 }
 
+// Runs shorter than this are stored directly: a tile per 32-channel BatchNorm row doubled its
+// backward, while 128-wide softmax rows gained (docs/PERF.md).
+inline constexpr int64_t kMinTiledRun = 128;
+
 // dst[i] = T(value(i)) for i in [0, n), value giving f32 (or the compute type): through an f32
-// tile and the narrowing above where narrows_in_tiles_v<T>, directly otherwise. The elements are
-// independent (value(i) reads, never writes), so the loops are marked for vectorising.
+// tile and the narrowing above where narrows_in_tiles_v<T> and the run is long enough, directly
+// otherwise. The elements are independent (value(i) reads, never writes), so the loops are marked
+// for vectorising.
 template <class T, class Value>
 inline void store_run(T* dst, int64_t n, Value&& value) {
   if constexpr (narrows_in_tiles_v<T>) {
-    for_half_tiles(n, [&](int64_t i0, int64_t m) {
-      float t[kHalfTile];
+    if (n >= kMinTiledRun) {
+      for_half_tiles(n, [&](int64_t i0, int64_t m) {
+        float t[kHalfTile];
 #pragma omp simd
-      for (int64_t i = 0; i < m; ++i) t[i] = static_cast<float>(value(i0 + i));
-      narrow_to_halves(t, dst + i0, m);
-    });
-  } else {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(value(i));
+        for (int64_t i = 0; i < m; ++i) t[i] = static_cast<float>(value(i0 + i));
+        narrow_to_halves(t, dst + i0, m);
+      });
+      return;
+    }
   }
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(value(i));
 }
 
 }  // namespace ft::cpu

@@ -45,10 +45,6 @@ inline void narrow_to_halves(const float* src, f16* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = f16(src[i]);
 }
 
-inline void widen_halves(const bf16* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-}
-
 inline void narrow_to_halves(const float* src, bf16* dst, int64_t n) {
   int64_t i = 0;
 #if defined(__AVX512BF16__)

@@ -44,6 +44,22 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     int64_t s = c["stride"], p = c["pad"];
     return {{x, w}, [s, p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), {s, s}, {p, p}); }};
   }
+  if (op == "batch_norm" || op == "max_pool2d") {
+    // ResNet's per-layer memory-bound ops: training-mode batch norm (with the ReLU that follows
+    // it fused, as nn::Sequential runs them) and the stem's 3x3 stride-2 max pool.
+    Tensor x = r({c["N"], c["C"], c["H"], c["W"]});
+    if (layout == "nhwc") x = x.contiguous_channels_last();
+    if (op == "max_pool2d") {
+      const int64_t k = c["k"], s = c["stride"], p = c["pad"];
+      return {{x}, [k, s, p](const std::vector<Tensor>& in) { return max_pool2d(in[0], {k, k}, {s, s}, {p, p}); }};
+    }
+    const int64_t C = c["C"];
+    const bool fused_relu = c["relu"];
+    return {{x, r({C}), r({C})}, [fused_relu](const std::vector<Tensor>& in) {
+              return (fused_relu ? batch_norm_relu : batch_norm)(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1,
+                                                                 1e-5);
+            }};
+  }
   if (op == "layer_norm") {
     int64_t rows = c["rows"], cols = c["cols"];
     return {{r({rows, cols}), r({cols}), r({cols})},

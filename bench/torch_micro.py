@@ -38,6 +38,15 @@ def make(case, dtype, layout):
             x = x.contiguous(memory_format=torch.channels_last)
             w = w.contiguous(memory_format=torch.channels_last)
         return [x, w], lambda x, w: F.conv2d(x, w, None, case["stride"], case["pad"])
+    if op in ("batch_norm", "max_pool2d"):
+        x = r(case["N"], case["C"], case["H"], case["W"])
+        if layout == "nhwc":
+            x = x.contiguous(memory_format=torch.channels_last)
+        if op == "max_pool2d":
+            return [x], lambda x: F.max_pool2d(x, case["k"], case["stride"], case["pad"])
+        w, b = r(case["C"]), r(case["C"])
+        act = torch.relu if case["relu"] else (lambda y: y)
+        return [x, w, b], lambda x, w, b: act(F.batch_norm(x, None, None, w, b, training=True))
     if op == "layer_norm":
         x, w, b = r(case["rows"], case["cols"]), r(case["cols"]), r(case["cols"])
         return [x, w, b], lambda x, w, b: F.layer_norm(x, (case["cols"],), w, b)

@@ -102,7 +102,14 @@ inline void store_run(T* dst, int64_t n, Value&& value) {
     }
   }
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(value(i));
+  for (int64_t i = 0; i < n; ++i) {
+    // A 16-bit float is stored as its bits: under `omp simd` a bf16 temporary becomes a per-lane
+    // array whose struct copy stops the loop vectorising (scalar BatchNorm on 7x7 and 8x8 maps).
+    if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, f16>)
+      dst[i].bits = T::from_float(static_cast<float>(value(i)));
+    else
+      dst[i] = static_cast<T>(value(i));
+  }
 }
 
 }  // namespace ft::cpu

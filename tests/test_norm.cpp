@@ -217,6 +217,49 @@ TEST(Norm, BatchNormRunningStatsUpdate) {
   EXPECT_NEAR(rm32.to_vector()[1], 0.1 * mean_c.to_vector()[1], 1e-2);
 }
 
+// Batch statistics of f32 activations whose mean is large beside their spread (1000 + 0.01 c z):
+// a variance from sums of squares cancels to noise here. The kernel reads each chunk of a channel
+// twice while it is in cache and merges the chunks' moments, in each of its forms: short NCHW runs
+// (a slot per position), long ones (folded into registers), [N, C] rows and channels-last rows
+// (row blocks). Reference: f64 over the same f32 values.
+TEST(Norm, BatchNormStatisticsStayExactWhenTheMeanDwarfsTheSpread) {
+  struct Layout {
+    Shape shape;
+    bool channels_last;
+  };
+  const Layout layouts[] = {
+      {{400, 2, 7, 7}, false}, {{64, 3, 10, 30}, false}, {{5000, 4}, false}, {{64, 8, 10, 10}, true}};
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.shape.str() + (l.channels_last ? " channels-last" : ""));
+    const int64_t C = l.shape[1];
+    Generator g(11);
+    std::vector<int64_t> per_channel(l.shape.size(), 1);
+    per_channel[1] = C;
+    Tensor spread = mul(arange(1, C + 1).view(Shape(per_channel)), 0.01);
+    Tensor x = add(mul(randn(l.shape, {}, &g), spread), 1000.0);
+    if (l.channels_last) x = x.contiguous_channels_last();
+    Tensor rm = zeros({C}), rv = zeros({C});
+    batch_norm(x, rm, rv, Tensor(), Tensor(), true, /*momentum=*/1.0);  // running stats = batch stats
+    // f64 reference, channel by channel, from the same f32 values
+    Tensor xd = x.to(DType::F64).contiguous();
+    const std::vector<double> v = xd.to_vector();
+    const int64_t S = x.numel() / (l.shape[0] * C);
+    const std::vector<double> got_mean = rm.to_vector(), got_var = rv.to_vector();
+    for (int64_t c = 0; c < C; ++c) {
+      double s = 0, s2 = 0;
+      const int64_t count = l.shape[0] * S;
+      for (int64_t n = 0; n < l.shape[0]; ++n)
+        for (int64_t i = 0; i < S; ++i) s += v[(n * C + c) * S + i];
+      const double mean = s / count;
+      for (int64_t n = 0; n < l.shape[0]; ++n)
+        for (int64_t i = 0; i < S; ++i) s2 += (v[(n * C + c) * S + i] - mean) * (v[(n * C + c) * S + i] - mean);
+      const double var = s2 / (count - 1);
+      EXPECT_NEAR(got_mean[c], mean, 2 * 6.2e-5) << "channel " << c;  // two f32 ulps at 1000
+      EXPECT_NEAR(got_var[c], var, 1e-4 * var) << "channel " << c;
+    }
+  }
+}
+
 TEST(Norm, BatchNormChannelsLastKeepsFormat) {
   Generator g(7);
   Tensor x = randn({2, 5, 3, 3}, {}, &g).contiguous_channels_last().detach().requires_grad_();

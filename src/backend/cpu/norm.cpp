@@ -180,37 +180,91 @@ void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mea
 // ---------------------------------------------------------------------------------------------
 // batch_norm
 
-// Per-channel sums s1[c] = sum f1(x, dy), s2[c] = sum f2(...) over N*S elements, in double.
-// `run(c, xr, dyr, n, &a1, &a2)` adds one contiguous run of one channel (NCS form);
-// `row(xr, dyr, a1, a2)` adds one [C] row of the MC form into per-channel accumulators of the
-// compute type.
-template <class T, class RunF, class RowF>
-void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, RowF row, std::vector<double>& s1,
+// Batch-norm reductions visit each channel's elements in chunks that stay in cache between
+// passes over them. An element operation elem(c, x, dy, a1, a2) adds channel c's element into two
+// accumulators of the compute type; a chunk accumulates into slot arrays q1, q2, which are then
+// summed into f64. Chunks and slots depend on the shape only, so results do not depend on the
+// thread count.
+//   NCS: a chunk is consecutive runs [n0, n1) of one channel, about kChunkElems values (at least
+//        one run). A short run (S <= kSlotPerPosition) has a slot per position, so its loop
+//        vectorises whatever S is and nothing is reduced per run; a longer run is folded into kAcc
+//        register accumulators (position i into slot i % kAcc) and added to kAcc slots, which keeps
+//        the slots in registers rather than streaming S of them through L1 beside the data.
+//   MC:  a chunk is kRowsPerChunk consecutive rows of a row block, with a slot per channel.
+constexpr int64_t kChunkElems = 8192;
+constexpr int64_t kRowsPerChunk = 64;
+constexpr int64_t kSlotPerPosition = 256;
+
+int64_t runs_per_chunk(const BatchNormLayout& L) {
+  return std::max<int64_t>(1, kChunkElems / std::max<int64_t>(L.S, 1));
+}
+int64_t run_slots(const BatchNormLayout& L) { return L.S <= kSlotPerPosition ? L.S : kAcc; }
+
+// q[0, run_slots) = sums over runs [n0, n1) of channel c of elem (NCS).
+template <class T, class Cp, class Elem>
+void accumulate_runs(const BatchNormLayout& L, const T* x, const T* dy, int64_t c, int64_t n0, int64_t n1, Cp* q1,
+                     Cp* q2, Elem elem) {
+  const int64_t S = L.S, slots = run_slots(L);
+  std::fill(q1, q1 + slots, Cp(0));
+  std::fill(q2, q2 + slots, Cp(0));
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t off = (n * L.C + c) * S;
+    const T* xr = x + off;
+    const T* dyr = dy ? dy + off : xr;  // elem ignores dy where there is none
+    if (slots == S) {
+#pragma omp simd
+      for (int64_t i = 0; i < S; ++i) elem(c, static_cast<Cp>(xr[i]), static_cast<Cp>(dyr[i]), q1[i], q2[i]);
+      continue;
+    }
+    Cp p1[kAcc] = {}, p2[kAcc] = {};
+    int64_t i = 0;
+    for (; i + kAcc <= S; i += kAcc)
+      for (int j = 0; j < kAcc; ++j) elem(c, static_cast<Cp>(xr[i + j]), static_cast<Cp>(dyr[i + j]), p1[j], p2[j]);
+    for (int j = 0; i + j < S; ++j) elem(c, static_cast<Cp>(xr[i + j]), static_cast<Cp>(dyr[i + j]), p1[j], p2[j]);
+    for (int j = 0; j < kAcc; ++j) {
+      q1[j] += p1[j];
+      q2[j] += p2[j];
+    }
+  }
+}
+
+// q[c] = sum over rows [m0, m1) of elem at channel c (MC).
+template <class T, class Cp, class Elem>
+void accumulate_rows(const BatchNormLayout& L, const T* x, const T* dy, int64_t m0, int64_t m1, Cp* q1, Cp* q2,
+                     Elem elem) {
+  const int64_t C = L.C;
+  std::fill(q1, q1 + C, Cp(0));
+  std::fill(q2, q2 + C, Cp(0));
+  for (int64_t m = m0; m < m1; ++m) {
+    const T* xr = x + m * C;
+    const T* dyr = dy ? dy + m * C : xr;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) elem(c, static_cast<Cp>(xr[c]), static_cast<Cp>(dyr[c]), q1[c], q2[c]);
+  }
+}
+
+// Per-channel sums s1[c] = sum elem's a1, s2[c] = sum elem's a2 over the N*S elements, in f64.
+template <class T, class Elem>
+void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, Elem elem, std::vector<double>& s1,
                   std::vector<double>& s2) {
+  using Cp = compute_t<T>;
   const int64_t C = L.C;
   s1.assign(C, 0.0);
   s2.assign(C, 0.0);
   if (!L.rows) {
-    const int64_t per_channel = L.N * L.S;
-    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(per_channel, 1)), [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        double a1 = 0, a2 = 0;
-        for (int64_t n = 0; n < L.N; ++n) {
-          const int64_t off = (n * C + c) * L.S;
-          run(c, x + off, dy ? dy + off : nullptr, L.S, a1, a2);
+    const int64_t per_chunk = runs_per_chunk(L);
+    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * L.S, 1)), [&](int64_t c0, int64_t c1) {
+      const int64_t slots = run_slots(L);
+      std::vector<Cp> q1(slots), q2(slots);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t n0 = 0; n0 < L.N; n0 += per_chunk) {
+          accumulate_runs(L, x, dy, c, n0, std::min(L.N, n0 + per_chunk), q1.data(), q2.data(), elem);
+          s1[c] += dense_sum<Cp, double>(q1.data(), slots);
+          s2[c] += dense_sum<Cp, double>(q2.data(), slots);
         }
-        s1[c] = a1;
-        s2[c] = a2;
-      }
     });
     return;
   }
-  // Rows add into compute-type partial sums (one vectorised add per element, in L1) that are
-  // carried into the block's doubles every kRowsPerPartial rows; a double add per element cost
-  // more than the rest of the loop. Blocks and sub-blocks depend on the shape only, so the sums
-  // do not depend on the thread count.
-  using Cp = compute_t<T>;
-  constexpr int64_t kRowsPerPartial = 64;
   const int64_t M = L.N * L.S;
   const int64_t nb = row_blocks(M, C);
   std::vector<double> p1(nb * C, 0.0), p2(nb * C, 0.0);
@@ -218,11 +272,8 @@ void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, R
     double* a1 = p1.data() + blk * C;
     double* a2 = p2.data() + blk * C;
     std::vector<Cp> q1(C), q2(C);
-    for (int64_t s0 = m0; s0 < m1; s0 += kRowsPerPartial) {
-      std::fill(q1.begin(), q1.end(), Cp(0));
-      std::fill(q2.begin(), q2.end(), Cp(0));
-      const int64_t rows_end = std::min(m1, s0 + kRowsPerPartial);
-      for (int64_t m = s0; m < rows_end; ++m) row(x + m * C, dy ? dy + m * C : nullptr, q1.data(), q2.data());
+    for (int64_t r0 = m0; r0 < m1; r0 += kRowsPerChunk) {
+      accumulate_rows(L, x, dy, r0, std::min(m1, r0 + kRowsPerChunk), q1.data(), q2.data(), elem);
       for (int64_t c = 0; c < C; ++c) {
         a1[c] += static_cast<double>(q1[c]);
         a2[c] += static_cast<double>(q2[c]);
@@ -231,6 +282,28 @@ void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, RunF run, R
   });
   combine_partials(p1, nb, C, s1.data());
   combine_partials(p2, nb, C, s2.data());
+}
+
+// Count, mean and sum of squared deviations of a set of values, in f64; merge() adds another set
+// (Chan, Golub and LeVeque's pairwise update), so a channel's variance is built from chunks whose
+// two passes (mean, then squared deviations from it) both read the chunk from cache.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+  void merge(const Moments& o) {
+    if (o.n == 0) return;
+    const double total = n + o.n, delta = o.mean - mean;
+    mean += delta * (o.n / total);
+    m2 += o.m2 + delta * delta * (n * o.n / total);
+    n = total;
+  }
+};
+
+// A chunk's moments from its deviations d = x - mu from a guess mu of its mean (the mean of a
+// first pass): mean = mu + sum d / n and m2 = sum d^2 - (sum d)^2 / n, the corrected two-pass
+// formulas. The deviations are small and exact where mu is close, so the chunk's mean is as
+// accurate as mu's rounding allows, not only as its f32 sum.
+inline Moments chunk_moments(double count, double mu, double sum_d, double sum_d2) {
+  return {count, mu + sum_d / count, std::max(0.0, sum_d2 - sum_d * sum_d / count)};
 }
 
 // y = f(c, x, dy) elementwise with per-channel coefficients: run(c, xr, dyr, yr, n) handles a
@@ -252,40 +325,66 @@ void channel_map(const BatchNormLayout& L, const T* x, const T* dy, T* y, RunF r
   });
 }
 
+// Mean and biased variance per channel, reading x from memory once: each chunk is summed, then its
+// deviations from that mean are summed while it is still in cache, and the chunks' moments are
+// merged in f64.
 template <class T>
 void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& var_t) {
   using Cp = compute_t<T>;
   const int64_t C = L.C;
   const T* xp = x.data<T>();
-  const double inv_count = 1.0 / static_cast<double>(L.N * L.S);
-  std::vector<double> s1, s2;
-  channel_sums<T>(
-      L, xp, nullptr,
-      [](int64_t, const T* xr, const T*, int64_t n, double& a1, double&) { a1 += dense_sum<T, Cp>(xr, n); },
-      [C](const T* xr, const T*, Cp* a1, Cp*) {
-        for (int64_t c = 0; c < C; ++c) a1[c] += static_cast<Cp>(xr[c]);
-      },
-      s1, s2);
-  std::vector<Cp> mu(C);
-  for (int64_t c = 0; c < C; ++c) mu[c] = static_cast<Cp>(s1[c] * inv_count);
-  const Cp* mup = mu.data();
-  channel_sums<T>(
-      L, xp, nullptr,
-      [mup](int64_t c, const T* xr, const T*, int64_t n, double& a1, double&) {
-        a1 += dense_sq_dev<T, Cp>(xr, n, mup[c]);
-      },
-      [C, mup](const T* xr, const T*, Cp* a1, Cp*) {
-        for (int64_t c = 0; c < C; ++c) {
-          Cp d = static_cast<Cp>(xr[c]) - mup[c];
-          a1[c] += d * d;
+  const T* no_dy = nullptr;
+  auto add_x = [](int64_t, Cp v, Cp, Cp& a1, Cp&) { a1 += v; };
+  std::vector<Moments> m(C);
+  if (!L.rows) {
+    const int64_t per_chunk = runs_per_chunk(L);
+    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * L.S, 1)), [&](int64_t c0, int64_t c1) {
+      const int64_t slots = run_slots(L);
+      std::vector<Cp> q1(slots), q2(slots);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t n0 = 0; n0 < L.N; n0 += per_chunk) {
+          const int64_t n1 = std::min(L.N, n0 + per_chunk);
+          const double count = static_cast<double>((n1 - n0) * L.S);
+          accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), add_x);
+          const Cp mu = static_cast<Cp>(dense_sum<Cp, double>(q1.data(), slots) / count);
+          accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), [mu](int64_t, Cp v, Cp, Cp& a1, Cp& a2) {
+            const Cp d = v - mu;
+            a1 += d;
+            a2 += d * d;
+          });
+          m[c].merge(chunk_moments(count, mu, dense_sum<Cp, double>(q1.data(), slots),
+                                   dense_sum<Cp, double>(q2.data(), slots)));
         }
-      },
-      s2, s1);  // s1 unused here
+    });
+  } else {
+    const int64_t M = L.N * L.S;
+    const int64_t nb = row_blocks(M, C);
+    std::vector<Moments> partial(nb * C);
+    for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
+      Moments* pm = partial.data() + blk * C;
+      std::vector<Cp> q1(C), q2(C), mu(C);
+      const Cp* mup = mu.data();
+      for (int64_t r0 = m0; r0 < m1; r0 += kRowsPerChunk) {
+        const int64_t r1 = std::min(m1, r0 + kRowsPerChunk);
+        const double count = static_cast<double>(r1 - r0);
+        accumulate_rows(L, xp, no_dy, r0, r1, q1.data(), q2.data(), add_x);
+        for (int64_t c = 0; c < C; ++c) mu[c] = static_cast<Cp>(static_cast<double>(q1[c]) / count);
+        accumulate_rows(L, xp, no_dy, r0, r1, q1.data(), q2.data(), [mup](int64_t c, Cp v, Cp, Cp& a1, Cp& a2) {
+          const Cp d = v - mup[c];
+          a1 += d;
+          a2 += d * d;
+        });
+        for (int64_t c = 0; c < C; ++c) pm[c].merge(chunk_moments(count, mu[c], q1[c], q2[c]));
+      }
+    });
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t c = 0; c < C; ++c) m[c].merge(partial[b * C + c]);
+  }
   Cp* meanp = mean_t.data<Cp>();
   Cp* varp = var_t.data<Cp>();
   for (int64_t c = 0; c < C; ++c) {
-    meanp[c] = mu[c];
-    varp[c] = static_cast<Cp>(s2[c] * inv_count);
+    meanp[c] = static_cast<Cp>(m[c].mean);
+    varp[c] = static_cast<Cp>(m[c].m2 / m[c].n);
   }
 }
 
@@ -361,38 +460,10 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
     // sdy = sum(dy), sdyx = sum(dy * (x - mean))
     channel_sums<T>(
         L, xp, dyp,
-        [meanp, sc, sh](int64_t c, const T* xr, const T* dyr, int64_t n, double& a1, double& a2) {
-          const Cp mu = meanp[c], a = sc[c], bb = sh[c];
-          Cp p1[kAcc] = {}, p2[kAcc] = {};
-          int64_t i = 0;
-          for (; i + kAcc <= n; i += kAcc)
-            for (int j = 0; j < kAcc; ++j) {
-              const Cp xv = static_cast<Cp>(xr[i + j]);
-              const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[i + j]), xv, a, bb);
-              p1[j] += g;
-              p2[j] += g * (xv - mu);
-            }
-          Cp r1 = 0, r2 = 0;
-          for (; i < n; ++i) {
-            const Cp xv = static_cast<Cp>(xr[i]);
-            const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[i]), xv, a, bb);
-            r1 += g;
-            r2 += g * (xv - mu);
-          }
-          for (int j = 0; j < kAcc; ++j) {
-            r1 += p1[j];
-            r2 += p2[j];
-          }
-          a1 += r1;
-          a2 += r2;
-        },
-        [C, meanp, sc, sh](const T* xr, const T* dyr, Cp* a1, Cp* a2) {
-          for (int64_t c = 0; c < C; ++c) {
-            const Cp xv = static_cast<Cp>(xr[c]);
-            const Cp g = through_relu<Relu>(static_cast<Cp>(dyr[c]), xv, sc[c], sh[c]);
-            a1[c] += g;
-            a2[c] += g * (xv - meanp[c]);
-          }
+        [meanp, sc, sh](int64_t c, Cp xv, Cp dyv, Cp& a1, Cp& a2) {
+          const Cp g = through_relu<Relu>(dyv, xv, sc[c], sh[c]);
+          a1 += g;
+          a2 += g * (xv - meanp[c]);
         },
         sdy, sdyx);
   }

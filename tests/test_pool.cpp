@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
@@ -112,6 +115,71 @@ TEST(PoolMax, TiesRouteToFirstIndex) {
     sum(max_pool2d(x2, {2, 2}, {1, 1})).backward();  // every window's first element: (0,0),(0,1),(1,0),(1,1)
     EXPECT_EQ(x2.grad().to_vector(), (std::vector<double>{1, 1, 0, 1, 1, 0, 0, 0, 0}));
   }
+}
+
+// Max pooling against a per-window scan written here (rows, then columns; a value is taken when
+// it is greater than the best so far or NaN, PyTorch's rule) on values with many ties, -inf
+// windows and NaNs, in both layouts and at widths that are not a multiple of the kernels' vector
+// width. The indices are checked through the backward: each output's gradient lands on the
+// position its window picked.
+TEST(PoolMax, MatchesAPerWindowScanWithTiesInfinitiesAndNans) {
+  struct Config {
+    Pair kernel, stride, padding, dilation;
+    int64_t H, W;
+  };
+  const Config configs[] = {{{3, 3}, {2, 2}, {1, 1}, {1, 1}, 13, 37},
+                            {{2, 3}, {1, 3}, {1, 1}, {2, 2}, 9, 40},
+                            {{3, 2}, {2, 1}, {0, 1}, {1, 3}, 8, 21},
+                            {{1, 1}, {1, 1}, {0, 0}, {1, 1}, 3, 17}};
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const Config& cfg : configs)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (bool cl : {false, true}) {
+        SCOPED_TRACE(std::to_string(cfg.H) + "x" + std::to_string(cfg.W) + " " + dtype_name(dt) + (cl ? " nhwc" : ""));
+        const int64_t N = 2, C = 3, H = cfg.H, W = cfg.W;
+        std::vector<double> xv(N * C * H * W);
+        uint64_t r = 12345;
+        for (double& v : xv) {
+          r = r * 6364136223846793005ull + 1442695040888963407ull;
+          const int k = static_cast<int>((r >> 33) % 20);
+          v = k == 0 ? nan : k == 1 ? -inf : static_cast<double>(k % 5) - 2.0;  // ties among five values
+        }
+        for (int64_t i = 0; i < H * W; ++i) xv[i] = -inf;  // one plane of -inf windows only
+        Tensor x = from_vector(xv, {N, C, H, W}).to(dt);
+        if (cl) x = x.contiguous_channels_last();
+        x.requires_grad_();
+        Tensor y = max_pool2d(x, cfg.kernel, cfg.stride, cfg.padding, cfg.dilation);
+        const int64_t OH = y.shape()[2], OW = y.shape()[3];
+        std::vector<double> gv(N * C * OH * OW);
+        for (size_t i = 0; i < gv.size(); ++i) gv[i] = static_cast<double>(i % 7 + 1);
+        sum(mul(y, from_vector(gv, {N, C, OH, OW}).to(dt))).backward();
+        const std::vector<double> got = y.contiguous().to_vector(), got_grad = x.grad().contiguous().to_vector();
+        std::vector<double> want_grad(xv.size(), 0.0);
+        for (int64_t b = 0; b < N * C; ++b)
+          for (int64_t oh = 0; oh < OH; ++oh)
+            for (int64_t ow = 0; ow < OW; ++ow) {
+              double best = -inf;
+              int64_t at = -1;
+              for (int64_t kh = 0; kh < cfg.kernel[0]; ++kh)
+                for (int64_t kw = 0; kw < cfg.kernel[1]; ++kw) {
+                  const int64_t ih = oh * cfg.stride[0] - cfg.padding[0] + kh * cfg.dilation[0];
+                  const int64_t iw = ow * cfg.stride[1] - cfg.padding[1] + kw * cfg.dilation[1];
+                  if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                  const double v = xv[(b * H + ih) * W + iw];
+                  if (at < 0 || v > best || std::isnan(v)) {
+                    best = v;
+                    at = ih * W + iw;
+                  }
+                }
+              const int64_t o = (b * OH + oh) * OW + ow;
+              if (std::isnan(best))
+                EXPECT_TRUE(std::isnan(got[o])) << "output " << o;
+              else
+                EXPECT_EQ(got[o], best) << "output " << o;
+              want_grad[b * H * W + at] += gv[o];
+            }
+        EXPECT_EQ(got_grad, want_grad);
+      }
 }
 
 TEST(PoolAvg, CountIncludePad) {

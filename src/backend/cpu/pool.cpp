@@ -126,39 +126,84 @@ inline void clip_taps(int64_t start, int64_t k, int64_t d, int64_t size, int64_t
   while (lo < 0) lo += d;
 }
 
+// NCHW max pooling, one output row of one plane at a time, vectorised over the output columns.
+// Each input row under the window is widened and split by phase into sW buffers, phase q holding
+// the padded row's columns q, q + sW, q + 2 sW, ..., and padded with -inf to every column a window
+// reaches. A tap (ih, kw) at offset t = kw * dW then reads phase t % sW from t / sW on: one
+// unit-stride pass over all output columns, with no clipping (-inf padding is never taken) and
+// no strided loads, which GCC turns into gathers or permutes. Taps go in the same order as a
+// per-window loop (rows, then columns) with the same strict comparison, so ties and NaNs pick the
+// same position; a window whose values are all -inf keeps its first valid position. Positions
+// are i32 lanes beside the f32 values.
+template <class T>
+void max_forward_planes(const PoolParams& p, const T* x, T* y, int64_t* idx) {
+  using A = compute_t<T>;
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  const int64_t W = p.W, OW = p.OW, sW = p.sW;
+  // Whole vectors of columns, the lanes past OW computed and dropped, so no scalar epilogue runs
+  // on rows as short as ResNet's 56.
+  constexpr int64_t kLanes = 16;
+  const int64_t OWv = (OW + kLanes - 1) / kLanes * kLanes;
+  const int64_t phase_len = OWv + ((p.kW - 1) * p.dW) / sW + 1;
+  std::vector<int32_t> first_col(OW), col_offset(OWv);  // first valid column of each window; ow * sW
+  for (int64_t ow = 0; ow < OWv; ++ow) col_offset[ow] = static_cast<int32_t>(ow * sW);
+  for (int64_t ow = 0; ow < OW; ++ow) {
+    int64_t ws, we;
+    clip_taps(ow * sW - p.pW, p.kW, p.dW, W, ws, we);
+    first_col[ow] = static_cast<int32_t>(ws);
+  }
+  // Phase q's entries m in [valid_lo[q], valid_hi[q]) are input columns m * sW + q - pW of the row.
+  std::vector<int64_t> valid_lo(sW), valid_hi(sW);
+  for (int64_t q = 0; q < sW; ++q) {
+    valid_lo[q] = std::min(phase_len, std::max<int64_t>(0, (p.pW - q + sW - 1) / sW));
+    valid_hi[q] = std::max(valid_lo[q], std::min(phase_len, (W + p.pW - q + sW - 1) / sW));
+  }
+  parallel_for(0, p.N * p.C, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<A> best_buf(OWv), phase_buf(sW * phase_len, neg_inf);
+    std::vector<int32_t> at_buf(OWv, 0);
+    A* best = best_buf.data();
+    int32_t* at = at_buf.data();
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* xp = x + b * p.H * W;
+      for (int64_t oh = 0; oh < p.OH; ++oh) {
+        int64_t hs, he;
+        clip_taps(oh * p.sH - p.pH, p.kH, p.dH, p.H, hs, he);
+        std::fill(best, best + OWv, neg_inf);
+        for (int64_t ow = 0; ow < OW; ++ow) at[ow] = static_cast<int32_t>(hs * W) + first_col[ow];
+        for (int64_t ih = hs; ih < he; ih += p.dH) {
+          const T* xr = xp + ih * W - p.pW;
+          for (int64_t q = 0; q < sW; ++q) {
+            A* ph = phase_buf.data() + q * phase_len;
+            for (int64_t m = valid_lo[q]; m < valid_hi[q]; ++m) ph[m] = static_cast<A>(xr[m * sW + q]);
+          }
+          for (int64_t kw = 0; kw < p.kW; ++kw) {
+            const int64_t t = kw * p.dW;
+            const A* r = phase_buf.data() + (t % sW) * phase_len + t / sW;
+            const int32_t base = static_cast<int32_t>(ih * W - p.pW + t);  // column ow: base + ow * sW
+            const int32_t* offset = col_offset.data();
+#pragma omp simd
+            for (int64_t ow = 0; ow < OWv; ++ow) {
+              const A v = r[ow];
+              const bool take = (v > best[ow]) | (v != v);
+              best[ow] = take ? v : best[ow];
+              at[ow] = take ? base + offset[ow] : at[ow];
+            }
+          }
+        }
+        // The maximum is an input value, so narrowing it back to T is exact (a NaN stays a NaN).
+        const int64_t o = (b * p.OH + oh) * OW;
+        store_run(y + o, OW, [&](int64_t i) { return best[i]; });
+        for (int64_t ow = 0; ow < OW; ++ow) idx[o + ow] = at[ow];
+      }
+    }
+  });
+}
+
 template <class T>
 void max_forward(const PoolParams& p, const T* x, T* y, int64_t* idx) {
   using A = compute_t<T>;
   const A neg_inf = -std::numeric_limits<A>::infinity();
-  if (!p.channels_last) {
-    parallel_for(0, p.N * p.C, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const T* xp = x + b * p.H * p.W;
-        for (int64_t oh = 0; oh < p.OH; ++oh) {
-          int64_t hs, he;
-          clip_taps(oh * p.sH - p.pH, p.kH, p.dH, p.H, hs, he);
-          for (int64_t ow = 0; ow < p.OW; ++ow) {
-            int64_t ws, we;
-            clip_taps(ow * p.sW - p.pW, p.kW, p.dW, p.W, ws, we);
-            A best = neg_inf;
-            int64_t at = hs * p.W + ws;
-            for (int64_t ih = hs; ih < he; ih += p.dH)
-              for (int64_t iw = ws; iw < we; iw += p.dW) {
-                // Branch-free select: on random data a branch here mispredicts half the time.
-                const A v = static_cast<A>(xp[ih * p.W + iw]);
-                const bool take = (v > best) | (v != v);
-                best = take ? v : best;
-                at = take ? ih * p.W + iw : at;
-              }
-            const int64_t o = b * p.OH * p.OW + oh * p.OW + ow;
-            y[o] = xp[at];
-            idx[o] = at;
-          }
-        }
-      }
-    });
-    return;
-  }
+  if (!p.channels_last) return max_forward_planes(p, x, y, idx);
   // Channel loops select with masks (SIMD over C); positions are tracked in i32 lanes, the width
   // of the f32 values they ride along with, and widened to i64 once per output.
   const int64_t C = p.C, H = p.H, W = p.W;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/dispatch.h"
@@ -180,51 +181,53 @@ void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mea
 // ---------------------------------------------------------------------------------------------
 // batch_norm
 
-// Batch-norm reductions visit each channel's elements in chunks that stay in cache between
-// passes over them. An element operation elem(c, x, dy, a1, a2) adds channel c's element into two
-// accumulators of the compute type; a chunk accumulates into slot arrays q1, q2, which are then
-// summed into f64. Chunks and slots depend on the shape only, so results do not depend on the
-// thread count.
-//   NCS: a chunk is consecutive runs [n0, n1) of one channel, about kChunkElems values (at least
-//        one run). A short run (S <= kSlotPerPosition) has a slot per position, so its loop
-//        vectorises whatever S is and nothing is reduced per run; a longer run is folded into kAcc
-//        register accumulators (position i into slot i % kAcc) and added to kAcc slots, which keeps
-//        the slots in registers rather than streaming S of them through L1 beside the data.
-//   MC:  a chunk is kRowsPerChunk consecutive rows of a row block, with a slot per channel.
+// Batch-norm reductions. An element operation elem(c, x, dy, a1, a2) adds channel c's element into
+// two accumulators of the compute type; values are accumulated in the compute type over a few
+// thousand elements at most and combined in f64. Every walk depends on the shape only, so results
+// do not depend on the thread count. Three walks:
+//   long NCS runs (S > kSlotPerPosition): runs in memory order, split into blocks of runs with
+//        per-block partials per channel, so x streams through memory like an elementwise pass
+//        (walking one channel's runs at a stride of C * S was half as fast). A run is folded into
+//        kAcc register accumulators, position i into slot i % kAcc.
+//   short NCS runs: one channel at a time, chunks of about kChunkElems values (consecutive runs)
+//        accumulated into a slot per position, so the loop vectorises whatever S is and nothing
+//        is reduced per run (a 7x7 run would be mostly tail).
+//   MC rows: row blocks with per-block partials, chunks of kRowsPerChunk rows accumulated into a
+//        slot per channel.
 constexpr int64_t kChunkElems = 8192;
 constexpr int64_t kRowsPerChunk = 64;
 constexpr int64_t kSlotPerPosition = 256;
 
+bool long_runs(const BatchNormLayout& L) { return !L.rows && L.S > kSlotPerPosition; }
 int64_t runs_per_chunk(const BatchNormLayout& L) {
   return std::max<int64_t>(1, kChunkElems / std::max<int64_t>(L.S, 1));
 }
-int64_t run_slots(const BatchNormLayout& L) { return L.S <= kSlotPerPosition ? L.S : kAcc; }
 
-// q[0, run_slots) = sums over runs [n0, n1) of channel c of elem (NCS).
+// Sums of elem's a1 and a2 over one run of channel c, folded into kAcc register accumulators.
+template <class T, class Elem>
+std::pair<double, double> fold_run(const T* xr, const T* dyr, int64_t S, int64_t c, Elem elem) {
+  using Cp = compute_t<T>;
+  Cp p1[kAcc] = {}, p2[kAcc] = {};
+  int64_t i = 0;
+  for (; i + kAcc <= S; i += kAcc)
+    for (int j = 0; j < kAcc; ++j) elem(c, static_cast<Cp>(xr[i + j]), static_cast<Cp>(dyr[i + j]), p1[j], p2[j]);
+  for (int j = 0; i + j < S; ++j) elem(c, static_cast<Cp>(xr[i + j]), static_cast<Cp>(dyr[i + j]), p1[j], p2[j]);
+  return {dense_sum<Cp, double>(p1, kAcc), dense_sum<Cp, double>(p2, kAcc)};
+}
+
+// q[i] = sums over runs [n0, n1) of channel c of elem at position i (short NCS runs).
 template <class T, class Cp, class Elem>
 void accumulate_runs(const BatchNormLayout& L, const T* x, const T* dy, int64_t c, int64_t n0, int64_t n1, Cp* q1,
                      Cp* q2, Elem elem) {
-  const int64_t S = L.S, slots = run_slots(L);
-  std::fill(q1, q1 + slots, Cp(0));
-  std::fill(q2, q2 + slots, Cp(0));
+  const int64_t S = L.S;
+  std::fill(q1, q1 + S, Cp(0));
+  std::fill(q2, q2 + S, Cp(0));
   for (int64_t n = n0; n < n1; ++n) {
     const int64_t off = (n * L.C + c) * S;
     const T* xr = x + off;
     const T* dyr = dy ? dy + off : xr;  // elem ignores dy where there is none
-    if (slots == S) {
 #pragma omp simd
-      for (int64_t i = 0; i < S; ++i) elem(c, static_cast<Cp>(xr[i]), static_cast<Cp>(dyr[i]), q1[i], q2[i]);
-      continue;
-    }
-    Cp p1[kAcc] = {}, p2[kAcc] = {};
-    int64_t i = 0;
-    for (; i + kAcc <= S; i += kAcc)
-      for (int j = 0; j < kAcc; ++j) elem(c, static_cast<Cp>(xr[i + j]), static_cast<Cp>(dyr[i + j]), p1[j], p2[j]);
-    for (int j = 0; i + j < S; ++j) elem(c, static_cast<Cp>(xr[i + j]), static_cast<Cp>(dyr[i + j]), p1[j], p2[j]);
-    for (int j = 0; j < kAcc; ++j) {
-      q1[j] += p1[j];
-      q2[j] += p2[j];
-    }
+    for (int64_t i = 0; i < S; ++i) elem(c, static_cast<Cp>(xr[i]), static_cast<Cp>(dyr[i]), q1[i], q2[i]);
   }
 }
 
@@ -243,37 +246,47 @@ void accumulate_rows(const BatchNormLayout& L, const T* x, const T* dy, int64_t 
   }
 }
 
+// The units the blocked walks split (long NCS runs or MC rows), and their number of blocks.
+int64_t reduction_units(const BatchNormLayout& L) { return L.rows ? L.N * L.S : L.N * L.C; }
+int64_t reduction_blocks(const BatchNormLayout& L) { return row_blocks(reduction_units(L), L.rows ? L.C : L.S); }
+
 // Per-channel sums s1[c] = sum elem's a1, s2[c] = sum elem's a2 over the N*S elements, in f64.
 template <class T, class Elem>
 void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, Elem elem, std::vector<double>& s1,
                   std::vector<double>& s2) {
   using Cp = compute_t<T>;
-  const int64_t C = L.C;
+  const int64_t C = L.C, S = L.S;
   s1.assign(C, 0.0);
   s2.assign(C, 0.0);
-  if (!L.rows) {
+  if (!L.rows && !long_runs(L)) {
     const int64_t per_chunk = runs_per_chunk(L);
-    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * L.S, 1)), [&](int64_t c0, int64_t c1) {
-      const int64_t slots = run_slots(L);
-      std::vector<Cp> q1(slots), q2(slots);
+    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * S, 1)), [&](int64_t c0, int64_t c1) {
+      std::vector<Cp> q1(S), q2(S);
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t n0 = 0; n0 < L.N; n0 += per_chunk) {
           accumulate_runs(L, x, dy, c, n0, std::min(L.N, n0 + per_chunk), q1.data(), q2.data(), elem);
-          s1[c] += dense_sum<Cp, double>(q1.data(), slots);
-          s2[c] += dense_sum<Cp, double>(q2.data(), slots);
+          s1[c] += dense_sum<Cp, double>(q1.data(), S);
+          s2[c] += dense_sum<Cp, double>(q2.data(), S);
         }
     });
     return;
   }
-  const int64_t M = L.N * L.S;
-  const int64_t nb = row_blocks(M, C);
+  const int64_t nb = reduction_blocks(L);
   std::vector<double> p1(nb * C, 0.0), p2(nb * C, 0.0);
-  for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
+  for_row_blocks(reduction_units(L), nb, [&](int64_t blk, int64_t u0, int64_t u1) {
     double* a1 = p1.data() + blk * C;
     double* a2 = p2.data() + blk * C;
+    if (!L.rows) {
+      for (int64_t r = u0; r < u1; ++r) {
+        const auto [r1, r2] = fold_run(x + r * S, (dy ? dy : x) + r * S, S, r % C, elem);
+        a1[r % C] += r1;
+        a2[r % C] += r2;
+      }
+      return;
+    }
     std::vector<Cp> q1(C), q2(C);
-    for (int64_t r0 = m0; r0 < m1; r0 += kRowsPerChunk) {
-      accumulate_rows(L, x, dy, r0, std::min(m1, r0 + kRowsPerChunk), q1.data(), q2.data(), elem);
+    for (int64_t m0 = u0; m0 < u1; m0 += kRowsPerChunk) {
+      accumulate_rows(L, x, dy, m0, std::min(u1, m0 + kRowsPerChunk), q1.data(), q2.data(), elem);
       for (int64_t c = 0; c < C; ++c) {
         a1[c] += static_cast<double>(q1[c]);
         a2[c] += static_cast<double>(q2[c]);
@@ -325,55 +338,63 @@ void channel_map(const BatchNormLayout& L, const T* x, const T* dy, T* y, RunF r
   });
 }
 
-// Mean and biased variance per channel, reading x from memory once: each chunk is summed, then its
-// deviations from that mean are summed while it is still in cache, and the chunks' moments are
-// merged in f64.
+// Mean and biased variance per channel, reading x from memory once: each chunk (a long run, a
+// chunk of short runs, a chunk of rows) is summed, then its deviations from that mean are summed
+// while it is still in cache, and the chunks' moments are merged in f64.
 template <class T>
 void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& var_t) {
   using Cp = compute_t<T>;
-  const int64_t C = L.C;
+  const int64_t C = L.C, S = L.S;
   const T* xp = x.data<T>();
   const T* no_dy = nullptr;
   auto add_x = [](int64_t, Cp v, Cp, Cp& a1, Cp&) { a1 += v; };
+  // d = x - mean_of(c) summed into a1, d^2 into a2.
+  auto deviations_from = [](auto mean_of) {
+    return [mean_of](int64_t c, Cp v, Cp, Cp& a1, Cp& a2) {
+      const Cp d = v - mean_of(c);
+      a1 += d;
+      a2 += d * d;
+    };
+  };
+  auto constant = [](Cp mu) { return [mu](int64_t) { return mu; }; };
   std::vector<Moments> m(C);
-  if (!L.rows) {
+  if (!L.rows && !long_runs(L)) {
     const int64_t per_chunk = runs_per_chunk(L);
-    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * L.S, 1)), [&](int64_t c0, int64_t c1) {
-      const int64_t slots = run_slots(L);
-      std::vector<Cp> q1(slots), q2(slots);
+    parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * S, 1)), [&](int64_t c0, int64_t c1) {
+      std::vector<Cp> q1(S), q2(S);
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t n0 = 0; n0 < L.N; n0 += per_chunk) {
           const int64_t n1 = std::min(L.N, n0 + per_chunk);
-          const double count = static_cast<double>((n1 - n0) * L.S);
+          const double count = static_cast<double>((n1 - n0) * S);
           accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), add_x);
-          const Cp mu = static_cast<Cp>(dense_sum<Cp, double>(q1.data(), slots) / count);
-          accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), [mu](int64_t, Cp v, Cp, Cp& a1, Cp& a2) {
-            const Cp d = v - mu;
-            a1 += d;
-            a2 += d * d;
-          });
-          m[c].merge(chunk_moments(count, mu, dense_sum<Cp, double>(q1.data(), slots),
-                                   dense_sum<Cp, double>(q2.data(), slots)));
+          const Cp mu = static_cast<Cp>(dense_sum<Cp, double>(q1.data(), S) / count);
+          accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), deviations_from(constant(mu)));
+          m[c].merge(
+              chunk_moments(count, mu, dense_sum<Cp, double>(q1.data(), S), dense_sum<Cp, double>(q2.data(), S)));
         }
     });
   } else {
-    const int64_t M = L.N * L.S;
-    const int64_t nb = row_blocks(M, C);
+    const int64_t nb = reduction_blocks(L);
     std::vector<Moments> partial(nb * C);
-    for_row_blocks(M, nb, [&](int64_t blk, int64_t m0, int64_t m1) {
+    for_row_blocks(reduction_units(L), nb, [&](int64_t blk, int64_t u0, int64_t u1) {
       Moments* pm = partial.data() + blk * C;
+      if (!L.rows) {
+        for (int64_t r = u0; r < u1; ++r) {
+          const T* xr = xp + r * S;
+          const Cp mu = static_cast<Cp>(fold_run(xr, xr, S, 0, add_x).first / static_cast<double>(S));
+          const auto [sum_d, sum_d2] = fold_run(xr, xr, S, 0, deviations_from(constant(mu)));
+          pm[r % C].merge(chunk_moments(static_cast<double>(S), mu, sum_d, sum_d2));
+        }
+        return;
+      }
       std::vector<Cp> q1(C), q2(C), mu(C);
-      const Cp* mup = mu.data();
-      for (int64_t r0 = m0; r0 < m1; r0 += kRowsPerChunk) {
-        const int64_t r1 = std::min(m1, r0 + kRowsPerChunk);
-        const double count = static_cast<double>(r1 - r0);
-        accumulate_rows(L, xp, no_dy, r0, r1, q1.data(), q2.data(), add_x);
+      for (int64_t m0 = u0; m0 < u1; m0 += kRowsPerChunk) {
+        const int64_t m1 = std::min(u1, m0 + kRowsPerChunk);
+        const double count = static_cast<double>(m1 - m0);
+        accumulate_rows(L, xp, no_dy, m0, m1, q1.data(), q2.data(), add_x);
         for (int64_t c = 0; c < C; ++c) mu[c] = static_cast<Cp>(static_cast<double>(q1[c]) / count);
-        accumulate_rows(L, xp, no_dy, r0, r1, q1.data(), q2.data(), [mup](int64_t c, Cp v, Cp, Cp& a1, Cp& a2) {
-          const Cp d = v - mup[c];
-          a1 += d;
-          a2 += d * d;
-        });
+        accumulate_rows(L, xp, no_dy, m0, m1, q1.data(), q2.data(),
+                        deviations_from([mup = mu.data()](int64_t c) { return mup[c]; }));
         for (int64_t c = 0; c < C; ++c) pm[c].merge(chunk_moments(count, mu[c], q1[c], q2[c]));
       }
     });

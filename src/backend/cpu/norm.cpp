@@ -298,8 +298,7 @@ void channel_sums(const BatchNormLayout& L, const T* x, const T* dy, Elem elem, 
 }
 
 // Count, mean and sum of squared deviations of a set of values, in f64; merge() adds another set
-// (Chan, Golub and LeVeque's pairwise update), so a channel's variance is built from chunks whose
-// two passes (mean, then squared deviations from it) both read the chunk from cache.
+// (Chan, Golub and LeVeque's pairwise update), which combines the row blocks of a channel.
 struct Moments {
   double n = 0, mean = 0, m2 = 0;
   void merge(const Moments& o) {
@@ -311,12 +310,11 @@ struct Moments {
   }
 };
 
-// A chunk's moments from its deviations d = x - mu from a guess mu of its mean (the mean of a
-// first pass): mean = mu + sum d / n and m2 = sum d^2 - (sum d)^2 / n, the corrected two-pass
-// formulas. The deviations are small and exact where mu is close, so the chunk's mean is as
-// accurate as mu's rounding allows, not only as its f32 sum.
-inline Moments chunk_moments(double count, double mu, double sum_d, double sum_d2) {
-  return {count, mu + sum_d / count, std::max(0.0, sum_d2 - sum_d * sum_d / count)};
+// Moments from the sums of deviations d = x - shift: mean = shift + sum d / n and
+// m2 = sum d^2 - (sum d)^2 / n (exact for any shift; the rounding error grows with
+// (mean - shift)^2 / variance, so the shift is a mean of the first values seen).
+inline Moments moments_about(double count, double shift, double sum_d, double sum_d2) {
+  return {count, shift + sum_d / count, std::max(0.0, sum_d2 - sum_d * sum_d / count)};
 }
 
 // y = f(c, x, dy) elementwise with per-channel coefficients: run(c, xr, dyr, yr, n) handles a
@@ -338,9 +336,11 @@ void channel_map(const BatchNormLayout& L, const T* x, const T* dy, T* y, RunF r
   });
 }
 
-// Mean and biased variance per channel, reading x from memory once: each chunk (a long run, a
-// chunk of short runs, a chunk of rows) is summed, then its deviations from that mean are summed
-// while it is still in cache, and the chunks' moments are merged in f64.
+// Mean and biased variance per channel, reading x from memory once. Each channel (or each row
+// block's part of it) takes its shift from the mean of its first chunk (a long run, a chunk of
+// short runs or of rows), summed while the chunk is in cache; then the deviations from the shift
+// are summed over all its values, and row blocks are merged in f64. The shift is within the
+// channel's spread of its mean, so the sums of squares do not cancel.
 template <class T>
 void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& var_t) {
   using Cp = compute_t<T>;
@@ -348,55 +348,67 @@ void batch_norm_stats_impl(const Tensor& x, const BatchNormLayout& L, const Tens
   const T* xp = x.data<T>();
   const T* no_dy = nullptr;
   auto add_x = [](int64_t, Cp v, Cp, Cp& a1, Cp&) { a1 += v; };
-  // d = x - mean_of(c) summed into a1, d^2 into a2.
-  auto deviations_from = [](auto mean_of) {
-    return [mean_of](int64_t c, Cp v, Cp, Cp& a1, Cp& a2) {
-      const Cp d = v - mean_of(c);
+  // d = x - shift_of(c) summed into a1, d^2 into a2.
+  auto deviations_from = [](auto shift_of) {
+    return [shift_of](int64_t c, Cp v, Cp, Cp& a1, Cp& a2) {
+      const Cp d = v - shift_of(c);
       a1 += d;
       a2 += d * d;
     };
   };
-  auto constant = [](Cp mu) { return [mu](int64_t) { return mu; }; };
+  auto constant = [](Cp k) { return [k](int64_t) { return k; }; };
   std::vector<Moments> m(C);
   if (!L.rows && !long_runs(L)) {
     const int64_t per_chunk = runs_per_chunk(L);
     parallel_for(0, C, std::max<int64_t>(1, 32768 / std::max<int64_t>(L.N * S, 1)), [&](int64_t c0, int64_t c1) {
       std::vector<Cp> q1(S), q2(S);
-      for (int64_t c = c0; c < c1; ++c)
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t first = std::min(L.N, per_chunk);
+        accumulate_runs(L, xp, no_dy, c, 0, first, q1.data(), q2.data(), add_x);
+        const Cp shift = static_cast<Cp>(dense_sum<Cp, double>(q1.data(), S) / static_cast<double>(first * S));
+        double d1 = 0, d2 = 0;
         for (int64_t n0 = 0; n0 < L.N; n0 += per_chunk) {
-          const int64_t n1 = std::min(L.N, n0 + per_chunk);
-          const double count = static_cast<double>((n1 - n0) * S);
-          accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), add_x);
-          const Cp mu = static_cast<Cp>(dense_sum<Cp, double>(q1.data(), S) / count);
-          accumulate_runs(L, xp, no_dy, c, n0, n1, q1.data(), q2.data(), deviations_from(constant(mu)));
-          m[c].merge(
-              chunk_moments(count, mu, dense_sum<Cp, double>(q1.data(), S), dense_sum<Cp, double>(q2.data(), S)));
+          accumulate_runs(L, xp, no_dy, c, n0, std::min(L.N, n0 + per_chunk), q1.data(), q2.data(),
+                          deviations_from(constant(shift)));
+          d1 += dense_sum<Cp, double>(q1.data(), S);
+          d2 += dense_sum<Cp, double>(q2.data(), S);
         }
+        m[c] = moments_about(static_cast<double>(L.N * S), shift, d1, d2);
+      }
     });
   } else {
     const int64_t nb = reduction_blocks(L);
     std::vector<Moments> partial(nb * C);
     for_row_blocks(reduction_units(L), nb, [&](int64_t blk, int64_t u0, int64_t u1) {
-      Moments* pm = partial.data() + blk * C;
+      std::vector<Cp> shift(C);
+      std::vector<double> d1(C, 0.0), d2(C, 0.0), count(C, 0.0);
       if (!L.rows) {
         for (int64_t r = u0; r < u1; ++r) {
+          const int64_t c = r % C;
           const T* xr = xp + r * S;
-          const Cp mu = static_cast<Cp>(fold_run(xr, xr, S, 0, add_x).first / static_cast<double>(S));
-          const auto [sum_d, sum_d2] = fold_run(xr, xr, S, 0, deviations_from(constant(mu)));
-          pm[r % C].merge(chunk_moments(static_cast<double>(S), mu, sum_d, sum_d2));
+          if (count[c] == 0) shift[c] = static_cast<Cp>(fold_run(xr, xr, S, c, add_x).first / static_cast<double>(S));
+          const auto [s1, s2] = fold_run(xr, xr, S, c, deviations_from(constant(shift[c])));
+          d1[c] += s1;
+          d2[c] += s2;
+          count[c] += static_cast<double>(S);
         }
-        return;
+      } else {
+        std::vector<Cp> q1(C), q2(C);
+        const int64_t first = std::min(u1, u0 + kRowsPerChunk);
+        accumulate_rows(L, xp, no_dy, u0, first, q1.data(), q2.data(), add_x);
+        for (int64_t c = 0; c < C; ++c) shift[c] = static_cast<Cp>(static_cast<double>(q1[c]) / (first - u0));
+        for (int64_t m0 = u0; m0 < u1; m0 += kRowsPerChunk) {
+          accumulate_rows(L, xp, no_dy, m0, std::min(u1, m0 + kRowsPerChunk), q1.data(), q2.data(),
+                          deviations_from([k = shift.data()](int64_t c) { return k[c]; }));
+          for (int64_t c = 0; c < C; ++c) {
+            d1[c] += static_cast<double>(q1[c]);
+            d2[c] += static_cast<double>(q2[c]);
+          }
+        }
+        std::fill(count.begin(), count.end(), static_cast<double>(u1 - u0));
       }
-      std::vector<Cp> q1(C), q2(C), mu(C);
-      for (int64_t m0 = u0; m0 < u1; m0 += kRowsPerChunk) {
-        const int64_t m1 = std::min(u1, m0 + kRowsPerChunk);
-        const double count = static_cast<double>(m1 - m0);
-        accumulate_rows(L, xp, no_dy, m0, m1, q1.data(), q2.data(), add_x);
-        for (int64_t c = 0; c < C; ++c) mu[c] = static_cast<Cp>(static_cast<double>(q1[c]) / count);
-        accumulate_rows(L, xp, no_dy, m0, m1, q1.data(), q2.data(),
-                        deviations_from([mup = mu.data()](int64_t c) { return mup[c]; }));
-        for (int64_t c = 0; c < C; ++c) pm[c].merge(chunk_moments(count, mu[c], q1[c], q2[c]));
-      }
+      for (int64_t c = 0; c < C; ++c)
+        if (count[c] > 0) partial[blk * C + c] = moments_about(count[c], shift[c], d1[c], d2[c]);
     });
     for (int64_t b = 0; b < nb; ++b)
       for (int64_t c = 0; c < C; ++c) m[c].merge(partial[b * C + c]);

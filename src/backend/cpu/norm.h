@@ -18,8 +18,9 @@
 //        gradient), and the apply pass is a dense row loop y[m, :] = x[m, :] * scale + shift.
 // Per-channel vectors (mean, invstd, weight, bias) are dense tensors of the compute dtype.
 // Reductions walk each channel in chunks of a few thousand values, accumulating in the compute
-// type and combining chunks in f64. Statistics read x from memory once: a chunk's mean, then its
-// deviations from that mean while it is in cache, with the chunks' moments merged pairwise.
+// type and combining chunks in f64. Statistics read x from memory once: the sums of deviations
+// from a shift (the mean of the channel's first chunk, read twice while in cache), with row
+// blocks' moments merged pairwise. Long NCHW runs are reduced in memory order.
 // Backward is one reduction pass (sum dy, sum dy*(x-mean)) and one map pass
 // dx = dy*k1 + (x-mean)*k2 + k3 with per-channel k's (k2 = k3 = 0 in eval mode).
 //

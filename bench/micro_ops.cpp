@@ -1,6 +1,7 @@
-// Op micro-benchmark: times the cases of bench/micro_cases.json (matmul, conv2d, layer_norm,
-// softmax, attention, activations; forward and forward+backward; f32 and bf16) and prints one JSON line per
-// case, in the same format as bench/torch_micro.py so the two can be compared line by line.
+// Op micro-benchmark: times the cases of bench/micro_cases.json (matmul, conv2d, batch_norm,
+// max_pool2d, layer_norm, softmax, attention, cat, activations; forward and forward+backward; f32
+// and bf16) and prints one JSON line per case, in the same format as bench/torch_micro.py so the
+// two can be compared line by line.
 // Usage: micro_ops [--threads N] [--iters N] [--filter S] [--cases PATH]
 #include <algorithm>
 #include <chrono>

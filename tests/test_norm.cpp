@@ -386,10 +386,12 @@ TEST(Norm, FusedNormsMatchComposedOps) {
 
 TEST(Norm, ColumnSumsIndependentOfThreadCount) {
   // big enough for several row blocks with partial sums (layer-norm weight gradient,
-  // channels-last batch-norm statistics and gradients)
+  // channels-last batch-norm statistics and gradients, and NCHW batch norm with runs long enough
+  // to be reduced in memory order by blocks of runs)
   Generator g(9);
   Tensor x = randn({800, 48}, {}, &g), gy = randn({800, 48}, {}, &g);
   Tensor xb = randn({16, 24, 12, 12}, {}, &g).contiguous_channels_last(), gb = randn({16, 24, 12, 12}, {}, &g);
+  Tensor xn = randn({16, 6, 20, 20}, {}, &g), gn = randn({16, 6, 20, 20}, {}, &g);
   auto run = [&](int threads) {
     set_num_threads(threads);
     Tensor w = ones({48}).requires_grad_(), xx = x.detach().requires_grad_();
@@ -397,8 +399,12 @@ TEST(Norm, ColumnSumsIndependentOfThreadCount) {
     Tensor wb = ones({24}).requires_grad_(), xbb = xb.detach().requires_grad_();
     Tensor yb = batch_norm(xbb, Tensor(), Tensor(), wb, Tensor(), true);
     autograd::backward({yb}, {gb});
-    return std::vector<std::vector<double>>{w.grad().to_vector(), xx.grad().to_vector(), yb.to_vector(),
-                                            wb.grad().to_vector(), xbb.grad().to_vector()};
+    Tensor wn = ones({6}).requires_grad_(), xnn = xn.detach().requires_grad_();
+    Tensor yn = batch_norm(xnn, Tensor(), Tensor(), wn, Tensor(), true);
+    autograd::backward({yn}, {gn});
+    return std::vector<std::vector<double>>{w.grad().to_vector(),  xx.grad().to_vector(),  yb.to_vector(),
+                                            wb.grad().to_vector(), xbb.grad().to_vector(), yn.to_vector(),
+                                            wn.grad().to_vector(), xnn.grad().to_vector()};
   };
   const int prev = get_num_threads();
   auto a = run(1), b = run(2);

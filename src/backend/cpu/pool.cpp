@@ -284,6 +284,9 @@ void max_backward(const PoolParams& p, const T* gy, const int64_t* idx, T* gx) {
 }  // namespace
 
 void max_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& indices) {
+  // Both layouts track a window's position within its plane in i32 lanes.
+  FT_CHECK(p.H * p.W <= std::numeric_limits<int32_t>::max(), "max_pool2d: planes of at most 2^31 - 1 elements on the ",
+           "CPU, found ", p.H, "x", p.W);
   FT_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
     max_forward<scalar_t>(p, x.data<scalar_t>(), y.data<scalar_t>(), indices.data<int64_t>());
   });

@@ -12,8 +12,12 @@
 # Results go to $OUT (the device tool's folder) or build/gpu/results: tests.txt (every test
 # binary's output), bench.jsonl (every JSON line), gpu.txt. The summary is printed last.
 # Usage: scripts/gpu-check.sh [tests|bench|all (default)] [gtest filter (default *)]
-#   FT_GPU_ROWS="gpt-mini:bf16:16 ..." picks the benchmark rows (workload:precision:batch);
-#   FT_GPU_PROFILE="gpt2-124m:bf16:16" also prints that row's time per op (bench --profile).
+#   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl ..." picks the benchmark rows
+#     (workload:precision:batch, ":cl" for channels-last images); each fasttrain run also counts
+#     the host-device synchronisations of one step (bench --detect-sync, "syncs" column);
+#   FT_GPU_PROFILE="gpt2-124m:bf16:16" also prints that row's time per op (bench --profile);
+#   FT_GPU_AB="gpt2-124m:bf16:16" runs that row's fasttrain step again with the fused kernels'
+#     switches off (FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off), alternating, for their effect.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -34,11 +38,14 @@ else
   cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
   bin="$build" tests_dir="$build/tests"
 fi
-# cuBLASLt: the toolkit's, else the copy PyTorch's wheels carry.
-if ! ldconfig -p | grep -q libcublasLt.so.13 && [ ! -e /usr/local/cuda/lib64/libcublasLt.so.13 ]; then
-  lt=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null) &&
-    export LD_LIBRARY_PATH="$lt:$LD_LIBRARY_PATH"
-fi
+# cuBLASLt and cuDNN: the toolkit's, else the copies PyTorch's wheels carry.
+for lib in cublas:libcublasLt.so.13 cudnn:libcudnn.so.9; do
+  IFS=: read -r pkg so <<<"$lib"
+  if ! ldconfig -p | grep -q "$so" && [ ! -e "/usr/local/cuda/lib64/$so" ]; then
+    dir=$(python3 -c "import nvidia.$pkg, os; print(os.path.join(list(nvidia.$pkg.__path__)[0], 'lib'))" 2>/dev/null) &&
+      export LD_LIBRARY_PATH="$dir:$LD_LIBRARY_PATH"
+  fi
+done
 "$bin/fasttrain" info | tee -a "$out/gpu.txt"
 
 status=0
@@ -46,29 +53,56 @@ if [ "$what" != bench ]; then
   : >"$out/tests.txt"
   for t in "$tests_dir"/cuda_test_*; do
     echo "=== $(basename "$t")" >>"$out/tests.txt"
-    timeout 150 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
+    timeout 100 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
   done
-  # bf16/f16 attention again on the CUDA-core kernels (the tensor-core ones ran above).
-  echo "=== cuda_test_cuda_attention with FT_CUDA_ATTENTION_FMA=1" >>"$out/tests.txt"
-  FT_CUDA_ATTENTION_FMA=1 timeout 150 "$tests_dir/cuda_test_cuda_attention" --gtest_filter="$filter" \
-    >>"$out/tests.txt" 2>&1 || status=1
+  # The second path of each switchable kernel: bf16/f16 attention on the CUDA-core kernels, the
+  # two-pass norm backward, linear's bias gradient apart from its weight product.
+  for alt in "cuda_test_cuda_attention FT_CUDA_ATTENTION_FMA=1" "cuda_test_cuda_rows FT_CUDA_NORM_BACKWARD=split" \
+    "cuda_test_cuda_matmul FT_CUDA_BGRADB=off"; do
+    read -r t setting <<<"$alt"
+    echo "=== $t with $setting" >>"$out/tests.txt"
+    env "$setting" timeout 100 "$tests_dir/$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
+  done
   # A skip here means the binary saw no GPU, which on this machine is a failure.
   grep -q "no CUDA device" "$out/tests.txt" && { echo "gpu-check: CUDA tests were skipped: no GPU seen"; status=1; }
 fi
 
 if [ "$what" != tests ]; then
   : >"$out/bench.jsonl"
+  : >"$out/syncs.txt"
   peer="${FT_PEER_PYTHON:-python3}"
-  printf '%-10s %-6s %6s %12s %12s %8s\n' workload prec batch fasttrain_ms pytorch_ms ratio >"$out/bench.txt"
-  # workload:precision:batch
-  for row in ${FT_GPU_ROWS:-mlp:fp32:256 gpt-mini:fp32:16 gpt-mini:bf16:16 gpt2-124m:bf16:16}; do
-    IFS=: read -r w p b <<<"$row"
-    ft=$("$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 2>&1 | tail -1)
-    pt=$("$peer" bench/torch_bench.py --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 2>&1 | tail -1)
+  printf '%-13s %-6s %6s %12s %12s %8s %6s\n' workload prec batch fasttrain_ms pytorch_ms ratio syncs \
+    >"$out/bench.txt"
+  ms() { sed -nE 's/.*"ms_per_step": ([0-9.]+).*/\1/p' <<<"$1"; }
+  # workload:precision:batch[:cl]
+  for row in ${FT_GPU_ROWS:-mlp:fp32:256 gpt-mini:fp32:16 gpt-mini:bf16:16 gpt2-124m:bf16:16 resnet50:bf16:128:cl}; do
+    IFS=: read -r w p b layout <<<"$row"
+    cl=()
+    [ "${layout:-}" = cl ] && cl=(--channels-last)
+    ft=$("$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
+      "${cl[@]}" --detect-sync 2>"$out/ft-stderr.txt" | tail -1)
+    grep -h "host-device" "$out/ft-stderr.txt" | sed "s/^/$w $p $b ${layout:-}: /" >>"$out/syncs.txt"
+    [ -n "$ft" ] || tail -5 "$out/ft-stderr.txt" >>"$out/bench.txt"
+    pt=$("$peer" bench/torch_bench.py --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
+      "${cl[@]}" 2>&1 | tail -1)
     printf '%s\n%s\n' "$ft" "$pt" >>"$out/bench.jsonl"
-    a=$(sed -nE 's/.*"ms_per_step": ([0-9.]+).*/\1/p' <<<"$ft") c=$(sed -nE 's/.*"ms_per_step": ([0-9.]+).*/\1/p' <<<"$pt")
+    a=$(ms "$ft") c=$(ms "$pt")
     r=$(awk -v a="${a:-0}" -v c="${c:-0}" 'BEGIN { if (a > 0) printf "%.2f", c / a; else print "-" }')
-    printf '%-10s %-6s %6s %12s %12s %8s\n' "$w" "$p" "$b" "${a:-fail}" "${c:-fail}" "$r" >>"$out/bench.txt"
+    n=$(sed -nE 's/.*"host_syncs_per_step": ([0-9]+).*/\1/p' <<<"$ft")
+    printf '%-13s %-6s %6s %12s %12s %8s %6s\n' "$w${layout:+:$layout}" "$p" "$b" "${a:-fail}" "${c:-fail}" "$r" \
+      "${n:--}" >>"$out/bench.txt"
+  done
+  # The fused kernels' effect: the same fasttrain step with their switches off, alternating.
+  for row in ${FT_GPU_AB:-}; do
+    IFS=: read -r w p b <<<"$row"
+    for round in 1 2; do
+      for mode in fused split; do
+        if [ $mode = split ]; then set -- env FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off; else set -- env; fi
+        ft=$("$@" "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 \
+          --warmup 5 2>/dev/null | tail -1)
+        echo "ab $w $p $b round $round $mode: $(ms "$ft") ms" >>"$out/bench.txt"
+      done
+    done
   done
   for row in ${FT_GPU_PROFILE:-}; do
     IFS=: read -r w p b <<<"$row"
@@ -76,9 +110,9 @@ if [ "$what" != tests ]; then
       --profile 2 >>"$out/bench.txt" 2>&1
   done
   # The Trainer on the GPU: the README's default run, shortened.
-  (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --max-steps 300 --run-dir /tmp/ft-gpu-run) \
+  (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --max-steps 300 --detect-sync --run-dir /tmp/ft-gpu-run) \
     >"$out/train.txt" 2>&1 || { echo "gpu-check: fasttrain train --device cuda failed"; status=1; }
-  tail -4 "$out/train.txt" >>"$out/bench.txt"
+  { grep "detect-sync" "$out/train.txt" | head -5; tail -4 "$out/train.txt"; } >>"$out/bench.txt"
 fi
 
 echo "--- summary"
@@ -86,4 +120,5 @@ if [ -f "$out/tests.txt" ] && [ "$what" != bench ]; then
   grep -E "^=== |\[  PASSED  \]|\[  FAILED  \]|tests? ran|FAILED TEST" "$out/tests.txt" | grep -v "^\[  FAILED  \] .*\.$" | head -80
 fi
 [ -f "$out/bench.txt" ] && [ "$what" != tests ] && cat "$out/bench.txt"
+[ -f "$out/syncs.txt" ] && [ "$what" != tests ] && cat "$out/syncs.txt"
 exit $status

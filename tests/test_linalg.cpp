@@ -113,6 +113,11 @@ TEST(LinalgGradcheck, BmmAndLinear) {
   EXPECT_GRADCHECK(lin, {r({2, 3, 5}), r({4, 5}), r({4})});
   EXPECT_GRADCHECK(lin, {r({2, 3, 5}), r({4, 5})});
   EXPECT_GRADCHECK(lin, {r({5}), r({4, 5}), r({4})});
+  // Only the bias, or only the weight, trained (linear_weight_grad with gb undefined; the bias
+  // sums alone).
+  EXPECT_GRADCHECK(lin, {r({2, 3, 5}), randn({4, 5}, DType::F64, &g), r({4})});
+  EXPECT_GRADCHECK(lin, {r({2, 3, 5}), r({4, 5}), randn({4}, DType::F64, &g)});
+  EXPECT_GRADCHECK(lin, {randn({2, 3, 5}, DType::F64, &g), randn({4, 5}, DType::F64, &g), r({4})});
   // Non-contiguous input (leading dims not viewable as rows) and a transposed weight.
   Tensor xt = r({5, 3, 2}).permute({2, 1, 0}).detach().requires_grad_();
   Tensor wt = r({5, 4}).t().detach().requires_grad_();

@@ -491,3 +491,15 @@ TEST(Npy, RejectsShapesWhoseByteSizeOverflows) {
     EXPECT_NE(std::string(e.what()).find("is too large"), std::string::npos) << e.what();
   }
 }
+
+// --detect-sync's counter sees nothing on the CPU: item(), copies and synchronize() of the CPU
+// stream wait on no device.
+TEST(SyncTracker, CpuWorkWaitsOnNoDevice) {
+  const SyncTracker syncs;
+  Tensor x = randn({8, 8});
+  (void)sum(x).item<double>();
+  (void)x.to(Device::cpu(), DType::BF16);
+  synchronize(current_stream(Device::cpu()));
+  EXPECT_EQ(syncs.total(), 0);
+  EXPECT_EQ(syncs.summary(), "none");
+}

@@ -58,6 +58,9 @@ int run_bench_command(const std::vector<std::string>& args) {
                  "after the timed steps, profile this many more and print time per phase and per op to stderr "
                  "(on a GPU each kernel is waited for, so its time is device time)")
       ->check(CLI::Range(0, 1000));
+  app.add_flag("--detect-sync", o.detect_sync,
+               "count and name the host-device synchronisations of one untimed step (after the warm-up) and "
+               "print them to stderr");
   std::string device = "cpu";
   app.add_option("--device", device, "cpu, cuda or cuda:N (model and batch on that device)")->capture_default_str();
 
@@ -66,6 +69,8 @@ int run_bench_command(const std::vector<std::string>& args) {
   o.device = ft::Device::parse(device);
   const ft::bench::BenchResult r = ft::bench::run_bench(o);
   if (!r.profile_table.empty() && ft::dist::world()->rank() == 0) std::fputs(r.profile_table.c_str(), stderr);
+  if (o.detect_sync && ft::dist::world()->rank() == 0)
+    std::fprintf(stderr, "host-device synchronisations in one step: %s\n", r.host_syncs.c_str());
   if (ft::dist::world()->rank() == 0) std::puts(ft::bench::to_json_line(r).c_str());  // one line per job
   std::fflush(stdout);
   return 0;

@@ -72,6 +72,7 @@ struct BenchOptions {
   std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
   Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
   int profile_steps = 0;           // > 0: after the timed steps, that many profiled ones (profile_table)
+  bool detect_sync = false;        // one untimed step under a SyncTracker (host_syncs)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -90,7 +91,9 @@ struct BenchResult {
   int64_t peak_allocated_bytes = 0;  // allocator high-water mark over the timed steps
   int64_t batch = 0;
   int threads = 0;
-  double ms_per_step = 0;  // median of the timed steps
+  double ms_per_step = 0;            // median of the timed steps
+  int64_t host_syncs_per_step = -1;  // with detect_sync: waits on the device in one step (-1: not counted)
+  std::string host_syncs;            // with detect_sync: SyncTracker::summary() of that step
   double items_per_s = 0;
   std::string item_unit;
   double loss = 0;  // of the last timed step (under mpirun: the mean over the ranks, one process's loss)

@@ -3,7 +3,9 @@
 // a CUDA stream wraps a cudaStream_t. Nothing here needs a GPU or a driver.
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace ft {
 
@@ -99,6 +101,75 @@ class AllowTf32Guard {
 
  private:
   bool previous_;
+};
+
+// cuDNN autotuning for convolutions (torch.backends.cudnn.benchmark): the first convolution of
+// each problem (shapes, layout, dtype, stride, padding, dilation, groups) runs every cuDNN
+// algorithm once (cudnnFind) and keeps the fastest for that problem; off, cuDNN's heuristics
+// pick one without running anything. It pays when shapes repeat (fixed-size training); each new
+// shape costs a search that waits for the device. Off by default, as in PyTorch.
+//
+// This switch and deterministic_algorithms() are process-wide (atomics), unlike allow_tf32():
+// they are configuration set once at start-up, like their PyTorch counterparts, and must reach
+// every thread that issues convolutions (data-parallel workers, a backward pass on another
+// thread), where a thread-local value set by main would silently not apply. Plans are cached per
+// value, so changing either at any time is safe. The guards restore the previous value; they are
+// for scopes (tests, a benchmark), not for threads wanting different values at once.
+bool cudnn_benchmark();
+void set_cudnn_benchmark(bool on);
+class CudnnBenchmarkGuard {
+ public:
+  explicit CudnnBenchmarkGuard(bool on);
+  ~CudnnBenchmarkGuard();
+  CudnnBenchmarkGuard(const CudnnBenchmarkGuard&) = delete;
+  CudnnBenchmarkGuard& operator=(const CudnnBenchmarkGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Only algorithms that give bitwise-identical results run to run
+// (torch.use_deterministic_algorithms): cuDNN convolutions choose among the algorithms cuDNN
+// reports as deterministic (no atomic accumulation), failing with a clear error when a problem
+// has none. Off by default: the non-deterministic algorithms are often the fastest weight
+// gradients.
+bool deterministic_algorithms();
+void set_deterministic_algorithms(bool on);
+class DeterministicAlgorithmsGuard {
+ public:
+  explicit DeterministicAlgorithmsGuard(bool on);
+  ~DeterministicAlgorithmsGuard();
+  DeterministicAlgorithmsGuard(const DeterministicAlgorithmsGuard&) = delete;
+  DeterministicAlgorithmsGuard& operator=(const DeterministicAlgorithmsGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Host-device synchronisations (`--detect-sync`; torch.cuda.set_sync_debug_mode's question):
+// while a SyncTracker is alive it counts, by name, every point where the host waits for a CUDA
+// device: blocking copies (to(cpu), item()), synchronize(), Event::synchronize(), the index checks
+// that read a flag back from the device, and the allocator handing cached memory back (cudaFree
+// waits for the device). Process-wide: a tracker sees every thread's waits, and nested trackers
+// each see all of them. Nothing is counted on the CPU, where there is nothing to wait for.
+struct SyncCount {
+  std::string what;  // "to(cpu): f32 [] (item)", "synchronize", "index check: embedding", ...
+  int64_t count = 0;
+};
+class SyncTracker {
+ public:
+  SyncTracker();
+  ~SyncTracker();
+  SyncTracker(const SyncTracker&) = delete;
+  SyncTracker& operator=(const SyncTracker&) = delete;
+  int64_t total() const;
+  std::vector<SyncCount> counts() const;  // in the order first seen
+  std::string summary() const;            // "2: synchronize x1, to(cpu): f32 [] x1"; "none"
+
+ private:
+  friend void note_host_sync(const std::string& what);
+  mutable std::mutex mu_;
+  std::vector<SyncCount> counts_;
 };
 
 // Number of usable CUDA devices; 0 when the build has no CUDA or no driver/GPU is present.

@@ -63,8 +63,9 @@ struct TrainerConfig {
   int64_t log_every_n_steps = 25;
   int64_t checkpoint_every = 0;  // 0: no checkpoints
   uint64_t seed = 1337;
-  bool deterministic = true;  // no nondeterministic kernels (all CPU kernels are deterministic)
-  int64_t threads = 0;        // 0: all cores
+  bool deterministic = true;     // no nondeterministic kernels (all CPU kernels are deterministic)
+  bool cudnn_benchmark = false;  // autotune each convolution shape once (CUDA; cudnn.benchmark)
+  int64_t threads = 0;           // 0: all cores
   std::string device = "cpu";
   std::string run_dir;   // "": runs/<task>-<timestamp>
   bool progress = true;  // the live progress line on stderr
@@ -111,6 +112,7 @@ struct TrainerConfig {
   // --- profiling (profile_run.h) ---
   std::string profile;          // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
   bool memory_history = false;  // record every allocation over the profiled steps (default 1:3)
+  bool detect_sync = false;     // count and name each step's host-device synchronisations (CUDA)
   // --- checkpoints and callbacks ---
   int64_t keep_last = 2;                // newest checkpoints kept (0: all)
   int64_t keep_best = 1;                // best checkpoints by `monitor` kept besides
@@ -187,7 +189,11 @@ void visit_fields(Config& c, V&& visitor) {
   v("checkpoint_every", c.checkpoint_every, "write a checkpoint every N steps (0: none)");
   v("seed", c.seed, "seed of the data, the initial weights and every random stream", locked);
   v("deterministic", c.deterministic,
-    "require deterministic kernels (every CPU kernel is: results do not depend on threads)");
+    "require deterministic kernels (every CPU kernel is: results do not depend on threads; on CUDA, cuDNN "
+    "convolutions choose among deterministic algorithms)");
+  v("cudnn_benchmark", c.cudnn_benchmark,
+    "CUDA: time every cuDNN algorithm on each convolution shape's first call and keep the fastest "
+    "(torch.backends.cudnn.benchmark); with deterministic on, among the deterministic ones");
   v("threads", c.threads, "CPU threads (0: all cores)");
   v("device", c.device, "device: cpu, cuda or cuda:N");
   v("run_dir", c.run_dir, "run folder (default runs/<task>-<timestamp>)");
@@ -247,6 +253,9 @@ void visit_fields(Config& c, V&& visitor) {
   v("memory_history", c.memory_history,
     "record every allocation over the profiled steps (--profile, else steps 1:3) to <run_dir>/profile/memory.json "
     "with the peak split by category and module");
+  v("detect_sync", c.detect_sync,
+    "count and name the host-device synchronisations of every step (CUDA); printed to stderr for the first step "
+    "and whenever they change, the last step's in summary.json");
   v("keep_last", c.keep_last, "checkpoints: keep the newest N (0: keep all)");
   v("keep_best", c.keep_best, "checkpoints: also keep the best N by monitor");
   v("monitor", c.monitor, "metric for best checkpoints and early stopping: val_loss or val_accuracy");

@@ -35,4 +35,10 @@ struct CudaHooks {
 
 CudaHooks& cuda_hooks();
 
+// Every host wait on a CUDA device calls this with what waited (SyncTracker, device.h): the
+// backend's blocking copies, stream and event waits, flag read-backs and cudaFree. One relaxed
+// load when no tracker is alive.
+void note_host_sync(const std::string& what);
+bool host_sync_tracking();  // whether a tracker is alive: callers that build a name check first
+
 }  // namespace ft

@@ -36,13 +36,16 @@
   X(max_dim_backward, void(const Tensor& g, const Tensor& indices, int dim, const Tensor& gx))                         \
   /* indexing */                                                                                                       \
   X(cat, void(const std::vector<Tensor>& inputs, int dim, const Tensor& out))                                          \
-  X(find_out_of_range, std::optional<int64_t>(const Tensor& index, int64_t size))                                      \
+  X(check_index_range,                                                                                                 \
+    void(const Tensor& index, int64_t size, std::optional<int64_t> ignore, const IndexErrorText& error))               \
   X(index_select, void(const Tensor& x, int dim, const Tensor& index, const Tensor& out))                              \
   X(index_add, void(const Tensor& acc, int dim, const Tensor& index, const Tensor& src, std::optional<int64_t> skip))  \
   X(gather, void(const Tensor& x, int dim, const Tensor& index, const Tensor& out))                                    \
   X(scatter_add, void(const Tensor& acc, int dim, const Tensor& index, const Tensor& src))                             \
   /* linear algebra: out (+)= a @ b (+ bias), batched over leading dims */                                             \
   X(matmul, void(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias))            \
+  /* linear's parameter gradients from gy [R, out] and x [R, in]: gw = gy^T x, gb (if defined) = column sums of gy */  \
+  X(linear_weight_grad, void(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb))                   \
   /* convolution and pooling */                                                                                        \
   X(conv2d_forward, void(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y))     \
   X(conv2d_backward_data, void(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx))              \
@@ -67,7 +70,6 @@
          const Tensor& w, const Tensor& b, bool training, const Tensor& dx, const Tensor& dw, const Tensor& db))       \
   X(softmax_forward, void(const Tensor& x, int dim, bool log, const Tensor& out))                                      \
   X(softmax_backward, void(const Tensor& g, const Tensor& y, int dim, bool log, const Tensor& gx))                     \
-  X(check_class_targets, int64_t(const Tensor& target, int64_t C, int64_t ignore_index, const char* op))               \
   X(cross_entropy_forward, void(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,           \
                                 int64_t ignore_index, double eps, const Tensor& loss, const Tensor& lse))              \
   X(cross_entropy_backward,                                                                                            \

@@ -3,10 +3,17 @@
 // BatchNorm layout once for the CPU and CUDA kernels alike.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "fasttrain/ops/conv.h"  // Pair
 
 namespace ft::backend {
+
+// The message of a failed index check, from the bad value and its position (the lowest one): the
+// op words it, the backend raises it: at once on the CPU; on a GPU, where the check runs on the
+// device and nothing waits for it, at the first host synchronisation after it ran.
+using IndexErrorText = std::function<std::string(int64_t value, int64_t position)>;
 
 struct ConvParams {
   int64_t N = 0, C = 0, H = 0, W = 0;  // input

@@ -1,5 +1,7 @@
 #include "fasttrain/device.h"
 
+#include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "backend/cuda_hooks.h"
@@ -51,6 +53,23 @@ bool allow_tf32() { return tls_allow_tf32; }
 AllowTf32Guard::AllowTf32Guard(bool allow) : previous_(tls_allow_tf32) { tls_allow_tf32 = allow; }
 AllowTf32Guard::~AllowTf32Guard() { tls_allow_tf32 = previous_; }
 
+// Process-wide, not thread-local: see device.h. Relaxed order is enough, as each flag is read
+// on its own and only selects which cached convolution plan a call uses.
+namespace {
+std::atomic<bool> g_cudnn_benchmark{false};
+std::atomic<bool> g_deterministic_algorithms{false};
+}  // namespace
+bool cudnn_benchmark() { return g_cudnn_benchmark.load(std::memory_order_relaxed); }
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on, std::memory_order_relaxed); }
+CudnnBenchmarkGuard::CudnnBenchmarkGuard(bool on) : previous_(cudnn_benchmark()) { set_cudnn_benchmark(on); }
+CudnnBenchmarkGuard::~CudnnBenchmarkGuard() { set_cudnn_benchmark(previous_); }
+bool deterministic_algorithms() { return g_deterministic_algorithms.load(std::memory_order_relaxed); }
+void set_deterministic_algorithms(bool on) { g_deterministic_algorithms.store(on, std::memory_order_relaxed); }
+DeterministicAlgorithmsGuard::DeterministicAlgorithmsGuard(bool on) : previous_(deterministic_algorithms()) {
+  set_deterministic_algorithms(on);
+}
+DeterministicAlgorithmsGuard::~DeterministicAlgorithmsGuard() { set_deterministic_algorithms(previous_); }
+
 int cuda_device_count() { return cuda_hooks().device_count ? cuda_hooks().device_count() : 0; }
 bool cuda_available() { return cuda_device_count() > 0; }
 bool cuda_compiled() { return cuda_hooks().device_count != nullptr; }
@@ -64,7 +83,66 @@ std::string cuda_device_name(int device) {
 void synchronize(Stream stream) {
   if (stream.device.is_cpu()) return;
   FT_CHECK(cuda_hooks().synchronize, "synchronize: this build has no CUDA support");
+  note_host_sync("synchronize");
   cuda_hooks().synchronize(stream);
+}
+
+// --- host-device synchronisations ----------------------------------------------------------------
+namespace {
+std::atomic<int> live_trackers{0};
+std::mutex trackers_mu;
+std::vector<SyncTracker*>& trackers() {
+  static auto* t = new std::vector<SyncTracker*>();  // leaked: trackers may outlive static destruction
+  return *t;
+}
+}  // namespace
+
+bool host_sync_tracking() { return live_trackers.load(std::memory_order_relaxed) > 0; }
+
+void note_host_sync(const std::string& what) {
+  if (!host_sync_tracking()) return;
+  std::lock_guard<std::mutex> lock(trackers_mu);
+  for (SyncTracker* t : trackers()) {
+    std::lock_guard<std::mutex> tl(t->mu_);
+    auto it = std::find_if(t->counts_.begin(), t->counts_.end(), [&](const SyncCount& c) { return c.what == what; });
+    if (it == t->counts_.end())
+      t->counts_.push_back({what, 1});
+    else
+      ++it->count;
+  }
+}
+
+SyncTracker::SyncTracker() {
+  std::lock_guard<std::mutex> lock(trackers_mu);
+  trackers().push_back(this);
+  live_trackers.fetch_add(1, std::memory_order_relaxed);
+}
+
+SyncTracker::~SyncTracker() {
+  std::lock_guard<std::mutex> lock(trackers_mu);
+  auto& all = trackers();
+  all.erase(std::find(all.begin(), all.end(), this));
+  live_trackers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int64_t SyncTracker::total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const SyncCount& c : counts_) n += c.count;
+  return n;
+}
+
+std::vector<SyncCount> SyncTracker::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+std::string SyncTracker::summary() const {
+  const std::vector<SyncCount> all = counts();
+  if (all.empty()) return "none";
+  std::string s = std::to_string(total()) + ":";
+  for (size_t i = 0; i < all.size(); ++i) s += (i ? ", " : " ") + all[i].what + " x" + std::to_string(all[i].count);
+  return s;
 }
 
 }  // namespace ft
@@ -127,7 +205,9 @@ void Event::block(Stream stream) const {
 }
 
 void Event::synchronize() const {
-  if (handle_ != nullptr) cuda_hooks().event_synchronize(handle_);
+  if (handle_ == nullptr) return;
+  note_host_sync("Event::synchronize");
+  cuda_hooks().event_synchronize(handle_);
 }
 
 bool Event::query() const { return handle_ == nullptr || cuda_hooks().event_query(handle_); }

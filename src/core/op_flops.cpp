@@ -3,6 +3,7 @@
 // op needs nothing else from the profiler.
 //
 //   matmul(a[..., M, K], b, out[..., M, N])           2 * numel(out) * K   (bias add not counted)
+//   linear_weight_grad(gy[R, out], x[R, in], gw, gb)   2 * numel(gw) * R   (bias sums not counted)
 //   conv2d_forward(x, w[Cout, Cin/g, kh, kw], b, y)    2 * numel(y) * Cin/g * kh * kw
 //   conv2d_backward_data(gy, w, gx)                    2 * numel(gy) * Cin/g * kh * kw
 //   conv2d_backward_weight(gy, x, gw, gb)              2 * numel(gy) * Cin/g * kh * kw
@@ -66,6 +67,11 @@ double kernel_flops(const KernelCall& c) {
     const auto* a = arg(c, 0);
     if (!a || a->shape.empty()) return 0;
     return 2 * n(2) * static_cast<double>(a->shape.back());
+  }
+  if (k == "linear_weight_grad") {  // gy, x, gw, gb
+    const auto* gy = arg(c, 0);
+    if (!gy || gy->shape.empty()) return 0;
+    return 2 * n(2) * static_cast<double>(gy->shape.front());
   }
   if (k == "conv2d_forward") return arg(c, 1) ? 2 * n(3) * conv_macs_per_output(*arg(c, 1)) : 0;          // x w b y
   if (k == "conv2d_backward_data") return arg(c, 1) ? 2 * n(0) * conv_macs_per_output(*arg(c, 1)) : 0;    // gy w gx

@@ -241,6 +241,8 @@ static Tensor copy_across_devices(const Tensor& src, Device dst_dev, bool non_bl
   Tensor out = empty(c.shape(), TensorOptions(c.dtype(), dst_dev));
   Device stream_dev = dst_dev.is_cuda() ? dst_dev : src.device();
   const Stream stream = current_stream(stream_dev);
+  if (!non_blocking && host_sync_tracking())
+    note_host_sync(detail::concat("to(", dst_dev.str(), "): ", dtype_name(c.dtype()), " ", c.shape().str()));
   cuda_hooks().memcpy(out.raw_data(), dst_dev, c.raw_data(), c.device(), c.nbytes(), stream, non_blocking);
   // Only a copy from page-locked memory is still reading the source after the call returns (from
   // pageable memory the driver stages it first): keep the block from reuse until it is done.

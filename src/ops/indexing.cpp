@@ -20,6 +20,14 @@ void check_index(const Tensor& index, const char* op) {
            ": index must be an i64 or i32 tensor, found ", dtype_name(index.dtype()));
 }
 
+// Every index in [0, size) of dimension d (raised at once on the CPU; on a GPU at the next host
+// synchronisation, see IndexErrorText).
+void check_range(const Tensor& index, int64_t size, int d, const char* op) {
+  kernels(index).check_index_range(index, size, std::nullopt, [op, d, size](int64_t v, int64_t) {
+    return detail::concat(op, ": index ", v, " is out of range for dimension ", d, " of size ", size);
+  });
+}
+
 DType acc_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 
 // Gradient buffer for a scatter-add: zeros in the accumulation dtype.
@@ -156,8 +164,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   FT_CHECK(index.dim() <= 1, "index_select: index must be 1-d, found shape ", index.shape().str());
   FT_CHECK(x.dim() > 0, "index_select: input must have at least 1 dimension");
   const int d = wrap_dim(dim, x.dim(), "index_select");
-  if (auto bad = kernels(index).find_out_of_range(index, x.size(d)))
-    FT_FAIL("index_select: index ", *bad, " is out of range for dimension ", d, " of size ", x.size(d));
+  check_range(index, x.size(d), d, "index_select");
   Shape shape = x.shape();
   shape[d] = index.numel();
   Tensor out = empty(shape, x.options());
@@ -186,8 +193,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   for (int k = 0; k < x.dim(); ++k)
     FT_CHECK(k == d || index.size(k) <= x.size(k), "gather: index shape ", index.shape().str(),
              " is larger than input shape ", x.shape().str(), " in dimension ", k);
-  if (auto bad = kernels(index).find_out_of_range(index, x.size(d)))
-    FT_FAIL("gather: index ", *bad, " is out of range for dimension ", d, " of size ", x.size(d));
+  check_range(index, x.size(d), d, "gather");
   Tensor out = empty(index.shape(), x.options());
   kernels(x).gather(x, d, index, out);
   if (autograd::any_requires_grad({&x})) {
@@ -217,8 +223,9 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t>
              " is out of range for a vocabulary of ", V);
     pad = *padding_idx < 0 ? *padding_idx + V : *padding_idx;
   }
-  if (auto bad = kernels(ids).find_out_of_range(ids, V))
-    FT_FAIL("embedding: id ", *bad, " is out of range for a vocabulary of ", V);
+  kernels(ids).check_index_range(ids, V, std::nullopt, [V](int64_t id, int64_t) {
+    return detail::concat("embedding: id ", id, " is out of range for a vocabulary of ", V);
+  });
   Tensor flat = ids.detach().reshape({ids.numel()});
   Shape shape = ids.shape();
   shape.push_back(D);

@@ -160,11 +160,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         kernels(gx).matmul(gy, sw.get("LinearBackward"), gx, false, Tensor());
         gx = gx.view(x_shape);
       }
-      if (need_w) {  // dW = dy^T x
+      // dW = dy^T x and db = the sum of dy over the rows, in one kernel where the device fuses them.
+      if (need_b) gb = empty({out_f}, gy.options());
+      if (need_w) {
         gw = empty({out_f, in}, gy.options());
-        kernels(gw).matmul(gy.t(), sx.get("LinearBackward").reshape({R, in}), gw, false, Tensor());
+        kernels(gw).linear_weight_grad(gy, sx.get("LinearBackward").reshape({R, in}), gw, gb);
+      } else if (need_b) {
+        kernels(gb).sum(gy, {true, false}, 1.0, gb);
       }
-      if (need_b) gb = sum(gy, {0});  // db = sum of dy over the rows
       return std::vector<Tensor>{gx, gw, gb};
     });
   }

@@ -40,36 +40,42 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   const int64_t C = logits.dim() == 1 ? logits.size(0) : logits.size(1);
   FT_CHECK(C > 0, op, ": logits have 0 classes (shape ", logits.shape().str(), ")");
   const int64_t S = N == 0 ? 1 : logits.numel() / (N * C);
-  const int64_t count = kernels(target).check_class_targets(target, C, ignore_index, op);
+  kernels(target).check_index_range(target, C, ignore_index, [op, C, ignore_index](int64_t v, int64_t i) {
+    return detail::concat(op, ": target ", v, " at position ", i, " is out of range for ", C,
+                          " classes (expected in [0, ", C - 1, "] or ignore_index ", ignore_index, ")");
+  });
 
   Tensor x = logits.contiguous();
   Tensor t = target.to(DType::I64).contiguous();
   const DType acc = logits.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  // The Mean's denominator, the targets not ignored, stays on the device: nothing waits for it.
+  Tensor count;
+  if (reduction == Reduction::Mean) count = sum(logical_not(eq(t, ignore_index))).to(acc);
   Tensor loss = empty({N * S}, TensorOptions(acc, logits.device()));
   Tensor lse = empty({N * S}, TensorOptions(acc, logits.device()));
   kernels(x).cross_entropy_forward(x, N, C, S, t, ignore_index, label_smoothing, loss, lse);
 
   Tensor out;
-  double scale = 1.0;
   switch (reduction) {
     case Reduction::None: out = loss.view(expected).to(out_dtype); break;
     case Reduction::Sum: out = sum(loss).to(out_dtype); break;
-    case Reduction::Mean:
-      // count == 0 gives 0/0 = NaN, like PyTorch; the gradient is then 0 (every position ignored).
-      out = div(sum(loss), ops::scalar_like(static_cast<double>(count), loss)).to(out_dtype);
-      scale = count > 0 ? 1.0 / static_cast<double>(count) : 0.0;
-      break;
+    // count == 0 gives 0/0 = NaN, like PyTorch; the gradient is then 0 (every position ignored).
+    case Reduction::Mean: out = div(sum(loss), count).to(out_dtype); break;
   }
   if (autograd::any_requires_grad({&logits})) {
-    autograd::SavedTensor sx(x), st(t), slse(lse);
+    autograd::SavedTensor sx(x), st(t), slse(lse), scount(count);
     Shape lshape = logits.shape();
     autograd::record_function("CrossEntropyBackward", {&logits}, {&out}, [=](std::vector<Tensor>& g) {
       const char* node = "CrossEntropyBackward";
       Tensor xv = sx.get(node);
-      Tensor gc = g[0].to(acc).contiguous();
+      // The Mean's 1/count rides on the upstream gradient (a device value); with every target
+      // ignored the kernel writes zeros whatever it is, so max(count, 1) only keeps it finite.
+      Tensor gc = g[0].to(acc);
+      if (reduction == Reduction::Mean) gc = div(gc, clamp(scount.get(node), 1.0, std::nullopt));
+      gc = gc.contiguous();
       Tensor gx = empty(lshape, xv.options());
       kernels(xv).cross_entropy_backward(xv, N, C, S, st.get(node), slse.get(node), ignore_index, label_smoothing, gc,
-                                         scale, gx);
+                                         1.0, gx);
       return std::vector<Tensor>{gx};
     });
   }

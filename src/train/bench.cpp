@@ -297,9 +297,21 @@ BenchResult run_bench(const BenchOptions& o) {
     peak.instruction = "measured matmul rate";
   }
 
+  // As the peer: cuDNN times the algorithms of each convolution shape on its first call
+  // (torch.backends.cudnn.benchmark = True), during the warm-up.
+  const CudnnBenchmarkGuard cudnn_autotune(device.is_cuda());
   const Stream stream = current_stream(device);
   for (int i = 0; i < o.warmup; ++i) runner->step(w.inputs, w.targets);
   synchronize(stream);
+  if (o.detect_sync) {
+    {
+      const SyncTracker syncs;
+      runner->step(w.inputs, w.targets);
+      r.host_syncs_per_step = syncs.total();
+      r.host_syncs = syncs.summary();
+    }
+    synchronize(stream);
+  }
   Allocator& alloc = allocator_for(device);
   alloc.reset_peak();
   Tensor loss;
@@ -392,6 +404,7 @@ std::string to_json_line(const BenchResult& r) {
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   if (r.channels_last) s += ", \"channels_last\": true";
+  if (r.host_syncs_per_step >= 0) s += ", \"host_syncs_per_step\": " + std::to_string(r.host_syncs_per_step);
   if (r.world_size > 1)
     s += ", \"strategy\": \"" + r.strategy + "\", \"world_size\": " + std::to_string(r.world_size) +
          ", \"threads_per_rank\": " + std::to_string(r.threads);

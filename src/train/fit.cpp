@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +52,8 @@ struct Trainer::Run {
   std::vector<Tensor> step_losses;  // each step's loss since the last log (to name a non-finite one)
   // --profile / --memory-history (profile_run.h), else null
   std::unique_ptr<ProfileRun> profile;
+  std::string host_syncs;            // --detect-sync: the last step's summary
+  int64_t host_syncs_per_step = -1;  // and its count (-1: not counted)
 
   explicit Run(Trainer& trainer) : t(trainer), im(*trainer.impl_), c(trainer.config_) {}
 
@@ -155,6 +158,8 @@ struct Trainer::Run {
       tb->add_scalar("train/momentum", im.momentum_in_use(), t.step_);
     }
     Tensor l;
+    std::optional<SyncTracker> syncs;
+    if (c.detect_sync) syncs.emplace();
     try {
       l = im.train_step(c.accumulate, &data_wait);
     } catch (const OutOfMemoryError& e) {
@@ -168,6 +173,19 @@ struct Trainer::Run {
     im.loss_count += c.accumulate;
     step_losses.push_back(l);
     ++t.step_;
+    if (syncs) report_syncs(*syncs);
+  }
+
+  // --detect-sync: the step's waits on the device, printed when they differ from the last step's
+  // (a steady loop prints once).
+  void report_syncs(const SyncTracker& syncs) {
+    const std::string now = syncs.summary();
+    if (now != host_syncs) {
+      if (im.rank0())
+        progress->result(detail::concat("detect-sync: step ", t.step_, ": host-device synchronisations ", now));
+      host_syncs = now;
+    }
+    host_syncs_per_step = syncs.total();
   }
 
   // Stops the run when a loss since the last check, or the gradient norm, is not finite: the
@@ -409,6 +427,10 @@ struct Trainer::Run {
                     {"final_val_loss", result.final_val_loss},
                     {"interrupted", result.interrupted},
                     {"stopped_early", result.stopped_early}};
+    if (host_syncs_per_step >= 0) {
+      summary["host_syncs_last_step"] = host_syncs_per_step;
+      summary["host_syncs"] = host_syncs;
+    }
     if (!result.goal.empty()) {
       summary["goal"] = result.goal;
       summary["goal_met"] = result.goal_met;

@@ -298,6 +298,10 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   }
   nn::Module& model = module.model();
   model.to(Device::parse(config_.device));  // before the optimizer: its state follows the parameters
+  // The GPU libraries' switches (Lightning's `deterministic` and `benchmark`); the CPU's kernels are
+  // deterministic whatever they say.
+  set_deterministic_algorithms(config_.deterministic);
+  set_cudnn_benchmark(config_.cudnn_benchmark);
   model.train();
   if (config_.checkpoint_blocks) set_block_checkpointing(model, true);
   if (config_.channels_last) model.to_channels_last();

@@ -3,6 +3,8 @@
 // f32 / bf16 / f16 / f64, and TF32 when allowed (within TF32's rounding, and off by default).
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"
 #include "support/require_gpu.h"
@@ -58,6 +60,40 @@ TEST(CudaMatmul, LinearWithBiasMatchesCpu) {
     EXPECT_CLOSE_TO_CPU(gx.grad(), x.grad(), tol(dt));
     EXPECT_CLOSE_TO_CPU(gw.grad(), w.grad(), tol(dt));
     EXPECT_CLOSE_TO_CPU(gb.grad(), b.grad(), tol(dt));
+  }
+}
+
+// linear's parameter gradients come from one kernel (linear_weight_grad: the bias sums fused into
+// the weight product where cuBLASLt can, FT_CUDA_BGRADB=off runs them apart): at a transformer's
+// sizes, with rows that are no multiple of 8, and with only the weight or only the bias trained.
+TEST(CudaMatmul, LinearParameterGradientsMatchCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t rows, in, out;
+    bool weight, bias;
+  };
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (const Case& c : {Case{1024, 768, 2304, true, true}, Case{333, 96, 40, true, true},
+                          Case{200, 64, 48, false, true}, Case{200, 64, 48, true, false}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " rows " + std::to_string(c.rows) + " in " + std::to_string(c.in) +
+                   " out " + std::to_string(c.out) + (c.weight ? " weight" : "") + (c.bias ? " bias" : ""));
+      Tensor x = randn({c.rows, c.in}).to(dt), w = mul(randn({c.out, c.in}), 0.1).to(dt), b = randn({c.out}).to(dt);
+      w.requires_grad_(c.weight);
+      b.requires_grad_(c.bias);
+      Tensor gw = gpu(w).detach().requires_grad_(c.weight), gb = gpu(b).detach().requires_grad_(c.bias);
+      Tensor y = linear(x, w, b), gy = linear(gpu(x), gw, gb);
+      Tensor dy = randn(y.shape()).to(dt);
+      y.backward(dy);
+      gy.backward(gpu(dy));
+      if (c.weight) {
+        EXPECT_CLOSE_TO_CPU(gw.grad(), w.grad(), tol(dt));
+      }
+      if (c.bias) {
+        EXPECT_CLOSE_TO_CPU(gb.grad(), b.grad(), tol(dt));
+      }
+      EXPECT_EQ(gw.grad().defined(), c.weight);
+      EXPECT_EQ(gb.grad().defined(), c.bias);
+    }
   }
 }
 

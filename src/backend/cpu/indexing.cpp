@@ -81,14 +81,15 @@ void cat(const std::vector<Tensor>& inputs, int dim, const Tensor& out) {
   });
 }
 
-std::optional<int64_t> find_out_of_range(const Tensor& index, int64_t size) {
-  std::optional<int64_t> bad;
-  if (index.numel() == 0) return bad;
+void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t> ignore,
+                       const backend::IndexErrorText& error) {
+  if (index.numel() == 0) return;
   Tensor idx = dense_i64(index);
   const int64_t* p = idx.data<int64_t>();
-  for (int64_t i = 0, n = idx.numel(); i < n; ++i)
-    if (p[i] < 0 || p[i] >= size) return p[i];
-  return bad;
+  for (int64_t i = 0, n = idx.numel(); i < n; ++i) {
+    if (ignore && p[i] == *ignore) continue;
+    if (p[i] < 0 || p[i] >= size) throw Error(error(p[i], i));
+  }
 }
 
 void index_select(const Tensor& x_in, int dim, const Tensor& index, const Tensor& out) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
@@ -14,8 +15,10 @@ namespace ft::cpu {
 // input is dense each output row of the [outer, size(dim) * inner] view is a few memcpys.
 void cat(const std::vector<Tensor>& inputs, int dim, const Tensor& out);
 
-// The first entry of `index` (integer, any shape/strides) outside [0, size), if any.
-std::optional<int64_t> find_out_of_range(const Tensor& index, int64_t size);
+// Throws error(value, position) for the first entry of `index` (integer, any shape/strides)
+// outside [0, size), entries equal to `ignore` skipped.
+void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t> ignore,
+                       const backend::IndexErrorText& error);
 
 // out [outer, n, inner] = x [outer, V, inner][:, index, :] with x viewed around `dim`; out is
 // contiguous with x's shape except size(dim) = n = index.numel(). Indices must be in range.

@@ -19,6 +19,7 @@
 #include "backend/cpu/gemm_half.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/peak_rate.h"
+#include "backend/kernels.h"
 #include "backend/matrix_layout.h"
 #include "fasttrain/parallel.h"
 
@@ -427,6 +428,12 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate
 
 void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, const Tensor& bias) {
   matmul_impl(a, b, out, accumulate, bias, false);
+}
+
+void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb) {
+  const backend::Kernels& k = backend::kernels(gw);
+  k.matmul(gy.t(), x, gw, false, Tensor());
+  if (gb.defined()) k.sum(gy, {true, false}, 1.0, gb);
 }
 
 }  // namespace ft::cpu

@@ -139,21 +139,6 @@ void backward_cols(const T* x, const int64_t* target, const compute_t<T>* lse, i
 
 }  // namespace
 
-int64_t check_class_targets(const Tensor& target, int64_t C, int64_t ignore_index, const char* op) {
-  Tensor t = target.dtype() == DType::I64 ? target.contiguous() : target.to(DType::I64).contiguous();
-  const int64_t* p = t.data<int64_t>();
-  const int64_t n = t.numel();
-  int64_t count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = p[i];
-    if (v == ignore_index) continue;
-    FT_CHECK(v >= 0 && v < C, op, ": target ", v, " at position ", i, " is out of range for ", C,
-             " classes (expected in [0, ", C - 1, "] or ignore_index ", ignore_index, ")");
-    ++count;
-  }
-  return count;
-}
-
 void cross_entropy_forward(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,
                            int64_t ignore_index, double eps, const Tensor& loss, const Tensor& lse) {
   if (N * S == 0) return;

@@ -21,10 +21,6 @@
 
 namespace ft::cpu {
 
-// Throws "<op>: target <v> at position <i> is out of range for <C> classes" for a target outside
-// [0, C) that is not ignore_index. Returns the number of non-ignored targets.
-int64_t check_class_targets(const Tensor& target, int64_t C, int64_t ignore_index, const char* op);
-
 // loss and lse: contiguous, numel N*S, of the statistics dtype (f32; f64 for f64 logits).
 // target: contiguous i64, numel N*S.
 void cross_entropy_forward(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,

@@ -25,6 +25,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/stream_events.h"
+#include "backend/cuda_hooks.h"
 #include "core/allocator_bookkeeping.h"
 #include "core/size_class.h"
 
@@ -160,6 +161,7 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   }
 
   void release_cache_locked() {
+    if (!free_.empty()) note_host_sync("cuda allocator: cudaFree of cached blocks");
     for (auto& [key, blocks] : free_) {
       for (void* p : blocks) {
         cudaSetDevice(key.device);

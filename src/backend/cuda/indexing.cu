@@ -1,6 +1,6 @@
 // Indexing on the GPU: cat, index_select and gather (copies: each output element is read once
-// and written once), their gradients index_add and scatter_add, and the two index validations
-// that hand a value back to the host (find_out_of_range, check_class_targets).
+// and written once), their gradients index_add and scatter_add, and the index validation
+// (check_index_range).
 //
 // The copies move whole rows in the widest unit (up to 16 bytes) that the row width and the
 // addresses allow. The gradients are deterministic, with no float atomics:
@@ -13,26 +13,32 @@
 //   scatter_add (gather backward): the elements of one line along `dim` of the index all share
 //     the other coordinates, and so write to one line of acc that no other line touches: a thread
 //     per line adds its elements in order.
-// find_out_of_range and check_class_targets synchronise their stream to return the first bad
-// entry (the lowest position, as the CPU reports it).
+// check_index_range runs on the device without making the host wait; a bad entry (the lowest
+// position, as the CPU reports it) is raised at the host's next synchronisation or index check.
 #include <cuda_runtime.h>
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/index_checks.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda_hooks.h"
 
 namespace ft::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr unsigned long long kNone = ~0ull;  // "no bad entry" in the validation slots
+constexpr unsigned long long kNone = ~0ull;  // "no bad entry" in a check's scratch
 
 template <class T>
 T* ptr(const Tensor& t) {
@@ -97,13 +103,16 @@ __global__ void index_select_kernel(const U* __restrict__ x, const I* __restrict
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = e / width, c = e - row * width;
     const int64_t o = row / n, j = row - o * n;
-    out[e] = x[(o * V + static_cast<int64_t>(idx[j])) * width + c];
+    const int64_t v = static_cast<int64_t>(idx[j]);
+    // An index out of range is reported by its check later (nothing waited for it): read nothing.
+    out[e] = v >= 0 && v < V ? x[(o * V + v) * width + c] : U{};
   }
 }
 
 // The index's shape with another tensor's strides (elements): x for gather, acc for scatter_add.
 struct IndexedShape {
   int ndim = 0, dim = 0;
+  int64_t bound = 0;  // the other tensor's size along dim: an index outside [0, bound) touches nothing
   int64_t size[kMaxDims] = {};
   int64_t stride[kMaxDims] = {};
 };
@@ -112,6 +121,7 @@ IndexedShape indexed_shape(const Tensor& index, const Tensor& other, int dim) {
   IndexedShape g;
   g.ndim = index.dim();
   g.dim = dim;
+  g.bound = other.size(dim);
   for (int d = 0; d < g.ndim; ++d) {
     g.size[d] = index.size(d);
     g.stride[d] = other.stride(d);
@@ -132,7 +142,8 @@ __global__ void gather_kernel(const E* __restrict__ x, const I* __restrict__ idx
       off += c * g.stride[d];
       rem = q;
     }
-    out[p] = x[off];
+    const int64_t v = static_cast<int64_t>(idx[p]);
+    out[p] = v >= 0 && v < g.bound ? x[off] : E{};
   }
 }
 
@@ -159,8 +170,8 @@ __global__ void scatter_add_kernel(Acc* acc, const Src* __restrict__ src, const 
       dense_stride *= g.size[d];
     }
     for (int64_t j = 0; j < L; ++j) {
-      const int64_t e = ib + j * inner;
-      acc[ab + static_cast<int64_t>(idx[e]) * acc_step] += convert<Acc>(src[e]);
+      const int64_t e = ib + j * inner, v = static_cast<int64_t>(idx[e]);
+      if (v >= 0 && v < g.bound) acc[ab + v * acc_step] += convert<Acc>(src[e]);
     }
   }
 }
@@ -169,7 +180,7 @@ template <class I>
 __global__ void sort_input_kernel(const I* __restrict__ idx, int64_t n, uint64_t* keys, int64_t* pos) {
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    keys[j] = static_cast<uint64_t>(static_cast<int64_t>(idx[j]));  // validated in [0, V)
+    keys[j] = static_cast<uint64_t>(static_cast<int64_t>(idx[j]));  // negative ones sort last, as >= V
     pos[j] = j;
   }
 }
@@ -190,6 +201,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t v = keys[p];
     if (p > 0 && keys[p - 1] == v) continue;        // inside a run: its first entry adds it
     if (static_cast<int64_t>(v) == skip) continue;  // padding_idx: the row gets nothing
+    if (v >= static_cast<uint64_t>(V)) continue;    // out of range (or negative): reported by its check
     int64_t end = p + 1;
     while (end < n && keys[end] == v) ++end;
     Acc* dst = acc + (o * V + static_cast<int64_t>(v)) * inner;
@@ -213,65 +225,136 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // --- validation ----------------------------------------------------------------------------------
-// slots: [0] lowest bad position (kNone if none), [1] the value there, [2] count of valid entries.
+// An index check runs on the device and nothing waits for it (a training step's embedding and
+// cross-entropy checks would otherwise stop the host twice a step). scratch (device memory):
+// [0] the lowest bad position (kNone if none), [1] the value there. publish_kernel copies the
+// verdict into the check's slot of page-locked, mapped host memory, and an event after it tells
+// the host when the slot is final. Finished checks are looked at before every new check and after
+// every host synchronisation (raise_failed_index_checks), and a failed one raises its op's message
+// there.
 
 template <class I>
 __global__ void out_of_range_kernel(const I* __restrict__ idx, int64_t n, int64_t size, bool use_ignore, int64_t ignore,
-                                    unsigned long long* slots) {
-  unsigned long long count = 0;
+                                    unsigned long long* scratch) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t v = static_cast<int64_t>(idx[i]);
     if (use_ignore && v == ignore) continue;
-    if (v < 0 || v >= size)
-      atomicMin(&slots[0], static_cast<unsigned long long>(i));
-    else
-      ++count;
+    if (v < 0 || v >= size) atomicMin(&scratch[0], static_cast<unsigned long long>(i));
   }
-  // Integer counts: the total is exact whatever order the warps add in.
-  for (int delta = 16; delta > 0; delta >>= 1) count += __shfl_down_sync(0xffffffffu, count, delta);
-  if ((threadIdx.x & 31) == 0 && count) atomicAdd(&slots[2], count);
 }
 
-template <class I>
-__global__ void fetch_bad_value_kernel(const I* __restrict__ idx, unsigned long long* slots) {
-  if (slots[0] != kNone) slots[1] = static_cast<unsigned long long>(static_cast<int64_t>(idx[slots[0]]));
-}
-
-struct RangeResult {
-  int64_t position = -1;  // -1: every entry is valid or ignored
-  int64_t value = 0;
-  int64_t count = 0;
+struct CheckSlot {
+  long long position;  // -1: every entry valid (or ignored)
+  long long value;
 };
 
-// Scans an index for entries outside [0, size), skipping `ignore` if given; synchronises the stream.
-RangeResult scan_range(const Tensor& index_in, int64_t size, std::optional<int64_t> ignore, const char* name) {
-  RangeResult r;
-  const int64_t n = index_in.numel();
-  if (n == 0) return r;
-  Tensor index = dense(index_in);
-  cudaStream_t stream = stream_for(index);
-  Tensor slots = empty({3}, TensorOptions(DType::I64, index.device()));
-  auto* sp = ptr<unsigned long long>(slots);
-  check(cudaMemsetAsync(sp, 0xFF, sizeof(unsigned long long), stream), name);
-  check(cudaMemsetAsync(sp + 1, 0, 2 * sizeof(unsigned long long), stream), name);
-  FT_CUDA_DISPATCH_INDEX(index.dtype(), name, [&] {
-    out_of_range_kernel<scalar_t><<<grid_for(n), kThreads, 0, stream>>>(ptr<const scalar_t>(index), n, size,
-                                                                        ignore.has_value(), ignore.value_or(0), sp);
-    check_launch(name);
-    fetch_bad_value_kernel<scalar_t><<<1, 1, 0, stream>>>(ptr<const scalar_t>(index), sp);
-    check_launch(name);
-  });
-  unsigned long long host[3];
-  check(cudaMemcpyAsync(host, sp, sizeof(host), cudaMemcpyDeviceToHost, stream), name);
-  check(cudaStreamSynchronize(stream), name);
-  if (host[0] != kNone) {
-    r.position = static_cast<int64_t>(host[0]);
-    r.value = static_cast<int64_t>(host[1]);
-  }
-  r.count = static_cast<int64_t>(host[2]);
-  return r;
+template <class I>
+__global__ void publish_kernel(const I* __restrict__ idx, const unsigned long long* scratch, CheckSlot* slot) {
+  const bool bad = scratch[0] != kNone;
+  slot->value = bad ? static_cast<long long>(idx[scratch[0]]) : 0;
+  slot->position = bad ? static_cast<long long>(scratch[0]) : -1;
+  __threadfence_system();  // the host reads the slot once the event after this kernel is reached
 }
+
+// The checks in flight: a fixed pool of host slots and events, taken in order and given back once
+// the host has read a finished slot.
+class IndexChecks {
+ public:
+  static IndexChecks& instance() {
+    static auto* checks = new IndexChecks();  // leaked: checks may finish after static destruction
+    return *checks;
+  }
+
+  void launch(const Tensor& index, int64_t size, std::optional<int64_t> ignore, const backend::IndexErrorText& error) {
+    std::unique_lock<std::mutex> lock(mu_);
+    collect_and_raise(lock);
+    if (free_.empty()) {
+      // Every slot in flight: wait for the oldest (a host synchronisation, counted as one).
+      note_host_sync("index checks: all " + std::to_string(kSlots) + " in flight");
+      check(cudaEventSynchronize(pending_.front().done), "index check");
+      collect_and_raise(lock);
+    }
+    const int slot = free_.back();
+    free_.pop_back();
+    cudaStream_t stream = stream_for(index);
+    const int64_t n = index.numel();
+    Tensor scratch = empty({2}, TensorOptions(DType::I64, index.device()));
+    auto* sp = ptr<unsigned long long>(scratch);
+    check(cudaMemsetAsync(sp, 0xFF, sizeof(unsigned long long), stream), "index check");
+    FT_CUDA_DISPATCH_INDEX(index.dtype(), "index check", [&] {
+      out_of_range_kernel<scalar_t><<<grid_for(n), kThreads, 0, stream>>>(ptr<const scalar_t>(index), n, size,
+                                                                          ignore.has_value(), ignore.value_or(0), sp);
+      check_launch("index check");
+      publish_kernel<scalar_t><<<1, 1, 0, stream>>>(ptr<const scalar_t>(index), sp, device_slot(slot));
+      check_launch("index check");
+    });
+    cudaEvent_t done = events_[slot];
+    check(cudaEventRecord(done, stream), "index check");
+    pending_.push_back({slot, done, error, index.device()});
+  }
+
+  // Raises the first failed check among those finished (in launch order), if any.
+  void raise_finished() {
+    std::unique_lock<std::mutex> lock(mu_);
+    collect_and_raise(lock);
+  }
+
+ private:
+  static constexpr int kSlots = 1024;
+  struct Pending {
+    int slot;
+    cudaEvent_t done;
+    backend::IndexErrorText error;
+    Device device;
+  };
+
+  IndexChecks() {
+    void* host = nullptr;
+    check(cudaHostAlloc(&host, kSlots * sizeof(CheckSlot), cudaHostAllocMapped | cudaHostAllocPortable),
+          "index checks: page-locked slots");
+    slots_ = static_cast<CheckSlot*>(host);
+    events_.resize(kSlots);
+    for (int i = 0; i < kSlots; ++i) {
+      check(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming), "index checks: events");
+      free_.push_back(kSlots - 1 - i);
+    }
+  }
+
+  CheckSlot* device_slot(int slot) {
+    void* d = nullptr;
+    check(cudaHostGetDevicePointer(&d, slots_ + slot, 0), "index check: slot address");
+    return static_cast<CheckSlot*>(d);
+  }
+
+  void collect_and_raise(std::unique_lock<std::mutex>& lock) {
+    std::optional<std::string> failure;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const cudaError_t st = cudaEventQuery(it->done);
+      if (st == cudaErrorNotReady) {
+        cudaGetLastError();
+        ++it;
+        continue;
+      }
+      check(st, "index check");
+      const volatile CheckSlot& s = slots_[it->slot];
+      if (s.position >= 0 && !failure)
+        failure = it->error(s.value, s.position) + " (checked on " + it->device.str() +
+                  " and reported at the first host synchronisation after it)";
+      free_.push_back(it->slot);
+      it = pending_.erase(it);
+    }
+    if (!failure) return;
+    lock.unlock();
+    throw Error(*failure);
+  }
+
+  std::mutex mu_;
+  CheckSlot* slots_ = nullptr;
+  std::vector<cudaEvent_t> events_;
+  std::vector<int> free_;
+  std::deque<Pending> pending_;
+};
 
 }  // namespace
 
@@ -308,18 +391,13 @@ void cat(const std::vector<Tensor>& inputs, int dim, const Tensor& out) {
   }
 }
 
-std::optional<int64_t> find_out_of_range(const Tensor& index, int64_t size) {
-  const RangeResult r = scan_range(index, size, std::nullopt, "find_out_of_range");
-  if (r.position < 0) return std::nullopt;
-  return r.value;
+void check_index_range(const Tensor& index, int64_t size, std::optional<int64_t> ignore,
+                       const backend::IndexErrorText& error) {
+  if (index.numel() == 0) return;
+  IndexChecks::instance().launch(dense(index), size, ignore, error);
 }
 
-int64_t check_class_targets(const Tensor& target, int64_t C, int64_t ignore_index, const char* op) {
-  const RangeResult r = scan_range(target, C, ignore_index, "check_class_targets");
-  FT_CHECK(r.position < 0, op, ": target ", r.value, " at position ", r.position, " is out of range for ", C,
-           " classes (expected in [0, ", C - 1, "] or ignore_index ", ignore_index, ")");
-  return r.count;
-}
+void raise_failed_index_checks() { IndexChecks::instance().raise_finished(); }
 
 void index_select(const Tensor& x_in, int dim, const Tensor& index_in, const Tensor& out) {
   if (out.numel() == 0) return;

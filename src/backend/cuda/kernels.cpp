@@ -10,10 +10,15 @@
   X(add_inplace) X(random_fill) X(dropout_forward) X(dropout_backward)                                \
   /* reductions and indexing (reduce.cu, indexing.cu) */                                              \
   X(sum) X(var) X(max_dim) X(max_all) X(max_dim_backward)                                             \
-  X(cat) X(find_out_of_range) X(index_select) X(index_add) X(gather) X(scatter_add)                   \
-  X(check_class_targets)                                                                              \
+  X(cat) X(check_index_range) X(index_select) X(index_add) X(gather) X(scatter_add)                   \
   /* matrix products (matmul.cpp: cuBLASLt) */                                                        \
-  X(matmul)                                                                                           \
+  X(matmul) X(linear_weight_grad)                                                                     \
+  /* convolutions (conv.cpp: cuDNN) */                                                                \
+  X(conv2d_forward) X(conv2d_backward_data) X(conv2d_backward_weight)                                 \
+  /* BatchNorm (batch_norm.cu) and pooling (pool.cu) */                                               \
+  X(batch_norm_stats) X(batch_norm_apply) X(batch_norm_backward)                                      \
+  X(max_pool2d_forward) X(max_pool2d_backward) X(avg_pool2d_forward) X(avg_pool2d_backward)           \
+  X(adaptive_avg_pool2d_forward) X(adaptive_avg_pool2d_backward)                                      \
   /* rows: norms, softmax, cross-entropy (rows.cu); attention (attention.cu) */                       \
   X(row_norm_forward) X(row_norm_backward) X(softmax_forward) X(softmax_backward)                     \
   X(cross_entropy_forward) X(cross_entropy_backward) X(attention_forward) X(attention_backward)       \

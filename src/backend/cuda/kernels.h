@@ -10,6 +10,7 @@ namespace ft::cuda {
 using backend::AttentionParams;
 using backend::BatchNormLayout;
 using backend::ConvParams;
+using backend::IndexErrorText;
 using backend::MultiTensorStep;
 using backend::PoolParams;
 

@@ -18,8 +18,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
@@ -83,6 +85,10 @@ uint32_t alignment(const void* p) {
   return align;
 }
 
+// What the epilogue adds: nothing, the bias (added to every row of our output), or the bias
+// gradient (the sums over k of cuBLASLt's B, our a's columns: linear's db beside its dW).
+enum class Epilogue : uint8_t { None, Bias, BiasGradB };
+
 // One problem as cuBLASLt sees it (column-major, its A = our b, its B = our a).
 struct Problem {
   DType dtype;
@@ -92,11 +98,11 @@ struct Problem {
   int64_t lda, ldb, ldc;
   int64_t batch;
   int64_t stride_a, stride_b, stride_c;
-  bool bias;
+  Epilogue epilogue;
   uint32_t align_a, align_b, align_c, align_bias;
   auto tie() const {
-    return std::tie(dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c, bias,
-                    align_a, align_b, align_c, align_bias);
+    return std::tie(dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c,
+                    epilogue, align_a, align_b, align_c, align_bias);
   }
   bool operator<(const Problem& o) const { return tie() < o.tie(); }
 };
@@ -105,6 +111,7 @@ struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool found = false;  // false: cuBLASLt has no algorithm for the problem (kept, so it is asked once)
 };
 
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
@@ -140,8 +147,8 @@ const Plan& plan_for(const Problem& p, int device) {
   const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
   check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
-  if (p.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (p.epilogue != Epilogue::None) {
+    const cublasLtEpilogue_t epi = p.epilogue == Epilogue::Bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
     const cudaDataType_t bias_type = type;
     check_lt(
@@ -172,9 +179,13 @@ const Plan& plan_for(const Problem& p, int device) {
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a, plan.b, plan.c,
                                                            plan.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  check_lt(st, "heuristic");
-  FT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.n, ", ", p.k, "] x [", p.k,
-           ", ", p.m, "] (batch ", p.batch, ")");
+  // A fused epilogue the library cannot do here is not an error: the caller falls back.
+  if (p.epilogue != Epilogue::BiasGradB || (st == CUBLAS_STATUS_SUCCESS && found > 0)) {
+    check_lt(st, "heuristic");
+    FT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.n, ", ", p.k, "] x [",
+             p.k, ", ", p.m, "] (batch ", p.batch, ")");
+  }
+  plan.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
   plan.algo = result.algo;
   return plans.emplace(key, plan).first->second;
 }
@@ -188,8 +199,9 @@ void run(const Problem& p, const void* a, const void* b, void* c, const void* bi
   // The bias pointer is an attribute of the cached descriptor: set and use it under one lock.
   static std::mutex bias_mu;
   std::unique_lock<std::mutex> lock(bias_mu, std::defer_lock);
-  if (p.bias) lock.lock();
-  if (p.bias)
+  const bool with_bias = p.epilogue != Epilogue::None;
+  if (with_bias) lock.lock();
+  if (with_bias)
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
   const double alpha64 = 1, beta64 = accumulate ? 1 : 0;
@@ -249,16 +261,16 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accu
   p.lda = lb.ld;
   p.ldb = la.ld;
   p.ldc = lc.ld;
-  p.bias = bias_c.defined();
+  p.epilogue = bias_c.defined() ? Epilogue::Bias : Epilogue::None;
   const size_t es = out.element_size();
   char* pa = static_cast<char*>(a.raw_data());
   char* pb = static_cast<char*>(b.raw_data());
   char* pc = static_cast<char*>(out.raw_data());
-  const void* pbias = p.bias ? bias_c.raw_data() : nullptr;
+  const void* pbias = bias_c.defined() ? bias_c.raw_data() : nullptr;
   p.align_a = alignment(pb);
   p.align_b = alignment(pa);
   p.align_c = alignment(pc);
-  p.align_bias = p.bias ? alignment(pbias) : 0;
+  p.align_bias = pbias ? alignment(pbias) : 0;
 
   int64_t sa = 0, sb = 0, sc = 0;
   int64_t nb = 1;
@@ -287,6 +299,50 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accu
     q.align_c = alignment(ci);
     run(q, bi, ai, ci, pbias, accumulate, out);
   }
+}
+
+// gw = gy^T x with gb = the column sums of gy in the same product where cuBLASLt can fuse them
+// (CUBLASLT_EPILOGUE_BGRADB reduces its B, which is gy^T, over k = R rows): the bias gradient's own
+// pass over gy goes. Otherwise, or with FT_CUDA_BGRADB=off (the benchmark's A/B), the product and
+// the sum one after the other.
+void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb) {
+  static const bool fused_off = [] {
+    const char* v = std::getenv("FT_CUDA_BGRADB");
+    return v != nullptr && std::string(v) == "off";
+  }();
+  const int64_t R = gy.size(0), out_f = gy.size(1), in = x.size(1);
+  backend::MatLayout la, lb, lc;
+  const Tensor a = gy.t();
+  const bool fusable = gb.defined() && !fused_off && R > 0 && gy.dtype() != DType::F64 &&
+                       backend::matrix_layout(a, la) && backend::matrix_layout(x, lb) &&
+                       backend::matrix_layout(gw, lc) && !lc.trans && gb.dim() == 1 && gb.stride(0) == 1 &&
+                       gb.dtype() == gy.dtype();
+  if (fusable) {
+    Problem p{};
+    p.dtype = gw.dtype();
+    p.tf32 = allow_tf32();
+    p.trans_a = lb.trans;
+    p.trans_b = la.trans;
+    p.m = in;
+    p.n = out_f;
+    p.k = R;
+    p.lda = lb.ld;
+    p.ldb = la.ld;
+    p.ldc = lc.ld;
+    p.batch = 1;
+    p.epilogue = Epilogue::BiasGradB;
+    p.align_a = alignment(x.raw_data());
+    p.align_b = alignment(a.raw_data());
+    p.align_c = alignment(gw.raw_data());
+    p.align_bias = alignment(gb.raw_data());
+    check(cudaSetDevice(gw.device().index), "linear_weight_grad: set device");
+    if (plan_for(p, gw.device().index).found) {
+      run(p, x.raw_data(), a.raw_data(), gw.raw_data(), gb.raw_data(), false, gw);
+      return;
+    }
+  }
+  matmul(a, x, gw, false, Tensor());
+  if (gb.defined()) sum(gy, {true, false}, 1.0, gb);
 }
 
 }  // namespace ft::cuda

@@ -1,5 +1,6 @@
 // CUDA runtime glue: device discovery, streams and events, host<->device copies, and the
-// registration of the device allocator and the kernel table. Linked against the static CUDA
+// registration of the device allocator and the kernel table. Every host wait here ends by raising
+// a failed device-side index check, if one has finished (index_checks.h). Linked against the static CUDA
 // runtime, which loads the driver only when first used, so a machine without a driver sees zero
 // devices instead of failing to start.
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/index_checks.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda_hooks.h"
 
@@ -36,6 +38,7 @@ std::string device_name(int device) {
 void synchronize(Stream s) {
   check(cudaSetDevice(s.device.index), "synchronize");
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle)), "synchronize");
+  raise_failed_index_checks();
 }
 
 void memcpy_any(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, Stream stream,
@@ -45,7 +48,10 @@ void memcpy_any(void* dst, Device dst_dev, const void* src, Device src_dev, size
   check(cudaSetDevice(stream.device.index), "to()");
   auto s = static_cast<cudaStream_t>(stream.handle);
   check(cudaMemcpyAsync(dst, src, nbytes, kind, s), "to()");
-  if (!non_blocking) check(cudaStreamSynchronize(s), "to()");
+  if (!non_blocking) {
+    check(cudaStreamSynchronize(s), "to()");
+    raise_failed_index_checks();
+  }
 }
 
 void* stream_create(int device) {
@@ -77,7 +83,10 @@ void stream_wait_event(Stream s, void* event) {
   check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.handle), static_cast<cudaEvent_t>(event), 0), "stream wait");
 }
 
-void event_synchronize(void* event) { check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "event wait"); }
+void event_synchronize(void* event) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "event wait");
+  raise_failed_index_checks();
+}
 
 bool event_query(void* event) {
   cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));

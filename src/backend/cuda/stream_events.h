@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/cuda_hooks.h"
 #include "fasttrain/device.h"
 
 namespace ft::cuda {
@@ -25,6 +26,10 @@ inline std::vector<cudaEvent_t> record_stream_events(const std::vector<Stream>& 
     } else {
       if (ev != nullptr) cudaEventDestroy(ev);
       cudaGetLastError();
+      try {
+        note_host_sync("stream wait (a freed block's event could not be recorded)");
+      } catch (...) {  // a deleter must not throw; the count is lost, the wait is not
+      }
       cudaStreamSynchronize(stream);
       cudaGetLastError();
     }

@@ -15,7 +15,8 @@
 #   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl ..." picks the benchmark rows
 #     (workload:precision:batch, ":cl" for channels-last images); each fasttrain run also counts
 #     the host-device synchronisations of one step (bench --detect-sync, "syncs" column);
-#   FT_GPU_PROFILE="gpt2-124m:bf16:16" also prints that row's time per op (bench --profile);
+#   FT_GPU_PROFILE="gpt2-124m:bf16:16 resnet50:bf16:128:cl" also prints those rows' time per op
+#     (bench --profile);
 #   FT_GPU_AB="gpt2-124m:bf16:16" runs that row's fasttrain step again with the fused kernels'
 #     switches off (FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off), alternating, for their effect.
 set -uo pipefail
@@ -95,7 +96,7 @@ if [ "$what" != tests ]; then
   # The fused kernels' effect: the same fasttrain step with their switches off, alternating.
   for row in ${FT_GPU_AB:-}; do
     IFS=: read -r w p b <<<"$row"
-    for round in 1 2; do
+    for round in $(seq "${FT_GPU_AB_ROUNDS:-2}"); do
       for mode in fused split; do
         if [ $mode = split ]; then set -- env FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off; else set -- env; fi
         ft=$("$@" "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 \
@@ -105,9 +106,11 @@ if [ "$what" != tests ]; then
     done
   done
   for row in ${FT_GPU_PROFILE:-}; do
-    IFS=: read -r w p b <<<"$row"
+    IFS=: read -r w p b layout <<<"$row"
+    cl=()
+    [ "${layout:-}" = cl ] && cl=(--channels-last)
     "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 5 --warmup 3 \
-      --profile 2 >>"$out/bench.txt" 2>&1
+      "${cl[@]}" --profile 2 >>"$out/bench.txt" 2>&1
   done
   # The Trainer on the GPU: the README's default run, shortened.
   (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --max-steps 300 --detect-sync --run-dir /tmp/ft-gpu-run) \

@@ -16,6 +16,10 @@ struct CudaHooks {
   int (*device_count)() = nullptr;  // 0 when no driver or no GPU
   std::string (*device_name)(int device) = nullptr;
   void (*synchronize)(Stream) = nullptr;
+  // As synchronize, but a failed device-side index check found there stays pending until the next
+  // synchronize: for the engine's own waits (a scalar constant's first write), which are not where
+  // the user's code asked to see results.
+  void (*synchronize_internal)(Stream) = nullptr;
   // Copies nbytes between host and device memory (either side may be the device) on `stream`.
   void (*memcpy)(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes, Stream stream,
                  bool non_blocking) = nullptr;

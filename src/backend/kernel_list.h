@@ -63,6 +63,9 @@
   X(row_norm_backward, void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,                 \
                             const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db))          \
   X(batch_norm_stats, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var))          \
+  /* invstd = 1/sqrt(var + eps); running stats (if defined) blended with the batch's (var made unbiased) */            \
+  X(batch_norm_update, void(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,          \
+                            const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var))              \
   X(batch_norm_apply, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,        \
                            const Tensor& w, const Tensor& b, const Tensor& y))                                         \
   X(batch_norm_backward,                                                                                               \

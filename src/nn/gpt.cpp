@@ -116,11 +116,13 @@ Tensor GPT::forward(const Tensor& ids) {
   const int64_t T = ids.size(1);
   FT_CHECK(T >= 1 && T <= cfg_.context, "GPT: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
   const bool padded = padded_vocab_ != cfg_.vocab_size;
-  if (padded && ids.numel() > 0) {
-    // The embedding's own check stops at its padded size; an id in the padding is no token.
-    const auto top = max(ids).item<int64_t>();
-    FT_CHECK(top < cfg_.vocab_size, "GPT: token id ", top, " is out of range for a vocabulary of ", cfg_.vocab_size,
-             " (the embedding's rows past it are padding)");
+  if (padded) {
+    // The embedding's own check stops at its padded size; an id in the padding is no token. On a
+    // GPU the check runs there: nothing waits for it (the error comes at the next synchronisation).
+    check_index_range(ids, cfg_.vocab_size, [v = cfg_.vocab_size](int64_t id, int64_t) {
+      return detail::concat("GPT: token id ", id, " is out of range for a vocabulary of ", v,
+                            " (the embedding's rows past it are padding)");
+    });
   }
   GPT2Model& tr = body(transformer_);
   // Positions 0..T-1 are the first T rows of wpe: a view broadcast over the batch, no gather.

@@ -1,5 +1,12 @@
 #include "ops/common.h"
 
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda_hooks.h"
+
 namespace ft::ops {
 
 Device common_device(std::initializer_list<const Tensor*> ts, const char* op) {
@@ -43,10 +50,43 @@ Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keep
   return out;
 }
 
+namespace {
+
+// On a GPU a scalar operand is a 0-d device tensor, and making one is a kernel launch of its own
+// (a fill), so every mul(x, 0.9) would launch two. The values ops use recur (momenta, epsilons,
+// 1 - m, loss scales' constants), so each (device, dtype, value) is made once and kept. They are
+// only ever operands (scalar_like's callers never write them). Each is made on the current stream,
+// which is waited for once then, so a use on any stream later finds it written.
+Tensor cached_device_scalar(Scalar s, DType dt, Device device) {
+  using Key = std::tuple<int, DType, bool, uint64_t>;
+  constexpr size_t kMaxCached = 4096;  // past that (values that never recur), plain fills
+  static std::mutex mu;
+  static std::map<Key, Tensor>* cache = new std::map<Key, Tensor>();  // leaked: device memory outlives exit
+  const double d = s.to_double();
+  const int64_t i = s.to_int();
+  uint64_t bits = 0;
+  if (s.is_floating())
+    std::memcpy(&bits, &d, sizeof bits);
+  else
+    bits = static_cast<uint64_t>(i);
+  const Key key{device.index, dt, s.is_floating(), bits};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  Tensor t = full({}, s, TensorOptions(dt, device));
+  if (cache->size() >= kMaxCached) return t;
+  note_host_sync("scalar constant (made once per device, dtype and value)");
+  cuda_hooks().synchronize_internal(current_stream(device));
+  cache->emplace(key, t);
+  return t;
+}
+
+}  // namespace
+
 Tensor scalar_like(Scalar s, const Tensor& like) {
   DType dt = like.dtype();
   if (s.is_floating() && !is_floating(dt)) dt = DType::F32;
   if (!s.is_floating() && !s.is_bool() && dt == DType::Bool) dt = DType::I64;
+  if (like.device().is_cuda()) return cached_device_scalar(s, dt, like.device());
   return full({}, s, TensorOptions(dt, like.device()));
 }
 

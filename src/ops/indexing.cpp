@@ -209,6 +209,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out;
 }
 
+void check_index_range(const Tensor& index, int64_t size,
+                       const std::function<std::string(int64_t value, int64_t position)>& message) {
+  check_index(index, "check_index_range");
+  kernels(index).check_index_range(index, size, std::nullopt, message);
+}
+
 Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t> padding_idx) {
   FT_CHECK(ids.defined() && weight.defined(), "embedding: ids and weight must be defined");
   FT_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::I32,

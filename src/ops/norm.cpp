@@ -159,16 +159,17 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     if (training) {
       Tensor var = empty({C}, copts);
       kernels(xc).batch_norm_stats(xc, L, mean, var);
-      invstd = rsqrt(add(var, eps));
-      if (running_mean.defined()) {
-        // PyTorch's rule: running = (1 - m) * running + m * batch statistic, with the unbiased
-        // variance; the blend is computed in the compute dtype and rounded once.
-        const double count = static_cast<double>(N * S);
-        Tensor unbiased = mul(var, count / (count - 1));
-        Tensor rm = add(mul(running_mean.detach().to(ct), 1.0 - momentum), mul(mean, momentum));
-        Tensor rv = add(mul(running_var.detach().to(ct), 1.0 - momentum), mul(unbiased, momentum));
-        Tensor(running_mean).copy_(rm);
-        Tensor(running_var).copy_(rv);
+      // invstd and PyTorch's running-statistics rule (the unbiased variance) in one kernel.
+      invstd = empty({C}, copts);
+      const bool running = running_mean.defined();
+      FT_CHECK(!running || (running_mean.is_contiguous() && running_var.is_contiguous()), op,
+               ": running_mean and running_var must be contiguous");
+      kernels(xc).batch_norm_update(mean, var, static_cast<double>(N * S), momentum, eps, invstd,
+                                    running ? running_mean.detach() : Tensor(),
+                                    running ? running_var.detach() : Tensor());
+      if (running) {
+        Tensor(running_mean).bump_version();
+        Tensor(running_var).bump_version();
       }
     } else {
       mean.copy_(running_mean.detach());

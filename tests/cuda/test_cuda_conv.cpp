@@ -99,8 +99,7 @@ void expect_matches_cpu(const Case& k, DType dt, bool x_cl, bool w_cl) {
   const std::vector<double> va = a.to(Device::cpu()).to_vector(), vb = b.to(Device::cpu()).to_vector();
   if (va.size() != vb.size()) return ::testing::AssertionFailure() << va.size() << " vs " << vb.size() << " elements";
   for (size_t i = 0; i < va.size(); ++i)
-    if (va[i] != vb[i])
-      return ::testing::AssertionFailure() << "element " << i << ": " << va[i] << " vs " << vb[i];
+    if (va[i] != vb[i]) return ::testing::AssertionFailure() << "element " << i << ": " << va[i] << " vs " << vb[i];
   return ::testing::AssertionSuccess();
 }
 

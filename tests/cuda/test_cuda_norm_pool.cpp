@@ -192,9 +192,11 @@ TEST(CudaNormPool, BatchNormStatisticsLargeMean) {
       EXPECT_NEAR(vg[i], 1e-4, 3e-5) << "channel " << i << " variance";
     }
     EXPECT_CLOSE_TO_CPU(g.rv, c.rv, 1e-5);
-    EXPECT_CLOSE_TO_CPU(g.y, c.y, 1e-5);
+    // y = (x - mean) / std with std = 0.01: the f32 mean's last bit at 1000 (6.1e-5) is 0.6% of y,
+    // so y and dx follow the two devices' means (checked above to 2 ulps) to about that much.
+    EXPECT_CLOSE_TO_CPU(g.y, c.y, 1.5e-2);
     backward_random(c.y, g.y, 31);
-    EXPECT_CLOSE_TO_CPU(x.cuda.grad(), x.cpu.grad(), 1e-5);
+    EXPECT_CLOSE_TO_CPU(x.cuda.grad(), x.cpu.grad(), 1.5e-2);
   }
 }
 

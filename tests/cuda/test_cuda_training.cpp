@@ -81,7 +81,39 @@ TEST(CudaTraining, GptMiniFp32MatchesCpuFor20Steps) {
 
 TEST(CudaTraining, MlpFp32MatchesCpuFor20Steps) {
   REQUIRE_GPU();
-  expect_same_training("mlp", 64, train::Precision::FP32, 1e-4, 1e-4, false);
+  // The losses to 1e-4, the weights to 1e-3: on an H200 (2026-11-27) the MLP's weights after 20
+  // AdamW steps differed by 5.7e-4 (relative, by norm) while its gradients after one step agree to
+  // 1e-5 (OneStepGradientsMatchCpu): AdamW divides each gradient by its own running size, so
+  // rounding-level differences in small gradients become differences of whole steps.
+  expect_same_training("mlp", 64, train::Precision::FP32, 1e-4, 1e-3, false);
+}
+
+// The gradients of one step, before any optimizer update: the 20-step comparisons above measure
+// them through AdamW, which divides each by its own running size and so turns a rounding-level
+// difference in a small gradient into a difference of a whole step; here they are compared as
+// they come out of the backward pass.
+TEST(CudaTraining, OneStepGradientsMatchCpu) {
+  REQUIRE_GPU();
+  for (const char* workload : {"mlp", "gpt-mini"}) {
+    SCOPED_TRACE(workload);
+    std::vector<TensorMap> grads;
+    for (Device device : {Device::cpu(), Device::cuda(0)}) {
+      Generator gen(11);
+      bench::Workload w = bench::make_workload(workload, workload == std::string("mlp") ? 64 : 4, gen);
+      w.model->to(device);
+      auto opt = bench::make_bench_optimizer(*w.model);
+      auto runner = bench::make_step_runner(w, *opt, train::Precision::FP32);
+      runner->forward_backward(w.inputs.to(device), w.targets.to(device));
+      TensorMap g;
+      for (const auto& [name, p] : w.model->named_parameters()) g.emplace_back(name, p.grad());
+      grads.push_back(g);
+    }
+    ASSERT_EQ(grads[0].size(), grads[1].size());
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      const std::string& name = grads[0][i].first;
+      EXPECT_TRUE(ft::testing::close_to_cpu(grads[1][i].second, grads[0][i].second, 1e-5)) << name;
+    }
+  }
 }
 
 TEST(CudaTraining, GptMiniBf16MixedFollowsCpu) {

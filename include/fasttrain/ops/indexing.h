@@ -1,5 +1,7 @@
 // Joining, splitting and gathering. Implemented in src/ops/indexing.cpp.
 #pragma once
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "fasttrain/tensor.h"
@@ -15,5 +17,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);  // inde
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);        // torch.gather
 // weight [V, D], ids integer of any shape -> [..., D]. padding_idx rows get no gradient.
 Tensor embedding(const Tensor& ids, const Tensor& weight, std::optional<int64_t> padding_idx = std::nullopt);
+
+// Raises message(value, position) for the first entry of `index` (integer, any shape) outside
+// [0, size): at once on the CPU; on a GPU the check runs on the device and nothing waits for it,
+// so the error comes at the next host synchronisation (a loss.item(), a copy to the CPU). The
+// indexing ops above check their own indices this way.
+void check_index_range(const Tensor& index, int64_t size,
+                       const std::function<std::string(int64_t value, int64_t position)>& message);
 
 }  // namespace ft

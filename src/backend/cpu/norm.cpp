@@ -579,6 +579,32 @@ void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, co
                        [&] { row_norm_backward_impl<scalar_t>(dy, x, mean, rstd, w, rms, dx, dw, db); });
 }
 
+void batch_norm_update(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,
+                       const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var) {
+  const int64_t C = mean.numel();
+  const double unbias = count / (count - 1);
+  FT_DISPATCH_FLOATING(mean.dtype(), "batch_norm", [&] {
+    using A = scalar_t;  // the statistics' dtype: f32 or f64
+    const A* m = mean.data<A>();
+    const A* v = var.data<A>();
+    A* is = invstd.data<A>();
+    for (int64_t c = 0; c < C; ++c) is[c] = static_cast<A>(1.0 / std::sqrt(static_cast<double>(v[c]) + eps));
+    if (!running_mean.defined()) return;
+    FT_DISPATCH_FLOATING(running_mean.dtype(), "batch_norm", [&] {
+      using R = scalar_t;
+      R* rm = running_mean.data<R>();
+      R* rv = running_var.data<R>();
+      for (int64_t c = 0; c < C; ++c) {
+        const double om = 1.0 - momentum;
+        rm[c] = R(static_cast<compute_t<R>>(om * static_cast<double>(static_cast<compute_t<R>>(rm[c])) +
+                                            momentum * static_cast<double>(m[c])));
+        rv[c] = R(static_cast<compute_t<R>>(om * static_cast<double>(static_cast<compute_t<R>>(rv[c])) +
+                                            momentum * static_cast<double>(v[c]) * unbias));
+      }
+    });
+  });
+}
+
 void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var) {
   FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] { batch_norm_stats_impl<scalar_t>(x, L, mean, var); });
 }

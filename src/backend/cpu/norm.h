@@ -46,6 +46,12 @@ void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, co
 using backend::BatchNormLayout;
 // Per-channel batch mean and biased variance (compute dtype [C]).
 void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var);
+// Per channel, in f64, each result rounded once: invstd = 1 / sqrt(var + eps); with running stats
+// (both defined or both not), running = (1 - momentum) * running + momentum * statistic, the
+// variance made unbiased (var * count / (count - 1)): PyTorch's rule. One pass over C values
+// instead of a dozen elementwise ops (each a kernel launch on a GPU).
+void batch_norm_update(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,
+                       const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var);
 // y = (x - mean) * invstd * w + b, in x's layout (then max(0, y) with L.relu).
 void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
                       const Tensor& w, const Tensor& b, const Tensor& y);

@@ -753,10 +753,52 @@ int elementwise_width(const BatchNormLayout& L, std::initializer_list<const Tens
   return v;
 }
 
+// invstd and the running statistics, one thread per channel, in f64 as on the CPU (each result
+// rounded once), R the running statistics' dtype.
+template <class A, class R>
+__global__ void bn_update_kernel(const A* __restrict__ mean, const A* __restrict__ var, int64_t C, double momentum,
+                                 double eps, double unbias, A* __restrict__ invstd, R* __restrict__ rm,
+                                 R* __restrict__ rv) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double v = static_cast<double>(var[c]);
+  invstd[c] = static_cast<A>(1.0 / sqrt(v + eps));
+  if (rm == nullptr) return;
+  const double om = 1.0 - momentum;
+  using RC = acc_t<R>;
+  rm[c] = convert<R>(static_cast<RC>(om * static_cast<double>(load(rm + c)) + momentum * static_cast<double>(mean[c])));
+  rv[c] = convert<R>(static_cast<RC>(om * static_cast<double>(load(rv + c)) + momentum * v * unbias));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // entries
+
+void batch_norm_update(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,
+                       const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var) {
+  const int64_t C = mean.numel();
+  if (C == 0) return;
+  cudaStream_t stream = stream_for(mean);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(C, kThreads));
+  const double unbias = count / (count - 1);
+  FT_CUDA_DISPATCH_FLOATING(mean.dtype(), "batch_norm", [&] {
+    using A = scalar_t;
+    if (!running_mean.defined()) {
+      bn_update_kernel<A, A><<<blocks, kThreads, 0, stream>>>(cptr<A>(mean), cptr<A>(var), C, momentum, eps, unbias,
+                                                              mptr<A>(invstd), nullptr, nullptr);
+      check_launch("batch_norm_update");
+      return;
+    }
+    FT_CUDA_DISPATCH_FLOATING(running_mean.dtype(), "batch_norm", [&] {
+      using R = scalar_t;
+      bn_update_kernel<A, R><<<blocks, kThreads, 0, stream>>>(cptr<A>(mean), cptr<A>(var), C, momentum, eps, unbias,
+                                                              mptr<A>(invstd), mptr<R>(running_mean),
+                                                              mptr<R>(running_var));
+      check_launch("batch_norm_update");
+    });
+  });
+}
 
 void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var) {
   const int64_t C = L.C, M = L.N * L.S;

@@ -72,6 +72,8 @@ namespace {
 // Workspace one algorithm may use: an algorithm that wants more is passed over for the next one,
 // so a convolution never takes memory on a scale that would crowd out the activations.
 constexpr size_t kMaxWorkspaceBytes = size_t(1) << 30;
+// The least an autotuning search gets, whatever the heuristics list.
+constexpr size_t kMinSearchWorkspaceBytes = size_t(64) << 20;
 // cuDNN's vectorised kernels want 16-byte aligned data.
 constexpr uintptr_t kAlignment = 16;
 
@@ -106,8 +108,8 @@ struct Call {
     if (st == CUDNN_STATUS_SUCCESS) return;
     char last[512] = {};
     cudnnGetLastErrorString(last, sizeof(last));
-    FT_FAIL(op(), ": cuDNN ", what, " failed: ", cudnnGetErrorString(st), last[0] ? " (" : "", last,
-            last[0] ? ")" : "", "; ", describe(p, dt));
+    FT_FAIL(op(), ": cuDNN ", what, " failed: ", cudnnGetErrorString(st), last[0] ? " (" : "", last, last[0] ? ")" : "",
+            "; ", describe(p, dt));
   }
 };
 
@@ -333,9 +335,14 @@ void choose(Plan& plan, const Key& k, const Call& c, Operands o, cudnnHandle_t h
   std::vector<Perf> results(static_cast<size_t>(std::max(count, 1)));
   int got = 0;
   c.check(Algos::heuristics(handle, plan, count, &got, results.data()), "algorithm heuristics");
+  const std::vector<Perf> heuristic = results;
+  const int heuristic_count = got;
   size_t max_workspace = kMaxWorkspaceBytes;
+  const Perf* r = nullptr;
   if (k.benchmark) {
-    size_t want = 0;
+    // The heuristics' sizes, with a floor: they can list 0 for algorithms whose search then wants
+    // some, and a search with no workspace finds only the algorithms that need none.
+    size_t want = kMinSearchWorkspaceBytes;
     for (int i = 0; i < got; ++i)
       if (results[i].status == CUDNN_STATUS_SUCCESS) want = std::max(want, results[i].memory);
     const Tensor ws = search_workspace(std::min(want, kMaxWorkspaceBytes), k.device);
@@ -352,8 +359,14 @@ void choose(Plan& plan, const Key& k, const Call& c, Operands o, cudnnHandle_t h
     c.check(Algos::search(handle, plan, o, count, &got, results.data(), ws.defined() ? ws.raw_data() : nullptr,
                           max_workspace),
             "algorithm search");
+    r = pick(results, got, k, max_workspace);
   }
-  const Perf* r = pick(results, got, k, max_workspace);
+  // Without autotuning, or when no timed algorithm qualifies (the search may skip some, say for
+  // want of workspace): the heuristics' first that does.
+  if (r == nullptr) {
+    max_workspace = kMaxWorkspaceBytes;
+    r = pick(heuristic, heuristic_count, k, max_workspace);
+  }
   if (r == nullptr)
     FT_FAIL(c.op(), ": cuDNN has no ", k.deterministic ? "deterministic " : "", "algorithm",
             exact_f32(k) ? " with exact f32 products" : "", " within ", max_workspace, " bytes of workspace",
@@ -389,8 +402,8 @@ const Plan& plan_for(const Key& k, const Call& c, const Operands& o, cudaStream_
 
 void check_int_range(const Call& c) {
   const ConvParams& p = c.p;
-  const int64_t scalars[] = {p.kH,          p.kW,          p.stride[0],   p.stride[1], p.padding[0],
-                             p.padding[1],  p.dilation[0], p.dilation[1], p.groups};
+  const int64_t scalars[] = {p.kH,         p.kW,          p.stride[0],   p.stride[1], p.padding[0],
+                             p.padding[1], p.dilation[0], p.dilation[1], p.groups};
   for (int64_t v : scalars)
     FT_CHECK(v <= INT_MAX, c.op(), ": cuDNN takes 32-bit sizes, strides and padding; ", describe(p, c.dt));
   FT_CHECK(p.O * (p.C / p.groups) * p.kH * p.kW <= INT_MAX, c.op(),
@@ -446,8 +459,8 @@ void run(const Call& c, const Tensor& x, const Tensor& w, const Tensor& y) {
         break;
       case Pass::backward_data:
         c.check(cudnnConvolutionBackwardData(d.handle, alpha, plan.w, o.w, plan.y, o.y, plan.conv,
-                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wsp,
-                                             plan.workspace, beta, plan.x, o.x),
+                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wsp, plan.workspace,
+                                             beta, plan.x, o.x),
                 "convolution");
         break;
       case Pass::backward_weight:
@@ -482,7 +495,9 @@ Tensor operand(const Tensor& t, bool nhwc) {
 
 // Where cuDNN writes an output: `dst` itself when laid out as cuDNN is told, else a scratch
 // tensor that finish() copies into dst.
-Tensor result(const Tensor& dst, bool nhwc) { return dense_in(dst, nhwc) && aligned(dst) ? dst : empty_dense(dst, nhwc); }
+Tensor result(const Tensor& dst, bool nhwc) {
+  return dense_in(dst, nhwc) && aligned(dst) ? dst : empty_dense(dst, nhwc);
+}
 void finish(const Tensor& dst, const Tensor& buf) {
   if (!buf.same(dst)) cuda::copy(dst, buf);
 }

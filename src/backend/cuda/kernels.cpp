@@ -16,7 +16,7 @@
   /* convolutions (conv.cpp: cuDNN) */                                                                \
   X(conv2d_forward) X(conv2d_backward_data) X(conv2d_backward_weight)                                 \
   /* BatchNorm (batch_norm.cu) and pooling (pool.cu) */                                               \
-  X(batch_norm_stats) X(batch_norm_apply) X(batch_norm_backward)                                      \
+  X(batch_norm_stats) X(batch_norm_update) X(batch_norm_apply) X(batch_norm_backward)                \
   X(max_pool2d_forward) X(max_pool2d_backward) X(avg_pool2d_forward) X(avg_pool2d_backward)           \
   X(adaptive_avg_pool2d_forward) X(adaptive_avg_pool2d_backward)                                      \
   /* rows: norms, softmax, cross-entropy (rows.cu); attention (attention.cu) */                       \

@@ -35,9 +35,13 @@ std::string device_name(int device) {
   return prop.name;
 }
 
-void synchronize(Stream s) {
+void synchronize_internal(Stream s) {
   check(cudaSetDevice(s.device.index), "synchronize");
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle)), "synchronize");
+}
+
+void synchronize(Stream s) {
+  synchronize_internal(s);
   raise_failed_index_checks();
 }
 
@@ -104,6 +108,7 @@ void register_backend(CudaHooks& hooks) {
   hooks.device_count = device_count;
   hooks.device_name = device_name;
   hooks.synchronize = synchronize;
+  hooks.synchronize_internal = synchronize_internal;
   hooks.memcpy = memcpy_any;
   hooks.stream_create = stream_create;
   hooks.event_create = event_create;

@@ -67,14 +67,15 @@ bool onednn_isa_has_avx512();
 // stride); its batch dims may alias (zero strides) only when `accumulate`. With `accumulate`
 // the products are added to out; otherwise out is overwritten. bias [N] (optional, same dtype,
 // not with accumulate) is added to every row.
-// The table's matmul (the variant chosen for the CPU) for gw, then the column sums for gb.
-void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb);
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
             const Tensor& bias = Tensor());
 // The same for CPUs below AVX-512 (the kernel table's choice, isa.h): bf16/f16 never take the
 // packed GEMM.
 void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                      const Tensor& bias = Tensor());
+// linear's weight and bias gradients: the table's matmul (the variant chosen for this CPU) for
+// gw = gy^T x, then the column sums of gy for gb (if defined).
+void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb);
 
 // The paths, same contract as matmul, exposed so tests and benchmarks can compare them.
 // matmul_onednn (bf16, f16 or f32, all three tensors alike) returns false when oneDNN declines

@@ -42,6 +42,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/vectors.cuh"
 
 namespace ft::cuda {
 
@@ -67,16 +68,6 @@ constexpr int kElementwiseBlocks = 3;
 // Grid-stride loops take over beyond this many blocks.
 constexpr int64_t kMaxGrid = int64_t(1) << 20;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-template <class T>
-const T* cptr(const Tensor& t) {
-  return static_cast<const T*>(t.raw_data());
-}
-template <class T>
-T* mptr(const Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
 template <class T>
 const T* opt_ptr(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
@@ -87,21 +78,7 @@ bool aligned_to(const Tensor& t, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Vectors of V elements, loaded and stored as one 16-, 8- or 4-byte access.
-
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-template <class T, int V>
-__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
-  return *reinterpret_cast<const Pack<T, V>*>(p);
-}
-template <class T, int V>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& v) {
-  *reinterpret_cast<Pack<T, V>*>(p) = v;
-}
+// Vectors of V elements (vectors.cuh), loaded and stored as one 16-, 8- or 4-byte access.
 
 // Elements per vector for a layout whose runs (NCS) or rows (channels-last) are `len` elements:
 // 16 bytes where len allows, else 8 bytes for 16-bit types (ResNet's 14x14 = 196), else 1.
@@ -113,44 +90,12 @@ int vec_width(int64_t len) {
   return 1;
 }
 
-// Runs f with std::integral_constant<int, v> (v a value vec_width<T> returns).
-template <class T, class F>
-void with_width(int v, F&& f) {
-  constexpr int full = 16 / static_cast<int>(sizeof(T));
-  if (v == full) return f(std::integral_constant<int, full>{});
-  if constexpr (full >= 8) {
-    if (v == full / 2) return f(std::integral_constant<int, full / 2>{});
-  }
-  f(std::integral_constant<int, 1>{});
-}
-
 // Vectors a thread loads before using any, so that about 32 bytes per thread are in flight.
 template <class T, int V>
 constexpr int unroll_for() {
   constexpr int bytes = V * static_cast<int>(sizeof(T));
   return bytes >= 16 ? 2 : (bytes >= 8 ? 4 : 8);
 }
-
-// n / d for 0 <= n < 2^63 by a multiply-high and a shift (Granlund-Montgomery): a 64-bit
-// division is a long software sequence on the GPU, too slow for an index decode per vector.
-// mul = ceil(2^(63 + l) / d) with l = ceil(log2 d); the error term stays below 1 / d.
-struct FastDiv {
-  int64_t d = 1;
-  uint64_t mul = 0;
-  int shr = 0;
-  FastDiv() = default;
-  explicit FastDiv(int64_t divisor) : d(std::max<int64_t>(divisor, 1)) {
-    if (d == 1) return;
-    int l = 0;
-    while ((uint64_t(1) << l) < static_cast<uint64_t>(d)) ++l;
-    const unsigned __int128 one = 1;
-    mul = static_cast<uint64_t>(((one << (63 + l)) + static_cast<uint64_t>(d) - 1) / static_cast<uint64_t>(d));
-    shr = l - 1;
-  }
-  __device__ __forceinline__ int64_t div(int64_t n) const {
-    return d == 1 ? n : static_cast<int64_t>(__umul64hi(static_cast<uint64_t>(n), mul) >> shr);
-  }
-};
 
 // A product rounded on its own (no FMA contraction), as the CPU's coefficient arithmetic.
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }

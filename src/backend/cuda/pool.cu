@@ -32,6 +32,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/vectors.cuh"
 
 namespace ft::cuda {
 
@@ -43,53 +44,7 @@ constexpr int64_t kMaxGrid = int64_t(1) << 20;  // grid-stride loops take over b
 // in flight, so the loads need many resident threads.
 constexpr int kMinBlocks = 3;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 unsigned flat_grid(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(n, kThreads), 1, kMaxGrid)); }
-
-template <class T>
-const T* cptr(const Tensor& t) {
-  return static_cast<const T*>(t.raw_data());
-}
-template <class T>
-T* mptr(const Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
-
-template <class T, int V>
-struct alignas(sizeof(T) * V) Pack {
-  T v[V];
-};
-
-template <class T, int V>
-__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
-  return *reinterpret_cast<const Pack<T, V>*>(p);
-}
-template <class T, int V>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& v) {
-  *reinterpret_cast<Pack<T, V>*>(p) = v;
-}
-
-// n / d for 0 <= n < 2^63 by a multiply-high and a shift (Granlund-Montgomery): index decodes
-// need three or four divisions per thread, and a 64-bit division is a long software sequence on
-// the GPU. mul = ceil(2^(63 + l) / d) with l = ceil(log2 d); the error term stays below 1 / d.
-struct FastDiv {
-  int64_t d = 1;
-  uint64_t mul = 0;
-  int shr = 0;
-  FastDiv() = default;
-  explicit FastDiv(int64_t divisor) : d(std::max<int64_t>(divisor, 1)) {
-    if (d == 1) return;
-    int l = 0;
-    while ((uint64_t(1) << l) < static_cast<uint64_t>(d)) ++l;
-    const unsigned __int128 one = 1;
-    mul = static_cast<uint64_t>(((one << (63 + l)) + static_cast<uint64_t>(d) - 1) / static_cast<uint64_t>(d));
-    shr = l - 1;
-  }
-  __device__ __forceinline__ int64_t div(int64_t n) const {
-    return d == 1 ? n : static_cast<int64_t>(__umul64hi(static_cast<uint64_t>(n), mul) >> shr);
-  }
-};
 
 // The pooling geometry as the kernels see it: the parameters, the plane layout and dividers for
 // decoding a flat (plane, row, column, channel vector) index of the outputs (OH, OW) or inputs
@@ -373,16 +328,6 @@ int pool_width(const PoolParams& p, std::initializer_list<const Tensor*> ts) {
   if (fits(full)) return full;
   if (full >= 8 && fits(full / 2)) return full / 2;
   return 1;
-}
-
-template <class T, class F>
-void with_width(int v, F&& f) {
-  constexpr int full = 16 / static_cast<int>(sizeof(T));
-  if (v == full) return f(std::integral_constant<int, full>{});
-  if constexpr (full >= 8) {
-    if (v == full / 2) return f(std::integral_constant<int, full / 2>{});
-  }
-  f(std::integral_constant<int, 1>{});
 }
 
 template <bool Adaptive>

@@ -42,6 +42,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/vectors.cuh"
 
 namespace ft::cuda {
 
@@ -66,14 +67,6 @@ int row_threads(int64_t n) {
 }
 unsigned row_grid(int64_t rows) { return static_cast<unsigned>(std::min(rows, kMaxRowGrid)); }
 
-template <class T>
-const T* cptr(const Tensor& t) {
-  return static_cast<const T*>(t.raw_data());
-}
-template <class T>
-T* mptr(const Tensor& t) {
-  return static_cast<T*>(t.raw_data());
-}
 // A pointer to an optional tensor's data: nullptr when undefined (weight/bias, dw/db, dx).
 template <class T>
 T* opt_ptr(const Tensor& t) {

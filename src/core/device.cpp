@@ -83,7 +83,7 @@ std::string cuda_device_name(int device) {
 void synchronize(Stream stream) {
   if (stream.device.is_cpu()) return;
   FT_CHECK(cuda_hooks().synchronize, "synchronize: this build has no CUDA support");
-  note_host_sync("synchronize");
+  if (host_sync_tracking()) note_host_sync("synchronize");  // no string built on the untracked path
   cuda_hooks().synchronize(stream);
 }
 
@@ -206,7 +206,7 @@ void Event::block(Stream stream) const {
 
 void Event::synchronize() const {
   if (handle_ == nullptr) return;
-  note_host_sync("Event::synchronize");
+  if (host_sync_tracking()) note_host_sync("Event::synchronize");
   cuda_hooks().event_synchronize(handle_);
 }
 

@@ -286,7 +286,7 @@ class IndexChecks {
       out_of_range_kernel<scalar_t><<<grid_for(n), kThreads, 0, stream>>>(ptr<const scalar_t>(index), n, size,
                                                                           ignore.has_value(), ignore.value_or(0), sp);
       check_launch("index check");
-      publish_kernel<scalar_t><<<1, 1, 0, stream>>>(ptr<const scalar_t>(index), sp, device_slot(slot));
+      publish_kernel<scalar_t><<<1, 1, 0, stream>>>(ptr<const scalar_t>(index), sp, device_slots_ + slot);
       check_launch("index check");
     });
     cudaEvent_t done = events_[slot];
@@ -314,17 +314,14 @@ class IndexChecks {
     check(cudaHostAlloc(&host, kSlots * sizeof(CheckSlot), cudaHostAllocMapped | cudaHostAllocPortable),
           "index checks: page-locked slots");
     slots_ = static_cast<CheckSlot*>(host);
+    void* device = nullptr;
+    check(cudaHostGetDevicePointer(&device, host, 0), "index checks: slot address");
+    device_slots_ = static_cast<CheckSlot*>(device);
     events_.resize(kSlots);
     for (int i = 0; i < kSlots; ++i) {
       check(cudaEventCreateWithFlags(&events_[i], cudaEventDisableTiming), "index checks: events");
       free_.push_back(kSlots - 1 - i);
     }
-  }
-
-  CheckSlot* device_slot(int slot) {
-    void* d = nullptr;
-    check(cudaHostGetDevicePointer(&d, slots_ + slot, 0), "index check: slot address");
-    return static_cast<CheckSlot*>(d);
   }
 
   void collect_and_raise(std::unique_lock<std::mutex>& lock) {
@@ -350,7 +347,8 @@ class IndexChecks {
   }
 
   std::mutex mu_;
-  CheckSlot* slots_ = nullptr;
+  CheckSlot* slots_ = nullptr;         // the host's view of the slots
+  CheckSlot* device_slots_ = nullptr;  // the same memory as kernels address it
   std::vector<cudaEvent_t> events_;
   std::vector<int> free_;
   std::deque<Pending> pending_;

@@ -1,9 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <array>
+#include <vector>
+
+#include "backend/cpu/block_transpose.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/linalg.h"  // onednn_isa_has_avx512
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"  // relative_error: by norms, as the CUDA tests compare
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"
 
@@ -116,7 +121,9 @@ TEST(ConvKernels, OneDnnMatchesReference) {
   struct Cfg {
     int64_t C, O, HW, stride, groups;
   };
-  for (const Cfg& k : {Cfg{16, 32, 12, 1, 1}, Cfg{32, 32, 8, 2, 1}, Cfg{16, 16, 9, 1, 16}, Cfg{8, 16, 10, 1, 2}}) {
+  // 7x7 maps leave one position past the last whole tile of block_transpose.h's transposes.
+  for (const Cfg& k : {Cfg{16, 32, 12, 1, 1}, Cfg{32, 32, 8, 2, 1}, Cfg{16, 16, 9, 1, 16}, Cfg{8, 16, 10, 1, 2},
+                       Cfg{16, 32, 7, 1, 1}}) {
     // Activations NCHW or NHWC; with NHWC, weights OIHW or (ungrouped) OHWI.
     for (int layout = 0; layout < (k.groups == 1 ? 3 : 2); ++layout) {
       const bool cl = layout > 0, wcl = layout == 2;
@@ -161,6 +168,30 @@ TEST(ConvKernels, OneDnnMatchesReference) {
       }
     }
   }
+}
+
+// The NCHW <-> nChw16c transposes against the blocked layout's definition, on maps with and
+// without positions past the last whole tile of 16 and with several images and channel blocks.
+// Every element is distinct, so any misplaced one shows.
+TEST(ConvKernels, BlockTransposesMatchTheBlockedLayout) {
+  if (!cpu::block_transpose_available()) GTEST_SKIP() << "CPU lacks AVX-512 (or FT_CONV_REORDER=onednn)";
+  for (auto [N, C, S] : {std::array<int64_t, 3>{1, 16, 16}, {2, 32, 49}, {3, 48, 196}, {1, 16, 5}, {2, 64, 3136}}) {
+    SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(S));
+    const int64_t n = N * C * S;
+    std::vector<uint16_t> plain(n), blocked(n), back(n);
+    for (int64_t i = 0; i < n; ++i) plain[i] = uint16_t(i * 40503);  // odd factor: distinct below 65536
+    cpu::nchw_to_blocked16(plain.data(), blocked.data(), N, C, S);
+    int64_t wrong = 0;
+    for (int64_t b = 0; b < N; ++b)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t s = 0; s < S; ++s)
+          wrong += plain[(b * C + c) * S + s] != blocked[((b * (C / 16) + c / 16) * S + s) * 16 + c % 16];
+    EXPECT_EQ(wrong, 0);
+    cpu::blocked16_to_nchw(blocked.data(), back.data(), N, C, S);
+    EXPECT_TRUE(back == plain);
+  }
+  test::expect_error([] { cpu::nchw_to_blocked16(nullptr, nullptr, 1, 8, 4); },
+                     "expected a multiple of 16 channels, found 8");
 }
 
 // Backward-weights reuses the gy that backward-data just reordered, but only for that same tensor

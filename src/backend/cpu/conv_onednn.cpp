@@ -31,6 +31,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cpu/block_transpose.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/copy.h"
 
@@ -207,13 +208,38 @@ memory scratch(const memory::desc& md, std::vector<Tensor>& keep) {
   return memory(md, cpu_engine(), keep.back().raw_data());
 }
 
+// bf16 activations between plain NCHW and nChw16c (the layout oneDNN's NCHW kernels run on) take
+// block_transpose.h's transposes, faster than oneDNN's reorder for them (docs/PERF.md). Returns
+// false, having copied nothing, for any other pair of layouts or type.
+bool transpose_activation(const memory& from, const memory& to) {
+  const memory::desc f = from.get_desc(), t = to.get_desc();
+  const memory::dims d = f.dims();
+  const ddt dt = f.data_type();
+  if (d.size() != 4 || d[1] % 16 != 0 || dt != ddt::bf16 || t.data_type() != dt || !block_transpose_available())
+    return false;
+  const memory::desc plain(d, dt, tag::nchw), blocked(d, dt, tag::nChw16c);
+  if (f == plain && t == blocked)
+    nchw_to_blocked16(from.get_data_handle(), to.get_data_handle(), d[0], d[1], d[2] * d[3]);
+  else if (f == blocked && t == plain)
+    blocked16_to_nchw(from.get_data_handle(), to.get_data_handle(), d[0], d[1], d[2] * d[3]);
+  else
+    return false;
+  return true;
+}
+
+// Copies `from` into `to`: the same tensor in another layout.
+void reorder(memory from, memory to) {
+  cpu_stream().wait();  // a primitive writing `from` has finished
+  if (!transpose_activation(from, to)) dnnl::reorder(from, to).execute(cpu_stream(), from, to);
+}
+
 // A oneDNN input in layout `want`, from user data in layout `user`: the user buffer itself when the
 // layouts agree, else a reordered copy.
 memory input(const memory::desc& want, const memory::desc& user, void* ptr, std::vector<Tensor>& keep) {
   memory u(user, cpu_engine(), ptr);
   if (want == user) return u;
   memory m = scratch(want, keep);
-  dnnl::reorder(u, m).execute(cpu_stream(), u, m);
+  reorder(u, m);
   return m;
 }
 
@@ -265,7 +291,7 @@ Output output(const memory::desc& want, const memory::desc& user, void* ptr, std
   return o;
 }
 void flush(Output& o) {
-  if (o.staged) dnnl::reorder(o.mem, o.user).execute(cpu_stream(), o.mem, o.user);
+  if (o.staged) reorder(o.mem, o.user);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "fasttrain/memory_history.h"
 #include "fasttrain/profiler.h"
 #include "support/trainer_configs.h"
+#include "train/profile_run.h"
 
 using namespace ft;
 namespace fs = std::filesystem;
@@ -247,6 +248,29 @@ TEST(Profiler, BackwardFlopsOfLinear) {
   sum(y).backward();
   // dx = dy [6, 8] @ w [8, 16] and dw = dy^T [8, 6] @ x [6, 16]: 2 * 6 * 8 * 16 each.
   EXPECT_EQ(flops_of(session.spans(), "matmul"), 2 * (2.0 * 6 * 8 * 16));
+}
+
+// A kernel that runs others (the CPU's linear_weight_grad runs matmul for the weight's product)
+// keeps only its own FLOPs in the summary, so the step's total counts each product once.
+TEST(Profiler, SummaryCountsTheFlopsOfNestedKernelsOnce) {
+  Generator gen(5);
+  Tensor x = randn({6, 16}, {}, &gen).requires_grad_(), w = randn({8, 16}, {}, &gen).requires_grad_();
+  Tensor b = randn({8}, {}, &gen).requires_grad_();
+  Tensor y = linear(x, w, b);
+  profiler::Session session;
+  sum(y).backward();
+  const std::vector<profiler::Span> spans = session.spans();
+  ASSERT_GT(flops_of(spans, "linear_weight_grad"), 0.0);  // else nothing here is nested
+  const double products = 2 * (2.0 * 6 * 8 * 16);         // dx = dy w and dw = dy^T x
+  ASSERT_EQ(flops_of(spans, "matmul"), products);
+  double all = 0;  // every span's FLOPs: the products, sum's additions, ...
+  for (const profiler::Span& sp : spans) all += sp.flops;
+  const train::ProfileSummary s = train::summarize(spans, profiler::PeakFlops{});
+  EXPECT_EQ(s.kernel_flops, all - flops_of(spans, "linear_weight_grad"));
+  for (const train::OpSummary& o : s.ops) {
+    if (o.name == "matmul") EXPECT_EQ(o.flops, products);
+    if (o.name == "linear_weight_grad") EXPECT_EQ(o.flops, 0.0);
+  }
 }
 
 TEST(MemoryHistory, ReplaysToTheAllocatorPeakAndCategoriesSumToIt) {

@@ -63,8 +63,12 @@ ProfileSummary summarize(const std::vector<profiler::Span>& spans, const profile
     if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
     return x.duration_ns > y.duration_ns;
   });
+  // FLOPs and bytes are made self too: a kernel that runs others (the CPU's linear_weight_grad
+  // runs matmul) would otherwise count its children's work a second time.
   std::vector<int64_t> self(spans.size());
-  for (size_t i = 0; i < spans.size(); ++i) self[i] = spans[i].duration_ns;
+  std::vector<double> self_flops(spans.size()), self_bytes(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i)
+    self[i] = spans[i].duration_ns, self_flops[i] = spans[i].flops, self_bytes[i] = spans[i].bytes;
   std::vector<size_t> stack;
   int lane = -1;
   for (size_t i : order) {
@@ -76,7 +80,11 @@ ProfileSummary summarize(const std::vector<profiler::Span>& spans, const profile
     while (!stack.empty() &&
            spans[stack.back()].start_ns + spans[stack.back()].duration_ns < sp.start_ns + sp.duration_ns)
       stack.pop_back();
-    if (!stack.empty()) self[stack.back()] -= sp.duration_ns;
+    if (!stack.empty()) {
+      self[stack.back()] -= sp.duration_ns;
+      self_flops[stack.back()] -= sp.flops;
+      self_bytes[stack.back()] -= sp.bytes;
+    }
     stack.push_back(i);
   }
 
@@ -97,9 +105,10 @@ ProfileSummary summarize(const std::vector<profiler::Span>& spans, const profile
       o.name = sp.name;
       ++o.calls;
       o.self_ms += static_cast<double>(self[i]) * 1e-6;
-      o.flops += sp.flops;
-      o.bytes += sp.bytes;
-      s.kernel_flops += sp.flops;
+      const double flops = std::max(0.0, self_flops[i]);
+      o.flops += flops;
+      o.bytes += std::max(0.0, self_bytes[i]);
+      s.kernel_flops += flops;
     }
   }
   s.steps = static_cast<int64_t>(step_ms.size());

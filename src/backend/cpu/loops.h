@@ -19,6 +19,11 @@ namespace ft::cpu {
 using backend::make_loop;
 using backend::StridedLoop;
 
+// The per-element lambdas handed to store_run are forced inline: GCC inlines them by size, and in
+// the bf16 instantiations of the longer derivatives (exact GELU's, mish's) it declined, leaving a
+// call per element: those backward passes ran 10x slower in bf16 than in f32 (docs/PERF.md).
+#define FT_ELEMENT __attribute__((always_inline))
+
 // Calls inner(ptrs, strides_bytes, n) for contiguous runs of the innermost dimension, in parallel.
 template <class Inner>
 void run_loop(const StridedLoop& L, Inner&& inner, int64_t grain = 32768) {
@@ -73,7 +78,7 @@ void unary_loop(const Tensor& out, const Tensor& in, Op op) {
         });
         return;
       }
-      store_run(o, n, [&](int64_t i) { return op(static_cast<compute_t<In>>(x[i])); });
+      store_run(o, n, [&](int64_t i) FT_ELEMENT { return op(static_cast<compute_t<In>>(x[i])); });
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * s[0]) =
@@ -101,13 +106,13 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
         });
         return;
       }
-      store_run(o, n, [&](int64_t i) { return op(static_cast<C>(x[i]), static_cast<C>(y[i])); });
+      store_run(o, n, [&](int64_t i) FT_ELEMENT { return op(static_cast<C>(x[i]), static_cast<C>(y[i])); });
     } else if (s[0] == sizeof(Out) && s[1] == sizeof(In) && s[2] == 0) {
       const C yv = static_cast<C>(*y);
-      store_run(o, n, [&](int64_t i) { return op(static_cast<C>(x[i]), yv); });
+      store_run(o, n, [&](int64_t i) FT_ELEMENT { return op(static_cast<C>(x[i]), yv); });
     } else if (s[0] == sizeof(Out) && s[1] == 0 && s[2] == sizeof(In)) {
       const C xv = static_cast<C>(*x);
-      store_run(o, n, [&](int64_t i) { return op(xv, static_cast<C>(y[i])); });
+      store_run(o, n, [&](int64_t i) FT_ELEMENT { return op(xv, static_cast<C>(y[i])); });
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * s[0]) =
@@ -139,7 +144,7 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
         });
         return;
       }
-      store_run(o, n, [&](int64_t i) { return op(x[i], static_cast<C>(y[i]), static_cast<C>(z[i])); });
+      store_run(o, n, [&](int64_t i) FT_ELEMENT { return op(x[i], static_cast<C>(y[i]), static_cast<C>(z[i])); });
       return;
     }
     for (int64_t i = 0; i < n; ++i)
@@ -148,5 +153,7 @@ void ternary_loop(const Tensor& out, const Tensor& a, const Tensor& b, const Ten
           static_cast<C>(*reinterpret_cast<const In*>(p[3] + i * s[3]))));
   });
 }
+
+#undef FT_ELEMENT
 
 }  // namespace ft::cpu

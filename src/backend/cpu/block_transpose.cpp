@@ -16,13 +16,6 @@
 // derived once from these bit maps.
 #include "backend/cpu/block_transpose.h"
 
-// GCC 12 reports the deliberately undefined lanes inside AVX-512 intrinsics as "maybe
-// uninitialized" when they are inlined into target() functions.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -30,6 +23,7 @@
 #include <string_view>
 #include <utility>
 
+#include "backend/cpu/avx512_kernel.h"
 #include "backend/cpu/isa.h"
 #include "fasttrain/error.h"
 #include "fasttrain/parallel.h"
@@ -37,8 +31,6 @@
 namespace ft::cpu {
 
 namespace {
-
-#define FT_AVX512_KERNEL __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // Which element bit each address bit carries: element bits 0-3 are the column's, 4-7 the row's.
 using BitMap = std::array<int, 8>;

@@ -2,9 +2,9 @@
 // where each group of 16 channels is stored position by position: y[n][c / 16][s][c % 16] =
 // x[n][c][s] for the S = H*W positions. Both directions are 16 x 16 transposes of (channel,
 // position) tiles; conv_onednn.cpp uses them instead of oneDNN's reorder for the activations of
-// bf16 NCHW convolutions, which oneDNN runs on nChw16c. They take about 5% off a bf16 NCHW
-// ResNet-50 step; for f32 the same transposes measured no faster than oneDNN's reorder, so f32
-// keeps it (docs/PERF.md). Pure data movement: bit-identical to oneDNN's reorder.
+// bf16 NCHW convolutions, which oneDNN runs on nChw16c: they are faster there than oneDNN's
+// reorder, while for f32 they measured no faster, so f32 keeps it (docs/PERF.md has both). Pure
+// data movement: bit-identical to oneDNN's reorder.
 #pragma once
 #include <cstdint>
 

@@ -1,12 +1,5 @@
 #include "backend/cpu/gemm_half.h"
 
-// GCC 12 reports the deliberately undefined lanes inside AVX-512 intrinsics as "maybe
-// uninitialized" when they are inlined into target() functions.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/avx512_kernel.h"
 #include "fasttrain/dtype.h"
 #include "fasttrain/error.h"
 #include "fasttrain/parallel.h"
@@ -21,9 +15,6 @@
 namespace ft::cpu {
 
 namespace {
-
-#define FT_AVX512_KERNEL __attribute__((target("avx512f,avx512bw,avx512vl")))
-#define FT_BF16_KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 // Register tile: kMR rows x kNR columns = 14 x 2 zmm accumulators (28 of 32 zmm; the rest hold
 // the two B vectors and the A broadcast).

@@ -174,7 +174,7 @@ TEST(ConvKernels, OneDnnMatchesReference) {
 // without positions past the last whole tile of 16 and with several images and channel blocks.
 // Every element is distinct, so any misplaced one shows.
 TEST(ConvKernels, BlockTransposesMatchTheBlockedLayout) {
-  if (!cpu::block_transpose_available()) GTEST_SKIP() << "CPU lacks AVX-512 (or FT_CONV_REORDER=onednn)";
+  if (!cpu::block_transpose_available()) GTEST_SKIP() << "CPU lacks AVX-512";
   for (auto [N, C, S] : {std::array<int64_t, 3>{1, 16, 16}, {2, 32, 49}, {3, 48, 196}, {1, 16, 5}, {2, 64, 3136}}) {
     SCOPED_TRACE(std::to_string(N) + "x" + std::to_string(C) + "x" + std::to_string(S));
     const int64_t n = N * C * S;

@@ -18,9 +18,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <utility>
 
 #include "backend/cpu/avx512_kernel.h"
@@ -137,7 +135,7 @@ FT_AVX512_KERNEL void transpose_panel(const char* in, char* out, int64_t S, cons
 template <bool kToBlocked>
 void transpose(const void* in, void* out, int64_t N, int64_t C, int64_t S) {
   FT_CHECK(C % 16 == 0, "block transpose: expected a multiple of 16 channels, found ", C);
-  FT_CHECK(block_transpose_available(), "block transpose: this CPU lacks AVX-512 (or FT_CONV_REORDER=onednn)");
+  FT_CHECK(block_transpose_available(), "block transpose: this CPU lacks AVX-512");
   static const TilePlan plan;
   const int64_t panel_bytes = 16 * S * 2;  // the same range of bytes in both layouts
   const auto* src = static_cast<const char*>(in);
@@ -150,19 +148,9 @@ void transpose(const void* in, void* out, int64_t N, int64_t C, int64_t S) {
   });
 }
 
-bool reorder_setting_allows() {
-  const char* setting = std::getenv("FT_CONV_REORDER");
-  const std::string_view v = setting ? setting : "";
-  FT_CHECK(v.empty() || v == "auto" || v == "onednn", "FT_CONV_REORDER: expected auto or onednn, found '", v, "'");
-  return v != "onednn";
-}
-
 }  // namespace
 
-bool block_transpose_available() {
-  static const bool available = selected_cpu_isa() >= CpuIsa::Avx512 && reorder_setting_allows();
-  return available;
-}
+bool block_transpose_available() { return selected_cpu_isa() >= CpuIsa::Avx512; }
 
 void nchw_to_blocked16(const void* x, void* y, int64_t N, int64_t C, int64_t S) { transpose<true>(x, y, N, C, S); }
 

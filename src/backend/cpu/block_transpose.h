@@ -10,8 +10,8 @@
 
 namespace ft::cpu {
 
-// Whether this CPU runs the transposes (AVX-512 with byte/word instructions); callers fall back to
-// oneDNN's reorder otherwise. FT_CONV_REORDER=onednn turns them off (for A/B runs and tests).
+// Whether this CPU runs the transposes (AVX-512 with byte/word instructions, at the kernel table's
+// selected level: isa.h); callers fall back to oneDNN's reorder otherwise.
 bool block_transpose_available();
 
 // x: [N, C, S] dense, y: [N, C / 16, S, 16] dense, 2-byte elements; C must be a multiple of 16.

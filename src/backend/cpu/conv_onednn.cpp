@@ -208,6 +208,18 @@ memory scratch(const memory::desc& md, std::vector<Tensor>& keep) {
   return memory(md, cpu_engine(), keep.back().raw_data());
 }
 
+// Whether bf16 NCHW activations take block_transpose.h's transposes: where the CPU runs them, unless
+// FT_CONV_REORDER=onednn (the A/B runs and the tests of oneDNN's reorder).
+bool use_block_transposes() {
+  static const bool use = [] {
+    const char* setting = std::getenv("FT_CONV_REORDER");
+    const std::string v = setting ? setting : "";
+    FT_CHECK(v.empty() || v == "auto" || v == "onednn", "FT_CONV_REORDER: expected auto or onednn, found '", v, "'");
+    return v != "onednn" && block_transpose_available();
+  }();
+  return use;
+}
+
 // bf16 activations between plain NCHW and nChw16c (the layout oneDNN's NCHW kernels run on) take
 // block_transpose.h's transposes, faster than oneDNN's reorder for them (docs/PERF.md). Returns
 // false, having copied nothing, for any other pair of layouts or type.
@@ -215,7 +227,7 @@ bool transpose_activation(const memory& from, const memory& to) {
   const memory::desc f = from.get_desc(), t = to.get_desc();
   const memory::dims d = f.dims();
   const ddt dt = f.data_type();
-  if (d.size() != 4 || d[1] % 16 != 0 || dt != ddt::bf16 || t.data_type() != dt || !block_transpose_available())
+  if (d.size() != 4 || d[1] % 16 != 0 || dt != ddt::bf16 || t.data_type() != dt || !use_block_transposes())
     return false;
   const memory::desc plain(d, dt, tag::nchw), blocked(d, dt, tag::nChw16c);
   if (f == plain && t == blocked)

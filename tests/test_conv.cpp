@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/block_transpose.h"
 #include "backend/cpu/conv.h"
+#include "backend/cpu/conv_weight_grad.h"
 #include "backend/cpu/linalg.h"  // onednn_isa_has_avx512
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"  // relative_error: by norms, as the CUDA tests compare
@@ -256,6 +258,89 @@ TEST(ConvKernels, AlgorithmRule) {
   }
 }
 
+TEST(ConvKernels, WeightGradRule) {
+  using P = cpu::WeightGradPath;
+  using S = cpu::WeightGradSetting;
+  const cpu::ConvParams p = conv3x3(8, 32, 32, 16);  // 9 * 32 = 288 products per gradient element
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false), P::Paired);
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, true), P::OneDnn);  // AMX
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::OneDnn, false), P::OneDnn);
+  cpu::ConvParams q = p;
+  q.kH = q.kW = 1, q.padding = {0, 0}, q.C = 64, q.O = 256;  // ResNet's 1x1 expansion: 64 products
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::OneDnn);
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Paired, true), P::Paired);
+  q.C = 256;
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::Paired);
+  EXPECT_EQ(cpu::parse_weight_grad_setting(nullptr), S::Auto);
+  EXPECT_EQ(cpu::parse_weight_grad_setting("auto"), S::Auto);
+  EXPECT_EQ(cpu::parse_weight_grad_setting("paired"), S::Paired);
+  EXPECT_EQ(cpu::parse_weight_grad_setting("onednn"), S::OneDnn);
+  test::expect_error([] { cpu::parse_weight_grad_setting("amx"); },
+                     "FT_CONV_WEIGHT_GRAD: expected auto, paired or onednn, found 'amx'");
+}
+
+// The paired bf16 weight gradient (conv_weight_grad.h) against the reference's f32 sums of the same
+// bf16 inputs: each element within the final rounding to bf16 (2^-9 relative, taken as 2^-8) plus
+// f32 summation order. The shapes cover an odd batch (the last image paired with zeros), one image,
+// strides 1 and 2, paddings 0-2, 1x1 / 3x3 / 5x3 kernels, rectangular maps, channel counts that
+// leave partial register tiles (16 and 48 inputs; 16, 48 and 80 outputs), both activation layouts,
+// both weight layouts, the bias gradient, and a layer large enough to be summed in several chunks.
+TEST(ConvKernels, PairedWeightGradMatchesReference) {
+  struct Cfg {
+    int64_t N, C, O, H, W, kH, kW, stride, pad;
+  };
+  const Cfg cfgs[] = {{3, 32, 48, 9, 9, 3, 3, 1, 1},   {1, 16, 16, 5, 7, 3, 3, 1, 1},   {5, 48, 80, 10, 9, 3, 3, 2, 1},
+                      {4, 64, 32, 6, 6, 1, 1, 1, 0},   {2, 16, 32, 12, 11, 5, 3, 2, 2}, {2, 32, 16, 7, 7, 3, 3, 1, 0},
+                      {4, 16, 256, 16, 64, 3, 3, 1, 1}};  // 64 KiB of pairs per row: several chunks
+  if (!cpu::paired_weight_grad_supported(conv3x3(2, 16, 16, 4))) GTEST_SKIP() << "CPU lacks AVX512-BF16";
+  uint64_t seed = 60;
+  for (const Cfg& k : cfgs) {
+    for (int layout = 0; layout < 3; ++layout) {  // NCHW + OIHW, NHWC + OIHW, NHWC + OHWI
+      cpu::ConvParams p;
+      p.N = k.N, p.C = k.C, p.O = k.O, p.H = k.H, p.W = k.W, p.kH = k.kH, p.kW = k.kW;
+      p.stride = {k.stride, k.stride}, p.padding = {k.pad, k.pad};
+      p.OH = (k.H + 2 * k.pad - k.kH) / k.stride + 1;
+      p.OW = (k.W + 2 * k.pad - k.kW) / k.stride + 1;
+      p.channels_last = layout > 0, p.weight_channels_last = layout == 2;
+      SCOPED_TRACE(std::to_string(k.N) + "x" + std::to_string(k.C) + "x" + std::to_string(k.H) + "x" +
+                   std::to_string(k.W) + " -> " + std::to_string(k.O) + " k" + std::to_string(k.kH) + "x" +
+                   std::to_string(k.kW) + " s" + std::to_string(k.stride) + " p" + std::to_string(k.pad) + " layout " +
+                   std::to_string(layout));
+      auto act = [&](const Shape& s) {
+        Tensor t = randn_like_shape(s, DType::F32, seed++).to(DType::BF16);
+        return p.channels_last ? t.contiguous_channels_last() : t;
+      };
+      auto weight = [&](DType dt) {
+        Tensor t = empty({p.O, p.C, p.kH, p.kW}, TensorOptions(dt));
+        return p.weight_channels_last ? t.contiguous_channels_last() : t;
+      };
+      const Tensor x = act({p.N, p.C, p.H, p.W}), gy = act({p.N, p.O, p.OH, p.OW});
+      Tensor gw = weight(DType::BF16), gb = empty({p.O}, TensorOptions(DType::BF16));
+      ASSERT_TRUE(cpu::paired_conv2d_backward_weight(p, gy, x, gw, gb));
+      Tensor gw_ref = weight(DType::F32), gb_ref = empty({p.O}, TensorOptions(DType::F32));
+      cpu::conv2d_backward_weight_reference(p, gy, x, gw_ref, gb_ref);
+      const double scale = std::sqrt(double(p.N * p.OH * p.OW));  // of a sum of that many products
+      EXPECT_EQ(test::compare(gw, gw_ref, {1e-5 * scale, 1.0 / 256}), "");
+      EXPECT_EQ(test::compare(gb, gb_ref, {1e-5 * scale, 1.0 / 256}), "");
+      // Without the bias gradient, the same weight gradient.
+      Tensor gw2 = weight(DType::BF16);
+      ASSERT_TRUE(cpu::paired_conv2d_backward_weight(p, gy, x, gw2, Tensor()));
+      EXPECT_EQ(test::compare(gw2, gw, {0, 0}), "");
+    }
+  }
+  // Configurations the kernel does not take are declined, having written nothing.
+  cpu::ConvParams q = conv3x3(2, 8, 16, 6, 1, true);  // 8 input channels
+  Tensor x = zeros({2, 8, 6, 6}, TensorOptions(DType::BF16)).contiguous_channels_last();
+  Tensor gy = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16)).contiguous_channels_last();
+  Tensor gw = full({16, 8, 3, 3}, 7.0, TensorOptions(DType::BF16));
+  EXPECT_FALSE(cpu::paired_conv2d_backward_weight(q, gy, x, gw, Tensor()));
+  EXPECT_EQ(max(gw).item<float>(), 7.0f);
+  q = conv3x3(2, 16, 16, 6, 1, true), q.groups = 2;
+  EXPECT_FALSE(cpu::paired_conv2d_backward_weight(q, gy, x, gw, Tensor()));
+  q = conv3x3(2, 16, 16, 6, 1, true);
+  EXPECT_FALSE(cpu::paired_conv2d_backward_weight(q, gy.to(DType::F32), x.to(DType::F32), gw.to(DType::F32), Tensor()));
+}
+
 // Every pass of an f32 convolution on the algorithm this process chose (ctest runs this suite under
 // each FT_CONV_ALGO), against the f64 reference by norms: Winograd's transforms round differently
 // from direct sums but stay within f32's accuracy. The implementation oneDNN reports is the chosen
@@ -324,7 +409,8 @@ TEST(ConvKernels, ScratchMemoryIsCountedByTheAllocator) {
 
 // Every pass gives the same bits on 1, 2 and 3 threads, on each algorithm the process uses (ctest
 // runs this under FT_CONV_ALGO=direct and winograd too): the Winograd and direct kernels of f32
-// layers, a stride-2 layer, and bf16 (whose weight gradients are summed in f32 and rounded).
+// layers, a stride-2 layer, and bf16 in both layouts (whose weight gradients, on the paired kernel
+// or oneDNN's as FT_CONV_WEIGHT_GRAD says, are summed in f32 and rounded).
 TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   struct Cfg {
     int64_t C, O, HW, stride;
@@ -333,7 +419,8 @@ TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   };
   const int threads = get_num_threads();
   for (const Cfg& k : {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
-                       Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true}}) {
+                       Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true},
+                       Cfg{32, 48, 16, 2, DType::BF16, false}}) {
     const cpu::ConvParams p = conv3x3(8, k.C, k.O, k.HW, k.stride, k.channels_last);
     SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " " +
                  dtype_name(k.dt) + (k.channels_last ? " nhwc " : " nchw ") +

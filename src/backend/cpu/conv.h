@@ -40,6 +40,23 @@ bool onednn_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Te
 bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
                                    const Tensor& gb);
 
+// bf16 weight gradients on conv_weight_grad.h's kernel (images paired for vdpbf16ps), reading
+// NHWC activations in place and NCHW ones as nChw16c copies. Returns false, having written nothing,
+// where the kernel does not run (not bf16, grouped, dilated, channels not multiples of 16, or a
+// CPU without AVX512-BF16).
+bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                   const Tensor& gb);
+// Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): oneDNN's
+// where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
+// feeds fewer than 256 products (kH * kW * C: ResNet's 1x1 expansions), as repacking gy then costs
+// more than the paired kernel saves (docs/PERF.md); the paired kernel otherwise.
+// FT_CONV_WEIGHT_GRAD=paired or onednn forces one (A/B runs; tests of either on any machine).
+enum class WeightGradPath { Paired, OneDnn };
+enum class WeightGradSetting { Auto, Paired, OneDnn };
+WeightGradSetting parse_weight_grad_setting(const char* value);  // null or "" is auto; unknown throws
+WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx);
+WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's setting and oneDNN's ISA
+
 // Which oneDNN algorithm a convolution asks for. Winograd F(4x4, 3x3) multiplies 2.25-4x less
 // than the direct convolution; for f32 3x3 stride-1 layers with at least 16 channels each side
 // and 8x8 outputs, oneDNN's AVX-512 kernels for it run every pass up to twice as fast

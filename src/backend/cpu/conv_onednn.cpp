@@ -33,7 +33,9 @@
 
 #include "backend/cpu/block_transpose.h"
 #include "backend/cpu/conv.h"
+#include "backend/cpu/conv_weight_grad.h"
 #include "backend/cpu/copy.h"
+#include "backend/cpu/linalg.h"
 
 namespace ft::cpu {
 
@@ -388,6 +390,50 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   if (bias) flush(gbm);
   cpu_stream().wait();
   return true;
+}
+
+bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                   const Tensor& gb) {
+  if (gy.dtype() != DType::BF16 || !paired_weight_grad_supported(p)) return false;
+  auto* gw_data = static_cast<uint16_t*>(gw.raw_data());
+  auto* gb_data = gb.defined() ? static_cast<uint16_t*>(gb.raw_data()) : nullptr;
+  if (p.channels_last) {
+    paired_weight_grad(p, static_cast<const uint16_t*>(gy.raw_data()), nhwc_layout(p.O, p.OH, p.OW),
+                       static_cast<const uint16_t*>(x.raw_data()), nhwc_layout(p.C, p.H, p.W), gw_data, gb_data);
+    return true;
+  }
+  // NCHW: the kernel reads nChw16c, as oneDNN's kernels do, so gy's copy from backward-data is
+  // reused here the same way.
+  std::vector<Tensor> keep;
+  const memory::dims xd = {p.N, p.C, p.H, p.W}, yd = {p.N, p.O, p.OH, p.OW};
+  const memory::desc x_plain(xd, ddt::bf16, tag::nchw), y_plain(yd, ddt::bf16, tag::nchw);
+  memory gym = diff_dst_for_weights(memory::desc(yd, ddt::bf16, tag::nChw16c), y_plain, gy, keep);
+  memory xm = input(memory::desc(xd, ddt::bf16, tag::nChw16c), x_plain, x.raw_data(), keep);
+  paired_weight_grad(p, static_cast<const uint16_t*>(gym.get_data_handle()), nchw16c_layout(p.O, p.OH, p.OW),
+                     static_cast<const uint16_t*>(xm.get_data_handle()), nchw16c_layout(p.C, p.H, p.W), gw_data,
+                     gb_data);
+  return true;
+}
+
+WeightGradSetting parse_weight_grad_setting(const char* value) {
+  const std::string v = value ? value : "";
+  if (v.empty() || v == "auto") return WeightGradSetting::Auto;
+  if (v == "paired") return WeightGradSetting::Paired;
+  FT_CHECK(v == "onednn", "FT_CONV_WEIGHT_GRAD: expected auto, paired or onednn, found '", v, "'");
+  return WeightGradSetting::OneDnn;
+}
+
+WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx) {
+  if (setting != WeightGradSetting::Auto)
+    return setting == WeightGradSetting::Paired ? WeightGradPath::Paired : WeightGradPath::OneDnn;
+  const bool enough_products_per_gradient = p.kH * p.kW * p.C >= 256;
+  return !onednn_has_amx && enough_products_per_gradient ? WeightGradPath::Paired : WeightGradPath::OneDnn;
+}
+
+WeightGradPath weight_grad_path(const ConvParams& p) {
+  static const WeightGradSetting setting = parse_weight_grad_setting(std::getenv("FT_CONV_WEIGHT_GRAD"));
+  static const bool amx = onednn_isa_has_amx();
+  return choose_weight_grad_path(p, setting, amx);
 }
 
 ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting) {

@@ -1,0 +1,293 @@
+// bf16 convolution weight gradients with images paired (conv_weight_grad.h).
+//
+// Work is split in three levels:
+// - Jobs: one (block of up to 12 output channels, tap) each, ordered by block, so the jobs a
+//   thread takes cover one range of output channels, and their sums never meet another thread's.
+// - Chunks: output rows of all image pairs, walked in order. For each chunk a thread packs the
+//   gradient pairs of its channels into a buffer sized to stay in L2, then runs all its jobs over
+//   it, 32 input channels at a time, prefetching the input slice the next pass will read.
+// - Register tiles: 12 output channels x 32 input channels (24 f32 accumulators of 16 lanes)
+//   summed over the chunk's positions. Per position a tile loads two x vectors per image,
+//   interleaves them into pairs (one vpermt2w per vector) and issues 24 vdpbf16ps with broadcast
+//   gradient pairs. Between chunks the sums wait in f32; the last chunk rounds them to bf16 and
+//   writes them into the gradient (OHWI; OIHW is permuted from it afterwards).
+// Chunk boundaries do not depend on the thread count, so neither does any sum's order.
+#include "backend/cpu/conv_weight_grad.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/avx512_kernel.h"
+#include "backend/cpu/isa.h"
+#include "fasttrain/dtype.h"
+#include "fasttrain/error.h"
+#include "fasttrain/parallel.h"
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+namespace {
+
+constexpr int kTileRows = 12;    // output channels per register tile (broadcast operands)
+constexpr int kTileVectors = 2;  // 16-channel input vectors per register tile
+constexpr int64_t kChunkPairBytes = 512 << 10, kChunkInputBytes = 128 << 10;
+
+// Sixteen zero channels: the partner of the last image when N is odd, read with zero strides.
+alignas(64) constexpr uint16_t kZeros[16] = {};
+
+struct Geometry {
+  int64_t N, C, H, W, O, OH, OW, kH, kW, sh, sw, ph, pw;
+  ChannelBlockedLayout x;
+};
+
+// vpermt2w indices taking word j of the first source to word 2j and word j of the second to
+// word 2j + 1: sixteen (image n, image n+1) pairs.
+FT_AVX512_KERNEL __m512i pair_indices() {
+  alignas(64) uint16_t idx[32];
+  for (int j = 0; j < 16; ++j) idx[2 * j] = static_cast<uint16_t>(j), idx[2 * j + 1] = static_cast<uint16_t>(32 + j);
+  return _mm512_load_si512(idx);
+}
+
+FT_AVX512_KERNEL inline __m512i pair_up(const uint16_t* a, const uint16_t* b, __m512i idx) {
+  const __m512i va = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  const __m512i vb = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+  return _mm512_permutex2var_epi16(va, idx, vb);
+}
+
+// Packs gy's 16 channels from o at row u, column j of an image pair into out; with bias, adds
+// both halves of each pair into it.
+FT_AVX512_KERNEL inline void pack_pair_vector(const Geometry& g, const uint16_t* gy, ChannelBlockedLayout l, int64_t u,
+                                              int64_t j, int64_t o, __m512i idx, uint32_t* out, float* bias) {
+  const int64_t n = 2 * (u / g.OH);
+  const uint16_t* a = gy + n * l.n_stride + (u % g.OH) * l.h_stride + j * l.w_stride + (o / 16) * l.block_stride;
+  const __m512i v = pair_up(a, n + 1 < g.N ? a + l.n_stride : kZeros, idx);
+  _mm512_storeu_si512(out, v);
+  if (bias) {
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m512 sum = _mm512_add_ps(_mm512_loadu_ps(bias), _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    _mm512_storeu_ps(bias, _mm512_add_ps(sum, _mm512_castsi512_ps(_mm512_and_si512(v, high))));
+  }
+}
+
+// A chunk's gradient pairs, for the output channels [o_begin, o_end) (multiples of 16):
+// out[(u - u0) * OW + j][o - o_begin] = (gy[2 pair, o, i, j], gy[2 pair + 1, o, i, j]), low half
+// first, for the chunk's rows u = pair * OH + i. With bias (f32, indexed from o_begin), also adds
+// both halves of every pair into it.
+FT_AVX512_KERNEL void pack_pairs(const Geometry& g, const uint16_t* gy, ChannelBlockedLayout l, int64_t u0, int64_t u1,
+                                 int64_t o_begin, int64_t o_end, uint32_t* out, float* bias) {
+  const __m512i idx = pair_indices();
+  const int64_t width = o_end - o_begin;
+  // Read gy in its memory order: channels innermost for NHWC, positions innermost for nChw16c.
+  const bool channels_inner = l.block_stride == 16;
+  const int64_t positions = (u1 - u0) * g.OW, blocks = width / 16;
+  for (int64_t outer = 0; outer < (channels_inner ? positions : blocks); ++outer)
+    for (int64_t inner = 0; inner < (channels_inner ? blocks : positions); ++inner) {
+      const int64_t k = channels_inner ? outer : inner, o = 16 * (channels_inner ? inner : outer);
+      pack_pair_vector(g, gy, l, u0 + k / g.OW, k % g.OW, o_begin + o, idx, out + k * width + o,
+                       bias ? bias + o : nullptr);
+    }
+}
+
+// Prefetches into L2 the part [begin, end) (of `parts`) of the input slice that register tiles
+// with first input channel c0 read for output rows [u0, u1): every input row those rows touch,
+// both images of each pair, 16 * kTileVectors channels per position.
+FT_AVX512_KERNEL void prefetch_input_slice(const Geometry& g, const uint16_t* x, int64_t u0, int64_t u1, int64_t c0,
+                                           int64_t part, int64_t parts) {
+  if (u0 >= u1) return;
+  // Input rows [h0, h1) of each pair touched by output rows [u0, u1) (whole pairs approximated).
+  const int64_t span = (std::min<int64_t>(u1 - u0, g.OH) - 1) * g.sh + g.kH;
+  const int64_t first_pair = u0 / g.OH, last_pair = (u1 - 1) / g.OH;
+  const int64_t lines = (last_pair - first_pair + 1) * 2 * span * g.W;
+  const int64_t begin = lines * part / parts, end = lines * (part + 1) / parts;
+  for (int64_t k = begin; k < end; ++k) {
+    const int64_t w = k % g.W, r = (k / g.W) % span, image = (k / g.W / span) % 2,
+                  pair = first_pair + k / g.W / span / 2;
+    const int64_t n = 2 * pair + image;
+    const int64_t i0 = pair == first_pair ? u0 % g.OH : 0;
+    const int64_t h = i0 * g.sh - g.ph + r;
+    if (n >= g.N || h < 0 || h >= g.H) continue;
+    const char* a = reinterpret_cast<const char*>(x + n * g.x.n_stride + h * g.x.h_stride + w * g.x.w_stride +
+                                                  (c0 / 16) * g.x.block_stride);
+    for (int v = 0; v < kTileVectors && c0 + 16 * v < g.C; ++v) _mm_prefetch(a + v * g.x.block_stride * 2, _MM_HINT_T1);
+  }
+}
+
+// Valid range [lo, hi) of output index j for tap q: input column j*s - pad + q inside [0, size).
+std::pair<int64_t, int64_t> valid_outputs(int64_t q, int64_t s, int64_t pad, int64_t size, int64_t out) {
+  const int64_t first = pad - q;  // j*s >= first
+  const int64_t lo = first <= 0 ? 0 : (first + s - 1) / s;
+  const int64_t last = size - 1 + pad - q;  // j*s <= last
+  const int64_t hi = last < 0 ? 0 : std::min(out, last / s + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+struct Tile {
+  int64_t p, q;           // tap
+  int64_t c0;             // first input channel
+  int64_t u0, u1;         // output rows [u0, u1) of all image pairs: row u is row u % OH of pair u / OH
+  const uint32_t* pairs;  // the tile's first output channel in the chunk's packed pairs
+  int64_t pair_stride;    // elements between positions there
+  // Sums of earlier chunks (row stride C): read unless this is the first chunk, written unless it
+  // is the last; the last writes the finished sums as bf16 to out instead (row stride out_stride).
+  float* partial;
+  uint16_t* out;
+  int64_t out_stride;
+  bool first, last;
+};
+
+// Sums one register tile of R output channels x V vectors of input channels over a chunk's
+// positions, on top of the earlier chunks' sums.
+template <int R, int V>
+FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x) {
+  __m512 s[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) s[r][v] = _mm512_setzero_ps();
+  const __m512i idx = pair_indices();
+  const auto [j0, j1] = valid_outputs(t.q, g.sw, g.pw, g.W, g.OW);
+  const int64_t step = g.sw * g.x.w_stride;
+  for (int64_t u = t.u0; u < t.u1; ++u) {
+    const int64_t i = u % g.OH, n = 2 * (u / g.OH);
+    const int64_t h = i * g.sh - g.ph + t.p;
+    if (h < 0 || h >= g.H || j0 == j1) continue;
+    const bool partner = n + 1 < g.N;
+    const int64_t partner_step = partner ? step : 0, partner_block = partner ? g.x.block_stride : 0;
+    const uint16_t* xa = x + n * g.x.n_stride + h * g.x.h_stride + (j0 * g.sw - g.pw + t.q) * g.x.w_stride +
+                         (t.c0 / 16) * g.x.block_stride;
+    const uint16_t* xb = partner ? xa + g.x.n_stride : kZeros;
+    const uint32_t* d = t.pairs + ((u - t.u0) * g.OW + j0) * t.pair_stride;
+    for (int64_t j = j0; j < j1; ++j) {
+      __m512i b[V];
+#pragma GCC unroll 16
+      for (int v = 0; v < V; ++v) b[v] = pair_up(xa + v * g.x.block_stride, xb + v * partner_block, idx);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(d[r]));
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], a, (__m512bh)b[v]);
+      }
+      xa += step;
+      xb += partner_step;
+      d += t.pair_stride;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+      float* partial = t.partial + r * g.C + v * 16;
+      const __m512 sum = t.first ? s[r][v] : _mm512_add_ps(_mm512_loadu_ps(partial), s[r][v]);
+      if (t.last)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.out + r * t.out_stride + v * 16),
+                            (__m256i)_mm512_cvtneps_pbh(sum));
+      else
+        _mm512_storeu_ps(partial, sum);
+    }
+}
+
+using TileFn = void (*)(const Geometry&, const Tile&, const uint16_t*);
+
+template <int V, size_t... R>
+constexpr std::array<TileFn, sizeof...(R)> tiles_of_width(std::index_sequence<R...>) {
+  return {&tile_sum<static_cast<int>(R) + 1, V>...};
+}
+// kTiles[V - 1][R - 1]: the kernel for R output channels x V input vectors.
+constexpr std::array<std::array<TileFn, kTileRows>, kTileVectors> kTiles = {
+    tiles_of_width<1>(std::make_index_sequence<kTileRows>{}), tiles_of_width<2>(std::make_index_sequence<kTileRows>{})};
+
+// Output rows per chunk (across image pairs): a thread's share of the chunk's gradient pairs
+// (taken as at most 256 channels, so that the chunks, hence the order of the sums, do not depend
+// on the thread count) stays in L2 while its jobs sweep it, and so do the input rows that one
+// register tile reads (32 channels of both images).
+int64_t rows_per_chunk(const Geometry& g) {
+  const int64_t pair_bytes = g.OW * std::min<int64_t>(g.O, 256) * 4;
+  const int64_t input_bytes = g.sh * g.W * 16 * kTileVectors * 4;
+  return std::max<int64_t>(1, std::min(kChunkPairBytes / pair_bytes, kChunkInputBytes / input_bytes));
+}
+
+}  // namespace
+
+void paired_weight_grad(const ConvParams& p, const uint16_t* gy, ChannelBlockedLayout gy_layout, const uint16_t* x,
+                        ChannelBlockedLayout x_layout, uint16_t* gw, uint16_t* gb) {
+  FT_CHECK(paired_weight_grad_supported(p), "paired bf16 weight gradient: unsupported convolution or CPU");
+  const Geometry g{p.N,  p.C,  p.H,         p.W,         p.O,          p.OH,         p.OW,
+                   p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], x_layout};
+  const int64_t taps = g.kH * g.kW, total_rows = (g.N + 1) / 2 * g.OH;
+  const int64_t rows = rows_per_chunk(g);
+  // f32 sums between chunks, [tap][o][c]; none with a single chunk.
+  Tensor partial_t = rows < total_rows ? empty({taps * g.O * g.C}, TensorOptions(DType::F32)) : Tensor();
+  float* partial = partial_t.defined() ? partial_t.data<float>() : nullptr;
+  // The finished gradient goes out as OHWI ([o][tap][c]); OIHW with several taps is permuted after.
+  const bool direct = p.weight_channels_last || taps == 1;
+  Tensor ohwi_t = direct ? Tensor() : empty({g.O * taps * g.C}, TensorOptions(DType::BF16));
+  uint16_t* ohwi = direct ? gw : static_cast<uint16_t*>(ohwi_t.raw_data());
+  Tensor bias_t = gb ? empty({g.O}, TensorOptions(DType::F32)) : Tensor();
+  float* bias = gb ? bias_t.data<float>() : nullptr;
+
+  // Jobs are ordered by output channel block first, so a thread's jobs cover one range of output
+  // channels, whose gradient pairs it packs itself, chunk by chunk, into a buffer that stays in L2.
+  const int64_t o_blocks = (g.O + kTileRows - 1) / kTileRows;
+  parallel_for(0, o_blocks * taps, 1, [&](int64_t job_begin, int64_t job_end) {
+    const int64_t o_first = job_begin / taps * kTileRows;
+    const int64_t o_last = std::min(g.O, ((job_end - 1) / taps + 1) * kTileRows);
+    const int64_t o_begin = o_first / 16 * 16, o_end = (o_last + 15) / 16 * 16, width = o_end - o_begin;
+    thread_local std::vector<uint32_t> packed;
+    thread_local std::vector<float> bias_part;
+    packed.resize(rows * g.OW * width);
+    bias_part.assign(bias ? width : 0, 0.0f);
+    for (int64_t u0 = 0; u0 < total_rows; u0 += rows) {
+      const int64_t u1 = std::min(total_rows, u0 + rows);
+      pack_pairs(g, gy, gy_layout, u0, u1, o_begin, o_end, packed.data(), bias ? bias_part.data() : nullptr);
+      const int64_t jobs = job_end - job_begin;
+      for (int64_t c0 = 0; c0 < g.C; c0 += 16 * kTileVectors)
+        for (int64_t job = job_begin; job < job_end; ++job) {
+          // The next input slice (next channels, or the next chunk's first) comes in meanwhile.
+          if (c0 + 16 * kTileVectors < g.C)
+            prefetch_input_slice(g, x, u0, u1, c0 + 16 * kTileVectors, job - job_begin, jobs);
+          else
+            prefetch_input_slice(g, x, u1, std::min(total_rows, u1 + rows), 0, job - job_begin, jobs);
+          const int64_t tap = job % taps, o0 = job / taps * kTileRows;
+          const Tile t{tap / g.kW,
+                       tap % g.kW,
+                       c0,
+                       u0,
+                       u1,
+                       packed.data() + (o0 - o_begin),
+                       width,
+                       partial ? partial + (tap * g.O + o0) * g.C + c0 : nullptr,
+                       ohwi + (o0 * taps + tap) * g.C + c0,
+                       taps * g.C,
+                       u0 == 0,
+                       u1 == total_rows};
+          const int R = static_cast<int>(std::min<int64_t>(kTileRows, g.O - o0));
+          const int V = static_cast<int>(std::min<int64_t>(kTileVectors, (g.C - c0) / 16));
+          kTiles[V - 1][R - 1](g, t, x);
+        }
+    }
+    // A block's bias sums are kept by the thread holding its first tap (blocks may be split).
+    const int64_t bias_begin = (job_begin + taps - 1) / taps * kTileRows;
+    for (int64_t o = bias_begin; bias && o < o_last; ++o) bias[o] = bias_part[o - o_begin];
+  });
+
+  if (!direct)  // OHWI -> OIHW
+    parallel_for(0, g.O, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o)
+        for (int64_t tap = 0; tap < taps; ++tap)
+          for (int64_t c = 0; c < g.C; ++c) gw[(o * g.C + c) * taps + tap] = ohwi[(o * taps + tap) * g.C + c];
+    });
+  for (int64_t o = 0; gb && o < g.O; ++o) gb[o] = bf16::from_float(bias[o]);
+}
+
+ChannelBlockedLayout nhwc_layout(int64_t C, int64_t H, int64_t W) { return {H * W * C, W * C, C, 16}; }
+ChannelBlockedLayout nchw16c_layout(int64_t C, int64_t H, int64_t W) { return {C * H * W, W * 16, 16, H * W * 16}; }
+
+bool paired_weight_grad_supported(const ConvParams& p) {
+  return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && p.groups == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+         p.C % 16 == 0 && p.O % 16 == 0 && p.N > 0;
+}
+
+}  // namespace ft::cpu

@@ -67,10 +67,10 @@ int main(int argc, char** argv) {
     int64_t N, C, HW, O, k, stride;
   };
   const Shape4 shapes[] = {
-      {"cnn-mini", 64, 32, 32, 32, 3, 1},  {"cnn-mini", 64, 32, 32, 64, 3, 2},   {"cnn-mini", 64, 64, 16, 64, 3, 1},
-      {"cnn-mini", 64, 64, 16, 128, 3, 2}, {"cnn-mini", 64, 128, 8, 128, 3, 1},  {"resnet50", 8, 64, 56, 64, 3, 1},
-      {"resnet50", 8, 128, 28, 128, 3, 1}, {"resnet50", 8, 256, 14, 256, 3, 1}, {"resnet50", 8, 512, 7, 512, 3, 1},
-      {"resnet50", 8, 512, 14, 512, 3, 2}, {"resnet50", 8, 64, 56, 256, 1, 1},   {"resnet50", 8, 256, 56, 64, 1, 1},
+      {"cnn-mini", 64, 32, 32, 32, 3, 1},   {"cnn-mini", 64, 32, 32, 64, 3, 2},   {"cnn-mini", 64, 64, 16, 64, 3, 1},
+      {"cnn-mini", 64, 64, 16, 128, 3, 2},  {"cnn-mini", 64, 128, 8, 128, 3, 1},  {"resnet50", 8, 64, 56, 64, 3, 1},
+      {"resnet50", 8, 128, 28, 128, 3, 1},  {"resnet50", 8, 256, 14, 256, 3, 1},  {"resnet50", 8, 512, 7, 512, 3, 1},
+      {"resnet50", 8, 512, 14, 512, 3, 2},  {"resnet50", 8, 64, 56, 256, 1, 1},   {"resnet50", 8, 256, 56, 64, 1, 1},
       {"resnet50", 8, 256, 14, 1024, 1, 1}, {"resnet50", 8, 1024, 14, 256, 1, 1}, {"resnet50", 8, 512, 7, 2048, 1, 1},
       {"resnet50", 8, 2048, 7, 512, 1, 1}};
   const char* isa = cpu::cpu_isa_name(cpu::selected_cpu_isa());
@@ -106,8 +106,8 @@ int main(int argc, char** argv) {
           "{\"bench\": \"conv_weight_grad\", \"model\": \"%s\", \"N\": %lld, \"C\": %lld, \"HW\": %lld, \"O\": %lld, "
           "\"k\": %lld, \"stride\": %lld, \"layout\": \"%s\", \"path\": \"%s\", \"chosen\": %s, \"ms\": %.3f, "
           "\"gflops\": %.1f, \"rel_error\": %.2e, \"threads\": %d, \"cpu_isa\": \"%s\"}\n",
-          s.model, (long long)s.N, (long long)s.C, (long long)s.HW, (long long)s.O, (long long)s.k,
-          (long long)s.stride, nchw ? "nchw" : "nhwc", path,
+          s.model, (long long)s.N, (long long)s.C, (long long)s.HW, (long long)s.O, (long long)s.k, (long long)s.stride,
+          nchw ? "nchw" : "nhwc", path,
           (chosen == cpu::WeightGradPath::Paired) == (std::strcmp(path, "paired") == 0) ? "true" : "false", ms,
           flops / ms / 1e6, relative_error(*gw, gw_ref), threads, isa);
     }

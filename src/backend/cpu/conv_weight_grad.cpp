@@ -209,6 +209,75 @@ int64_t rows_per_chunk(const Geometry& g) {
   return std::max<int64_t>(1, std::min(kChunkPairBytes / pair_bytes, kChunkInputBytes / input_bytes));
 }
 
+// One call's buffers and sizes, shared by the threads.
+struct Work {
+  Geometry g;
+  const uint16_t* gy;
+  ChannelBlockedLayout gy_layout;
+  const uint16_t* x;
+  int64_t taps, o_blocks, rows, total_rows;
+  float* partial;  // f32 sums between chunks, [tap][o][c]; null with a single chunk
+  uint16_t* ohwi;  // the finished gradient, [o][tap][c]
+  float* bias;     // f32 bias sums, or null
+};
+
+// Jobs [job_begin, job_end): job = block * taps + tap, the block of output channels from 12 * block.
+// The jobs of one thread cover one range of output channels, whose gradient pairs it packs itself,
+// chunk by chunk, into a buffer that stays in L2.
+void run_jobs(const Work& w, int64_t job_begin, int64_t job_end) {
+  if (job_begin >= job_end) return;
+  const Geometry& g = w.g;
+  const int64_t o_first = job_begin / w.taps * kTileRows;
+  const int64_t o_last = std::min(g.O, ((job_end - 1) / w.taps + 1) * kTileRows);
+  const int64_t o_begin = o_first / 16 * 16, o_end = (o_last + 15) / 16 * 16, width = o_end - o_begin;
+  thread_local std::vector<uint32_t> packed;
+  thread_local std::vector<float> bias_part;
+  packed.resize(w.rows * g.OW * width);
+  bias_part.assign(w.bias ? width : 0, 0.0f);
+  const int64_t jobs = job_end - job_begin;
+  for (int64_t u0 = 0; u0 < w.total_rows; u0 += w.rows) {
+    const int64_t u1 = std::min(w.total_rows, u0 + w.rows);
+    pack_pairs(g, w.gy, w.gy_layout, u0, u1, o_begin, o_end, packed.data(), w.bias ? bias_part.data() : nullptr);
+    for (int64_t c0 = 0; c0 < g.C; c0 += 16 * kTileVectors)
+      for (int64_t job = job_begin; job < job_end; ++job) {
+        // The next input slice (next channels, or the next chunk's first) comes in meanwhile.
+        if (c0 + 16 * kTileVectors < g.C)
+          prefetch_input_slice(g, w.x, u0, u1, c0 + 16 * kTileVectors, job - job_begin, jobs);
+        else
+          prefetch_input_slice(g, w.x, u1, std::min(w.total_rows, u1 + w.rows), 0, job - job_begin, jobs);
+        const int64_t tap = job % w.taps, o0 = job / w.taps * kTileRows;
+        const Tile t{tap / g.kW,
+                     tap % g.kW,
+                     c0,
+                     u0,
+                     u1,
+                     packed.data() + (o0 - o_begin),
+                     width,
+                     w.partial ? w.partial + (tap * g.O + o0) * g.C + c0 : nullptr,
+                     w.ohwi + (o0 * w.taps + tap) * g.C + c0,
+                     w.taps * g.C,
+                     u0 == 0,
+                     u1 == w.total_rows};
+        const int R = static_cast<int>(std::min<int64_t>(kTileRows, g.O - o0));
+        const int V = static_cast<int>(std::min<int64_t>(kTileVectors, (g.C - c0) / 16));
+        kTiles[V - 1][R - 1](g, t, w.x);
+      }
+  }
+  // A block's bias sums are kept by the thread holding its first tap (blocks may be split).
+  const int64_t bias_begin = (job_begin + w.taps - 1) / w.taps * kTileRows;
+  for (int64_t o = bias_begin; w.bias && o < o_last; ++o) w.bias[o] = bias_part[o - o_begin];
+}
+
+// The first job of thread t of n when the jobs are split by work (a job's output channels, as the
+// last block may be narrower than 12) rather than by count; first_job(n, n) is the job count.
+int64_t first_job(const Work& w, int64_t t, int64_t n) {
+  const int64_t work = t * w.taps * w.g.O / n;  // in (tap, output channel) units, block-major
+  const int64_t block = std::min(work / (w.taps * kTileRows), w.o_blocks - 1);
+  const int64_t width = std::min<int64_t>(kTileRows, w.g.O - block * kTileRows);
+  const int64_t tap = (work - block * w.taps * kTileRows + width - 1) / width;  // rounded up
+  return std::min(w.o_blocks * w.taps, block * w.taps + tap);
+}
+
 }  // namespace
 
 void paired_weight_grad(const ConvParams& p, const uint16_t* gy, ChannelBlockedLayout gy_layout, const uint16_t* x,
@@ -216,70 +285,35 @@ void paired_weight_grad(const ConvParams& p, const uint16_t* gy, ChannelBlockedL
   FT_CHECK(paired_weight_grad_supported(p), "paired bf16 weight gradient: unsupported convolution or CPU");
   const Geometry g{p.N,  p.C,  p.H,         p.W,         p.O,          p.OH,         p.OW,
                    p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], x_layout};
-  const int64_t taps = g.kH * g.kW, total_rows = (g.N + 1) / 2 * g.OH;
-  const int64_t rows = rows_per_chunk(g);
-  // f32 sums between chunks, [tap][o][c]; none with a single chunk.
-  Tensor partial_t = rows < total_rows ? empty({taps * g.O * g.C}, TensorOptions(DType::F32)) : Tensor();
-  float* partial = partial_t.defined() ? partial_t.data<float>() : nullptr;
-  // The finished gradient goes out as OHWI ([o][tap][c]); OIHW with several taps is permuted after.
+  const int64_t taps = g.kH * g.kW, total_rows = (g.N + 1) / 2 * g.OH, rows = rows_per_chunk(g);
+  Tensor partial = rows < total_rows ? empty({taps * g.O * g.C}, TensorOptions(DType::F32)) : Tensor();
+  // The finished gradient goes out as OHWI; OIHW with several taps is permuted after.
   const bool direct = p.weight_channels_last || taps == 1;
-  Tensor ohwi_t = direct ? Tensor() : empty({g.O * taps * g.C}, TensorOptions(DType::BF16));
-  uint16_t* ohwi = direct ? gw : static_cast<uint16_t*>(ohwi_t.raw_data());
-  Tensor bias_t = gb ? empty({g.O}, TensorOptions(DType::F32)) : Tensor();
-  float* bias = gb ? bias_t.data<float>() : nullptr;
-
-  // Jobs are ordered by output channel block first, so a thread's jobs cover one range of output
-  // channels, whose gradient pairs it packs itself, chunk by chunk, into a buffer that stays in L2.
-  const int64_t o_blocks = (g.O + kTileRows - 1) / kTileRows;
-  parallel_for(0, o_blocks * taps, 1, [&](int64_t job_begin, int64_t job_end) {
-    const int64_t o_first = job_begin / taps * kTileRows;
-    const int64_t o_last = std::min(g.O, ((job_end - 1) / taps + 1) * kTileRows);
-    const int64_t o_begin = o_first / 16 * 16, o_end = (o_last + 15) / 16 * 16, width = o_end - o_begin;
-    thread_local std::vector<uint32_t> packed;
-    thread_local std::vector<float> bias_part;
-    packed.resize(rows * g.OW * width);
-    bias_part.assign(bias ? width : 0, 0.0f);
-    for (int64_t u0 = 0; u0 < total_rows; u0 += rows) {
-      const int64_t u1 = std::min(total_rows, u0 + rows);
-      pack_pairs(g, gy, gy_layout, u0, u1, o_begin, o_end, packed.data(), bias ? bias_part.data() : nullptr);
-      const int64_t jobs = job_end - job_begin;
-      for (int64_t c0 = 0; c0 < g.C; c0 += 16 * kTileVectors)
-        for (int64_t job = job_begin; job < job_end; ++job) {
-          // The next input slice (next channels, or the next chunk's first) comes in meanwhile.
-          if (c0 + 16 * kTileVectors < g.C)
-            prefetch_input_slice(g, x, u0, u1, c0 + 16 * kTileVectors, job - job_begin, jobs);
-          else
-            prefetch_input_slice(g, x, u1, std::min(total_rows, u1 + rows), 0, job - job_begin, jobs);
-          const int64_t tap = job % taps, o0 = job / taps * kTileRows;
-          const Tile t{tap / g.kW,
-                       tap % g.kW,
-                       c0,
-                       u0,
-                       u1,
-                       packed.data() + (o0 - o_begin),
-                       width,
-                       partial ? partial + (tap * g.O + o0) * g.C + c0 : nullptr,
-                       ohwi + (o0 * taps + tap) * g.C + c0,
-                       taps * g.C,
-                       u0 == 0,
-                       u1 == total_rows};
-          const int R = static_cast<int>(std::min<int64_t>(kTileRows, g.O - o0));
-          const int V = static_cast<int>(std::min<int64_t>(kTileVectors, (g.C - c0) / 16));
-          kTiles[V - 1][R - 1](g, t, x);
-        }
-    }
-    // A block's bias sums are kept by the thread holding its first tap (blocks may be split).
-    const int64_t bias_begin = (job_begin + taps - 1) / taps * kTileRows;
-    for (int64_t o = bias_begin; bias && o < o_last; ++o) bias[o] = bias_part[o - o_begin];
+  Tensor ohwi = direct ? Tensor() : empty({g.O * taps * g.C}, TensorOptions(DType::BF16));
+  Tensor bias = gb ? empty({g.O}, TensorOptions(DType::F32)) : Tensor();
+  const Work w{g,
+               gy,
+               gy_layout,
+               x,
+               taps,
+               (g.O + kTileRows - 1) / kTileRows,
+               rows,
+               total_rows,
+               partial.defined() ? partial.data<float>() : nullptr,
+               direct ? gw : static_cast<uint16_t*>(ohwi.raw_data()),
+               gb ? bias.data<float>() : nullptr};
+  const int64_t threads = std::min<int64_t>(get_num_threads(), w.o_blocks * taps);
+  parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) run_jobs(w, first_job(w, t, threads), first_job(w, t + 1, threads));
   });
 
   if (!direct)  // OHWI -> OIHW
     parallel_for(0, g.O, 1, [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o)
         for (int64_t tap = 0; tap < taps; ++tap)
-          for (int64_t c = 0; c < g.C; ++c) gw[(o * g.C + c) * taps + tap] = ohwi[(o * taps + tap) * g.C + c];
+          for (int64_t c = 0; c < g.C; ++c) gw[(o * g.C + c) * taps + tap] = w.ohwi[(o * taps + tap) * g.C + c];
     });
-  for (int64_t o = 0; gb && o < g.O; ++o) gb[o] = bf16::from_float(bias[o]);
+  for (int64_t o = 0; gb && o < g.O; ++o) gb[o] = bf16::from_float(w.bias[o]);
 }
 
 ChannelBlockedLayout nhwc_layout(int64_t C, int64_t H, int64_t W) { return {H * W * C, W * C, C, 16}; }

@@ -270,6 +270,8 @@ TEST(ConvKernels, WeightGradRule) {
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::OneDnn);
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Paired, true), P::Paired);
   q.C = 256;
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::OneDnn);
+  q.C = 512;
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::Paired);
   EXPECT_EQ(cpu::parse_weight_grad_setting(nullptr), S::Auto);
   EXPECT_EQ(cpu::parse_weight_grad_setting("auto"), S::Auto);

@@ -48,8 +48,9 @@ bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
                                    const Tensor& gb);
 // Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): oneDNN's
 // where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
-// feeds fewer than 256 products (kH * kW * C: ResNet's 1x1 expansions), as repacking gy then costs
-// more than the paired kernel saves (docs/PERF.md); the paired kernel otherwise.
+// feeds 256 products or fewer (kH * kW * C: ResNet's 1x1 layers on up to 256 channels), as
+// repacking gy then costs more than the paired kernel saves (docs/PERF.md); the paired kernel
+// otherwise.
 // FT_CONV_WEIGHT_GRAD=paired or onednn forces one (A/B runs; tests of either on any machine).
 enum class WeightGradPath { Paired, OneDnn };
 enum class WeightGradSetting { Auto, Paired, OneDnn };

@@ -426,7 +426,7 @@ WeightGradSetting parse_weight_grad_setting(const char* value) {
 WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx) {
   if (setting != WeightGradSetting::Auto)
     return setting == WeightGradSetting::Paired ? WeightGradPath::Paired : WeightGradPath::OneDnn;
-  const bool enough_products_per_gradient = p.kH * p.kW * p.C >= 256;
+  const bool enough_products_per_gradient = p.kH * p.kW * p.C > 256;
   return !onednn_has_amx && enough_products_per_gradient ? WeightGradPath::Paired : WeightGradPath::OneDnn;
 }
 

@@ -422,7 +422,8 @@ TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   const int threads = get_num_threads();
   for (const Cfg& k : {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
                        Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true},
-                       Cfg{32, 48, 16, 2, DType::BF16, false}}) {
+                       Cfg{32, 48, 16, 2, DType::BF16, false},
+                       Cfg{32, 256, 16, 1, DType::BF16, true}}) {  // paired: summed in 2 chunks
     const cpu::ConvParams p = conv3x3(8, k.C, k.O, k.HW, k.stride, k.channels_last);
     SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " " +
                  dtype_name(k.dt) + (k.channels_last ? " nhwc " : " nchw ") +

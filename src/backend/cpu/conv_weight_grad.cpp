@@ -179,13 +179,13 @@ FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
-      float* partial = t.partial + r * g.C + v * 16;
-      const __m512 sum = t.first ? s[r][v] : _mm512_add_ps(_mm512_loadu_ps(partial), s[r][v]);
+      // partial is null with a single chunk (first and last): no address is formed from it then.
+      const __m512 sum = t.first ? s[r][v] : _mm512_add_ps(_mm512_loadu_ps(t.partial + r * g.C + v * 16), s[r][v]);
       if (t.last)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.out + r * t.out_stride + v * 16),
                             (__m256i)_mm512_cvtneps_pbh(sum));
       else
-        _mm512_storeu_ps(partial, sum);
+        _mm512_storeu_ps(t.partial + r * g.C + v * 16, sum);
     }
 }
 

@@ -45,11 +45,9 @@ struct Geometry {
 
 // vpermt2w indices taking word j of the first source to word 2j and word j of the second to
 // word 2j + 1: sixteen (image n, image n+1) pairs.
-FT_AVX512_KERNEL __m512i pair_indices() {
-  alignas(64) uint16_t idx[32];
-  for (int j = 0; j < 16; ++j) idx[2 * j] = static_cast<uint16_t>(j), idx[2 * j + 1] = static_cast<uint16_t>(32 + j);
-  return _mm512_load_si512(idx);
-}
+alignas(64) constexpr uint16_t kPairIndex[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                 8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+FT_AVX512_KERNEL inline __m512i pair_indices() { return _mm512_load_si512(kPairIndex); }
 
 FT_AVX512_KERNEL inline __m512i pair_up(const uint16_t* a, const uint16_t* b, __m512i idx) {
   const __m512i va = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
@@ -102,16 +100,26 @@ FT_AVX512_KERNEL void prefetch_input_slice(const Geometry& g, const uint16_t* x,
   const int64_t first_pair = u0 / g.OH, last_pair = (u1 - 1) / g.OH;
   const int64_t lines = (last_pair - first_pair + 1) * 2 * span * g.W;
   const int64_t begin = lines * part / parts, end = lines * (part + 1) / parts;
+  // Position k of the slice is column k % W of row (k / W) % span of image (k / W / span) % 2 of
+  // pair first_pair + k / W / span / 2: decomposed once, then stepped.
+  int64_t w = begin % g.W, r = begin / g.W % span, image = begin / g.W / span % 2;
+  int64_t pair = first_pair + begin / g.W / span / 2;
   for (int64_t k = begin; k < end; ++k) {
-    const int64_t w = k % g.W, r = (k / g.W) % span, image = (k / g.W / span) % 2,
-                  pair = first_pair + k / g.W / span / 2;
     const int64_t n = 2 * pair + image;
-    const int64_t i0 = pair == first_pair ? u0 % g.OH : 0;
-    const int64_t h = i0 * g.sh - g.ph + r;
-    if (n >= g.N || h < 0 || h >= g.H) continue;
-    const char* a = reinterpret_cast<const char*>(x + n * g.x.n_stride + h * g.x.h_stride + w * g.x.w_stride +
-                                                  (c0 / 16) * g.x.block_stride);
-    for (int v = 0; v < kTileVectors && c0 + 16 * v < g.C; ++v) _mm_prefetch(a + v * g.x.block_stride * 2, _MM_HINT_T1);
+    const int64_t h = (pair == first_pair ? u0 % g.OH : 0) * g.sh - g.ph + r;
+    if (n < g.N && h >= 0 && h < g.H) {
+      const char* a = reinterpret_cast<const char*>(x + n * g.x.n_stride + h * g.x.h_stride + w * g.x.w_stride +
+                                                    (c0 / 16) * g.x.block_stride);
+      for (int v = 0; v < kTileVectors && c0 + 16 * v < g.C; ++v)
+        _mm_prefetch(a + v * g.x.block_stride * 2, _MM_HINT_T1);
+    }
+    if (++w < g.W) continue;
+    w = 0;
+    if (++r < span) continue;
+    r = 0;
+    if (++image < 2) continue;
+    image = 0;
+    ++pair;
   }
 }
 

@@ -12,9 +12,11 @@
 # Results go to $OUT (the device tool's folder) or build/gpu/results: tests.txt (every test
 # binary's output), bench.jsonl (every JSON line), gpu.txt. The summary is printed last.
 # Usage: scripts/gpu-check.sh [tests|bench|all (default)] [gtest filter (default *)]
-#   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl ..." picks the benchmark rows
-#     (workload:precision:batch, ":cl" for channels-last images); each fasttrain run also counts
-#     the host-device synchronisations of one step (bench --detect-sync, "syncs" column);
+#   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl:graphs ..." picks the benchmark rows
+#     (workload:precision:batch, then ":cl" for channels-last images, ":graphs" for fasttrain's
+#     step as a CUDA graph; PyTorch runs once per workload, precision, batch and layout, eager);
+#     each fasttrain run also counts the host-device synchronisations of one step (bench
+#     --detect-sync, "syncs" column);
 #   FT_GPU_PROFILE="gpt2-124m:bf16:16 resnet50:bf16:128:cl" also prints those rows' time per op
 #     (bench --profile);
 #   FT_GPU_AB="gpt2-124m:bf16:16" runs that row's fasttrain step again with the fused kernels'
@@ -72,25 +74,32 @@ if [ "$what" != tests ]; then
   : >"$out/bench.jsonl"
   : >"$out/syncs.txt"
   peer="${FT_PEER_PYTHON:-python3}"
-  printf '%-13s %-6s %6s %12s %12s %8s %6s\n' workload prec batch fasttrain_ms pytorch_ms ratio syncs \
+  printf '%-20s %-6s %6s %12s %12s %8s %6s\n' workload prec batch fasttrain_ms pytorch_ms ratio syncs \
     >"$out/bench.txt"
+  declare -A peer_line
   ms() { sed -nE 's/.*"ms_per_step": ([0-9.]+).*/\1/p' <<<"$1"; }
-  # workload:precision:batch[:cl]
-  for row in ${FT_GPU_ROWS:-mlp:fp32:256 gpt-mini:fp32:16 gpt-mini:bf16:16 gpt2-124m:bf16:16 resnet50:bf16:128:cl}; do
-    IFS=: read -r w p b layout <<<"$row"
-    cl=()
-    [ "${layout:-}" = cl ] && cl=(--channels-last)
+  # workload:precision:batch[:cl][:graphs]
+  for row in ${FT_GPU_ROWS:-mlp:fp32:256:graphs mlp:fp32:256 gpt-mini:bf16:16:graphs gpt-mini:bf16:16 gpt-mini:fp32:16:graphs gpt2-124m:bf16:16:graphs resnet50:bf16:128:cl:graphs resnet50:bf16:128:cl}; do
+    IFS=: read -r w p b flags <<<"$row"
+    cl=() graphs=() layout=""
+    [[ ":$flags:" == *:cl:* ]] && cl=(--channels-last) layout=cl
+    [[ ":$flags:" == *:graphs:* ]] && graphs=(--cuda-graphs)
     ft=$("$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
-      "${cl[@]}" --detect-sync 2>"$out/ft-stderr.txt" | tail -1)
-    grep -h "host-device" "$out/ft-stderr.txt" | sed "s/^/$w $p $b ${layout:-}: /" >>"$out/syncs.txt"
-    [ -n "$ft" ] || tail -5 "$out/ft-stderr.txt" >>"$out/bench.txt"
-    pt=$("$peer" bench/torch_bench.py --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
-      "${cl[@]}" 2>&1 | tail -1)
-    printf '%s\n%s\n' "$ft" "$pt" >>"$out/bench.jsonl"
+      "${cl[@]}" "${graphs[@]}" --detect-sync 2>/tmp/ft-stderr.txt | tail -1)
+    grep -h "host-device\|cuda graphs" /tmp/ft-stderr.txt | sed "s/^/$row: /" >>"$out/syncs.txt"
+    [ -n "$ft" ] || tail -5 /tmp/ft-stderr.txt >>"$out/bench.txt"
+    key="$w:$p:$b:$layout"
+    if [ -z "${peer_line[$key]:-}" ]; then
+      peer_line[$key]=$("$peer" bench/torch_bench.py --device cuda --workload "$w" --precision "$p" --batch "$b" \
+        --steps 20 --warmup 5 "${cl[@]}" 2>&1 | tail -1)
+      printf '%s\n' "${peer_line[$key]}" >>"$out/bench.jsonl"
+    fi
+    pt=${peer_line[$key]}
+    printf '%s\n' "$ft" >>"$out/bench.jsonl"
     a=$(ms "$ft") c=$(ms "$pt")
     r=$(awk -v a="${a:-0}" -v c="${c:-0}" 'BEGIN { if (a > 0) printf "%.2f", c / a; else print "-" }')
     n=$(sed -nE 's/.*"host_syncs_per_step": ([0-9]+).*/\1/p' <<<"$ft")
-    printf '%-13s %-6s %6s %12s %12s %8s %6s\n' "$w${layout:+:$layout}" "$p" "$b" "${a:-fail}" "${c:-fail}" "$r" \
+    printf '%-20s %-6s %6s %12s %12s %8s %6s\n' "$w${flags:+:$flags}" "$p" "$b" "${a:-fail}" "${c:-fail}" "$r" \
       "${n:--}" >>"$out/bench.txt"
   done
   # The fused kernels' effect: the same fasttrain step with their switches off, alternating.
@@ -106,16 +115,22 @@ if [ "$what" != tests ]; then
     done
   done
   for row in ${FT_GPU_PROFILE:-}; do
-    IFS=: read -r w p b layout <<<"$row"
+    IFS=: read -r w p b flags <<<"$row"
     cl=()
-    [ "${layout:-}" = cl ] && cl=(--channels-last)
+    [[ ":$flags:" == *:cl:* ]] && cl=(--channels-last)
     "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 5 --warmup 3 \
       "${cl[@]}" --profile 2 >>"$out/bench.txt" 2>&1
   done
-  # The Trainer on the GPU: the README's default run, shortened.
-  (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --max-steps 300 --detect-sync --run-dir /tmp/ft-gpu-run) \
-    >"$out/train.txt" 2>&1 || { echo "gpu-check: fasttrain train --device cuda failed"; status=1; }
-  { grep "detect-sync" "$out/train.txt" | head -5; tail -4 "$out/train.txt"; } >>"$out/bench.txt"
+  # The Trainer on the GPU: the README's default run, shortened, eagerly and with its step as a
+  # CUDA graph (the losses must agree, bit for bit).
+  for graphs in true false; do
+    rm -rf /tmp/ft-gpu-run
+    (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --max-steps 300 --detect-sync --cuda-graphs $graphs \
+      --run-dir /tmp/ft-gpu-run) >"$out/train-graphs-$graphs.txt" 2>&1 ||
+      { echo "gpu-check: fasttrain train --device cuda --cuda-graphs $graphs failed"; status=1; }
+    { echo "train --cuda-graphs $graphs:"; grep "detect-sync\|cuda graphs" "$out/train-graphs-$graphs.txt" | head -5
+      tail -4 "$out/train-graphs-$graphs.txt"; } >>"$out/bench.txt"
+  done
 fi
 
 echo "--- summary"

@@ -115,6 +115,45 @@ TEST(TrainStep, ClipByValueBoundsEveryGradientElement) {
                      "gradient_clip_algorithm: expected norm or value");
 }
 
+// step(batch tensors, loss) splits every tensor of the batch into the micro-batches and returns
+// each micro-batch's outputs in order; it trains exactly as step(input, target). On the CPU
+// cuda_graphs changes nothing.
+TEST(TrainStep, BatchStepSplitsEveryTensorAndReturnsOutputs) {
+  StepOptions so;
+  so.accumulate = 2;
+  Generator ga(9), gb(9);
+  bench::Workload a = bench::make_workload("mlp", 8, ga), b = bench::make_workload("mlp", 8, gb);
+  auto oa = bench::make_bench_optimizer(*a.model), ob = bench::make_bench_optimizer(*b.model);
+  StepRunner ra(
+      *a.model, *oa, [](const Tensor& o, const Tensor& y) { return cross_entropy(o, y); }, so);
+  so.cuda_graphs = true;
+  StepRunner rb(*b.model, *ob, so);
+  for (int s = 0; s < 5; ++s) {
+    const Tensor la = ra.step(a.inputs, a.targets);
+    const StepResult r = rb.step({b.inputs, b.targets}, [&](const std::vector<Tensor>& t, std::vector<Tensor>& out) {
+      EXPECT_EQ(t[0].size(0), 4);
+      EXPECT_EQ(t[1].size(0), 4);
+      Tensor logits = b.model->forward(t[0]);
+      out.push_back(argmax(logits, 1));
+      return cross_entropy(logits, t[1]);
+    });
+    EXPECT_EQ(la.item<double>(), r.loss.item<double>()) << "step " << s;
+    ASSERT_EQ(r.outputs.size(), 2u);
+    EXPECT_EQ(r.outputs[0].shape(), Shape({4}));
+    EXPECT_FALSE(r.outputs[1].requires_grad());
+  }
+  EXPECT_FALSE(rb.graph_captured());
+  EXPECT_EQ(rb.graph_refused(), "");
+  const std::vector<Tensor> pa = a.model->parameters(), pb = b.model->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].to_vector(), pb[i].to_vector()) << "parameter " << i;
+  test::expect_error(
+      [&] {
+        rb.step({b.inputs, b.targets.narrow(0, 0, 6)}, nullptr);
+      },
+      "expected a batch whose tensors share a first dim");
+}
+
 // Every precision mode trains the char task; bf16-true keeps bf16 weights, fp16-mixed logs its
 // loss scale, and each resumes exactly.
 TEST(Trainer, PrecisionModesTrainAndResumeExactly) {

@@ -61,6 +61,9 @@ int run_bench_command(const std::vector<std::string>& args) {
   app.add_flag("--detect-sync", o.detect_sync,
                "count and name the host-device synchronisations of one untimed step (after the warm-up) and "
                "print them to stderr");
+  app.add_flag("--cuda-graphs", o.cuda_graphs,
+               "CUDA: capture the whole step as a CUDA graph after the warm-up and replay it (what cannot be "
+               "captured is reported on stderr and the step runs eagerly)");
   std::string device = "cpu";
   app.add_option("--device", device, "cpu, cuda or cuda:N (model and batch on that device)")->capture_default_str();
 

@@ -58,7 +58,7 @@ std::unique_ptr<optim::Optimizer> make_bench_optimizer(const nn::Module& model);
 // `accumulate` equal micro-batches of the fixed batch when asked (fasttrain's own rows; the peer
 // has none).
 std::unique_ptr<train::StepRunner> make_step_runner(Workload& w, optim::Optimizer& opt, train::Precision precision,
-                                                    int64_t accumulate = 1);
+                                                    int64_t accumulate = 1, bool cuda_graphs = false);
 // BENCH.md's name of a precision in the JSON line: fp32, bf16, fp16 (mixed modes), else
 // Lightning's name (tf32, bf16-true).
 const char* bench_precision_name(train::Precision p);
@@ -73,6 +73,7 @@ struct BenchOptions {
   Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
   int profile_steps = 0;           // > 0: after the timed steps, that many profiled ones (profile_table)
   bool detect_sync = false;        // one untimed step under a SyncTracker (host_syncs)
+  bool cuda_graphs = false;        // CUDA: the step captured after the warm-up and replayed (StepOptions)
   int threads = 0;                 // 0: all cores
   int steps = 10;                  // timed steps; the median is reported
   int warmup = 3;
@@ -88,6 +89,8 @@ struct BenchResult {
   int64_t accumulate = 1;
   bool checkpoint_blocks = false;
   bool channels_last = false;
+  bool cuda_graphs = false;          // the timed steps were graph replays
+  std::string graph_refused;         // why not, when graphs were asked for and the capture was refused
   int64_t peak_allocated_bytes = 0;  // allocator high-water mark over the timed steps
   int64_t batch = 0;
   int threads = 0;
@@ -119,9 +122,9 @@ BenchResult run_bench(const BenchOptions& options);
 // The JSON line of BENCH.md, formatted as Python's json.dumps formats the peer's (same field order
 // and rounding: ms 3 decimals, throughput 1, loss 4), then the engine's own fields: "cpu_isa" (as
 // the peer writes it), "cpu" (vendor, family and model from CPUID), "model_flops", "peak_gflops" (1 decimal),
-// "peak_fraction" (4 decimals), "half_gemm" for the 16-bit precisions; runs with accumulate > 1, checkpointed blocks or
-// channels-last add "accumulate" / "checkpoint_blocks" / "channels_last" and every line ends
-// with "peak_mem_mb".
+// "peak_fraction" (4 decimals), "half_gemm" for the 16-bit precisions; runs with accumulate > 1, checkpointed blocks,
+// channels-last or CUDA graphs add "accumulate" / "checkpoint_blocks" / "channels_last" / "cuda_graphs" and every line
+// ends with "peak_mem_mb".
 std::string to_json_line(const BenchResult& result);
 
 }  // namespace ft::bench

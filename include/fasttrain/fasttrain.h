@@ -9,6 +9,7 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
+#include "fasttrain/cuda_graph.h"
 #include "fasttrain/device.h"
 #include "fasttrain/dtype.h"
 #include "fasttrain/error.h"

@@ -105,6 +105,11 @@ class Optimizer {
   std::string name() const { return optimizer_name(kind()); }
   // Calls of step(), skipped ones included (the per-parameter "step" state counts real updates).
   int64_t step_count() const { return step_count_; }
+  // CUDA graphs (StepRunner): a replay ran this optimizer's captured step, so the host's part of
+  // a step follows (the step count, the parameters' version counters) ...
+  virtual void replayed_step() { ++step_count_; }
+  // ... and a capture that failed after the step was recorded ran nothing: the count goes back.
+  void undo_captured_step(int64_t step_count_before) { step_count_ = step_count_before; }
 
  protected:
   explicit Optimizer(std::vector<ParamGroup> groups);

@@ -103,9 +103,12 @@ struct TrainerConfig {
   bool cycle_momentum = true;                       // onecycle, cyclic
   double base_momentum = 0.85, max_momentum = 0.95;  // onecycle, cyclic
   // --- precision and memory ---
-  std::string precision = "32";             // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
-  bool checkpoint_blocks = false;           // activation checkpointing of every transformer / residual block
-  bool channels_last = false;               // NHWC weights and image batches for convolution models
+  std::string precision = "32";    // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
+  bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
+  bool channels_last = false;      // NHWC weights and image batches for convolution models
+  // CUDA: capture the step once and replay it (StepOptions). Off by default until its tests have
+  // run on a GPU (docs/PERF.md, 2026-11-27 eleventh session).
+  bool cuda_graphs = false;
   std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
   std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
   int64_t max_batch_size = 4096;            // batch-size finder: upper bound
@@ -239,6 +242,10 @@ void visit_fields(Config& c, V&& visitor) {
   v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true", locked);
   v("checkpoint_blocks", c.checkpoint_blocks,
     "activation checkpointing: recompute each transformer/residual block in backward to save memory");
+  v("cuda_graphs", c.cuda_graphs,
+    "CUDA: capture the whole training step as a CUDA graph after 3 eager steps and replay it for batches of the "
+    "same shapes (accumulate 1, one process); what cannot be captured (dropout, a host read) is reported and the "
+    "steps run eagerly");
   v("channels_last", c.channels_last,
     "channels-last (NHWC) memory format for the model's 4-d weights and the image batches (convolution models)");
   v("memory_limit", c.memory_limit,

@@ -50,7 +50,18 @@ struct StepOptions {
   ClipAlgorithm clip_algorithm = ClipAlgorithm::Norm;
   double clip = 0;                // 0: no clipping
   amp::GradScalerOptions scaler;  // used in FP16Mixed only
+  // CUDA graphs (--cuda-graphs): after kGraphWarmupSteps eager steps, step() captures the whole
+  // step (zero_grad, forward, backward, unscale, clip, optimizer step, scaler update) once and
+  // replays it for every batch of the same shapes and dtypes; a batch of other shapes runs
+  // eagerly. A step that cannot be captured (a host read such as item(), dropout) is reported
+  // once on stderr with what refused it, and steps run eagerly from then on. No effect on the
+  // CPU, with gradient synchronisation (DDP), or through forward_backward()/optimizer_step().
+  bool cuda_graphs = false;
 };
+
+// Eager steps before the capture: cuDNN's algorithm search, the optimizer's state and the scalar
+// constants are made during them (none of these can be captured).
+inline constexpr int64_t kGraphWarmupSteps = 3;
 
 // Gradient synchronisation between data-parallel replicas, called by StepRunner around each
 // micro-batch's backward and before clipping and the optimizer step (src/dist/ddp.h is DDP's).
@@ -85,6 +96,16 @@ class GradSync {
 using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
 // A micro-batch's forward to its scalar loss (a TrainModule's training_step).
 using LossOf = std::function<Tensor()>;
+// A micro-batch's forward from its tensors to its scalar loss; it may append tensors it wants back
+// (metrics) to `outputs`.
+using BatchLoss = std::function<Tensor(const std::vector<Tensor>& batch, std::vector<Tensor>& outputs)>;
+
+// What StepRunner::step returns: the mean micro-batch loss and every micro-batch's `outputs`, in
+// order, detached (with CUDA graphs, copies of what the replay wrote).
+struct StepResult {
+  Tensor loss;
+  std::vector<Tensor> outputs;
+};
 
 class StepRunner {
  public:
@@ -93,6 +114,9 @@ class StepRunner {
   StepRunner(nn::Module& model, optim::Optimizer& optimizer, StepOptions options);
   // For a one-input model and a loss of (output, target): forward_backward(input, target) too.
   StepRunner(nn::UnaryModule& model, optim::Optimizer& optimizer, LossFn loss, StepOptions options);
+  ~StepRunner();
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
 
   // Forward and backward of one micro-batch: the loss is divided by `accumulate` (and scaled in
   // FP16Mixed) before backward. The first micro-batch of a step clears the gradients (to none).
@@ -106,6 +130,10 @@ class StepRunner {
   // Runs a whole step on one batch split into `accumulate` equal micro-batches (the batch's
   // first dim must divide evenly); returns the mean micro-batch loss (detached).
   Tensor step(const Tensor& input, const Tensor& target);
+  // The same for any model: `batch`'s tensors (rows first, all with the same rows) are split into
+  // micro-batches, each handed to `loss_of`. With cuda_graphs, this is the step captured and
+  // replayed (`loss_of` then runs only in the eager and captured steps).
+  StepResult step(const std::vector<Tensor>& batch, const BatchLoss& loss_of);
 
   // The global gradient norm before clipping of the last step (0-d tensor; undefined when
   // clipping by norm is off). Reading it syncs with the device: log intervals only.
@@ -119,6 +147,10 @@ class StepRunner {
   DType autocast_dtype() const;
   // Synchronise gradients through `sync` (not owned; null: none), e.g. across DDP replicas.
   void set_grad_sync(GradSync* sync) { sync_ = sync; }
+  // With cuda_graphs: whether step() replays a captured graph now, and why it does not when a
+  // capture was refused ("" otherwise).
+  bool graph_captured() const;
+  const std::string& graph_refused() const { return graph_refused_; }
 
  private:
   nn::Module& model_;
@@ -131,6 +163,15 @@ class StepRunner {
   int64_t micro_ = 0;  // micro-batches run in the current step
   Tensor grad_norm_;
   GradSync* sync_ = nullptr;
+
+  struct GraphedStep;  // train_step.cpp
+  std::unique_ptr<GraphedStep> graphed_;
+  int64_t eager_graph_steps_ = 0;  // eager steps towards kGraphWarmupSteps
+  std::string graph_refused_;
+  StepResult eager_step(const std::vector<Tensor>& batch, const BatchLoss& loss_of);
+  bool wants_graph(const std::vector<Tensor>& batch) const;
+  StepResult graphed_step(const std::vector<Tensor>& batch, const BatchLoss& loss_of);
+  StepResult replay(const std::vector<Tensor>& batch);
 };
 
 }  // namespace ft::train

@@ -4,6 +4,7 @@
 // lets the same binary run on machines without a driver.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "fasttrain/device.h"
@@ -33,6 +34,16 @@ struct CudaHooks {
   void (*event_synchronize)(void* event) = nullptr;          // host waits
   bool (*event_query)(void* event) = nullptr;                // true once the recorded work is done
 
+  // CUDA graphs (fasttrain/cuda_graph.h). begin: stream capture on `stream` (relaxed mode), this
+  // thread's allocations from the allocator's `pool`; end: the instantiated cudaGraphExec_t
+  // (throws GraphCaptureError); abort: ends a failed capture, true when the runtime had
+  // invalidated it; destroy: the executable graph, then its pool.
+  void (*graph_begin)(Stream stream, uint64_t pool) = nullptr;
+  void* (*graph_end)(Stream stream) = nullptr;
+  bool (*graph_abort)(Stream stream) noexcept = nullptr;
+  void (*graph_launch)(void* exec, Stream stream) = nullptr;
+  void (*graph_destroy)(void* exec, uint64_t pool) noexcept = nullptr;
+
   // Page-locked host memory (cudaHostAlloc), cached; see pinned_host_allocator().
   Allocator* pinned_allocator = nullptr;
 };
@@ -43,6 +54,6 @@ CudaHooks& cuda_hooks();
 // backend's blocking copies, stream and event waits, flag read-backs and cudaFree. One relaxed
 // load when no tracker is alive.
 void note_host_sync(const std::string& what);
-bool host_sync_tracking();  // whether a tracker is alive: callers that build a name check first
+bool host_sync_tracking();  // a tracker is alive or a graph captures: callers that build a name check first
 
 }  // namespace ft

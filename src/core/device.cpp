@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "backend/cuda_hooks.h"
+#include "fasttrain/cuda_graph.h"
 #include "fasttrain/error.h"
 
 namespace ft {
@@ -97,9 +98,11 @@ std::vector<SyncTracker*>& trackers() {
 }
 }  // namespace
 
-bool host_sync_tracking() { return live_trackers.load(std::memory_order_relaxed) > 0; }
+bool host_sync_tracking() { return live_trackers.load(std::memory_order_relaxed) > 0 || capturing_graph() != nullptr; }
 
 void note_host_sync(const std::string& what) {
+  if (capturing_graph() != nullptr)  // a graph's replay cannot stop for the host
+    throw GraphCaptureError(what + " waits for the device, which a CUDA graph cannot do");
   if (!host_sync_tracking()) return;
   std::lock_guard<std::mutex> lock(trackers_mu);
   for (SyncTracker* t : trackers()) {

@@ -6,6 +6,7 @@
 #include "backend/kernels.h"
 #include "backend/random_math.h"
 #include "fasttrain/autograd.h"
+#include "fasttrain/cuda_graph.h"
 
 namespace ft {
 
@@ -23,6 +24,10 @@ void Generator::set_state(GeneratorState s) {
 }
 uint64_t Generator::seed() const { return state().seed; }
 uint64_t Generator::reserve(uint64_t blocks) {
+  // Every draw comes through here (dropout, attention dropout, random fills): a replay would
+  // repeat the counters captured, so the same "random" numbers every step.
+  refuse_in_graph_capture("random numbers (dropout, random fills)",
+                          "the generator's counter is a host value a replay would repeat");
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t base = state_.offset;
   state_.offset += blocks;

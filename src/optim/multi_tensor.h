@@ -33,6 +33,7 @@ class MultiTensorOptimizer : public Optimizer {
   void step(const Tensor& found_inf) final { run_step(&found_inf); }
   TensorMap state_tensors() const override;
   void load_state_tensors(const TensorMap& state) override;
+  void replayed_step() override { finish_step(); }
 
  protected:
   explicit MultiTensorOptimizer(std::vector<ParamGroup> groups);

@@ -160,10 +160,11 @@ const char* bench_precision_name(train::Precision p) {
 }
 
 std::unique_ptr<train::StepRunner> make_step_runner(Workload& w, optim::Optimizer& opt, train::Precision precision,
-                                                    int64_t accumulate) {
+                                                    int64_t accumulate, bool cuda_graphs) {
   train::StepOptions so;
   so.precision = precision;
   so.accumulate = accumulate;
+  so.cuda_graphs = cuda_graphs;
   return std::make_unique<train::StepRunner>(*w.model, opt, f32_cross_entropy, so);
 }
 
@@ -268,7 +269,7 @@ BenchResult run_bench(const BenchOptions& o) {
       ddp = std::make_unique<dist::DataParallel>(*w.model, comm);
     }
   }
-  auto runner = make_step_runner(w, *opt, o.precision, o.accumulate);
+  auto runner = make_step_runner(w, *opt, o.precision, o.accumulate, o.cuda_graphs);
   runner->set_grad_sync(ddp ? static_cast<train::GradSync*>(ddp.get()) : zero.get());
   BenchResult r;
   // The job's step: every rank's rows (the peak below is the job's too: every rank's threads).
@@ -301,7 +302,10 @@ BenchResult run_bench(const BenchOptions& o) {
   // (torch.backends.cudnn.benchmark = True), during the warm-up.
   const CudnnBenchmarkGuard cudnn_autotune(device.is_cuda());
   const Stream stream = current_stream(device);
-  for (int i = 0; i < o.warmup; ++i) runner->step(w.inputs, w.targets);
+  // With graphs, the warm-up covers the eager steps before the capture and the capture itself.
+  const int64_t warmup =
+      o.cuda_graphs && device.is_cuda() ? std::max<int64_t>(o.warmup, train::kGraphWarmupSteps + 1) : o.warmup;
+  for (int64_t i = 0; i < warmup; ++i) runner->step(w.inputs, w.targets);
   synchronize(stream);
   if (o.detect_sync) {
     {
@@ -351,6 +355,8 @@ BenchResult run_bench(const BenchOptions& o) {
   r.accumulate = o.accumulate;
   r.checkpoint_blocks = o.checkpoint_blocks;
   r.channels_last = o.channels_last && w.inputs.dim() == 4;
+  r.cuda_graphs = runner->graph_captured();
+  r.graph_refused = runner->graph_refused();
   std::vector<double> sorted = r.step_ms;
   std::sort(sorted.begin(), sorted.end());
   r.ms_per_step = sorted[sorted.size() / 2];  // the peer's median: upper middle for even counts
@@ -404,6 +410,7 @@ std::string to_json_line(const BenchResult& r) {
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   if (r.channels_last) s += ", \"channels_last\": true";
+  if (r.cuda_graphs) s += ", \"cuda_graphs\": true";
   if (r.host_syncs_per_step >= 0) s += ", \"host_syncs_per_step\": " + std::to_string(r.host_syncs_per_step);
   if (r.world_size > 1)
     s += ", \"strategy\": \"" + r.strategy + "\", \"world_size\": " + std::to_string(r.world_size) +

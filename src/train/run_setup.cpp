@@ -32,6 +32,7 @@ StepOptions step_options(const TrainerConfig& c) {
   so.accumulate = c.accumulate;
   so.clip = c.grad_clip;
   so.clip_algorithm = clip_algorithm_from_name(c.gradient_clip_algorithm);
+  so.cuda_graphs = c.cuda_graphs;
   return so;
 }
 

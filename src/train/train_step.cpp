@@ -2,12 +2,14 @@
 // optimizer step and loss scaling, in the order Lightning applies them.
 #include "fasttrain/train_step.h"
 
+#include <cstdio>
 #include <iterator>
 
 #include "core/fault_injection.h"
 #include "core/name_table.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
+#include "fasttrain/cuda_graph.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/profiler.h"
 
@@ -171,19 +173,145 @@ void StepRunner::optimizer_step() {
   if (sync_ != nullptr) sync_->after_step();
 }
 
-Tensor StepRunner::step(const Tensor& input, const Tensor& target) {
+StepResult StepRunner::eager_step(const std::vector<Tensor>& batch, const BatchLoss& loss_of) {
   const int64_t n = options_.accumulate;
-  FT_CHECK(input.dim() >= 1 && input.size(0) % n == 0 && target.size(0) == input.size(0),
-           "StepRunner::step: expected a batch whose first dim divides into accumulate = ", n, " micro-batches (input ",
-           input.shape().str(), ", target ", target.shape().str(), ")");
-  const int64_t micro = input.size(0) / n;
-  Tensor loss_sum;
+  FT_CHECK(!batch.empty() && batch[0].dim() >= 1, "StepRunner::step: expected a batch of tensors with rows first");
+  const int64_t rows = batch[0].size(0);
+  for (const Tensor& t : batch)
+    FT_CHECK(t.dim() >= 1 && t.size(0) == rows && rows % n == 0,
+             "StepRunner::step: expected a batch whose tensors share a first dim that divides into accumulate = ", n,
+             " micro-batches (found ", batch[0].shape().str(), " and ", t.shape().str(), ")");
+  const int64_t micro = rows / n;
+  StepResult r;
+  std::vector<Tensor> slices(batch.size());
   for (int64_t i = 0; i < n; ++i) {
-    Tensor l = forward_backward(input.narrow(0, i * micro, micro), target.narrow(0, i * micro, micro));
-    loss_sum = loss_sum.defined() ? add(loss_sum, l) : l;
+    for (size_t k = 0; k < batch.size(); ++k) slices[k] = n > 1 ? batch[k].narrow(0, i * micro, micro) : batch[k];
+    Tensor l = forward_backward([&] { return loss_of(slices, r.outputs); });
+    r.loss = r.loss.defined() ? add(r.loss, l) : l;
   }
   optimizer_step();
-  return n > 1 ? div(loss_sum, static_cast<double>(n)) : loss_sum;
+  if (n > 1) r.loss = div(r.loss, static_cast<double>(n));
+  for (Tensor& t : r.outputs) t = t.detach();
+  return r;
+}
+
+StepResult StepRunner::step(const std::vector<Tensor>& batch, const BatchLoss& loss_of) {
+  if (!wants_graph(batch)) return eager_step(batch, loss_of);
+  return graphed_step(batch, loss_of);
+}
+
+Tensor StepRunner::step(const Tensor& input, const Tensor& target) {
+  FT_CHECK(unary_ != nullptr && loss_,
+           "StepRunner: step(input, target) needs the runner built with a one-input model and a loss; give the "
+           "forward as a closure instead");
+  FT_CHECK(input.dim() >= 1 && target.dim() >= 1 && target.size(0) == input.size(0),
+           "StepRunner::step: expected an input and a target with the same rows (input ", input.shape().str(),
+           ", target ", target.shape().str(), ")");
+  return step({input, target}, [this](const std::vector<Tensor>& b,
+                                      std::vector<Tensor>&) { return loss_((*unary_)(model_input(b[0])), b[1]); })
+      .loss;
+}
+
+// --- CUDA graphs ------------------------------------------------------------------------------------
+
+namespace {
+
+struct TensorLayout {
+  Shape shape;
+  Strides strides;
+  DType dtype;
+};
+
+}  // namespace
+
+// A captured step and what its replays read and write: each batch is copied into `batch` before a
+// replay; `result`, `grad_norm` and the gradients are the tensors the capture made, which every
+// replay overwrites.
+struct StepRunner::GraphedStep {
+  explicit GraphedStep(Device device) : graph(device) {}
+  CudaGraph graph;
+  std::vector<Tensor> batch;          // in the layout of the batch captured (empty_like)
+  std::vector<TensorLayout> layouts;  // that batch's tensors': later batches must match them
+  StepResult result;
+  Tensor grad_norm;
+  std::vector<Tensor> grads;  // params_[i]'s gradient as captured
+};
+
+StepRunner::~StepRunner() = default;
+
+bool StepRunner::graph_captured() const { return graphed_ != nullptr; }
+
+bool StepRunner::wants_graph(const std::vector<Tensor>& batch) const {
+  if (!options_.cuda_graphs || !graph_refused_.empty() || sync_ != nullptr || micro_ != 0 || batch.empty())
+    return false;
+  for (const Tensor& t : batch)
+    if (!t.defined() || !t.device().is_cuda() || t.device() != batch[0].device()) return false;
+  return true;
+}
+
+namespace {
+
+bool same_layouts(const std::vector<Tensor>& batch, const std::vector<TensorLayout>& captured) {
+  if (batch.size() != captured.size()) return false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TensorLayout& c = captured[i];
+    if (batch[i].shape() != c.shape || batch[i].dtype() != c.dtype || batch[i].strides() != c.strides) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+StepResult StepRunner::graphed_step(const std::vector<Tensor>& batch, const BatchLoss& loss_of) {
+  if (graphed_) {
+    if (same_layouts(batch, graphed_->layouts)) return replay(batch);
+    return eager_step(batch, loss_of);  // another batch shape (a last, shorter batch)
+  }
+  if (eager_graph_steps_ < kGraphWarmupSteps) {
+    ++eager_graph_steps_;
+    return eager_step(batch, loss_of);
+  }
+  auto g = std::make_unique<GraphedStep>(batch[0].device());
+  for (const Tensor& t : batch) {
+    Tensor copy = empty_like(t);
+    copy.copy_(t);
+    g->batch.push_back(copy);
+    g->layouts.push_back({t.shape(), t.strides(), t.dtype()});
+  }
+  const int64_t optimizer_steps = optimizer_.step_count();
+  try {
+    g->graph.capture([&] { g->result = eager_step(g->batch, loss_of); });
+  } catch (const GraphCaptureError& e) {
+    // Nothing of the capture ran on the device; the host's step bookkeeping goes back.
+    micro_ = 0;
+    optimizer_.undo_captured_step(optimizer_steps);
+    graph_refused_ = e.what();
+    std::fprintf(stderr, "cuda graphs: the training step cannot be captured, so it runs eagerly: %s\n",
+                 graph_refused_.c_str());
+    return eager_step(batch, loss_of);
+  }
+  g->grad_norm = grad_norm_;
+  for (const Tensor& p : params_) g->grads.push_back(p.grad());
+  graphed_ = std::move(g);
+  // The capture ran nothing but counted the optimizer's step: the first replay is that step.
+  optimizer_.undo_captured_step(optimizer_steps);
+  return replay(batch);
+}
+
+StepResult StepRunner::replay(const std::vector<Tensor>& batch) {
+  GraphedStep& g = *graphed_;
+  for (size_t i = 0; i < batch.size(); ++i)
+    if (batch[i].impl() != g.batch[i].impl()) g.batch[i].copy_(batch[i]);
+  g.graph.replay();
+  optimizer_.replayed_step();
+  // An eager step in between (another batch shape) left its own gradients: show the graph's.
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (g.grads[i].defined() && params_[i].grad().impl() != g.grads[i].impl()) params_[i].set_grad(g.grads[i]);
+  grad_norm_ = g.grad_norm;
+  // The next replay overwrites what this one wrote: the caller gets copies.
+  StepResult r{g.result.loss.clone(), {}};
+  for (const Tensor& t : g.result.outputs) r.outputs.push_back(t.clone());
+  return r;
 }
 
 }  // namespace ft::train

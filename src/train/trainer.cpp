@@ -202,25 +202,54 @@ EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
 }
 
 Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
-  Tensor step_loss;
-  for (int64_t micro = 0; micro < accumulate; ++micro) {
+  auto fetch = [&] {
     const auto wait_start = std::chrono::steady_clock::now();
-    const data::Batch batch = [&] {
+    data::Batch batch = [&] {
       profiler::PhaseScope phase(profiler::Phase::Data);
       return model_batch(next_batch());  // valid until the next call: used before it
     }();
     *data_wait += std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count();
     if (profiler::active()) [[unlikely]]
       label_batch(batch);
-    std::vector<Metric> metrics;
-    Tensor l = runner->forward_backward([&] {
-      StepOutput out = module->training_step(batch);
-      check_loss(out, "training_step");
-      metrics = std::move(out.metrics);
-      return out.loss;
-    });
-    for (const Metric& m : metrics) accumulate_metric(metric_sums, m.name, m.value.detach());
     items += module->items_in(batch);
+    return batch;
+  };
+  // The module's training step on `fields` (the batch's, or the copies a CUDA graph reads);
+  // the metrics' values go to `outputs`, their names to metric_names.
+  std::vector<std::string> metric_names;
+  auto micro_step = [&](const data::Batch& batch, const std::vector<Tensor>& fields, std::vector<Tensor>& outputs) {
+    data::Batch b = batch;
+    b.fields = fields;
+    StepOutput out = module->training_step(b);
+    check_loss(out, "training_step");
+    metric_names.clear();
+    for (Metric& m : out.metrics) {
+      metric_names.push_back(m.name);
+      outputs.push_back(std::move(m.value));
+    }
+    return out.loss;
+  };
+  auto add_metrics = [&](const std::vector<Tensor>& values) {
+    for (size_t i = 0; i < values.size(); ++i) accumulate_metric(metric_sums, metric_names[i], values[i].detach());
+  };
+  if (accumulate == 1) {
+    // One batch a step: StepRunner's step, which a CUDA graph can capture and replay. The metric
+    // names stay those of the last step that ran the module (replays return the same metrics).
+    const data::Batch batch = fetch();
+    StepResult r = runner->step(batch.fields, [&](const std::vector<Tensor>& fields, std::vector<Tensor>& outputs) {
+      return micro_step(batch, fields, outputs);
+    });
+    if (!metric_names.empty()) last_metric_names = metric_names;
+    metric_names = last_metric_names;
+    add_metrics(r.outputs);
+    return r.loss;
+  }
+  Tensor step_loss;
+  for (int64_t micro = 0; micro < accumulate; ++micro) {
+    const data::Batch batch = fetch();
+    std::vector<Tensor> outputs;
+    Tensor l = runner->forward_backward([&] { return micro_step(batch, batch.fields, outputs); });
+    add_metrics(outputs);
     step_loss = step_loss.defined() ? add(step_loss, l) : l;
   }
   runner->optimizer_step();

@@ -10,6 +10,11 @@
 // - A block another stream used too (record_stream) is parked at free time with an event per such
 //   stream and returns to its free list once every event is reached, so it is never reused while
 //   another stream may still read or write it.
+// - While a thread captures a CUDA graph (cuda_graph.h), its allocations come from the graph's own
+//   pool: a block of a pool is handed out again only inside that pool, so a replay's writes to
+//   the addresses it captured never land in memory given to anything else. When the graph goes
+//   (after its stream is idle), its pool's blocks go back to the device: at once when free, when
+//   freed otherwise. (Its blocks belong to the graph's stream, which nothing else allocates on.)
 // - When cudaMalloc fails, the cache is returned to the device and the allocation retried once;
 //   a second failure raises OutOfMemoryError stating the requested, allocated and reserved bytes
 //   and the device's free and total memory.
@@ -20,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/cuda/caching_allocator.h"
@@ -34,6 +40,8 @@ namespace {
 
 std::string mib(int64_t bytes) { return std::to_string(bytes / (1024 * 1024)) + " MiB"; }
 
+thread_local uint64_t tls_capture_pool = 0;  // the pool this thread allocates from (0: the shared cache)
+
 class DeviceCachingAllocator final : public AllocatorBookkeeping {
  public:
   DeviceCachingAllocator() : AllocatorBookkeeping("cuda") {}
@@ -47,7 +55,7 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     reclaim_finished_locked();
     if (over_limit_locked(size))
       throw OutOfMemoryError(oom_message(stream.device, nbytes, "over the memory limit of " + std::to_string(limit_)));
-    const Key key{stream.device.index, stream.handle, size};
+    const Key key{stream.device.index, stream.handle, size, tls_capture_pool};
     void* p = nullptr;
     auto it = free_.find(key);
     if (it != free_.end() && !it->second.empty()) {
@@ -81,16 +89,35 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     release_cache_locked();
   }
 
+  // A graph's pool is done with (nothing queued uses it): its free blocks go back to the
+  // device now, its blocks in use when they are freed.
+  void release_pool(uint64_t pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_pools_.insert(pool);
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (it->first.pool != pool) {
+        ++it;
+        continue;
+      }
+      for (void* p : it->second) free_to_device_locked(p, it->first);
+      it = free_.erase(it);
+    }
+  }
+
  private:
   struct Key {
     int device;
     void* stream;
     size_t size;
-    bool operator==(const Key& o) const { return device == o.device && stream == o.stream && size == o.size; }
+    uint64_t pool;  // 0: the shared cache; else a CUDA graph's
+    bool operator==(const Key& o) const {
+      return device == o.device && stream == o.stream && size == o.size && pool == o.pool;
+    }
   };
   struct KeyHash {
     size_t operator()(const Key& k) const {
-      return std::hash<void*>()(k.stream) ^ (k.size * 0x9E3779B97F4A7C15ull) ^ static_cast<size_t>(k.device);
+      return std::hash<void*>()(k.stream) ^ (k.size * 0x9E3779B97F4A7C15ull) ^ static_cast<size_t>(k.device) ^
+             (k.pool << 40);
     }
   };
   struct Block {
@@ -142,6 +169,10 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     Block block = std::move(it->second);
     in_use_.erase(it);
     count_free_locked(ptr, block.key.size, /*to_system=*/false);
+    if (released_locked(block.key) && block.other_streams.empty()) {
+      free_to_device_locked(ptr, block.key);
+      return;
+    }
     Parked parked{ptr, block.key, record_stream_events(block.other_streams)};
     if (parked.events.empty())
       free_[block.key].push_back(ptr);
@@ -155,20 +186,30 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
         ++it;
         continue;
       }
-      free_[it->key].push_back(it->ptr);
+      if (released_locked(it->key))
+        free_to_device_locked(it->ptr, it->key);
+      else
+        free_[it->key].push_back(it->ptr);
       it = parked_.erase(it);
     }
+  }
+
+  bool released_locked(const Key& key) const { return key.pool != 0 && released_pools_.count(key.pool) != 0; }
+
+  // A free block of a released graph pool back to the device. Runs from deleters: no throw.
+  void free_to_device_locked(void* p, const Key& key) noexcept {
+    cudaSetDevice(key.device);
+    cudaFree(p);
+    cudaGetLastError();
+    stats_.reserved_bytes -= static_cast<int64_t>(key.size);
+    ++stats_.num_system_frees;
   }
 
   void release_cache_locked() {
     if (!free_.empty()) note_host_sync("cuda allocator: cudaFree of cached blocks");
     for (auto& [key, blocks] : free_) {
-      for (void* p : blocks) {
-        cudaSetDevice(key.device);
-        cudaFree(p);
-        stats_.reserved_bytes -= static_cast<int64_t>(key.size);
-        ++stats_.num_system_frees;
-      }
+      if (key.pool != 0) continue;  // a live graph's: its replays write there
+      for (void* p : blocks) free_to_device_locked(p, key);
       blocks.clear();
     }
     cudaGetLastError();
@@ -177,15 +218,22 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   std::map<void*, Block> in_use_;  // ordered: record_stream looks up interior pointers
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
   std::deque<Parked> parked_;
+  std::unordered_set<uint64_t> released_pools_;
 };
 
-}  // namespace
-
-Allocator& device_allocator_instance() {
+DeviceCachingAllocator& instance() {
   // Leaked on purpose: device tensors held by static objects may be freed after main() returns,
   // when a destroyed allocator could not take them back.
   static auto* allocator = new DeviceCachingAllocator();
   return *allocator;
 }
+
+}  // namespace
+
+Allocator& device_allocator_instance() { return instance(); }
+
+void begin_graph_pool(uint64_t pool) { tls_capture_pool = pool; }
+void end_graph_pool() { tls_capture_pool = 0; }
+void release_graph_pool(uint64_t pool) { instance().release_pool(pool); }
 
 }  // namespace ft::cuda

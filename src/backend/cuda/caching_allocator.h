@@ -1,9 +1,18 @@
 // The process's device memory allocator (caching_allocator.cpp), registered for DeviceType::CUDA.
 #pragma once
+#include <cstdint>
+
 #include "fasttrain/allocator.h"
 
 namespace ft::cuda {
 
 Allocator& device_allocator_instance();
+
+// CUDA graph pools (cuda_graph.h): between begin and end, this thread's allocations come from
+// `pool` (a number above 0 no other graph uses); release hands the pool back once its graph is
+// destroyed.
+void begin_graph_pool(uint64_t pool);
+void end_graph_pool();
+void release_graph_pool(uint64_t pool);
 
 }  // namespace ft::cuda

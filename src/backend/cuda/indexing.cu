@@ -32,6 +32,7 @@
 #include "backend/cuda/index_checks.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda_hooks.h"
+#include "fasttrain/cuda_graph.h"
 
 namespace ft::cuda {
 
@@ -289,9 +290,18 @@ class IndexChecks {
       publish_kernel<scalar_t><<<1, 1, 0, stream>>>(ptr<const scalar_t>(index), sp, device_slots_ + slot);
       check_launch("index check");
     });
-    cudaEvent_t done = events_[slot];
-    check(cudaEventRecord(done, stream), "index check");
-    pending_.push_back({slot, done, error, index.device()});
+    if (CudaGraph* graph = capturing_graph()) {
+      // The slot is the graph's from now on: every replay publishes into it, and the event
+      // recorded after each replay says when the host may look (an event recorded inside the
+      // capture could not be waited on).
+      graph->after_replay([this, slot, error, device = index.device()] {
+        std::unique_lock<std::mutex> replay_lock(mu_);
+        collect_and_raise(replay_lock);
+        track_locked(slot, error, device, current_stream(device), /*owned_by_graph=*/true);
+      });
+      return;
+    }
+    track_locked(slot, error, index.device(), Stream{index.device(), stream}, /*owned_by_graph=*/false);
   }
 
   // Raises the first failed check among those finished (in launch order), if any.
@@ -307,7 +317,14 @@ class IndexChecks {
     cudaEvent_t done;
     backend::IndexErrorText error;
     Device device;
+    bool owned_by_graph;  // a captured check's slot: never given back
   };
+
+  void track_locked(int slot, const backend::IndexErrorText& error, Device device, Stream stream, bool owned_by_graph) {
+    cudaEvent_t done = events_[slot];
+    check(cudaEventRecord(done, static_cast<cudaStream_t>(stream.handle)), "index check");
+    pending_.push_back({slot, done, error, device, owned_by_graph});
+  }
 
   IndexChecks() {
     void* host = nullptr;
@@ -338,7 +355,7 @@ class IndexChecks {
       if (s.position >= 0 && !failure)
         failure = it->error(s.value, s.position) + " (checked on " + it->device.str() +
                   " and reported at the first host synchronisation after it)";
-      free_.push_back(it->slot);
+      if (!it->owned_by_graph) free_.push_back(it->slot);
       it = pending_.erase(it);
     }
     if (!failure) return;

@@ -35,6 +35,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/optim_math.h"
 #include "fasttrain/allocator.h"
+#include "fasttrain/cuda_graph.h"
 #include "fasttrain/optim.h"
 
 namespace ft::cuda {
@@ -84,6 +85,7 @@ struct StepRow {
   int64_t buffers_first_step;
   TypePair types;
   DeviceOptions options;
+  int32_t live_index;  // captured steps: the row's entry of the live options (see begin_step)
 };
 
 // One gradient of a clipping or unscaling pass.
@@ -119,6 +121,8 @@ Table<Row> upload(const std::vector<Row>& rows, int64_t chunks, Stream stream, c
   // Without pinning (no usable device: cannot happen here) cudaMemcpyAsync copies pageable memory
   // before returning, so freeing the staging buffer right after is still safe.
   if (staging.is_pinned()) ::ft::pinned_host_allocator()->record_stream(staging.raw_data(), stream);
+  // A captured copy reads the staging memory at every replay: it must stay as it is.
+  if (CudaGraph* graph = capturing_graph()) graph->keep_alive(staging);
   t.storage = empty({nbytes}, TensorOptions(DType::U8, stream.device));
   check(cudaMemcpyAsync(t.storage.raw_data(), staging.raw_data(), static_cast<size_t>(nbytes), cudaMemcpyHostToDevice,
                         static_cast<cudaStream_t>(stream.handle)),
@@ -181,7 +185,9 @@ Stream step_stream(const MultiTensorStep& st, const char* name) {
   return s;
 }
 
-Table<StepRow> step_table(const MultiTensorStep& st, Stream stream, const char* name) {
+// live_index: each segment's entry of the live options (captured steps), or empty.
+Table<StepRow> step_table(const MultiTensorStep& st, const std::vector<int32_t>& live_index, Stream stream,
+                          const char* name) {
   thread_local std::vector<StepRow> rows;  // kept for its capacity
   rows.clear();
   int64_t chunks = 0;
@@ -201,6 +207,7 @@ Table<StepRow> step_table(const MultiTensorStep& st, Stream stream, const char* 
     FT_CHECK((s.param_dtype != DType::BF16 && s.param_dtype != DType::F16) || s.master != nullptr, name, ": a ",
              dtype_name(s.param_dtype), " parameter without an f32 master copy");
     r.options = device_options(*s.options);
+    r.live_index = live_index.empty() ? 0 : live_index[rows.size()];
     rows.push_back(r);
     chunks += chunks_of(s.numel);
   }
@@ -292,12 +299,16 @@ __device__ __forceinline__ update_t<P>* weights(const StepRow& r) {
 // --- step kernels -------------------------------------------------------------------------------------
 
 // First launch of every step: advances each count by one (the update kernels then read the new
-// counts); a skipped step advances none.
-__global__ void advance_steps_kernel(const StepRow* rows, int count, const float* found_inf) {
-  if (skipped(found_inf)) return;
+// counts); a skipped step advances none. In a captured step it first copies each row's group
+// options from `live` (written before every replay: the learning rate of this step).
+__global__ void advance_steps_kernel(StepRow* rows, int count, const float* found_inf, const DeviceOptions* live) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < count) ++*rows[i].step;
+  if (i >= count) return;
+  if (live != nullptr) rows[i].options = live[rows[i].live_index];
+  if (!skipped(found_inf)) ++*rows[i].step;
 }
+
+__global__ void write_options_kernel(DeviceOptions* dst, DeviceOptions value) { *dst = value; }
 
 // SGD (trust = 1) and LARS's second pass (trust from the per-tensor norms).
 template <class P, class G>
@@ -616,13 +627,43 @@ struct StepLaunch {
   }
 };
 
+// A captured step's rows read their options from device memory that a kernel launched before
+// each replay fills from the optimizer's groups as they are then (schedules change lr, momentum,
+// betas between steps). One entry per group; the groups must outlive the graph and keep their
+// number while it lives.
+Tensor live_options(const MultiTensorStep& st, std::vector<int32_t>& index, CudaGraph& graph, Stream stream) {
+  std::vector<const optim::GroupOptions*> groups;
+  for (const Segment& s : st.segments) {
+    auto it = std::find(groups.begin(), groups.end(), s.options);
+    index.push_back(static_cast<int32_t>(it - groups.begin()));
+    if (it == groups.end()) groups.push_back(s.options);
+  }
+  const int64_t nbytes = static_cast<int64_t>(groups.size() * sizeof(DeviceOptions));
+  Tensor live = empty({nbytes}, TensorOptions(DType::U8, stream.device));
+  graph.keep_alive(live);
+  auto* dst = static_cast<DeviceOptions*>(live.raw_data());
+  graph.before_replay([groups, dst, device = stream.device] {
+    const auto replay_stream = static_cast<cudaStream_t>(current_stream(device).handle);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      write_options_kernel<<<1, 1, 0, replay_stream>>>(dst + g, device_options(*groups[g]));
+      check_launch("optimizer step (cuda graph): options");
+    }
+  });
+  return live;
+}
+
 StepLaunch begin_step(const MultiTensorStep& st, const char* name) {
   StepLaunch l;
   l.device_stream = step_stream(st, name);
   l.stream = static_cast<cudaStream_t>(l.device_stream.handle);
-  l.table = step_table(st, l.device_stream, name);
-  advance_steps_kernel<<<grid_for(l.table.count, kThreads), kThreads, 0, l.stream>>>(l.table.rows, l.table.count,
-                                                                                     st.found_inf);
+  std::vector<int32_t> live_index;
+  Tensor live;
+  if (CudaGraph* graph = capturing_graph()) live = live_options(st, live_index, *graph, l.device_stream);
+  l.table = step_table(st, live_index, l.device_stream, name);
+  // The table is this step's own device memory: the advance kernel may write its rows' options.
+  advance_steps_kernel<<<grid_for(l.table.count, kThreads), kThreads, 0, l.stream>>>(
+      const_cast<StepRow*>(l.table.rows), l.table.count, st.found_inf,
+      live.defined() ? static_cast<const DeviceOptions*>(live.raw_data()) : nullptr);
   check_launch(name);
   return l;
 }

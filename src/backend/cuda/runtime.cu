@@ -10,6 +10,7 @@
 
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/graph.h"
 #include "backend/cuda/index_checks.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda_hooks.h"
@@ -118,6 +119,7 @@ void register_backend(CudaHooks& hooks) {
   hooks.event_synchronize = event_synchronize;
   hooks.event_query = event_query;
   hooks.pinned_allocator = &pinned_host_allocator_instance();
+  register_graph_hooks(hooks);
   register_allocator(DeviceType::CUDA, &device_allocator_instance());
   backend::register_kernels(DeviceType::CUDA, &cuda_kernels());
 }

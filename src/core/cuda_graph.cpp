@@ -1,0 +1,122 @@
+// CudaGraph (fasttrain/cuda_graph.h): capture and replay through the CUDA backend's hooks, so the
+// core stays free of CUDA headers and a build without CUDA reports "no CUDA support".
+#include "fasttrain/cuda_graph.h"
+
+#include <atomic>
+#include <utility>
+
+#include "backend/cuda_hooks.h"
+
+namespace ft {
+namespace {
+
+thread_local CudaGraph* tls_capturing = nullptr;
+
+const CudaHooks& graph_hooks(Device device) {
+  const CudaHooks& h = cuda_hooks();
+  FT_CHECK(device.is_cuda(), "CudaGraph: expected a CUDA device, found ", device.str());
+  FT_CHECK(h.graph_begin != nullptr, "CudaGraph(", device.str(), "): this build has no CUDA support");
+  const int n = cuda_device_count();
+  FT_CHECK(device.index < n, "CudaGraph(", device.str(), "): device is not available (", n, " CUDA devices found)");
+  return h;
+}
+
+}  // namespace
+
+CudaGraph* capturing_graph() { return tls_capturing; }
+
+void refuse_in_graph_capture(const char* what, const char* why) {
+  if (tls_capturing != nullptr)
+    throw GraphCaptureError(detail::concat(what, " cannot be captured in a CUDA graph: ", why));
+}
+
+CudaGraph::CudaGraph(Device device)
+    : device_(device),
+      stream_{device, graph_hooks(device).stream_create(device.index)},
+      ready_(device),
+      done_(device) {
+  static std::atomic<uint64_t> next_pool{1};
+  pool_ = next_pool.fetch_add(1);
+}
+
+CudaGraph::~CudaGraph() {
+  // Work already queued may still run the graph: wait for it before the executable graph and the
+  // memory it writes go.
+  try {
+    if (exec_ != nullptr) cuda_hooks().synchronize_internal(stream_);
+  } catch (const Error&) {  // a failed device: nothing to wait for any more
+  }
+  cuda_hooks().graph_destroy(exec_, pool_);
+}
+
+void CudaGraph::capture(const std::function<void()>& work) {
+  FT_CHECK(exec_ == nullptr, "CudaGraph::capture: this graph was captured already");
+  FT_CHECK(tls_capturing == nullptr, "CudaGraph::capture: this thread is capturing another graph");
+  const CudaHooks& h = cuda_hooks();
+  // The captured work reads what the caller's stream queued before it (the inputs' copies).
+  ready_.record(current_stream(device_));
+  ready_.block(stream_);
+  h.graph_begin(stream_, pool_);
+  tls_capturing = this;
+  // Ends a capture that did not finish; true when the runtime had refused part of it.
+  auto discard = [&] {
+    tls_capturing = nullptr;
+    const bool invalidated = h.graph_abort(stream_);
+    before_replay_.clear();
+    after_replay_.clear();
+    kept_.clear();
+    return invalidated;
+  };
+  try {
+    const StreamGuard guard(stream_);
+    work();
+  } catch (const GraphCaptureError&) {
+    discard();
+    throw;
+  } catch (const Error& e) {
+    // A library call the capture refused (cuBLASLt, cuDNN) reports it in its own terms.
+    if (discard()) throw GraphCaptureError(e.what());
+    throw;
+  } catch (...) {
+    discard();
+    throw;
+  }
+  tls_capturing = nullptr;
+  try {
+    exec_ = h.graph_end(stream_);
+  } catch (...) {
+    before_replay_.clear();
+    after_replay_.clear();
+    kept_.clear();
+    throw;
+  }
+}
+
+void CudaGraph::replay() {
+  FT_CHECK(exec_ != nullptr, "CudaGraph::replay: nothing captured");
+  const Stream caller = current_stream(device_);
+  ready_.record(caller);
+  ready_.block(stream_);
+  {
+    const StreamGuard guard(stream_);
+    for (const auto& action : before_replay_) action();
+    cuda_hooks().graph_launch(exec_, stream_);
+    for (const auto& action : after_replay_) action();
+  }
+  done_.record(stream_);
+  done_.block(caller);
+}
+
+void CudaGraph::before_replay(std::function<void()> action) {
+  FT_CHECK(tls_capturing == this, "CudaGraph::before_replay: only while capturing");
+  before_replay_.push_back(std::move(action));
+}
+
+void CudaGraph::after_replay(std::function<void()> action) {
+  FT_CHECK(tls_capturing == this, "CudaGraph::after_replay: only while capturing");
+  after_replay_.push_back(std::move(action));
+}
+
+void CudaGraph::keep_alive(Tensor t) { kept_.push_back(std::move(t)); }
+
+}  // namespace ft

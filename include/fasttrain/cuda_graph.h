@@ -18,7 +18,6 @@
 //   step eagerly.
 #pragma once
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,12 +63,13 @@ class CudaGraph {
 
  private:
   Device device_;
-  Stream stream_;  // created for the graph; never destroyed (as side streams: handles stay valid)
-  Event ready_, done_;  // the caller's work before a replay; the replay's end
+  Stream stream_;         // created for the graph; never destroyed (as side streams: handles stay valid)
+  Event ready_, done_;    // the caller's work before a replay; the replay's end
   void* exec_ = nullptr;  // cudaGraphExec_t
   uint64_t pool_ = 0;     // the allocator pool of what the capture allocated
   std::vector<std::function<void()>> before_replay_, after_replay_;
   std::vector<Tensor> kept_;
+  void forget_capture();  // what a capture that failed registered
 };
 
 // The graph this thread is capturing, or null.

@@ -31,10 +31,7 @@ void refuse_in_graph_capture(const char* what, const char* why) {
 }
 
 CudaGraph::CudaGraph(Device device)
-    : device_(device),
-      stream_{device, graph_hooks(device).stream_create(device.index)},
-      ready_(device),
-      done_(device) {
+    : device_(device), stream_{device, graph_hooks(device).stream_create(device.index)}, ready_(device), done_(device) {
   static std::atomic<uint64_t> next_pool{1};
   pool_ = next_pool.fetch_add(1);
 }
@@ -62,9 +59,7 @@ void CudaGraph::capture(const std::function<void()>& work) {
   auto discard = [&] {
     tls_capturing = nullptr;
     const bool invalidated = h.graph_abort(stream_);
-    before_replay_.clear();
-    after_replay_.clear();
-    kept_.clear();
+    forget_capture();
     return invalidated;
   };
   try {
@@ -85,11 +80,15 @@ void CudaGraph::capture(const std::function<void()>& work) {
   try {
     exec_ = h.graph_end(stream_);
   } catch (...) {
-    before_replay_.clear();
-    after_replay_.clear();
-    kept_.clear();
+    forget_capture();
     throw;
   }
+}
+
+void CudaGraph::forget_capture() {
+  before_replay_.clear();
+  after_replay_.clear();
+  kept_.clear();
 }
 
 void CudaGraph::replay() {

@@ -24,7 +24,8 @@ struct TrainedRun {
 
 // Steps with a different batch each step (drawn on the CPU from the step number) and a
 // learning rate that changes each step; step 5 takes half a batch (eager even with graphs).
-TrainedRun train_steps(const std::string& workload, train::Precision precision, bool graphs, int steps, double dropout = 0) {
+TrainedRun train_steps(const std::string& workload, train::Precision precision, bool graphs, int steps,
+                       double dropout = 0) {
   Generator gen(5);
   bench::Workload w = bench::make_workload(workload, 8, gen);
   if (dropout > 0) {
@@ -66,11 +67,11 @@ void expect_replay_equals_eager(const std::string& workload, train::Precision pr
   const TrainedRun graphed = train_steps(workload, precision, true, kSteps);
   EXPECT_FALSE(eager.captured);
   EXPECT_TRUE(graphed.captured) << graphed.refused;
-  for (int s = 0; s < kSteps; ++s)
-    EXPECT_EQ(graphed.losses[s], eager.losses[s]) << workload << " step " << s;
+  for (int s = 0; s < kSteps; ++s) EXPECT_EQ(graphed.losses[s], eager.losses[s]) << workload << " step " << s;
   ASSERT_EQ(graphed.state.size(), eager.state.size());
   for (size_t i = 0; i < eager.state.size(); ++i)
-    EXPECT_TRUE(bitwise_equal(graphed.state[i].second, eager.state[i].second)) << workload << " " << eager.state[i].first;
+    EXPECT_TRUE(bitwise_equal(graphed.state[i].second, eager.state[i].second))
+        << workload << " " << eager.state[i].first;
   // The learning rate reached the replays: a run whose lr stayed at the captured value would
   // have different weights from step 5 on (checked by the comparison above).
   EXPECT_LT(eager.losses.back(), eager.losses.front() * 1.5);

@@ -52,8 +52,7 @@ bool graph_abort(Stream s) noexcept {
 }
 
 void graph_launch(void* exec, Stream s) {
-  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(s.handle)),
-        "cuda graph: replay");
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(s.handle)), "cuda graph: replay");
 }
 
 void graph_destroy(void* exec, uint64_t pool) noexcept {

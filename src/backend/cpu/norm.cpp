@@ -231,11 +231,31 @@ void accumulate_runs(const BatchNormLayout& L, const T* x, const T* dy, int64_t 
   }
 }
 
+// accumulate_rows for a row of kC channels, known when compiled: the sums stay in registers
+// across the rows (with C read at run time, every row loads and stores both sums).
+template <int kC, class T, class Cp, class Elem>
+void accumulate_fixed_rows(const T* x, const T* dy, int64_t m0, int64_t m1, Cp* q1, Cp* q2, Elem elem) {
+  Cp a1[kC] = {}, a2[kC] = {};
+  for (int64_t m = m0; m < m1; ++m) {
+    const T* xr = x + m * kC;
+    const T* dyr = dy ? dy + m * kC : xr;
+#pragma omp simd
+    for (int c = 0; c < kC; ++c) elem(c, static_cast<Cp>(xr[c]), static_cast<Cp>(dyr[c]), a1[c], a2[c]);
+  }
+  std::copy(a1, a1 + kC, q1);
+  std::copy(a2, a2 + kC, q2);
+}
+
 // q[c] = sum over rows [m0, m1) of elem at channel c (MC).
 template <class T, class Cp, class Elem>
 void accumulate_rows(const BatchNormLayout& L, const T* x, const T* dy, int64_t m0, int64_t m1, Cp* q1, Cp* q2,
                      Elem elem) {
   const int64_t C = L.C;
+  if (dy == nullptr) {  // the statistics; backward's sums run slower so (bf16: 3x, 2026-11-27)
+    if (C == 16) return accumulate_fixed_rows<16>(x, dy, m0, m1, q1, q2, elem);
+    if (C == 32) return accumulate_fixed_rows<32>(x, dy, m0, m1, q1, q2, elem);
+    if (C == 64) return accumulate_fixed_rows<64>(x, dy, m0, m1, q1, q2, elem);
+  }
   std::fill(q1, q1 + C, Cp(0));
   std::fill(q2, q2 + C, Cp(0));
   for (int64_t m = m0; m < m1; ++m) {

@@ -227,10 +227,15 @@ TEST(Norm, BatchNormStatisticsStayExactWhenTheMeanDwarfsTheSpread) {
     Shape shape;
     bool channels_last;
   };
-  const Layout layouts[] = {
-      {{400, 2, 7, 7}, false}, {{64, 3, 10, 30}, false}, {{5000, 4}, false}, {{64, 8, 10, 10}, true},
-      // rows of 16, 32 and 64 channels: their sums are kept in registers (accumulate_fixed_rows)
-      {{3000, 32}, false},     {{16, 16, 9, 9}, true},   {{16, 32, 12, 12}, true}, {{16, 64, 5, 5}, true}};
+  const Layout layouts[] = {{{400, 2, 7, 7}, false},
+                            {{64, 3, 10, 30}, false},
+                            {{5000, 4}, false},
+                            {{64, 8, 10, 10}, true},
+                            // rows of 16, 32 and 64 channels: their sums are kept in registers (accumulate_fixed_rows)
+                            {{3000, 32}, false},
+                            {{16, 16, 9, 9}, true},
+                            {{16, 32, 12, 12}, true},
+                            {{16, 64, 5, 5}, true}};
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.shape.str() + (l.channels_last ? " channels-last" : ""));
     const int64_t C = l.shape[1];

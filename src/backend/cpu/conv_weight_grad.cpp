@@ -7,10 +7,13 @@
 //   gradient pairs of its channels into a buffer sized to stay in L2, then runs all its jobs over
 //   it, 32 input channels at a time, prefetching the input slice the next pass will read.
 // - Register tiles: 12 output channels x 32 input channels (24 f32 accumulators of 16 lanes)
-//   summed over the chunk's positions. Per position a tile loads two x vectors per image,
-//   interleaves them into pairs (one vpermt2w per vector) and issues 24 vdpbf16ps with broadcast
-//   gradient pairs. Between chunks the sums wait in f32; the last chunk rounds them to bf16 and
-//   writes them into the gradient (OHWI; OIHW is permuted from it afterwards).
+//   summed over the chunk's positions. Per position a tile loads the 32 x channels of each image
+//   and interleaves them into pairs in-lane (vpunpcklwd / vpunpckhwd, which leave the channels
+//   of the two vectors in the order 0-3, 8-11, 16-19, 24-27 | 4-7, 12-15, ...: the tile restores
+//   it once at its end), then issues 24 vdpbf16ps with broadcast gradient pairs. A tile of 16
+//   input channels interleaves with one vpermt2w instead. Between chunks the sums wait in f32;
+//   the last chunk rounds them to bf16 and writes them into the gradient (OHWI; OIHW is permuted
+//   from it afterwards).
 // Chunk boundaries do not depend on the thread count, so neither does any sum's order.
 #include "backend/cpu/conv_weight_grad.h"
 
@@ -123,6 +126,25 @@ FT_AVX512_KERNEL void prefetch_input_slice(const Geometry& g, const uint16_t* x,
   }
 }
 
+// 32 channels of one image: one load where they are consecutive (NHWC), two 16-channel blocks
+// otherwise (nChw16c).
+FT_AVX512_KERNEL inline __m512i load_32_channels(const uint16_t* p, int64_t block_stride) {
+  if (block_stride == 16) return _mm512_loadu_si512(p);
+  const __m512i low = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_inserti64x4(low, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + block_stride)), 1);
+}
+
+// Sums of the in-lane pair order (vector 0: channels 0-3, 8-11, 16-19, 24-27 by 128-bit lane;
+// vector 1: 4-7, 12-15, 20-23, 28-31) put back in channel order: lanes (v0 0, v1 0, v0 1, v1 1)
+// hold channels 0-15, lanes (v0 2, v1 2, v0 3, v1 3) channels 16-31.
+alignas(64) constexpr int32_t kRestoreLow[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+alignas(64) constexpr int32_t kRestoreHigh[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+FT_AVX512_KERNEL inline void restore_channel_order(__m512& v0, __m512& v1) {
+  const __m512 low = _mm512_permutex2var_ps(v0, _mm512_load_si512(kRestoreLow), v1);
+  v1 = _mm512_permutex2var_ps(v0, _mm512_load_si512(kRestoreHigh), v1);
+  v0 = low;
+}
+
 // Valid range [lo, hi) of output index j for tap q: input column j*s - pad + q inside [0, size).
 std::pair<int64_t, int64_t> valid_outputs(int64_t q, int64_t s, int64_t pad, int64_t size, int64_t out) {
   const int64_t first = pad - q;  // j*s >= first
@@ -163,15 +185,21 @@ FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x
     const int64_t h = i * g.sh - g.ph + t.p;
     if (h < 0 || h >= g.H || j0 == j1) continue;
     const bool partner = n + 1 < g.N;
-    const int64_t partner_step = partner ? step : 0, partner_block = partner ? g.x.block_stride : 0;
+    const int64_t partner_step = partner ? step : 0;
     const uint16_t* xa = x + n * g.x.n_stride + h * g.x.h_stride + (j0 * g.sw - g.pw + t.q) * g.x.w_stride +
                          (t.c0 / 16) * g.x.block_stride;
     const uint16_t* xb = partner ? xa + g.x.n_stride : kZeros;
     const uint32_t* d = t.pairs + ((u - t.u0) * g.OW + j0) * t.pair_stride;
     for (int64_t j = j0; j < j1; ++j) {
       __m512i b[V];
-#pragma GCC unroll 16
-      for (int v = 0; v < V; ++v) b[v] = pair_up(xa + v * g.x.block_stride, xb + v * partner_block, idx);
+      if constexpr (V == 2) {
+        const __m512i va = load_32_channels(xa, g.x.block_stride);
+        const __m512i vb = partner ? load_32_channels(xb, g.x.block_stride) : _mm512_setzero_si512();
+        b[0] = _mm512_unpacklo_epi16(va, vb);
+        b[1] = _mm512_unpackhi_epi16(va, vb);
+      } else {
+        b[0] = pair_up(xa, xb, idx);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(d[r]));
@@ -183,6 +211,9 @@ FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x
       d += t.pair_stride;
     }
   }
+  if constexpr (V == 2)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) restore_channel_order(s[r][0], s[r][1]);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16

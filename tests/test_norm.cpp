@@ -231,10 +231,11 @@ TEST(Norm, BatchNormStatisticsStayExactWhenTheMeanDwarfsTheSpread) {
                             {{64, 3, 10, 30}, false},
                             {{5000, 4}, false},
                             {{64, 8, 10, 10}, true},
-                            // rows of 16, 32 and 64 channels: their sums are kept in registers (accumulate_fixed_rows)
+                            // rows of 16 to 64 channels: 16 at a time (accumulate_row_blocks)
                             {{3000, 32}, false},
                             {{16, 16, 9, 9}, true},
                             {{16, 32, 12, 12}, true},
+                            {{16, 48, 6, 6}, true},
                             {{16, 64, 5, 5}, true}};
   for (const Layout& l : layouts) {
     SCOPED_TRACE(l.shape.str() + (l.channels_last ? " channels-last" : ""));

@@ -204,9 +204,6 @@ Tensor StepRunner::step(const Tensor& input, const Tensor& target) {
   FT_CHECK(unary_ != nullptr && loss_,
            "StepRunner: step(input, target) needs the runner built with a one-input model and a loss; give the "
            "forward as a closure instead");
-  FT_CHECK(input.dim() >= 1 && target.dim() >= 1 && target.size(0) == input.size(0),
-           "StepRunner::step: expected an input and a target with the same rows (input ", input.shape().str(),
-           ", target ", target.shape().str(), ")");
   return step({input, target}, [this](const std::vector<Tensor>& b,
                                       std::vector<Tensor>&) { return loss_((*unary_)(model_input(b[0])), b[1]); })
       .loss;

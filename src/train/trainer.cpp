@@ -214,9 +214,9 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
     items += module->items_in(batch);
     return batch;
   };
-  // The module's training step on `fields` (the batch's, or the copies a CUDA graph reads);
-  // the metrics' values go to `outputs`, their names to metric_names.
-  std::vector<std::string> metric_names;
+  // The module's training step on `fields` (the batch's, or the copies a CUDA graph reads); the
+  // metrics' values go to `outputs`, their names to metric_names (a graph replay does not run
+  // the module: its metrics are those of the step captured, names and all).
   auto micro_step = [&](const data::Batch& batch, const std::vector<Tensor>& fields, std::vector<Tensor>& outputs) {
     data::Batch b = batch;
     b.fields = fields;
@@ -233,14 +233,11 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
     for (size_t i = 0; i < values.size(); ++i) accumulate_metric(metric_sums, metric_names[i], values[i].detach());
   };
   if (accumulate == 1) {
-    // One batch a step: StepRunner's step, which a CUDA graph can capture and replay. The metric
-    // names stay those of the last step that ran the module (replays return the same metrics).
+    // One batch a step: StepRunner's step, which a CUDA graph can capture and replay.
     const data::Batch batch = fetch();
     StepResult r = runner->step(batch.fields, [&](const std::vector<Tensor>& fields, std::vector<Tensor>& outputs) {
       return micro_step(batch, fields, outputs);
     });
-    if (!metric_names.empty()) last_metric_names = metric_names;
-    metric_names = last_metric_names;
     add_metrics(r.outputs);
     return r.loss;
   }

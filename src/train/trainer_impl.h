@@ -38,7 +38,7 @@ struct Trainer::Impl {
   // device; items (the module's unit) counted on the host.
   Tensor loss_sum;
   std::vector<std::pair<std::string, Tensor>> metric_sums;
-  std::vector<std::string> last_metric_names;  // of the last step that ran training_step (graph replays do not)
+  std::vector<std::string> metric_names;  // of the last training_step run (a graph replay runs none)
   int64_t loss_count = 0;
   int64_t items = 0;
   std::atomic<bool> stop_requested{false};

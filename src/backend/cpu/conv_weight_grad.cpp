@@ -177,7 +177,6 @@ FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int v = 0; v < V; ++v) s[r][v] = _mm512_setzero_ps();
-  const __m512i idx = pair_indices();
   const auto [j0, j1] = valid_outputs(t.q, g.sw, g.pw, g.W, g.OW);
   const int64_t step = g.sw * g.x.w_stride;
   for (int64_t u = t.u0; u < t.u1; ++u) {
@@ -198,7 +197,7 @@ FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x
         b[0] = _mm512_unpacklo_epi16(va, vb);
         b[1] = _mm512_unpackhi_epi16(va, vb);
       } else {
-        b[0] = pair_up(xa, xb, idx);
+        b[0] = pair_up(xa, xb, pair_indices());  // a constant load, hoisted
       }
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {

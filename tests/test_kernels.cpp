@@ -39,6 +39,11 @@ TEST(Kernels, CpuTableIsCompleteAtEveryLevel) {
       EXPECT_TRUE(slot.has_value()) << "cpu (" << cpu::cpu_isa_name(isa) << ") has no kernel for " << slot.name();
     });
     EXPECT_GT(entries, 40);
+    // The CPU also provides every optional fusion (the reference the other backends' fallbacks
+    // are checked against).
+    backend::cpu_kernels_for(isa).for_each_fused([&](const auto& slot) {
+      EXPECT_TRUE(slot.has_value()) << "cpu (" << cpu::cpu_isa_name(isa) << ") has no fused kernel for " << slot.name();
+    });
   }
 }
 

@@ -64,6 +64,23 @@ void check_batch_norm_case(const std::string& name) {
   if (b.defined()) c.expect_grad("b", b);
 }
 
+// relu(batch_norm(x) + r) against PyTorch's composition: output, running statistics, and the
+// gradients of x, the residual, weight and bias.
+void check_batch_norm_add_relu_case(const std::string& name) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  Tensor x = c.input("x", true), r = c.input("r", true), w = c.input("w", true), b = c.input("b", true);
+  Tensor rm = c.input("rm", false), rv = c.input("rv", false);
+  Tensor y = batch_norm_add_relu(x, r, rm, rv, w, b, c.param<bool>("training"), c.param<double>("momentum"), 1e-5);
+  EXPECT_EQ(y.is_channels_last(), x.is_channels_last() && !x.is_contiguous());
+  c.expect_output(y, 0);
+  c.expect_output(rm, 1);
+  c.expect_output(rv, 2);
+  c.backward({y});
+  for (const auto& [input, t] : {std::pair<const char*, Tensor>{"x", x}, {"r", r}, {"w", w}, {"b", b}})
+    c.expect_grad(input, t);
+}
+
 }  // namespace
 
 TEST(NormParity, LayerNorm) {
@@ -88,6 +105,13 @@ TEST(NormParity, BatchNorm) {
   check_batch_norm_case("batch_norm_f32_3d_transposed_train");
   check_batch_norm_case("batch_norm_f32_4d_train_noaffine_nostats");
   check_batch_norm_case("batch_norm_f64_cl_train_noaffine");
+}
+
+TEST(NormParity, BatchNormAddRelu) {
+  for (const char* dt : kDtypes)
+    for (const char* form : {"4d", "cl"})
+      for (const char* mode : {"train", "eval"})
+        check_batch_norm_add_relu_case(std::string("batch_norm_add_relu_") + dt + "_" + form + "_" + mode);
 }
 
 TEST(NormGradcheck, LayerNorm) {
@@ -185,6 +209,85 @@ TEST(Norm, BatchNormReluMatchesReluOfBatchNorm) {
       }
     }
   }
+}
+
+// batch_norm_add_relu against finite differences, for x, the residual, weight and bias: training
+// and eval, NCHW and channels-last (the residual in the other layout in one case).
+TEST(NormGradcheck, BatchNormAddRelu) {
+  Generator g(25);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  auto cl = [&](Shape s) { return randn(s, DType::F64, &g).contiguous_channels_last().detach().requires_grad_(); };
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "eval");
+    auto fn = [training](const std::vector<Tensor>& in) {
+      const int64_t C = in[0].size(1);
+      Tensor rm = full({C}, 0.1, DType::F64), rv = full({C}, 1.3, DType::F64);
+      return batch_norm_add_relu(in[0], in[1], rm, rv, in[2], in[3], training, 0.1, 1e-5);
+    };
+    EXPECT_GRADCHECK(fn, {r({2, 3, 2, 3}), r({2, 3, 2, 3}), r({3}), r({3})});
+    EXPECT_GRADCHECK(fn, {cl({2, 4, 3, 2}), cl({2, 4, 3, 2}), r({4}), r({4})});
+    EXPECT_GRADCHECK(fn, {cl({2, 4, 3, 2}), r({2, 4, 3, 2}), r({4}), r({4})});
+  }
+}
+
+// batch_norm_add_relu is relu(batch_norm(...) + r): values, gradients of x, r, weight and bias,
+// and the running statistics, in each floating dtype and both layouts, training and eval. Bitwise
+// in f64 and f32, where the unfused ops round nothing the fused kernel does not; in bf16 the
+// fused kernel rounds once where the unfused ops round after the norm and after the add.
+TEST(Norm, BatchNormAddReluMatchesTheUnfusedOps) {
+  for (DType dt : {DType::F64, DType::F32, DType::BF16}) {
+    for (bool cl : {false, true}) {
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (cl ? " nhwc" : " nchw") + (training ? " train" : " eval"));
+        Generator g(17);
+        auto act = [&](double scale) {
+          Tensor t = mul(randn({3, 5, 4, 6}, DType::F32, &g), scale).to(dt);
+          return cl ? t.contiguous_channels_last() : t;
+        };
+        const Tensor x0 = act(1.0), r0 = act(0.8), dy = act(1.0);
+        const Tensor w0 = randn({5}, DType::F32, &g).to(dt), b0 = randn({5}, DType::F32, &g).to(dt);
+        std::vector<double> out[2], grads[2][4], running[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Tensor x = x0.detach().requires_grad_(), res = r0.detach().requires_grad_();
+          Tensor w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+          Tensor rm = full({5}, 0.2, dt), rv = full({5}, 1.5, dt);
+          Tensor y = fused ? batch_norm_add_relu(x, res, rm, rv, w, b, training)
+                           : relu(add(batch_norm(x, rm, rv, w, b, training), res));
+          if (cl) EXPECT_TRUE(y.is_channels_last() && !y.is_contiguous());
+          EXPECT_EQ(y.dtype(), dt);
+          autograd::backward({y}, {dy});
+          out[fused] = y.to_vector();
+          const Tensor* leaves[] = {&x, &res, &w, &b};
+          for (int k = 0; k < 4; ++k) grads[fused][k] = leaves[k]->grad().to_vector();
+          running[fused] = cat({rm, rv}).to_vector();
+        }
+        EXPECT_EQ(running[1], running[0]);
+        const double tol = dt == DType::BF16 ? 2e-2 : 0;
+        for (size_t i = 0; i < out[0].size(); ++i)
+          ASSERT_NEAR(out[1][i], out[0][i], tol * (1 + std::fabs(out[0][i]))) << i;
+        for (int k = 0; k < 4; ++k)
+          for (size_t i = 0; i < grads[0][k].size(); ++i)
+            ASSERT_NEAR(grads[1][k][i], grads[0][k][i], tol * (1 + std::fabs(grads[0][k][i]))) << k << " " << i;
+      }
+    }
+  }
+}
+
+// A residual the add would promote (f32 onto a bf16 norm) goes through the unfused ops: the
+// result is add()'s f32. A residual of another shape is refused by name.
+TEST(Norm, BatchNormAddReluPromotesAndChecksTheResidual) {
+  Generator g(18);
+  const Tensor x = randn({2, 3, 4, 4}, DType::F32, &g).to(DType::BF16), r = randn({2, 3, 4, 4}, DType::F32, &g);
+  Tensor y = batch_norm_add_relu(x, r, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  EXPECT_EQ(y.dtype(), DType::F32);
+  EXPECT_EQ(y.to_vector(), relu(add(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), r)).to_vector());
+  expect_error(
+      [&] {
+        batch_norm_add_relu(x, r.view({2, 3, 16}), Tensor(), Tensor(), Tensor(), Tensor(), true);
+      },
+      "batch_norm_add_relu: residual has shape [2, 3, 16], expected the input's shape [2, 3, 4, 4]");
+  expect_error([&] { batch_norm_add_relu(x, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), true); },
+               "batch_norm_add_relu: expected a residual tensor, found an undefined one");
 }
 
 TEST(Norm, BatchNormRunningStatsUpdate) {

@@ -185,6 +185,9 @@ class BatchNorm2d : public UnaryModule {  // weight, bias, running_mean, running
   // relu(forward(x)) as one fused op (batch_norm_relu), called as this module (its profiler span).
   // Sequential runs a BatchNorm2d followed by a ReLU module this way.
   Tensor call_with_relu(const Tensor& x);
+  // relu(forward(x) + residual) as one fused op (batch_norm_add_relu), called as this module: the
+  // output of a ResNet block (Sequential::forward_add_relu).
+  Tensor call_with_add_relu(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "BatchNorm2d"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double eps, momentum;
@@ -273,11 +276,15 @@ class Sequential : public UnaryModule {
   explicit Sequential(std::vector<ModulePtr> layers);
   void push_back(ModulePtr m);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual), called as this module: a ResNet block's body and its output.
+  // When the last layer is a BatchNorm2d, it, the add and the ReLU run as one fused op.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "Sequential"; }
   size_t size() const { return layers_.size(); }
   const ModulePtr& operator[](size_t i) const { return layers_[i]; }
 
  private:
+  Tensor run_layers(const Tensor& x, size_t end);  // layers [0, end) in order
   std::vector<ModulePtr> layers_;
 };
 // Children named "0", "1", ...; no forward of its own.

@@ -87,3 +87,13 @@
   X(attention_backward,                                                                                                \
     void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
          const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv))
+
+// Fusions of the entries above that a backend may leave out: where its slot is empty, the op
+// computes the same result from the entries above (ops ask the slot's has_value()), so a backend
+// gains the fusion by adding the kernel and nothing else changes. Completeness checks of a
+// backend's table cover FT_KERNELS and FT_KERNELS_OPTIM only.
+#define FT_KERNELS_FUSED(X)                                                                                         \
+  /* y = max(0, bn(x) + r), r dense in y's layout and dtype (ResNet's block output: the residual add and ReLU in */ \
+  /* the normalisation's one pass) */                                                                               \
+  X(batch_norm_add_relu, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,  \
+                              const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y))

@@ -22,6 +22,7 @@ Kernels::Kernels(DeviceType d) : device(d) {
 #define FT_KERNEL_SET_DEVICE(name, sig) name.set_device(d);
   FT_KERNELS(FT_KERNEL_SET_DEVICE)
   FT_KERNELS_OPTIM(FT_KERNEL_SET_DEVICE)
+  FT_KERNELS_FUSED(FT_KERNEL_SET_DEVICE)
 #undef FT_KERNEL_SET_DEVICE
 }
 

@@ -54,18 +54,22 @@ struct Kernels {
 #define FT_KERNEL_SLOT(name, sig) Kernel<sig> name{#name};
   FT_KERNELS(FT_KERNEL_SLOT)
   FT_KERNELS_OPTIM(FT_KERNEL_SLOT)
+  FT_KERNELS_FUSED(FT_KERNEL_SLOT)
 #undef FT_KERNEL_SLOT
 
   explicit Kernels(DeviceType device);
-  // Calls f(slot) for every entry, in list order (completeness checks, listings).
+  // Calls f(slot) for every entry a backend must provide, in list order (completeness checks,
+  // listings); for_each_fused for the optional fusions (kernel_list.h's FT_KERNELS_FUSED).
   template <class F>
   void for_each(F&& f) const {
 #define FT_KERNEL_VISIT(name, sig) f(name);
     FT_KERNELS(FT_KERNEL_VISIT)
     FT_KERNELS_OPTIM(FT_KERNEL_VISIT)
-#undef FT_KERNEL_VISIT
   }
-  DeviceType device;
+  template <class F>
+  void for_each_fused(F&& f) const {FT_KERNELS_FUSED(FT_KERNEL_VISIT)
+#undef FT_KERNEL_VISIT
+  } DeviceType device;
 };
 
 // The table for a device. The CPU's always exists; another device's exists once its backend

@@ -78,12 +78,18 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double eps, double momentum) : eps(ep
 
 namespace {
 
-Tensor batch_norm_module(BatchNorm2d& m, bool training, const Tensor& x, bool relu) {
+// The module's batch norm; with the ReLU fused (relu), and with a residual added before it
+// (residual defined).
+Tensor batch_norm_module(BatchNorm2d& m, bool training, const Tensor& x, bool relu, const Tensor& residual = Tensor()) {
   FT_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-d input [N, C, H, W], found shape ", x.shape().str());
-  auto op = relu ? batch_norm_relu : batch_norm;
+  auto op = [&](const Tensor& rm, const Tensor& rv) {
+    if (residual.defined())
+      return batch_norm_add_relu(x, residual, rm, rv, m.weight, m.bias, training, m.momentum, m.eps);
+    return (relu ? batch_norm_relu : batch_norm)(x, rm, rv, m.weight, m.bias, training, m.momentum, m.eps);
+  };
   // Re-run by activation checkpointing's backward: the forward already updated the statistics.
-  if (training && autograd::recomputing()) return op(x, Tensor(), Tensor(), m.weight, m.bias, true, m.momentum, m.eps);
-  Tensor y = op(x, m.running_mean, m.running_var, m.weight, m.bias, training, m.momentum, m.eps);
+  if (training && autograd::recomputing()) return op(Tensor(), Tensor());
+  Tensor y = op(m.running_mean, m.running_var);
   if (training) {
     autograd::NoGradGuard ng;
     add_(m.num_batches_tracked, ones({}, m.num_batches_tracked.options()));  // as torch: counted, not used
@@ -97,6 +103,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) { return batch_norm_module(*this, t
 
 Tensor BatchNorm2d::call_with_relu(const Tensor& x) {
   return call_as_this([&] { return batch_norm_module(*this, training_, x, true); });
+}
+
+Tensor BatchNorm2d::call_with_add_relu(const Tensor& x, const Tensor& residual) {
+  return call_as_this([&] { return batch_norm_module(*this, training_, x, true, residual); });
 }
 
 LayerNorm::LayerNorm(int64_t dim, double eps, bool affine) : dim(dim), eps(eps) {

@@ -249,13 +249,24 @@ void Sequential::push_back(ModulePtr m) {
   layers_.push_back(std::move(m));
 }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor Sequential::forward(const Tensor& x) { return run_layers(x, layers_.size()); }
+
+Tensor Sequential::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  return call_as_this([&] {
+    FT_CHECK(!layers_.empty(), "Sequential::forward_add_relu: the Sequential has no layers");
+    const Tensor y = run_layers(x, layers_.size() - 1);
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(layers_.back().get())) return bn->call_with_add_relu(y, residual);
+    return relu(add((*layers_.back())(y), residual));
+  });
+}
+
+Tensor Sequential::run_layers(const Tensor& x, size_t end) {
   Tensor y = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < end; ++i) {
     // BatchNorm2d then ReLU: one fused op, each pass over the activations once (the ReLU module
     // is not called; the pair's work shows under the BatchNorm2d's profiler span).
     auto* bn = dynamic_cast<BatchNorm2d*>(layers_[i].get());
-    if (bn && i + 1 < layers_.size() && dynamic_cast<ReLU*>(layers_[i + 1].get())) {
+    if (bn && i + 1 < end && dynamic_cast<ReLU*>(layers_[i + 1].get())) {
       y = bn->call_with_relu(y);
       ++i;
       continue;

@@ -21,8 +21,8 @@ class ResidualBlock : public CheckpointableBlock {
     if (shortcut) short_ = register_module("short", std::move(shortcut));
   }
   Tensor block_forward(const Tensor& x) override {
-    Tensor y = (*body_)(x);
-    return relu(add(y, short_ ? (*short_)(x) : x));
+    // The body's last BatchNorm, the add and the ReLU run as one op (batch_norm_add_relu).
+    return body_->forward_add_relu(x, short_ ? (*short_)(x) : x);
   }
   std::string type_name() const override { return type_; }
 

@@ -6,6 +6,8 @@
 // (PyTorch's mixed-precision batch norm). Gradients come back in each parameter's own dtype.
 #include "fasttrain/ops/norm.h"
 
+#include <array>
+
 #include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "ops/common.h"
@@ -113,9 +115,20 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 
 namespace {
 
-Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                       const Tensor& bias, bool training, double momentum, double eps, bool relu) {
-  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+// What a batch norm has decided before it normalises: the input in the layout its kernels read,
+// that layout, and the statistics and parameters per channel in the compute dtype.
+struct BatchNormPlan {
+  Tensor xc;
+  backend::BatchNormLayout L;
+  bool channels_last = false;
+  DType ct = DType::F32;
+  Tensor wc, bc, mean, invstd;
+};
+
+// Validates a batch norm's arguments and computes its statistics: the batch's (updating the
+// running statistics) in training, the running ones in eval.
+BatchNormPlan plan_batch_norm(const char* op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                              const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps) {
   ops::check_floating(x, op, "input");
   FT_CHECK(x.dim() >= 2, op, ": expected an input of shape [N, C, ...] with at least 2 dimensions, found shape ",
            x.shape().str());
@@ -140,60 +153,96 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
   FT_CHECK(!training || N * S > 1, op, ": expected more than 1 value per channel when training, found input of shape ",
            x.shape().str());
 
+  BatchNormPlan p;
   // Dense NCHW stays NCHW; dense NHWC stays NHWC (rows of C); anything else is made contiguous.
-  const bool channels_last = !x.is_contiguous() && x.is_channels_last();
-  Tensor xc = channels_last ? x.detach() : x.detach().contiguous();
-  backend::BatchNormLayout L;
-  L.N = N;
-  L.C = C;
-  L.S = S;
-  L.rows = channels_last || S == 1;
-  L.relu = relu;
+  p.channels_last = !x.is_contiguous() && x.is_channels_last();
+  p.xc = p.channels_last ? x.detach() : x.detach().contiguous();
+  p.L.N = N;
+  p.L.C = C;
+  p.L.S = S;
+  p.L.rows = p.channels_last || S == 1;
 
-  const DType ct = compute_dtype(x.dtype());
-  const TensorOptions copts(ct, x.device());
-  Tensor wc = as_compute(weight, ct), bc = as_compute(bias, ct);
-  Tensor mean = empty({C}, copts), invstd;
-  {
-    autograd::NoGradGuard ng;
-    if (training) {
-      Tensor var = empty({C}, copts);
-      kernels(xc).batch_norm_stats(xc, L, mean, var);
-      // invstd and PyTorch's running-statistics rule (the unbiased variance) in one kernel.
-      invstd = empty({C}, copts);
-      const bool running = running_mean.defined();
-      FT_CHECK(!running || (running_mean.is_contiguous() && running_var.is_contiguous()), op,
-               ": running_mean and running_var must be contiguous");
-      kernels(xc).batch_norm_update(mean, var, static_cast<double>(N * S), momentum, eps, invstd,
+  p.ct = compute_dtype(x.dtype());
+  const TensorOptions copts(p.ct, x.device());
+  p.wc = as_compute(weight, p.ct);
+  p.bc = as_compute(bias, p.ct);
+  p.mean = empty({C}, copts);
+  autograd::NoGradGuard ng;
+  if (training) {
+    Tensor var = empty({C}, copts);
+    kernels(p.xc).batch_norm_stats(p.xc, p.L, p.mean, var);
+    // invstd and PyTorch's running-statistics rule (the unbiased variance) in one kernel.
+    p.invstd = empty({C}, copts);
+    const bool running = running_mean.defined();
+    FT_CHECK(!running || (running_mean.is_contiguous() && running_var.is_contiguous()), op,
+             ": running_mean and running_var must be contiguous");
+    kernels(p.xc).batch_norm_update(p.mean, var, static_cast<double>(N * S), momentum, eps, p.invstd,
                                     running ? running_mean.detach() : Tensor(),
                                     running ? running_var.detach() : Tensor());
-      if (running) {
-        Tensor(running_mean).bump_version();
-        Tensor(running_var).bump_version();
-      }
-    } else {
-      mean.copy_(running_mean.detach());
-      invstd = rsqrt(add(running_var.detach().to(ct), eps));
+    if (running) {
+      Tensor(running_mean).bump_version();
+      Tensor(running_var).bump_version();
     }
+  } else {
+    p.mean.copy_(running_mean.detach());
+    p.invstd = rsqrt(add(running_var.detach().to(p.ct), eps));
   }
-  Tensor y = empty_in_format(x, channels_last);
-  kernels(xc).batch_norm_apply(xc, L, mean, invstd, wc, bc, y);
+  return p;
+}
 
+// The batch norm's part of a backward: what it saved, and dx, dw, db from the gradient of its
+// output (after the fused ReLU where p.L.relu, whose mask it recomputes from x and b).
+class BatchNormGrads {
+ public:
+  BatchNormGrads(const BatchNormPlan& p, const Tensor& x, const Tensor& weight, const Tensor& bias, bool training)
+      : x_(p.xc),
+        mean_(p.mean),
+        invstd_(p.invstd),
+        w_(p.wc),
+        b_(p.L.relu ? p.bc : Tensor()),
+        L_(p.L),
+        channels_last_(p.channels_last),
+        training_(training),
+        need_x_(x.requires_grad()),
+        need_w_(weight.requires_grad()),
+        need_b_(bias.requires_grad()),
+        ct_(p.ct),
+        wdt_(weight.defined() ? weight.dtype() : p.ct),
+        bdt_(bias.defined() ? bias.dtype() : p.ct) {}
+
+  std::array<Tensor, 3> operator()(const Tensor& grad, const char* node) const {
+    Tensor xv = x_.get(node);
+    Tensor dy = in_format(grad.to(xv.dtype()), channels_last_);
+    const TensorOptions copts(ct_, xv.device());
+    Tensor dx = need_x_ ? empty_in_format(xv, channels_last_) : Tensor();
+    Tensor dw = need_w_ ? empty({L_.C}, copts) : Tensor();
+    Tensor db = need_b_ ? empty({L_.C}, copts) : Tensor();
+    kernels(dy).batch_norm_backward(dy, xv, L_, mean_.get(node), invstd_.get(node), w_.get(node), b_.get(node),
+                                    training_, dx, dw, db);
+    if (dw.defined()) dw = dw.to(wdt_);
+    if (db.defined()) db = db.to(bdt_);
+    return {dx, dw, db};
+  }
+
+ private:
+  SavedTensor x_, mean_, invstd_, w_, b_;
+  backend::BatchNormLayout L_;
+  bool channels_last_, training_, need_x_, need_w_, need_b_;
+  DType ct_, wdt_, bdt_;
+};
+
+Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+  BatchNormPlan p = plan_batch_norm(op, x, running_mean, running_var, weight, bias, training, momentum, eps);
+  p.L.relu = relu;
+  Tensor y = empty_in_format(x, p.channels_last);
+  kernels(p.xc).batch_norm_apply(p.xc, p.L, p.mean, p.invstd, p.wc, p.bc, y);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
-    const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
-    SavedTensor sx(xc), smean(mean), sinv(invstd), sw(wc), sb(relu ? bc : Tensor());  // b: the ReLU mask
-    const DType wdt = weight.defined() ? weight.dtype() : ct, bdt = bias.defined() ? bias.dtype() : ct;
+    const BatchNormGrads grads(p, x, weight, bias, training);
     const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
-    autograd::record_function(node, {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
-      Tensor xv = sx.get(node);
-      Tensor dy = in_format(g[0].to(xv.dtype()), channels_last);
-      Tensor dx = need_x ? empty_in_format(xv, channels_last) : Tensor();
-      Tensor dw = need_w ? empty({C}, copts) : Tensor();
-      Tensor db = need_b ? empty({C}, copts) : Tensor();
-      kernels(dy).batch_norm_backward(dy, xv, L, smean.get(node), sinv.get(node), sw.get(node), sb.get(node), training,
-                                      dx, dw, db);
-      if (dw.defined()) dw = dw.to(wdt);
-      if (db.defined()) db = db.to(bdt);
+    autograd::record_function(node, {&x, &weight, &bias}, {&y}, [grads, node](std::vector<Tensor>& g) {
+      auto [dx, dw, db] = grads(g[0], node);
       return std::vector<Tensor>{dx, dw, db};
     });
   }
@@ -210,6 +259,44 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps) {
   return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                           double momentum, double eps) {
+  const char* op = "batch_norm_add_relu";
+  FT_CHECK(residual.defined(), op, ": expected a residual tensor, found an undefined one");
+  ops::check_floating(residual, op, "residual");
+  FT_CHECK(residual.shape() == x.shape(), op, ": residual has shape ", residual.shape().str(),
+           ", expected the input's shape ", x.shape().str());
+  FT_CHECK(residual.device() == x.device(), op, ": residual is on ", residual.device().str(), " but the input is on ",
+           x.device().str());
+  // The unfused ops where the device has no fused kernel, or where the add would promote (a
+  // residual of another dtype): the same values, through the tensors between them.
+  if (!kernels(x).batch_norm_add_relu.has_value() || residual.dtype() != x.dtype())
+    return relu(add(batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps), residual));
+  BatchNormPlan p = plan_batch_norm(op, x, running_mean, running_var, weight, bias, training, momentum, eps);
+  Tensor y = empty_in_format(x, p.channels_last);
+  kernels(p.xc).batch_norm_add_relu(p.xc, p.L, p.mean, p.invstd, p.wc, p.bc,
+                                    in_format(residual.detach(), p.channels_last), y);
+  if (autograd::any_requires_grad({&x, &residual, &weight, &bias})) {
+    // y > 0 exactly where bn(x) + residual > 0: y is the ReLU's mask, and the tensor the next
+    // layer reads anyway (saving it keeps nothing alive that would otherwise be freed).
+    const BatchNormGrads grads(p, x, weight, bias, training);
+    const SavedTensor sy(y);
+    const bool channels_last = p.channels_last;
+    const char* node = "BatchNormAddReluBackward";
+    autograd::record_function(node, {&x, &residual, &weight, &bias}, {&y},
+                              [grads, sy, channels_last, node](std::vector<Tensor>& g) {
+                                Tensor yv = sy.get(node);
+                                Tensor gy = in_format(g[0].to(yv.dtype()), channels_last);
+                                Tensor gsum = empty_in_format(yv, channels_last);  // of bn(x) + residual
+                                kernels(yv).unary_backward(math::UnaryOp::Relu, gy, yv, yv, gsum);
+                                auto [dx, dw, db] = grads(gsum, node);
+                                return std::vector<Tensor>{dx, gsum, dw, db};
+                              });
+  }
+  return y;
 }
 
 }  // namespace ft

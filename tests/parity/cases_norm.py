@@ -49,6 +49,13 @@ def bn_fn(training, momentum, eps=1e-5, affine=True, stats=True):
     return fn
 
 
+def bn_add_relu_fn(training, momentum, eps=1e-5):
+    def fn(x, r, rm, rv, w, b):
+        rm, rv = rm.clone(), rv.clone()
+        return F.relu(F.batch_norm(x, rm, rv, w, b, training, momentum, eps) + r), rm, rv
+    return fn
+
+
 def bn_inputs(n, shape, layout, affine=True, stats=True):
     c = shape[1]
     x = randn(n, *shape) * 1.5 + 0.7
@@ -97,6 +104,14 @@ def cases():
                                         ("cl", (4, 3, 5, 6), "channels_last")):
                 n = f"batch_norm_{dt}_{form}_{mode}"
                 yield case(n, f32_compute(bn_fn(training, momentum), dt), bn_inputs(n, shape, layout), dtype=dt,
+                           params={"training": training, "momentum": momentum}, nograd=("rm", "rv"))
+            # relu(batch_norm(x) + r): a ResNet block's output (batch_norm_add_relu)
+            for form, layout in (("4d", "contiguous"), ("cl", "channels_last")):
+                n = f"batch_norm_add_relu_{dt}_{form}_{mode}"
+                inputs = bn_inputs(n, (4, 3, 5, 6), layout)
+                r = randn(n + "r", 4, 3, 5, 6)
+                inputs["r"] = channels_last(r) if layout == "channels_last" else r
+                yield case(n, f32_compute(bn_add_relu_fn(training, momentum), dt), inputs, dtype=dt,
                            params={"training": training, "momentum": momentum}, nograd=("rm", "rv"))
     # option variants (f32): weight only, bias only for layer_norm
     n = "layer_norm_f32_weight_only"

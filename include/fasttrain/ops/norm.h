@@ -19,6 +19,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // two (nn::Sequential runs a BatchNorm2d followed by a ReLU this way).
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
+// relu(batch_norm(x, ...) + residual), the output of a ResNet block, in one pass over the
+// activations (nn::Sequential::forward_add_relu). residual: x's shape; one of another dtype is
+// added as add() would, through the unfused ops.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                           double momentum = 0.1, double eps = 1e-5);
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) (identity when !training
 // or p == 0). The mask comes from the counter-based generator.

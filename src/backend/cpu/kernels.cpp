@@ -38,6 +38,7 @@ std::unique_ptr<Kernels> make_cpu_kernels(cpu::CpuIsa isa) {
 #define FT_CPU_KERNEL(name, sig) k->name = &cpu::name;
   FT_KERNELS(FT_CPU_KERNEL)
   FT_KERNELS_OPTIM(FT_CPU_KERNEL)
+  FT_KERNELS_FUSED(FT_CPU_KERNEL)
 #undef FT_CPU_KERNEL
   choose_variants(isa, *k);
   return k;

@@ -497,6 +497,28 @@ void batch_norm_apply_impl(const Tensor& x, const BatchNormLayout& L, const Tens
       });
 }
 
+template <class T>
+void batch_norm_add_relu_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& invstd_t,
+                              const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
+  using Cp = compute_t<T>;
+  const int64_t C = L.C;
+  const Affine<Cp> af(mean_t, invstd_t, w, b, C);
+  const Cp* sc = af.scale.data();
+  const Cp* sh = af.shift.data();
+  // channel_map's second operand (dy in the backward) carries the residual here.
+  channel_map<T>(
+      L, x.data<T>(), residual.data<T>(), y.data<T>(),
+      [sc, sh](int64_t c, const T* xr, const T* rr, T* yr, int64_t n) {
+        const Cp a = sc[c], bb = sh[c];
+        store_run(yr, n,
+                  [&](int64_t i) { return activate<true>(static_cast<Cp>(xr[i]) * a + bb + static_cast<Cp>(rr[i])); });
+      },
+      [C, sc, sh](const T* xr, const T* rr, T* yr) {
+        for (int64_t c = 0; c < C; ++c)
+          yr[c] = static_cast<T>(activate<true>(static_cast<Cp>(xr[c]) * sc[c] + sh[c] + static_cast<Cp>(rr[c])));
+      });
+}
+
 template <class T, bool Relu>
 void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t,
                               const Tensor& invstd_t, const Tensor& w, const Tensor& b, bool training, const Tensor& dx,
@@ -642,6 +664,12 @@ void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& m
     else
       batch_norm_apply_impl<scalar_t, false>(x, L, mean, invstd, w, b, y);
   });
+}
+
+void batch_norm_add_relu(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
+  FT_DISPATCH_FLOATING(x.dtype(), "batch_norm_add_relu",
+                       [&] { batch_norm_add_relu_impl<scalar_t>(x, L, mean, invstd, w, b, residual, y); });
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,

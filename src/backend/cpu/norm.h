@@ -55,6 +55,9 @@ void batch_norm_update(const Tensor& mean, const Tensor& var, double count, doub
 // y = (x - mean) * invstd * w + b, in x's layout (then max(0, y) with L.relu).
 void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
                       const Tensor& w, const Tensor& b, const Tensor& y);
+// y = max(0, (x - mean) * invstd * w + b + residual), residual dense in y's layout (L.relu unused).
+void batch_norm_add_relu(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y);
 // Training: dx = w*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)) (means over N*S);
 // eval: dx = dy*w*invstd. dw = sum(dy*xhat), db = sum(dy). dy and dx in x's layout; any of
 // dx/dw/db may be undefined. With L.relu, dy is first zeroed where the forward's

@@ -478,44 +478,31 @@ inline Cp through_relu(Cp g, Cp x, Cp scale, Cp shift) {
   return g;
 }
 
-template <class T, bool Relu>
+// y = bn(x), then + residual where Residual, then max(0, .) where Relu.
+template <class T, bool Relu, bool Residual>
 void batch_norm_apply_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& invstd_t,
-                           const Tensor& w, const Tensor& b, const Tensor& y) {
+                           const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
   using Cp = compute_t<T>;
   const int64_t C = L.C;
   const Affine<Cp> af(mean_t, invstd_t, w, b, C);
   const Cp* sc = af.scale.data();
   const Cp* sh = af.shift.data();
-  channel_map<T>(
-      L, x.data<T>(), nullptr, y.data<T>(),
-      [sc, sh](int64_t c, const T* xr, const T*, T* yr, int64_t n) {
-        const Cp a = sc[c], bb = sh[c];
-        store_run(yr, n, [&](int64_t i) { return activate<Relu>(static_cast<Cp>(xr[i]) * a + bb); });
-      },
-      [C, sc, sh](const T* xr, const T*, T* yr) {
-        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(activate<Relu>(static_cast<Cp>(xr[c]) * sc[c] + sh[c]));
-      });
-}
-
-template <class T>
-void batch_norm_add_relu_impl(const Tensor& x, const BatchNormLayout& L, const Tensor& mean_t, const Tensor& invstd_t,
-                              const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
-  using Cp = compute_t<T>;
-  const int64_t C = L.C;
-  const Affine<Cp> af(mean_t, invstd_t, w, b, C);
-  const Cp* sc = af.scale.data();
-  const Cp* sh = af.shift.data();
+  // r[i] is read only with a residual (r is null otherwise: no address is formed from it).
+  // Forced inline: an out-of-line call per element would keep the loops below scalar.
+  auto out = [](Cp xv, Cp scale, Cp shift, const T* r, int64_t i) __attribute__((always_inline)) {
+    Cp v = xv * scale + shift;
+    if constexpr (Residual) v += static_cast<Cp>(r[i]);
+    return activate<Relu>(v);
+  };
   // channel_map's second operand (dy in the backward) carries the residual here.
   channel_map<T>(
-      L, x.data<T>(), residual.data<T>(), y.data<T>(),
-      [sc, sh](int64_t c, const T* xr, const T* rr, T* yr, int64_t n) {
+      L, x.data<T>(), Residual ? residual.data<T>() : nullptr, y.data<T>(),
+      [sc, sh, out](int64_t c, const T* xr, const T* rr, T* yr, int64_t n) {
         const Cp a = sc[c], bb = sh[c];
-        store_run(yr, n,
-                  [&](int64_t i) { return activate<true>(static_cast<Cp>(xr[i]) * a + bb + static_cast<Cp>(rr[i])); });
+        store_run(yr, n, [&](int64_t i) { return out(static_cast<Cp>(xr[i]), a, bb, rr, i); });
       },
-      [C, sc, sh](const T* xr, const T* rr, T* yr) {
-        for (int64_t c = 0; c < C; ++c)
-          yr[c] = static_cast<T>(activate<true>(static_cast<Cp>(xr[c]) * sc[c] + sh[c] + static_cast<Cp>(rr[c])));
+      [C, sc, sh, out](const T* xr, const T* rr, T* yr) {
+        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(out(static_cast<Cp>(xr[c]), sc[c], sh[c], rr, c));
       });
 }
 
@@ -660,16 +647,16 @@ void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& m
                       const Tensor& w, const Tensor& b, const Tensor& y) {
   FT_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     if (L.relu)
-      batch_norm_apply_impl<scalar_t, true>(x, L, mean, invstd, w, b, y);
+      batch_norm_apply_impl<scalar_t, true, false>(x, L, mean, invstd, w, b, Tensor(), y);
     else
-      batch_norm_apply_impl<scalar_t, false>(x, L, mean, invstd, w, b, y);
+      batch_norm_apply_impl<scalar_t, false, false>(x, L, mean, invstd, w, b, Tensor(), y);
   });
 }
 
 void batch_norm_add_relu(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
                          const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
   FT_DISPATCH_FLOATING(x.dtype(), "batch_norm_add_relu",
-                       [&] { batch_norm_add_relu_impl<scalar_t>(x, L, mean, invstd, w, b, residual, y); });
+                       [&] { batch_norm_apply_impl<scalar_t, true, true>(x, L, mean, invstd, w, b, residual, y); });
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,

@@ -47,7 +47,8 @@ Bench make(const json& c, DType dt, const std::string& layout) {
   }
   if (op == "batch_norm" || op == "max_pool2d") {
     // ResNet's per-layer memory-bound ops: training-mode batch norm (with the ReLU that follows
-    // it fused, as nn::Sequential runs them) and the stem's 3x3 stride-2 max pool.
+    // it fused, as nn::Sequential runs them; with "residual", a block's output relu(bn(x) + r))
+    // and the stem's 3x3 stride-2 max pool.
     Tensor x = r({c["N"], c["C"], c["H"], c["W"]});
     if (layout == "nhwc") x = x.contiguous_channels_last();
     if (op == "max_pool2d") {
@@ -56,6 +57,13 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     }
     const int64_t C = c["C"];
     const bool fused_relu = c["relu"];
+    if (c.value("residual", false)) {  // a ResNet block's output: relu(bn(x) + residual), one op
+      Tensor res = r({c["N"], c["C"], c["H"], c["W"]});
+      if (layout == "nhwc") res = res.contiguous_channels_last();
+      return {{x, res, r({C}), r({C})}, [](const std::vector<Tensor>& in) {
+                return batch_norm_add_relu(in[0], in[1], Tensor(), Tensor(), in[2], in[3], true, 0.1, 1e-5);
+              }};
+    }
     return {{x, r({C}), r({C})}, [fused_relu](const std::vector<Tensor>& in) {
               return (fused_relu ? batch_norm_relu : batch_norm)(in[0], Tensor(), Tensor(), in[1], in[2], true, 0.1,
                                                                  1e-5);

@@ -45,6 +45,11 @@ def make(case, dtype, layout):
         if op == "max_pool2d":
             return [x], lambda x: F.max_pool2d(x, case["k"], case["stride"], case["pad"])
         w, b = r(case["C"]), r(case["C"])
+        if case.get("residual"):
+            res = r(case["N"], case["C"], case["H"], case["W"])
+            if layout == "nhwc":
+                res = res.contiguous(memory_format=torch.channels_last)
+            return [x, res, w, b], lambda x, res, w, b: torch.relu(F.batch_norm(x, None, None, w, b, training=True) + res)
         act = torch.relu if case["relu"] else (lambda y: y)
         return [x, w, b], lambda x, w, b: act(F.batch_norm(x, None, None, w, b, training=True))
     if op == "layer_norm":

@@ -65,11 +65,15 @@ struct Kernels {
 #define FT_KERNEL_VISIT(name, sig) f(name);
     FT_KERNELS(FT_KERNEL_VISIT)
     FT_KERNELS_OPTIM(FT_KERNEL_VISIT)
+#undef FT_KERNEL_VISIT
   }
   template <class F>
-  void for_each_fused(F&& f) const {FT_KERNELS_FUSED(FT_KERNEL_VISIT)
+  void for_each_fused(F&& f) const {
+#define FT_KERNEL_VISIT(name, sig) f(name);
+    FT_KERNELS_FUSED(FT_KERNEL_VISIT)
 #undef FT_KERNEL_VISIT
-  } DeviceType device;
+  }
+  DeviceType device;
 };
 
 // The table for a device. The CPU's always exists; another device's exists once its backend

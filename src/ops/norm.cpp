@@ -281,7 +281,7 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
                                     in_format(residual.detach(), p.channels_last), y);
   if (autograd::any_requires_grad({&x, &residual, &weight, &bias})) {
     // y > 0 exactly where bn(x) + residual > 0: y is the ReLU's mask, and the tensor the next
-    // layer reads anyway (saving it keeps nothing alive that would otherwise be freed).
+    // layer reads (a convolution keeps it anyway), where the unfused ReLU kept the sum.
     const BatchNormGrads grads(p, x, weight, bias, training);
     const SavedTensor sy(y);
     const bool channels_last = p.channels_last;

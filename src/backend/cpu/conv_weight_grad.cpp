@@ -168,6 +168,37 @@ struct Tile {
   bool first, last;
 };
 
+// The positions of one output row for a register tile: s[r][v] += the products of n positions,
+// from x at xa (and the partner image at xb) and the packed gradient pairs at d. Whether there is
+// a partner and whether the 32 channels are consecutive (NHWC) are template arguments, decided
+// once per row by the caller: tested per position, they cost 2-7% of the tile's time.
+template <int R, int V, bool kPartner, bool kNhwc>
+FT_BF16_KERNEL __attribute__((always_inline)) inline void row_sum(__m512 (&s)[R][V], const uint16_t* xa,
+                                                                  const uint16_t* xb, const uint32_t* d, int64_t n,
+                                                                  int64_t step, int64_t pair_stride,
+                                                                  int64_t block_stride) {
+  for (int64_t j = 0; j < n; ++j) {
+    __m512i b[V];
+    if constexpr (V == 2) {
+      const __m512i va = load_32_channels(xa, kNhwc ? 16 : block_stride);
+      const __m512i vb = kPartner ? load_32_channels(xb, kNhwc ? 16 : block_stride) : _mm512_setzero_si512();
+      b[0] = _mm512_unpacklo_epi16(va, vb);
+      b[1] = _mm512_unpackhi_epi16(va, vb);
+    } else {
+      b[0] = pair_up(xa, xb, pair_indices());  // a constant load, hoisted
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(d[r]));
+#pragma GCC unroll 16
+      for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], a, (__m512bh)b[v]);
+    }
+    xa += step;
+    if constexpr (kPartner) xb += step;
+    d += pair_stride;
+  }
+}
+
 // Sums one register tile of R output channels x V vectors of input channels over a chunk's
 // positions, on top of the earlier chunks' sums.
 template <int R, int V>
@@ -183,32 +214,21 @@ FT_BF16_KERNEL void tile_sum(const Geometry& g, const Tile& t, const uint16_t* x
     const int64_t i = u % g.OH, n = 2 * (u / g.OH);
     const int64_t h = i * g.sh - g.ph + t.p;
     if (h < 0 || h >= g.H || j0 == j1) continue;
-    const bool partner = n + 1 < g.N;
-    const int64_t partner_step = partner ? step : 0;
     const uint16_t* xa = x + n * g.x.n_stride + h * g.x.h_stride + (j0 * g.sw - g.pw + t.q) * g.x.w_stride +
                          (t.c0 / 16) * g.x.block_stride;
-    const uint16_t* xb = partner ? xa + g.x.n_stride : kZeros;
+    const bool partner = n + 1 < g.N;
+    const uint16_t* xb = partner ? xa + g.x.n_stride : kZeros;  // the last image of an odd batch: zeros
     const uint32_t* d = t.pairs + ((u - t.u0) * g.OW + j0) * t.pair_stride;
-    for (int64_t j = j0; j < j1; ++j) {
-      __m512i b[V];
-      if constexpr (V == 2) {
-        const __m512i va = load_32_channels(xa, g.x.block_stride);
-        const __m512i vb = partner ? load_32_channels(xb, g.x.block_stride) : _mm512_setzero_si512();
-        b[0] = _mm512_unpacklo_epi16(va, vb);
-        b[1] = _mm512_unpackhi_epi16(va, vb);
-      } else {
-        b[0] = pair_up(xa, xb, pair_indices());  // a constant load, hoisted
-      }
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(d[r]));
-#pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], a, (__m512bh)b[v]);
-      }
-      xa += step;
-      xb += partner_step;
-      d += t.pair_stride;
-    }
+    const int64_t count = j1 - j0, bs = g.x.block_stride;
+    const bool nhwc = bs == 16;
+    if (partner && nhwc)
+      row_sum<R, V, true, true>(s, xa, xb, d, count, step, t.pair_stride, bs);
+    else if (partner)
+      row_sum<R, V, true, false>(s, xa, xb, d, count, step, t.pair_stride, bs);
+    else if (nhwc)
+      row_sum<R, V, false, true>(s, xa, xb, d, count, step, t.pair_stride, bs);
+    else
+      row_sum<R, V, false, false>(s, xa, xb, d, count, step, t.pair_stride, bs);
   }
   if constexpr (V == 2)
 #pragma GCC unroll 16

@@ -273,6 +273,28 @@ TEST(Norm, BatchNormAddReluMatchesTheUnfusedOps) {
   }
 }
 
+// Without weight, bias or running statistics (training), the fused op still equals the unfused
+// ops, and its gradients of x and the residual too.
+TEST(Norm, BatchNormAddReluWithoutAffineOrRunningStatistics) {
+  Generator g(19);
+  const Tensor x0 = randn({4, 16, 3, 5}, DType::F32, &g).contiguous_channels_last();
+  const Tensor r0 = randn({4, 16, 3, 5}, DType::F32, &g).contiguous_channels_last();
+  const Tensor dy = randn({4, 16, 3, 5}, DType::F32, &g);
+  std::vector<double> out[2], gx[2], gr[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    Tensor x = x0.detach().requires_grad_(), r = r0.detach().requires_grad_();
+    Tensor y = fused ? batch_norm_add_relu(x, r, Tensor(), Tensor(), Tensor(), Tensor(), true)
+                     : relu(add(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), r));
+    autograd::backward({y}, {dy});
+    out[fused] = y.to_vector();
+    gx[fused] = x.grad().to_vector();
+    gr[fused] = r.grad().to_vector();
+  }
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(gx[1], gx[0]);
+  EXPECT_EQ(gr[1], gr[0]);
+}
+
 // A residual the add would promote (f32 onto a bf16 norm) goes through the unfused ops: the
 // result is add()'s f32. A residual of another shape is refused by name.
 TEST(Norm, BatchNormAddReluPromotesAndChecksTheResidual) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "fasttrain/fasttrain.h"
 #include "support/gradcheck.h"
@@ -163,4 +164,61 @@ TEST(Autograd, ErrorsAreClear) {
   }
   EXPECT_THROW(ones({2}).backward(), Error);   // does not require grad
   EXPECT_THROW(y.backward(ones({3})), Error);  // wrong gradient shape
+}
+
+// Gradients meeting at one input are summed in place when the engine alone holds the first:
+// test ops whose backward returns a gradient made by `backward` from the incoming one.
+namespace {
+Tensor through(const Tensor& x, std::function<Tensor(const Tensor&)> backward) {
+  Tensor y = x.detach().clone();
+  autograd::record_function("Through", {&x}, {&y},
+                            [backward](std::vector<Tensor>& g) { return std::vector<Tensor>{backward(g[0])}; });
+  return y;
+}
+}  // namespace
+
+TEST(Autograd, GradientsMeetingAtAnInputAreSummedInTheFirstBuffer) {
+  Tensor x = from_vector({1, 2, 3}, {3}, DType::F64).requires_grad_();
+  const void* first = nullptr;
+  Tensor a = mul(x, 2.0);
+  // Created last, so it runs first: its fresh gradient is the buffer the other one is added to.
+  Tensor b = through(x, [&](const Tensor& g) {
+    Tensor fresh = mul(g, 5.0);
+    first = fresh.raw_data();
+    return fresh;
+  });
+  sum(add(a, b)).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{7, 7, 7}));
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(x.grad().raw_data(), first);  // summed in place, then taken by .grad as it is
+}
+
+TEST(Autograd, GradientsSeenElsewhereAreNotOverwrittenBySums) {
+  // A gradient the op keeps a reference to.
+  Tensor x = from_vector({1, 2}, {2}, DType::F64).requires_grad_();
+  Tensor kept;
+  Tensor a = mul(x, 2.0);
+  Tensor b = through(x, [&](const Tensor& g) {
+    kept = mul(g, 5.0);
+    return kept;
+  });
+  sum(add(a, b)).backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{7, 7}));
+  EXPECT_EQ(kept.to_vector(), (std::vector<double>{5, 5}));
+
+  // An expanded gradient, where every element is the same memory.
+  Tensor z = from_vector({1, 2, 3}, {3}, DType::F64).requires_grad_();
+  Tensor c = mul(z, 2.0);
+  Tensor d = through(z, [](const Tensor& g) { return from_vector({4}, {1}, DType::F64).expand({3}); });
+  sum(add(c, d)).backward();
+  EXPECT_EQ(z.grad().to_vector(), (std::vector<double>{6, 6, 6}));
+
+  // Gradients given by the caller for outputs that meet at one node.
+  Tensor w = from_vector({1, 2}, {2}, DType::F64).requires_grad_();
+  Tensor y = mul(w, 3.0);
+  Tensor g1 = from_vector({1, 1}, {2}, DType::F64), g2 = from_vector({2, 2}, {2}, DType::F64);
+  autograd::backward({y, y}, {g1, g2});
+  EXPECT_EQ(w.grad().to_vector(), (std::vector<double>{9, 9}));
+  EXPECT_EQ(g1.to_vector(), (std::vector<double>{1, 1}));
+  EXPECT_EQ(g2.to_vector(), (std::vector<double>{2, 2}));
 }

@@ -17,6 +17,25 @@ namespace autograd {
 namespace {
 std::atomic<uint64_t> g_next_sequence{0};
 
+// Whether g's memory is seen by nobody but `holders` references to g itself, and lies dense
+// (no element aliases another, as in an expanded gradient): only then may a sum overwrite it.
+bool exclusively_held(const Tensor& g, long holders) {
+  return g.impl_ptr().use_count() <= holders && g.storage().use_count() == 1 &&
+         (g.is_contiguous() || g.is_channels_last());
+}
+
+// slot += g for gradients meeting at one input. In place where the buffer is exclusively the
+// pass's (PyTorch's engine does the same): no second buffer of the gradient's size is live at
+// once, and the sum writes memory it has just read instead of a fresh allocation.
+void sum_gradient(Tensor& slot, const Tensor& g) {
+  if (!slot.defined())
+    slot = g;
+  else if (slot.dtype() == g.dtype() && slot.device() == g.device() && exclusively_held(slot, 1))
+    add_(slot, g);
+  else
+    slot = add(slot, g);
+}
+
 // Accumulates into a leaf's .grad; runs the leaf's hooks first and its post-accumulate hooks after.
 class AccumulateGrad final : public Node {
  public:
@@ -31,10 +50,7 @@ class AccumulateGrad final : public Node {
       // Take ownership of the incoming buffer only if nobody else can see it; otherwise copy,
       // so a later in-place accumulation cannot change another tensor. Either way the gradient
       // keeps a dense layout (channels-last stays channels-last, like the leaf, as in PyTorch).
-      bool dense = g.is_contiguous() || g.is_channels_last();
-      bool exclusive =
-          g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && dense && g.dtype() == leaf_->dtype;
-      if (exclusive) {
+      if (exclusively_held(g, 2) && g.dtype() == leaf_->dtype) {
         leaf_->grad = g.detach().impl_ptr();
       } else {
         Tensor leaf(leaf_);
@@ -211,8 +227,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     }
     auto& buf = buffers[e.fn.get()];
     if (buf.size() < e.fn->outputs.size()) buf.resize(e.fn->outputs.size());
-    Tensor& slot = buf[e.input_nr];
-    slot = slot.defined() ? add(slot, g) : g;
+    sum_gradient(buf[e.input_nr], g);
   };
   for (size_t i = 0; i < root_edges.size(); ++i) accumulate(root_edges[i], root_grads[i]);
 

@@ -3,6 +3,8 @@
 // (the peer's fields, order and rounding) and option validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/bench.h"
@@ -192,6 +194,24 @@ TEST(Bench, JsonLineHasThePeersFieldsInOrder) {
   EXPECT_EQ(j16["precision"], "bf16");
   const std::string path = j16["half_gemm"].get<std::string>();
   EXPECT_TRUE(path == "onednn" || path == "packed") << path;
+}
+
+TEST(Bench, ProfileTableListsTheAskedNumberOfKernelShapes) {
+  bench::BenchOptions o;
+  o.workload = "mlp";
+  o.batch = 4;
+  o.steps = 1;
+  o.warmup = 1;
+  o.profile_steps = 1;
+  o.profile_shapes = 2;
+  const std::string table = bench::run_bench(o).profile_table;
+  const size_t header = table.find("  kernel calls by shape (largest 2 of ");
+  ASSERT_NE(header, std::string::npos) << table;
+  // The mlp step runs more than two distinct kernel calls (linear layers forward and backward,
+  // the loss, the optimizer): exactly two rows follow the header.
+  const std::string rows = table.substr(table.find('\n', header) + 1);
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 2) << table;
+  EXPECT_GT(std::stoi(table.substr(header + 38)), 2) << table;  // the total count of shapes
 }
 
 TEST(Bench, RejectsBadOptionsWithClearMessages) {

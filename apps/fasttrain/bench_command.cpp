@@ -58,6 +58,10 @@ int run_bench_command(const std::vector<std::string>& args) {
                  "after the timed steps, profile this many more and print time per phase and per op to stderr "
                  "(on a GPU each kernel is waited for, so its time is device time)")
       ->check(CLI::Range(0, 1000));
+  app.add_option("--profile-shapes", o.profile_shapes,
+                 "with --profile: how many rows of the kernel calls by operand shape to print, largest first")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   app.add_flag("--detect-sync", o.detect_sync,
                "count and name the host-device synchronisations of one untimed step (after the warm-up) and "
                "print them to stderr");

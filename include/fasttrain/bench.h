@@ -72,6 +72,7 @@ struct BenchOptions {
   std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
   Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
   int profile_steps = 0;           // > 0: after the timed steps, that many profiled ones (profile_table)
+  int profile_shapes = 25;         // rows of the profile's kernel calls by operand shape, largest first
   bool detect_sync = false;        // one untimed step under a SyncTracker (host_syncs)
   bool cuda_graphs = false;        // CUDA: the step captured after the warm-up and replayed (StepOptions)
   int threads = 0;                 // 0: all cores

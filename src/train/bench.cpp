@@ -172,7 +172,7 @@ namespace {
 
 // The kernel calls of a profiled range grouped by kernel, operand shapes and dtypes, largest
 // total first: which products or copies of an op carry its time.
-std::string calls_by_shape(const std::vector<profiler::Span>& spans, int steps) {
+std::string calls_by_shape(const std::vector<profiler::Span>& spans, int steps, size_t limit) {
   struct Total {
     int64_t calls = 0;
     double ms = 0;
@@ -186,9 +186,10 @@ std::string calls_by_shape(const std::vector<profiler::Span>& spans, int steps) 
   }
   std::vector<std::pair<std::string, Total>> rows(by_key.begin(), by_key.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-  std::string out = "  kernel calls by shape (largest 25)     calls/step  ms/step\n";
+  std::string out = "  kernel calls by shape (largest " + std::to_string(std::min(limit, rows.size())) + " of " +
+                    std::to_string(rows.size()) + ")     calls/step  ms/step\n";
   char line[512];
-  for (size_t i = 0; i < rows.size() && i < 25; ++i) {
+  for (size_t i = 0; i < rows.size() && i < limit; ++i) {
     std::snprintf(line, sizeof line, "  %-60s %6.1f %8.3f\n", rows[i].first.c_str(),
                   static_cast<double>(rows[i].second.calls) / steps, rows[i].second.ms / steps);
     out += line;
@@ -350,7 +351,8 @@ BenchResult run_bench(const BenchOptions& o) {
     }
     session.stop();
     const std::vector<profiler::Span> spans = session.spans();
-    r.profile_table = train::summary_table(train::summarize(spans, peak), 20) + calls_by_shape(spans, o.profile_steps);
+    r.profile_table = train::summary_table(train::summarize(spans, peak), 20) +
+                      calls_by_shape(spans, o.profile_steps, static_cast<size_t>(o.profile_shapes));
   }
   r.accumulate = o.accumulate;
   r.checkpoint_blocks = o.checkpoint_blocks;

@@ -5,8 +5,9 @@
 // JSON line per (shape, path): ms, GFLOP/s, the relative error by norms against the f32
 // reference sums of the same bf16 inputs, and whether conv2d takes that path here ("chosen":
 // conv.h's rule, or FT_CONV_WEIGHT_GRAD). Shapes run isolated, so their inputs stay in cache;
-// inside a training step they arrive from memory (docs/PERF.md has both kinds of figures).
-// Usage: conv_weight_grad [--threads N] [--iters N] [--rounds N] [--nchw]
+// inside a training step they arrive from memory (docs/PERF.md has both kinds of figures). --cold
+// writes 64 MiB before every timed call (untimed), so inputs come from memory as in a step.
+// Usage: conv_weight_grad [--threads N] [--iters N] [--rounds N] [--nchw] [--cold]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,9 +26,13 @@ using namespace ft;
 
 namespace {
 
+// Set by --cold: written before each timed call to push the inputs out of the caches.
+std::vector<char>* g_evict = nullptr;
+
 double median_ms(const std::function<void()>& f, int iters) {
   std::vector<double> t;
   for (int i = 0; i < 2 + iters; ++i) {
+    if (g_evict) std::memset(g_evict->data(), i, g_evict->size());
     const auto t0 = std::chrono::steady_clock::now();
     f();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -47,9 +52,13 @@ double relative_error(const Tensor& actual, const Tensor& reference) {
 int main(int argc, char** argv) {
   int threads = 2, iters = 5, rounds = 5;
   bool nchw = false;
+  std::vector<char> evict;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--nchw")) {
       nchw = true;
+    } else if (!std::strcmp(argv[i], "--cold")) {
+      evict.resize(64 << 20);
+      g_evict = &evict;
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--threads")) {
       threads = std::atoi(argv[++i]);
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--iters")) {
@@ -57,7 +66,7 @@ int main(int argc, char** argv) {
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--rounds")) {
       rounds = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: conv_weight_grad [--threads N] [--iters N] [--rounds N] [--nchw]\n");
+      std::fprintf(stderr, "usage: conv_weight_grad [--threads N] [--iters N] [--rounds N] [--nchw] [--cold]\n");
       return 2;
     }
   }

@@ -7,6 +7,8 @@
 #include "backend/cpu/block_transpose.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/conv_weight_grad.h"
+#include "backend/cpu/conv_winograd.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/linalg.h"  // onednn_isa_has_avx512
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"  // relative_error: by norms, as the CUDA tests compare
@@ -42,7 +44,7 @@ cpu::ConvParams conv3x3(int64_t N, int64_t C, int64_t O, int64_t HW, int64_t str
 
 const char* kConfigs[] = {"basic",        "basic_cl",   "stride2",   "stride2_cl",   "dilation2", "dilation2_cl",
                           "groups2",      "groups2_cl", "depthwise", "depthwise_cl", "rect",      "rect_cl",
-                          "pointwise_cl", "transposed", "cnn_cl",    "cnn"};
+                          "pointwise_cl", "transposed", "cnn_cl",    "cnn",          "cnn_s1_cl"};
 
 }  // namespace
 
@@ -144,25 +146,26 @@ TEST(ConvKernels, OneDnnMatchesReference) {
         auto out = [&](const Shape& s) { return fmt(empty(s, TensorOptions(dt))); };
         Tensor y1 = out({p.N, p.O, p.OH, p.OW}), y2 = out({p.N, p.O, p.OH, p.OW});
         // The plain 3x3 convolutions must get oneDNN kernels (else this test would compare the
-        // reference with itself); grouped ones may fall back.
+        // reference with itself); grouped ones may fall back (to the reference: the dispatch's other
+        // kernels, conv_winograd.h's, have their own test).
         const bool must = k.groups == 1 && (dt == DType::F32 || cpu::onednn_isa_has_avx512());  // bf16 needs AVX-512
         bool used = cpu::onednn_conv2d_forward(p, x, w, b, y1);
         if (must) EXPECT_TRUE(used) << "oneDNN declined the forward";
-        if (!used) cpu::conv2d_forward(p, x, w, b, y1);
+        if (!used) cpu::conv2d_forward_reference(p, x, w, b, y1);
         cpu::conv2d_forward_reference(p, x, w, b, y2);
         test::Tolerance tol = dt == DType::F32 ? test::Tolerance{1e-4, 1e-4} : test::Tolerance{3e-2, 2e-2};
         EXPECT_EQ(test::compare(y1, y2, tol), "");
         Tensor gx1 = out(x.shape()), gx2 = out(x.shape());
         used = cpu::onednn_conv2d_backward_data(p, gy, w, gx1);
         if (must) EXPECT_TRUE(used) << "oneDNN declined backward-data";
-        if (!used) cpu::conv2d_backward_data(p, gy, w, gx1);
+        if (!used) cpu::conv2d_backward_data_reference(p, gy, w, gx1);
         cpu::conv2d_backward_data_reference(p, gy, w, gx2);
         EXPECT_EQ(test::compare(gx1, gx2, tol), "");
         Tensor gw1 = wfmt(empty(w.shape(), TensorOptions(dt))), gw2 = wfmt(empty(w.shape(), TensorOptions(dt)));
         Tensor gb1 = empty({p.O}, TensorOptions(dt)), gb2 = empty({p.O}, TensorOptions(dt));
         used = cpu::onednn_conv2d_backward_weight(p, gy, x, gw1, gb1);
         if (must) EXPECT_TRUE(used) << "oneDNN declined backward-weights";
-        if (!used) cpu::conv2d_backward_weight(p, gy, x, gw1, gb1);
+        if (!used) cpu::conv2d_backward_weight_reference(p, gy, x, gw1, gb1);
         cpu::conv2d_backward_weight_reference(p, gy, x, gw2, gb2);
         test::Tolerance wtol = dt == DType::F32 ? test::Tolerance{1e-3, 1e-4} : test::Tolerance{0.1, 2e-2};
         EXPECT_EQ(test::compare(gw1, gw2, wtol), "");
@@ -221,15 +224,14 @@ TEST(ConvKernels, ReorderedGradientIsReusedOnlyWhenUnchanged) {
 }
 
 // The algorithm rule: Winograd for f32 3x3 stride-1 ungrouped convolutions with 16 or more
-// channels each side and at least 8x8 outputs (FT_CONV_ALGO=auto), direct otherwise; the setting
-// forces either.
+// channels each side and at least 8x8 outputs (FT_CONV_ALGO=auto), and for bf16 ones as below;
+// direct otherwise; the setting forces either.
 TEST(ConvKernels, AlgorithmRule) {
   const cpu::ConvParams p = conv3x3(2, 64, 64, 8);
   using A = cpu::ConvAlgorithm;
   EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, nullptr), A::Winograd);
   EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, "auto"), A::Winograd);
   EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F32, "direct"), A::Direct);
-  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::BF16, ""), A::Direct);  // no bf16 Winograd in oneDNN
   cpu::ConvParams q = p;
   q.C = 3;  // an RGB input layer
   EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
@@ -248,6 +250,29 @@ TEST(ConvKernels, AlgorithmRule) {
   EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Direct);
   q.OH = q.H = 8;
   EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::F32, nullptr), A::Winograd);
+
+  // bf16: conv_winograd.h's kernel for 3x3 stride-1 padding-1 layers with channels in multiples of
+  // 16 and C * O up to 256 * 256, unless oneDNN has AMX.
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::BF16, ""), A::Winograd);
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::BF16, "", /*onednn_has_amx=*/true), A::Direct);
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::BF16, "direct"), A::Direct);
+  EXPECT_EQ(cpu::choose_conv_algorithm(p, DType::F16, ""), A::Direct);
+  q = p, q.H = q.W = q.OH = q.OW = 7;  // any size
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Winograd);
+  q = p, q.C = 48, q.O = 16;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Winograd);
+  q = p, q.C = 24;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Direct);
+  q = p, q.O = 40;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Direct);
+  q = p, q.padding = {0, 0}, q.OH = q.OW = 6;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Direct);
+  q = p, q.stride = {2, 2}, q.OH = q.OW = 4;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Direct);
+  q = p, q.C = q.O = 256;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Winograd);
+  q.C = 512;
+  EXPECT_EQ(cpu::choose_conv_algorithm(q, DType::BF16, nullptr), A::Direct);
   try {
     cpu::choose_conv_algorithm(p, DType::F32, "fft");
     ADD_FAILURE() << "no error";
@@ -386,6 +411,59 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
     EXPECT_LT(ey, 5e-6);
     EXPECT_LT(egx, 5e-6);
     EXPECT_LT(egw, 5e-6);
+  }
+}
+
+// bf16 Winograd F(2x2, 3x3) (conv_winograd.h) for forward and backward-data, against an f64
+// reference on the same bf16 inputs and beside oneDNN's direct bf16 kernels: odd and even sizes
+// (partial tiles), 16 and 32-channel blocks, one image or several, bias, both layouts.
+TEST(ConvKernels, WinogradBf16AgreesWithF64BesideTheDirectKernels) {
+  if (cpu::selected_cpu_isa() < cpu::CpuIsa::Avx512Bf16) GTEST_SKIP() << "the Winograd bf16 kernel needs AVX512-BF16";
+  struct Cfg {
+    int64_t N, C, O, H, W;
+    bool channels_last, bias;
+  };
+  for (const Cfg& k :
+       {Cfg{2, 32, 32, 8, 8, true, false}, Cfg{3, 16, 48, 7, 9, true, true}, Cfg{2, 48, 16, 9, 6, false, true},
+        Cfg{1, 64, 32, 5, 5, false, false}, Cfg{4, 16, 16, 8, 8, false, true}, Cfg{1, 32, 64, 1, 3, true, false}}) {
+    cpu::ConvParams p = conv3x3(k.N, k.C, k.O, k.H, 1, k.channels_last);
+    p.W = p.OW = k.W;
+    SCOPED_TRACE(std::to_string(k.N) + "x" + std::to_string(k.C) + "->" + std::to_string(k.O) + " " +
+                 std::to_string(k.H) + "x" + std::to_string(k.W) + (k.channels_last ? " nhwc" : " nchw") +
+                 (k.bias ? " bias" : ""));
+    ASSERT_TRUE(cpu::winograd_bf16_supported(p));
+    auto fmt = [&](const Tensor& t) { return k.channels_last ? t.contiguous_channels_last() : t; };
+    Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 41).to(DType::BF16));
+    Tensor w = fmt(randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 42).to(DType::BF16));
+    Tensor b = k.bias ? randn_like_shape({p.O}, DType::F32, 43).to(DType::BF16) : Tensor();
+    Tensor gy = fmt(randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 44).to(DType::BF16));
+    auto f64 = [&](const Tensor& t) { return t.dim() == 4 ? fmt(t.to(DType::F64)) : t.to(DType::F64); };
+    auto rel = [](const Tensor& got, const Tensor& want) {
+      return ft::testing::relative_error(got.to(DType::F64).to_vector(), want.to_vector());
+    };
+    auto bf16_out = [&](const Shape& s) { return fmt(empty(s, TensorOptions(DType::BF16))); };
+    Tensor y64 = f64(empty({p.N, p.O, p.OH, p.OW})), gx64 = f64(empty(x.shape()));
+    cpu::conv2d_forward_reference(p, f64(x), f64(w), k.bias ? f64(b) : Tensor(), y64);
+    cpu::conv2d_backward_data_reference(p, f64(gy), f64(w), gx64);
+    Tensor y = bf16_out(y64.shape()), gx = bf16_out(x.shape()), y_direct = bf16_out(y64.shape()),
+           gx_direct = bf16_out(x.shape());
+    ASSERT_TRUE(cpu::winograd_conv2d_forward(p, x, w, b, y));
+    ASSERT_TRUE(cpu::winograd_conv2d_backward_data(p, gy, w, gx));
+    // oneDNN's direct kernels, or (oneDNN lowered below AVX-512: ctest's ONEDNN_MAX_CPU_ISA=AVX2 run)
+    // the reference path's f32 sums, rounded.
+    if (!cpu::onednn_conv2d_forward(p, x, w, b, y_direct)) cpu::conv2d_forward_reference(p, x, w, b, y_direct);
+    if (!cpu::onednn_conv2d_backward_data(p, gy, w, gx_direct))
+      cpu::conv2d_backward_data_reference(p, gy, w, gx_direct);
+    const double ey = rel(y, y64), egx = rel(gx, gx64), ey_direct = rel(y_direct, y64),
+                 egx_direct = rel(gx_direct, gx64);
+    std::printf("winograd bf16: relative error y %.2e gx %.2e; direct y %.2e gx %.2e\n", ey, egx, ey_direct,
+                egx_direct);
+    // The direct sums' error is the output's rounding to bf16 (about 2e-3 by norms); Winograd adds
+    // the rounding of the transformed tiles and filters.
+    EXPECT_LT(ey, 3 * ey_direct + 1e-3);
+    EXPECT_LT(egx, 3 * egx_direct + 1e-3);
+    EXPECT_LT(ey, 1e-2);
+    EXPECT_LT(egx, 1e-2);
   }
 }
 

@@ -219,6 +219,9 @@ void conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const
     copy(y, y32);
     return;
   }
+  if (x.dtype() == DType::BF16 && conv_algorithm(p, x.dtype()) == ConvAlgorithm::Winograd &&
+      winograd_conv2d_forward(p, x, w, b, y))
+    return;
   if ((x.dtype() == DType::F32 || x.dtype() == DType::BF16) && onednn_conv2d_forward(p, x, w, b, y)) return;
   conv2d_forward_reference(p, x, w, b, y);
 }
@@ -230,6 +233,9 @@ void conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w
     copy(gx, gx32);
     return;
   }
+  if (gy.dtype() == DType::BF16 && conv_algorithm(p, gy.dtype()) == ConvAlgorithm::Winograd &&
+      winograd_conv2d_backward_data(p, gy, w, gx))
+    return;
   if ((gy.dtype() == DType::F32 || gy.dtype() == DType::BF16) && onednn_conv2d_backward_data(p, gy, w, gx)) return;
   conv2d_backward_data_reference(p, gy, w, gx);
 }

@@ -46,6 +46,12 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
 // CPU without AVX512-BF16).
 bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
                                    const Tensor& gb);
+// bf16 forward and backward-data passes on conv_winograd.h's kernel (F(2x2, 3x3)), reading NHWC
+// activations in place and NCHW ones as nChw16c copies. Return false, having written nothing,
+// where the kernel does not run (not bf16, not 3x3 stride 1 padding 1, grouped, dilated, channels
+// not multiples of 16, or a CPU without AVX512-BF16).
+bool winograd_conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
+bool winograd_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
 // Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): oneDNN's
 // where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
 // feeds 256 products or fewer (kH * kW * C: ResNet's 1x1 layers on up to 256 channels), as
@@ -66,9 +72,15 @@ WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's set
 // make 2e-7 (tests/test_conv.cpp), far inside f32 training's needs. FT_CONV_ALGO=direct forces the
 // direct kernels that PyTorch's CPU convolutions use; FT_CONV_ALGO=winograd asks for Winograd
 // wherever oneDNN has it. Winograd that oneDNN declines falls back to direct.
+//
+// bf16 has no Winograd in oneDNN; its 3x3 stride-1 padding-1 layers with channels in multiples of
+// 16 take conv_winograd.h's F(2x2, 3x3) kernel for forward and backward-data (the weight gradient
+// stays direct), where C * O <= kWinogradBf16MaxFilterPairs and oneDNN has no AMX. Its bf16
+// rounding of the transformed tiles makes errors of about 2-3x the direct sum's (tests/test_conv.cpp).
 enum class ConvAlgorithm { Direct, Winograd };
+inline constexpr int64_t kWinogradBf16MaxFilterPairs = 256 * 256;
 // setting: FT_CONV_ALGO's value (null, "" or "auto" for the rule above); other values throw.
-ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting);
+ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx = false);
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO
 // The implementation oneDNN runs for the forward pass (its impl_info_str, e.g. "jit_wino_4x3:avx512_core"),
 // or "" when the configuration takes the reference path.

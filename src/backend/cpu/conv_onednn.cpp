@@ -34,6 +34,7 @@
 #include "backend/cpu/block_transpose.h"
 #include "backend/cpu/conv.h"
 #include "backend/cpu/conv_weight_grad.h"
+#include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/copy.h"
 #include "backend/cpu/linalg.h"
 
@@ -415,6 +416,55 @@ bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
   return true;
 }
 
+namespace {
+
+// Filter (out, in, p, q) of a weight tensor [O, C, 3, 3] in any dense layout: forward reads it as
+// it is; backward-data as the transposed, rotated filter (out = c, in = o, p -> 2 - p, q -> 2 - q).
+FilterView filter_view(const Tensor& w, bool backward_data) {
+  const auto* base = static_cast<const uint16_t*>(w.raw_data());
+  const int64_t so = w.stride(0), sc = w.stride(1), sp = w.stride(2), sq = w.stride(3);
+  if (!backward_data) return {base, so, sc, sp, sq};
+  return {base + 2 * sp + 2 * sq, sc, so, -sp, -sq};
+}
+
+// One Winograd pass from `in` (channels in_c) to `out` (channels out_c), both [N, ., H, W]: NHWC
+// read and written in place, NCHW through nChw16c copies (gy's kept for the weight gradient, as
+// oneDNN's backward-data does).
+void winograd_pass(const ConvParams& p, const Tensor& in, int64_t in_c, FilterView w, const Tensor& bias,
+                   const Tensor& out, int64_t out_c, bool in_is_gy) {
+  const auto* bias_data = bias.defined() ? static_cast<const uint16_t*>(bias.raw_data()) : nullptr;
+  if (p.channels_last) {
+    winograd_bf16_conv3x3(p.N, in_c, out_c, p.H, p.W, static_cast<const uint16_t*>(in.raw_data()),
+                          nhwc_layout(in_c, p.H, p.W), w, bias_data, static_cast<uint16_t*>(out.raw_data()),
+                          nhwc_layout(out_c, p.H, p.W));
+    return;
+  }
+  std::vector<Tensor> keep;
+  const memory::dims id = {p.N, in_c, p.H, p.W}, od = {p.N, out_c, p.H, p.W};
+  const memory::desc in_plain(id, ddt::bf16, tag::nchw), in_blocked(id, ddt::bf16, tag::nChw16c);
+  memory im = in_is_gy ? diff_dst_for_data(in_blocked, in_plain, in) : input(in_blocked, in_plain, in.raw_data(), keep);
+  Output om =
+      output(memory::desc(od, ddt::bf16, tag::nChw16c), memory::desc(od, ddt::bf16, tag::nchw), out.raw_data(), keep);
+  winograd_bf16_conv3x3(p.N, in_c, out_c, p.H, p.W, static_cast<const uint16_t*>(im.get_data_handle()),
+                        nchw16c_layout(in_c, p.H, p.W), w, bias_data, static_cast<uint16_t*>(om.mem.get_data_handle()),
+                        nchw16c_layout(out_c, p.H, p.W));
+  flush(om);
+}
+
+}  // namespace
+
+bool winograd_conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
+  if (x.dtype() != DType::BF16 || !winograd_bf16_supported(p)) return false;
+  winograd_pass(p, x, p.C, filter_view(w, false), b, y, p.O, false);
+  return true;
+}
+
+bool winograd_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx) {
+  if (gy.dtype() != DType::BF16 || !winograd_bf16_supported(p)) return false;
+  winograd_pass(p, gy, p.O, filter_view(w, true), Tensor(), gx, p.C, true);
+  return true;
+}
+
 WeightGradSetting parse_weight_grad_setting(const char* value) {
   const std::string v = value ? value : "";
   if (v.empty() || v == "auto") return WeightGradSetting::Auto;
@@ -436,24 +486,33 @@ WeightGradPath weight_grad_path(const ConvParams& p) {
   return choose_weight_grad_path(p, setting, amx);
 }
 
-ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting) {
+ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx) {
   const std::string v = setting ? setting : "";
   if (v == "direct") return ConvAlgorithm::Direct;
   if (v == "winograd") return ConvAlgorithm::Winograd;
   FT_CHECK(v.empty() || v == "auto", "FT_CONV_ALGO: expected direct, winograd or auto, found '", v, "'");
+  const bool three_by_three = p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
+                              p.dilation[1] == 1 && p.groups == 1;
+  if (dt == DType::BF16) {
+    // conv_winograd.h's kernel, where its transformed filters (16 C O bf16) stay in L2 while
+    // every block of tiles streams them, and oneDNN has no AMX (whose direct kernels outrun it).
+    const bool its_shape = p.padding[0] == 1 && p.padding[1] == 1 && p.C % 16 == 0 && p.O % 16 == 0;
+    return three_by_three && its_shape && p.C * p.O <= kWinogradBf16MaxFilterPairs && !onednn_has_amx
+               ? ConvAlgorithm::Winograd
+               : ConvAlgorithm::Direct;
+  }
   // oneDNN's Winograd kernels are f32 only. With fewer than 16 channels on either side (a first
   // layer on RGB) its transforms cost more than the products they save. Below 8x8 outputs per
   // image (ResNet's last stage, 7x7) the gain is small while the scratch memory, which grows with
   // C * O (126 MB for 512 -> 512 backward-weights), is not.
-  const bool three_by_three = p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
-                              p.dilation[1] == 1 && p.groups == 1;
   const bool wide_enough = p.C >= 16 && p.O >= 16 && p.OH >= 8 && p.OW >= 8;
   return dt == DType::F32 && three_by_three && wide_enough ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
 }
 
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt) {
   static const char* setting = std::getenv("FT_CONV_ALGO");
-  return choose_conv_algorithm(p, dt, setting);
+  static const bool amx = onednn_isa_has_amx();
+  return choose_conv_algorithm(p, dt, setting, amx);
 }
 
 std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias) {

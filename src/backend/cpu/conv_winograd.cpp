@@ -1,0 +1,252 @@
+// bf16 Winograd F(2x2, 3x3) convolutions (conv_winograd.h).
+//
+// Work is split in blocks of kTiles tiles (2x2 outputs each; tiles run across images), one block
+// at a time per thread. For a block, a thread
+// 1. transforms the inputs of its tiles, all channels, into V[e][tile][c] (bf16, in L1/L2);
+// 2. for each block of 32 output channels: for each of the 16 elements e, sums the products
+//    V_e[tile, :] . U_e[:, o] in registers (kTiles x 32 f32 sums, channel pairs fed to vdpbf16ps)
+//    into M[e][tile][o], then transforms M back into the tiles' 2x2 outputs and stores them.
+// The filters are transformed once per call, U[e][c / 2][o][c % 2], shared by all threads. Every
+// output is summed by one thread in a fixed order, so results do not depend on the thread count.
+#include "backend/cpu/conv_winograd.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/avx512_kernel.h"
+#include "backend/cpu/isa.h"
+#include "fasttrain/dtype.h"
+#include "fasttrain/parallel.h"
+#include "fasttrain/tensor.h"
+
+namespace ft::cpu {
+
+namespace {
+
+constexpr int kTiles = 12;  // tiles per block: the broadcast rows of a register block
+constexpr int kElements = 16;
+
+struct Plan {
+  int64_t N, C, O, H, W;
+  int64_t tile_rows, tile_cols, tiles;  // tile grid per image; tiles of all images
+  ChannelBlockedLayout x, y;
+};
+
+// G g G^T as 16 sums over the 9 filter taps: column 3p + q holds each element's factor of
+// g[p][q], G[e / 4][p] * G[e % 4][q].
+struct FilterTransform {
+  alignas(64) float column[9][kElements];
+};
+constexpr FilterTransform filter_transform() {
+  constexpr float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
+  FilterTransform f{};
+  for (int p = 0; p < 3; ++p)
+    for (int q = 0; q < 3; ++q)
+      for (int e = 0; e < kElements; ++e) f.column[3 * p + q][e] = G[e / 4][p] * G[e % 4][q];
+  return f;
+}
+constexpr FilterTransform kFilterTransform = filter_transform();
+
+// U[e][c / 2][o][c % 2] = (G g[o, c] G^T)[e / 4][e % 4], rounded to bf16: the 16 elements of a
+// channel pair as one vector of pairs, scattered to their 16 matrices.
+FT_BF16_KERNEL void transform_filter_pairs(const Plan& P, FilterView w, int64_t o, uint16_t* U) {
+  const __m512i element_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(P.C / 2 * P.O)));
+  for (int64_t k = 0; k < P.C / 2; ++k) {
+    __m512i half[2];
+    for (int h = 0; h < 2; ++h) {
+      const uint16_t* g = w.base + o * w.out_stride + (2 * k + h) * w.in_stride;
+      __m512 u = _mm512_setzero_ps();
+      for (int p = 0; p < 3; ++p)
+        for (int q = 0; q < 3; ++q)
+          u = _mm512_fmadd_ps(_mm512_set1_ps(bf16::to_float(g[p * w.p_stride + q * w.q_stride])),
+                              _mm512_load_ps(kFilterTransform.column[3 * p + q]), u);
+      half[h] = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(u));
+    }
+    const __m512i pairs = _mm512_or_si512(half[0], _mm512_slli_epi32(half[1], 16));
+    _mm512_i32scatter_epi32(reinterpret_cast<int*>(U) + k * P.O + o, element_offsets, pairs, 4);
+  }
+}
+
+void transform_filters(const Plan& P, FilterView w, uint16_t* U) {
+  parallel_for(0, P.O, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) transform_filter_pairs(P, w, o, U);
+  });
+}
+
+FT_AVX512_KERNEL inline __m512 widen(const uint16_t* p) {
+  const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+struct TilePos {
+  int64_t n, h0, w0;  // image, and the row and column of the tile's first output
+};
+TilePos tile_position(const Plan& P, int64_t tile) {
+  const int64_t per_image = P.tile_rows * P.tile_cols, r = tile % per_image;
+  return {tile / per_image, 2 * (r / P.tile_cols), 2 * (r % P.tile_cols)};
+}
+
+// The input transform of one tile's 16 channels from c0 (at[r][s]: the patch's positions, or
+// null outside the image unless kInterior), into V[e][t][c0, c0 + 16). B^T d B runs as (B^T d) B,
+// one patch row at a time, so that 16 vectors stay live (a whole patch in registers spills).
+template <bool kInterior>
+FT_BF16_KERNEL __attribute__((always_inline)) inline void transform_patch(const uint16_t* const (&at)[4][4], int64_t offset, uint16_t* V,
+                                           int64_t v_stride) {
+  __m512 a[4][4];  // (B^T d)[r][s], summed row by row
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    __m512 d[4];
+    for (int s = 0; s < 4; ++s)
+      d[s] = kInterior || at[r][s] ? widen(at[r][s] + offset) : _mm512_setzero_ps();
+    // Row r's share of B^T d = (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
+    for (int s = 0; s < 4; ++s) {
+      if (r == 0) a[0][s] = d[s];
+      if (r == 1) a[1][s] = d[s], a[3][s] = d[s];
+      if (r == 2) {
+        a[0][s] = _mm512_sub_ps(a[0][s], d[s]);
+        a[2][s] = _mm512_sub_ps(d[s], a[1][s]);
+        a[1][s] = _mm512_add_ps(a[1][s], d[s]);
+      }
+      if (r == 3) a[3][s] = _mm512_sub_ps(a[3][s], d[s]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) {  // (B^T d) B
+    const __m512 v[4] = {_mm512_sub_ps(a[r][0], a[r][2]), _mm512_add_ps(a[r][1], a[r][2]),
+                         _mm512_sub_ps(a[r][2], a[r][1]), _mm512_sub_ps(a[r][1], a[r][3])};
+    for (int s = 0; s < 4; ++s)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(V + (4 * r + s) * v_stride), (__m256i)_mm512_cvtneps_pbh(v[s]));
+  }
+}
+
+// V[e][t][c] = (B^T d B)[e / 4][e % 4] for tile `first + t` (t < count), rounded to bf16; rows of
+// tiles past `count` are zero.
+FT_BF16_KERNEL void transform_inputs(const Plan& P, const uint16_t* x, int64_t first, int count, uint16_t* V) {
+  const ChannelBlockedLayout& L = P.x;
+  for (int t = 0; t < count; ++t) {
+    const TilePos tp = tile_position(P, first + t);
+    const uint16_t* at[4][4];  // the patch's 16 positions, null outside the image (zero padding)
+    bool interior = true;
+    for (int r = 0; r < 4; ++r)
+      for (int s = 0; s < 4; ++s) {
+        const int64_t h = tp.h0 - 1 + r, w = tp.w0 - 1 + s;
+        const bool inside = h >= 0 && h < P.H && w >= 0 && w < P.W;
+        at[r][s] = inside ? x + tp.n * L.n_stride + h * L.h_stride + w * L.w_stride : nullptr;
+        interior = interior && inside;
+      }
+    uint16_t* v = V + t * P.C;
+    for (int64_t cb = 0; cb < P.C / 16; ++cb) {
+      if (interior)
+        transform_patch<true>(at, cb * L.block_stride, v + 16 * cb, kTiles * P.C);
+      else
+        transform_patch<false>(at, cb * L.block_stride, v + 16 * cb, kTiles * P.C);
+    }
+  }
+  for (int e = 0; e < kElements; ++e)
+    std::memset(V + (e * kTiles + count) * P.C, 0, sizeof(uint16_t) * (kTiles - count) * P.C);
+}
+
+// M[t][o] (row stride 32) = sum over c of V[t][c] U[c][o] for kTiles tiles and NV * 16 output
+// channels: V is one element's [kTiles][C], U its [C / 2][O][2] from the block's first channel.
+template <int NV>
+FT_BF16_KERNEL void multiply(const uint16_t* V, const uint16_t* U, int64_t C, int64_t O, float* M) {
+  __m512 s[kTiles][NV];
+#pragma GCC unroll 16
+  for (int t = 0; t < kTiles; ++t)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) s[t][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < C / 2; ++k) {
+    __m512bh u[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) u[v] = (__m512bh)_mm512_loadu_si512(U + (k * O + 16 * v) * 2);
+#pragma GCC unroll 16
+    for (int t = 0; t < kTiles; ++t) {
+      uint32_t pair;
+      std::memcpy(&pair, V + t * C + 2 * k, sizeof pair);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) s[t][v] = _mm512_dpbf16_ps(s[t][v], a, u[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < kTiles; ++t)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(M + t * 32 + 16 * v, s[t][v]);
+}
+
+// The 2x2 outputs of tiles [first, first + count), channels [o0, o0 + 16 NV): A^T M A (+ bias),
+// from M[e][t][32], rounded to bf16; outputs past the image's last row or column are dropped.
+template <int NV>
+FT_BF16_KERNEL void transform_outputs(const Plan& P, const float* M, int64_t first, int count, int64_t o0,
+                                      const uint16_t* bias, uint16_t* y) {
+  const ChannelBlockedLayout& L = P.y;
+  for (int t = 0; t < count; ++t) {
+    const TilePos tp = tile_position(P, first + t);
+    for (int v = 0; v < NV; ++v) {
+      __m512 m[4][4];
+      for (int e = 0; e < kElements; ++e) m[e / 4][e % 4] = _mm512_loadu_ps(M + (e * kTiles + t) * 32 + 16 * v);
+      __m512 b[2][4];  // A^T M
+      for (int s = 0; s < 4; ++s) {
+        b[0][s] = _mm512_add_ps(_mm512_add_ps(m[0][s], m[1][s]), m[2][s]);
+        b[1][s] = _mm512_sub_ps(_mm512_sub_ps(m[1][s], m[2][s]), m[3][s]);
+      }
+      const __m512 add = bias ? widen(bias + o0 + 16 * v) : _mm512_setzero_ps();
+      for (int i = 0; i < 2 && tp.h0 + i < P.H; ++i) {
+        const __m512 out[2] = {_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(b[i][0], b[i][1]), b[i][2]), add),
+                               _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(b[i][1], b[i][2]), b[i][3]), add)};
+        for (int j = 0; j < 2 && tp.w0 + j < P.W; ++j) {
+          uint16_t* dst = y + tp.n * L.n_stride + (tp.h0 + i) * L.h_stride + (tp.w0 + j) * L.w_stride +
+                          (o0 / 16 + v) * L.block_stride;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), (__m256i)_mm512_cvtneps_pbh(out[j]));
+        }
+      }
+    }
+  }
+}
+
+// Tiles [first, first + count) (count <= kTiles), all output channels, with this thread's buffers.
+template <int NV>
+FT_BF16_KERNEL void output_block(const Plan& P, const uint16_t* V, const uint16_t* U, int64_t first, int count,
+                                 int64_t o0, const uint16_t* bias, float* M, uint16_t* y) {
+  const int64_t element_stride = (P.C / 2) * P.O * 2;
+  for (int e = 0; e < kElements; ++e)
+    multiply<NV>(V + e * kTiles * P.C, U + e * element_stride + o0 * 2, P.C, P.O, M + e * kTiles * 32);
+  transform_outputs<NV>(P, M, first, count, o0, bias, y);
+}
+
+}  // namespace
+
+bool winograd_bf16_supported(const backend::ConvParams& p) {
+  return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && p.kH == 3 && p.kW == 3 && p.stride[0] == 1 &&
+         p.stride[1] == 1 && p.padding[0] == 1 && p.padding[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+         p.groups == 1 && p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 && p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0;
+}
+
+void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,
+                           ChannelBlockedLayout x_layout, FilterView w, const uint16_t* bias, uint16_t* y,
+                           ChannelBlockedLayout y_layout) {
+  const int64_t tile_rows = (H + 1) / 2, tile_cols = (W + 1) / 2;
+  const Plan P{N, C, O, H, W, tile_rows, tile_cols, N * tile_rows * tile_cols, x_layout, y_layout};
+  Tensor filters = empty({kElements * C * O}, TensorOptions(DType::BF16));
+  auto* U = static_cast<uint16_t*>(filters.raw_data());
+  transform_filters(P, w, U);
+  const int64_t blocks = (P.tiles + kTiles - 1) / kTiles;
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<uint16_t> V;
+    thread_local std::vector<float> M;
+    V.resize(kElements * kTiles * C);
+    M.resize(kElements * kTiles * 32);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t first = b * kTiles;
+      const int count = static_cast<int>(std::min<int64_t>(kTiles, P.tiles - first));
+      transform_inputs(P, x, first, count, V.data());
+      int64_t o0 = 0;
+      for (; o0 + 32 <= O; o0 += 32) output_block<2>(P, V.data(), U, first, count, o0, bias, M.data(), y);
+      if (o0 < O) output_block<1>(P, V.data(), U, first, count, o0, bias, M.data(), y);
+    }
+  });
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,53 @@
+// bf16 3x3 convolutions (stride 1, padding 1) by Winograd's minimal filtering F(2x2, 3x3), on
+// AVX512-BF16, for channels-last (NHWC) and channel-blocked (nChw16c) activations.
+//
+// Each 2x2 block of outputs ("tile") of output channel o is
+//
+//   Y = A^T [ sum_c (G g[o, c] G^T) . (B^T d[c] B) ] A
+//
+// where d[c] is the 4x4 input patch under the tile, g[o, c] the 3x3 filter, . the elementwise
+// product, and
+//
+//   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
+//   A^T = [1 1 1 0; 0 1 -1 -1].
+//
+// So a tile costs 16 products per (o, c) instead of the direct sum's 36: for each of the 16
+// elements e of the 4x4 transform, M_e[tile, o] = sum_c V_e[tile, c] U_e[c, o] is a matrix
+// product, run here on vdpbf16ps (channel pairs, f32 sums) with the tiles broadcast and 32 output
+// channels per register block. The transforms are exact in f32 (sums of at most four inputs,
+// halves of the filter), then rounded to bf16 for the products: one rounding of V and U each,
+// which is all that Winograd adds to the direct bf16 sum's error (tests/test_conv.cpp measures
+// both against an f64 reference). F(2x2, 3x3) keeps the transforms' entries at 0, +-1 and +-1/2;
+// larger tiles (F(4x4, 3x3): 4x fewer products) have entries up to 8 and lose too much in bf16.
+//
+// The backward-data pass of such a convolution is the same convolution of the output gradient
+// with the filters transposed (in <-> out) and rotated by 180 degrees, so one kernel serves both.
+// conv.h's ConvAlgorithm rule says where it runs.
+#pragma once
+#include <cstdint>
+
+#include "backend/cpu/conv_weight_grad.h"  // ChannelBlockedLayout
+#include "backend/kernel_params.h"
+
+namespace ft::cpu {
+
+// Filter element (out, in, p, q) at base + out * out_stride + in * in_stride + p * p_stride +
+// q * q_stride, in elements; strides may be negative (a rotated filter).
+struct FilterView {
+  const uint16_t* base = nullptr;
+  int64_t out_stride = 0, in_stride = 0, p_stride = 0, q_stride = 0;
+};
+
+// Whether the kernel runs this convolution's forward and backward-data passes on this CPU: bf16
+// storage is the caller's business; 3x3, stride 1, padding 1, no dilation, one group, C and O
+// multiples of 16, AVX512-BF16 at the kernel table's level (isa.h).
+bool winograd_bf16_supported(const backend::ConvParams& p);
+
+// y[n, o, h, w] = bias[o] + sum_{c, p, q} w(o, c, p, q) * x[n, c, h - 1 + p, w - 1 + q] (zero
+// outside the image), for inputs x: [N, C, H, W] and outputs y: [N, O, H, W], bf16 in the given
+// layouts; bias: bf16 [O] or null. y is overwritten.
+void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,
+                           ChannelBlockedLayout x_layout, FilterView w, const uint16_t* bias, uint16_t* y,
+                           ChannelBlockedLayout y_layout);
+
+}  // namespace ft::cpu

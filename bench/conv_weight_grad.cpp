@@ -1,6 +1,7 @@
 // bf16 convolution weight-gradient paths: oneDNN's kernel against the paired kernel
-// (backend/cpu/conv_weight_grad.h) on the convolution shapes of cnn-mini (batch 64) and ResNet-50
-// (batch 8), in NHWC or NCHW activations. Rounds alternate the two paths on the same inputs; each
+// (backend/cpu/conv_weight_grad.h) and, for 3x3 stride-1 layers, the Winograd kernel
+// (backend/cpu/conv_winograd.h) on the convolution shapes of cnn-mini (batch 64) and ResNet-50
+// (batch 8), in NHWC or NCHW activations. Rounds alternate the paths on the same inputs; each
 // round times --iters calls and keeps the median, and the line reports the median round. Prints one
 // JSON line per (shape, path): ms, GFLOP/s, the relative error by norms against the f32
 // reference sums of the same bf16 inputs, and whether conv2d takes that path here ("chosen":
@@ -101,14 +102,23 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "conv_weight_grad: the paired kernel does not run here (needs AVX512-BF16)\n");
       return 1;
     }
-    std::vector<double> onednn_ms, paired_ms;
+    Tensor gw_winograd = layout(empty({s.O, s.C, s.k, s.k}, TensorOptions(DType::BF16)));
+    const bool winograd = cpu::winograd_conv2d_backward_weight(p, gy, x, gw_winograd, Tensor());
+    std::vector<double> onednn_ms, paired_ms, winograd_ms;
     for (int r = 0; r < rounds; ++r) {
       onednn_ms.push_back(median_ms([&] { cpu::onednn_conv2d_backward_weight(p, gy, x, gw_onednn, Tensor()); }, iters));
       paired_ms.push_back(median_ms([&] { cpu::paired_conv2d_backward_weight(p, gy, x, gw_paired, Tensor()); }, iters));
+      if (winograd)
+        winograd_ms.push_back(
+            median_ms([&] { cpu::winograd_conv2d_backward_weight(p, gy, x, gw_winograd, Tensor()); }, iters));
     }
     const double flops = 2.0 * s.N * p.OH * p.OW * s.O * s.C * s.k * s.k;
     const cpu::WeightGradPath chosen = cpu::weight_grad_path(p);
-    for (auto [path, times, gw] : {std::tuple{"onednn", &onednn_ms, &gw_onednn}, {"paired", &paired_ms, &gw_paired}}) {
+    using Path = cpu::WeightGradPath;
+    for (auto [path, kind, times, gw] : {std::tuple{"onednn", Path::OneDnn, &onednn_ms, &gw_onednn},
+                                         {"paired", Path::Paired, &paired_ms, &gw_paired},
+                                         {"winograd", Path::Winograd, &winograd_ms, &gw_winograd}}) {
+      if (times->empty()) continue;
       std::sort(times->begin(), times->end());
       const double ms = (*times)[times->size() / 2];
       std::printf(
@@ -116,9 +126,8 @@ int main(int argc, char** argv) {
           "\"k\": %lld, \"stride\": %lld, \"layout\": \"%s\", \"path\": \"%s\", \"chosen\": %s, \"ms\": %.3f, "
           "\"gflops\": %.1f, \"rel_error\": %.2e, \"threads\": %d, \"cpu_isa\": \"%s\"}\n",
           s.model, (long long)s.N, (long long)s.C, (long long)s.HW, (long long)s.O, (long long)s.k, (long long)s.stride,
-          nchw ? "nchw" : "nhwc", path,
-          (chosen == cpu::WeightGradPath::Paired) == (std::strcmp(path, "paired") == 0) ? "true" : "false", ms,
-          flops / ms / 1e6, relative_error(*gw, gw_ref), threads, isa);
+          nchw ? "nchw" : "nhwc", path, chosen == kind ? "true" : "false", ms, flops / ms / 1e6,
+          relative_error(*gw, gw_ref), threads, isa);
     }
   }
 }

@@ -290,7 +290,16 @@ TEST(ConvKernels, WeightGradRule) {
   EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false), P::Paired);
   EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, true), P::OneDnn);  // AMX
   EXPECT_EQ(cpu::choose_weight_grad_path(p, S::OneDnn, false), P::OneDnn);
+  // Winograd where the convolution's algorithm is, from 64 x 64 channels; a setting still forces.
+  using A = cpu::ConvAlgorithm;
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false, A::Winograd), P::Paired);  // 32 x 32
   cpu::ConvParams q = p;
+  q.C = 64, q.O = 64;
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false, A::Winograd), P::Winograd);
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false, A::Direct), P::Paired);
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Paired, false, A::Winograd), P::Paired);
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::OneDnn, false, A::Winograd), P::OneDnn);
+  q = p;
   q.kH = q.kW = 1, q.padding = {0, 0}, q.C = 64, q.O = 256;  // ResNet's 1x1 expansion: 64 products
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::OneDnn);
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Paired, true), P::Paired);
@@ -414,9 +423,10 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
   }
 }
 
-// bf16 Winograd F(2x2, 3x3) (conv_winograd.h) for forward and backward-data, against an f64
-// reference on the same bf16 inputs and beside oneDNN's direct bf16 kernels: odd and even sizes
-// (partial tiles), 16 and 32-channel blocks, one image or several, bias, both layouts.
+// bf16 Winograd (conv_winograd.h): F(2x2, 3x3) for forward and backward-data, F(3x3, 2x2) for the
+// weight gradient, against an f64 reference on the same bf16 inputs and beside the direct bf16
+// kernels: odd and even sizes (partial tiles, odd tile counts), 16 and 32-channel blocks, one
+// image or several, bias, both layouts (weights OIHW, or OHWI with channels-last).
 TEST(ConvKernels, WinogradBf16AgreesWithF64BesideTheDirectKernels) {
   if (cpu::selected_cpu_isa() < cpu::CpuIsa::Avx512Bf16) GTEST_SKIP() << "the Winograd bf16 kernel needs AVX512-BF16";
   struct Cfg {
@@ -454,16 +464,27 @@ TEST(ConvKernels, WinogradBf16AgreesWithF64BesideTheDirectKernels) {
     if (!cpu::onednn_conv2d_forward(p, x, w, b, y_direct)) cpu::conv2d_forward_reference(p, x, w, b, y_direct);
     if (!cpu::onednn_conv2d_backward_data(p, gy, w, gx_direct))
       cpu::conv2d_backward_data_reference(p, gy, w, gx_direct);
-    const double ey = rel(y, y64), egx = rel(gx, gx64), ey_direct = rel(y_direct, y64),
-                 egx_direct = rel(gx_direct, gx64);
-    std::printf("winograd bf16: relative error y %.2e gx %.2e; direct y %.2e gx %.2e\n", ey, egx, ey_direct,
-                egx_direct);
+    // Weight (OIHW, or OHWI with channels-last) and bias gradients.
+    Tensor gw64 = f64(empty(w.shape())), gb64 = empty({p.O}, TensorOptions(DType::F64));
+    cpu::conv2d_backward_weight_reference(p, f64(gy), f64(x), gw64, gb64);
+    Tensor gw = bf16_out(w.shape()), gw_direct = bf16_out(w.shape());
+    Tensor gb = empty({p.O}, TensorOptions(DType::BF16)), gb_direct = empty({p.O}, TensorOptions(DType::BF16));
+    ASSERT_TRUE(cpu::winograd_conv2d_backward_weight(p, gy, x, gw, gb));
+    if (!cpu::paired_conv2d_backward_weight(p, gy, x, gw_direct, gb_direct))
+      cpu::conv2d_backward_weight_reference(p, gy, x, gw_direct, gb_direct);
+    const double ey = rel(y, y64), egx = rel(gx, gx64), egw = rel(gw, gw64), ey_direct = rel(y_direct, y64),
+                 egx_direct = rel(gx_direct, gx64), egw_direct = rel(gw_direct, gw64);
+    std::printf("winograd bf16: relative error y %.2e gx %.2e gw %.2e; direct y %.2e gx %.2e gw %.2e\n", ey, egx, egw,
+                ey_direct, egx_direct, egw_direct);
     // The direct sums' error is the output's rounding to bf16 (about 2e-3 by norms); Winograd adds
-    // the rounding of the transformed tiles and filters.
+    // the rounding of the transformed tiles and filters (or gradients).
     EXPECT_LT(ey, 3 * ey_direct + 1e-3);
     EXPECT_LT(egx, 3 * egx_direct + 1e-3);
+    EXPECT_LT(egw, 3 * egw_direct + 1e-3);
     EXPECT_LT(ey, 1e-2);
     EXPECT_LT(egx, 1e-2);
+    EXPECT_LT(egw, 1e-2);
+    EXPECT_LT(rel(gb, gb64), 5e-3);  // the bias gradient is a plain sum, rounded once
   }
 }
 

@@ -249,7 +249,9 @@ void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor&
     if (gb.defined()) copy(gb, gb32);
     return;
   }
-  if (weight_grad_path(p) == WeightGradPath::Paired && paired_conv2d_backward_weight(p, gy, x, gw, gb)) return;
+  const WeightGradPath path = weight_grad_path(p);
+  if (path == WeightGradPath::Winograd && winograd_conv2d_backward_weight(p, gy, x, gw, gb)) return;
+  if (path == WeightGradPath::Paired && paired_conv2d_backward_weight(p, gy, x, gw, gb)) return;
   if ((gy.dtype() == DType::F32 || gy.dtype() == DType::BF16) && onednn_conv2d_backward_weight(p, gy, x, gw, gb))
     return;
   conv2d_backward_weight_reference(p, gy, x, gw, gb);

@@ -46,24 +46,14 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
 // CPU without AVX512-BF16).
 bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
                                    const Tensor& gb);
-// bf16 forward and backward-data passes on conv_winograd.h's kernel (F(2x2, 3x3)), reading NHWC
-// activations in place and NCHW ones as nChw16c copies. Return false, having written nothing,
+// bf16 forward, backward-data and weight-gradient passes on conv_winograd.h's kernels, reading
+// NHWC activations in place and NCHW ones as nChw16c copies. Return false, having written nothing,
 // where the kernel does not run (not bf16, not 3x3 stride 1 padding 1, grouped, dilated, channels
 // not multiples of 16, or a CPU without AVX512-BF16).
 bool winograd_conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
 bool winograd_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
-// Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): oneDNN's
-// where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
-// feeds 256 products or fewer (kH * kW * C: ResNet's 1x1 layers on up to 256 channels), as
-// repacking gy then costs more than the paired kernel saves (docs/PERF.md); the paired kernel
-// otherwise.
-// FT_CONV_WEIGHT_GRAD=paired or onednn forces one (A/B runs; tests of either on any machine).
-enum class WeightGradPath { Paired, OneDnn };
-enum class WeightGradSetting { Auto, Paired, OneDnn };
-WeightGradSetting parse_weight_grad_setting(const char* value);  // null or "" is auto; unknown throws
-WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx);
-WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's setting and oneDNN's ISA
-
+bool winograd_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                     const Tensor& gb);
 // Which oneDNN algorithm a convolution asks for. Winograd F(4x4, 3x3) multiplies 2.25-4x less
 // than the direct convolution; for f32 3x3 stride-1 layers with at least 16 channels each side
 // and 8x8 outputs, oneDNN's AVX-512 kernels for it run every pass up to twice as fast
@@ -74,14 +64,31 @@ WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's set
 // wherever oneDNN has it. Winograd that oneDNN declines falls back to direct.
 //
 // bf16 has no Winograd in oneDNN; its 3x3 stride-1 padding-1 layers with channels in multiples of
-// 16 take conv_winograd.h's F(2x2, 3x3) kernel for forward and backward-data (the weight gradient
-// stays direct), where C * O <= kWinogradBf16MaxFilterPairs and oneDNN has no AMX. Its bf16
-// rounding of the transformed tiles makes errors of about 2-3x the direct sum's (tests/test_conv.cpp).
+// 16 take conv_winograd.h's kernels (F(2x2, 3x3) for forward and backward-data, F(3x3, 2x2) for
+// the weight gradient), where C * O <= kWinogradBf16MaxFilterPairs and oneDNN has no AMX. Their
+// bf16 rounding of the transformed tiles makes errors of about 2-3x the direct sum's
+// (tests/test_conv.cpp).
 enum class ConvAlgorithm { Direct, Winograd };
 inline constexpr int64_t kWinogradBf16MaxFilterPairs = 256 * 256;
 // setting: FT_CONV_ALGO's value (null, "" or "auto" for the rule above); other values throw.
 ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx = false);
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO
+// Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): the
+// Winograd kernel (conv_winograd.h) where the convolution's algorithm is Winograd and C * O >=
+// kWinogradBf16MinGradFilterPairs (below, its transforms of x and gy outweigh the products it
+// saves: cnn-mini's 32 -> 32 layer took 3.9 ms against the paired kernel's 3.0); else oneDNN's
+// where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
+// feeds 256 products or fewer (kH * kW * C: ResNet's 1x1 layers on up to 256 channels), as
+// repacking gy then costs more than the paired kernel saves (docs/PERF.md); the paired kernel
+// otherwise.
+// FT_CONV_WEIGHT_GRAD=paired or onednn forces one (A/B runs; tests of either on any machine).
+enum class WeightGradPath { Paired, OneDnn, Winograd };
+inline constexpr int64_t kWinogradBf16MinGradFilterPairs = 64 * 64;
+enum class WeightGradSetting { Auto, Paired, OneDnn };
+WeightGradSetting parse_weight_grad_setting(const char* value);  // null or "" is auto; unknown throws
+WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,
+                                       ConvAlgorithm algorithm = ConvAlgorithm::Direct);
+WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's settings and oneDNN's ISA
 // The implementation oneDNN runs for the forward pass (its impl_info_str, e.g. "jit_wino_4x3:avx512_core"),
 // or "" when the configuration takes the reference path.
 std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias);

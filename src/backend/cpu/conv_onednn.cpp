@@ -423,8 +423,8 @@ namespace {
 FilterView filter_view(const Tensor& w, bool backward_data) {
   const auto* base = static_cast<const uint16_t*>(w.raw_data());
   const int64_t so = w.stride(0), sc = w.stride(1), sp = w.stride(2), sq = w.stride(3);
-  if (!backward_data) return {base, so, sc, sp, sq};
-  return {base + 2 * sp + 2 * sq, sc, so, -sp, -sq};
+  if (!backward_data) return {base, {so, sc, sp, sq}};
+  return {base + 2 * sp + 2 * sq, {sc, so, -sp, -sq}};
 }
 
 // One Winograd pass from `in` (channels in_c) to `out` (channels out_c), both [N, ., H, W]: NHWC
@@ -465,6 +465,30 @@ bool winograd_conv2d_backward_data(const ConvParams& p, const Tensor& gy, const 
   return true;
 }
 
+bool winograd_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                     const Tensor& gb) {
+  if (gy.dtype() != DType::BF16 || !winograd_bf16_supported(p)) return false;
+  const FilterStrides strides{gw.stride(0), gw.stride(1), gw.stride(2), gw.stride(3)};
+  auto* gw_data = static_cast<uint16_t*>(gw.raw_data());
+  auto* gb_data = gb.defined() ? static_cast<uint16_t*>(gb.raw_data()) : nullptr;
+  if (p.channels_last) {
+    winograd_bf16_weight_grad3x3(p.N, p.C, p.O, p.H, p.W, static_cast<const uint16_t*>(x.raw_data()),
+                                 nhwc_layout(p.C, p.H, p.W), static_cast<const uint16_t*>(gy.raw_data()),
+                                 nhwc_layout(p.O, p.H, p.W), gw_data, strides, gb_data);
+    return true;
+  }
+  std::vector<Tensor> keep;  // NCHW: nChw16c copies, gy's taken from backward-data when it made one
+  const memory::dims xd = {p.N, p.C, p.H, p.W}, yd = {p.N, p.O, p.H, p.W};
+  memory gym =
+      diff_dst_for_weights(memory::desc(yd, ddt::bf16, tag::nChw16c), memory::desc(yd, ddt::bf16, tag::nchw), gy, keep);
+  memory xm =
+      input(memory::desc(xd, ddt::bf16, tag::nChw16c), memory::desc(xd, ddt::bf16, tag::nchw), x.raw_data(), keep);
+  winograd_bf16_weight_grad3x3(p.N, p.C, p.O, p.H, p.W, static_cast<const uint16_t*>(xm.get_data_handle()),
+                               nchw16c_layout(p.C, p.H, p.W), static_cast<const uint16_t*>(gym.get_data_handle()),
+                               nchw16c_layout(p.O, p.H, p.W), gw_data, strides, gb_data);
+  return true;
+}
+
 WeightGradSetting parse_weight_grad_setting(const char* value) {
   const std::string v = value ? value : "";
   if (v.empty() || v == "auto") return WeightGradSetting::Auto;
@@ -473,9 +497,12 @@ WeightGradSetting parse_weight_grad_setting(const char* value) {
   return WeightGradSetting::OneDnn;
 }
 
-WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx) {
+WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,
+                                       ConvAlgorithm algorithm) {
   if (setting != WeightGradSetting::Auto)
     return setting == WeightGradSetting::Paired ? WeightGradPath::Paired : WeightGradPath::OneDnn;
+  if (algorithm == ConvAlgorithm::Winograd && p.C * p.O >= kWinogradBf16MinGradFilterPairs)
+    return WeightGradPath::Winograd;
   const bool enough_products_per_gradient = p.kH * p.kW * p.C > 256;
   return !onednn_has_amx && enough_products_per_gradient ? WeightGradPath::Paired : WeightGradPath::OneDnn;
 }
@@ -483,7 +510,9 @@ WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting se
 WeightGradPath weight_grad_path(const ConvParams& p) {
   static const WeightGradSetting setting = parse_weight_grad_setting(std::getenv("FT_CONV_WEIGHT_GRAD"));
   static const bool amx = onednn_isa_has_amx();
-  return choose_weight_grad_path(p, setting, amx);
+  // Winograd only where its kernel runs (forced FT_CONV_ALGO=winograd on a stride-2 layer: not).
+  const bool winograd = conv_algorithm(p, DType::BF16) == ConvAlgorithm::Winograd && winograd_bf16_supported(p);
+  return choose_weight_grad_path(p, setting, amx, winograd ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct);
 }
 
 ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx) {

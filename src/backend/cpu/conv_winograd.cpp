@@ -11,10 +11,13 @@
 #include "backend/cpu/conv_winograd.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/avx512_kernel.h"
+#include "backend/cpu/bf16_pairs.h"
 #include "backend/cpu/isa.h"
 #include "fasttrain/dtype.h"
 #include "fasttrain/parallel.h"
@@ -57,11 +60,11 @@ FT_BF16_KERNEL void transform_filter_pairs(const Plan& P, FilterView w, int64_t 
   for (int64_t k = 0; k < P.C / 2; ++k) {
     __m512i half[2];
     for (int h = 0; h < 2; ++h) {
-      const uint16_t* g = w.base + o * w.out_stride + (2 * k + h) * w.in_stride;
+      const uint16_t* g = w.base + o * w.strides.out + (2 * k + h) * w.strides.in;
       __m512 u = _mm512_setzero_ps();
       for (int p = 0; p < 3; ++p)
         for (int q = 0; q < 3; ++q)
-          u = _mm512_fmadd_ps(_mm512_set1_ps(bf16::to_float(g[p * w.p_stride + q * w.q_stride])),
+          u = _mm512_fmadd_ps(_mm512_set1_ps(bf16::to_float(g[p * w.strides.p + q * w.strides.q])),
                               _mm512_load_ps(kFilterTransform.column[3 * p + q]), u);
       half[h] = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(u));
     }
@@ -93,14 +96,14 @@ TilePos tile_position(const Plan& P, int64_t tile) {
 // null outside the image unless kInterior), into V[e][t][c0, c0 + 16). B^T d B runs as (B^T d) B,
 // one patch row at a time, so that 16 vectors stay live (a whole patch in registers spills).
 template <bool kInterior>
-FT_BF16_KERNEL __attribute__((always_inline)) inline void transform_patch(const uint16_t* const (&at)[4][4], int64_t offset, uint16_t* V,
-                                           int64_t v_stride) {
+FT_BF16_KERNEL __attribute__((always_inline)) inline void transform_patch(const uint16_t* const (&at)[4][4],
+                                                                          int64_t offset, uint16_t* V,
+                                                                          int64_t v_stride) {
   __m512 a[4][4];  // (B^T d)[r][s], summed row by row
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
     __m512 d[4];
-    for (int s = 0; s < 4; ++s)
-      d[s] = kInterior || at[r][s] ? widen(at[r][s] + offset) : _mm512_setzero_ps();
+    for (int s = 0; s < 4; ++s) d[s] = kInterior || at[r][s] ? widen(at[r][s] + offset) : _mm512_setzero_ps();
     // Row r's share of B^T d = (d0 - d2, d1 + d2, d2 - d1, d1 - d3).
     for (int s = 0; s < 4; ++s) {
       if (r == 0) a[0][s] = d[s];
@@ -216,12 +219,193 @@ FT_BF16_KERNEL void output_block(const Plan& P, const uint16_t* V, const uint16_
   transform_outputs<NV>(P, M, first, count, o0, bias, y);
 }
 
+// ---- Weight gradient, F(3x3, 2x2) (conv_winograd.h) ----
+
+constexpr int kGradRows = 12;  // output channels per register block: broadcast pairs of Z
+// V and Z of a chunk of tiles: large enough that the parallel regions per chunk are few, small
+// enough to stay in L3 while every job sweeps its share.
+constexpr int64_t kGradChunkBytes = 2 << 20;
+
+// One call's buffers, shared by the threads.
+struct GradWork {
+  Plan P;
+  const uint16_t* x;
+  const uint16_t* gy;
+  int64_t chunk;  // tiles per chunk, even and independent of the thread count
+  // Elements e of V and Z lie v_stride and z_stride apart: a chunk's size plus one cache line, so
+  // that the 16 rows a tile writes do not all fall in one L1 set, as a power-of-two distance would.
+  int64_t v_stride, z_stride;
+  uint16_t* V;  // [e][chunk][C]: the inputs' transform (B^T d B)
+  uint32_t* Z;  // [e][chunk / 2][O]: the gradients' transform (G' g G'^T), two tiles per pair
+  float* M;     // [e][O][C]: sums over the tiles so far
+};
+
+// Z_e of tile `tile` for all output channels, as 16 rows of bf16 ([e][O], row stride O) in z.
+FT_BF16_KERNEL void transform_gradient(const Plan& P, const uint16_t* gy, int64_t tile, uint16_t* z) {
+  const ChannelBlockedLayout& L = P.y;
+  const TilePos tp = tile_position(P, tile);
+  const uint16_t* at[2][2];  // the tile's outputs, null past the image's last row or column
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j)
+      at[i][j] = tp.h0 + i < P.H && tp.w0 + j < P.W
+                     ? gy + tp.n * L.n_stride + (tp.h0 + i) * L.h_stride + (tp.w0 + j) * L.w_stride
+                     : nullptr;
+  const __m512 half = _mm512_set1_ps(0.5f);
+  for (int64_t ob = 0; ob < P.O / 16; ++ob) {
+    __m512 g[2][2];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) g[i][j] = at[i][j] ? widen(at[i][j] + ob * L.block_stride) : _mm512_setzero_ps();
+    for (int r = 0; r < 4; ++r) {  // row r of G' g, then times G'^T
+      __m512 t[2];
+      for (int j = 0; j < 2; ++j)
+        t[j] = r == 0   ? g[0][j]
+               : r == 3 ? g[1][j]
+               : r == 1 ? _mm512_mul_ps(half, _mm512_add_ps(g[0][j], g[1][j]))
+                        : _mm512_mul_ps(half, _mm512_sub_ps(g[0][j], g[1][j]));
+      const __m512 row[4] = {t[0], _mm512_mul_ps(half, _mm512_add_ps(t[0], t[1])),
+                             _mm512_mul_ps(half, _mm512_sub_ps(t[0], t[1])), t[1]};
+      for (int s = 0; s < 4; ++s)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(z + (4 * r + s) * P.O + 16 * ob),
+                            (__m256i)_mm512_cvtneps_pbh(row[s]));
+    }
+  }
+}
+
+// The transforms of tile pair `pair` of the chunk starting at tile `first` (count tiles; a tile
+// past them, pairing an odd last one, is zero).
+FT_BF16_KERNEL void transform_tile_pair(const GradWork& w, int64_t first, int64_t count, int64_t pair) {
+  const Plan& P = w.P;
+  uint16_t* v_rows = w.V + 2 * pair * P.C;    // element e's rows at + e * v_stride
+  thread_local std::vector<uint16_t> z_rows;  // [tile of the pair][e][O]
+  z_rows.assign(2 * kElements * P.O, 0);
+  for (int half = 0; half < 2; ++half) {
+    const int64_t t = 2 * pair + half;
+    uint16_t* v = v_rows + half * P.C;
+    if (t >= count) {
+      for (int e = 0; e < kElements; ++e) std::memset(v + e * w.v_stride, 0, sizeof(uint16_t) * P.C);
+      continue;
+    }
+    const TilePos tp = tile_position(P, first + t);
+    const uint16_t* at[4][4];
+    bool interior = true;
+    for (int r = 0; r < 4; ++r)
+      for (int s = 0; s < 4; ++s) {
+        const int64_t h = tp.h0 - 1 + r, c = tp.w0 - 1 + s;
+        const bool inside = h >= 0 && h < P.H && c >= 0 && c < P.W;
+        at[r][s] = inside ? w.x + tp.n * P.x.n_stride + h * P.x.h_stride + c * P.x.w_stride : nullptr;
+        interior = interior && inside;
+      }
+    for (int64_t cb = 0; cb < P.C / 16; ++cb) {
+      if (interior)
+        transform_patch<true>(at, cb * P.x.block_stride, v + 16 * cb, w.v_stride);
+      else
+        transform_patch<false>(at, cb * P.x.block_stride, v + 16 * cb, w.v_stride);
+    }
+    transform_gradient(P, w.gy, first + t, z_rows.data() + half * kElements * P.O);
+  }
+  const __m512i idx = pair_indices();
+  for (int e = 0; e < kElements; ++e)
+    for (int64_t ob = 0; ob < P.O / 16; ++ob) {
+      const uint16_t* a = z_rows.data() + e * P.O + 16 * ob;
+      _mm512_storeu_si512(w.Z + e * w.z_stride + pair * P.O + 16 * ob, pair_up(a, a + kElements * P.O, idx));
+    }
+}
+
+// M_e[o0 + r, c0 + 16 v] (+)= sum over the chunk's tile pairs of Z_e[pair, o0 + r] V_e[pair, c0 + 16 v],
+// for R output channels and NV vectors of 16 input channels; the first chunk stores, later ones add.
+template <int R, int NV>
+FT_BF16_KERNEL void gradient_sums(const GradWork& w, int e, int64_t o0, int64_t c0, int64_t pairs, bool first) {
+  const Plan& P = w.P;
+  __m512 s[R][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) s[r][v] = _mm512_setzero_ps();
+  const uint16_t* rows = w.V + e * w.v_stride + c0;
+  const uint32_t* z = w.Z + e * w.z_stride + o0;
+  for (int64_t k = 0; k < pairs; ++k) {
+    __m512i b[NV];
+    const uint16_t* a = rows + 2 * k * P.C;
+    if constexpr (NV == 2) {  // in-lane pairs; the order is restored once at the end
+      const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(a + P.C);
+      b[0] = _mm512_unpacklo_epi16(va, vb);
+      b[1] = _mm512_unpackhi_epi16(va, vb);
+    } else {
+      b[0] = pair_up(a, a + P.C, pair_indices());
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512bh zr = (__m512bh)_mm512_set1_epi32(static_cast<int>(z[k * P.O + r]));
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], zr, (__m512bh)b[v]);
+    }
+  }
+  if constexpr (NV == 2)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) restore_channel_order(s[r][0], s[r][1]);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      float* m = w.M + (e * P.O + o0 + r) * P.C + c0 + 16 * v;
+      _mm512_storeu_ps(m, first ? s[r][v] : _mm512_add_ps(_mm512_loadu_ps(m), s[r][v]));
+    }
+}
+
+using GradSumsFn = void (*)(const GradWork&, int, int64_t, int64_t, int64_t, bool);
+template <int NV, size_t... R>
+constexpr std::array<GradSumsFn, sizeof...(R)> gradient_sums_of_width(std::index_sequence<R...>) {
+  return {&gradient_sums<static_cast<int>(R) + 1, NV>...};
+}
+// kGradientSums[NV - 1][R - 1]
+constexpr std::array<std::array<GradSumsFn, kGradRows>, 2> kGradientSums = {
+    gradient_sums_of_width<1>(std::make_index_sequence<kGradRows>{}),
+    gradient_sums_of_width<2>(std::make_index_sequence<kGradRows>{})};
+
+// gw(o, c, p, q) = (A'^T M[o, c] A')[p][q] for 16 input channels from c0, rounded to bf16.
+FT_BF16_KERNEL void finish_weight_gradient(const GradWork& w, int64_t o, int64_t c0, uint16_t* gw, FilterStrides st) {
+  const Plan& P = w.P;
+  __m512 m[4][4];
+  for (int e = 0; e < kElements; ++e) m[e / 4][e % 4] = _mm512_loadu_ps(w.M + (e * P.O + o) * P.C + c0);
+  __m512 a[3][4];  // A'^T M
+  for (int s = 0; s < 4; ++s) {
+    a[0][s] = _mm512_add_ps(_mm512_add_ps(m[0][s], m[1][s]), m[2][s]);
+    a[1][s] = _mm512_sub_ps(m[1][s], m[2][s]);
+    a[2][s] = _mm512_sub_ps(_mm512_add_ps(m[1][s], m[2][s]), m[3][s]);
+  }
+  for (int p = 0; p < 3; ++p) {
+    const __m512 out[3] = {_mm512_add_ps(_mm512_add_ps(a[p][0], a[p][1]), a[p][2]), _mm512_sub_ps(a[p][1], a[p][2]),
+                           _mm512_sub_ps(_mm512_add_ps(a[p][1], a[p][2]), a[p][3])};
+    for (int q = 0; q < 3; ++q) {
+      alignas(32) uint16_t b[16];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(b), (__m256i)_mm512_cvtneps_pbh(out[q]));
+      uint16_t* dst = gw + o * st.out + c0 * st.in + p * st.p + q * st.q;
+      for (int i = 0; i < 16; ++i) dst[i * st.in] = b[i];
+    }
+  }
+}
+
+// gb[o] = the sum of gy over all positions, 16 channels from o0, in a fixed order.
+FT_BF16_KERNEL void bias_gradient(const Plan& P, const uint16_t* gy, int64_t o0, uint16_t* gb) {
+  const ChannelBlockedLayout& L = P.y;
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t n = 0; n < P.N; ++n)
+    for (int64_t h = 0; h < P.H; ++h) {
+      __m512 row = _mm512_setzero_ps();
+      for (int64_t c = 0; c < P.W; ++c)
+        row =
+            _mm512_add_ps(row, widen(gy + n * L.n_stride + h * L.h_stride + c * L.w_stride + o0 / 16 * L.block_stride));
+      sum = _mm512_add_ps(sum, row);
+    }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(gb + o0), (__m256i)_mm512_cvtneps_pbh(sum));
+}
+
 }  // namespace
 
 bool winograd_bf16_supported(const backend::ConvParams& p) {
-  return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && p.kH == 3 && p.kW == 3 && p.stride[0] == 1 &&
-         p.stride[1] == 1 && p.padding[0] == 1 && p.padding[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
-         p.groups == 1 && p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 && p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0;
+  return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 &&
+         p.padding[0] == 1 && p.padding[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1 &&
+         p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 && p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0;
 }
 
 void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,
@@ -247,6 +431,54 @@ void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W
       if (o0 < O) output_block<1>(P, V.data(), U, first, count, o0, bias, M.data(), y);
     }
   });
+}
+
+void winograd_bf16_weight_grad3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,
+                                  ChannelBlockedLayout x_layout, const uint16_t* gy, ChannelBlockedLayout gy_layout,
+                                  uint16_t* gw, FilterStrides gw_strides, uint16_t* gb) {
+  const int64_t tile_rows = (H + 1) / 2, tile_cols = (W + 1) / 2;
+  const Plan P{N, C, O, H, W, tile_rows, tile_cols, N * tile_rows * tile_cols, x_layout, gy_layout};
+  const int64_t chunk = std::max<int64_t>(2, kGradChunkBytes / (kElements * 2 * (C + O)) / 2 * 2);
+  const int64_t v_stride = chunk * C + 32, z_stride = chunk / 2 * O + 16;
+  Tensor v = empty({kElements * v_stride}, TensorOptions(DType::BF16));
+  Tensor z = empty({kElements * z_stride}, TensorOptions(DType::F32));  // 32-bit pairs
+  Tensor m = empty({kElements * O * C}, TensorOptions(DType::F32));
+  const GradWork w{P,
+                   x,
+                   gy,
+                   chunk,
+                   v_stride,
+                   z_stride,
+                   static_cast<uint16_t*>(v.raw_data()),
+                   static_cast<uint32_t*>(z.raw_data()),
+                   m.data<float>()};
+  const int64_t o_blocks = (O + kGradRows - 1) / kGradRows, jobs = kElements * o_blocks;
+  for (int64_t first = 0; first < P.tiles; first += chunk) {
+    const int64_t count = std::min(chunk, P.tiles - first), pairs = (count + 1) / 2;
+    parallel_for(0, pairs, 4, [&](int64_t p0, int64_t p1) {
+      for (int64_t pair = p0; pair < p1; ++pair) transform_tile_pair(w, first, count, pair);
+    });
+    // Jobs (element, block of output channels): each sums its own part of M, chunk after chunk.
+    parallel_for(0, jobs, 1, [&](int64_t j0, int64_t j1) {
+      for (int64_t job = j0; job < j1; ++job) {
+        const int e = static_cast<int>(job / o_blocks);
+        const int64_t o0 = job % o_blocks * kGradRows;
+        const int R = static_cast<int>(std::min<int64_t>(kGradRows, O - o0));
+        for (int64_t c0 = 0; c0 < C; c0 += 32) {
+          const int NV = C - c0 >= 32 ? 2 : 1;
+          kGradientSums[NV - 1][R - 1](w, e, o0, c0, pairs, first == 0);
+        }
+      }
+    });
+  }
+  parallel_for(0, O, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      for (int64_t c0 = 0; c0 < C; c0 += 16) finish_weight_gradient(w, o, c0, gw, gw_strides);
+  });
+  if (gb)
+    parallel_for(0, O / 16, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) bias_gradient(P, gy, 16 * b, gb);
+    });
 }
 
 }  // namespace ft::cpu

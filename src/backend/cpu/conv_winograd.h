@@ -31,11 +31,14 @@
 
 namespace ft::cpu {
 
-// Filter element (out, in, p, q) at base + out * out_stride + in * in_stride + p * p_stride +
-// q * q_stride, in elements; strides may be negative (a rotated filter).
+// Filter element (out, in, p, q) at base + out * out + in * in + p * p + q * q, in elements;
+// strides may be negative (a rotated filter).
+struct FilterStrides {
+  int64_t out = 0, in = 0, p = 0, q = 0;
+};
 struct FilterView {
   const uint16_t* base = nullptr;
-  int64_t out_stride = 0, in_stride = 0, p_stride = 0, q_stride = 0;
+  FilterStrides strides;
 };
 
 // Whether the kernel runs this convolution's forward and backward-data passes on this CPU: bf16
@@ -49,5 +52,21 @@ bool winograd_bf16_supported(const backend::ConvParams& p);
 void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,
                            ChannelBlockedLayout x_layout, FilterView w, const uint16_t* bias, uint16_t* y,
                            ChannelBlockedLayout y_layout);
+
+// The weight and bias gradients of the same convolution: gw(o, c, p, q) = sum over n, h, w of
+// gy[n, o, h, w] * x[n, c, h - 1 + p, w - 1 + q], gb[o] = sum of gy[n, o, h, w]. Per tile (the
+// forward's 2x2 output blocks and 4x4 input patches), gw gains the 3x3 correlation of the patch
+// d with the tile's 2x2 gradient g, by F(3x3, 2x2):
+//
+//   A'^T [ (G' g G'^T) . (B^T d B) ] A',  G' = [1 0; 1/2 1/2; 1/2 -1/2; 0 1],
+//   A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 -1],
+//
+// with the forward's B. The sums over tiles come before A': M_e[o, c] = sum over tiles of
+// Z_e[tile, o] V_e[tile, c], products over tiles fed to vdpbf16ps two tiles at a time (as
+// conv_weight_grad.cpp pairs images), 16 per tile where the direct sum takes 36. gw (bf16,
+// element (o, c, p, q) at gw + the strides) and gb (bf16 [O], or null) are overwritten.
+void winograd_bf16_weight_grad3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,
+                                  ChannelBlockedLayout x_layout, const uint16_t* gy, ChannelBlockedLayout gy_layout,
+                                  uint16_t* gw, FilterStrides gw_strides, uint16_t* gb);
 
 }  // namespace ft::cpu

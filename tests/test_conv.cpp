@@ -510,8 +510,9 @@ TEST(ConvKernels, ScratchMemoryIsCountedByTheAllocator) {
 
 // Every pass gives the same bits on 1, 2 and 3 threads, on each algorithm the process uses (ctest
 // runs this under FT_CONV_ALGO=direct and winograd too): the Winograd and direct kernels of f32
-// layers, a stride-2 layer, and bf16 in both layouts (whose weight gradients, on the paired kernel
-// or oneDNN's as FT_CONV_WEIGHT_GRAD says, are summed in f32 and rounded).
+// layers, a stride-2 layer, and bf16 in both layouts (whose weight gradients, on the Winograd,
+// paired or oneDNN's kernel as the rules and FT_CONV_WEIGHT_GRAD say, are summed in f32 and
+// rounded).
 TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   struct Cfg {
     int64_t C, O, HW, stride;
@@ -522,7 +523,9 @@ TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   for (const Cfg& k : {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
                        Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true},
                        Cfg{32, 48, 16, 2, DType::BF16, false},
-                       Cfg{32, 256, 16, 1, DType::BF16, true}}) {  // paired: summed in 2 chunks
+                       // Winograd, the weight gradient in 3 chunks of tiles (direct runs: paired, 2 chunks)
+                       Cfg{32, 256, 16, 1, DType::BF16, true},
+                       Cfg{64, 64, 16, 1, DType::BF16, false}}) {  // Winograd on nChw16c copies
     const cpu::ConvParams p = conv3x3(8, k.C, k.O, k.HW, k.stride, k.channels_last);
     SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " " +
                  dtype_name(k.dt) + (k.channels_last ? " nhwc " : " nchw ") +

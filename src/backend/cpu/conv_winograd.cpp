@@ -1,13 +1,22 @@
-// bf16 Winograd F(2x2, 3x3) convolutions (conv_winograd.h).
+// bf16 Winograd convolutions (conv_winograd.h): F(2x2, 3x3) for forward and backward-data,
+// F(3x3, 2x2) for the weight gradient.
 //
-// Work is split in blocks of kTiles tiles (2x2 outputs each; tiles run across images), one block
-// at a time per thread. For a block, a thread
+// Forward: work is split in blocks of kTiles tiles (2x2 outputs each; tiles run across images),
+// one block at a time per thread. For a block, a thread
 // 1. transforms the inputs of its tiles, all channels, into V[e][tile][c] (bf16, in L1/L2);
 // 2. for each block of 32 output channels: for each of the 16 elements e, sums the products
 //    V_e[tile, :] . U_e[:, o] in registers (kTiles x 32 f32 sums, channel pairs fed to vdpbf16ps)
 //    into M[e][tile][o], then transforms M back into the tiles' 2x2 outputs and stores them.
-// The filters are transformed once per call, U[e][c / 2][o][c % 2], shared by all threads. Every
-// output is summed by one thread in a fixed order, so results do not depend on the thread count.
+// The filters are transformed once per call, U[e][c / 2][o][c % 2], shared by all threads.
+//
+// Weight gradient: chunks of tiles (a fixed size, whatever the thread count) in order. The threads
+// first transform a chunk's tile pairs, x into V[e][tile][c] and gy into pairs Z[e][pair][o];
+// then jobs (element e, 12 output channels) add the chunk's products into M[e][o][c] (f32), 32
+// input channels at a time, the two tiles of a pair interleaved in registers as the paired kernel
+// interleaves images. After the last chunk, A'^T M A' gives the 3x3 gradients.
+//
+// Every output is summed by one thread in a fixed order, so results do not depend on the thread
+// count.
 #include "backend/cpu/conv_winograd.h"
 
 #include <algorithm>
@@ -124,29 +133,32 @@ FT_BF16_KERNEL __attribute__((always_inline)) inline void transform_patch(const 
   }
 }
 
+// The input transform of one tile, all channels: v + e * v_stride holds element e's row.
+FT_BF16_KERNEL void transform_tile_input(const Plan& P, const uint16_t* x, int64_t tile, uint16_t* v,
+                                         int64_t v_stride) {
+  const ChannelBlockedLayout& L = P.x;
+  const TilePos tp = tile_position(P, tile);
+  const uint16_t* at[4][4];  // the patch's 16 positions, null outside the image (zero padding)
+  bool interior = true;
+  for (int r = 0; r < 4; ++r)
+    for (int s = 0; s < 4; ++s) {
+      const int64_t h = tp.h0 - 1 + r, w = tp.w0 - 1 + s;
+      const bool inside = h >= 0 && h < P.H && w >= 0 && w < P.W;
+      at[r][s] = inside ? x + tp.n * L.n_stride + h * L.h_stride + w * L.w_stride : nullptr;
+      interior = interior && inside;
+    }
+  for (int64_t cb = 0; cb < P.C / 16; ++cb) {
+    if (interior)
+      transform_patch<true>(at, cb * L.block_stride, v + 16 * cb, v_stride);
+    else
+      transform_patch<false>(at, cb * L.block_stride, v + 16 * cb, v_stride);
+  }
+}
+
 // V[e][t][c] = (B^T d B)[e / 4][e % 4] for tile `first + t` (t < count), rounded to bf16; rows of
 // tiles past `count` are zero.
 FT_BF16_KERNEL void transform_inputs(const Plan& P, const uint16_t* x, int64_t first, int count, uint16_t* V) {
-  const ChannelBlockedLayout& L = P.x;
-  for (int t = 0; t < count; ++t) {
-    const TilePos tp = tile_position(P, first + t);
-    const uint16_t* at[4][4];  // the patch's 16 positions, null outside the image (zero padding)
-    bool interior = true;
-    for (int r = 0; r < 4; ++r)
-      for (int s = 0; s < 4; ++s) {
-        const int64_t h = tp.h0 - 1 + r, w = tp.w0 - 1 + s;
-        const bool inside = h >= 0 && h < P.H && w >= 0 && w < P.W;
-        at[r][s] = inside ? x + tp.n * L.n_stride + h * L.h_stride + w * L.w_stride : nullptr;
-        interior = interior && inside;
-      }
-    uint16_t* v = V + t * P.C;
-    for (int64_t cb = 0; cb < P.C / 16; ++cb) {
-      if (interior)
-        transform_patch<true>(at, cb * L.block_stride, v + 16 * cb, kTiles * P.C);
-      else
-        transform_patch<false>(at, cb * L.block_stride, v + 16 * cb, kTiles * P.C);
-    }
-  }
+  for (int t = 0; t < count; ++t) transform_tile_input(P, x, first + t, V + t * P.C, kTiles * P.C);
   for (int e = 0; e < kElements; ++e)
     std::memset(V + (e * kTiles + count) * P.C, 0, sizeof(uint16_t) * (kTiles - count) * P.C);
 }
@@ -277,31 +289,18 @@ FT_BF16_KERNEL void transform_tile_pair(const GradWork& w, int64_t first, int64_
   const Plan& P = w.P;
   uint16_t* v_rows = w.V + 2 * pair * P.C;    // element e's rows at + e * v_stride
   thread_local std::vector<uint16_t> z_rows;  // [tile of the pair][e][O]
-  z_rows.assign(2 * kElements * P.O, 0);
+  z_rows.resize(2 * kElements * P.O);
   for (int half = 0; half < 2; ++half) {
     const int64_t t = 2 * pair + half;
     uint16_t* v = v_rows + half * P.C;
-    if (t >= count) {
+    uint16_t* z = z_rows.data() + half * kElements * P.O;
+    if (t >= count) {  // the partner of an odd last tile
       for (int e = 0; e < kElements; ++e) std::memset(v + e * w.v_stride, 0, sizeof(uint16_t) * P.C);
+      std::memset(z, 0, sizeof(uint16_t) * kElements * P.O);
       continue;
     }
-    const TilePos tp = tile_position(P, first + t);
-    const uint16_t* at[4][4];
-    bool interior = true;
-    for (int r = 0; r < 4; ++r)
-      for (int s = 0; s < 4; ++s) {
-        const int64_t h = tp.h0 - 1 + r, c = tp.w0 - 1 + s;
-        const bool inside = h >= 0 && h < P.H && c >= 0 && c < P.W;
-        at[r][s] = inside ? w.x + tp.n * P.x.n_stride + h * P.x.h_stride + c * P.x.w_stride : nullptr;
-        interior = interior && inside;
-      }
-    for (int64_t cb = 0; cb < P.C / 16; ++cb) {
-      if (interior)
-        transform_patch<true>(at, cb * P.x.block_stride, v + 16 * cb, w.v_stride);
-      else
-        transform_patch<false>(at, cb * P.x.block_stride, v + 16 * cb, w.v_stride);
-    }
-    transform_gradient(P, w.gy, first + t, z_rows.data() + half * kElements * P.O);
+    transform_tile_input(P, w.x, first + t, v, w.v_stride);
+    transform_gradient(P, w.gy, first + t, z);
   }
   const __m512i idx = pair_indices();
   for (int e = 0; e < kElements; ++e)

@@ -290,16 +290,13 @@ TEST(ConvKernels, WeightGradRule) {
   EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false), P::Paired);
   EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, true), P::OneDnn);  // AMX
   EXPECT_EQ(cpu::choose_weight_grad_path(p, S::OneDnn, false), P::OneDnn);
-  // Winograd where the convolution's algorithm is, from 64 x 64 channels; a setting still forces.
+  // Winograd where the convolution's algorithm is; a setting still forces the others.
   using A = cpu::ConvAlgorithm;
-  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false, A::Winograd), P::Paired);  // 32 x 32
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false, A::Winograd), P::Winograd);
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Auto, false, A::Direct), P::Paired);
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::Paired, false, A::Winograd), P::Paired);
+  EXPECT_EQ(cpu::choose_weight_grad_path(p, S::OneDnn, false, A::Winograd), P::OneDnn);
   cpu::ConvParams q = p;
-  q.C = 64, q.O = 64;
-  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false, A::Winograd), P::Winograd);
-  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false, A::Direct), P::Paired);
-  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Paired, false, A::Winograd), P::Paired);
-  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::OneDnn, false, A::Winograd), P::OneDnn);
-  q = p;
   q.kH = q.kW = 1, q.padding = {0, 0}, q.C = 64, q.O = 256;  // ResNet's 1x1 expansion: 64 products
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::OneDnn);
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Paired, true), P::Paired);

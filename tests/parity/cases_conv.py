@@ -74,17 +74,18 @@ def cases():
             def fn(x, w, b=None, stride=stride, padding=padding, dilation=dilation, groups=groups):
                 return F.conv2d(x, w, b, stride, padding, dilation, groups)
 
-            # bf16 3x3 stride-1 layers with channels in multiples of 16 run Winograd F(2x2, 3x3)
+            # bf16 3x3 stride-1 layers with channels in multiples of 16 run Winograd
             # (src/backend/cpu/conv_winograd.h): its rounded transforms make errors of about 2.6x
             # the direct sum's by norms (test_conv's WinogradBf16AgreesWithF64BesideTheDirectKernels),
-            # relative to the output's scale (about 6 here) rather than to each element.
+            # relative to each result's scale rather than to each element: about 6 for the outputs
+            # here, 16 for the weight gradients (sums over 256 positions).
             winograd = dtype == "bf16" and ws[2:] == (3, 3) and stride == (1, 1) and padding == (1, 1) and \
                 dilation == (1, 1) and groups == 1 and xs[1] % 16 == 0 and ws[0] % 16 == 0
             # f32 Winograd (oneDNN's F(4x4, 3x3), forced on any 3x3 stride-1 layer by ctest's
             # FT_CONV_ALGO=winograd run) is within 1e-6 by norms, up to 2e-5 on small elements here.
             f32_winograd = dtype == "f32" and ws[2:] == (3, 3) and stride == (1, 1) and dilation == (1, 1) and \
                 groups == 1 and xs[1] >= 16 and ws[0] >= 16
-            yield case(n, fn, inputs, dtype=dtype, atol=0.12 if winograd else 1e-4 if f32_winograd else None,
+            yield case(n, fn, inputs, dtype=dtype, atol=0.3 if winograd else 1e-4 if f32_winograd else None,
                        params={"stride": stride, "padding": padding, "dilation": dilation, "groups": groups,
                                "channels_last": layout == "channels_last"})
         for cfg, (xs, kernel, stride, padding, dilation, layout) in MAXPOOL.items():

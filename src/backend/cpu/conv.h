@@ -74,16 +74,13 @@ inline constexpr int64_t kWinogradBf16MaxFilterPairs = 256 * 256;
 ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx = false);
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO
 // Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): the
-// Winograd kernel (conv_winograd.h) where the convolution's algorithm is Winograd and C * O >=
-// kWinogradBf16MinGradFilterPairs (below, its transforms of x and gy outweigh the products it
-// saves: cnn-mini's 32 -> 32 layer took 3.9 ms against the paired kernel's 3.0); else oneDNN's
+// Winograd kernel (conv_winograd.h) where the convolution's algorithm is Winograd; else oneDNN's
 // where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
 // feeds 256 products or fewer (kH * kW * C: ResNet's 1x1 layers on up to 256 channels), as
 // repacking gy then costs more than the paired kernel saves (docs/PERF.md); the paired kernel
 // otherwise.
 // FT_CONV_WEIGHT_GRAD=paired or onednn forces one (A/B runs; tests of either on any machine).
 enum class WeightGradPath { Paired, OneDnn, Winograd };
-inline constexpr int64_t kWinogradBf16MinGradFilterPairs = 64 * 64;
 enum class WeightGradSetting { Auto, Paired, OneDnn };
 WeightGradSetting parse_weight_grad_setting(const char* value);  // null or "" is auto; unknown throws
 WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,

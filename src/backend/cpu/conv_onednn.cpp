@@ -501,8 +501,7 @@ WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting se
                                        ConvAlgorithm algorithm) {
   if (setting != WeightGradSetting::Auto)
     return setting == WeightGradSetting::Paired ? WeightGradPath::Paired : WeightGradPath::OneDnn;
-  if (algorithm == ConvAlgorithm::Winograd && p.C * p.O >= kWinogradBf16MinGradFilterPairs)
-    return WeightGradPath::Winograd;
+  if (algorithm == ConvAlgorithm::Winograd) return WeightGradPath::Winograd;
   const bool enough_products_per_gradient = p.kH * p.kW * p.C > 256;
   return !onednn_has_amx && enough_products_per_gradient ? WeightGradPath::Paired : WeightGradPath::OneDnn;
 }

@@ -10,7 +10,7 @@
 // The filters are transformed once per call, U[e][c / 2][o][c % 2], shared by all threads.
 //
 // Weight gradient: chunks of tiles (a fixed size, whatever the thread count) in order. The threads
-// first transform a chunk's tile pairs, x into V[e][tile][c] and gy into pairs Z[e][pair][o];
+// first transform a chunk's tile pairs, x into V[tile][e][c] and gy into pairs Z[pair][e][o];
 // then jobs (element e, 12 output channels) add the chunk's products into M[e][o][c] (f32), 32
 // input channels at a time, the two tiles of a pair interleaved in registers as the paired kernel
 // interleaves images. After the last chunk, A'^T M A' gives the 3x3 gradients.

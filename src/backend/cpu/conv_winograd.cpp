@@ -38,6 +38,9 @@ namespace {
 
 constexpr int kTiles = 12;  // tiles per block: the broadcast rows of a register block
 constexpr int kElements = 16;
+// The filter transform scatters to 32-bit offsets up to 16 * C * O / 2 (forced FT_CONV_ALGO=
+// winograd can ask for any layer): beyond this, the layer stays direct.
+constexpr int64_t kMaxFilterPairs = int64_t{1} << 26;
 
 struct Plan {
   int64_t N, C, O, H, W;
@@ -405,7 +408,8 @@ FT_BF16_KERNEL void bias_gradient(const Plan& P, const uint16_t* gy, int64_t o0,
 bool winograd_bf16_supported(const backend::ConvParams& p) {
   return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 &&
          p.padding[0] == 1 && p.padding[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1 &&
-         p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 && p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0;
+         p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 && p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0 &&
+         p.C * p.O <= kMaxFilterPairs;
 }
 
 void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,

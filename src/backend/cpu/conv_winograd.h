@@ -41,9 +41,9 @@ struct FilterView {
   FilterStrides strides;
 };
 
-// Whether the kernel runs this convolution's forward and backward-data passes on this CPU: bf16
-// storage is the caller's business; 3x3, stride 1, padding 1, no dilation, one group, C and O
-// multiples of 16, AVX512-BF16 at the kernel table's level (isa.h).
+// Whether the kernels run this convolution's passes on this CPU: bf16 storage is the caller's
+// business; 3x3, stride 1, padding 1, no dilation, one group, C and O multiples of 16 with
+// C * O <= 2^26, AVX512-BF16 at the kernel table's level (isa.h).
 bool winograd_bf16_supported(const backend::ConvParams& p);
 
 // y[n, o, h, w] = bias[o] + sum_{c, p, q} w(o, c, p, q) * x[n, c, h - 1 + p, w - 1 + q] (zero

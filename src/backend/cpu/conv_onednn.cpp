@@ -519,13 +519,11 @@ ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* s
   if (v == "direct") return ConvAlgorithm::Direct;
   if (v == "winograd") return ConvAlgorithm::Winograd;
   FT_CHECK(v.empty() || v == "auto", "FT_CONV_ALGO: expected direct, winograd or auto, found '", v, "'");
-  const bool three_by_three = p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
-                              p.dilation[1] == 1 && p.groups == 1;
   if (dt == DType::BF16) {
-    // conv_winograd.h's kernel, where its transformed filters (16 C O bf16) stay in L2 while
-    // every block of tiles streams them, and oneDNN has no AMX (whose direct kernels outrun it).
-    const bool its_shape = p.padding[0] == 1 && p.padding[1] == 1 && p.C % 16 == 0 && p.O % 16 == 0;
-    return three_by_three && its_shape && p.C * p.O <= kWinogradBf16MaxFilterPairs && !onednn_has_amx
+    // conv_winograd.h's kernel, for the shapes it takes, where its transformed filters (16 C O
+    // bf16) stay in L2 while every block of tiles streams them, and oneDNN has no AMX (whose
+    // direct kernels outrun it).
+    return winograd_bf16_shape(p) && p.C * p.O <= kWinogradBf16MaxFilterPairs && !onednn_has_amx
                ? ConvAlgorithm::Winograd
                : ConvAlgorithm::Direct;
   }
@@ -533,6 +531,8 @@ ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* s
   // layer on RGB) its transforms cost more than the products they save. Below 8x8 outputs per
   // image (ResNet's last stage, 7x7) the gain is small while the scratch memory, which grows with
   // C * O (126 MB for 512 -> 512 backward-weights), is not.
+  const bool three_by_three = p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 &&
+                              p.dilation[1] == 1 && p.groups == 1;
   const bool wide_enough = p.C >= 16 && p.O >= 16 && p.OH >= 8 && p.OW >= 8;
   return dt == DType::F32 && three_by_three && wide_enough ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
 }

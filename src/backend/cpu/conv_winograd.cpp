@@ -405,11 +405,14 @@ FT_BF16_KERNEL void bias_gradient(const Plan& P, const uint16_t* gy, int64_t o0,
 
 }  // namespace
 
+bool winograd_bf16_shape(const backend::ConvParams& p) {
+  return p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 1 && p.padding[1] == 1 &&
+         p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1 && p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 &&
+         p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0 && p.C * p.O <= kMaxFilterPairs;
+}
+
 bool winograd_bf16_supported(const backend::ConvParams& p) {
-  return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && p.kH == 3 && p.kW == 3 && p.stride[0] == 1 && p.stride[1] == 1 &&
-         p.padding[0] == 1 && p.padding[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1 &&
-         p.C % 16 == 0 && p.O % 16 == 0 && p.C > 0 && p.O > 0 && p.N > 0 && p.H > 0 && p.W > 0 &&
-         p.C * p.O <= kMaxFilterPairs;
+  return selected_cpu_isa() >= CpuIsa::Avx512Bf16 && winograd_bf16_shape(p);
 }
 
 void winograd_bf16_conv3x3(int64_t N, int64_t C, int64_t O, int64_t H, int64_t W, const uint16_t* x,

@@ -1,6 +1,7 @@
 // bf16 convolution weight-gradient paths: oneDNN's kernel against the paired kernel
-// (backend/cpu/conv_weight_grad.h) and, for 3x3 stride-1 layers, the Winograd kernel
-// (backend/cpu/conv_winograd.h) on the convolution shapes of cnn-mini (batch 64) and ResNet-50
+// (backend/cpu/conv_weight_grad.h), for 3x3 stride-1 layers the Winograd kernel
+// (backend/cpu/conv_winograd.h) and for channels-last 1x1 stride-1 layers one matrix product
+// (conv.h's matmul_conv2d_backward_weight), on the convolution shapes of cnn-mini (batch 64) and ResNet-50
 // (batch 8), in NHWC or NCHW activations. Rounds alternate the paths on the same inputs; each
 // round times --iters calls and keeps the median, and the line reports the median round. Prints one
 // JSON line per (shape, path): ms, GFLOP/s, the relative error by norms against the f32
@@ -77,12 +78,12 @@ int main(int argc, char** argv) {
     int64_t N, C, HW, O, k, stride;
   };
   const Shape4 shapes[] = {
-      {"cnn-mini", 64, 32, 32, 32, 3, 1},   {"cnn-mini", 64, 32, 32, 64, 3, 2},   {"cnn-mini", 64, 64, 16, 64, 3, 1},
-      {"cnn-mini", 64, 64, 16, 128, 3, 2},  {"cnn-mini", 64, 128, 8, 128, 3, 1},  {"resnet50", 8, 64, 56, 64, 3, 1},
-      {"resnet50", 8, 128, 28, 128, 3, 1},  {"resnet50", 8, 256, 14, 256, 3, 1},  {"resnet50", 8, 512, 7, 512, 3, 1},
-      {"resnet50", 8, 512, 14, 512, 3, 2},  {"resnet50", 8, 64, 56, 256, 1, 1},   {"resnet50", 8, 256, 56, 64, 1, 1},
-      {"resnet50", 8, 256, 14, 1024, 1, 1}, {"resnet50", 8, 1024, 14, 256, 1, 1}, {"resnet50", 8, 512, 7, 2048, 1, 1},
-      {"resnet50", 8, 2048, 7, 512, 1, 1}};
+      {"cnn-mini", 64, 32, 32, 32, 3, 1},   {"cnn-mini", 64, 32, 32, 64, 3, 2},  {"cnn-mini", 64, 64, 16, 64, 3, 1},
+      {"cnn-mini", 64, 64, 16, 128, 3, 2},  {"cnn-mini", 64, 128, 8, 128, 3, 1}, {"resnet50", 8, 64, 56, 64, 3, 1},
+      {"resnet50", 8, 128, 28, 128, 3, 1},  {"resnet50", 8, 256, 14, 256, 3, 1}, {"resnet50", 8, 512, 7, 512, 3, 1},
+      {"resnet50", 8, 512, 14, 512, 3, 2},  {"resnet50", 8, 64, 56, 256, 1, 1},  {"resnet50", 8, 256, 56, 64, 1, 1},
+      {"resnet50", 8, 128, 28, 512, 1, 1},  {"resnet50", 8, 512, 28, 128, 1, 1}, {"resnet50", 8, 256, 14, 1024, 1, 1},
+      {"resnet50", 8, 1024, 14, 256, 1, 1}, {"resnet50", 8, 512, 7, 2048, 1, 1}, {"resnet50", 8, 2048, 7, 512, 1, 1}};
   const char* isa = cpu::cpu_isa_name(cpu::selected_cpu_isa());
   Generator g(0);
   for (const Shape4& s : shapes) {
@@ -104,20 +105,26 @@ int main(int argc, char** argv) {
     }
     Tensor gw_winograd = layout(empty({s.O, s.C, s.k, s.k}, TensorOptions(DType::BF16)));
     const bool winograd = cpu::winograd_conv2d_backward_weight(p, gy, x, gw_winograd, Tensor());
-    std::vector<double> onednn_ms, paired_ms, winograd_ms;
+    Tensor gw_matmul = layout(empty({s.O, s.C, s.k, s.k}, TensorOptions(DType::BF16)));
+    const bool as_matmul = cpu::matmul_conv2d_backward_weight(p, gy, x, gw_matmul, Tensor());
+    std::vector<double> onednn_ms, paired_ms, winograd_ms, matmul_ms;
     for (int r = 0; r < rounds; ++r) {
       onednn_ms.push_back(median_ms([&] { cpu::onednn_conv2d_backward_weight(p, gy, x, gw_onednn, Tensor()); }, iters));
       paired_ms.push_back(median_ms([&] { cpu::paired_conv2d_backward_weight(p, gy, x, gw_paired, Tensor()); }, iters));
       if (winograd)
         winograd_ms.push_back(
             median_ms([&] { cpu::winograd_conv2d_backward_weight(p, gy, x, gw_winograd, Tensor()); }, iters));
+      if (as_matmul)
+        matmul_ms.push_back(
+            median_ms([&] { cpu::matmul_conv2d_backward_weight(p, gy, x, gw_matmul, Tensor()); }, iters));
     }
     const double flops = 2.0 * s.N * p.OH * p.OW * s.O * s.C * s.k * s.k;
     const cpu::WeightGradPath chosen = cpu::weight_grad_path(p);
     using Path = cpu::WeightGradPath;
     for (auto [path, kind, times, gw] : {std::tuple{"onednn", Path::OneDnn, &onednn_ms, &gw_onednn},
                                          {"paired", Path::Paired, &paired_ms, &gw_paired},
-                                         {"winograd", Path::Winograd, &winograd_ms, &gw_winograd}}) {
+                                         {"winograd", Path::Winograd, &winograd_ms, &gw_winograd},
+                                         {"matmul", Path::Matmul, &matmul_ms, &gw_matmul}}) {
       if (times->empty()) continue;
       std::sort(times->begin(), times->end());
       const double ms = (*times)[times->size() / 2];

@@ -304,12 +304,95 @@ TEST(ConvKernels, WeightGradRule) {
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::OneDnn);
   q.C = 512;
   EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Auto, false), P::Paired);
+  // One matrix product for channels-last 1x1 stride-1 layers over at most 4096 positions.
+  cpu::ConvParams m = q;
+  m.N = 8, m.H = m.W = m.OH = m.OW = 14, m.C = 1024, m.O = 256, m.channels_last = true;  // 1568 positions
+  EXPECT_TRUE(cpu::weight_grad_is_one_product(m));
+  EXPECT_EQ(cpu::choose_weight_grad_path(m, S::Auto, false), P::Matmul);
+  m.C = 64;  // few products per gradient element: still one product
+  EXPECT_EQ(cpu::choose_weight_grad_path(m, S::Auto, false), P::Matmul);
+  EXPECT_EQ(cpu::choose_weight_grad_path(m, S::Auto, true), P::OneDnn);  // AMX
+  EXPECT_EQ(cpu::choose_weight_grad_path(m, S::Paired, false), P::Paired);
+  EXPECT_EQ(cpu::choose_weight_grad_path(q, S::Matmul, false), P::Matmul);
+  m.N = 16, m.H = m.W = m.OH = m.OW = 16;  // 4096 positions
+  EXPECT_EQ(cpu::choose_weight_grad_path(m, S::Auto, false), P::Matmul);
+  m.N = 17;  // 4352
+  EXPECT_EQ(cpu::choose_weight_grad_path(m, S::Auto, false), P::OneDnn);
+  m.N = 8;
+  for (auto change : std::initializer_list<std::function<void(cpu::ConvParams&)>>{
+           [](cpu::ConvParams& r) { r.channels_last = false; },
+           [](cpu::ConvParams& r) {
+             r.stride = {2, 2};
+           },
+           [](cpu::ConvParams& r) {
+             r.padding = {1, 1};
+           },
+           [](cpu::ConvParams& r) { r.kW = 3; }, [](cpu::ConvParams& r) { r.groups = 2; },
+           [](cpu::ConvParams& r) {
+             r.dilation = {1, 2};
+           }}) {
+    cpu::ConvParams r = m;
+    change(r);
+    EXPECT_FALSE(cpu::weight_grad_is_one_product(r));
+    EXPECT_NE(cpu::choose_weight_grad_path(r, S::Auto, false), P::Matmul);
+  }
   EXPECT_EQ(cpu::parse_weight_grad_setting(nullptr), S::Auto);
   EXPECT_EQ(cpu::parse_weight_grad_setting("auto"), S::Auto);
   EXPECT_EQ(cpu::parse_weight_grad_setting("paired"), S::Paired);
   EXPECT_EQ(cpu::parse_weight_grad_setting("onednn"), S::OneDnn);
+  EXPECT_EQ(cpu::parse_weight_grad_setting("matmul"), S::Matmul);
   test::expect_error([] { cpu::parse_weight_grad_setting("amx"); },
-                     "FT_CONV_WEIGHT_GRAD: expected auto, paired or onednn, found 'amx'");
+                     "FT_CONV_WEIGHT_GRAD: expected auto, paired, onednn or matmul, found 'amx'");
+}
+
+// The weight gradient of a channels-last 1x1 stride-1 bf16 layer as one matrix product
+// (matmul_conv2d_backward_weight) against the reference's f32 sums of the same bf16 inputs,
+// within the final rounding to bf16 plus f32 summation order: both weight layouts, with and
+// without the bias gradient, a single position, and channel counts off any register tile.
+TEST(ConvKernels, MatmulWeightGradMatchesReference) {
+  struct Cfg {
+    int64_t N, C, O, H, W;
+    bool weight_channels_last;
+  };
+  uint64_t seed = 80;
+  for (const Cfg& k : {Cfg{3, 32, 48, 5, 7, false}, Cfg{2, 24, 40, 6, 6, true}, Cfg{1, 16, 16, 1, 1, true},
+                       Cfg{8, 256, 64, 7, 7, false}}) {
+    cpu::ConvParams p;
+    p.N = k.N, p.C = k.C, p.O = k.O, p.H = p.OH = k.H, p.W = p.OW = k.W, p.kH = p.kW = 1;
+    p.stride = {1, 1}, p.padding = {0, 0}, p.channels_last = true, p.weight_channels_last = k.weight_channels_last;
+    SCOPED_TRACE(std::to_string(k.N) + "x" + std::to_string(k.C) + "x" + std::to_string(k.H) + "x" +
+                 std::to_string(k.W) + " -> " + std::to_string(k.O) + (k.weight_channels_last ? " OHWI" : " OIHW"));
+    auto act = [&](const Shape& s) {
+      return randn_like_shape(s, DType::F32, seed++).to(DType::BF16).contiguous_channels_last();
+    };
+    auto weight = [&](DType dt) {
+      Tensor t = full({p.O, p.C, 1, 1}, 7.0, TensorOptions(dt));
+      return p.weight_channels_last ? t.contiguous_channels_last() : t;
+    };
+    const Tensor x = act({p.N, p.C, p.H, p.W}), gy = act({p.N, p.O, p.OH, p.OW});
+    Tensor gw = weight(DType::BF16), gb = full({p.O}, 7.0, TensorOptions(DType::BF16));
+    ASSERT_TRUE(cpu::matmul_conv2d_backward_weight(p, gy, x, gw, gb));
+    Tensor gw_ref = weight(DType::F32), gb_ref = empty({p.O}, TensorOptions(DType::F32));
+    cpu::conv2d_backward_weight_reference(p, gy, x, gw_ref, gb_ref);
+    const double scale = std::sqrt(double(p.N * p.OH * p.OW));  // of a sum of that many products
+    EXPECT_EQ(test::compare(gw, gw_ref, {1e-5 * scale, 1.0 / 256}), "");
+    EXPECT_EQ(test::compare(gb, gb_ref, {1e-5 * scale, 1.0 / 256}), "");
+    Tensor gw2 = weight(DType::BF16);
+    ASSERT_TRUE(cpu::matmul_conv2d_backward_weight(p, gy, x, gw2, Tensor()));
+    EXPECT_EQ(test::compare(gw2, gw, {0, 0}), "");
+  }
+  // Layers that are not one product, and other dtypes, are declined, having written nothing.
+  cpu::ConvParams q;
+  q.N = 2, q.C = 16, q.O = 16, q.H = q.W = q.OH = q.OW = 6, q.kH = q.kW = 1, q.stride = {1, 1}, q.padding = {0, 0};
+  Tensor x = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16)), gy = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16));
+  Tensor gw = full({16, 16, 1, 1}, 7.0, TensorOptions(DType::BF16));
+  EXPECT_FALSE(cpu::matmul_conv2d_backward_weight(q, gy, x, gw, Tensor()));  // NCHW
+  q.channels_last = true;
+  x = x.contiguous_channels_last(), gy = gy.contiguous_channels_last();
+  EXPECT_FALSE(cpu::matmul_conv2d_backward_weight(q, gy.to(DType::F32), x.to(DType::F32), gw.to(DType::F32), Tensor()));
+  EXPECT_EQ(max(gw).item<float>(), 7.0f);
+  EXPECT_TRUE(cpu::matmul_conv2d_backward_weight(q, gy, x, gw, Tensor()));
+  EXPECT_EQ(max(abs(gw)).item<float>(), 0.0f);
 }
 
 // The paired bf16 weight gradient (conv_weight_grad.h) against the reference's f32 sums of the same
@@ -512,28 +595,31 @@ TEST(ConvKernels, ScratchMemoryIsCountedByTheAllocator) {
 // Every pass gives the same bits on 1, 2 and 3 threads, on each algorithm the process uses (ctest
 // runs this under FT_CONV_ALGO=direct and winograd too): the Winograd and direct kernels of f32
 // layers, a stride-2 layer, and bf16 in both layouts (whose weight gradients, on the Winograd,
-// paired or oneDNN's kernel as the rules and FT_CONV_WEIGHT_GRAD say, are summed in f32 and
-// rounded).
+// paired, oneDNN's or one matrix product as the rules and FT_CONV_WEIGHT_GRAD say, are summed in
+// f32 and rounded).
 TEST(ConvKernels, PassesDoNotDependOnTheThreadCount) {
   struct Cfg {
     int64_t C, O, HW, stride;
     DType dt;
     bool channels_last;
+    int64_t k = 3;
   };
   const int threads = get_num_threads();
-  for (const Cfg& k : {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
-                       Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true},
-                       Cfg{32, 48, 16, 2, DType::BF16, false},
-                       // Winograd, the weight gradient in 3 chunks of tiles (direct runs: paired, 2 chunks)
-                       Cfg{32, 256, 16, 1, DType::BF16, true},
-                       Cfg{64, 64, 16, 1, DType::BF16, false}}) {  // Winograd on nChw16c copies
-    const cpu::ConvParams p = conv3x3(8, k.C, k.O, k.HW, k.stride, k.channels_last);
+  for (const Cfg& k :
+       {Cfg{32, 32, 16, 1, DType::F32, false}, Cfg{32, 64, 16, 1, DType::F32, true},
+        Cfg{32, 64, 16, 2, DType::F32, false}, Cfg{32, 32, 16, 1, DType::BF16, true},
+        Cfg{32, 48, 16, 2, DType::BF16, false},
+        // Winograd, the weight gradient in 3 chunks of tiles (direct runs: paired, 2 chunks)
+        Cfg{32, 256, 16, 1, DType::BF16, true}, Cfg{64, 64, 16, 1, DType::BF16, false},  // Winograd on nChw16c copies
+        Cfg{256, 64, 16, 1, DType::BF16, true, 1}}) {                                    // 1x1: one matrix product
+    cpu::ConvParams p = conv3x3(8, k.C, k.O, k.HW, k.stride, k.channels_last);
+    if (k.k == 1) p.kH = p.kW = 1, p.padding = {0, 0};
     SCOPED_TRACE(std::to_string(k.C) + "->" + std::to_string(k.O) + " s" + std::to_string(k.stride) + " " +
                  dtype_name(k.dt) + (k.channels_last ? " nhwc " : " nchw ") +
                  cpu::onednn_conv2d_forward_implementation(p, k.dt, true));
     auto fmt = [&](const Tensor& t) { return k.channels_last ? t.contiguous_channels_last() : t; };
     Tensor x = fmt(randn_like_shape({p.N, p.C, p.H, p.W}, DType::F32, 41).to(k.dt));
-    Tensor w = fmt(randn_like_shape({p.O, p.C, 3, 3}, DType::F32, 42).to(k.dt));
+    Tensor w = fmt(randn_like_shape({p.O, p.C, k.k, k.k}, DType::F32, 42).to(k.dt));
     Tensor b = randn_like_shape({p.O}, DType::F32, 43).to(k.dt);
     Tensor gy = fmt(randn_like_shape({p.N, p.O, p.OH, p.OW}, DType::F32, 44).to(k.dt));
     auto passes = [&](int n) {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "backend/cpu/copy.h"
+#include "backend/cpu/linalg.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -240,6 +241,19 @@ void conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w
   conv2d_backward_data_reference(p, gy, w, gx);
 }
 
+bool matmul_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                   const Tensor& gb) {
+  if (gy.dtype() != DType::BF16 || !weight_grad_is_one_product(p)) return false;
+  const int64_t M = p.N * p.OH * p.OW;
+  // The activations as [positions, channels] row-major matrices (their channels-last memory), the
+  // 1x1 weight as [O, C]: OIHW and OHWI are the same memory for it.
+  auto rows = [M](const Tensor& t, int64_t channels) {
+    return t.detach().as_strided({M, channels}, {channels, 1}, t.offset());
+  };
+  linear_weight_grad(rows(gy, p.O), rows(x, p.C), gw.detach().as_strided({p.O, p.C}, {p.C, 1}, gw.offset()), gb);
+  return true;
+}
+
 void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
                             const Tensor& gb) {
   if (gy.dtype() == DType::F16) {
@@ -252,6 +266,7 @@ void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor&
   const WeightGradPath path = weight_grad_path(p);
   if (path == WeightGradPath::Winograd && winograd_conv2d_backward_weight(p, gy, x, gw, gb)) return;
   if (path == WeightGradPath::Paired && paired_conv2d_backward_weight(p, gy, x, gw, gb)) return;
+  if (path == WeightGradPath::Matmul && matmul_conv2d_backward_weight(p, gy, x, gw, gb)) return;
   if ((gy.dtype() == DType::F32 || gy.dtype() == DType::BF16) && onednn_conv2d_backward_weight(p, gy, x, gw, gb))
     return;
   conv2d_backward_weight_reference(p, gy, x, gw, gb);

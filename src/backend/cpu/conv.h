@@ -48,6 +48,11 @@ bool onednn_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const 
 // CPU without AVX512-BF16).
 bool paired_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
                                    const Tensor& gb);
+// bf16 weight gradients of weight_grad_is_one_product() layers as gw[O, C] = gy[M, O]^T x[M, C]
+// over the M = N H W positions, and gb as gy's column sums: linear layers' weight gradient
+// (linalg.h). Returns false, having written nothing, for other layers or dtypes.
+bool matmul_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                   const Tensor& gb);
 // bf16 forward, backward-data and weight-gradient passes on conv_winograd.h's kernels, reading
 // NHWC activations in place and NCHW ones as nChw16c copies. Return false, having written nothing,
 // where the kernel does not run (not bf16, not 3x3 stride 1 padding 1, grouped, dilated, channels
@@ -77,14 +82,22 @@ ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* s
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO
 // Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): the
 // Winograd kernel (conv_winograd.h) where the convolution's algorithm is Winograd; else oneDNN's
-// where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps, and where each element of gy
+// where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps; else, for a channels-last
+// 1x1 stride-1 layer over at most kMatmulWeightGradMaxPositions positions (ResNet's 14x14 and
+// 7x7 stages at batch 8), one matrix product gw = gy^T x on linalg.h's matmul, which runs such
+// short sums 4-13% faster than oneDNN's convolution kernels and the paired kernel (docs/PERF.md;
+// over 56x56 positions it is slower, over 28x28 even); else oneDNN's where each element of gy
 // feeds 256 products or fewer (kH * kW * C: ResNet's 1x1 layers on up to 256 channels), as
-// repacking gy then costs more than the paired kernel saves (docs/PERF.md); the paired kernel
-// otherwise.
-// FT_CONV_WEIGHT_GRAD=paired or onednn forces one (A/B runs; tests of either on any machine).
-enum class WeightGradPath { Paired, OneDnn, Winograd };
-enum class WeightGradSetting { Auto, Paired, OneDnn };
+// repacking gy then costs more than the paired kernel saves; the paired kernel otherwise.
+// FT_CONV_WEIGHT_GRAD=paired, onednn or matmul forces one (A/B runs; tests of each on any
+// machine); where the forced kernel does not take the layer, oneDNN's runs.
+enum class WeightGradPath { Paired, OneDnn, Winograd, Matmul };
+enum class WeightGradSetting { Auto, Paired, OneDnn, Matmul };
+inline constexpr int64_t kMatmulWeightGradMaxPositions = 4096;
 WeightGradSetting parse_weight_grad_setting(const char* value);  // null or "" is auto; unknown throws
+// Whether a layer's weight gradient is one matrix product over its positions: 1x1, stride 1, no
+// padding, dilation or groups, channels-last activations (rows of channels per position).
+bool weight_grad_is_one_product(const ConvParams& p);
 WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,
                                        ConvAlgorithm algorithm = ConvAlgorithm::Direct);
 WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's settings and oneDNN's ISA

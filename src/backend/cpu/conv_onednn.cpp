@@ -493,15 +493,27 @@ WeightGradSetting parse_weight_grad_setting(const char* value) {
   const std::string v = value ? value : "";
   if (v.empty() || v == "auto") return WeightGradSetting::Auto;
   if (v == "paired") return WeightGradSetting::Paired;
-  FT_CHECK(v == "onednn", "FT_CONV_WEIGHT_GRAD: expected auto, paired or onednn, found '", v, "'");
+  if (v == "matmul") return WeightGradSetting::Matmul;
+  FT_CHECK(v == "onednn", "FT_CONV_WEIGHT_GRAD: expected auto, paired, onednn or matmul, found '", v, "'");
   return WeightGradSetting::OneDnn;
+}
+
+bool weight_grad_is_one_product(const ConvParams& p) {
+  return p.kH == 1 && p.kW == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 && p.padding[1] == 0 &&
+         p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1 && p.channels_last;
 }
 
 WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,
                                        ConvAlgorithm algorithm) {
-  if (setting != WeightGradSetting::Auto)
-    return setting == WeightGradSetting::Paired ? WeightGradPath::Paired : WeightGradPath::OneDnn;
+  switch (setting) {
+    case WeightGradSetting::Paired: return WeightGradPath::Paired;
+    case WeightGradSetting::OneDnn: return WeightGradPath::OneDnn;
+    case WeightGradSetting::Matmul: return WeightGradPath::Matmul;
+    case WeightGradSetting::Auto: break;
+  }
   if (algorithm == ConvAlgorithm::Winograd) return WeightGradPath::Winograd;
+  if (!onednn_has_amx && weight_grad_is_one_product(p) && p.N * p.OH * p.OW <= kMatmulWeightGradMaxPositions)
+    return WeightGradPath::Matmul;
   const bool enough_products_per_gradient = p.kH * p.kW * p.C > 256;
   return !onednn_has_amx && enough_products_per_gradient ? WeightGradPath::Paired : WeightGradPath::OneDnn;
 }

@@ -345,55 +345,39 @@ TEST(ConvKernels, WeightGradRule) {
                      "FT_CONV_WEIGHT_GRAD: expected auto, paired, onednn or matmul, found 'amx'");
 }
 
-// The weight gradient of a channels-last 1x1 stride-1 bf16 layer as one matrix product
-// (matmul_conv2d_backward_weight) against the reference's f32 sums of the same bf16 inputs,
-// within the final rounding to bf16 plus f32 summation order: both weight layouts, with and
-// without the bias gradient, a single position, and channel counts off any register tile.
-TEST(ConvKernels, MatmulWeightGradMatchesReference) {
-  struct Cfg {
-    int64_t N, C, O, H, W;
-    bool weight_channels_last;
+namespace {
+
+using WeightGradKernel = bool (*)(const cpu::ConvParams&, const Tensor& gy, const Tensor& x, const Tensor& gw,
+                                  const Tensor& gb);
+
+// A bf16 weight-gradient kernel on layer p, with and without the bias gradient, against the
+// reference's f32 sums of the same bf16 inputs (drawn from `seed` on): each element within the
+// final rounding to bf16 (2^-9 relative, taken as 2^-8) plus f32 summation order. The outputs
+// start as 7s, so an element the kernel leaves unwritten fails.
+void expect_weight_grad_matches_reference(const cpu::ConvParams& p, WeightGradKernel kernel, uint64_t& seed) {
+  auto act = [&](const Shape& s) {
+    Tensor t = randn_like_shape(s, DType::F32, seed++).to(DType::BF16);
+    return p.channels_last ? t.contiguous_channels_last() : t;
   };
-  uint64_t seed = 80;
-  for (const Cfg& k : {Cfg{3, 32, 48, 5, 7, false}, Cfg{2, 24, 40, 6, 6, true}, Cfg{1, 16, 16, 1, 1, true},
-                       Cfg{8, 256, 64, 7, 7, false}}) {
-    cpu::ConvParams p;
-    p.N = k.N, p.C = k.C, p.O = k.O, p.H = p.OH = k.H, p.W = p.OW = k.W, p.kH = p.kW = 1;
-    p.stride = {1, 1}, p.padding = {0, 0}, p.channels_last = true, p.weight_channels_last = k.weight_channels_last;
-    SCOPED_TRACE(std::to_string(k.N) + "x" + std::to_string(k.C) + "x" + std::to_string(k.H) + "x" +
-                 std::to_string(k.W) + " -> " + std::to_string(k.O) + (k.weight_channels_last ? " OHWI" : " OIHW"));
-    auto act = [&](const Shape& s) {
-      return randn_like_shape(s, DType::F32, seed++).to(DType::BF16).contiguous_channels_last();
-    };
-    auto weight = [&](DType dt) {
-      Tensor t = full({p.O, p.C, 1, 1}, 7.0, TensorOptions(dt));
-      return p.weight_channels_last ? t.contiguous_channels_last() : t;
-    };
-    const Tensor x = act({p.N, p.C, p.H, p.W}), gy = act({p.N, p.O, p.OH, p.OW});
-    Tensor gw = weight(DType::BF16), gb = full({p.O}, 7.0, TensorOptions(DType::BF16));
-    ASSERT_TRUE(cpu::matmul_conv2d_backward_weight(p, gy, x, gw, gb));
-    Tensor gw_ref = weight(DType::F32), gb_ref = empty({p.O}, TensorOptions(DType::F32));
-    cpu::conv2d_backward_weight_reference(p, gy, x, gw_ref, gb_ref);
-    const double scale = std::sqrt(double(p.N * p.OH * p.OW));  // of a sum of that many products
-    EXPECT_EQ(test::compare(gw, gw_ref, {1e-5 * scale, 1.0 / 256}), "");
-    EXPECT_EQ(test::compare(gb, gb_ref, {1e-5 * scale, 1.0 / 256}), "");
-    Tensor gw2 = weight(DType::BF16);
-    ASSERT_TRUE(cpu::matmul_conv2d_backward_weight(p, gy, x, gw2, Tensor()));
-    EXPECT_EQ(test::compare(gw2, gw, {0, 0}), "");
-  }
-  // Layers that are not one product, and other dtypes, are declined, having written nothing.
-  cpu::ConvParams q;
-  q.N = 2, q.C = 16, q.O = 16, q.H = q.W = q.OH = q.OW = 6, q.kH = q.kW = 1, q.stride = {1, 1}, q.padding = {0, 0};
-  Tensor x = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16)), gy = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16));
-  Tensor gw = full({16, 16, 1, 1}, 7.0, TensorOptions(DType::BF16));
-  EXPECT_FALSE(cpu::matmul_conv2d_backward_weight(q, gy, x, gw, Tensor()));  // NCHW
-  q.channels_last = true;
-  x = x.contiguous_channels_last(), gy = gy.contiguous_channels_last();
-  EXPECT_FALSE(cpu::matmul_conv2d_backward_weight(q, gy.to(DType::F32), x.to(DType::F32), gw.to(DType::F32), Tensor()));
-  EXPECT_EQ(max(gw).item<float>(), 7.0f);
-  EXPECT_TRUE(cpu::matmul_conv2d_backward_weight(q, gy, x, gw, Tensor()));
-  EXPECT_EQ(max(abs(gw)).item<float>(), 0.0f);
+  auto weight = [&](DType dt) {
+    Tensor t = full({p.O, p.C, p.kH, p.kW}, 7.0, TensorOptions(dt));
+    return p.weight_channels_last ? t.contiguous_channels_last() : t;
+  };
+  const Tensor x = act({p.N, p.C, p.H, p.W}), gy = act({p.N, p.O, p.OH, p.OW});
+  Tensor gw = weight(DType::BF16), gb = full({p.O}, 7.0, TensorOptions(DType::BF16));
+  ASSERT_TRUE(kernel(p, gy, x, gw, gb));
+  Tensor gw_ref = weight(DType::F32), gb_ref = empty({p.O}, TensorOptions(DType::F32));
+  cpu::conv2d_backward_weight_reference(p, gy, x, gw_ref, gb_ref);
+  const double scale = std::sqrt(double(p.N * p.OH * p.OW));  // of a sum of that many products
+  EXPECT_EQ(test::compare(gw, gw_ref, {1e-5 * scale, 1.0 / 256}), "");
+  EXPECT_EQ(test::compare(gb, gb_ref, {1e-5 * scale, 1.0 / 256}), "");
+  // Without the bias gradient, the same weight gradient.
+  Tensor gw2 = weight(DType::BF16);
+  ASSERT_TRUE(kernel(p, gy, x, gw2, Tensor()));
+  EXPECT_EQ(test::compare(gw2, gw, {0, 0}), "");
 }
+
+}  // namespace
 
 // The paired bf16 weight gradient (conv_weight_grad.h) against the reference's f32 sums of the same
 // bf16 inputs: each element within the final rounding to bf16 (2^-9 relative, taken as 2^-8) plus
@@ -422,26 +406,7 @@ TEST(ConvKernels, PairedWeightGradMatchesReference) {
                    std::to_string(k.W) + " -> " + std::to_string(k.O) + " k" + std::to_string(k.kH) + "x" +
                    std::to_string(k.kW) + " s" + std::to_string(k.stride) + " p" + std::to_string(k.pad) + " layout " +
                    std::to_string(layout));
-      auto act = [&](const Shape& s) {
-        Tensor t = randn_like_shape(s, DType::F32, seed++).to(DType::BF16);
-        return p.channels_last ? t.contiguous_channels_last() : t;
-      };
-      auto weight = [&](DType dt) {
-        Tensor t = empty({p.O, p.C, p.kH, p.kW}, TensorOptions(dt));
-        return p.weight_channels_last ? t.contiguous_channels_last() : t;
-      };
-      const Tensor x = act({p.N, p.C, p.H, p.W}), gy = act({p.N, p.O, p.OH, p.OW});
-      Tensor gw = weight(DType::BF16), gb = empty({p.O}, TensorOptions(DType::BF16));
-      ASSERT_TRUE(cpu::paired_conv2d_backward_weight(p, gy, x, gw, gb));
-      Tensor gw_ref = weight(DType::F32), gb_ref = empty({p.O}, TensorOptions(DType::F32));
-      cpu::conv2d_backward_weight_reference(p, gy, x, gw_ref, gb_ref);
-      const double scale = std::sqrt(double(p.N * p.OH * p.OW));  // of a sum of that many products
-      EXPECT_EQ(test::compare(gw, gw_ref, {1e-5 * scale, 1.0 / 256}), "");
-      EXPECT_EQ(test::compare(gb, gb_ref, {1e-5 * scale, 1.0 / 256}), "");
-      // Without the bias gradient, the same weight gradient.
-      Tensor gw2 = weight(DType::BF16);
-      ASSERT_TRUE(cpu::paired_conv2d_backward_weight(p, gy, x, gw2, Tensor()));
-      EXPECT_EQ(test::compare(gw2, gw, {0, 0}), "");
+      expect_weight_grad_matches_reference(p, cpu::paired_conv2d_backward_weight, seed);
     }
   }
   // Configurations the kernel does not take are declined, having written nothing.
@@ -455,6 +420,38 @@ TEST(ConvKernels, PairedWeightGradMatchesReference) {
   EXPECT_FALSE(cpu::paired_conv2d_backward_weight(q, gy, x, gw, Tensor()));
   q = conv3x3(2, 16, 16, 6, 1, true);
   EXPECT_FALSE(cpu::paired_conv2d_backward_weight(q, gy.to(DType::F32), x.to(DType::F32), gw.to(DType::F32), Tensor()));
+}
+
+// The weight gradient of a channels-last 1x1 stride-1 bf16 layer as one matrix product
+// (matmul_conv2d_backward_weight) against the reference's f32 sums of the same bf16 inputs, as
+// above: both weight layouts, a single position, and channel counts off any register tile.
+TEST(ConvKernels, MatmulWeightGradMatchesReference) {
+  struct Cfg {
+    int64_t N, C, O, H, W;
+    bool weight_channels_last;
+  };
+  uint64_t seed = 80;
+  for (const Cfg& k : {Cfg{3, 32, 48, 5, 7, false}, Cfg{2, 24, 40, 6, 6, true}, Cfg{1, 16, 16, 1, 1, true},
+                       Cfg{8, 256, 64, 7, 7, false}}) {
+    cpu::ConvParams p;
+    p.N = k.N, p.C = k.C, p.O = k.O, p.H = p.OH = k.H, p.W = p.OW = k.W, p.kH = p.kW = 1;
+    p.stride = {1, 1}, p.padding = {0, 0}, p.channels_last = true, p.weight_channels_last = k.weight_channels_last;
+    SCOPED_TRACE(std::to_string(k.N) + "x" + std::to_string(k.C) + "x" + std::to_string(k.H) + "x" +
+                 std::to_string(k.W) + " -> " + std::to_string(k.O) + (k.weight_channels_last ? " OHWI" : " OIHW"));
+    expect_weight_grad_matches_reference(p, cpu::matmul_conv2d_backward_weight, seed);
+  }
+  // Layers that are not one product, and other dtypes, are declined, having written nothing.
+  cpu::ConvParams q;
+  q.N = 2, q.C = 16, q.O = 16, q.H = q.W = q.OH = q.OW = 6, q.kH = q.kW = 1, q.stride = {1, 1}, q.padding = {0, 0};
+  Tensor x = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16)), gy = zeros({2, 16, 6, 6}, TensorOptions(DType::BF16));
+  Tensor gw = full({16, 16, 1, 1}, 7.0, TensorOptions(DType::BF16));
+  EXPECT_FALSE(cpu::matmul_conv2d_backward_weight(q, gy, x, gw, Tensor()));  // NCHW
+  q.channels_last = true;
+  x = x.contiguous_channels_last(), gy = gy.contiguous_channels_last();
+  EXPECT_FALSE(cpu::matmul_conv2d_backward_weight(q, gy.to(DType::F32), x.to(DType::F32), gw.to(DType::F32), Tensor()));
+  EXPECT_EQ(max(gw).item<float>(), 7.0f);
+  EXPECT_TRUE(cpu::matmul_conv2d_backward_weight(q, gy, x, gw, Tensor()));
+  EXPECT_EQ(max(abs(gw)).item<float>(), 0.0f);
 }
 
 // Every pass of an f32 convolution on the algorithm this process chose (ctest runs this suite under

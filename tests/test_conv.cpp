@@ -506,7 +506,7 @@ TEST(ConvKernels, F32PassesAgreeWithF64OnTheChosenAlgorithm) {
 // image or several, bias, both layouts (weights OIHW, or OHWI with channels-last).
 TEST(ConvKernels, WinogradBf16AgreesWithF64BesideTheDirectKernels) {
   if (cpu::selected_cpu_isa() < cpu::CpuIsa::Avx512Bf16) GTEST_SKIP() << "the Winograd bf16 kernel needs AVX512-BF16";
-  cpu::ConvParams huge = conv3x3(1, 16384, 16384, 4);  // its filter offsets would pass 2^31
+  cpu::ConvParams huge = conv3x3(1, 16384, 16384, 4);  // 8 GiB of transformed filters
   EXPECT_FALSE(cpu::winograd_bf16_supported(huge));
   huge.C = 4096;
   EXPECT_TRUE(cpu::winograd_bf16_supported(huge));

@@ -38,8 +38,8 @@ namespace {
 
 constexpr int kTiles = 12;  // tiles per block: the broadcast rows of a register block
 constexpr int kElements = 16;
-// The filter transform scatters to 32-bit offsets up to 16 * C * O / 2 (forced FT_CONV_ALGO=
-// winograd can ask for any layer): beyond this, the layer stays direct.
+// The transformed filters take 32 C O bytes, 2 GiB at this bound (forced FT_CONV_ALGO=winograd
+// can ask for any layer): beyond it, the layer stays direct.
 constexpr int64_t kMaxFilterPairs = int64_t{1} << 26;
 
 struct Plan {
@@ -48,52 +48,72 @@ struct Plan {
   ChannelBlockedLayout x, y;
 };
 
-// G g G^T as 16 sums over the 9 filter taps: column 3p + q holds each element's factor of
-// g[p][q], G[e / 4][p] * G[e % 4][q].
-struct FilterTransform {
-  alignas(64) float column[9][kElements];
-};
-constexpr FilterTransform filter_transform() {
-  constexpr float G[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
-  FilterTransform f{};
-  for (int p = 0; p < 3; ++p)
-    for (int q = 0; q < 3; ++q)
-      for (int e = 0; e < kElements; ++e) f.column[3 * p + q][e] = G[e / 4][p] * G[e % 4][q];
-  return f;
+FT_AVX512_KERNEL inline __m512 widen(const uint16_t* p) {
+  const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
-constexpr FilterTransform kFilterTransform = filter_transform();
 
-// U[e][c / 2][o][c % 2] = (G g[o, c] G^T)[e / 4][e % 4], rounded to bf16: the 16 elements of a
-// channel pair as one vector of pairs, scattered to their 16 matrices.
-FT_BF16_KERNEL void transform_filter_pairs(const Plan& P, FilterView w, int64_t o, uint16_t* U) {
-  const __m512i element_offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(P.C / 2 * P.O)));
-  for (int64_t k = 0; k < P.C / 2; ++k) {
-    __m512i half[2];
-    for (int h = 0; h < 2; ++h) {
-      const uint16_t* g = w.base + o * w.strides.out + (2 * k + h) * w.strides.in;
-      __m512 u = _mm512_setzero_ps();
+// G g G^T for one filter g (3x3 taps d[3 p + q], any values in lanes): the rows G g, then the
+// columns (G g) G^T, G's rows being (1 0 0), (1/2 1/2 1/2), (1/2 -1/2 1/2), (0 0 1). Element
+// e = 4 i + j of u is row i, column j. Sums of at most three terms and halves: exact in f32 for
+// bf16 inputs of similar magnitude.
+FT_AVX512_KERNEL inline void filter_transform(const __m512 (&d)[9], __m512 (&u)[kElements]) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  auto apply_g = [&](__m512 a, __m512 b, __m512 c, __m512(&out)[4]) {
+    const __m512 ac = _mm512_add_ps(a, c);
+    out[0] = a;
+    out[1] = _mm512_mul_ps(_mm512_add_ps(ac, b), half);
+    out[2] = _mm512_mul_ps(_mm512_sub_ps(ac, b), half);
+    out[3] = c;
+  };
+  __m512 rows[3][4];  // rows[q][i] = (G g)[i][q]
+  for (int q = 0; q < 3; ++q) apply_g(d[q], d[3 + q], d[6 + q], rows[q]);
+  for (int i = 0; i < 4; ++i) {
+    __m512 out[4];
+    apply_g(rows[0][i], rows[1][i], rows[2][i], out);
+    for (int j = 0; j < 4; ++j) u[4 * i + j] = out[j];
+  }
+}
+
+// U[e][c / 2][o][c % 2] = (G g[o, c] G^T)[e / 4][e % 4], rounded to bf16, for 16 output channels
+// from o0 and 16 input channels from c0, with the output channels in lanes: each (e, channel
+// pair) is then one 64-byte row of U. The block's taps are first copied into g, output channels
+// innermost, whatever the view's strides (a forward's OIHW or OHWI weights, backward-data's
+// transposed and rotated ones).
+FT_BF16_KERNEL void transform_filter_block(const Plan& P, FilterView w, int64_t o0, int64_t c0, uint16_t* U) {
+  alignas(64) uint16_t g[16][9][16];  // [input channel][tap][output channel]
+  for (int i = 0; i < 16; ++i)
+    for (int c = 0; c < 16; ++c) {
+      const uint16_t* f = w.base + (o0 + i) * w.strides.out + (c0 + c) * w.strides.in;
       for (int p = 0; p < 3; ++p)
-        for (int q = 0; q < 3; ++q)
-          u = _mm512_fmadd_ps(_mm512_set1_ps(bf16::to_float(g[p * w.strides.p + q * w.strides.q])),
-                              _mm512_load_ps(kFilterTransform.column[3 * p + q]), u);
-      half[h] = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(u));
+        for (int q = 0; q < 3; ++q) g[c][3 * p + q][i] = f[p * w.strides.p + q * w.strides.q];
     }
-    const __m512i pairs = _mm512_or_si512(half[0], _mm512_slli_epi32(half[1], 16));
-    _mm512_i32scatter_epi32(reinterpret_cast<int*>(U) + k * P.O + o, element_offsets, pairs, 4);
+  auto* rows = reinterpret_cast<uint32_t*>(U);  // 32-bit channel pairs, [e][C / 2][O]
+  const int64_t element_stride = P.C / 2 * P.O;
+  for (int c = 0; c < 16; c += 2) {
+    __m512i halves[2][kElements];  // bf16 results of channels c and c + 1, widened to 32 bits
+    for (int h = 0; h < 2; ++h) {
+      __m512 d[9], u[kElements];
+      for (int t = 0; t < 9; ++t) d[t] = widen(g[c + h][t]);
+      filter_transform(d, u);
+      for (int e = 0; e < kElements; ++e) halves[h][e] = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(u[e]));
+    }
+    uint32_t* row = rows + (c0 + c) / 2 * P.O + o0;  // 64-byte aligned: U is, and O, o0 are multiples of 16
+    // Streaming stores: U (2 MB at 256 x 256 channels) is written once here and read later, so
+    // ordinary stores' reads of each line before writing it only cost (256 -> 256 on 14x14, the
+    // forward: 2.79 -> 2.52 ms; docs/PERF.md).
+    for (int e = 0; e < kElements; ++e)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(row + e * element_stride),
+                          _mm512_or_si512(halves[0][e], _mm512_slli_epi32(halves[1][e], 16)));
   }
 }
 
 void transform_filters(const Plan& P, FilterView w, uint16_t* U) {
-  parallel_for(0, P.O, 1, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) transform_filter_pairs(P, w, o, U);
+  const int64_t c_blocks = P.C / 16;
+  parallel_for(0, P.O / 16 * c_blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) transform_filter_block(P, w, b / c_blocks * 16, b % c_blocks * 16, U);
+    _mm_sfence();  // the streaming stores reach memory before other threads read U
   });
-}
-
-FT_AVX512_KERNEL inline __m512 widen(const uint16_t* p) {
-  const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
 struct TilePos {

@@ -1,8 +1,8 @@
 // bf16 convolution weight-gradient paths: oneDNN's kernel against the paired kernel
 // (backend/cpu/conv_weight_grad.h), for 3x3 stride-1 layers the Winograd kernel
 // (backend/cpu/conv_winograd.h) and for channels-last 1x1 stride-1 layers one matrix product
-// (conv.h's matmul_conv2d_backward_weight), on the convolution shapes of cnn-mini (batch 64) and ResNet-50
-// (batch 8), in NHWC or NCHW activations. Rounds alternate the paths on the same inputs; each
+// (conv.h's matmul_conv2d_backward_weight), on the convolution shapes of cnn-mini (batch 64) and
+// ResNet-50 (batch 8), in NHWC or NCHW activations. Rounds alternate the paths on the same inputs; each
 // round times --iters calls and keeps the median, and the line reports the median round. Prints one
 // JSON line per (shape, path): ms, GFLOP/s, the relative error by norms against the f32
 // reference sums of the same bf16 inputs, and whether conv2d takes that path here ("chosen":

@@ -7,7 +7,8 @@
 // AVX-512-BF16), which on the cnn-mini shapes are several times faster than im2col + OpenBLAS
 // sgemm (see conv_onednn.cpp; figures in docs/PERF.md), except where the engine's own kernels
 // are faster: bf16 3x3 stride-1 layers by Winograd (conv_winograd.h) and other bf16 weight
-// gradients on the paired kernel (conv_weight_grad.h), as the rules below say. f16 computes in f32 on converted copies
+// gradients on the paired kernel (conv_weight_grad.h) or, for small channels-last 1x1 layers, as
+// one matrix product, as the rules below say. f16 computes in f32 on converted copies
 // (oneDNN 2.6 has no fast f16 CPU convolution) and rounds the results. f64, and any configuration
 // oneDNN rejects or would only run with its slow reference implementation, use the im2col + GEMM
 // reference path below.

@@ -42,8 +42,8 @@ struct FilterView {
 };
 
 // Whether the kernels take this convolution's shape: 3x3, stride 1, padding 1, no dilation, one
-// group, C and O multiples of 16 with C * O <= 2^26 (2 GiB of transformed filters). conv.h's rule and
-// winograd_bf16_supported() both ask this one predicate.
+// group, C and O multiples of 16 with C * O <= 2^26 (2 GiB of transformed filters). conv.h's
+// rule and winograd_bf16_supported() both ask this one predicate.
 bool winograd_bf16_shape(const backend::ConvParams& p);
 // Whether the kernels run this convolution's passes on this CPU: its shape, and AVX512-BF16 at
 // the kernel table's level (isa.h). bf16 storage is the caller's business.

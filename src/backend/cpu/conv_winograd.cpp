@@ -57,15 +57,19 @@ FT_AVX512_KERNEL inline __m512 widen(const uint16_t* p) {
 // columns (G g) G^T, G's rows being (1 0 0), (1/2 1/2 1/2), (1/2 -1/2 1/2), (0 0 1). Element
 // e = 4 i + j of u is row i, column j. Sums of at most three terms and halves: exact in f32 for
 // bf16 inputs of similar magnitude.
-FT_AVX512_KERNEL inline void filter_transform(const __m512 (&d)[9], __m512 (&u)[kElements]) {
+// One product with G: (a, (a + b + c) / 2, (a - b + c) / 2, c). A function rather than a lambda
+// in filter_transform because GCC gives lambdas none of the enclosing function's target options:
+// a build without -march=native would not compile it.
+FT_AVX512_KERNEL inline void apply_g(__m512 a, __m512 b, __m512 c, __m512 (&out)[4]) {
   const __m512 half = _mm512_set1_ps(0.5f);
-  auto apply_g = [&](__m512 a, __m512 b, __m512 c, __m512(&out)[4]) {
-    const __m512 ac = _mm512_add_ps(a, c);
-    out[0] = a;
-    out[1] = _mm512_mul_ps(_mm512_add_ps(ac, b), half);
-    out[2] = _mm512_mul_ps(_mm512_sub_ps(ac, b), half);
-    out[3] = c;
-  };
+  const __m512 ac = _mm512_add_ps(a, c);
+  out[0] = a;
+  out[1] = _mm512_mul_ps(_mm512_add_ps(ac, b), half);
+  out[2] = _mm512_mul_ps(_mm512_sub_ps(ac, b), half);
+  out[3] = c;
+}
+
+FT_AVX512_KERNEL inline void filter_transform(const __m512 (&d)[9], __m512 (&u)[kElements]) {
   __m512 rows[3][4];  // rows[q][i] = (G g)[i][q]
   for (int q = 0; q < 3; ++q) apply_g(d[q], d[3 + q], d[6 + q], rows[q]);
   for (int i = 0; i < 4; ++i) {

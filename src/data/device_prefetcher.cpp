@@ -105,8 +105,9 @@ const Batch* DevicePrefetcher::next() {
   release_current();
   current_ = slot;
   // The loader refills the host buffer once stage() asks it for the next batch, so the copy from
-  // it must be complete. It was issued one call ago and has normally finished long since.
-  s.copied->synchronize();
+  // it must be complete. It was issued one call ago and has normally finished long since: ask
+  // first, and wait (a host synchronisation, counted by --detect-sync) only when it has not.
+  if (!s.copied->query()) s.copied->synchronize();
   try {
     stage(1 - slot);  // batch k+1's copy runs while the device computes on batch k
   } catch (...) {

@@ -14,7 +14,8 @@
 # Usage: scripts/gpu-check.sh [tests|bench|all (default)] [gtest filter (default *)]
 #   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl:graphs ..." picks the benchmark rows
 #     (workload:precision:batch, then ":cl" for channels-last images, ":graphs" for fasttrain's
-#     step as a CUDA graph; PyTorch runs once per workload, precision, batch and layout, eager);
+#     step as a CUDA graph, ":exp" for the device allocator's expandable segments; PyTorch runs
+#     once per workload, precision, batch and layout, eager);
 #     each fasttrain run also counts the host-device synchronisations of one step (bench
 #     --detect-sync, "syncs" column);
 #   FT_GPU_PROFILE="gpt2-124m:bf16:16 resnet50:bf16:128:cl" also prints those rows' time per op
@@ -59,9 +60,11 @@ if [ "$what" != bench ]; then
     timeout 100 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
   done
   # The second path of each switchable kernel: bf16/f16 attention on the CUDA-core kernels, the
-  # two-pass norm backward, linear's bias gradient apart from its weight product.
+  # two-pass norm backward, linear's bias gradient apart from its weight product; and the device
+  # allocator's expandable segments under the allocator, graph and training tests.
   for alt in "cuda_test_cuda_attention FT_CUDA_ATTENTION_FMA=1" "cuda_test_cuda_rows FT_CUDA_NORM_BACKWARD=split" \
-    "cuda_test_cuda_matmul FT_CUDA_BGRADB=off"; do
+    "cuda_test_cuda_matmul FT_CUDA_BGRADB=off" "cuda_test_cuda_allocator FT_CUDA_EXPANDABLE_SEGMENTS=1" \
+    "cuda_test_cuda_graphs FT_CUDA_EXPANDABLE_SEGMENTS=1" "cuda_test_cuda_training FT_CUDA_EXPANDABLE_SEGMENTS=1"; do
     read -r t setting <<<"$alt"
     echo "=== $t with $setting" >>"$out/tests.txt"
     env "$setting" timeout 100 "$tests_dir/$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
@@ -78,13 +81,14 @@ if [ "$what" != tests ]; then
     >"$out/bench.txt"
   declare -A peer_line
   ms() { sed -nE 's/.*"ms_per_step": ([0-9.]+).*/\1/p' <<<"$1"; }
-  # workload:precision:batch[:cl][:graphs]
+  # workload:precision:batch[:cl][:graphs][:exp]
   for row in ${FT_GPU_ROWS:-mlp:fp32:256:graphs mlp:fp32:256 gpt-mini:bf16:16:graphs gpt-mini:bf16:16 gpt-mini:fp32:16:graphs gpt2-124m:bf16:16:graphs resnet50:bf16:128:cl:graphs resnet50:bf16:128:cl}; do
     IFS=: read -r w p b flags <<<"$row"
-    cl=() graphs=() layout=""
+    cl=() graphs=() layout="" alloc=()
     [[ ":$flags:" == *:cl:* ]] && cl=(--channels-last) layout=cl
     [[ ":$flags:" == *:graphs:* ]] && graphs=(--cuda-graphs)
-    ft=$("$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
+    [[ ":$flags:" == *:exp:* ]] && alloc=(FT_CUDA_EXPANDABLE_SEGMENTS=1)
+    ft=$(env "${alloc[@]}" "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
       "${cl[@]}" "${graphs[@]}" --detect-sync 2>/tmp/ft-stderr.txt | tail -1)
     grep -h "host-device\|cuda graphs" /tmp/ft-stderr.txt | sed "s/^/$row: /" >>"$out/syncs.txt"
     [ -n "$ft" ] || tail -5 /tmp/ft-stderr.txt >>"$out/bench.txt"

@@ -93,6 +93,7 @@ struct BenchResult {
   bool cuda_graphs = false;          // the timed steps were graph replays
   std::string graph_refused;         // why not, when graphs were asked for and the capture was refused
   int64_t peak_allocated_bytes = 0;  // allocator high-water mark over the timed steps
+  int64_t reserved_bytes = 0;        // what the allocator holds from the device after them (GPU lines only)
   int64_t batch = 0;
   int threads = 0;
   double ms_per_step = 0;            // median of the timed steps

@@ -12,13 +12,19 @@
 //   memory the graph reads: inputs are copied into the tensors captured, and the CUDA backend
 //   registers `before_replay` actions that write what the host owns (the optimizer's group
 //   options) into device memory with a kernel launched before each replay.
+// - Random draws on the device (dropout, random fills) take their Philox counters relative to a
+//   device value per generator that each replay sets first, reserving on the host what the step
+//   draws: a replay draws exactly what the same step run eagerly would (random_counters).
 // - What cannot be replayed is refused while capturing with a GraphCaptureError naming the op: a
 //   host-device synchronisation (item(), a blocking copy, a new scalar constant), random numbers
-//   drawn on the host (dropout), a cuDNN algorithm search. The caller (StepRunner) then runs the
-//   step eagerly.
+//   drawn for the CPU, a cuDNN algorithm search. The caller (StepRunner) then runs the step
+//   eagerly.
 #pragma once
+#include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fasttrain/device.h"
@@ -26,6 +32,8 @@
 #include "fasttrain/tensor.h"
 
 namespace ft {
+
+class Generator;
 
 // Thrown while capturing by whatever cannot be part of a graph; the message names it.
 class GraphCaptureError : public Error {
@@ -60,8 +68,18 @@ class CudaGraph {
   void before_replay(std::function<void()> action);
   void after_replay(std::function<void()> action);
   void keep_alive(Tensor t);
+  // For a random draw of `blocks` Philox counter blocks from `gen` while capturing: the draw's
+  // first block relative to a device value (u64) that every replay sets, before it runs, to gen's
+  // counter at that time, reserving there the blocks the whole step draws. `gen` must outlive the
+  // graph.
+  std::pair<uint64_t, const uint64_t*> random_counters(Generator& gen, uint64_t blocks);
 
  private:
+  struct RandomSlot {
+    Generator* gen;
+    Tensor base;          // i64 [1] on the device: the counter at the replay's start
+    uint64_t blocks = 0;  // what one replay draws from gen
+  };
   Device device_;
   Stream stream_;         // created for the graph; never destroyed (as side streams: handles stay valid)
   Event ready_, done_;    // the caller's work before a replay; the replay's end
@@ -69,7 +87,8 @@ class CudaGraph {
   uint64_t pool_ = 0;     // the allocator pool of what the capture allocated
   std::vector<std::function<void()>> before_replay_, after_replay_;
   std::vector<Tensor> kept_;
-  void forget_capture();  // what a capture that failed registered
+  std::deque<RandomSlot> random_;  // one per generator drawn from; a deque: actions hold pointers
+  void forget_capture();           // what a capture that failed registered
 };
 
 // The graph this thread is capturing, or null.

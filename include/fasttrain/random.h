@@ -14,14 +14,28 @@ struct GeneratorState {
   uint64_t offset = 0;  // counter blocks consumed so far
 };
 
+// The counters of one draw: blocks base, base + 1, ... under `key`. Inside a CUDA graph capture
+// `device_base` points at a device value that every replay sets, before it runs, to the
+// generator's counter at that time, and the kernels add it to `base` (CudaGraph::random_counters).
+struct PhiloxDraw {
+  uint64_t key = 0;
+  uint64_t base = 0;
+  const uint64_t* device_base = nullptr;
+};
+
 class Generator {
  public:
   explicit Generator(uint64_t seed = 0) : state_{seed, 0} {}
   void manual_seed(uint64_t seed);
   GeneratorState state() const;
   void set_state(GeneratorState s);
-  // Reserves `blocks` consecutive Philox counters and returns the first; thread-safe.
+  // Reserves `blocks` consecutive Philox counters and returns the first; thread-safe. Refused
+  // while this thread captures a CUDA graph (a replay would repeat the counters).
   uint64_t reserve(uint64_t blocks);
+  // The counters for a draw of `blocks` blocks on `device`: reserved now, or, for a CUDA device
+  // while this thread captures a graph, relative to a value each replay sets (PhiloxDraw), so
+  // every replay draws what the same eager step would.
+  PhiloxDraw draw(uint64_t blocks, Device device);
   uint64_t seed() const;
 
  private:

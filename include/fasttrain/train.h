@@ -106,9 +106,9 @@ struct TrainerConfig {
   std::string precision = "32";    // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
   bool channels_last = false;      // NHWC weights and image batches for convolution models
-  // CUDA: capture the step once and replay it (StepOptions). Off by default until its tests have
-  // run on a GPU (docs/PERF.md, 2026-11-27 eleventh session).
-  bool cuda_graphs = false;
+  // CUDA: capture the step once and replay it (StepOptions); on by default, as the replays equal
+  // eager steps bit for bit (tests/cuda/test_cuda_graphs.cpp). No effect on the CPU.
+  bool cuda_graphs = true;
   std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
   std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
   int64_t max_batch_size = 4096;            // batch-size finder: upper bound
@@ -243,9 +243,9 @@ void visit_fields(Config& c, V&& visitor) {
   v("checkpoint_blocks", c.checkpoint_blocks,
     "activation checkpointing: recompute each transformer/residual block in backward to save memory");
   v("cuda_graphs", c.cuda_graphs,
-    "CUDA: capture the whole training step as a CUDA graph after 3 eager steps and replay it for batches of the "
-    "same shapes (accumulate 1, one process); what cannot be captured (dropout, a host read) is reported and the "
-    "steps run eagerly");
+    "CUDA (on by default): capture the whole training step as a CUDA graph after 3 eager steps and replay it for "
+    "batches of the same shapes (accumulate 1, one process); what cannot be captured (a host read such as item()) is "
+    "reported and the steps run eagerly");
   v("channels_last", c.channels_last,
     "channels-last (NHWC) memory format for the model's 4-d weights and the image batches (convolution models)");
   v("memory_limit", c.memory_limit,

@@ -52,9 +52,10 @@ struct StepOptions {
   amp::GradScalerOptions scaler;  // used in FP16Mixed only
   // CUDA graphs (--cuda-graphs): after kGraphWarmupSteps eager steps, step() captures the whole
   // step (zero_grad, forward, backward, unscale, clip, optimizer step, scaler update) once and
-  // replays it for every batch of the same shapes and dtypes; a batch of other shapes runs
-  // eagerly. A step that cannot be captured (a host read such as item(), dropout) is reported
-  // once on stderr with what refused it, and steps run eagerly from then on. No effect on the
+  // replays it for every batch of the same shapes and dtypes (dropout draws new masks in every
+  // replay); a batch of other shapes runs eagerly. A step that cannot be captured (a host read
+  // such as item()) is reported once on stderr with what refused it, and steps run eagerly from
+  // then on. No effect on the
   // CPU, with gradient synchronisation (DDP), or through forward_backward()/optimizer_step().
   bool cuda_graphs = false;
 };

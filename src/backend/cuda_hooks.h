@@ -43,6 +43,9 @@ struct CudaHooks {
   bool (*graph_abort)(Stream stream) noexcept = nullptr;
   void (*graph_launch)(void* exec, Stream stream) = nullptr;
   void (*graph_destroy)(void* exec, uint64_t pool) noexcept = nullptr;
+  // Sets the pool this thread allocates from (0: the shared cache) and returns the previous one:
+  // memory a capture needs outside its graph's pool (OutsideGraphPool in the CUDA backend).
+  uint64_t (*exchange_capture_pool)(uint64_t pool) noexcept = nullptr;
 
   // Page-locked host memory (cudaHostAlloc), cached; see pinned_host_allocator().
   Allocator* pinned_allocator = nullptr;

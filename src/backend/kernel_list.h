@@ -80,7 +80,7 @@
          int64_t ignore_index, double eps, const Tensor& grad, double scale, const Tensor& gx))                        \
   /* dropout and attention */                                                                                          \
   X(dropout_forward,                                                                                                   \
-    void(const Tensor& x, float keep, double scale, uint64_t key, uint64_t base, const Tensor& y, const Tensor& mask)) \
+    void(const Tensor& x, float keep, double scale, const PhiloxDraw& mask_draw, const Tensor& y, const Tensor& mask)) \
   X(dropout_backward, void(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx))                      \
   X(attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,               \
                             const Tensor& out, const Tensor& lse, const Tensor& out_f32))                              \

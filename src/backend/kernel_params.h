@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fasttrain/ops/conv.h"  // Pair
+#include "fasttrain/random.h"    // PhiloxDraw
 
 namespace ft::backend {
 
@@ -37,8 +38,7 @@ struct AttentionParams {
   bool causal = false;
   double scale = 1.0;
   double dropout_p = 0.0;
-  uint64_t seed = 0;         // Philox key
-  uint64_t philox_base = 0;  // first counter block reserved for this call's mask
+  PhiloxDraw philox;  // the mask's counters: element e (flat b, h, i, j) from block base + e / 4
 };
 
 struct BatchNormLayout {

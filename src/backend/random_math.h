@@ -56,9 +56,10 @@ struct RandomFill {
   double mean = 0, std = 1;  // Normal
   int64_t int_low = 0;       // RandInt: [int_low, int_low + int_range), int_range <= 2^32
   uint64_t int_range = 1;
-  double p = 0.5;     // Bernoulli: probability of a 1
-  uint64_t key = 0;   // the generator's seed
-  uint64_t base = 0;  // first counter block reserved for this fill
+  double p = 0.5;                         // Bernoulli: probability of a 1
+  uint64_t key = 0;                       // the generator's seed
+  uint64_t base = 0;                      // first counter block reserved for this fill
+  const uint64_t* device_base = nullptr;  // in a CUDA graph: a device value added to base (PhiloxDraw)
 };
 
 // [0, 1) with 24 random bits: every value is exact in f32 (ft::uniform_from_word, which dropout's

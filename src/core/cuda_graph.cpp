@@ -2,10 +2,13 @@
 // core stays free of CUDA headers and a build without CUDA reports "no CUDA support".
 #include "fasttrain/cuda_graph.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
 #include "backend/cuda_hooks.h"
+#include "backend/kernels.h"
+#include "fasttrain/random.h"
 
 namespace ft {
 namespace {
@@ -20,6 +23,19 @@ const CudaHooks& graph_hooks(Device device) {
   FT_CHECK(device.index < n, "CudaGraph(", device.str(), "): device is not available (", n, " CUDA devices found)");
   return h;
 }
+
+// While alive, this thread allocates from the shared cache even while capturing (the CUDA
+// backend's OutsideGraphPool, reached through the hooks).
+class SharedCacheScope {
+ public:
+  SharedCacheScope() : saved_(cuda_hooks().exchange_capture_pool(0)) {}
+  ~SharedCacheScope() { cuda_hooks().exchange_capture_pool(saved_); }
+  SharedCacheScope(const SharedCacheScope&) = delete;
+  SharedCacheScope& operator=(const SharedCacheScope&) = delete;
+
+ private:
+  uint64_t saved_;
+};
 
 }  // namespace
 
@@ -89,6 +105,7 @@ void CudaGraph::forget_capture() {
   before_replay_.clear();
   after_replay_.clear();
   kept_.clear();
+  random_.clear();
 }
 
 void CudaGraph::replay() {
@@ -117,5 +134,28 @@ void CudaGraph::after_replay(std::function<void()> action) {
 }
 
 void CudaGraph::keep_alive(Tensor t) { kept_.push_back(std::move(t)); }
+
+std::pair<uint64_t, const uint64_t*> CudaGraph::random_counters(Generator& gen, uint64_t blocks) {
+  FT_CHECK(tls_capturing == this, "CudaGraph::random_counters: only while capturing");
+  auto it = std::find_if(random_.begin(), random_.end(), [&](const RandomSlot& s) { return s.gen == &gen; });
+  if (it == random_.end()) {
+    RandomSlot& s = random_.emplace_back(RandomSlot{&gen, {}, 0});
+    {
+      // Written before each replay, outside the graph: not memory a captured temporary had.
+      const SharedCacheScope outside_the_pool;
+      s.base = empty({1}, TensorOptions(DType::I64, device_));
+    }
+    before_replay([&s] {
+      // Launched on the graph's stream, after the previous replay: the step's blocks, reserved
+      // now, start at the counter the eager step would have started at.
+      const uint64_t first = s.gen->reserve(s.blocks);
+      backend::kernels(s.base).fill(s.base, Scalar(static_cast<int64_t>(first)));
+    });
+    it = random_.end() - 1;
+  }
+  const uint64_t relative = it->blocks;
+  it->blocks += blocks;
+  return {relative, static_cast<const uint64_t*>(it->base.raw_data())};
+}
 
 }  // namespace ft

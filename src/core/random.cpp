@@ -24,14 +24,23 @@ void Generator::set_state(GeneratorState s) {
 }
 uint64_t Generator::seed() const { return state().seed; }
 uint64_t Generator::reserve(uint64_t blocks) {
-  // Every draw comes through here (dropout, attention dropout, random fills): a replay would
-  // repeat the counters captured, so the same "random" numbers every step.
-  refuse_in_graph_capture("random numbers (dropout, random fills)",
+  // Outside a capture every draw comes through here. Inside one, device draws go through draw()
+  // instead; what is left is a draw for the CPU, which runs once, at the capture, and never in a
+  // replay.
+  refuse_in_graph_capture("random numbers drawn for the CPU",
                           "the generator's counter is a host value a replay would repeat");
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t base = state_.offset;
   state_.offset += blocks;
   return base;
+}
+
+PhiloxDraw Generator::draw(uint64_t blocks, Device device) {
+  if (CudaGraph* graph = capturing_graph(); graph != nullptr && device.is_cuda()) {
+    const auto [base, device_base] = graph->random_counters(*this, blocks);
+    return PhiloxDraw{seed(), base, device_base};
+  }
+  return PhiloxDraw{seed(), reserve(blocks), nullptr};
 }
 
 Generator& default_generator() {
@@ -57,8 +66,10 @@ void fill_counter_based(const Tensor& t, Generator* gen, RandomFill fill) {
   // Before reserving counters: a device that cannot fill leaves the generator as it was.
   if (!kernels.random_fill.has_value()) backend::missing_kernel(t.device().type, kernels.random_fill.name());
   Generator& g = gen ? *gen : default_generator();
-  fill.key = g.seed();
-  fill.base = g.reserve((t.numel() + 3) / 4);
+  const PhiloxDraw d = g.draw((t.numel() + 3) / 4, t.device());
+  fill.key = d.key;
+  fill.base = d.base;
+  fill.device_base = d.device_base;
   kernels.random_fill(t, fill);
 }
 

@@ -59,8 +59,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     // One counter block per 4 score elements, reserved once; the kernels derive each element's
     // counter from its flat (b, h, i, j) index, so backward regenerates the same mask.
     Generator& g = gen ? *gen : default_generator();
-    params.seed = g.seed();
-    params.philox_base = g.reserve(static_cast<uint64_t>((B * H * Tq * Tk + 3) / 4));
+    params.philox = g.draw(static_cast<uint64_t>((B * H * Tq * Tk + 3) / 4), q.device());
   }
 
   const DType compute_dtype = q.dtype() == DType::F64 ? DType::F64 : DType::F32;

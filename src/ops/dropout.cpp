@@ -33,13 +33,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   const int64_t n = x.numel();
   // One counter block per 4 elements, as every other draw (the kernel may compute a few blocks
   // past the end in its last vector group, but never uses their words).
-  const uint64_t key = g.seed();
-  const uint64_t base = g.reserve(static_cast<uint64_t>((n + 3) / 4));
+  const PhiloxDraw draw = g.draw(static_cast<uint64_t>((n + 3) / 4), x.device());
   const double scale = 1.0 / (1.0 - p);
   Tensor xc = x.detach().contiguous();
   Tensor y = empty(x.shape(), x.options());
   Tensor mask = empty(x.shape(), TensorOptions(DType::U8, x.device()));
-  kernels(xc).dropout_forward(xc, static_cast<float>(1.0 - p), scale, key, base, y, mask);
+  kernels(xc).dropout_forward(xc, static_cast<float>(1.0 - p), scale, draw, y, mask);
   if (autograd::any_requires_grad({&x})) {
     autograd::SavedTensor smask(mask);
     autograd::record_function("DropoutBackward", {&x}, {&y}, [smask, scale](std::vector<Tensor>& gr) {

@@ -336,6 +336,7 @@ BenchResult run_bench(const BenchOptions& o) {
       for (int64_t k = 0; k < ranks; ++k) r.step_ms[i] = std::max(r.step_ms[i], t[k * mine.numel() + i]);
   }
   r.peak_allocated_bytes = alloc.stats().peak_allocated_bytes;
+  r.reserved_bytes = alloc.stats().reserved_bytes;
   if (device.is_cpu()) {
     // A VM's two vCPUs sharing one core while the first measurement ran once gave a line half
     // the usual peak (docs/PERF.md).
@@ -395,6 +396,8 @@ std::string py_float(double x, int digits) {
   return s;
 }
 
+std::string mib(int64_t bytes) { return py_float(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
+
 }  // namespace
 
 std::string to_json_line(const BenchResult& r) {
@@ -408,7 +411,7 @@ std::string to_json_line(const BenchResult& r) {
                   ", \"peak_gflops\": " + py_float(r.peak_gflops, 1) +
                   ", \"peak_fraction\": " + py_float(r.peak_fraction, 4);
   if (!r.half_gemm.empty()) s += ", \"half_gemm\": \"" + r.half_gemm + "\"";
-  if (!r.gpu.empty()) s += ", \"gpu\": \"" + r.gpu + "\"";
+  if (!r.gpu.empty()) s += ", \"gpu\": \"" + r.gpu + "\", \"reserved_mb\": " + mib(r.reserved_bytes);
   if (r.accumulate > 1) s += ", \"accumulate\": " + std::to_string(r.accumulate);
   if (r.checkpoint_blocks) s += ", \"checkpoint_blocks\": true";
   if (r.channels_last) s += ", \"channels_last\": true";
@@ -417,7 +420,7 @@ std::string to_json_line(const BenchResult& r) {
   if (r.world_size > 1)
     s += ", \"strategy\": \"" + r.strategy + "\", \"world_size\": " + std::to_string(r.world_size) +
          ", \"threads_per_rank\": " + std::to_string(r.threads);
-  s += ", \"peak_mem_mb\": " + py_float(static_cast<double>(r.peak_allocated_bytes) / (1024.0 * 1024.0), 1) + "}";
+  s += ", \"peak_mem_mb\": " + mib(r.peak_allocated_bytes) + "}";
   return s;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/fault_injection.h"
 #include "core/name_table.h"
+#include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/cuda_graph.h"
@@ -290,6 +291,10 @@ StepResult StepRunner::graphed_step(const std::vector<Tensor>& batch, const Batc
   g->grad_norm = grad_norm_;
   for (const Tensor& p : params_) g->grads.push_back(p.grad());
   graphed_ = std::move(g);
+  std::fprintf(stderr, "cuda graphs: the training step is captured; batches of its shapes replay it\n");
+  // The eager steps before the capture left their blocks in the allocator's shared cache, and the
+  // replays use the graph's own pool: give those blocks back (one wait for the device, once).
+  allocator_for(batch[0].device()).empty_cache();
   // The capture ran nothing but counted the optimizer's step: the first replay is that step.
   optimizer_.undo_captured_step(optimizer_steps);
   return replay(batch);

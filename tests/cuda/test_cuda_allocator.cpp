@@ -1,9 +1,12 @@
 // The device caching allocator: freed blocks are reused without cudaMalloc, statistics add up,
 // a block another stream used is not handed out before that stream's work is done, empty_cache
-// returns the cache, and running out of memory says how much was asked for and held.
+// returns the cache, and running out of memory says how much was asked for and held. Under
+// FT_CUDA_EXPANDABLE_SEGMENTS=1 (scripts/gpu-check.sh runs this file, the graph and the training
+// tests so again) the same holds, and freed small blocks serve one large block without new memory.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "fasttrain/fasttrain.h"
@@ -14,6 +17,13 @@ using namespace ft;
 namespace {
 const Device kGpu = Device::cuda(0);
 TensorOptions on_gpu(DType dt = DType::F32) { return TensorOptions(dt, kGpu); }
+bool expandable_segments() {
+  const char* v = std::getenv("FT_CUDA_EXPANDABLE_SEGMENTS");
+  return v != nullptr && (std::string(v) == "1" || std::string(v) == "true");
+}
+#define REQUIRE_EXPANDABLE_SEGMENTS() \
+  if (!expandable_segments())         \
+  GTEST_SKIP() << "runs with FT_CUDA_EXPANDABLE_SEGMENTS=1 (scripts/gpu-check.sh does): skipped"
 }  // namespace
 
 TEST(CudaAllocator, ReusesFreedBlocksWithoutCudaMalloc) {
@@ -104,4 +114,50 @@ TEST(CudaAllocator, MemoryLimitIsEnforced) {
   EXPECT_THROW(empty({4 << 20}, on_gpu(DType::U8)), OutOfMemoryError);
   a.set_memory_limit(0);
   EXPECT_NO_THROW(empty({4 << 20}, on_gpu(DType::U8)));
+}
+
+TEST(CudaAllocator, ExpandableSegmentsServeALargeBlockFromFreedSmallOnes) {
+  REQUIRE_GPU();
+  REQUIRE_EXPANDABLE_SEGMENTS();
+  Allocator& a = allocator_for(kGpu);
+  a.empty_cache();
+  constexpr int64_t kMiB = 1 << 20;
+  {
+    std::vector<Tensor> small;
+    for (int i = 0; i < 64; ++i) small.push_back(full({kMiB / 4}, static_cast<double>(i), on_gpu()));
+    for (int i = 0; i < 64; i += 9) EXPECT_EQ(small[i].to(Device::cpu()).data<float>()[1000], static_cast<float>(i));
+  }
+  const AllocatorStats after_small = a.stats();
+  EXPECT_GE(after_small.reserved_bytes, 64 * kMiB);
+  // The 64 freed 1 MiB blocks merged: 64 MiB fit without mapping anything new. Separate
+  // allocations (no expandable segments) would need 64 MiB more here.
+  Tensor big = arange(0, 16 * kMiB, 1, on_gpu());
+  const AllocatorStats after_big = a.stats();
+  EXPECT_LE(after_big.reserved_bytes - after_small.reserved_bytes, 2 * kMiB);
+  EXPECT_EQ(after_big.num_system_allocs, after_small.num_system_allocs);
+  const Tensor host = big.to(Device::cpu());
+  for (int64_t i : {int64_t{0}, int64_t{12345}, 16 * kMiB - 1}) EXPECT_EQ(host.data<float>()[i], static_cast<float>(i));
+  // Blocks are 512-byte multiples, not size classes: 1000 floats take 4096 bytes, not a class.
+  const int64_t before = a.stats().allocated_bytes;
+  Tensor odd = empty({1000}, on_gpu());
+  EXPECT_EQ(a.stats().allocated_bytes - before, 4096);
+}
+
+TEST(CudaAllocator, ExpandableSegmentsEmptyCacheUnmapsFreeGranules) {
+  REQUIRE_GPU();
+  REQUIRE_EXPANDABLE_SEGMENTS();
+  Allocator& a = allocator_for(kGpu);
+  a.empty_cache();
+  const int64_t base = a.stats().reserved_bytes;
+  Tensor keep = ones({1 << 10}, on_gpu());
+  { Tensor big = ones({100 << 20}, on_gpu(DType::U8)); }
+  EXPECT_GE(a.stats().reserved_bytes - base, 100 << 20);
+  a.empty_cache();
+  // All but the granule that `keep` lies in is unmapped.
+  EXPECT_LE(a.stats().reserved_bytes - base, 2 << 20);
+  EXPECT_EQ(keep.to(Device::cpu()).to_vector(), std::vector<double>(1 << 10, 1.0));
+  // Memory mapped again after unmapping holds what is written there.
+  Tensor again = full({50 << 20}, 2.0, on_gpu(DType::U8));
+  const Tensor host = again.to(Device::cpu());
+  for (int64_t i : {int64_t{0}, int64_t{777777}, int64_t{50 << 20} - 1}) EXPECT_EQ(host.data<uint8_t>()[i], 2);
 }

@@ -394,7 +394,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           m[r] = mx;
           if (dropout) {
             const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
-            dropout_multipliers(p.seed, p.philox_base, idx0, nk, keep_prob, inv_keep, mult.data());
+            dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult.data());
             for (int64_t j = 0; j < nk; ++j) row[j] *= mult[j];
           }
           if (alpha != C(1)) {
@@ -542,7 +542,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             if (dropout) {
               C* mr = M.data() + r * bk;
               const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
-              dropout_multipliers(p.seed, p.philox_base, idx0, nk, keep_prob, inv_keep, mr);
+              dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mr);
               C* zr = Z.data() + r * bk;
               for (int64_t j = 0; j < nk; ++j) zr[j] = row[j] * mr[j];
             }
@@ -599,6 +599,8 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
                        const Tensor& lse, const Tensor& out_f32) {
+  FT_CHECK(p.philox.device_base == nullptr,
+           "attention: the CPU kernel got dropout counters relative to a device value");
   FT_DISPATCH_FLOATING(q.dtype(), "scaled_dot_product_attention",
                        [&] { forward_typed<scalar_t>(q, k, v, p, out, lse, out_f32); });
 }

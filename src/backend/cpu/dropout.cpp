@@ -143,10 +143,11 @@ void dropout_backward_impl(const Tensor& dy, const Tensor& mask, double scale, c
 
 }  // namespace
 
-void dropout_forward(const Tensor& x, float keep, double scale, uint64_t key, uint64_t base, const Tensor& y,
+void dropout_forward(const Tensor& x, float keep, double scale, const PhiloxDraw& draw, const Tensor& y,
                      const Tensor& mask) {
+  FT_CHECK(draw.device_base == nullptr, "dropout: the CPU kernel got counters relative to a device value");
   FT_DISPATCH_FLOATING(x.dtype(), "dropout",
-                       [&] { dropout_forward_impl<scalar_t>(x, keep, scale, key, base, y, mask); });
+                       [&] { dropout_forward_impl<scalar_t>(x, keep, scale, draw.key, draw.base, y, mask); });
 }
 
 void dropout_backward(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx) {

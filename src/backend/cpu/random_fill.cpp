@@ -32,6 +32,7 @@ void fill_blocks(T* p, int64_t n, const RandomFill& f) {
 }  // namespace
 
 void random_fill(const Tensor& out, const RandomFill& fill) {
+  FT_CHECK(fill.device_base == nullptr, "random fill: the CPU kernel got counters relative to a device value");
   const int64_t n = out.numel();
   FT_DISPATCH_ALL(out.dtype(), "random", [&] {
     scalar_t* p = out.data<scalar_t>();

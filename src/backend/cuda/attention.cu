@@ -135,6 +135,7 @@ struct Args {
   bool causal, dropout;
   bool chunks;  // tensor-core path: every operand read is 16-byte chunks (tc_chunkable)
   uint64_t seed, base;
+  const uint64_t* device_base;  // in a CUDA graph's replay: added to base (PhiloxDraw)
 };
 
 // Dropout multiplier of score element (bh, i, j): the CPU's rule, element index
@@ -142,7 +143,8 @@ struct Args {
 template <class T>
 __device__ __forceinline__ acc_t<T> dropout_mult(const Args<T>& a, int bh, int i, int j) {
   const uint64_t idx = (static_cast<uint64_t>(bh) * a.Tq + i) * a.Tk + j;
-  const random_math::PhiloxBlock w = random_math::philox4x32(a.seed, a.base + idx / 4);
+  const uint64_t base = a.device_base != nullptr ? a.base + *a.device_base : a.base;
+  const random_math::PhiloxBlock w = random_math::philox4x32(a.seed, base + idx / 4);
   const uint32_t u = static_cast<uint32_t>(idx & 3);
   const uint32_t word = u == 0 ? w.v[0] : u == 1 ? w.v[1] : u == 2 ? w.v[2] : w.v[3];
   return random_math::uniform01(word) < a.keep ? a.inv_keep : acc_t<T>(0);
@@ -1230,8 +1232,9 @@ Args<T> common_args(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   // rounded to the compute type.
   a.keep = static_cast<float>(1.0 - p.dropout_p);
   a.inv_keep = static_cast<A>(1.0 / (1.0 - p.dropout_p));
-  a.seed = p.seed;
-  a.base = p.philox_base;
+  a.seed = p.philox.key;
+  a.base = p.philox.base;
+  a.device_base = p.philox.device_base;
   return a;
 }
 

@@ -18,18 +18,27 @@
 // - When cudaMalloc fails, the cache is returned to the device and the allocation retried once;
 //   a second failure raises OutOfMemoryError stating the requested, allocated and reserved bytes
 //   and the device's free and total memory.
+// - With FT_CUDA_EXPANDABLE_SEGMENTS=1, blocks are not separate cudaMallocs: each (device, stream,
+//   pool) places its blocks in one expandable segment (expandable_segment.h), sized to 512 bytes
+//   rather than a size class, freed neighbours merged, physical memory mapped per granule as the
+//   segment grows and unmapped by empty_cache. Stream, event and pool rules are the same.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/expandable_segment.h"
 #include "backend/cuda/stream_events.h"
 #include "backend/cuda_hooks.h"
 #include "core/allocator_bookkeeping.h"
@@ -50,20 +59,23 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     const int devices = cuda_device_count();
     FT_CHECK(stream.device.index >= 0 && stream.device.index < devices, stream.device.str(),
              ": device is not available (", devices, " CUDA devices found)");
-    const size_t size = allocation_size_class(std::max<size_t>(nbytes, 1));
     std::lock_guard<std::mutex> lock(mu_);
+    const size_t size = block_size_locked(nbytes);
     reclaim_finished_locked();
     if (over_limit_locked(size))
       throw OutOfMemoryError(oom_message(stream.device, nbytes, "over the memory limit of " + std::to_string(limit_)));
     const Key key{stream.device.index, stream.handle, size, tls_capture_pool};
     void* p = nullptr;
-    auto it = free_.find(key);
-    if (it != free_.end() && !it->second.empty()) {
+    bool from_system = false;  // a cudaMalloc (an expandable segment counts its mappings itself)
+    if (expandable_locked()) {
+      p = segment_allocate_locked(key, nbytes);
+    } else if (auto it = free_.find(key); it != free_.end() && !it->second.empty()) {
       p = it->second.back();
       it->second.pop_back();
+    } else {
+      p = device_malloc_locked(stream.device, size, nbytes);
+      from_system = true;
     }
-    const bool from_system = p == nullptr;
-    if (from_system) p = device_malloc_locked(stream.device, size, nbytes);
     in_use_[p] = Block{key, {}};
     count_allocation_locked(p, size, from_system);
     return DataPtr(p, [this](void* ptr) { release(ptr); });
@@ -94,6 +106,14 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   void release_pool(uint64_t pool) {
     std::lock_guard<std::mutex> lock(mu_);
     released_pools_.insert(pool);
+    for (auto it = segments_.begin(); it != segments_.end();) {
+      if (std::get<2>(it->first) == pool && it->second->empty()) {
+        drop_segment_locked(*it->second);
+        it = segments_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (auto it = free_.begin(); it != free_.end();) {
       if (it->first.pool != pool) {
         ++it;
@@ -129,6 +149,77 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     Key key;
     std::vector<cudaEvent_t> events;  // one per other stream, recorded at free time
   };
+  using SegmentKey = std::tuple<int, void*, uint64_t>;  // device, stream, pool
+
+  // Decided at the first allocation, so a bad FT_CUDA_EXPANDABLE_SEGMENTS is an error there
+  // rather than at start-up.
+  bool expandable_locked() {
+    if (!expandable_) expandable_ = expandable_segments_requested();
+    return *expandable_;
+  }
+  size_t block_size_locked(size_t nbytes) {
+    nbytes = std::max<size_t>(nbytes, 1);
+    if (!expandable_locked()) return allocation_size_class(nbytes);
+    constexpr size_t a = ExpandableSegment::kBlockAlignment;
+    return (nbytes + a - 1) / a * a;
+  }
+
+  ExpandableSegment& segment_locked(const Key& key) {
+    std::unique_ptr<ExpandableSegment>& seg = segments_[SegmentKey{key.device, key.stream, key.pool}];
+    if (!seg) seg = std::make_unique<ExpandableSegment>(key.device);
+    return *seg;
+  }
+
+  // A block of key.size bytes in the key's segment; retried once after empty_cache's unmapping.
+  void* segment_allocate_locked(const Key& key, size_t nbytes) {
+    check(cudaSetDevice(key.device), "cuda allocator: set device");
+    ExpandableSegment::Placed placed = segment_locked(key).allocate(key.size);
+    if (placed.ptr == nullptr) {
+      release_cache_locked();
+      placed = segment_locked(key).allocate(key.size);
+    }
+    stats_.reserved_bytes += placed.mapped_bytes;
+    stats_.num_system_allocs += placed.granules_created;
+    if (placed.ptr != nullptr) return placed.ptr;
+    throw OutOfMemoryError(oom_message(
+        Device::cuda(key.device), nbytes,
+        detail::concat(placed.out_of_memory ? "no device memory to map " : "no room in the expandable segment for ",
+                       key.size, " bytes, ", device_memory_state())));
+  }
+
+  // Unmaps what a segment maps and no block uses; the device must be done with its freed blocks.
+  void unmap_segment_locked(ExpandableSegment& seg) noexcept {
+    try {
+      const int64_t unmapped = seg.unmap_free();
+      stats_.reserved_bytes -= unmapped;
+      stats_.num_system_frees += unmapped / seg.granule_bytes();
+    } catch (...) {  // deleters' path: the granules stay mapped, which is safe
+    }
+  }
+  // Counts a segment about to be destroyed (its destructor unmaps what it maps) as given back.
+  void drop_segment_locked(const ExpandableSegment& seg) noexcept {
+    stats_.reserved_bytes -= seg.mapped_bytes();
+    stats_.num_system_frees += seg.mapped_bytes() / seg.granule_bytes();
+  }
+
+  // A freed block (its stream's later work may reuse it at once) back to its cache.
+  void cache_block_locked(void* p, const Key& key) {
+    if (expandable_locked())
+      segment_locked(key).free(p);
+    else
+      free_[key].push_back(p);
+  }
+
+  // "the device has N MiB free of M MiB", for out-of-memory messages.
+  static std::string device_memory_state() {
+    size_t free_b = 0, total_b = 0;
+    std::string state = "device memory unknown";
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+      state = detail::concat("the device has ", mib(static_cast<int64_t>(free_b)), " free of ",
+                             mib(static_cast<int64_t>(total_b)));
+    cudaGetLastError();
+    return state;
+  }
 
   std::string oom_message(Device device, size_t nbytes, const std::string& why) const {
     return detail::concat(device.str(), ": out of memory: requested ", nbytes, " bytes (", mib(nbytes), ") with ",
@@ -148,15 +239,9 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     }
     if (err != cudaSuccess) {
       cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      std::string device_state = "device memory unknown";
-      if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
-        device_state = detail::concat("the device has ", mib(static_cast<int64_t>(free_b)), " free of ",
-                                      mib(static_cast<int64_t>(total_b)));
-      cudaGetLastError();
-      throw OutOfMemoryError(oom_message(
-          device, nbytes,
-          detail::concat("cudaMalloc of ", size, " bytes failed (", cudaGetErrorString(err), "), ", device_state)));
+      throw OutOfMemoryError(oom_message(device, nbytes,
+                                         detail::concat("cudaMalloc of ", size, " bytes failed (",
+                                                        cudaGetErrorString(err), "), ", device_memory_state())));
     }
     return p;
   }
@@ -175,7 +260,7 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
     }
     Parked parked{ptr, block.key, record_stream_events(block.other_streams)};
     if (parked.events.empty())
-      free_[block.key].push_back(ptr);
+      cache_block_locked(ptr, block.key);
     else
       parked_.push_back(std::move(parked));
   }
@@ -189,7 +274,7 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
       if (released_locked(it->key))
         free_to_device_locked(it->ptr, it->key);
       else
-        free_[it->key].push_back(it->ptr);
+        cache_block_locked(it->ptr, it->key);
       it = parked_.erase(it);
     }
   }
@@ -199,6 +284,19 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   // A free block of a released graph pool back to the device. Runs from deleters: no throw.
   void free_to_device_locked(void* p, const Key& key) noexcept {
     cudaSetDevice(key.device);
+    if (expandable_locked()) {
+      auto it = segments_.find(SegmentKey{key.device, key.stream, key.pool});
+      if (it == segments_.end()) return;
+      try {
+        it->second->free(p);
+      } catch (...) {  // not a block of the segment: nothing to give back
+      }
+      if (it->second->empty()) {
+        drop_segment_locked(*it->second);
+        segments_.erase(it);
+      }
+      return;
+    }
     cudaFree(p);
     cudaGetLastError();
     stats_.reserved_bytes -= static_cast<int64_t>(key.size);
@@ -206,6 +304,17 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   }
 
   void release_cache_locked() {
+    if (!segments_.empty()) {
+      // Unmapping memory that queued kernels may still touch is not ordered with them, as
+      // cudaFree is: wait for the device first.
+      note_host_sync("cuda allocator: unmapping cached granules");
+      for (auto& [key, seg] : segments_) {
+        if (std::get<2>(key) != 0) continue;  // a live graph's: its replays write there
+        check(cudaSetDevice(std::get<0>(key)), "cuda allocator: set device");
+        check(cudaDeviceSynchronize(), "cuda allocator: wait before unmapping");
+        unmap_segment_locked(*seg);
+      }
+    }
     if (!free_.empty()) note_host_sync("cuda allocator: cudaFree of cached blocks");
     for (auto& [key, blocks] : free_) {
       if (key.pool != 0) continue;  // a live graph's: its replays write there
@@ -219,6 +328,8 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
   std::deque<Parked> parked_;
   std::unordered_set<uint64_t> released_pools_;
+  std::optional<bool> expandable_;
+  std::map<SegmentKey, std::unique_ptr<ExpandableSegment>> segments_;
 };
 
 DeviceCachingAllocator& instance() {
@@ -235,5 +346,10 @@ Allocator& device_allocator_instance() { return instance(); }
 void begin_graph_pool(uint64_t pool) { tls_capture_pool = pool; }
 void end_graph_pool() { tls_capture_pool = 0; }
 void release_graph_pool(uint64_t pool) { instance().release_pool(pool); }
+
+uint64_t exchange_capture_pool(uint64_t pool) noexcept { return std::exchange(tls_capture_pool, pool); }
+
+OutsideGraphPool::OutsideGraphPool() : saved_(exchange_capture_pool(0)) {}
+OutsideGraphPool::~OutsideGraphPool() { exchange_capture_pool(saved_); }
 
 }  // namespace ft::cuda

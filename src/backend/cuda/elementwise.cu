@@ -376,6 +376,7 @@ uint64_t fill_bits(DType dt, Scalar value) {
 
 template <class T, RandomDistribution kDist>
 __global__ void __launch_bounds__(kThreads) random_fill_kernel(T* out, int64_t n, RandomFill fill) {
+  if (fill.device_base != nullptr) fill.base += *fill.device_base;  // a CUDA graph's replay
   const int64_t blocks = (n + 3) / 4;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += step) {
@@ -402,8 +403,9 @@ void launch_random_fill(T* p, int64_t n, const RandomFill& fill, cudaStream_t st
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     dropout_forward_kernel(const T* x, T* y, uint8_t* mask, int64_t n, uint32_t threshold, acc_t<T> scale, uint64_t key,
-                           uint64_t base, bool vec) {
+                           uint64_t base, const uint64_t* device_base, bool vec) {
   using C = acc_t<T>;
+  if (device_base != nullptr) base += *device_base;  // a CUDA graph's replay: the counter it started at
   const int64_t blocks = (n + 3) / 4;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += step) {
@@ -564,7 +566,7 @@ void random_fill(const Tensor& out, const RandomFill& fill) {
   });
 }
 
-void dropout_forward(const Tensor& x, float keep, double scale, uint64_t key, uint64_t base, const Tensor& y,
+void dropout_forward(const Tensor& x, float keep, double scale, const PhiloxDraw& draw, const Tensor& y,
                      const Tensor& mask) {
   const int64_t n = x.numel();
   if (n == 0) return;
@@ -578,7 +580,7 @@ void dropout_forward(const Tensor& x, float keep, double scale, uint64_t key, ui
     uint8_t* mp = static_cast<uint8_t*>(mask.raw_data());
     const bool vec = aligned(xp, sizeof(Pack<T, 4>)) && aligned(yp, sizeof(Pack<T, 4>)) && aligned(mp, 4);
     dropout_forward_kernel<T><<<grid_for((n + 3) / 4, kThreads), kThreads, 0, stream>>>(
-        xp, yp, mp, n, threshold, static_cast<acc_t<T>>(scale), key, base, vec);
+        xp, yp, mp, n, threshold, static_cast<acc_t<T>>(scale), draw.key, draw.base, draw.device_base, vec);
     check_launch("dropout_forward");
   });
 }

@@ -72,6 +72,7 @@ void register_graph_hooks(CudaHooks& hooks) {
   hooks.graph_abort = graph_abort;
   hooks.graph_launch = graph_launch;
   hooks.graph_destroy = graph_destroy;
+  hooks.exchange_capture_pool = exchange_capture_pool;
 }
 
 }  // namespace ft::cuda

@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/optim_math.h"
@@ -639,7 +640,12 @@ Tensor live_options(const MultiTensorStep& st, std::vector<int32_t>& index, Cuda
     if (it == groups.end()) groups.push_back(s.options);
   }
   const int64_t nbytes = static_cast<int64_t>(groups.size() * sizeof(DeviceOptions));
-  Tensor live = empty({nbytes}, TensorOptions(DType::U8, stream.device));
+  Tensor live;
+  {
+    // Written before each replay, outside the graph: not memory a captured temporary had.
+    const OutsideGraphPool outside;
+    live = empty({nbytes}, TensorOptions(DType::U8, stream.device));
+  }
   graph.keep_alive(live);
   auto* dst = static_cast<DeviceOptions*>(live.raw_data());
   graph.before_replay([groups, dst, device = stream.device] {

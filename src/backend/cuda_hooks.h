@@ -43,8 +43,8 @@ struct CudaHooks {
   bool (*graph_abort)(Stream stream) noexcept = nullptr;
   void (*graph_launch)(void* exec, Stream stream) = nullptr;
   void (*graph_destroy)(void* exec, uint64_t pool) noexcept = nullptr;
-  // Sets the pool this thread allocates from (0: the shared cache) and returns the previous one:
-  // memory a capture needs outside its graph's pool (OutsideGraphPool in the CUDA backend).
+  // Sets the pool this thread allocates from (0: the shared cache) and returns the previous one
+  // (OutsideGraphPool below).
   uint64_t (*exchange_capture_pool)(uint64_t pool) noexcept = nullptr;
 
   // Page-locked host memory (cudaHostAlloc), cached; see pinned_host_allocator().
@@ -52,6 +52,22 @@ struct CudaHooks {
 };
 
 CudaHooks& cuda_hooks();
+
+// While alive, this thread's allocations come from the shared cache even during a capture. For
+// memory the host writes before every replay with work outside the graph (CudaGraph::before_replay):
+// a block of the graph's pool may be one a captured temporary used earlier in the step, whose
+// writes in the replay would land on what the host wrote. The caller keeps the block alive as
+// long as the graph (CudaGraph::keep_alive), so nothing else gets it either.
+class OutsideGraphPool {
+ public:
+  OutsideGraphPool() : saved_(cuda_hooks().exchange_capture_pool(0)) {}
+  ~OutsideGraphPool() { cuda_hooks().exchange_capture_pool(saved_); }
+  OutsideGraphPool(const OutsideGraphPool&) = delete;
+  OutsideGraphPool& operator=(const OutsideGraphPool&) = delete;
+
+ private:
+  uint64_t saved_;
+};
 
 // Every host wait on a CUDA device calls this with what waited (SyncTracker, device.h): the
 // backend's blocking copies, stream and event waits, flag read-backs and cudaFree. One relaxed

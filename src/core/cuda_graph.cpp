@@ -24,19 +24,6 @@ const CudaHooks& graph_hooks(Device device) {
   return h;
 }
 
-// While alive, this thread allocates from the shared cache even while capturing (the CUDA
-// backend's OutsideGraphPool, reached through the hooks).
-class SharedCacheScope {
- public:
-  SharedCacheScope() : saved_(cuda_hooks().exchange_capture_pool(0)) {}
-  ~SharedCacheScope() { cuda_hooks().exchange_capture_pool(saved_); }
-  SharedCacheScope(const SharedCacheScope&) = delete;
-  SharedCacheScope& operator=(const SharedCacheScope&) = delete;
-
- private:
-  uint64_t saved_;
-};
-
 }  // namespace
 
 CudaGraph* capturing_graph() { return tls_capturing; }
@@ -142,7 +129,7 @@ std::pair<uint64_t, const uint64_t*> CudaGraph::random_counters(Generator& gen, 
     RandomSlot& s = random_.emplace_back(RandomSlot{&gen, {}, 0});
     {
       // Written before each replay, outside the graph: not memory a captured temporary had.
-      const SharedCacheScope outside_the_pool;
+      const OutsideGraphPool outside_the_pool;
       s.base = empty({1}, TensorOptions(DType::I64, device_));
     }
     before_replay([&s] {

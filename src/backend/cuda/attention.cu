@@ -138,12 +138,19 @@ struct Args {
   const uint64_t* device_base;  // in a CUDA graph's replay: added to base (PhiloxDraw)
 };
 
+// The first Philox counter block of this launch's dropout: in a CUDA graph's replay the counter
+// the replay started at (device memory) is added, so it is read once per thread, not per element.
+template <class T>
+__device__ __forceinline__ uint64_t drop_base(const Args<T>& a) {
+  return a.dropout && a.device_base != nullptr ? a.base + *a.device_base : a.base;
+}
+
 // Dropout multiplier of score element (bh, i, j): the CPU's rule, element index
 // ((bh * Tq + i) * Tk + j) drawn from word idx % 4 of Philox counter block base + idx / 4.
+// `base` is drop_base(a), read once per thread at the kernel's start.
 template <class T>
-__device__ __forceinline__ acc_t<T> dropout_mult(const Args<T>& a, int bh, int i, int j) {
+__device__ __forceinline__ acc_t<T> dropout_mult(const Args<T>& a, uint64_t base, int bh, int i, int j) {
   const uint64_t idx = (static_cast<uint64_t>(bh) * a.Tq + i) * a.Tk + j;
-  const uint64_t base = a.device_base != nullptr ? a.base + *a.device_base : a.base;
   const random_math::PhiloxBlock w = random_math::philox4x32(a.seed, base + idx / 4);
   const uint32_t u = static_cast<uint32_t>(idx & 3);
   const uint32_t word = u == 0 ? w.v[0] : u == 1 ? w.v[1] : u == 2 ? w.v[2] : w.v[3];
@@ -250,6 +257,7 @@ constexpr size_t forward_smem() {
 
 template <class T, int D, int BQ, int BK, int TY>
 __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Args<T> a) {
+  const uint64_t base = drop_base(a);
   using A = acc_t<T>;
   constexpr int NT = TY * kTX, VW = kVW<A>, LDD = D + VW, LDP = BK + VW;
   constexpr int RQ = BQ / TY, CK = BK / kTX, CD = D / kTX;
@@ -320,7 +328,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Arg
       for (int c = 0; c < CK; ++c) {
         A p = exp_acc(s[r][c] - shift);
         sum += p;  // the normaliser uses the undropped probabilities (PyTorch's semantics)
-        if (a.dropout && p != A(0) && i < a.Tq) p *= dropout_mult(a, bh, i, k0 + tx + c * kTX);
+        if (a.dropout && p != A(0) && i < a.Tq) p *= dropout_mult(a, base, bh, i, k0 + tx + c * kTX);
         sP[ir * LDP + tx + c * kTX] = p;
       }
       sum = row_sum(sum);
@@ -383,6 +391,7 @@ constexpr size_t backward_kv_smem() {
 // tiles.
 template <class T, int D, int BK, int BQ, int TY>
 __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const Args<T> a) {
+  const uint64_t base = drop_base(a);
   using A = acc_t<T>;
   constexpr int NT = TY * kTX, VW = kVW<A>, LDD = D + VW, LDS = BQ + VW;
   constexpr int RK = BK / TY, CQ = BQ / kTX, CD = D / kTX;
@@ -445,7 +454,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
         const int ic = tx + c * kTX, i = i0 + ic;
         const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
         const A p = visible ? exp_acc(s[r][c] * a.scale - sL[ic]) : A(0);
-        const A mult = (a.dropout && visible) ? dropout_mult(a, bh, i, j) : A(1);
+        const A mult = (a.dropout && visible) ? dropout_mult(a, base, bh, i, j) : A(1);
         sZ[jr * LDS + ic] = p * mult;
         sdS[jr * LDS + ic] = p * (dz[r][c] * mult - sDi[ic]);
       }
@@ -480,6 +489,7 @@ constexpr size_t backward_q_smem() {
 // dQ of one (b, h, tile of BQ queries), accumulated in registers over the key tiles it sees.
 template <class T, int D, int BQ, int BK, int TY>
 __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const Args<T> a) {
+  const uint64_t base = drop_base(a);
   using A = acc_t<T>;
   constexpr int NT = TY * kTX, VW = kVW<A>, LDD = D + VW, LDS = BK + VW;
   constexpr int RQ = BQ / TY, CK = BK / kTX, CD = D / kTX;
@@ -536,7 +546,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
         const int jc = tx + c * kTX, j = k0 + jc;
         const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
         const A p = visible ? exp_acc(s[r][c] * a.scale - lse[r]) : A(0);
-        const A mult = (a.dropout && visible) ? dropout_mult(a, bh, i, j) : A(1);
+        const A mult = (a.dropout && visible) ? dropout_mult(a, base, bh, i, j) : A(1);
         sdS[ir * LDS + jc] = p * (dz[r][c] * mult - di[r]);
       }
     }
@@ -782,6 +792,7 @@ constexpr size_t tc_forward_smem() {
 // Forward: one block per (b, h, 64 queries); K and V tiles of BK keys double-buffered.
 template <class T, int D, int BK, bool DROPOUT>
 __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(const Args<T> a) {
+  const uint64_t base = drop_base(a);
   static_assert(kTcType<T> && D % 16 == 0 && BK % 16 == 0);
   constexpr int BQ = kTcRows, LD = tc_ld<D>(), NT = BK / 8, ND = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -870,7 +881,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
         float p = exp2f(s[n][e] - shift[r]);
         sum[r] += p;  // the normaliser uses the undropped probabilities (PyTorch's semantics)
         const int i = i0 + wr + g + 8 * r;
-        if (DROPOUT && p != 0.0f && i < a.Tq) p *= dropout_mult(a, bh, i, k0 + n * 8 + 2 * t4 + (e & 1));
+        if (DROPOUT && p != 0.0f && i < a.Tq) p *= dropout_mult(a, base, bh, i, k0 + n * 8 + 2 * t4 + (e & 1));
         s[n][e] = p;
       }
 #pragma unroll
@@ -926,6 +937,7 @@ constexpr size_t tc_backward_kv_smem() {
 // Z^T and dS^T are the A operands of dV += Z^T dO and dK += dS^T Q straight from registers.
 template <class T, int D, int BQ, bool DROPOUT>
 __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel(const Args<T> a) {
+  const uint64_t base = drop_base(a);
   static_assert(kTcType<T> && D % 16 == 0 && BQ % 16 == 0);
   constexpr int BK = kTcRows, LD = tc_ld<D>(), NT = BQ / 8, ND = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1002,7 +1014,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
         const int j = j0 + wr + g + 8 * (e >> 1);
         const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
         const float p = visible ? exp2f(fmaf(st[n][e], sl2, -lS[ic])) : 0.0f;
-        const float mult = (DROPOUT && visible) ? dropout_mult(a, bh, i, j) : 1.0f;
+        const float mult = (DROPOUT && visible) ? dropout_mult(a, base, bh, i, j) : 1.0f;
         st[n][e] = p * mult;
         dzt[n][e] = p * (dzt[n][e] * mult - diS[ic]);
       }
@@ -1041,6 +1053,7 @@ constexpr size_t tc_backward_q_smem() {
 // (double-buffered K, V).
 template <class T, int D, int BK, bool DROPOUT>
 __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(const Args<T> a) {
+  const uint64_t base = drop_base(a);
   static_assert(kTcType<T> && D % 16 == 0 && BK % 16 == 0);
   constexpr int BQ = kTcRows, LD = tc_ld<D>(), NT = BK / 8, ND = D / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1115,7 +1128,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
         const int i = i0 + wr + g + 8 * r, j = k0 + n * 8 + 2 * t4 + (e & 1);
         const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
         const float p = visible ? exp2f(fmaf(s[n][e], sl2, -lse2[r])) : 0.0f;
-        const float mult = (DROPOUT && visible) ? dropout_mult(a, bh, i, j) : 1.0f;
+        const float mult = (DROPOUT && visible) ? dropout_mult(a, base, bh, i, j) : 1.0f;
         s[n][e] = p * (dz[n][e] * mult - di[r]);
       }
     tc_py<T, D>(dq, s, kS, lane, ng);  // dQ += dS K (scaled at the end)

@@ -308,10 +308,14 @@ class DeviceCachingAllocator final : public AllocatorBookkeeping {
       // Unmapping memory that queued kernels may still touch is not ordered with them, as
       // cudaFree is: wait for the device first.
       note_host_sync("cuda allocator: unmapping cached granules");
+      int waited = -1;  // keys are ordered by device first: one wait per device
       for (auto& [key, seg] : segments_) {
         if (std::get<2>(key) != 0) continue;  // a live graph's: its replays write there
-        check(cudaSetDevice(std::get<0>(key)), "cuda allocator: set device");
-        check(cudaDeviceSynchronize(), "cuda allocator: wait before unmapping");
+        if (std::get<0>(key) != waited) {
+          waited = std::get<0>(key);
+          check(cudaSetDevice(waited), "cuda allocator: set device");
+          check(cudaDeviceSynchronize(), "cuda allocator: wait before unmapping");
+        }
         unmap_segment_locked(*seg);
       }
     }
@@ -348,8 +352,5 @@ void end_graph_pool() { tls_capture_pool = 0; }
 void release_graph_pool(uint64_t pool) { instance().release_pool(pool); }
 
 uint64_t exchange_capture_pool(uint64_t pool) noexcept { return std::exchange(tls_capture_pool, pool); }
-
-OutsideGraphPool::OutsideGraphPool() : saved_(exchange_capture_pool(0)) {}
-OutsideGraphPool::~OutsideGraphPool() { exchange_capture_pool(saved_); }
 
 }  // namespace ft::cuda

@@ -34,6 +34,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda_hooks.h"
 #include "backend/optim_math.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/cuda_graph.h"

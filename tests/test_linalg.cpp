@@ -53,7 +53,75 @@ void check_linear_case(const std::string& name) {
   if (b.defined()) c.expect_grad("bias", b);
 }
 
+// gelu_mlp against PyTorch's linear, gelu, linear: output and every gradient.
+void check_gelu_mlp_case(const std::string& name, GeluApprox approx) {
+  SCOPED_TRACE(name);
+  ParityCase c(name);
+  if (!c.available()) GTEST_SKIP() << c.skip_reason();
+  Tensor x = c.input("x", true), w1 = c.input("w1", true), w2 = c.input("w2", true);
+  Tensor b1 = c.has("b1") ? c.input("b1", true) : Tensor(), b2 = c.has("b2") ? c.input("b2", true) : Tensor();
+  Tensor y = gelu_mlp(x, w1, b1, w2, b2, approx);
+  EXPECT_EQ(y.dtype(), c.dtype());
+  c.expect_output(y);
+  c.backward({y});
+  for (const auto& [input, t] :
+       {std::pair<const char*, Tensor>{"x", x}, {"w1", w1}, {"w2", w2}, {"b1", b1}, {"b2", b2}})
+    if (t.defined()) c.expect_grad(input, t);
+}
+
 }  // namespace
+
+TEST(LinalgParity, GeluMlp) {
+  for (const char* dt : kDtypes) check_gelu_mlp_case(std::string("gelu_mlp_") + dt, GeluApprox::Tanh);
+  check_gelu_mlp_case("gelu_mlp_exact_nobias_f32", GeluApprox::None);
+}
+
+TEST(LinalgGradcheck, GeluMlp) {
+  Generator g(6);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  for (GeluApprox approx : {GeluApprox::Tanh, GeluApprox::None}) {
+    auto mlp = [approx](const std::vector<Tensor>& in) {
+      return gelu_mlp(in[0], in[1], in.size() > 3 ? in[2] : Tensor(), in.size() > 3 ? in[3] : in[2],
+                      in.size() > 4 ? in[4] : Tensor(), approx);
+    };
+    EXPECT_GRADCHECK(mlp, {r({2, 3, 4}), r({6, 4}), r({6}), r({5, 6}), r({5})});
+    EXPECT_GRADCHECK(mlp, {r({3, 4}), r({6, 4}), r({5, 6})});  // no biases
+  }
+  // Only some parameters trained: the first layer frozen, then only the first layer's weight.
+  const Tensor w1 = randn({6, 4}, DType::F64, &g), b1 = randn({6}, DType::F64, &g);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Tensor>& in) { return gelu_mlp(in[0], w1, b1, in[1], in[2], GeluApprox::Tanh); },
+      {r({3, 4}), r({5, 6}), r({5})});
+  const Tensor x = randn({3, 4}, DType::F64, &g), w2 = randn({5, 6}, DType::F64, &g);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Tensor>& in) { return gelu_mlp(x, in[0], b1, w2, Tensor(), GeluApprox::Tanh); },
+      {r({6, 4})});
+}
+
+// On the CPU gelu_mlp runs the very kernels of linear, gelu, linear: the same bits, forward and
+// backward (what the fused CUDA products are measured against in tests/cuda).
+TEST(Linalg, GeluMlpIsLinearGeluLinearBitwise) {
+  Generator g(7);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor x0 = randn({3, 11, 32}, DType::F32, &g).to(dt), gy = randn({3, 11, 16}, DType::F32, &g).to(dt);
+    const std::vector<Tensor> p0 = {
+        mul(randn({64, 32}, DType::F32, &g), 0.2).to(dt), randn({64}, DType::F32, &g).to(dt),
+        mul(randn({16, 64}, DType::F32, &g), 0.2).to(dt), randn({16}, DType::F32, &g).to(dt)};
+    auto run = [&](bool fused) {
+      Tensor x = x0.detach().requires_grad_();
+      std::vector<Tensor> p;
+      for (const Tensor& t : p0) p.push_back(t.detach().requires_grad_());
+      Tensor y = fused ? gelu_mlp(x, p[0], p[1], p[2], p[3], GeluApprox::Tanh)
+                       : linear(gelu(linear(x, p[0], p[1]), GeluApprox::Tanh), p[2], p[3]);
+      y.backward(gy);
+      std::vector<std::vector<double>> out = {y.to_vector(), x.grad().to_vector()};
+      for (const Tensor& t : p) out.push_back(t.grad().to_vector());
+      return out;
+    };
+    EXPECT_EQ(run(true), run(false));
+  }
+}
 
 TEST(LinalgParity, MatmulRankCases) {
   for (const char* dt : kDtypes)
@@ -357,6 +425,21 @@ TEST(Linalg, Errors) {
       },
       "linear: input has 3 features (last dim of [2, 3]), weight [4, 5] expects 5");
   expect_error([] { linear(zeros({2, 3}), zeros({3})); }, "linear: weight must be 2-d [out, in], found shape [3]");
+  expect_error(
+      [] {
+        gelu_mlp(zeros({2, 3}), zeros({4, 3}), Tensor(), zeros({5, 6}), Tensor());
+      },
+      "gelu_mlp: second input has 4 features (last dim of [0, 4]), second weight [5, 6] expects 6");
+  expect_error(
+      [] {
+        gelu_mlp(zeros({2, 3}), zeros({4, 2}), Tensor(), zeros({5, 4}), Tensor());
+      },
+      "gelu_mlp: first input has 3 features");
+  expect_error(
+      [] {
+        gelu_mlp(zeros({2, 3}), zeros({4, 3}), Tensor(), zeros({5, 4}), zeros({4}));
+      },
+      "gelu_mlp: second bias has shape [4], expected [5]");
   expect_error([] { linear(zeros({2, 3}), zeros({4, 3}), zeros({5})); }, "linear: bias has shape [5], expected [4]");
   expect_error(
       [] {

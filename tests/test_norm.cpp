@@ -45,6 +45,25 @@ void check_rms_norm_case(const std::string& name) {
   if (w.defined()) c.expect_grad("w", w);
 }
 
+// add_layer_norm / add_rms_norm: both outputs (the sum and its norm) and the gradients reaching
+// x, the residual and the parameters from random upstream gradients of both.
+void check_add_norm_case(const std::string& name, bool rms) {
+  SCOPED_TRACE(name);
+  FT_PARITY_CASE(c, name);
+  Tensor x = c.input("x", true), r = c.input("r", true), w = opt_input(c, "w", true), b = opt_input(c, "b", true);
+  const ResidualNorm out = rms ? add_rms_norm(x, r, shape_param(c), w, 1e-6)
+                               : add_layer_norm(x, r, shape_param(c), w, b, param_or(c, "eps", 1e-5));
+  EXPECT_EQ(out.sum.dtype(), c.dtype());
+  EXPECT_EQ(out.normed.dtype(), c.dtype());
+  c.expect_output(out.sum, 0);
+  c.expect_output(out.normed, 1);
+  c.backward({out.sum, out.normed});
+  c.expect_grad("x", x);
+  c.expect_grad("r", r);
+  if (w.defined()) c.expect_grad("w", w);
+  if (b.defined()) c.expect_grad("b", b);
+}
+
 void check_batch_norm_case(const std::string& name) {
   SCOPED_TRACE(name);
   FT_PARITY_CASE(c, name);
@@ -95,6 +114,14 @@ TEST(NormParity, RmsNorm) {
     check_rms_norm_case(std::string("rms_norm_") + dt);
     check_rms_norm_case(std::string("rms_norm_") + dt + "_2d_transposed_noweight");
   }
+}
+
+TEST(NormParity, AddLayerNormAndAddRmsNorm) {
+  for (const char* dt : kDtypes) {
+    check_add_norm_case(std::string("add_layer_norm_") + dt, false);
+    check_add_norm_case(std::string("add_rms_norm_") + dt, true);
+  }
+  check_add_norm_case("add_layer_norm_f32_broadcast_residual", false);
 }
 
 TEST(NormParity, BatchNorm) {
@@ -515,6 +542,82 @@ TEST(Norm, FusedNormsMatchComposedOps) {
         return composed_rms_norm(in[0], {1, 2}, Tensor(), 1e-6);
       },
       {xt});
+}
+
+// The fused residual add's gradients in f64 against finite differences: x, the residual and the
+// parameters, through both outputs (the sum carries on in the residual stream).
+TEST(NormGradcheck, AddLayerNormAndAddRmsNorm) {
+  Generator g(21);
+  auto r = [&](Shape s) { return randn(s, DType::F64, &g).requires_grad_(); };
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& in) {
+        const ResidualNorm o = add_layer_norm(in[0], in[1], {6}, in[2], in[3]);
+        return add(mul(o.sum, 0.7), o.normed);
+      },
+      {r({3, 4, 6}), r({3, 4, 6}), r({6}), r({6})});
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& in) {
+        const ResidualNorm o = add_rms_norm(in[0], in[1], {2, 5}, in[2]);
+        return add(mul(o.sum, -1.3), o.normed);
+      },
+      {r({3, 2, 5}), r({3, 2, 5}), r({2, 5})});
+  // only the residual wants a gradient
+  const Tensor frozen = randn({4, 6}, DType::F64, &g);
+  EXPECT_GRADCHECK(
+      [&](const std::vector<Tensor>& in) {
+        const ResidualNorm o = add_layer_norm(frozen, in[0], {6});
+        return add(o.sum, o.normed);
+      },
+      {r({4, 6})});
+}
+
+// add_layer_norm is add() then layer_norm() in one kernel: equal to the two ops, forward bitwise
+// (the sum is rounded once, as add() rounds it), backward to rounding (the two gradients reaching
+// the sum are added before their one rounding, not after dx's). Also for autocast's mix: an f32
+// residual stream plus a bf16 branch, whose sum is f32 and whose gradient comes back in bf16.
+TEST(Norm, AddLayerNormEqualsAddThenLayerNorm) {
+  Generator g(22);
+  for (const auto& [xdt, rdt] : {std::pair{DType::F32, DType::F32}, std::pair{DType::BF16, DType::BF16},
+                                 std::pair{DType::F32, DType::BF16}, std::pair{DType::F32, DType::F16}}) {
+    SCOPED_TRACE(std::string(dtype_name(xdt)) + " + " + dtype_name(rdt));
+    const Tensor x0 = randn({37, 96}, DType::F32, &g).to(xdt), r0 = randn({37, 96}, DType::F32, &g).to(rdt);
+    const Tensor w0 = randn({96}, DType::F32, &g), b0 = randn({96}, DType::F32, &g);
+    const Tensor gs = randn({37, 96}, DType::F32, &g).to(xdt), gy = randn({37, 96}, DType::F32, &g).to(xdt);
+    auto run = [&](bool fused) {
+      Tensor x = x0.detach().requires_grad_(), r = r0.detach().requires_grad_();
+      Tensor w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+      ResidualNorm o;
+      if (fused) {
+        o = add_layer_norm(x, r, {96}, w, b);
+      } else {
+        o.sum = add(x, r);
+        o.normed = layer_norm(o.sum, {96}, w, b);
+      }
+      autograd::backward({o.sum, o.normed}, {gs, gy});
+      return std::vector<Tensor>{o.sum, o.normed, x.grad(), r.grad(), w.grad(), b.grad()};
+    };
+    const std::vector<Tensor> fused = run(true), ref = run(false);
+    EXPECT_EQ(fused[0].dtype(), xdt);
+    EXPECT_EQ(fused[3].dtype(), rdt);
+    EXPECT_EQ(fused[0].to_vector(), ref[0].to_vector());
+    EXPECT_EQ(fused[1].to_vector(), ref[1].to_vector());
+    for (size_t i = 2; i < fused.size(); ++i) {
+      EXPECT_EQ(fused[i].dtype(), ref[i].dtype()) << i;
+      EXPECT_TRUE(test::compare(fused[i], ref[i], test::default_tolerance(fused[i].dtype())).empty()) << i;
+    }
+  }
+}
+
+TEST(Norm, AddLayerNormErrors) {
+  const Tensor x = zeros({2, 4});
+  expect_error([&] { add_layer_norm(x, Tensor(), {4}); }, "add_layer_norm: expected a residual tensor");
+  expect_error(
+      [&] {
+        add_layer_norm(x, zeros({2, 4}, DType::I64), {4});
+      },
+      "add_layer_norm: residual must be a floating-point tensor, found i64");
+  expect_error([&] { add_rms_norm(x, x, {3}); },
+               "add_rms_norm: input of shape [2, 4] does not end with normalized_shape [3]");
 }
 
 TEST(Norm, ColumnSumsIndependentOfThreadCount) {

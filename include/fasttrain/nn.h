@@ -196,6 +196,9 @@ class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool affine = true);
   Tensor forward(const Tensor& x) override;
+  // add_layer_norm(x, residual) with this module's parameters, as a call of this module: a
+  // pre-norm block's residual add fused into the norm after it ({x + residual, its norm}).
+  ResidualNorm call_with_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "LayerNorm"; }
   Tensor weight, bias;
   int64_t dim;

@@ -58,10 +58,13 @@
   X(adaptive_avg_pool2d_forward, void(const PoolParams& p, const Tensor& x, const Tensor& y))                          \
   X(adaptive_avg_pool2d_backward, void(const PoolParams& p, const Tensor& gy, const Tensor& gx))                       \
   /* normalisation, softmax, losses */                                                                                 \
-  X(row_norm_forward, void(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,   \
-                           const Tensor& mean, const Tensor& rstd))                                                    \
-  X(row_norm_backward, void(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,                 \
-                            const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db))          \
+  /* layer/RMS norm of x, or with `residual` defined of sum = x + residual (rounded to x's dtype, then */              \
+  /* normalised; sum written); backward: dx (+)= dsum when defined, for the fused residual add */                      \
+  X(row_norm_forward, void(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps,      \
+                           bool rms, const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd))      \
+  X(row_norm_backward,                                                                                                 \
+    void(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& mean, const Tensor& rstd,                \
+         const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db))                             \
   X(batch_norm_stats, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var))          \
   /* invstd = 1/sqrt(var + eps); running stats (if defined) blended with the batch's (var made unbiased) */            \
   X(batch_norm_update, void(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,          \
@@ -92,8 +95,16 @@
 // computes the same result from the entries above (ops ask the slot's has_value()), so a backend
 // gains the fusion by adding the kernel and nothing else changes. Completeness checks of a
 // backend's table cover FT_KERNELS and FT_KERNELS_OPTIM only.
-#define FT_KERNELS_FUSED(X)                                                                                         \
-  /* y = max(0, bn(x) + r), r dense in y's layout and dtype (ResNet's block output: the residual add and ReLU in */ \
-  /* the normalisation's one pass) */                                                                               \
-  X(batch_norm_add_relu, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,  \
-                              const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y))
+#define FT_KERNELS_FUSED(X)                                                                                          \
+  /* y = max(0, bn(x) + r), r dense in y's layout and dtype (ResNet's block output: the residual add and ReLU in */  \
+  /* the normalisation's one pass) */                                                                                \
+  X(batch_norm_add_relu, void(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,   \
+                              const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y))            \
+  /* pre = x @ w^T + b (b may be undefined) and y = gelu(pre), x [R, in], w [hid, in]: an MLP's first linear */      \
+  /* and its GELU in one product (cuBLASLt's GELU_AUX_BIAS epilogue); gelu: UnaryOp::Gelu or GeluTanh */             \
+  X(linear_gelu,                                                                                                     \
+    void(const Tensor& x, const Tensor& w, const Tensor& b, math::UnaryOp gelu, const Tensor& pre, const Tensor& y)) \
+  /* dpre = (gy @ w) * gelu'(pre) and db (if defined) = dpre's column sums, gy [R, out], w [out, hid]: the MLP's */  \
+  /* second linear's input gradient, the GELU's backward and the first linear's bias gradient in one product */      \
+  X(matmul_gelu_backward, void(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu,             \
+                               const Tensor& dpre, const Tensor& db))

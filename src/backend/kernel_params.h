@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "fasttrain/dtype.h"
 #include "fasttrain/ops/conv.h"  // Pair
 #include "fasttrain/random.h"    // PhiloxDraw
 
@@ -15,6 +16,12 @@ namespace ft::backend {
 // op words it, the backend raises it: at once on the CPU; on a GPU, where the check runs on the
 // device and nothing waits for it, at the first host synchronisation after it ran.
 using IndexErrorText = std::function<std::string(int64_t value, int64_t position)>;
+
+// The residual dtypes row_norm_forward's fused add takes for an input of dtype x: x's own, and
+// bf16/f16 for f32 (autocast's f32 residual stream plus a low-precision branch; the sum is f32).
+inline bool row_norm_residual_ok(DType x, DType residual) {
+  return residual == x || (x == DType::F32 && (residual == DType::BF16 || residual == DType::F16));
+}
 
 struct ConvParams {
   int64_t N = 0, C = 0, H = 0, W = 0;  // input

@@ -7,6 +7,7 @@
 //   conv2d_forward(x, w[Cout, Cin/g, kh, kw], b, y)    2 * numel(y) * Cin/g * kh * kw
 //   conv2d_backward_data(gy, w, gx)                    2 * numel(gy) * Cin/g * kh * kw
 //   conv2d_backward_weight(gy, x, gw, gb)              2 * numel(gy) * Cin/g * kh * kw
+//   linear_gelu(x[R, K], ...), matmul_gelu_backward(gy[R, K], ...)  (2 * K + 1) * numel(pre / dpre): + the GELU
 //   attention_forward(q[B, H, Tq, D], k[B, H, Tk, D])  2 GEMMs (Q K^T, P V): 4 * B * H * pairs * D
 //   attention_backward                                 5 GEMMs (S again, dV, dP, dQ, dK): 10 * B * H * pairs * D
 //       pairs = Tq * Tk, or with a causal mask (top-left aligned) sum over i < Tq of min(Tk, i + 1)
@@ -14,7 +15,7 @@
 //   unary_backward, clamp_backward                     2 per element (derivative, times the gradient)
 //   sum, var                                           1 per input element
 //   softmax_forward / softmax_backward                 5 / 3 per element
-//   row_norm_forward / row_norm_backward               8 / 12 per element (layer or RMS norm)
+//   row_norm_forward / row_norm_backward               8 / 12 per element (layer or RMS norm), + 1 for a fused add
 //   cross_entropy_forward / _backward                  5 / 3 per logit
 // The elementwise counts are what the arithmetic needs, not what the instructions execute (exp is
 // one), so for them "bytes" is the more telling figure.
@@ -73,6 +74,11 @@ double kernel_flops(const KernelCall& c) {
     if (!gy || gy->shape.empty()) return 0;
     return 2 * n(2) * static_cast<double>(gy->shape.front());
   }
+  if (k == "linear_gelu" || k == "matmul_gelu_backward") {  // x w b pre y / gy w pre dpre db: + the GELU
+    const auto* a = arg(c, 0);
+    if (!a || a->shape.empty()) return 0;
+    return (2 * static_cast<double>(a->shape.back()) + 1) * n(3);
+  }
   if (k == "conv2d_forward") return arg(c, 1) ? 2 * n(3) * conv_macs_per_output(*arg(c, 1)) : 0;          // x w b y
   if (k == "conv2d_backward_data") return arg(c, 1) ? 2 * n(0) * conv_macs_per_output(*arg(c, 1)) : 0;    // gy w gx
   if (k == "conv2d_backward_weight") return arg(c, 2) ? 2 * n(0) * conv_macs_per_output(*arg(c, 2)) : 0;  // gy x gw
@@ -85,8 +91,8 @@ double kernel_flops(const KernelCall& c) {
   if (k == "sum" || k == "var") return n(0);
   if (k == "softmax_forward") return 5 * n(0);
   if (k == "softmax_backward") return 3 * n(0);
-  if (k == "row_norm_forward") return 8 * n(0);
-  if (k == "row_norm_backward") return 12 * n(1);
+  if (k == "row_norm_forward") return 8 * n(0) + n(1);    // x residual ...: + the fused add
+  if (k == "row_norm_backward") return 12 * n(2) + n(1);  // dy dsum x ...
   if (k == "cross_entropy_forward") return 5 * n(0);
   if (k == "cross_entropy_backward") return 3 * n(0);
   return 0;

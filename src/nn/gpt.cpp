@@ -15,8 +15,11 @@ class GPT2MLP : public UnaryModule {
     c_fc = register_module("c_fc", std::make_shared<Linear>(dim, 4 * dim, true, gen));
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * dim, dim, true, gen));
   }
+  // c_proj(gelu(c_fc(x))) as one op (gelu_mlp: the GELU rides in the products' epilogues on CUDA);
+  // c_fc and c_proj keep their parameters and names, and the work shows under this module's span.
   Tensor forward(const Tensor& x) override {
-    return ft::dropout((*c_proj)(gelu((*c_fc)(x), GeluApprox::Tanh)), dropout_, training_);
+    const Tensor y = gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, GeluApprox::Tanh);
+    return ft::dropout(y, dropout_, training_);
   }
   std::string type_name() const override { return "GPT2MLP"; }
   std::shared_ptr<Linear> c_fc, c_proj;
@@ -34,8 +37,9 @@ class GPT2Block : public CheckpointableBlock {
     mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen));
   }
   Tensor block_forward(const Tensor& x) override {
-    Tensor h = add(x, (*attn)((*ln_1)(x)));
-    return add(h, (*mlp)((*ln_2)(h)));
+    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm).
+    const ResidualNorm h = ln_2->call_with_add(x, (*attn)((*ln_1)(x)));
+    return add(h.sum, (*mlp)(h.normed));
   }
   std::string type_name() const override { return "GPT2Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;

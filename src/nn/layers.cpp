@@ -120,6 +120,15 @@ LayerNorm::LayerNorm(int64_t dim, double eps, bool affine) : dim(dim), eps(eps) 
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, {dim}, weight, bias, eps); }
 
+ResidualNorm LayerNorm::call_with_add(const Tensor& x, const Tensor& residual) {
+  ResidualNorm out;
+  call_as_this([&] {
+    out = add_layer_norm(x, residual, {dim}, weight, bias, eps);
+    return out.normed;
+  });
+  return out;
+}
+
 RMSNorm::RMSNorm(int64_t dim, double eps) : dim(dim), eps(eps) {
   check_positive(dim, "RMSNorm", "normalized_shape");
   FT_CHECK(eps > 0, "RMSNorm: eps must be positive, found ", eps);

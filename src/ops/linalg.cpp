@@ -4,6 +4,7 @@
 // gradient of a broadcast operand is reduced inside the GEMMs (see backend/cpu/linalg.h).
 #include "fasttrain/ops/linalg.h"
 
+#include "backend/composed.h"
 #include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
 #include "fasttrain/ops/reduce.h"
@@ -118,25 +119,43 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul_nd(a, b, "bmm");
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (auto c = ops::autocast_inputs(ops::AutocastOp::linear, x, weight, bias)) return linear((*c)[0], (*c)[1], (*c)[2]);
-  const char* op = "linear";
-  FT_CHECK(x.defined() && weight.defined(), "linear: input and weight must be defined");
+namespace {
+
+// linear's checks of y = x W^T + b: W [out, in] with in = x's last dim, b undefined or [out], all of
+// x's dtype and device. `layer` names the layer in the messages ("" for linear itself).
+void check_linear(const char* op, const char* layer, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  FT_CHECK(x.defined() && weight.defined(), op, ": input and ", layer, "weight must be defined");
   ops::common_device({&x, &weight, &bias}, op);
   ops::check_floating(x, op, "input");
-  FT_CHECK(weight.dtype() == x.dtype(), "linear: weight is ", dtype_name(weight.dtype()), " but input is ",
+  FT_CHECK(weight.dtype() == x.dtype(), op, ": ", layer, "weight is ", dtype_name(weight.dtype()), " but input is ",
            dtype_name(x.dtype()));
-  FT_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out, in], found shape ", weight.shape().str());
-  FT_CHECK(x.dim() >= 1, "linear: input must have at least 1 dimension, found a 0-d tensor");
+  FT_CHECK(weight.dim() == 2, op, ": ", layer, "weight must be 2-d [out, in], found shape ", weight.shape().str());
+  FT_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, found a 0-d tensor");
   const int64_t in = weight.size(1), out_f = weight.size(0);
-  FT_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features (last dim of ", x.shape().str(), "), weight ",
-           weight.shape().str(), " expects ", in);
+  FT_CHECK(x.size(-1) == in, op, ": ", layer, "input has ", x.size(-1), " features (last dim of ", x.shape().str(),
+           "), ", layer, "weight ", weight.shape().str(), " expects ", in);
   if (bias.defined()) {
-    FT_CHECK(bias.dtype() == x.dtype(), "linear: bias is ", dtype_name(bias.dtype()), " but input is ",
+    FT_CHECK(bias.dtype() == x.dtype(), op, ": ", layer, "bias is ", dtype_name(bias.dtype()), " but input is ",
              dtype_name(x.dtype()));
-    FT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, "linear: bias has shape ", bias.shape().str(), ", expected [",
-             out_f, "]");
+    FT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, op, ": ", layer, "bias has shape ", bias.shape().str(),
+             ", expected [", out_f, "]");
   }
+}
+
+// x's shape with its last dim replaced by `features`.
+Shape with_features(const Tensor& x, int64_t features) {
+  Shape s = x.shape();
+  s.resize(s.size() - 1);
+  s.push_back(features);
+  return s;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::linear, x, weight, bias)) return linear((*c)[0], (*c)[1], (*c)[2]);
+  check_linear("linear", "", x, weight, bias);
+  const int64_t in = weight.size(1), out_f = weight.size(0);
   Shape lead = x.shape();
   lead.resize(x.dim() - 1);
   const int64_t R = lead.numel();
@@ -171,6 +190,73 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       return std::vector<Tensor>{gx, gw, gb};
     });
   }
+  return y;
+}
+
+Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& b2,
+                GeluApprox approximate) {
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::linear, x, w1, b1, w2, b2))
+    return gelu_mlp((*c)[0], (*c)[1], (*c)[2], (*c)[3], (*c)[4], approximate);
+  const char* op = "gelu_mlp";
+  check_linear(op, "first ", x, w1, b1);
+  const int64_t in = w1.size(1), hid = w1.size(0);
+  FT_CHECK(w2.defined(), op, ": second weight must be defined");
+  check_linear(op, "second ", empty({0, hid}, x.options()), w2, b2);
+  const int64_t out_f = w2.size(0);
+  const int64_t R = x.numel() / std::max<int64_t>(in, 1);
+  const math::UnaryOp act = approximate == GeluApprox::Tanh ? math::UnaryOp::GeluTanh : math::UnaryOp::Gelu;
+  const Tensor w1d = w1.detach(), w2d = w2.detach();
+  Tensor x2 = x.detach().reshape({R, in});
+  Tensor pre = empty({R, hid}, x.options()), h = empty({R, hid}, x.options());
+  const backend::Kernels& k = kernels(pre);
+  if (k.linear_gelu.has_value())
+    k.linear_gelu(x2, w1d, b1.defined() ? b1.detach() : Tensor(), act, pre, h);
+  else
+    backend::composed::linear_gelu(x2, w1d, b1.defined() ? b1.detach() : Tensor(), act, pre, h);
+  Tensor y2 = empty({R, out_f}, x.options());
+  k.matmul(h, w2d.t(), y2, false, b2.defined() ? b2.detach() : Tensor());
+  Tensor y = y2.view(with_features(x, out_f));
+  if (!autograd::any_requires_grad({&x, &w1, &b1, &w2, &b2})) return y;
+
+  const bool need_x = x.requires_grad(), need_w1 = w1.requires_grad(), need_w2 = w2.requires_grad();
+  const bool need_b1 = b1.defined() && b1.requires_grad(), need_b2 = b2.defined() && b2.requires_grad();
+  const bool need_pre = need_x || need_w1 || need_b1;
+  // Kept for the backward: what each gradient reads (the same as linear, gelu, linear keep).
+  autograd::SavedTensor sx(need_w1 ? x : Tensor()), spre(need_pre ? pre : Tensor()), sh(need_w2 ? h : Tensor()),
+      sw1(need_x ? w1 : Tensor()), sw2(need_pre ? w2 : Tensor());
+  const Shape x_shape = x.shape();
+  const char* node = "GeluMlpBackward";
+  autograd::record_function(node, {&x, &w1, &b1, &w2, &b2}, {&y}, [=](std::vector<Tensor>& g) {
+    const Tensor gy = g[0].reshape({R, out_f});
+    const backend::Kernels& kb = kernels(gy);
+    Tensor gx, gw1, gb1, gw2, gb2;
+    // The second linear's parameters: dW2 = dy^T h, db2 = dy's column sums.
+    if (need_b2) gb2 = empty({out_f}, gy.options());
+    if (need_w2) {
+      gw2 = empty({out_f, hid}, gy.options());
+      kb.linear_weight_grad(gy, sh.get(node), gw2, gb2);
+    } else if (need_b2) {
+      kb.sum(gy, {true, false}, 1.0, gb2);
+    }
+    if (!need_pre) return std::vector<Tensor>{gx, gw1, gb1, gw2, gb2};
+    // dpre = (dy W2) * gelu'(pre), and db1 = its column sums, in one product where the device fuses them.
+    Tensor dpre = empty({R, hid}, gy.options());
+    if (need_b1) gb1 = empty({hid}, gy.options());
+    if (kb.matmul_gelu_backward.has_value())
+      kb.matmul_gelu_backward(gy, sw2.get(node), spre.get(node), act, dpre, gb1);
+    else
+      backend::composed::matmul_gelu_backward(gy, sw2.get(node), spre.get(node), act, dpre, gb1);
+    if (need_w1) {  // dW1 = dpre^T x
+      gw1 = empty({hid, in}, gy.options());
+      kb.linear_weight_grad(dpre, sx.get(node).reshape({R, in}), gw1, Tensor());
+    }
+    if (need_x) {  // dx = dpre W1
+      gx = empty({R, in}, gy.options());
+      kb.matmul(dpre, sw1.get(node), gx, false, Tensor());
+      gx = gx.view(x_shape);
+    }
+    return std::vector<Tensor>{gx, gw1, gb1, gw2, gb2};
+  });
   return y;
 }
 

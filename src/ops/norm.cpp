@@ -7,6 +7,8 @@
 #include "fasttrain/ops/norm.h"
 
 #include <array>
+#include <cstdlib>
+#include <string>
 
 #include "backend/kernels.h"
 #include "fasttrain/ops/elementwise.h"
@@ -36,11 +38,10 @@ void check_param(const Tensor& p, const Tensor& x, const char* op, const char* w
 }
 
 // ---------------------------------------------------------------------------------------------
-// layer_norm / rms_norm
+// layer_norm / rms_norm, and their fused forms with a residual add before them
 
-Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
-                bool rms) {
-  const char* op = rms ? "rms_norm" : "layer_norm";
+void check_row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                    double eps, const char* op) {
   ops::check_floating(x, op, "input");
   check_param(weight, x, op, "weight");
   check_param(bias, x, op, "bias");
@@ -55,37 +56,87 @@ Tensor row_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
              p->defined() ? p->shape().str() : "", ", expected normalized_shape ", normalized_shape.str());
   }
   FT_CHECK(eps >= 0, op, ": eps must be non-negative, found ", eps);
+}
 
+// The norm of x, or with `residual` defined of sum = x + residual (x's shape; x's dtype or one
+// row_norm_residual_ok allows; checked by the caller), computed in the same pass: {sum (x's dtype;
+// undefined without a residual), y}.
+ResidualNorm row_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape, const Tensor& weight,
+                      const Tensor& bias, double eps, bool rms) {
   const DType ct = compute_dtype(x.dtype());
   const int64_t N = normalized_shape.numel();
   const int64_t M = N ? x.numel() / N : 0;
+  const bool fused = residual.defined();
   Tensor xc = x.detach().contiguous();
+  Tensor rc = fused ? residual.detach().contiguous().view({M, N}) : Tensor();
   Tensor wc = as_compute(weight, ct), bc = as_compute(bias, ct);
+  Tensor sum = fused ? empty(x.shape(), x.options()) : Tensor();
   Tensor y = empty(x.shape(), x.options());
   Tensor mean = rms ? Tensor() : empty({M}, TensorOptions(ct, x.device()));
   Tensor rstd = empty({M}, TensorOptions(ct, x.device()));
-  kernels(y).row_norm_forward(xc.view({M, N}), wc, bc, eps, rms, y, mean, rstd);
+  kernels(y).row_norm_forward(xc.view({M, N}), rc, wc, bc, eps, rms, fused ? sum.view({M, N}) : Tensor(), y, mean,
+                              rstd);
 
-  if (autograd::any_requires_grad({&x, &weight, &bias})) {
-    const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.requires_grad();
-    SavedTensor sx(xc), smean(mean), srstd(rstd), sw(wc);
+  if (autograd::any_requires_grad({&x, &residual, &weight, &bias})) {
+    const bool need_x = x.requires_grad() || residual.requires_grad(), need_w = weight.requires_grad(),
+               need_b = bias.requires_grad();
+    SavedTensor sx(fused ? sum.detach() : xc), smean(mean), srstd(rstd), sw(wc);
     const DType wdt = weight.defined() ? weight.dtype() : ct, bdt = bias.defined() ? bias.dtype() : ct;
+    const DType rdt = fused ? residual.dtype() : ct;
     const Shape wshape = normalized_shape;
-    const char* node = rms ? "RmsNormBackward" : "LayerNormBackward";
-    autograd::record_function(node, {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
+    const char* node =
+        fused ? (rms ? "AddRmsNormBackward" : "AddLayerNormBackward") : (rms ? "RmsNormBackward" : "LayerNormBackward");
+    // Gradients: of y (and of the sum, which the residual stream carries on) in; of x (and the
+    // residual: the same tensor, as a sum's inputs get), weight and bias out.
+    auto backward = [=](std::vector<Tensor>& g) {
+      const Tensor& gy = g[fused ? 1 : 0];
       Tensor xv = sx.get(node), wv = sw.get(node);
-      Tensor dy = g[0].to(xv.dtype()).contiguous();
+      Tensor dy = gy.to(xv.dtype()).contiguous();
+      Tensor dsum = fused ? g[0].to(xv.dtype()).contiguous().view({M, N}) : Tensor();
       Tensor dx = need_x ? empty(xv.shape(), xv.options()) : Tensor();
       Tensor dw = need_w ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
       Tensor db = need_b ? empty({N}, TensorOptions(ct, xv.device())) : Tensor();
-      kernels(xv).row_norm_backward(dy.view({M, N}), xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms, dx, dw,
-                                    db);
+      kernels(xv).row_norm_backward(dy.view({M, N}), dsum, xv.view({M, N}), smean.get(node), srstd.get(node), wv, rms,
+                                    dx, dw, db);
       if (dw.defined()) dw = dw.view(wshape).to(wdt);
       if (db.defined()) db = db.view(wshape).to(bdt);
+      if (fused) return std::vector<Tensor>{dx, dx.defined() ? dx.to(rdt) : dx, dw, db};
       return std::vector<Tensor>{dx, dw, db};
-    });
+    };
+    if (fused)
+      autograd::record_function(node, {&x, &residual, &weight, &bias}, {&sum, &y}, backward);
+    else
+      autograd::record_function(node, {&x, &weight, &bias}, {&y}, backward);
   }
-  return y;
+  return {sum, y};
+}
+
+// FT_FUSED_ADD_NORM=off: add() and the norm apart, the benchmark's A/B of the fusion.
+bool fused_add_norm_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("FT_FUSED_ADD_NORM");
+    return v != nullptr && std::string(v) == "off";
+  }();
+  return off;
+}
+
+// x + residual, then its norm: one kernel each way where the two have one shape and dtypes the
+// kernels take (row_norm_residual_ok); otherwise (a broadcast residual, a residual of higher
+// precision than x) add() and the norm.
+ResidualNorm add_row_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape, const Tensor& weight,
+                          const Tensor& bias, double eps, bool rms) {
+  const char* op = rms ? "add_rms_norm" : "add_layer_norm";
+  FT_CHECK(residual.defined(), op, ": expected a residual tensor, found an undefined one");
+  check_row_norm(x, normalized_shape, weight, bias, eps, op);
+  ops::check_floating(residual, op, "residual");
+  FT_CHECK(residual.device() == x.device(), op, ": residual is on ", residual.device().str(), " but the input is on ",
+           x.device().str());
+  if (residual.shape() != x.shape() || !backend::row_norm_residual_ok(x.dtype(), residual.dtype()) ||
+      fused_add_norm_off()) {
+    Tensor sum = add(x, residual);
+    return {sum, row_norm(sum, Tensor(), normalized_shape, weight, bias, eps, rms).normed};
+  }
+  return row_norm(x, residual, normalized_shape, weight, bias, eps, rms);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -106,11 +157,23 @@ Tensor in_format(const Tensor& t, bool channels_last) {
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  return row_norm(x, normalized_shape, weight, bias, eps, false);
+  check_row_norm(x, normalized_shape, weight, bias, eps, "layer_norm");
+  return row_norm(x, Tensor(), normalized_shape, weight, bias, eps, false).normed;
 }
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, double eps) {
-  return row_norm(x, normalized_shape, weight, Tensor(), eps, true);
+  check_row_norm(x, normalized_shape, weight, Tensor(), eps, "rms_norm");
+  return row_norm(x, Tensor(), normalized_shape, weight, Tensor(), eps, true).normed;
+}
+
+ResidualNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                            const Tensor& weight, const Tensor& bias, double eps) {
+  return add_row_norm(x, residual, normalized_shape, weight, bias, eps, false);
+}
+
+ResidualNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape, const Tensor& weight,
+                          double eps) {
+  return add_row_norm(x, residual, normalized_shape, weight, Tensor(), eps, true);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"
@@ -93,6 +94,53 @@ TEST(CudaMatmul, LinearParameterGradientsMatchCpu) {
       }
       EXPECT_EQ(gw.grad().defined(), c.weight);
       EXPECT_EQ(gb.grad().defined(), c.bias);
+    }
+  }
+}
+
+// gelu_mlp (linear, GELU, linear as one op): cuBLASLt's GELU_AUX_BIAS epilogue in the forward
+// (and DGELU_BGRAD in the backward with FT_CUDA_GELU_EPILOGUE=on) for bf16/f16 with the tanh GELU;
+// the composed kernels for f32, the exact GELU, a hidden width cuBLASLt's aux matrix cannot take
+// (not a multiple of 8), and with FT_CUDA_GELU_EPILOGUE=off (gpu-check runs this file in all three
+// modes). Output and every gradient against the CPU, with and without biases.
+TEST(CudaMatmul, GeluMlpMatchesCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t rows, in, hid, out;
+    bool bias1, bias2;
+    GeluApprox approx;
+  };
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    for (const Case& c :
+         {Case{512, 256, 1024, 256, true, true, GeluApprox::Tanh}, Case{333, 96, 100, 40, true, true, GeluApprox::Tanh},
+          Case{256, 64, 128, 64, false, false, GeluApprox::Tanh}, Case{256, 64, 128, 64, true, false, GeluApprox::Tanh},
+          Case{200, 64, 128, 48, true, true, GeluApprox::None}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " rows " + std::to_string(c.rows) + " hid " + std::to_string(c.hid) +
+                   (c.bias1 ? " b1" : "") + (c.bias2 ? " b2" : "") +
+                   (c.approx == GeluApprox::Tanh ? " tanh" : " exact"));
+      std::vector<Tensor> cpu = {randn({c.rows, c.in}).to(dt), mul(randn({c.hid, c.in}), 0.1).to(dt),
+                                 c.bias1 ? randn({c.hid}).to(dt) : Tensor(), mul(randn({c.out, c.hid}), 0.1).to(dt),
+                                 c.bias2 ? randn({c.out}).to(dt) : Tensor()};
+      std::vector<Tensor> dev;
+      for (Tensor& t : cpu) {
+        if (!t.defined()) {
+          dev.emplace_back();
+          continue;
+        }
+        t.requires_grad_();
+        dev.push_back(gpu(t).detach().requires_grad_());
+      }
+      Tensor y = gelu_mlp(cpu[0], cpu[1], cpu[2], cpu[3], cpu[4], c.approx);
+      Tensor gy = gelu_mlp(dev[0], dev[1], dev[2], dev[3], dev[4], c.approx);
+      EXPECT_CLOSE_TO_CPU(gy, y, tol(dt));
+      Tensor dy = randn(y.shape()).to(dt);
+      y.backward(dy);
+      gy.backward(gpu(dy));
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        if (!cpu[i].defined()) continue;
+        SCOPED_TRACE("gradient of input " + std::to_string(i));
+        EXPECT_CLOSE_TO_CPU(dev[i].grad(), cpu[i].grad(), tol(dt));
+      }
     }
   }
 }

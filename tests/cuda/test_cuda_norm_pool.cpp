@@ -163,6 +163,35 @@ TEST(CudaNormPool, BatchNormReluFused) {
   check_bn(DType::F64, kBnShapes[2], true, true, true);
 }
 
+// batch_norm_add_relu (a ResNet block's output, relu(bn(x) + residual)): the CUDA kernel adds the
+// residual in the normalisation's pass. 4-d shapes in both layouts, both modes: output, running
+// statistics and the gradients of x, the residual, weight and bias.
+TEST(CudaNormPool, BatchNormAddReluFused) {
+  REQUIRE_GPU();
+  for (DType dt : kDtypes)
+    for (const BnShape& bs : kBnShapes) {
+      if (bs.shape.size() != 4) continue;
+      for (bool training : {true, false}) {
+        SCOPED_TRACE(fmt_name(bs.shape, bs.cl, dt) + (training ? " train" : " eval"));
+        const int64_t C = bs.shape[1];
+        Leaf x = leaf_fmt(rnd(bs.shape, dt, 1, 2.0, 0.5), bs.cl), r = leaf_fmt(rnd(bs.shape, dt, 7, 1.0), bs.cl);
+        Leaf w = leaf(rnd({C}, DType::F32, 2, 0.5, 1.0)), b = leaf(rnd({C}, DType::F32, 3, 0.5));
+        const Tensor rm = rnd({C}, DType::F32, 4, 0.5), rv = add(abs(rnd({C}, DType::F32, 5)), 0.5);
+        Tensor rmc = rm.clone(), rvc = rv.clone(), rmg = gpu(rm), rvg = gpu(rv);
+        Tensor yc = batch_norm_add_relu(x.cpu, r.cpu, rmc, rvc, w.cpu, b.cpu, training, 1.0, 1e-5);
+        Tensor yg = batch_norm_add_relu(x.cuda, r.cuda, rmg, rvg, w.cuda, b.cuda, training, 1.0, 1e-5);
+        EXPECT_CLOSE_TO_CPU(yg, yc, tol(dt));
+        EXPECT_EQ(nhwc(yg), bs.cl);
+        EXPECT_CLOSE_TO_CPU(rmg, rmc, 1e-5);
+        EXPECT_CLOSE_TO_CPU(rvg, rvc, 1e-5);
+        backward_random(yc, yg, 8);
+        for (const Leaf* l : {&x, &r, &w, &b}) {
+          EXPECT_CLOSE_TO_CPU(l->cuda.grad(), l->cpu.grad(), tol(dt));
+        }
+      }
+    }
+}
+
 // Only the parameters want gradients (dx undefined), in both modes and layouts.
 TEST(CudaNormPool, BatchNormParamsOnlyGradients) {
   REQUIRE_GPU();

@@ -101,6 +101,47 @@ TEST(CudaRows, LayerNormF64) {
   check_layer_norm(DType::F64, 33, true, true);
 }
 
+// add_layer_norm / add_rms_norm (the residual add fused into the norm), against the CPU: both
+// outputs and the gradients of x, the residual and the parameters from random upstream
+// gradients of both outputs. Widths reach every kernel: the warp forward and the fused backward
+// (<= 1024), the warp dx kernel (<= 2048), the block kernels (4097). `rdt`: the residual's dtype
+// (bf16 with an f32 x: autocast's residual stream plus a bf16 branch).
+void check_add_norm(DType dt, DType rdt, int64_t width, bool rms) {
+  SCOPED_TRACE(std::string(rms ? "add_rms_norm " : "add_layer_norm ") + name_of(dt, width) + " residual " +
+               dtype_name(rdt));
+  const int64_t rows = rows_for(width);
+  Leaf x = leaf(rnd({rows, width}, dt, 31, 2.0, 3.0)), r = leaf(rnd({rows, width}, rdt, 32));
+  Leaf w = leaf(rnd({width}, DType::F32, 33, 0.5, 1.0)), b = leaf(rnd({width}, DType::F32, 34, 0.5));
+  auto run = [&](bool cuda) {
+    auto pick = [&](const Leaf& t) { return cuda ? t.cuda : t.cpu; };
+    return rms ? add_rms_norm(pick(x), pick(r), {width}, pick(w))
+               : add_layer_norm(pick(x), pick(r), {width}, pick(w), pick(b));
+  };
+  const ResidualNorm oc = run(false), og = run(true);
+  EXPECT_EQ(og.sum.dtype(), dt);
+  EXPECT_CLOSE_TO_CPU(og.sum, oc.sum, tol(dt));
+  EXPECT_CLOSE_TO_CPU(og.normed, oc.normed, tol(dt));
+  const Tensor gs = rnd(oc.sum.shape(), dt, 35), gy = rnd(oc.normed.shape(), dt, 36);
+  autograd::backward({oc.sum, oc.normed}, {gs, gy});
+  autograd::backward({og.sum, og.normed}, {gpu(gs), gpu(gy)});
+  EXPECT_EQ(r.cuda.grad().dtype(), rdt);
+  EXPECT_CLOSE_TO_CPU(x.cuda.grad(), x.cpu.grad(), tol(dt));
+  EXPECT_CLOSE_TO_CPU(r.cuda.grad(), r.cpu.grad(), tol(rdt));
+  EXPECT_CLOSE_TO_CPU(w.cuda.grad(), w.cpu.grad(), tol(dt));
+  if (!rms) {
+    EXPECT_CLOSE_TO_CPU(b.cuda.grad(), b.cpu.grad(), tol(dt));
+  }
+}
+
+TEST(CudaRows, AddLayerNormAndAddRmsNorm) {
+  REQUIRE_GPU();
+  for (DType dt : kDtypes)
+    for (int64_t width : {7, 768, 1500, 4097})
+      for (bool rms : {false, true}) check_add_norm(dt, dt, width, rms);
+  for (DType rdt : {DType::BF16, DType::F16}) check_add_norm(DType::F32, rdt, 768, false);
+  check_add_norm(DType::F32, DType::BF16, 4097, true);
+}
+
 // bf16 input with f32 parameters (mixed precision): the kernels read the parameters in f32 and
 // the gradients come back in f32.
 TEST(CudaRows, LayerNormMixedDtypeParams) {

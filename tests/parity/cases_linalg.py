@@ -13,6 +13,22 @@ def make_case(dtype):
     return case
 
 
+def mlp(x, w1, b1, w2, b2):
+    return F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
+
+
+def mlp_rounded(low):
+    """The 16-bit MLP as kernels accumulating in f32 compute it (see f32_reference): each product
+    and the GELU in f32, each of the three results rounded once to `low` (generate.py hands f16
+    cases f32 tensors holding f16 values, so the rounding is written out here)."""
+    def fn(x, w1, b1, w2, b2):
+        f = lambda t: t.float()
+        pre = F.linear(f(x), f(w1), f(b1)).to(low)
+        h = F.gelu(f(pre), approximate="tanh").to(low)
+        return F.linear(f(h), f(w2), f(b2)).to(low)
+    return fn
+
+
 # name -> (shape of a, shape of b): one rank case of torch.matmul each.
 MATMUL = {
     "mm": ((5, 7), (7, 4)),
@@ -71,6 +87,16 @@ def cases():
         n = f"linear_1d_{dtype}"
         yield case(n, F.linear, {"input": randn(n, 7), "weight": randn(n + "w", 4, 7),
                                  "bias": randn(n + "b", 4)}, dtype=dtype)
+        # gelu_mlp: linear, tanh-GELU, linear as one op (GPT-2's MLP)
+        n = f"gelu_mlp_{dtype}"
+        low = {"bf16": torch.bfloat16, "f16": torch.float16}.get(dtype)
+        yield plain_case(n, mlp_rounded(low) if low else mlp,
+                         {"x": randn(n, 2, 5, 12), "w1": randn(n + "w1", 24, 12) * 0.5, "b1": randn(n + "b1", 24),
+                          "w2": randn(n + "w2", 7, 24) * 0.5, "b2": randn(n + "b2", 7)}, dtype=dtype)
+    n = "gelu_mlp_exact_nobias_f32"
+    yield make_case("f32")(n, lambda x, w1, w2: F.linear(F.gelu(F.linear(x, w1)), w2),
+                           {"x": randn(n, 9, 8), "w1": randn(n + "w1", 16, 8) * 0.5, "w2": randn(n + "w2", 5, 16) * 0.5},
+                           dtype="f32")
     case = make_case("bf16")
     # Long inner dimension in bf16 (oneDNN's blocked AVX512-BF16 kernel). Against the f32-computed
     # reference the default bf16 tolerance holds (rtol 2e-2 is ~5 bf16 ulps; both sides round one

@@ -73,8 +73,34 @@ def bn_inputs(n, shape, layout, affine=True, stats=True):
     return inputs
 
 
+def add_norm_fn(dt, shape, eps, rms=False):
+    """add_layer_norm / add_rms_norm: (x + r, rounded to the case's dtype as add() rounds it, and
+    its norm computed in f32 (f64 for f64) on that rounded sum)."""
+    low = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16, "f16": torch.float16}[dt]
+    ct = torch.float64 if dt == "f64" else torch.float32
+
+    def fn(x, r, w=None, b=None):
+        s = (x + r).to(low)
+        if rms:
+            y = rms_ref(s, w, tuple(range(-len(shape), 0)), eps)
+        else:
+            y = F.layer_norm(s.to(ct), shape, w.to(ct) if w is not None else None,
+                             b.to(ct) if b is not None else None, eps)
+        return s, y.to(low)
+    return fn
+
+
 def cases():
     for dt in DTYPES:
+        # x + r and its layer_norm / rms_norm (add_layer_norm, add_rms_norm): both outputs get gradients
+        n = f"add_layer_norm_{dt}"
+        yield case(n, add_norm_fn(dt, (40,), 1e-5),
+                   {"x": randn(n, 2, 3, 40) * 2 + 1, "r": randn(n + "r", 2, 3, 40), "w": randn(n + "w", 40),
+                    "b": randn(n + "b", 40)}, dtype=dt, params={"shape": [40]})
+        n = f"add_rms_norm_{dt}"
+        yield case(n, add_norm_fn(dt, (3, 7), 1e-6, rms=True),
+                   {"x": transposed(randn(n, 4, 3, 7)), "r": randn(n + "r", 4, 3, 7), "w": randn(n + "w", 3, 7)},
+                   dtype=dt, params={"shape": [3, 7]})
         # layer_norm over the last dim, with weight and bias
         n = f"layer_norm_{dt}_last"
         yield case(n, f32_compute(lambda x, w, b: F.layer_norm(x, (33,), w, b, 1e-5), dt),
@@ -125,6 +151,10 @@ def cases():
     yield case(n, lambda x, w, b: F.layer_norm(x, (515,), w, b, 1e-5),
                {"x": randn(n, 70, 515) * 3 + 1, "w": randn(n + "w", 515), "b": randn(n + "b", 515)},
                params={"shape": [515]})
+    # a residual that broadcasts (add() then layer_norm, not the fused kernel), no affine parameters
+    n = "add_layer_norm_f32_broadcast_residual"
+    yield case(n, add_norm_fn("f32", (12,), 1e-5), {"x": randn(n, 5, 12), "r": randn(n + "r", 12)},
+               params={"shape": [12]})
     # batch_norm: 3-d non-contiguous input, no affine, no running stats in training
     n = "batch_norm_f32_3d_transposed_train"
     yield case(n, bn_fn(True, 0.1), bn_inputs(n, (6, 4, 9), "transposed"), params={"training": True, "momentum": 0.1},

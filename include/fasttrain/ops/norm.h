@@ -10,6 +10,19 @@ namespace ft {
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(), double eps = 1e-6);
+
+// A pre-norm transformer's residual add and the norm after it, in one pass over the rows each
+// way: sum = x + residual (the residual stream, carried on) and normed = layer_norm(sum) (or
+// rms_norm). Both outputs take gradients; x and residual get the same one. Equal to add() then the
+// norm; a residual of another shape (broadcast) or dtype goes through exactly those two ops.
+struct ResidualNorm {
+  Tensor sum;
+  Tensor normed;
+};
+ResidualNorm add_layer_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                            const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), double eps = 1e-5);
+ResidualNorm add_rms_norm(const Tensor& x, const Tensor& residual, const Shape& normalized_shape,
+                          const Tensor& weight = Tensor(), double eps = 1e-6);
 // x [N, C, ...] (channels-last 4-d inputs stay channels-last). In training mode uses batch
 // statistics and updates running_mean/var in place (unbiased variance, PyTorch's momentum rule);
 // in eval mode uses the running statistics. running_* may be undefined in training mode.

@@ -15,6 +15,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "backend/composed.h"
 #include "backend/cpu/copy.h"
 #include "backend/cpu/gemm_half.h"
 #include "backend/cpu/isa.h"
@@ -434,6 +435,16 @@ void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, con
   const backend::Kernels& k = backend::kernels(gw);
   k.matmul(gy.t(), x, gw, false, Tensor());
   if (gb.defined()) k.sum(gy, {true, false}, 1.0, gb);
+}
+
+void linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, math::UnaryOp gelu, const Tensor& pre,
+                 const Tensor& y) {
+  backend::composed::linear_gelu(x, w, b, gelu, pre, y);
+}
+
+void matmul_gelu_backward(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu, const Tensor& dpre,
+                          const Tensor& db) {
+  backend::composed::matmul_gelu_backward(gy, w, pre, gelu, dpre, db);
 }
 
 }  // namespace ft::cpu

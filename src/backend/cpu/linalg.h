@@ -26,6 +26,7 @@
 //   rounding after every batch would lose accuracy. Below AVX-512, bf16 takes oneDNN unless
 //   OpenBLAS runs its AVX-512 kernels, and f16 converts to f32 and uses sgemm.
 #pragma once
+#include "backend/elementwise_math.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
@@ -76,6 +77,12 @@ void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool a
 // linear's weight and bias gradients: the table's matmul (the variant chosen for this CPU) for
 // gw = gy^T x, then the column sums of gy for gb (if defined).
 void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb);
+// The MLP fusions (kernel_list.h), composed from the table's matmul, unary and sum: the CPU has no
+// faster form (the GELU's pass is a small part of a CPU step).
+void linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, math::UnaryOp gelu, const Tensor& pre,
+                 const Tensor& y);
+void matmul_gelu_backward(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu, const Tensor& dpre,
+                          const Tensor& db);
 
 // The paths, same contract as matmul, exposed so tests and benchmarks can compare them.
 // matmul_onednn (bf16, f16 or f32, all three tensors alike) returns false when oneDNN declines

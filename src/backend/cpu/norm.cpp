@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/half_tiles.h"
+#include "backend/kernel_params.h"
 #include "fasttrain/parallel.h"
 
 namespace ft::cpu {
@@ -90,12 +92,14 @@ std::vector<C> feature_vector(const Tensor& t, int64_t n, C fill) {
 // ---------------------------------------------------------------------------------------------
 // layer_norm / rms_norm
 
-template <class T>
-void row_norm_forward_impl(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
-                           const Tensor& mean_t, const Tensor& rstd_t) {
+template <class T, class R>
+void row_norm_forward_impl(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps,
+                           bool rms, const Tensor& sum, const Tensor& y, const Tensor& mean_t, const Tensor& rstd_t) {
   using C = compute_t<T>;
   const int64_t N = x.size(-1), M = N ? x.numel() / N : 0;
   const T* xp = x.data<T>();
+  const R* rp = residual.defined() ? residual.data<R>() : nullptr;
+  T* sp = residual.defined() ? sum.data<T>() : nullptr;
   T* yp = y.data<T>();
   C* meanp = rms ? nullptr : mean_t.data<C>();
   C* rstdp = rstd_t.data<C>();
@@ -108,6 +112,12 @@ void row_norm_forward_impl(const Tensor& x, const Tensor& w, const Tensor& b, do
     for (int64_t m = m0; m < m1; ++m) {
       const T* xr = xp + m * N;
       T* yr = yp + m * N;
+      if (rp) {  // the fused residual add: the row's sum, rounded as add() rounds it, is what is normalised
+        const R* rr = rp + m * N;
+        T* sr = sp + m * N;
+        store_run(sr, N, [&](int64_t i) { return static_cast<C>(xr[i]) + static_cast<C>(rr[i]); });
+        xr = sr;
+      }
       const C mu = rms ? C(0) : dense_sum<T, C>(xr, N) * inv_n;
       const C var = dense_sq_dev<T, C>(xr, N, mu) * inv_n;
       const C rs = C(1) / std::sqrt(var + ceps);
@@ -119,12 +129,14 @@ void row_norm_forward_impl(const Tensor& x, const Tensor& w, const Tensor& b, do
 }
 
 template <class T>
-void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mean_t, const Tensor& rstd_t,
-                            const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void row_norm_backward_impl(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& mean_t,
+                            const Tensor& rstd_t, const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw,
+                            const Tensor& db) {
   using C = compute_t<T>;
   const int64_t N = x.size(-1), M = N ? x.numel() / N : 0;
   const T* xp = x.data<T>();
   const T* dyp = dy.data<T>();
+  const T* dsp = dsum.defined() ? dsum.data<T>() : nullptr;
   T* dxp = dx.defined() ? dx.data<T>() : nullptr;
   const C* meanp = rms ? nullptr : mean_t.data<C>();
   const C* rstdp = rstd_t.data<C>();
@@ -168,10 +180,16 @@ void row_norm_backward_impl(const Tensor& dy, const Tensor& x, const Tensor& mea
       }
       const C mg = rms ? C(0) : a1 * inv_n, mgx = a2 * inv_n;
       T* dxr = dxp + m * N;
-      store_run(dxr, N, [&](int64_t k) {
+      auto dx_norm = [&](int64_t k) {
         const C xhat = (static_cast<C>(xr[k]) - mu) * rs;
         return rs * (static_cast<C>(dyr[k]) * wp[k] - mg - xhat * mgx);
-      });
+      };
+      if (dsp) {  // the fused residual add's gradient joins before the one rounding
+        const T* dsr = dsp + m * N;
+        store_run(dxr, N, [&](int64_t k) { return dx_norm(k) + static_cast<C>(dsr[k]); });
+      } else {
+        store_run(dxr, N, dx_norm);
+      }
     }
   });
   if (need_dw) combine_partials(pw, nb, N, dw.data<C>());
@@ -601,16 +619,31 @@ void batch_norm_backward_impl(const Tensor& dy, const Tensor& x, const BatchNorm
 
 }  // namespace
 
-void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
-                      const Tensor& mean, const Tensor& rstd) {
-  FT_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm",
-                       [&] { row_norm_forward_impl<scalar_t>(x, w, b, eps, rms, y, mean, rstd); });
+void row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps, bool rms,
+                      const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const char* op = rms ? "rms_norm" : "layer_norm";
+  FT_DISPATCH_FLOATING(x.dtype(), op, [&] {
+    using T = scalar_t;
+    if (!residual.defined() || residual.dtype() == x.dtype()) {
+      row_norm_forward_impl<T, T>(x, residual, w, b, eps, rms, sum, y, mean, rstd);
+    } else if constexpr (std::is_same_v<T, float>) {  // f32 plus a bf16/f16 branch (autocast)
+      FT_CHECK(backend::row_norm_residual_ok(x.dtype(), residual.dtype()), op, ": a residual of dtype ",
+               dtype_name(residual.dtype()), " for an f32 input (expected f32, bf16 or f16)");
+      if (residual.dtype() == DType::BF16)
+        row_norm_forward_impl<T, ::ft::bf16>(x, residual, w, b, eps, rms, sum, y, mean, rstd);
+      else
+        row_norm_forward_impl<T, ::ft::f16>(x, residual, w, b, eps, rms, sum, y, mean, rstd);
+    } else {
+      FT_FAIL(op, ": a residual of dtype ", dtype_name(residual.dtype()), " for an input of dtype ",
+              dtype_name(x.dtype()), " (expected the input's dtype, or bf16/f16 for an f32 input)");
+    }
+  });
 }
 
-void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
-                       bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void row_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   FT_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm",
-                       [&] { row_norm_backward_impl<scalar_t>(dy, x, mean, rstd, w, rms, dx, dw, db); });
+                       [&] { row_norm_backward_impl<scalar_t>(dy, dsum, x, mean, rstd, w, rms, dx, dw, db); });
 }
 
 void batch_norm_update(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,

@@ -35,13 +35,16 @@ namespace ft::cpu {
 // --- layer_norm / rms_norm ---
 // x: dense [M, N] of any floating dtype. w, b: undefined or dense [N] of the compute dtype.
 // Writes y (dense, x's dtype), and mean/rstd (dense [M], compute dtype; mean is untouched for
-// rms). rms: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps).
-void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
-                      const Tensor& mean, const Tensor& rstd);
-// dy, x: dense [M, N]. Any of dx/dw/db may be undefined (not needed). dw, db: dense [N],
-// compute dtype. dx: dense, x's dtype.
-void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
-                       bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db);
+// rms). rms: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps). With `residual` defined (dense,
+// x's shape and dtype) the row normalised is sum = x + residual, rounded to x's dtype and written
+// to `sum` (a transformer's residual add fused into the norm that follows it).
+void row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps, bool rms,
+                      const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+// dy, x: dense [M, N] (x: what was normalised, the sum when fused). Any of dx/dw/db may be
+// undefined (not needed). dw, db: dense [N], compute dtype. dx: dense, x's dtype; dsum, when
+// defined (the gradient reaching the fused sum directly), is added to it before it is rounded.
+void row_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
 using backend::BatchNormLayout;
 // Per-channel batch mean and biased variance (compute dtype [C]).

@@ -456,7 +456,7 @@ __global__ void bn_affine_kernel(const A* __restrict__ mean, const A* __restrict
 template <class T, int V, bool Relu>
 __global__ void __launch_bounds__(kThreads, kElementwiseBlocks)
     bn_apply_planes_kernel(const T* __restrict__ x, int64_t units, int64_t C, FastDiv per_run, FastDiv per_c,
-                           const Coef<acc_t<T>>* __restrict__ coef, T* __restrict__ y) {
+                           const Coef<acc_t<T>>* __restrict__ coef, const T* __restrict__ res, T* __restrict__ y) {
   using A = acc_t<T>;
   constexpr int U = unroll_for<T, V>();
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * U + threadIdx.x; base < units;
@@ -478,8 +478,15 @@ __global__ void __launch_bounds__(kThreads, kElementwiseBlocks)
       if (j >= units) continue;
       const A sc = coef[ch[u]].scale, sh = coef[ch[u]].shift;
       Pack<T, V> out;
+      if (res) {  // batch_norm_add_relu: the block's residual joins before the ReLU, one rounding
+        const Pack<T, V> rv = load_pack<T, V>(res + j * V);
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = convert<T>(activate<Relu>(bn_value(convert<A>(xv[u].v[k]), sc, sh)));
+        for (int k = 0; k < V; ++k)
+          out.v[k] = convert<T>(activate<Relu>(bn_value(convert<A>(xv[u].v[k]), sc, sh) + convert<A>(rv.v[k])));
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) out.v[k] = convert<T>(activate<Relu>(bn_value(convert<A>(xv[u].v[k]), sc, sh)));
+      }
       store_pack<T, V>(y + j * V, out);
     }
   }
@@ -490,7 +497,7 @@ template <class T, int V, bool Relu>
 __global__ void __launch_bounds__(kThreads, kElementwiseBlocks)
     bn_apply_rows_kernel(const T* __restrict__ x, int64_t M, int64_t C, const acc_t<T>* __restrict__ mean,
                          const acc_t<T>* __restrict__ invstd, const acc_t<T>* __restrict__ w,
-                         const acc_t<T>* __restrict__ b, T* __restrict__ y) {
+                         const acc_t<T>* __restrict__ b, const T* __restrict__ res, T* __restrict__ y) {
   using A = acc_t<T>;
   constexpr int U = unroll_for<T, V>();
   const int64_t cv = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -509,8 +516,16 @@ __global__ void __launch_bounds__(kThreads, kElementwiseBlocks)
     for (int u = 0; u < U; ++u) {
       if (r + u * ry >= M) continue;
       Pack<T, V> out;
+      if (res) {  // as in bn_apply_planes_kernel
+        const Pack<T, V> rv = load_pack<T, V>(res + (r + u * ry) * C + cv * V);
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = convert<T>(activate<Relu>(bn_value(convert<A>(xv[u].v[k]), sc[k], sh[k])));
+        for (int k = 0; k < V; ++k)
+          out.v[k] = convert<T>(activate<Relu>(bn_value(convert<A>(xv[u].v[k]), sc[k], sh[k]) + convert<A>(rv.v[k])));
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k)
+          out.v[k] = convert<T>(activate<Relu>(bn_value(convert<A>(xv[u].v[k]), sc[k], sh[k])));
+      }
       store_pack<T, V>(y + (r + u * ry) * C + cv * V, out);
     }
   }
@@ -773,11 +788,15 @@ void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& m
   });
 }
 
-void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
-                      const Tensor& w, const Tensor& b, const Tensor& y) {
+namespace {
+
+// batch_norm_apply, and with `residual` defined batch_norm_add_relu (the ReLU then always on).
+void apply_batch_norm(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
   const int64_t C = L.C, M = L.N * L.S;
   if (C == 0 || M == 0) return;
   cudaStream_t stream = stream_for(x);
+  const bool relu = L.relu || residual.defined();
   FT_CUDA_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     using T = scalar_t;
     using A = acc_t<T>;
@@ -785,7 +804,10 @@ void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& m
     const A* isp = cptr<A>(invstd);
     const A* wp = opt_ptr<A>(w);
     const A* bp = opt_ptr<A>(b);
-    with_width<T>(elementwise_width<T>(L, {&x, &y}), [&](auto vc) {
+    const T* rp = residual.defined() ? cptr<T>(residual) : nullptr;
+    const int width =
+        residual.defined() ? elementwise_width<T>(L, {&x, &y, &residual}) : elementwise_width<T>(L, {&x, &y});
+    with_width<T>(width, [&](auto vc) {
       constexpr int V = decltype(vc)::value;
       constexpr int U = unroll_for<T, V>();
       if (!L.rows) {
@@ -794,17 +816,30 @@ void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& m
         bn_affine_kernel<A><<<flat_grid(C, kThreads), kThreads, 0, stream>>>(meanp, isp, wp, bp, C, coef);
         check_launch("batch_norm_apply");
         const int64_t units = M * C / V;
-        auto kernel = L.relu ? bn_apply_planes_kernel<T, V, true> : bn_apply_planes_kernel<T, V, false>;
+        auto kernel = relu ? bn_apply_planes_kernel<T, V, true> : bn_apply_planes_kernel<T, V, false>;
         kernel<<<flat_grid(units, kThreads * U), kThreads, 0, stream>>>(cptr<T>(x), units, C, FastDiv(L.S / V),
-                                                                        FastDiv(C), coef, mptr<T>(y));
+                                                                        FastDiv(C), coef, rp, mptr<T>(y));
       } else {
         const RowGeom g = row_geom(C / V);
-        auto kernel = L.relu ? bn_apply_rows_kernel<T, V, true> : bn_apply_rows_kernel<T, V, false>;
-        kernel<<<row_grid(g, M, U), dim3(g.cx, g.ry), 0, stream>>>(cptr<T>(x), M, C, meanp, isp, wp, bp, mptr<T>(y));
+        auto kernel = relu ? bn_apply_rows_kernel<T, V, true> : bn_apply_rows_kernel<T, V, false>;
+        kernel<<<row_grid(g, M, U), dim3(g.cx, g.ry), 0, stream>>>(cptr<T>(x), M, C, meanp, isp, wp, bp, rp,
+                                                                   mptr<T>(y));
       }
       check_launch("batch_norm_apply");
     });
   });
+}
+
+}  // namespace
+
+void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& w, const Tensor& b, const Tensor& y) {
+  apply_batch_norm(x, L, mean, invstd, w, b, Tensor(), y);
+}
+
+void batch_norm_add_relu(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y) {
+  apply_batch_norm(x, L, mean, invstd, w, b, residual, y);
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,

@@ -11,12 +11,13 @@
   /* reductions and indexing (reduce.cu, indexing.cu) */                                              \
   X(sum) X(var) X(max_dim) X(max_all) X(max_dim_backward)                                             \
   X(cat) X(check_index_range) X(index_select) X(index_add) X(gather) X(scatter_add)                   \
-  /* matrix products (matmul.cpp: cuBLASLt) */                                                        \
-  X(matmul) X(linear_weight_grad)                                                                     \
+  /* matrix products (matmul.cpp: cuBLASLt), with the MLP's GELU epilogues */                          \
+  X(matmul) X(linear_weight_grad) X(linear_gelu) X(matmul_gelu_backward)                              \
   /* convolutions (conv.cpp: cuDNN) */                                                                \
   X(conv2d_forward) X(conv2d_backward_data) X(conv2d_backward_weight)                                 \
   /* BatchNorm (batch_norm.cu) and pooling (pool.cu) */                                               \
   X(batch_norm_stats) X(batch_norm_update) X(batch_norm_apply) X(batch_norm_backward)                \
+  X(batch_norm_add_relu)                                                                              \
   X(max_pool2d_forward) X(max_pool2d_backward) X(avg_pool2d_forward) X(avg_pool2d_backward)           \
   X(adaptive_avg_pool2d_forward) X(adaptive_avg_pool2d_backward)                                      \
   /* rows: norms, softmax, cross-entropy (rows.cu); attention (attention.cu) */                       \

@@ -19,6 +19,7 @@ using backend::PoolParams;
   name##_fn name;
 FT_KERNELS(FT_CUDA_DECLARE)
 FT_KERNELS_OPTIM(FT_CUDA_DECLARE)
+FT_KERNELS_FUSED(FT_CUDA_DECLARE)  // those kernels.cpp lists are defined; the others stay undefined
 #undef FT_CUDA_DECLARE
 
 // The table, built once (runtime.cu registers it with the core).

@@ -24,6 +24,7 @@
 #include <string>
 #include <tuple>
 
+#include "backend/composed.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/matrix_layout.h"
@@ -86,8 +87,31 @@ uint32_t alignment(const void* p) {
 }
 
 // What the epilogue adds: nothing, the bias (added to every row of our output), or the bias
-// gradient (the sums over k of cuBLASLt's B, our a's columns: linear's db beside its dW).
-enum class Epilogue : uint8_t { None, Bias, BiasGradB };
+// gradient (the sums over k of cuBLASLt's B, our a's columns: linear's db beside its dW); the
+// GELU (tanh form) of the output, its input kept in the aux matrix (GeluAux*); or the output times
+// GELU's derivative at the aux matrix, with its column sums as the bias gradient (DGelu*).
+enum class Epilogue : uint8_t { None, Bias, BiasGradB, GeluAux, GeluAuxBias, DGelu, DGeluBGrad };
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::BiasGradB: return CUBLASLT_EPILOGUE_BGRADB;
+    case Epilogue::GeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::GeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::DGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+bool uses_bias(Epilogue e) {
+  return e == Epilogue::Bias || e == Epilogue::BiasGradB || e == Epilogue::GeluAuxBias || e == Epilogue::DGeluBGrad;
+}
+bool uses_aux(Epilogue e) {
+  return e == Epilogue::GeluAux || e == Epilogue::GeluAuxBias || e == Epilogue::DGelu || e == Epilogue::DGeluBGrad;
+}
+// An epilogue the caller can do without (by unfused kernels) when cuBLASLt has no algorithm for it.
+bool optional_fusion(Epilogue e) { return e != Epilogue::None && e != Epilogue::Bias; }
 
 // One problem as cuBLASLt sees it (column-major, its A = our b, its B = our a).
 struct Problem {
@@ -99,10 +123,10 @@ struct Problem {
   int64_t batch;
   int64_t stride_a, stride_b, stride_c;
   Epilogue epilogue;
-  uint32_t align_a, align_b, align_c, align_bias;
+  uint32_t align_a, align_b, align_c, align_bias, align_aux;
   auto tie() const {
     return std::tie(dtype, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c,
-                    epilogue, align_a, align_b, align_c, align_bias);
+                    epilogue, align_a, align_b, align_c, align_bias, align_aux);
   }
   bool operator<(const Problem& o) const { return tie() < o.tie(); }
 };
@@ -148,12 +172,19 @@ const Plan& plan_for(const Problem& p, int device) {
   check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
   check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
   if (p.epilogue != Epilogue::None) {
-    const cublasLtEpilogue_t epi = p.epilogue == Epilogue::Bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
+    const cublasLtEpilogue_t epi = lt_epilogue(p.epilogue);
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+  }
+  if (uses_bias(p.epilogue)) {
     const cudaDataType_t bias_type = type;
     check_lt(
         cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
         "bias type");
+  }
+  if (uses_aux(p.epilogue)) {  // the aux matrix is shaped and laid out as the output
+    const int64_t aux_ld = p.ldc;
+    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+             "aux leading dimension");
   }
   // Stored shapes, before op(): op(A) is m x k, op(B) is k x n.
   plan.a = p.trans_a ? layout(type, p.k, p.m, p.lda, p.batch, p.stride_a)
@@ -180,7 +211,7 @@ const Plan& plan_for(const Problem& p, int device) {
                                                            plan.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   // A fused epilogue the library cannot do here is not an error: the caller falls back.
-  if (p.epilogue != Epilogue::BiasGradB || (st == CUBLAS_STATUS_SUCCESS && found > 0)) {
+  if (!optional_fusion(p.epilogue) || (st == CUBLAS_STATUS_SUCCESS && found > 0)) {
     check_lt(st, "heuristic");
     FT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.n, ", ", p.k, "] x [",
              p.k, ", ", p.m, "] (batch ", p.batch, ")");
@@ -191,19 +222,22 @@ const Plan& plan_for(const Problem& p, int device) {
 }
 
 // One cuBLASLt call: `batch` products at the given element strides.
-void run(const Problem& p, const void* a, const void* b, void* c, const void* bias, bool accumulate, const Tensor& on) {
+void run(const Problem& p, const void* a, const void* b, void* c, const void* bias, bool accumulate, const Tensor& on,
+         const void* aux = nullptr) {
   const int device = on.device().index;
   const cudaStream_t stream = static_cast<cudaStream_t>(current_stream(on.device()).handle);
   check(cudaSetDevice(device), "matmul: set device");
   const Plan& plan = plan_for(p, device);
-  // The bias pointer is an attribute of the cached descriptor: set and use it under one lock.
-  static std::mutex bias_mu;
-  std::unique_lock<std::mutex> lock(bias_mu, std::defer_lock);
-  const bool with_bias = p.epilogue != Epilogue::None;
-  if (with_bias) lock.lock();
-  if (with_bias)
+  // The bias and aux pointers are attributes of the cached descriptor: set and use them under one lock.
+  static std::mutex pointer_mu;
+  std::unique_lock<std::mutex> lock(pointer_mu, std::defer_lock);
+  if (p.epilogue != Epilogue::None) lock.lock();
+  if (uses_bias(p.epilogue))
     check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
+  if (uses_aux(p.epilogue))
+    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
+             "aux pointer");
   const double alpha64 = 1, beta64 = accumulate ? 1 : 0;
   const float alpha32 = 1, beta32 = accumulate ? 1 : 0;
   const bool f64 = p.dtype == DType::F64;
@@ -342,6 +376,66 @@ void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, con
   }
   matmul(a, x, gw, false, Tensor());
   if (gb.defined()) sum(gy, {true, false}, 1.0, gb);
+}
+
+namespace {
+
+// Which GELU products take cuBLASLt's epilogue: FT_CUDA_GELU_EPILOGUE=forward|on|off|backward
+// (the benchmark's A/B). Default forward: on an H200 gpt2-124m's step was faster with
+// GELU_AUX_BIAS in the forward but slower with DGELU_BGRAD in the backward than with the plain
+// product and the elementwise kernels there (docs/PERF.md, sixteenth session).
+bool gelu_epilogue_enabled(bool forward) {
+  static const std::string mode = [] {
+    const char* v = std::getenv("FT_CUDA_GELU_EPILOGUE");
+    return std::string(v != nullptr ? v : "forward");
+  }();
+  return mode == "on" || mode == (forward ? "forward" : "backward");
+}
+
+// The MLP's GELU products (linear_gelu, matmul_gelu_backward) in one cuBLASLt call each:
+// out[R, N] = a[R, K] b[K, N] with `epilogue` reading or writing aux (dense [R, N], out's twin)
+// and `bias` ([N]: added, or the bias gradient written). False when the fused form does not apply
+// (f32/f64: cuBLASLt does not say how precisely its epilogue evaluates tanh, and only 16-bit
+// results were measured against the CPU's; exact GELU; layouts or alignments cuBLASLt's aux
+// matrix does not take; switched off by gelu_epilogue_enabled), and the caller composes.
+bool gelu_product(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& aux, const Tensor& bias,
+                  math::UnaryOp gelu, Epilogue epilogue) {
+  const bool forward = epilogue == Epilogue::GeluAux || epilogue == Epilogue::GeluAuxBias;
+  const DType dt = out.dtype();
+  if (!gelu_epilogue_enabled(forward) || gelu != math::UnaryOp::GeluTanh || (dt != DType::BF16 && dt != DType::F16))
+    return false;
+  const int64_t R = out.size(0), N = out.size(1), K = a.size(1);
+  backend::MatLayout la, lb, lc;
+  const bool dense = backend::matrix_layout(a, la) && backend::matrix_layout(b, lb) &&
+                     backend::matrix_layout(out, lc) && !lc.trans && lc.ld == N && aux.is_contiguous() &&
+                     (!bias.defined() || (bias.is_contiguous() && bias.dtype() == dt));
+  if (!dense || R == 0 || K == 0 || N % 8 != 0 || alignment(aux.raw_data()) < 16) return false;
+  Problem p = problem_for(dt, la, lb, lc, R, N, K, epilogue);
+  p.batch = 1;
+  p.align_a = alignment(b.raw_data());
+  p.align_b = alignment(a.raw_data());
+  p.align_c = alignment(out.raw_data());
+  p.align_bias = bias.defined() ? alignment(bias.raw_data()) : 0;
+  p.align_aux = alignment(aux.raw_data());
+  check(cudaSetDevice(out.device().index), "gelu epilogue: set device");
+  if (!plan_for(p, out.device().index).found) return false;
+  run(p, b.raw_data(), a.raw_data(), out.raw_data(), bias.defined() ? bias.raw_data() : nullptr, false, out,
+      aux.raw_data());
+  return true;
+}
+
+}  // namespace
+
+void linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, math::UnaryOp gelu, const Tensor& pre,
+                 const Tensor& y) {
+  if (!gelu_product(x, w.t(), y, pre, b, gelu, b.defined() ? Epilogue::GeluAuxBias : Epilogue::GeluAux))
+    backend::composed::linear_gelu(x, w, b, gelu, pre, y);
+}
+
+void matmul_gelu_backward(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu, const Tensor& dpre,
+                          const Tensor& db) {
+  if (!gelu_product(gy, w, dpre, pre, db, gelu, db.defined() ? Epilogue::DGeluBGrad : Epilogue::DGelu))
+    backend::composed::matmul_gelu_backward(gy, w, pre, gelu, dpre, db);
 }
 
 }  // namespace ft::cuda

@@ -194,17 +194,26 @@ __device__ __forceinline__ void block_merge(A& m, A& s, A* bm, A* bs) {
 // ---------------------------------------------------------------------------------------------
 // layer_norm / rms_norm
 
-template <class T>
+// ADD: the row normalised is sum = x + res, rounded to T and written to `sum` first; each thread
+// then reads back only the elements it wrote, so no barrier is needed.
+template <class T, class R, bool ADD>
 __global__ void __launch_bounds__(kRowThreads)
-    row_norm_forward_kernel(const T* __restrict__ x, const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
-                            acc_t<T> eps, bool rms, int64_t M, int64_t N, T* __restrict__ y,
-                            acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd) {
+    row_norm_forward_kernel(const T* __restrict__ x, const R* __restrict__ res, T* __restrict__ sum,
+                            const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b, acc_t<T> eps, bool rms,
+                            int64_t M, int64_t N, T* __restrict__ y, acc_t<T>* __restrict__ mean,
+                            acc_t<T>* __restrict__ rstd) {
   using A = acc_t<T>;
   __shared__ A buf[kMaxWarps];
   const A inv_n = A(1) / static_cast<A>(N);
   for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
     const T* xr = x + row * N;
     T* yr = y + row * N;
+    if constexpr (ADD) {
+      T* sr = sum + row * N;
+      for (int64_t i = threadIdx.x; i < N; i += blockDim.x)
+        sr[i] = convert<T>(static_cast<A>(load(xr + i)) + static_cast<A>(load(res + row * N + i)));
+      xr = sr;
+    }
     A mu = 0;
     if (!rms) {
       A s = 0;
@@ -232,9 +241,9 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <class T>
 __global__ void __launch_bounds__(kRowThreads)
-    row_norm_backward_dx_kernel(const T* __restrict__ dy, const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
-                                const acc_t<T>* __restrict__ rstd, const acc_t<T>* __restrict__ w, bool rms, int64_t M,
-                                int64_t N, T* __restrict__ dx) {
+    row_norm_backward_dx_kernel(const T* __restrict__ dy, const T* __restrict__ ds, const T* __restrict__ x,
+                                const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
+                                const acc_t<T>* __restrict__ w, bool rms, int64_t M, int64_t N, T* __restrict__ dx) {
   using A = acc_t<T>;
   __shared__ A buf[2 * kMaxWarps];
   const A inv_n = A(1) / static_cast<A>(N);
@@ -255,7 +264,8 @@ __global__ void __launch_bounds__(kRowThreads)
     T* dxr = dx + row * N;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
       const A xhat = (load(xr + i) - mu) * rs;
-      dxr[i] = convert<T>(rs * (mul_rn(load(dyr + i), w ? w[i] : A(1)) - mg - mul_rn(xhat, mgx)));
+      const A v = rs * (mul_rn(load(dyr + i), w ? w[i] : A(1)) - mg - mul_rn(xhat, mgx));
+      dxr[i] = convert<T>(ds ? v + load(ds + row * N + i) : v);  // + the fused sum's own gradient
     }
   }
 }
@@ -266,11 +276,12 @@ __global__ void __launch_bounds__(kRowThreads)
 constexpr int64_t kWarpRowMax = 2048;
 constexpr int kWarpRowsPerBlock = 8;
 
-template <class T>
+template <class T, class R, bool ADD>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
-    row_norm_forward_warp_kernel(const T* __restrict__ x, const acc_t<T>* __restrict__ w,
-                                 const acc_t<T>* __restrict__ b, acc_t<T> eps, bool rms, int64_t M, int64_t N,
-                                 T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd) {
+    row_norm_forward_warp_kernel(const T* __restrict__ x, const R* __restrict__ res, T* __restrict__ sum,
+                                 const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b, acc_t<T> eps, bool rms,
+                                 int64_t M, int64_t N, T* __restrict__ y, acc_t<T>* __restrict__ mean,
+                                 acc_t<T>* __restrict__ rstd) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const A inv_n = A(1) / static_cast<A>(N);
@@ -278,6 +289,12 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5); row < M; row += warps) {
     const T* xr = x + row * N;
     T* yr = y + row * N;
+    if constexpr (ADD) {  // as in row_norm_forward_kernel
+      T* sr = sum + row * N;
+      for (int64_t i = lane; i < N; i += 32)
+        sr[i] = convert<T>(static_cast<A>(load(xr + i)) + static_cast<A>(load(res + row * N + i)));
+      xr = sr;
+    }
     A mu = 0;
     if (!rms) {
       A s = 0;
@@ -303,7 +320,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
 
 template <class T>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
-    row_norm_backward_dx_warp_kernel(const T* __restrict__ dy, const T* __restrict__ x,
+    row_norm_backward_dx_warp_kernel(const T* __restrict__ dy, const T* __restrict__ ds, const T* __restrict__ x,
                                      const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
                                      const acc_t<T>* __restrict__ w, bool rms, int64_t M, int64_t N,
                                      T* __restrict__ dx) {
@@ -328,7 +345,8 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     T* dxr = dx + row * N;
     for (int64_t i = lane; i < N; i += 32) {
       const A xhat = (load(xr + i) - mu) * rs;
-      dxr[i] = convert<T>(rs * (mul_rn(load(dyr + i), w ? w[i] : A(1)) - mg - mul_rn(xhat, mgx)));
+      const A v = rs * (mul_rn(load(dyr + i), w ? w[i] : A(1)) - mg - mul_rn(xhat, mgx));
+      dxr[i] = convert<T>(ds ? v + load(ds + row * N + i) : v);
     }
   }
 }
@@ -347,10 +365,10 @@ constexpr int64_t kFusedMinRowsPerGroup = 4;
 
 template <class T, int CPL>  // CPL: columns per lane, N <= 32 * CPL
 __global__ void __launch_bounds__(32 * kFusedWarpsPerBlock)
-    row_norm_backward_fused_kernel(const T* __restrict__ dy, const T* __restrict__ x, const acc_t<T>* __restrict__ mean,
-                                   const acc_t<T>* __restrict__ rstd, const acc_t<T>* __restrict__ w, bool rms,
-                                   int64_t M, int64_t N, int64_t groups, T* __restrict__ dx, acc_t<T>* __restrict__ pw,
-                                   acc_t<T>* __restrict__ pb) {
+    row_norm_backward_fused_kernel(const T* __restrict__ dy, const T* __restrict__ ds, const T* __restrict__ x,
+                                   const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
+                                   const acc_t<T>* __restrict__ w, bool rms, int64_t M, int64_t N, int64_t groups,
+                                   T* __restrict__ dx, acc_t<T>* __restrict__ pw, acc_t<T>* __restrict__ pb) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kFusedWarpsPerBlock + (threadIdx.x >> 5);
@@ -392,7 +410,9 @@ __global__ void __launch_bounds__(32 * kFusedWarpsPerBlock)
 #pragma unroll
       for (int j = 0; j < CPL; ++j) {
         const int64_t c = lane + 32 * j;
-        if (c < N) dxr[c] = convert<T>(rs * (mul_rn(d[j], wv[j]) - mg - mul_rn(xh[j], mgx)));
+        if (c >= N) continue;
+        const A v = rs * (mul_rn(d[j], wv[j]) - mg - mul_rn(xh[j], mgx));
+        dxr[c] = convert<T>(ds ? v + load(ds + row * N + c) : v);
       }
     }
   }
@@ -698,22 +718,51 @@ __global__ void ce_backward_cols_kernel(const T* __restrict__ x, const int64_t* 
 // ---------------------------------------------------------------------------------------------
 // entries
 
-void row_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, bool rms, const Tensor& y,
-                      const Tensor& mean, const Tensor& rstd) {
+namespace {
+
+template <class T, class R, bool ADD>
+void launch_row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps,
+                             bool rms, const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                             int64_t M, int64_t N, cudaStream_t stream) {
+  using A = acc_t<T>;
+  const R* res = ADD ? cptr<R>(residual) : nullptr;
+  T* sump = ADD ? mptr<T>(sum) : nullptr;
+  if (N <= kWarpRowMax)
+    row_norm_forward_warp_kernel<T, R, ADD><<<warp_row_grid(M), 32 * kWarpRowsPerBlock, 0, stream>>>(
+        cptr<T>(x), res, sump, opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N, mptr<T>(y),
+        rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
+  else
+    row_norm_forward_kernel<T, R, ADD><<<row_grid(M), row_threads(N), 0, stream>>>(
+        cptr<T>(x), res, sump, opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N, mptr<T>(y),
+        rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
+  check_launch("row_norm_forward");
+}
+
+}  // namespace
+
+void row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps, bool rms,
+                      const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t N = x.size(-1), M = N ? x.numel() / N : 0;
   if (M == 0) return;
   cudaStream_t stream = stream_for(x);
-  FT_CUDA_DISPATCH_FLOATING(x.dtype(), rms ? "rms_norm" : "layer_norm", [&] {
-    using A = acc_t<scalar_t>;
-    if (N <= kWarpRowMax)
-      row_norm_forward_warp_kernel<scalar_t><<<warp_row_grid(M), 32 * kWarpRowsPerBlock, 0, stream>>>(
-          cptr<scalar_t>(x), opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N,
-          mptr<scalar_t>(y), rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
-    else
-      row_norm_forward_kernel<scalar_t><<<row_grid(M), row_threads(N), 0, stream>>>(
-          cptr<scalar_t>(x), opt_ptr<const A>(w), opt_ptr<const A>(b), static_cast<A>(eps), rms, M, N,
-          mptr<scalar_t>(y), rms ? nullptr : mptr<A>(mean), mptr<A>(rstd));
-    check_launch("row_norm_forward");
+  const char* op = rms ? "rms_norm" : "layer_norm";
+  FT_CUDA_DISPATCH_FLOATING(x.dtype(), op, [&] {
+    using T = scalar_t;
+    if (!residual.defined()) {
+      launch_row_norm_forward<T, T, false>(x, residual, w, b, eps, rms, sum, y, mean, rstd, M, N, stream);
+    } else if (residual.dtype() == x.dtype()) {
+      launch_row_norm_forward<T, T, true>(x, residual, w, b, eps, rms, sum, y, mean, rstd, M, N, stream);
+    } else if constexpr (std::is_same_v<T, float>) {  // f32 plus a bf16/f16 branch (autocast)
+      FT_CHECK(backend::row_norm_residual_ok(x.dtype(), residual.dtype()), op, ": a residual of dtype ",
+               dtype_name(residual.dtype()), " for an f32 input (expected f32, bf16 or f16)");
+      if (residual.dtype() == DType::BF16)
+        launch_row_norm_forward<T, bf16_t, true>(x, residual, w, b, eps, rms, sum, y, mean, rstd, M, N, stream);
+      else
+        launch_row_norm_forward<T, f16_t, true>(x, residual, w, b, eps, rms, sum, y, mean, rstd, M, N, stream);
+    } else {
+      FT_FAIL(op, ": a residual of dtype ", dtype_name(residual.dtype()), " for an input of dtype ",
+              dtype_name(x.dtype()), " (expected the input's dtype, or bf16/f16 for an f32 input)");
+    }
   });
 }
 
@@ -728,9 +777,9 @@ bool fused_norm_backward_off() {
 }
 
 template <class T>
-void row_norm_backward_fused(const Tensor& dy, const Tensor& x, const acc_t<T>* meanp, const Tensor& rstd,
-                             const Tensor& w, bool rms, int64_t M, int64_t N, const Tensor& dx, const Tensor& dw,
-                             const Tensor& db, cudaStream_t stream) {
+void row_norm_backward_fused(const Tensor& dy, const Tensor& dsum, const Tensor& x, const acc_t<T>* meanp,
+                             const Tensor& rstd, const Tensor& w, bool rms, int64_t M, int64_t N, const Tensor& dx,
+                             const Tensor& dw, const Tensor& db, cudaStream_t stream) {
   using A = acc_t<T>;
   const int64_t groups = std::clamp<int64_t>(M / kFusedMinRowsPerGroup, 1, kFusedMaxGroups);
   const int64_t nparts = (dw.defined() ? 1 : 0) + (db.defined() ? 1 : 0);
@@ -741,7 +790,8 @@ void row_norm_backward_fused(const Tensor& dy, const Tensor& x, const acc_t<T>* 
   const unsigned blocks = static_cast<unsigned>((groups + kFusedWarpsPerBlock - 1) / kFusedWarpsPerBlock);
   auto launch = [&](auto cpl) {
     row_norm_backward_fused_kernel<T, decltype(cpl)::value><<<blocks, 32 * kFusedWarpsPerBlock, 0, stream>>>(
-        cptr<T>(dy), cptr<T>(x), meanp, cptr<A>(rstd), opt_ptr<const A>(w), rms, M, N, groups, opt_ptr<T>(dx), pw, pb);
+        cptr<T>(dy), opt_ptr<const T>(dsum), cptr<T>(x), meanp, cptr<A>(rstd), opt_ptr<const A>(w), rms, M, N, groups,
+        opt_ptr<T>(dx), pw, pb);
   };
   const int64_t cpl = (N + 31) / 32;
   if (cpl <= 4)
@@ -770,8 +820,8 @@ void row_norm_backward_fused(const Tensor& dy, const Tensor& x, const acc_t<T>* 
   }
 }
 
-void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& w,
-                       bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+void row_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const int64_t N = x.size(-1), M = N ? x.numel() / N : 0;
   if (N == 0) return;
   cudaStream_t stream = stream_for(x);
@@ -779,18 +829,18 @@ void row_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean, co
     using A = acc_t<scalar_t>;
     const A* meanp = rms ? nullptr : cptr<A>(mean);
     if (M > 0 && N <= kFusedRowMax && !fused_norm_backward_off()) {
-      row_norm_backward_fused<scalar_t>(dy, x, meanp, rstd, w, rms, M, N, dx, dw, db, stream);
+      row_norm_backward_fused<scalar_t>(dy, dsum, x, meanp, rstd, w, rms, M, N, dx, dw, db, stream);
       return;
     }
     if (dx.defined() && M > 0 && N <= kWarpRowMax) {
       row_norm_backward_dx_warp_kernel<scalar_t><<<warp_row_grid(M), 32 * kWarpRowsPerBlock, 0, stream>>>(
-          cptr<scalar_t>(dy), cptr<scalar_t>(x), meanp, cptr<A>(rstd), opt_ptr<const A>(w), rms, M, N,
-          mptr<scalar_t>(dx));
+          cptr<scalar_t>(dy), opt_ptr<const scalar_t>(dsum), cptr<scalar_t>(x), meanp, cptr<A>(rstd),
+          opt_ptr<const A>(w), rms, M, N, mptr<scalar_t>(dx));
       check_launch("row_norm_backward");
     } else if (dx.defined() && M > 0) {
-      row_norm_backward_dx_kernel<scalar_t>
-          <<<row_grid(M), row_threads(N), 0, stream>>>(cptr<scalar_t>(dy), cptr<scalar_t>(x), meanp, cptr<A>(rstd),
-                                                       opt_ptr<const A>(w), rms, M, N, mptr<scalar_t>(dx));
+      row_norm_backward_dx_kernel<scalar_t><<<row_grid(M), row_threads(N), 0, stream>>>(
+          cptr<scalar_t>(dy), opt_ptr<const scalar_t>(dsum), cptr<scalar_t>(x), meanp, cptr<A>(rstd),
+          opt_ptr<const A>(w), rms, M, N, mptr<scalar_t>(dx));
       check_launch("row_norm_backward");
     }
     if (!dw.defined() && !db.defined()) return;

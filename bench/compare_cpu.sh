@@ -15,7 +15,8 @@
 # On a shared machine other jobs distort the figures badly (two spinning OpenMP threads sharing
 # one free core run many times slower, in both libraries; docs/PERF.md): each pair of runs
 # reports how busy the CPUs were just before it, and FT_BENCH_WAIT_IDLE=S waits up to S seconds
-# for them to go idle first.
+# for them to go idle first. FT_PEER_PYTHON picks the peer's interpreter (default /usr/bin/python3,
+# Debian's PyTorch; a GPU machine's image has its own).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../build/release}"
@@ -70,7 +71,7 @@ for ((r = 1; r <= rounds; r++)); do
       wait_idle "$workload" "$precision"
       OMP_NUM_THREADS=$threads "$fasttrain" bench --workload "$workload" --precision "$precision" \
         --threads "$threads" --steps "$row_steps" --warmup "$row_warmup" "${size[@]}" "${layout[@]}" | tee -a "$out" >&2
-      OMP_NUM_THREADS=$threads /usr/bin/python3 "$peer" --workload "$workload" --precision "$precision" \
+      OMP_NUM_THREADS=$threads "${FT_PEER_PYTHON:-/usr/bin/python3}" "$peer" --workload "$workload" --precision "$precision" \
         --threads "$threads" --steps "$row_steps" --warmup "$row_warmup" "${size[@]}" "${layout[@]}" | tee -a "$out" >&2
     done
   done

@@ -1,8 +1,9 @@
 // Op micro-benchmark: times the cases of bench/micro_cases.json (matmul, conv2d, batch_norm,
 // max_pool2d, layer_norm, softmax, attention, cat, activations; forward and forward+backward; f32
 // and bf16) and prints one JSON line per case, in the same format as bench/torch_micro.py so the
-// two can be compared line by line.
-// Usage: micro_ops [--threads N] [--iters N] [--filter S] [--cases PATH]
+// two can be compared line by line. With --device cuda the inputs live on the GPU and each timed
+// run ends with a wait for the device.
+// Usage: micro_ops [--threads N] [--iters N] [--filter S] [--cases PATH] [--device cpu|cuda[:N]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -120,13 +121,18 @@ Bench make(const json& c, DType dt, const std::string& layout) {
   FT_FAIL("micro_ops: unknown op ", op);
 }
 
-double time_case(const json& c, DType dt, const std::string& layout, bool backward, int iters) {
+double time_case(const json& c, DType dt, const std::string& layout, bool backward, int iters, Device device) {
   Bench b = make(c, dt, layout);
+  for (auto& t : b.inputs) t = t.to(device);
   if (backward)
     for (auto& t : b.inputs) t.requires_grad_(true);
+  auto wait = [&] {
+    if (device.is_cuda()) synchronize(current_stream(device));
+  };
   std::vector<double> times;
   for (int i = 0; i < 3 + iters; ++i) {
     zero_grad(b.inputs);
+    wait();
     auto t0 = std::chrono::steady_clock::now();
     if (backward) {
       Tensor out = b.fn(b.inputs);
@@ -135,6 +141,7 @@ double time_case(const json& c, DType dt, const std::string& layout, bool backwa
       autograd::InferenceMode im;
       Tensor out = b.fn(b.inputs);
     }
+    wait();
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= 3) times.push_back(ms);
   }
@@ -148,6 +155,7 @@ double time_case(const json& c, DType dt, const std::string& layout, bool backwa
 int main(int argc, char** argv) {
   int threads = 2, iters = 10;
   std::string filter, cases_path = FT_BENCH_DIR "/micro_cases.json";
+  Device device = Device::cpu();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -165,8 +173,11 @@ int main(int argc, char** argv) {
       filter = value();
     else if (a == "--cases")
       cases_path = value();
+    else if (a == "--device")
+      device = Device::parse(value());
     else {
-      std::fprintf(stderr, "micro_ops: unknown option %s (options: --threads --iters --filter --cases)\n", a.c_str());
+      std::fprintf(stderr, "micro_ops: unknown option %s (options: --threads --iters --filter --cases --device)\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -186,10 +197,11 @@ int main(int argc, char** argv) {
     for (const auto& layout : layouts)
       for (const auto& dt : spec["dtypes"])
         for (const auto& mode : spec["modes"]) {
-          json line = {{"impl", "fasttrain"}, {"op", op},     {"case", name},      {"layout", layout},
-                       {"dtype", dt},         {"mode", mode}, {"threads", threads}};
+          json line = {{"impl", "fasttrain"}, {"op", op},     {"case", name},       {"layout", layout},
+                       {"dtype", dt},         {"mode", mode}, {"threads", threads}, {"device", device.str()}};
           try {
-            line["ms"] = std::round(time_case(c, dtype_from_name(dt), layout, mode == "fwd+bwd", iters) * 1e4) / 1e4;
+            line["ms"] =
+                std::round(time_case(c, dtype_from_name(dt), layout, mode == "fwd+bwd", iters, device) * 1e4) / 1e4;
           } catch (const Error& e) {
             line["error"] = e.what();
           }

@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch side of the op micro-benchmark: the cases of micro_cases.json, timed the same way as
-bench/micro_ops.cpp (warm-up 3, then the median of --iters runs). One JSON line per case."""
+bench/micro_ops.cpp (warm-up 3, then the median of --iters runs). One JSON line per case.
+--device cuda runs on the GPU (each run ends with torch.cuda.synchronize()); --sdpa picks the
+fused attention backend of scaled_dot_product_attention there (cudnn, flash, efficient, math;
+default: PyTorch's own choice), to measure cuDNN's fused attention beside the engine's kernel."""
+import contextlib
 import argparse
 import json
 import os
@@ -25,9 +29,9 @@ def attention(q, k, v, causal):
     return torch.softmax(s, -1) @ v
 
 
-def make(case, dtype, layout):
+def make(case, dtype, layout, device):
     g = torch.Generator().manual_seed(0)
-    r = lambda *s: torch.randn(*s, generator=g).to(dtype)
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype).to(device)
     op = case["op"]
     if op == "matmul":
         a, b = r(case["M"], case["K"]), r(case["K"], case["N"])
@@ -74,8 +78,17 @@ def make(case, dtype, layout):
     raise ValueError(op)
 
 
-def time_case(case, dtype_name, layout, mode, iters):
-    inputs, fn = make(case, DT[dtype_name], layout)
+def sdpa_backend(name):
+    if not name:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[name])
+
+
+def time_case(case, dtype_name, layout, mode, iters, device):
+    inputs, fn = make(case, DT[dtype_name], layout, device)
+    wait = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     backward = mode == "fwd+bwd"
     if backward:
         for t in inputs:
@@ -84,6 +97,7 @@ def time_case(case, dtype_name, layout, mode, iters):
     for i in range(3 + iters):
         for t in inputs:
             t.grad = None
+        wait()
         t0 = time.perf_counter()
         if backward:
             out = fn(*inputs)
@@ -91,6 +105,7 @@ def time_case(case, dtype_name, layout, mode, iters):
         else:
             with torch.no_grad():
                 out = fn(*inputs)
+        wait()
         dt = time.perf_counter() - t0
         if i >= 3:
             times.append(dt * 1e3)
@@ -103,6 +118,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--filter", default="", help="run only cases whose op or name contains this")
     ap.add_argument("--cases", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "micro_cases.json"))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--sdpa", default="", choices=["", "cudnn", "flash", "efficient", "math"])
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     spec = json.load(open(args.cases))
@@ -113,13 +130,15 @@ def main():
             for dt in spec["dtypes"]:
                 for mode in spec["modes"]:
                     try:
-                        ms = time_case(case, dt, layout, mode, args.iters)
+                        with sdpa_backend(args.sdpa):
+                            ms = time_case(case, dt, layout, mode, args.iters, args.device)
                         res = {"ms": round(ms, 4)}
                     except RuntimeError as e:  # e.g. a bf16 kernel missing in this PyTorch build
                         res = {"error": str(e).split("\n")[0]}
+                    extra = {"device": args.device, "sdpa": args.sdpa} if args.device != "cpu" else {}
                     print(json.dumps({"impl": "pytorch", "version": torch.__version__, "op": case["op"],
                                       "case": case["name"], "layout": layout, "dtype": dt, "mode": mode,
-                                      "threads": args.threads, **res}), flush=True)
+                                      "threads": args.threads, **extra, **res}), flush=True)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ carry=build/gpu-carry
 mapfile -t tests < <(cd tests/cuda && ls test_*.cpp | sed 's/\.cpp$//; s/^/cuda_/')
 if [ "${1:-}" != --pack-only ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFASTTRAIN_CUDA=ON -DFASTTRAIN_FUZZ=OFF -DFASTTRAIN_NATIVE=OFF >/dev/null
-  cmake --build "$build" -j"$(nproc)" --target fasttrain_cli "${tests[@]}"
+  cmake --build "$build" -j"$(nproc)" --target fasttrain_cli micro_ops "${tests[@]}"
 fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$carry"
-cp "$build/fasttrain" "$stage/bin/"
+cp "$build/fasttrain" "$build/micro_ops" "$stage/bin/"
 for t in "${tests[@]}"; do cp "$build/tests/$t" "$stage/bin/"; done
 strip "$stage"/bin/*  # symbols are most of their size, and the call carries 64 MiB at most
 # Every library the binaries load from this system except glibc's own (the machine's is newer)

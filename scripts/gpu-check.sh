@@ -21,7 +21,11 @@
 #   FT_GPU_PROFILE="gpt2-124m:bf16:16 resnet50:bf16:128:cl" also prints those rows' time per op
 #     (bench --profile);
 #   FT_GPU_AB="gpt2-124m:bf16:16" runs that row's fasttrain step again with the fused kernels'
-#     switches off (FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off), alternating, for their effect.
+#     switches off, alternating, for their effect: "split" all of them (FT_CUDA_NORM_BACKWARD=split
+#     FT_CUDA_BGRADB=off FT_CUDA_GELU_EPILOGUE=off FT_FUSED_ADD_NORM=off), "no-gelu",
+#     "gelu-fwd"/"gelu-bwd" (the GELU epilogue in one product only) and "no-addnorm";
+#   FT_GPU_MICRO=1 times the ops of bench/micro_cases_gpu.json (causal attention at the GPT rows'
+#     shapes) with micro_ops and with PyTorch's SDPA on its default, cuDNN and flash backends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -60,10 +64,13 @@ if [ "$what" != bench ]; then
     timeout 100 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
   done
   # The second path of each switchable kernel: bf16/f16 attention on the CUDA-core kernels, the
-  # two-pass norm backward, linear's bias gradient apart from its weight product; and the device
+  # two-pass norm backward, linear's bias gradient apart from its weight product, the MLP's GELU
+  # epilogue in both products and in none, the residual add apart from the norm; and the device
   # allocator's expandable segments under the allocator, graph and training tests.
   for alt in "cuda_test_cuda_attention FT_CUDA_ATTENTION_FMA=1" "cuda_test_cuda_rows FT_CUDA_NORM_BACKWARD=split" \
-    "cuda_test_cuda_matmul FT_CUDA_BGRADB=off" "cuda_test_cuda_allocator FT_CUDA_EXPANDABLE_SEGMENTS=1" \
+    "cuda_test_cuda_matmul FT_CUDA_BGRADB=off" \
+    "cuda_test_cuda_matmul FT_CUDA_GELU_EPILOGUE=on" "cuda_test_cuda_matmul FT_CUDA_GELU_EPILOGUE=off" \
+    "cuda_test_cuda_rows FT_FUSED_ADD_NORM=off" "cuda_test_cuda_allocator FT_CUDA_EXPANDABLE_SEGMENTS=1" \
     "cuda_test_cuda_graphs FT_CUDA_EXPANDABLE_SEGMENTS=1" "cuda_test_cuda_training FT_CUDA_EXPANDABLE_SEGMENTS=1"; do
     read -r t setting <<<"$alt"
     echo "=== $t with $setting" >>"$out/tests.txt"
@@ -110,14 +117,36 @@ if [ "$what" != tests ]; then
   for row in ${FT_GPU_AB:-}; do
     IFS=: read -r w p b <<<"$row"
     for round in $(seq "${FT_GPU_AB_ROUNDS:-2}"); do
-      for mode in fused split; do
-        if [ $mode = split ]; then set -- env FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off; else set -- env; fi
+      for mode in fused split no-gelu gelu-fwd gelu-bwd no-addnorm; do
+        case $mode in
+          split) set -- env FT_CUDA_NORM_BACKWARD=split FT_CUDA_BGRADB=off FT_CUDA_GELU_EPILOGUE=off FT_FUSED_ADD_NORM=off ;;
+          no-gelu) set -- env FT_CUDA_GELU_EPILOGUE=off ;;
+          gelu-fwd) set -- env FT_CUDA_GELU_EPILOGUE=forward ;;
+          gelu-bwd) set -- env FT_CUDA_GELU_EPILOGUE=backward ;;
+          no-addnorm) set -- env FT_FUSED_ADD_NORM=off ;;
+          *) set -- env ;;
+        esac
         ft=$("$@" "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 \
           --warmup 5 2>/dev/null | tail -1)
         echo "ab $w $p $b round $round $mode: $(ms "$ft") ms" >>"$out/bench.txt"
       done
     done
   done
+  if [ -n "${FT_GPU_MICRO:-}" ]; then
+    cases=bench/micro_cases_gpu.json
+    { "$bin/micro_ops" --device cuda --iters 20 --cases "$cases"
+      for backend in "" cudnn flash; do
+        "$peer" bench/torch_micro.py --device cuda --iters 20 --cases "$cases" ${backend:+--sdpa $backend}
+      done; } 2>&1 | tee -a "$out/bench.jsonl" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    impl = r["impl"] + ("-" + r["sdpa"] if r.get("sdpa") else "")
+    print("micro %-10s %-10s %-5s %-8s %-18s %s" % (r["op"], r["case"], r["dtype"], r["mode"], impl, r.get("ms", r.get("error"))))
+' >>"$out/bench.txt"
+  fi
   for row in ${FT_GPU_PROFILE:-}; do
     IFS=: read -r w p b flags <<<"$row"
     cl=()

@@ -76,7 +76,7 @@ for ((r = 1; r <= rounds; r++)); do
     done
   done
 done
-/usr/bin/python3 - "$out" <<'PY'
+"${FT_PEER_PYTHON:-/usr/bin/python3}" - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def runs(impl, w, p):

@@ -25,7 +25,10 @@
 #     FT_CUDA_BGRADB=off FT_CUDA_GELU_EPILOGUE=off FT_FUSED_ADD_NORM=off), "no-gelu",
 #     "gelu-fwd"/"gelu-bwd" (the GELU epilogue in one product only) and "no-addnorm";
 #   FT_GPU_MICRO=1 times the ops of bench/micro_cases_gpu.json (causal attention at the GPT rows'
-#     shapes) with micro_ops and with PyTorch's SDPA on its default, cuDNN and flash backends.
+#     shapes) with micro_ops and with PyTorch's SDPA on its default, cuDNN and flash backends;
+#   FT_GPU_CPU_ROWS="mlp gpt-mini:bf16 ..." runs bench/compare_cpu.sh on this machine's host CPU
+#     (2 threads, one round; the peer is this machine's PyTorch), for issue 14 on a host with AMX,
+#     and FT_GPU_CPU_PROFILE="gpt-mini:bf16 ..." prints those CPU rows' time per op.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -153,6 +156,19 @@ for line in sys.stdin:
     [[ ":$flags:" == *:cl:* ]] && cl=(--channels-last)
     "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 5 --warmup 3 \
       "${cl[@]}" --profile 2 >>"$out/bench.txt" 2>&1
+  done
+  if [ -n "${FT_GPU_CPU_ROWS:-}" ]; then
+    lscpu | grep -E "Model name|^Flags" | grep -oE "Model name.*|amx[a-z0-9_]*|avx512_bf16" | sort -u | tr '\n' ' ' \
+      >>"$out/bench.txt"
+    echo >>"$out/bench.txt"
+    FT_PEER_PYTHON="$peer" FT_BENCH_ROWS="$FT_GPU_CPU_ROWS" timeout "${FT_GPU_CPU_TIMEOUT:-300}" \
+      bench/compare_cpu.sh "$bin" 2 "${FT_GPU_CPU_STEPS:-10}" 1 "$out/cpu.jsonl" >>"$out/bench.txt" 2>"$out/cpu-stderr.txt" ||
+      echo "gpu-check: the CPU rows stopped early (timeout or failure): $out/cpu.jsonl has what finished" >>"$out/bench.txt"
+  fi
+  for row in ${FT_GPU_CPU_PROFILE:-}; do
+    IFS=: read -r w p <<<"$row"
+    OMP_NUM_THREADS=2 "$bin/fasttrain" bench --workload "$w" --precision "${p:-bf16}" --threads 2 --steps 3 --warmup 2 \
+      --profile 2 >>"$out/bench.txt" 2>&1
   done
   # The Trainer on the GPU: the README's default run, shortened, eagerly and with its step as a
   # CUDA graph (the losses must agree, bit for bit).

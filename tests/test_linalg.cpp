@@ -429,7 +429,7 @@ TEST(Linalg, Errors) {
       [] {
         gelu_mlp(zeros({2, 3}), zeros({4, 3}), Tensor(), zeros({5, 6}), Tensor());
       },
-      "gelu_mlp: second input has 4 features (last dim of [0, 4]), second weight [5, 6] expects 6");
+      "gelu_mlp: the hidden activations have 4 features (the first weight's rows), second weight [5, 6] expects 6");
   expect_error(
       [] {
         gelu_mlp(zeros({2, 3}), zeros({4, 2}), Tensor(), zeros({5, 4}), Tensor());

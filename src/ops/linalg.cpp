@@ -121,25 +121,40 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
 namespace {
 
-// linear's checks of y = x W^T + b: W [out, in] with in = x's last dim, b undefined or [out], all of
-// x's dtype and device. `layer` names the layer in the messages ("" for linear itself).
-void check_linear(const char* op, const char* layer, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  FT_CHECK(x.defined() && weight.defined(), op, ": input and ", layer, "weight must be defined");
+// linear's checks of a layer's parameters, W [out, in] and b undefined or [out], for an input
+// like `x` (its dtype and device) with `features` features: x's last dim when `hidden` is false,
+// else the hidden activations of gelu_mlp (the first weight's rows). `layer` names the layer in
+// the messages ("" for linear itself).
+void check_layer_params(const char* op, const char* layer, const Tensor& x, bool hidden, int64_t features,
+                        const Tensor& weight, const Tensor& bias) {
+  FT_CHECK(weight.defined(), op, ": ", layer, "weight must be defined");
   ops::common_device({&x, &weight, &bias}, op);
-  ops::check_floating(x, op, "input");
   FT_CHECK(weight.dtype() == x.dtype(), op, ": ", layer, "weight is ", dtype_name(weight.dtype()), " but input is ",
            dtype_name(x.dtype()));
   FT_CHECK(weight.dim() == 2, op, ": ", layer, "weight must be 2-d [out, in], found shape ", weight.shape().str());
-  FT_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, found a 0-d tensor");
   const int64_t in = weight.size(1), out_f = weight.size(0);
-  FT_CHECK(x.size(-1) == in, op, ": ", layer, "input has ", x.size(-1), " features (last dim of ", x.shape().str(),
-           "), ", layer, "weight ", weight.shape().str(), " expects ", in);
+  if (features != in) {
+    if (hidden)
+      FT_FAIL(op, ": the hidden activations have ", features, " features (the first weight's rows), ", layer, "weight ",
+              weight.shape().str(), " expects ", in);
+    FT_FAIL(op, ": ", layer, "input has ", features, " features (last dim of ", x.shape().str(), "), ", layer,
+            "weight ", weight.shape().str(), " expects ", in);
+  }
   if (bias.defined()) {
     FT_CHECK(bias.dtype() == x.dtype(), op, ": ", layer, "bias is ", dtype_name(bias.dtype()), " but input is ",
              dtype_name(x.dtype()));
     FT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, op, ": ", layer, "bias has shape ", bias.shape().str(),
              ", expected [", out_f, "]");
   }
+}
+
+// linear's checks of y = x W^T + b: x floating-point with at least one dimension, the last its
+// features, then the layer's parameters as above.
+void check_linear(const char* op, const char* layer, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  FT_CHECK(x.defined() && weight.defined(), op, ": input and ", layer, "weight must be defined");
+  ops::check_floating(x, op, "input");
+  FT_CHECK(x.dim() >= 1, op, ": input must have at least 1 dimension, found a 0-d tensor");
+  check_layer_params(op, layer, x, false, x.size(-1), weight, bias);
 }
 
 // x's shape with its last dim replaced by `features`.
@@ -200,8 +215,7 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   const char* op = "gelu_mlp";
   check_linear(op, "first ", x, w1, b1);
   const int64_t in = w1.size(1), hid = w1.size(0);
-  FT_CHECK(w2.defined(), op, ": second weight must be defined");
-  check_linear(op, "second ", empty({0, hid}, x.options()), w2, b2);
+  check_layer_params(op, "second ", x, true, hid, w2, b2);
   const int64_t out_f = w2.size(0);
   const int64_t R = x.numel() / std::max<int64_t>(in, 1);
   const math::UnaryOp act = approximate == GeluApprox::Tanh ? math::UnaryOp::GeluTanh : math::UnaryOp::Gelu;

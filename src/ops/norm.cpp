@@ -7,10 +7,9 @@
 #include "fasttrain/ops/norm.h"
 
 #include <array>
-#include <cstdlib>
-#include <string>
 
 #include "backend/kernels.h"
+#include "core/env_setting.h"
 #include "fasttrain/ops/elementwise.h"
 #include "ops/common.h"
 
@@ -113,10 +112,7 @@ ResidualNorm row_norm(const Tensor& x, const Tensor& residual, const Shape& norm
 
 // FT_FUSED_ADD_NORM=off: add() and the norm apart, the benchmark's A/B of the fusion.
 bool fused_add_norm_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("FT_FUSED_ADD_NORM");
-    return v != nullptr && std::string(v) == "off";
-  }();
+  static const bool off = detail::env_switched_off("FT_FUSED_ADD_NORM");
   return off;
 }
 

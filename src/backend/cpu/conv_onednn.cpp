@@ -37,6 +37,7 @@
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/copy.h"
 #include "backend/cpu/linalg.h"
+#include "core/env_setting.h"
 
 namespace ft::cpu {
 
@@ -214,12 +215,10 @@ memory scratch(const memory::desc& md, std::vector<Tensor>& keep) {
 // Whether bf16 NCHW activations take block_transpose.h's transposes: where the CPU runs them, unless
 // FT_CONV_REORDER=onednn (the A/B runs and the tests of oneDNN's reorder).
 bool use_block_transposes() {
-  static const bool use = [] {
-    const char* setting = std::getenv("FT_CONV_REORDER");
-    const std::string v = setting ? setting : "";
-    FT_CHECK(v.empty() || v == "auto" || v == "onednn", "FT_CONV_REORDER: expected auto or onednn, found '", v, "'");
-    return v != "onednn" && block_transpose_available();
-  }();
+  enum class Reorder { Auto, OneDnn };
+  static constexpr detail::EnvChoice<Reorder> kReorder[] = {{Reorder::Auto, "auto"}, {Reorder::OneDnn, "onednn"}};
+  static const bool use =
+      detail::env_setting("FT_CONV_REORDER", kReorder, Reorder::Auto) == Reorder::Auto && block_transpose_available();
   return use;
 }
 

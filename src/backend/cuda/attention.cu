@@ -43,13 +43,13 @@
 // dV once: O(T * D) memory, O(T^2 * D / tile) traffic.
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/random_math.h"
+#include "core/env_setting.h"
 
 namespace ft::cuda {
 
@@ -1208,13 +1208,10 @@ void launch(Kernel kernel, int64_t blocks, int threads, size_t smem, cudaStream_
 
 constexpr int64_t kMaxInt = INT32_MAX;
 
-// FT_CUDA_ATTENTION_FMA set (to anything but 0) sends bf16 and f16 to the FMA kernels instead of
+// FT_CUDA_ATTENTION_FMA=1 (a yes/no switch, env_setting.h) sends bf16 and f16 to the FMA kernels instead of
 // the tensor-core ones: a switch for comparing the two paths, read once.
 bool use_fma_for_16bit() {
-  static const bool v = [] {
-    const char* e = std::getenv("FT_CUDA_ATTENTION_FMA");
-    return e != nullptr && e[0] != '\0' && !(e[0] == '0' && e[1] == '\0');
-  }();
+  static const bool v = detail::env_setting("FT_CUDA_ATTENTION_FMA", detail::kYesNo, false);
   return v;
 }
 

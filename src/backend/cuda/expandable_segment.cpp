@@ -4,10 +4,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "backend/cuda/cuda_check.h"
+#include "core/env_setting.h"
 
 namespace ft::cuda {
 namespace {
@@ -154,12 +152,7 @@ int64_t ExpandableSegment::unmap_free() {
 }
 
 bool expandable_segments_requested() {
-  const char* v = std::getenv("FT_CUDA_EXPANDABLE_SEGMENTS");
-  if (v == nullptr) return false;
-  const std::string s(v);
-  if (s == "1" || s == "true") return true;
-  if (s.empty() || s == "0" || s == "false") return false;
-  FT_FAIL("FT_CUDA_EXPANDABLE_SEGMENTS: expected 1, true, 0 or false, found '", s, "'");
+  return detail::env_setting("FT_CUDA_EXPANDABLE_SEGMENTS", detail::kYesNo, false);
 }
 
 }  // namespace ft::cuda

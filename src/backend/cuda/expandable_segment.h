@@ -58,7 +58,7 @@ class ExpandableSegment {
   std::map<uint64_t, uint64_t> mapped_;  // granule -> its physical allocation (CUmemGenericAllocationHandle)
 };
 
-// True when FT_CUDA_EXPANDABLE_SEGMENTS asks for them ("1"/"true"/"0"/"false"; unset: false). A
+// True when FT_CUDA_EXPANDABLE_SEGMENTS asks for them (a yes/no switch, env_setting.h; unset: false). A
 // value of anything else is a clear error.
 bool expandable_segments_requested();
 

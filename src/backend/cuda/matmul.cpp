@@ -18,16 +18,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
 
 #include "backend/composed.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/matrix_layout.h"
+#include "core/env_setting.h"
 
 namespace ft::cuda {
 namespace {
@@ -348,10 +347,7 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accu
 // pass over gy goes. Otherwise (f32, f64), or with FT_CUDA_BGRADB=off (the benchmark's A/B), the
 // product and the sum one after the other.
 void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb) {
-  static const bool fused_off = [] {
-    const char* v = std::getenv("FT_CUDA_BGRADB");
-    return v != nullptr && std::string(v) == "off";
-  }();
+  static const bool fused_off = detail::env_switched_off("FT_CUDA_BGRADB");
   const int64_t R = gy.size(0), out_f = gy.size(1), in = x.size(1);
   backend::MatLayout la, lb, lc;
   const Tensor a = gy.t();
@@ -384,12 +380,14 @@ namespace {
 // (the benchmark's A/B). Default forward: on an H200 gpt2-124m's step was faster with
 // GELU_AUX_BIAS in the forward but slower with DGELU_BGRAD in the backward than with the plain
 // product and the elementwise kernels there (docs/PERF.md, sixteenth session).
+enum class GeluEpilogue { Forward, On, Backward, Off };
+constexpr detail::EnvChoice<GeluEpilogue> kGeluEpilogue[] = {{GeluEpilogue::Forward, "forward"},
+                                                             {GeluEpilogue::On, "on"},
+                                                             {GeluEpilogue::Backward, "backward"},
+                                                             {GeluEpilogue::Off, "off"}};
 bool gelu_epilogue_enabled(bool forward) {
-  static const std::string mode = [] {
-    const char* v = std::getenv("FT_CUDA_GELU_EPILOGUE");
-    return std::string(v != nullptr ? v : "forward");
-  }();
-  return mode == "on" || mode == (forward ? "forward" : "backward");
+  static const GeluEpilogue mode = detail::env_setting("FT_CUDA_GELU_EPILOGUE", kGeluEpilogue, GeluEpilogue::Forward);
+  return mode == GeluEpilogue::On || mode == (forward ? GeluEpilogue::Forward : GeluEpilogue::Backward);
 }
 
 // The MLP's GELU products (linear_gelu, matmul_gelu_backward) in one cuBLASLt call each:

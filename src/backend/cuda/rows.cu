@@ -35,14 +35,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/vectors.cuh"
+#include "core/env_setting.h"
 
 namespace ft::cuda {
 
@@ -768,11 +767,12 @@ void row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, 
 
 // FT_CUDA_NORM_BACKWARD=split keeps the two-pass backward (dx, then the parameter sums): the A/B
 // switch of the benchmark and a second path for the tests.
+enum class NormBackward { Fused, Split };
+constexpr detail::EnvChoice<NormBackward> kNormBackward[] = {{NormBackward::Fused, "fused"},
+                                                             {NormBackward::Split, "split"}};
 bool fused_norm_backward_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("FT_CUDA_NORM_BACKWARD");
-    return v != nullptr && std::string(v) == "split";
-  }();
+  static const bool off =
+      detail::env_setting("FT_CUDA_NORM_BACKWARD", kNormBackward, NormBackward::Fused) == NormBackward::Split;
   return off;
 }
 

@@ -81,6 +81,14 @@ Bench make(const json& c, DType dt, const std::string& layout) {
   if (op == "attention") {
     Shape s = {c["B"], c["H"], c["T"], c["D"]};
     bool causal = c["causal"];
+    if (c.value("qkv", false)) {
+      // As GPT's layers hand them over: q, k and v are permuted views of one [B, T, 3, H, D]
+      // projection (rows 3 H D apart), not dense [B, H, T, D] tensors.
+      return {{r({c["B"], c["T"], 3, c["H"], c["D"]})}, [causal](const std::vector<Tensor>& in) {
+                auto part = [&](int64_t i) { return in[0].select(2, i).permute({0, 2, 1, 3}); };
+                return scaled_dot_product_attention(part(0), part(1), part(2), causal);
+              }};
+    }
     return {{r(s), r(s), r(s)}, [causal](const std::vector<Tensor>& in) {
               return scaled_dot_product_attention(in[0], in[1], in[2], causal);
             }};

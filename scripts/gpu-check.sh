@@ -28,7 +28,8 @@
 #     shapes) with micro_ops and with PyTorch's SDPA on its default, cuDNN and flash backends;
 #   FT_GPU_CPU_ROWS="mlp gpt-mini:bf16 ..." runs bench/compare_cpu.sh on this machine's host CPU
 #     (2 threads, one round; the peer is this machine's PyTorch), for issue 14 on a host with AMX,
-#     and FT_GPU_CPU_PROFILE="gpt-mini:bf16 ..." prints those CPU rows' time per op.
+#     and FT_GPU_CPU_PROFILE="gpt-mini:bf16 ..." prints those CPU rows' time per op, the host's core
+#     topology and the oneDNN kernels each row runs (scripts/onednn-summary.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -165,10 +166,18 @@ for line in sys.stdin:
       bench/compare_cpu.sh "$bin" 2 "${FT_GPU_CPU_STEPS:-10}" 1 "$out/cpu.jsonl" >>"$out/bench.txt" 2>"$out/cpu-stderr.txt" ||
       echo "gpu-check: the CPU rows stopped early (timeout or failure): $out/cpu.jsonl has what finished" >>"$out/bench.txt"
   fi
+  if [ -n "${FT_GPU_CPU_PROFILE:-}" ]; then
+    # Which cores two threads get (SMT siblings would halve the peak the rows are measured against).
+    { echo "host CPUs: $(nproc) usable; cpu0's SMT siblings: $(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null)"
+      lscpu | grep -E "^(Thread|Core|Socket|NUMA node\(s\)|L2|L3)" || true; } >>"$out/bench.txt"
+  fi
   for row in ${FT_GPU_CPU_PROFILE:-}; do
     IFS=: read -r w p <<<"$row"
     OMP_NUM_THREADS=2 "$bin/fasttrain" bench --workload "$w" --precision "${p:-bf16}" --threads 2 --steps 3 --warmup 2 \
       --profile 2 >>"$out/bench.txt" 2>&1
+    # The oneDNN kernels behind that row (AMX tiles or not, reorders, reference kernels).
+    OMP_NUM_THREADS=2 scripts/onednn-summary.sh --top 15 -- "$bin/fasttrain" bench --workload "$w" \
+      --precision "${p:-bf16}" --threads 2 --steps 1 --warmup 1 >>"$out/bench.txt" 2>&1
   done
   # The Trainer on the GPU: the README's default run, shortened, eagerly and with its step as a
   # CUDA graph (the losses must agree, bit for bit).

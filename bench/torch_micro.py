@@ -63,6 +63,12 @@ def make(case, dtype, layout, device):
         return [r(case["rows"], case["cols"])], lambda x: torch.softmax(x, -1)
     if op == "attention":
         shape = (case["B"], case["H"], case["T"], case["D"])
+        if case.get("qkv", False):
+            # q, k, v as permuted views of one [B, T, 3, H, D] projection, as GPT's layers pass them.
+            def views(qkv):
+                q, k, v = (qkv.select(2, i).permute(0, 2, 1, 3) for i in range(3))
+                return attention(q, k, v, case["causal"])
+            return [r(case["B"], case["T"], 3, case["H"], case["D"])], views
         return [r(*shape), r(*shape), r(*shape)], lambda q, k, v: attention(q, k, v, case["causal"])
     if op == "cat":
         shape = (case["B"], case["H"], case["T"], case["D"])

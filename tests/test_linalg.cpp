@@ -123,6 +123,35 @@ TEST(Linalg, GeluMlpIsLinearGeluLinearBitwise) {
   }
 }
 
+// Empty shapes: no rows (the outputs and weight gradients are empty or zero) and no input
+// features (the output is b2 + gelu(b1) W2^T per row), as linear, gelu, linear give them.
+TEST(Linalg, GeluMlpEmptyShapesMatchTheThreeOps) {
+  Generator g(8);
+  for (const Shape& xs : {Shape{4, 0}, Shape{0, 8}, Shape{2, 0, 8}, Shape{3, 2, 0}}) {
+    SCOPED_TRACE(xs.str());
+    const int64_t in = xs.back();
+    const Tensor x0 = randn(xs, DType::F32, &g);
+    const std::vector<Tensor> p0 = {randn({6, in}, DType::F32, &g), randn({6}, DType::F32, &g),
+                                    randn({5, 6}, DType::F32, &g), randn({5}, DType::F32, &g)};
+    Shape ys = xs;
+    ys[ys.size() - 1] = 5;
+    const Tensor gy = randn(ys, DType::F32, &g);
+    auto run = [&](bool fused) {
+      Tensor x = x0.detach().requires_grad_();
+      std::vector<Tensor> p;
+      for (const Tensor& t : p0) p.push_back(t.detach().requires_grad_());
+      Tensor y = fused ? gelu_mlp(x, p[0], p[1], p[2], p[3], GeluApprox::Tanh)
+                       : linear(gelu(linear(x, p[0], p[1]), GeluApprox::Tanh), p[2], p[3]);
+      EXPECT_EQ(y.shape(), ys);
+      y.backward(gy);
+      std::vector<std::vector<double>> out = {y.to_vector(), x.grad().to_vector()};
+      for (const Tensor& t : p) out.push_back(t.grad().to_vector());
+      return out;
+    };
+    EXPECT_EQ(run(true), run(false));
+  }
+}
+
 TEST(LinalgParity, MatmulRankCases) {
   for (const char* dt : kDtypes)
     for (const char* name : {"mm", "dot", "mv", "vm", "3d_2d", "2d_3d", "3d_1d", "1d_3d", "bcast", "bcast_both",

@@ -217,7 +217,7 @@ Tensor gelu_mlp(const Tensor& x, const Tensor& w1, const Tensor& b1, const Tenso
   const int64_t in = w1.size(1), hid = w1.size(0);
   check_layer_params(op, "second ", x, true, hid, w2, b2);
   const int64_t out_f = w2.size(0);
-  const int64_t R = x.numel() / std::max<int64_t>(in, 1);
+  const int64_t R = with_features(x, 1).numel();  // rows: the leading dims (not numel / in: in may be 0)
   const math::UnaryOp act = approximate == GeluApprox::Tanh ? math::UnaryOp::GeluTanh : math::UnaryOp::Gelu;
   const Tensor w1d = w1.detach(), w2d = w2.detach();
   Tensor x2 = x.detach().reshape({R, in});

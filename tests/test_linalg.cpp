@@ -98,6 +98,26 @@ TEST(LinalgGradcheck, GeluMlp) {
       {r({6, 4})});
 }
 
+namespace {
+
+// y and every gradient (x, w1, b1, w2, b2) of gelu_mlp (fused) or of linear, gelu, linear, after
+// backward(gy).
+std::vector<std::vector<double>> gelu_mlp_outputs(bool fused, const Tensor& x0, const std::vector<Tensor>& p0,
+                                                  const Tensor& gy) {
+  Tensor x = x0.detach().requires_grad_();
+  std::vector<Tensor> p;
+  for (const Tensor& t : p0) p.push_back(t.detach().requires_grad_());
+  Tensor y = fused ? gelu_mlp(x, p[0], p[1], p[2], p[3], GeluApprox::Tanh)
+                   : linear(gelu(linear(x, p[0], p[1]), GeluApprox::Tanh), p[2], p[3]);
+  EXPECT_EQ(y.shape(), gy.shape());
+  y.backward(gy);
+  std::vector<std::vector<double>> out = {y.to_vector(), x.grad().to_vector()};
+  for (const Tensor& t : p) out.push_back(t.grad().to_vector());
+  return out;
+}
+
+}  // namespace
+
 // On the CPU gelu_mlp runs the very kernels of linear, gelu, linear: the same bits, forward and
 // backward (what the fused CUDA products are measured against in tests/cuda).
 TEST(Linalg, GeluMlpIsLinearGeluLinearBitwise) {
@@ -108,18 +128,7 @@ TEST(Linalg, GeluMlpIsLinearGeluLinearBitwise) {
     const std::vector<Tensor> p0 = {
         mul(randn({64, 32}, DType::F32, &g), 0.2).to(dt), randn({64}, DType::F32, &g).to(dt),
         mul(randn({16, 64}, DType::F32, &g), 0.2).to(dt), randn({16}, DType::F32, &g).to(dt)};
-    auto run = [&](bool fused) {
-      Tensor x = x0.detach().requires_grad_();
-      std::vector<Tensor> p;
-      for (const Tensor& t : p0) p.push_back(t.detach().requires_grad_());
-      Tensor y = fused ? gelu_mlp(x, p[0], p[1], p[2], p[3], GeluApprox::Tanh)
-                       : linear(gelu(linear(x, p[0], p[1]), GeluApprox::Tanh), p[2], p[3]);
-      y.backward(gy);
-      std::vector<std::vector<double>> out = {y.to_vector(), x.grad().to_vector()};
-      for (const Tensor& t : p) out.push_back(t.grad().to_vector());
-      return out;
-    };
-    EXPECT_EQ(run(true), run(false));
+    EXPECT_EQ(gelu_mlp_outputs(true, x0, p0, gy), gelu_mlp_outputs(false, x0, p0, gy));
   }
 }
 
@@ -136,19 +145,7 @@ TEST(Linalg, GeluMlpEmptyShapesMatchTheThreeOps) {
     Shape ys = xs;
     ys[ys.size() - 1] = 5;
     const Tensor gy = randn(ys, DType::F32, &g);
-    auto run = [&](bool fused) {
-      Tensor x = x0.detach().requires_grad_();
-      std::vector<Tensor> p;
-      for (const Tensor& t : p0) p.push_back(t.detach().requires_grad_());
-      Tensor y = fused ? gelu_mlp(x, p[0], p[1], p[2], p[3], GeluApprox::Tanh)
-                       : linear(gelu(linear(x, p[0], p[1]), GeluApprox::Tanh), p[2], p[3]);
-      EXPECT_EQ(y.shape(), ys);
-      y.backward(gy);
-      std::vector<std::vector<double>> out = {y.to_vector(), x.grad().to_vector()};
-      for (const Tensor& t : p) out.push_back(t.grad().to_vector());
-      return out;
-    };
-    EXPECT_EQ(run(true), run(false));
+    EXPECT_EQ(gelu_mlp_outputs(true, x0, p0, gy), gelu_mlp_outputs(false, x0, p0, gy));
   }
 }
 

@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # Runs the CPU rows of shared/BENCH.md (mlp, cnn-mini, gpt-mini, gpt2-124m, resnet50 x fp32, bf16)
-# with `fasttrain bench` and with the PyTorch peer alternately, row by row, in one run, and prints a
-# table of ratios (fasttrain speed / PyTorch speed: > 1 means fasttrain is faster), fasttrain's
-# fraction of the machine's measured peak, and the CPU's ISA. With several rounds, each row's
-# figure is the median over the rounds. Every JSON line is kept in a file.
+# with `fasttrain bench` and with each fair PyTorch peer (bench/peer_env.sh: Debian 12's 1.13 with
+# the OpenMP OpenBLAS; Debian 13's 2.6 eager and torch.compile'd, where its root exists)
+# alternately, row by row, in one run. Prints, per row, the milliseconds per step of fasttrain and
+# of each peer, the ratio to the fastest peer (its ms / fasttrain's ms: > 1 means fasttrain is
+# faster), fasttrain's fraction of the machine's measured peak, and the max RSS of fasttrain and
+# of that fastest peer (GNU time, the whole process). With several rounds, each figure is the
+# median over the rounds. Every JSON line is kept in a file, the peers' with their name ("peer"),
+# torch version ("impl"), BLAS ("blas") and max RSS ("max_rss_mb"); a peer run that fails is a
+# line with its "error".
 # Usage: bench/compare_cpu.sh [build dir (default build/release)] [threads (default 2)]
 #                             [steps (default 10)] [rounds (default 1)] [jsonl out (default <build>/compare_cpu.jsonl)]
 # Rows: FT_BENCH_ROWS="workload[:precision] ..." picks them (default: all ten), e.g.
 #   FT_BENCH_ROWS="gpt-mini:bf16 resnet50" bench/compare_cpu.sh build/cpu 2 10 3
+# Peers: FT_PEERS="torch-1.13 torch-2.6 torch-2.6-compile" (the default) picks them;
+# FT_PEER_PYTHON=PATH runs one peer with that interpreter instead (a GPU machine's image).
 # The two big rows run at BENCH.md's CPU sizes (gpt2-124m --batch 1, i.e. 1024 tokens; resnet50
 # --batch 8) with at most 3 timed steps after 1 warm-up (BENCH.md); a gpt2-124m fp32 step takes
 # seconds on 2 cores. FT_BENCH_CHANNELS_LAST=1 runs the convolutional rows channels-last on both
 # sides (--channels-last).
 # On a shared machine other jobs distort the figures badly (two spinning OpenMP threads sharing
-# one free core run many times slower, in both libraries; docs/PERF.md): each pair of runs
-# reports how busy the CPUs were just before it, and FT_BENCH_WAIT_IDLE=S waits up to S seconds
-# for them to go idle first. FT_PEER_PYTHON picks the peer's interpreter (default /usr/bin/python3,
-# Debian's PyTorch; a GPU machine's image has its own).
+# one free core run many times slower, in both libraries; docs/PERF.md): each row reports how
+# busy the CPUs were just before it, and FT_BENCH_WAIT_IDLE=S waits up to S seconds for them to
+# go idle first.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$here/../build/release}"
@@ -26,14 +32,11 @@ rounds="${4:-1}"
 out="${5:-$build/compare_cpu.jsonl}"
 fasttrain="$build/fasttrain"
 [ -x "$fasttrain" ] || { echo "compare_cpu.sh: $fasttrain not found (build the fasttrain_cli target)" >&2; exit 2; }
-# The peer beside the checkout is the reference (BENCH.md); the copy under bench/ is for machines
-# without ../shared, and for a workload the shared peer does not define.
-shared_peer="$here/../../shared/peer/torch_bench.py"
-peer_for() {
-  if [ -f "$shared_peer" ] && grep -q "\"$1\"" "$shared_peer"; then echo "$shared_peer"; else echo "$here/torch_bench.py"; fi
-}
+[ -x /usr/bin/time ] || { echo "compare_cpu.sh: /usr/bin/time not found (apt-get install time)" >&2; exit 2; }
 rows="${FT_BENCH_ROWS:-mlp cnn-mini gpt-mini gpt2-124m resnet50}"
-source "$(cd "$(dirname "$0")" && pwd)/peer_env.sh"  # same BLAS kernels for the PyTorch peer
+source "$here/peer_env.sh"
+mapfile -t peers < <(peer_names)
+for peer in "${peers[@]}"; do check_peer_blas "$peer"; done
 : >"$out"
 # Percent of all CPU time spent busy over the next second (from /proc/stat).
 cpu_busy() {
@@ -51,6 +54,31 @@ wait_idle() {
   while (( busy > 10 && SECONDS < deadline )); do busy=$(cpu_busy); done
   (( busy <= 10 )) || echo "compare_cpu.sh: warning: CPUs ${busy}% busy before $1 $2: figures will be noisy" >&2
 }
+# measured PEER WORKLOAD PRECISION CMD...: runs CMD under GNU time and appends its JSON line to
+# $out with the peer's name and the max RSS; a failed run appends a line with the error instead.
+measured() {
+  local peer="$1" workload="$2" precision="$3" rss err line status=0
+  shift 3
+  rss=$(mktemp) err=$(mktemp)
+  line=$(OMP_NUM_THREADS=$threads /usr/bin/time -f %M -o "$rss" "$@" 2>"$err") || status=$?
+  /usr/bin/python3 - "$peer" "$workload" "$precision" "$line" "$(tail -1 "$rss")" "$status" "$err" >>"$out" <<'PY'
+import json, sys
+peer, workload, precision, line, rss, status, err = sys.argv[1:]
+try:
+    row = json.loads(line.strip().splitlines()[-1])
+except (ValueError, IndexError):
+    last = [l for l in open(err).read().splitlines() if l.strip()]
+    row = {"impl": peer, "workload": workload, "precision": precision,
+           "error": f"exit {status}: " + (last[-1][:300] if last else "no output")}
+if peer != "fasttrain":
+    row["peer"] = peer
+if rss.isdigit():
+    row["max_rss_mb"] = round(int(rss) / 1024, 1)
+print(json.dumps(row))
+PY
+  tail -1 "$out" >&2
+  rm -f "$rss" "$err"
+}
 for ((r = 1; r <= rounds; r++)); do
   for row in $rows; do
     workload="${row%%:*}"
@@ -61,51 +89,20 @@ for ((r = 1; r <= rounds; r++)); do
     row_steps="$steps"
     row_warmup=3
     case "$workload" in
-      gpt2-124m) size=(--batch 1); row_steps=$(( steps < 3 ? steps : 3 )); row_warmup=1 ;;
+      gpt2-124m|smollm-135m) size=(--batch 1); row_steps=$(( steps < 3 ? steps : 3 )); row_warmup=1 ;;
       resnet50) size=(--batch 8); row_steps=$(( steps < 3 ? steps : 3 )); row_warmup=1 ;;
     esac
     layout=()
     case "$workload" in cnn-mini|resnet50) [ "${FT_BENCH_CHANNELS_LAST:-0}" = 1 ] && layout=(--channels-last) ;; esac
-    peer="$(peer_for "$workload")"
+    args=(--workload "$workload" --threads "$threads" --steps "$row_steps" --warmup "$row_warmup" "${size[@]}" "${layout[@]}")
     for precision in $precisions; do
       wait_idle "$workload" "$precision"
-      OMP_NUM_THREADS=$threads "$fasttrain" bench --workload "$workload" --precision "$precision" \
-        --threads "$threads" --steps "$row_steps" --warmup "$row_warmup" "${size[@]}" "${layout[@]}" | tee -a "$out" >&2
-      OMP_NUM_THREADS=$threads "${FT_PEER_PYTHON:-/usr/bin/python3}" "$peer" --workload "$workload" --precision "$precision" \
-        --threads "$threads" --steps "$row_steps" --warmup "$row_warmup" "${size[@]}" "${layout[@]}" | tee -a "$out" >&2
+      measured fasttrain "$workload" "$precision" "$fasttrain" bench --precision "$precision" "${args[@]}"
+      for peer in "${peers[@]}"; do
+        peer_command "$peer" torch_bench.py
+        measured "$peer" "$workload" "$precision" "${peer_cmd[@]}" --precision "$precision" "${args[@]}"
+      done
     done
   done
 done
-"${FT_PEER_PYTHON:-/usr/bin/python3}" - "$out" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-def runs(impl, w, p):
-    return [r for r in rows if r["impl"].startswith(impl) and r["workload"] == w and r["precision"] == p]
-order = []
-for r in rows:
-    if (r["workload"], r["precision"]) not in order:
-        order.append((r["workload"], r["precision"]))
-print(f"{'workload':9} {'precision':9} {'batch':>5} {'fasttrain ms':>12} {'pytorch ms':>11} {'ratio':>6} {'of peak':>7}"
-      f"  {'fasttrain loss':>14} {'pytorch loss':>12}  per-round ratios")
-for w, p in order:
-    ft, pt = runs("fasttrain", w, p), runs("pytorch", w, p)
-    if not ft or not pt:
-        print(f"{w:9} {p:9} {'missing':>12}")
-        continue
-    a = statistics.median(r["ms_per_step"] for r in ft)
-    b = statistics.median(r["ms_per_step"] for r in pt)
-    frac = statistics.median(r.get("peak_fraction", 0.0) for r in ft)
-    per = " ".join(f"{y['ms_per_step'] / x['ms_per_step']:.2f}" for x, y in zip(ft, pt))
-    print(f"{w:9} {p:9} {ft[-1]['batch']:5} {a:12.1f} {b:11.1f} {b / a:6.2f} {frac:7.1%}"
-          f"  {ft[-1]['loss']:14.4f} {pt[-1]['loss']:12.4f}  {per}")
-isas = sorted({r.get("cpu_isa", "?") for r in rows})
-cpus = sorted({r["cpu"] for r in rows if "cpu" in r})
-peaks = {}
-for r in rows:
-    if r["impl"] == "fasttrain":
-        peaks.setdefault(r["precision"], []).append(r.get("peak_gflops", 0.0))
-print("# cpu: " + ", ".join(cpus) + "; cpu_isa: " + ", ".join(isas) + "; measured peak GFLOP/s (median): " +
-      ", ".join(f"{p} {statistics.median(v):.0f}" for p, v in sorted(peaks.items())))
-print(f"# ratio = fasttrain speed / PyTorch speed (PyTorch ms / fasttrain ms); of peak = fasttrain's model FLOP/s"
-      f" over the measured peak; JSON lines in {sys.argv[1]}")
-PY
+/usr/bin/python3 "$here/compare_cpu_table.py" "$out"

@@ -13,12 +13,14 @@ packages=(
   nlohmann-json3-dev               # JSON (checkpoint metadata, parity references)
   libtomlplusplus-dev libcli11-dev # run configuration files (TOML) and command-line parsing
   libjpeg62-turbo-dev libpng-dev   # JPEG and PNG decoding (ImageFolderDataset, --task classify --data folder:DIR)
+  zlib1g-dev                       # gzip-compressed datasets read as published (MNIST's .gz files)
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
   chromium                         # headless rendering check of the run report (test_report)
   libopenmpi-dev openmpi-bin       # Open MPI: data-parallel jobs (src/dist), mpirun for their tests
+  time                             # GNU time: the benchmarks' max RSS of each side (bench/compare_cpu.sh)
 )
 
 missing=()

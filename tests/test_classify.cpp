@@ -12,6 +12,7 @@
 #include <set>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 // jpeglib.h uses FILE and size_t without including their headers: <cstdio> comes first.
@@ -171,6 +172,21 @@ void write_mnist(const std::string& dir, const std::string& prefix, int n, int s
   }
   write_bytes(dir + "/" + prefix + "-images-idx3-ubyte", images);
   write_bytes(dir + "/" + prefix + "-labels-idx1-ubyte", labels);
+}
+
+// Replaces `file` by `file`.gz holding the same bytes as `members` gzip members (gzip's own
+// multi-member form: what `cat a.gz b.gz` makes).
+void gzip_in_place(const std::string& file, int members) {
+  const std::string bytes = read_bytes(file);
+  const size_t part = bytes.size() / members + 1;
+  for (int m = 0; m < members; ++m) {
+    gzFile gz = gzopen((file + ".gz").c_str(), m == 0 ? "wb" : "ab");
+    ASSERT_NE(gz, nullptr);
+    const size_t begin = std::min(bytes.size(), m * part), end = std::min(bytes.size(), begin + part);
+    if (end > begin) ASSERT_EQ(gzwrite(gz, bytes.data() + begin, static_cast<unsigned>(end - begin)), int(end - begin));
+    ASSERT_EQ(gzclose(gz), Z_OK);
+  }
+  fs::remove(file);
 }
 
 // A CIFAR-10 binary batch of n records: label i % 10, red plane 10 * (i % 10), green 100, blue 200.
@@ -601,6 +617,44 @@ TEST_F(Classify, MnistTrainsOnTheTrainFilesAndValidatesOnTheTestFiles) {
   EXPECT_EQ(task["normalisation"]["mean"][0].get<double>(), d.info().mean[0]);
   EXPECT_EQ(task["data"], "mnist:" + dir);
   EXPECT_EQ(task["split"]["held_out"], true);
+  // The user's own data states no goal unless asked (--goal-accuracy); the run reports none.
+  EXPECT_EQ(r.goal, "");
+  EXPECT_FALSE(task.contains("goal"));
+}
+
+// The files as they are published (train-images-idx3-ubyte.gz ...) read without unpacking, to
+// the same samples as the unpacked ones; a multi-member gzip file reads as its concatenation.
+TEST_F(Classify, MnistReadsTheGzipCompressedDownloadAsItIs) {
+  const std::string plain = path("plain"), packed = path("packed");
+  write_mnist(plain, "train", 30);
+  write_mnist(packed, "train", 30);
+  gzip_in_place(packed + "/train-images-idx3-ubyte", 3);
+  gzip_in_place(packed + "/train-labels-idx1-ubyte", 1);
+  ASSERT_TRUE(fs::exists(packed + "/train-images-idx3-ubyte.gz"));
+  ASSERT_FALSE(fs::exists(packed + "/train-images-idx3-ubyte"));
+  const data::MnistDataset a(plain + "/train-images-idx3-ubyte", plain + "/train-labels-idx1-ubyte");
+  const data::MnistDataset b(packed + "/train-images-idx3-ubyte.gz", packed + "/train-labels-idx1-ubyte.gz");
+  ASSERT_EQ(b.size(), 30);
+  std::vector<Tensor> fa = sample_fields(a), fb = sample_fields(b);
+  for (int64_t i = 0; i < 30; ++i) {
+    a.read(i, 0, fa);
+    b.read(i, 0, fb);
+    ASSERT_EQ(std::memcmp(fa[0].raw_data(), fb[0].raw_data(), 28 * 28), 0) << "image " << i;
+    ASSERT_EQ(fb[1].item<int64_t>(), i % 10);
+  }
+  train::TrainerConfig c = config("mnist:" + packed);
+  c.data.image_size = 28;
+  const train::ClassifyData d(c);
+  EXPECT_EQ(d.info().train_samples + d.info().val_samples, 30);
+
+  // A truncated download is named as one, not read as a short MNIST file.
+  const std::string whole = read_bytes(packed + "/train-labels-idx1-ubyte.gz");
+  write_bytes(packed + "/train-labels-idx1-ubyte.gz", whole.substr(0, whole.size() - 6));
+  expect_refused(config("mnist:" + packed), packed + "/train-labels-idx1-ubyte.gz: truncated gzip file");
+  std::string corrupt = whole;  // the trailer's CRC-32 no longer matches the data
+  corrupt[whole.size() - 8] = static_cast<char>(corrupt[whole.size() - 8] ^ 0x55);
+  write_bytes(packed + "/train-labels-idx1-ubyte.gz", corrupt);
+  expect_refused(config("mnist:" + packed), packed + "/train-labels-idx1-ubyte.gz: not a valid gzip file (zlib: ");
 }
 
 TEST_F(Classify, Cifar10ReadsTheBatchesOfTheUnpackedArchive) {
@@ -845,9 +899,11 @@ TEST_F(Classify, MalformedNpyAndMnistFilesAreRefusedNamingTheFile) {
 
   const std::string mnist = path("mnist");
   fs::create_directories(mnist);
-  write_bytes(mnist + "/train-images-idx3-ubyte.gz", "compressed");
-  expect_refused(config("mnist:" + mnist), mnist + "/train-images-idx3-ubyte: not found, but " + mnist +
-                                               "/train-images-idx3-ubyte.gz is: decompress it first");
+  expect_refused(config("mnist:" + mnist),
+                 mnist + "/train-images-idx3-ubyte: not found, nor train-images-idx3-ubyte.gz");
+  write_bytes(mnist + "/train-images-idx3-ubyte.gz", "compressed?");  // not gzip: read as IDX, and refused
+  expect_refused(config("mnist:" + mnist), mnist + "/train-images-idx3-ubyte.gz: not an MNIST images file");
+  fs::remove(mnist + "/train-images-idx3-ubyte.gz");
   write_mnist(mnist, "train", 20);
   train::TrainerConfig m = config("mnist:" + mnist);
   m.data.val = "mnist:" + mnist;  // no t10k files

@@ -211,6 +211,30 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   fs::remove_all(dir);
 }
 
+// --max-epochs alone sizes the run (and so its schedule) from the data; with --max-steps as well,
+// whichever ends first stops it.
+TEST(Cli, MaxEpochsAloneSizesTheRun) {
+  const std::string dir = temp_dir("epochs_run");
+  fs::create_directories(dir);
+  std::string toml = kTinyToml;
+  toml.replace(toml.find("max_steps = 3\n"), 14, "");
+  toml.replace(toml.find("train_chars = 20000"), 19, "train_chars = 2000");
+  write(dir + "/run.toml", toml + "eval_every = 0\n");
+  auto steps = [&](const std::string& flags, const std::string& name) {
+    const CliRun r = run_cli("train --config " + dir + "/run.toml " + flags + " --run-dir " + dir + "/" + name);
+    EXPECT_EQ(r.code, 0) << r.output;
+    const int64_t recorded = ft::train::load_run_config(dir + "/" + name).max_steps;
+    EXPECT_EQ(nlohmann::json::parse(slurp(dir + "/" + name + "/summary.json"))["steps"].get<int64_t>(), recorded);
+    EXPECT_NE(r.output.find("steps 1-" + std::to_string(recorded) + " "), std::string::npos) << r.output;
+    return recorded;
+  };
+  const int64_t one = steps("--max-epochs 1", "one");
+  EXPECT_GT(one, 3);
+  EXPECT_EQ(steps("--max-epochs 2", "two"), 2 * one);
+  EXPECT_EQ(steps("--max-epochs 2 --max-steps 3", "bounded"), 3);
+  fs::remove_all(dir);
+}
+
 // `fasttrain data` converts text into shards and prints each one it wrote.
 TEST(Cli, DataWritesByteTokenShards) {
   const std::string dir = temp_dir("data");

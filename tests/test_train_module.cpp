@@ -269,6 +269,42 @@ TEST(TrainModule, IterableTrainingStreamAndMaxEpochs) {
   fs::remove_all(dir);
 }
 
+// max_steps 0 with max_epochs (Lightning's max_steps=-1): the run takes as many steps as the epochs
+// hold and the schedule spans exactly those; training data with no length (a stream) is refused.
+TEST(TrainModule, MaxEpochsAloneSizesTheRunAndItsSchedule) {
+  const std::string dir = test::scratch_dir("ft_module", "epochs");
+  TrainerConfig c = config(dir);
+  c.max_steps = 0;
+  c.max_epochs = 2;  // 960 samples / (16 x 2) = 30 steps per epoch
+  c.checkpoint_every = 0;
+  c.eval_every = 0;
+  c.log_every_n_steps = 1;
+  DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});
+  TwoHeadModule module(7);
+  train::Trainer trainer(c);
+  const train::TrainResult r = trainer.fit(module, data);
+  EXPECT_EQ(r.steps, 60);
+  EXPECT_EQ(train::load_run_config(dir).max_steps, 60);  // recorded resolved: a resume keeps it
+  // Each step's learning rate is the cosine schedule over 60 steps (warmup 5), ending at min_lr.
+  c.max_steps = 60;
+  const std::unique_ptr<optim::Schedule> schedule = train::make_schedule(c);
+  int64_t rows = 0;
+  for (const train::MetricRow& row : trainer.history()) {
+    if (row.split != "train") continue;
+    ++rows;
+    EXPECT_DOUBLE_EQ(row.lr, schedule->lr(row.step - 1)) << "step " << row.step;
+  }
+  EXPECT_EQ(rows, 60);
+
+  c.max_steps = 0;
+  DatasetModule stream({nullptr, nullptr, std::make_shared<BlobStream>(blobs(960, 1))}, {blobs(300, 2), nullptr});
+  TwoHeadModule other(7);
+  train::Trainer streamed(c);
+  test::expect_error([&] { streamed.fit(other, stream); },
+                     "option max_epochs: sizing the run by epochs alone needs training data of known length");
+  fs::remove_all(dir);
+}
+
 class BadLoss : public TwoHeadModule {
  public:
   BadLoss() : TwoHeadModule(1) {}

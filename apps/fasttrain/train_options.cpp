@@ -84,11 +84,16 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
     base.run_dir.clear();  // a resumed run writes a new run folder unless --run-dir says otherwise
     task = base.task;
   }
+  // What the file sets, told from what it leaves alone by values no config can hold.
+  bool file_sets_max_steps = false, file_sets_max_epochs = false;
   if (!file_text.empty()) {
     TrainerConfig probe;
     probe.task.clear();
+    probe.max_steps = probe.max_epochs = -1;
     apply_toml(probe, file_text, o.config_path);
     if (!probe.task.empty()) task = probe.task;
+    file_sets_max_steps = probe.max_steps != -1;
+    file_sets_max_epochs = probe.max_epochs != -1;
   }
   if (given("task")) task = o.values.at("task");
   // The library takes any run name; the command line trains the built-in tasks (tasks.h).
@@ -104,6 +109,9 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
              scope.find(',') == std::string::npos ? " task" : " tasks", ", not ", c.task);
     set_field(c, name, o.values.at(name));
   }
+  // Epochs alone size the run (Lightning's max_steps=-1): max_steps 0 becomes the steps they take.
+  if ((given("max_epochs") || file_sets_max_epochs) && !given("max_steps") && !file_sets_max_steps && c.max_epochs > 0)
+    c.max_steps = 0;
   // lm: a preset model brings its own size; --layers/--dim/--heads/--context size --model custom.
   if (c.task == "lm" && is_gpt_preset(c.model.name)) {
     for (const char* size : {"layers", "dim", "heads", "context"})

@@ -20,7 +20,7 @@ struct MappedFile;
 
 // MNIST IDX pair (train-images-idx3-ubyte / train-labels-idx1-ubyte, or Fashion-MNIST): images
 // have big-endian magic 2051 and dims N, rows, cols; labels magic 2049 and N; labels in 0-9.
-// image is u8 [1, rows, cols].
+// image is u8 [1, rows, cols]. Either file may be gzip-compressed, as the downloads are published.
 class MnistDataset : public Dataset {
  public:
   MnistDataset(const std::string& images_path, const std::string& labels_path);

@@ -44,8 +44,8 @@ struct DataOptions {
   int64_t classes = 6;      // images: shape classes
   int64_t train_images = 10000;
   int64_t val_images = 1000;
-  double goal_gap = 0.05;       // char: final val loss within this many nats of the entropy floor
-  double goal_accuracy = 0.95;  // images, classify: final validation accuracy
+  double goal_gap = 0.05;    // char: final val loss within this many nats of the entropy floor
+  double goal_accuracy = 0;  // images, classify: final validation accuracy to reach (0: no goal)
 };
 
 // Every option of a run. The CLI (`fasttrain train --help`), TOML run files and the config.toml
@@ -56,7 +56,7 @@ struct TrainerConfig {
   // text) or "images" (shapes). For a module of one's own it only names the run folder.
   std::string task = "char";
   // --- loop ---
-  int64_t max_steps = 600;
+  int64_t max_steps = 600;    // 0 with max_epochs: as many steps as max_epochs passes over the data take
   int64_t max_epochs = 0;     // 0: no epoch limit; otherwise stop after this many passes as well
   int64_t eval_every = 100;   // Lightning's val_check_interval, in steps; 0: only at the end
   int64_t eval_batches = 16;  // validation batches per evaluation (0: the whole split; images' default)
@@ -184,7 +184,9 @@ void visit_fields(Config& c, V&& visitor) {
   };
   constexpr OnResume locked = OnResume::MustMatch, may_change = OnResume::MayChange;
   v("task", c.task, "task: char (char-level GPT on generated text) or images (procedural shapes)", locked);
-  v("max_steps", c.max_steps, "optimisation steps");
+  v("max_steps", c.max_steps,
+    "optimisation steps (0 with max_epochs: as many as the epochs take, which also sizes the schedule; given "
+    "--max-epochs without --max-steps, the command line chooses 0)");
   v("max_epochs", c.max_epochs, "stop after this many passes over the training data as well (0: no limit)");
   v("eval_every", c.eval_every, "evaluate on the validation split every N steps (0: only at the end)");
   v("eval_batches", c.eval_batches, "validation batches per evaluation (0: the whole split, the images default)");
@@ -313,7 +315,11 @@ void visit_fields(Config& c, V&& visitor) {
   data("val_images", c.data.val_images, "images: validation images", locked);
   data("goal_gap", c.data.goal_gap, "char: goal, validation loss within this many nats of the entropy floor",
        may_change);
-  data("goal_accuracy", c.data.goal_accuracy, "images, classify: goal, validation accuracy", may_change);
+  data(
+      "goal_accuracy", c.data.goal_accuracy,
+      "images, classify: goal, validation accuracy to reach (0: none; the images task's own is 0.95, data of one's own "
+      "has none unless given)",
+      may_change);
 }
 
 // The config as TOML text (every field, resolved), and back. Parsing rejects unknown keys and
@@ -427,6 +433,7 @@ class Trainer {
   void attach(TrainModule& module, const DataModule& data);
   void apply_resume();
   void make_loaders();
+  void size_steps_from_epochs();
   TrainerConfig config_;
   std::unique_ptr<Impl> impl_;
   int64_t step_ = 0;

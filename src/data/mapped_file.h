@@ -33,4 +33,11 @@ struct MappedFile {
 // file, and never faults. Throws ft::Error naming the file when it cannot be opened or mapped.
 std::shared_ptr<const MappedFile> map_file(const std::string& path);
 
+// Whether the file starts with gzip's magic bytes (1f 8b).
+bool is_gzip(const MappedFile& f);
+// `path` mapped as map_file does, or, when it is gzip-compressed (by its content, whatever its
+// name), its decompressed bytes in anonymous memory (gzip_file.cpp). A corrupt or truncated gzip
+// stream is an ft::Error naming the file.
+std::shared_ptr<const MappedFile> map_or_inflate(const std::string& path);
+
 }  // namespace ft::data

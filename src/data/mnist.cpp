@@ -1,4 +1,5 @@
-// MNIST IDX files: validated at construction, images copied from the mapping on read.
+// MNIST IDX files, as published (gzip-compressed) or unpacked: validated at construction, images
+// copied from the mapping (or the decompressed bytes) on read.
 #include <cstring>
 
 #include "data/mapped_file.h"
@@ -34,7 +35,7 @@ std::vector<int64_t> idx_dims(const MappedFile& f, int32_t magic, int ndims, con
 }  // namespace
 
 MnistDataset::MnistDataset(const std::string& images_path, const std::string& labels_path)
-    : images_(map_file(images_path)), labels_(map_file(labels_path)) {
+    : images_(map_or_inflate(images_path)), labels_(map_or_inflate(labels_path)) {
   std::vector<int64_t> d = idx_dims(*images_, kImagesMagic, 3, "images");
   // The bound keeps the size arithmetic below far from overflow (N < 2^32, rows * cols <= 2^24).
   FT_CHECK(d[1] > 0 && d[2] > 0 && d[1] <= kMaxSide && d[2] <= kMaxSide, images_path, ": image size ", d[1], "x", d[2],

@@ -203,20 +203,18 @@ fs::path existing_folder(const DataSpec& s, const char* expected) {
   return s.path;
 }
 
-// A file of a dataset's standard layout; a missing one is named, with a hint when only its
-// compressed download is there.
+// A file of a dataset's standard layout, or its compressed download (NAME.gz, read as it is).
+// Some MNIST mirrors spell the names train-images.idx3-ubyte.
 std::string required_file(const fs::path& dir, const std::string& name, const DataSpec& s) {
-  const fs::path p = dir / name;
+  std::vector<std::string> spellings = {name};
+  if (const size_t dash = name.rfind("-idx"); dash != std::string::npos)
+    spellings.push_back(name.substr(0, dash) + "." + name.substr(dash + 1));
   std::error_code ec;
-  if (fs::is_regular_file(p, ec)) return p.string();
-  // Some MNIST mirrors name the files train-images.idx3-ubyte.
-  if (const size_t dash = name.rfind("-idx"); dash != std::string::npos) {
-    const fs::path dotted = dir / (name.substr(0, dash) + "." + name.substr(dash + 1));
-    if (fs::is_regular_file(dotted, ec)) return dotted.string();
-  }
-  FT_CHECK(!fs::exists(p.string() + ".gz", ec), p.string(), ": not found, but ", p.string(),
-           ".gz is: decompress it first (gunzip -k ", p.string(), ".gz)");
-  FT_FAIL(p.string(), ": not found (", s.text, " reads the standard file names of the download)");
+  for (const std::string& spelling : spellings)
+    for (const char* suffix : {"", ".gz"})
+      if (const fs::path p = dir / (spelling + suffix); fs::is_regular_file(p, ec)) return p.string();
+  FT_FAIL((dir / name).string(), ": not found, nor ", name, ".gz (", s.text,
+          " reads the standard file names of the download)");
 }
 
 ImageSource open_images(const DataSpec& s, bool validation, int64_t size) {

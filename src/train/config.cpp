@@ -1,5 +1,6 @@
 // TrainerConfig: per-task defaults, validation, and its text forms (flags and TOML), all driven
 // by visit_fields() so an option is declared once.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +42,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
   TrainerConfig c;  // the member initialisers are the char task's defaults
   c.task = task;
   if (task == "images") {
+    c.data.goal_accuracy = 0.95;  // the generated shapes' stated goal; the user's own data has none
     c.max_steps = 500;
     c.eval_every = 100;
     c.log_every_n_steps = 25;
@@ -162,7 +164,8 @@ void TrainerConfig::validate() const {
           detail::concat("'", device, "' (", found, " CUDA devices found",
                          cuda_compiled() ? "" : ": this build has no CUDA support", ")"));
   }
-  check(max_steps >= 1, "max_steps", "at least 1", max_steps);
+  check(max_steps >= 1 || (max_steps == 0 && max_epochs > 0), "max_steps",
+        "at least 1 (or 0 with max_epochs: as many steps as the epochs take)", max_steps);
   check(max_epochs >= 0, "max_epochs", "0 (no limit) or more", max_epochs);
   check(eval_every >= 0, "eval_every", "0 (only at the end) or more", eval_every);
   check(eval_batches >= 0, "eval_batches", "0 (the whole validation split) or more", eval_batches);
@@ -185,7 +188,11 @@ void TrainerConfig::validate() const {
   check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
   check_name(clip_algorithm_from_name, gradient_clip_algorithm);
   check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
-  make_schedule(*this);  // validates the schedule and its parameters
+  {  // validates the schedule and its parameters; sized by epochs, the step count is not known yet
+    TrainerConfig sized = *this;
+    sized.max_steps = std::max<int64_t>(max_steps, warmup_steps + 1);
+    make_schedule(sized);
+  }
   check_name(precision_from_name, precision);
   parse_memory_size(memory_limit);
   check(batch_size_search == "power" || batch_size_search == "binsearch", "batch_size_search", "power or binsearch",
@@ -231,7 +238,8 @@ void TrainerConfig::validate() const {
   }
   if (images) {
     check(d.image_size >= 8 && d.image_size <= 512, "image_size", "8 to 512", d.image_size);
-    check(d.goal_accuracy > 0 && d.goal_accuracy <= 1, "goal_accuracy", "a fraction in (0, 1]", d.goal_accuracy);
+    check(d.goal_accuracy >= 0 && d.goal_accuracy <= 1, "goal_accuracy", "0 (no goal) or a fraction in (0, 1]",
+          d.goal_accuracy);
   }
   if (task == "images") {
     check(m.name == "cnn-mini" || m.name == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + m.name + "'");

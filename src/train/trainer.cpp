@@ -2,6 +2,7 @@
 // optimizer, step runner, loaders, callbacks), one training step and one evaluation over the
 // module's data, checkpoints written and applied, and the learning-rate finder. The loop itself
 // is fit.cpp.
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -336,6 +337,8 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   im.data = &data;
   im.start_data_parallel(config_);
   im.optimizer = im.sharded(make_optimizer(config_, module), config_);
+  make_loaders();
+  size_steps_from_epochs();  // before the schedule, which spans max_steps
   im.schedule = make_schedule(config_);
   im.make_runner(config_);
   const MonitorMode mode = config_.monitor == "val_accuracy" ? MonitorMode::Max : MonitorMode::Min;
@@ -344,8 +347,19 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
         std::make_unique<EarlyStopping>(mode, config_.early_stopping_patience, config_.early_stopping_min_delta);
   if (config_.keep_last > 0)  // keep_last 0 keeps every checkpoint
     im.keeper = std::make_unique<CheckpointKeeper>(config_.keep_last, config_.keep_best, mode);
-  make_loaders();
   if (!resume_dir_.empty()) apply_resume();
+}
+
+// max_steps 0 with max_epochs (Lightning's max_steps=-1): as many optimisation steps as the epochs
+// hold, known once the loader has counted the batches of an epoch. The resolved count is what the
+// schedule spans and what the run folder's config.toml records, so a resumed run keeps it.
+void Trainer::size_steps_from_epochs() {
+  if (config_.max_steps > 0) return;
+  const int64_t per_epoch = impl_->loader->batches_per_epoch();
+  FT_CHECK(per_epoch > 0,
+           "option max_epochs: sizing the run by epochs alone needs training data of known length, found a stream "
+           "(it has no epochs to count); give --max-steps");
+  config_.max_steps = std::max<int64_t>(1, config_.max_epochs * per_epoch / config_.accumulate);
 }
 
 void Trainer::make_loaders() {

@@ -40,8 +40,9 @@ def main():
         peer_ms = {q: median(runs(q, w, p), "ms_per_step") for q in peers}
         present = {q: v for q, v in peer_ms.items() if v is not None}
         best = min(present, key=present.get) if present else None
-        cells = [w, p, str(ft[-1]["batch"]) if ft else "?", f"{ft_ms:.1f}" if ft_ms else "failed"]
-        cells += [f"{peer_ms[q]:.1f}" if peer_ms[q] else "failed" for q in peers]
+        failed = {r.get("peer", "fasttrain") for r in lines if "error" in r and r["workload"] == w and r["precision"] == p}
+        cells = [w, p, str(ft[-1]["batch"]) if ft else "?", f"{ft_ms:.1f}" if ft_ms else "failed" if "fasttrain" in failed else "-"]
+        cells += [f"{peer_ms[q]:.1f}" if peer_ms[q] else "failed" if q in failed else "-" for q in peers]
         cells.append(best or "none")
         cells.append(f"{present[best] / ft_ms:.2f}" if best and ft_ms else "-")
         frac = median(ft, "peak_fraction")

@@ -62,7 +62,7 @@ for r in rows:
         impls.append(who(r))
 def ms(impl, w, ranks):
     for r in rows:
-        if who(r) == impl and r["workload"] == w and r.get("world_size", 1) == ranks and r.get("strategy", "ddp") == "ddp":
+        if who(r) == impl and r["workload"] == w and r.get("world_size", 1) == ranks and r.get("strategy", "ddp") in ("ddp", "single"):
             return r["ms_per_step"]
     return None
 print(f"{'workload':9} {'impl':11} {'1 rank ms':>10} {f'{n} ranks ms':>11} {'efficiency':>10}")

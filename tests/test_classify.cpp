@@ -901,7 +901,9 @@ TEST_F(Classify, MalformedNpyAndMnistFilesAreRefusedNamingTheFile) {
   fs::create_directories(mnist);
   expect_refused(config("mnist:" + mnist),
                  mnist + "/train-images-idx3-ubyte: not found, nor train-images-idx3-ubyte.gz");
-  write_bytes(mnist + "/train-images-idx3-ubyte.gz", "compressed?");  // not gzip: read as IDX, and refused
+  write_mnist(mnist, "train", 20);
+  fs::remove(mnist + "/train-images-idx3-ubyte");
+  write_bytes(mnist + "/train-images-idx3-ubyte.gz", "neither gzip nor IDX");  // read as IDX, and refused
   expect_refused(config("mnist:" + mnist), mnist + "/train-images-idx3-ubyte.gz: not an MNIST images file");
   fs::remove(mnist + "/train-images-idx3-ubyte.gz");
   write_mnist(mnist, "train", 20);

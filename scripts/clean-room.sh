@@ -55,7 +55,8 @@ echo "clean-room: commit $commit ($(git -C "$repo" log -1 --format=%s "$commit" 
 
 # The two commands: the first two sh blocks of the README's "The two commands" section.
 mapfile -t commands < <(awk '/^## The two commands/ { on = 1; next } on && /^## / { exit }
-  on && /^```sh/ { block = 1; next } block && /^```/ { block = 0; next } block { print }' "$root/root/fasttrain/README.md")
+  on && /^```sh/ { block = 1; next } block && /^```/ { block = 0; if (++blocks == 2) exit; next } block { print }' \
+  "$root/root/fasttrain/README.md")
 [ "${#commands[@]}" -eq 2 ] || { echo "clean-room: expected two commands in the README, found ${#commands[@]}" >&2; exit 1; }
 
 status=0

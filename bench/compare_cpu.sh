@@ -32,7 +32,9 @@ rounds="${4:-1}"
 out="${5:-$build/compare_cpu.jsonl}"
 fasttrain="$build/fasttrain"
 [ -x "$fasttrain" ] || { echo "compare_cpu.sh: $fasttrain not found (build the fasttrain_cli target)" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "compare_cpu.sh: /usr/bin/time not found (apt-get install time)" >&2; exit 2; }
+# GNU time measures each side's max RSS; without it (a GPU machine's image) the RSS columns stay empty.
+timer=(/usr/bin/time -f %M -o)
+[ -x /usr/bin/time ] || { echo "compare_cpu.sh: /usr/bin/time not found (apt-get install time): no RSS figures" >&2; timer=(); }
 rows="${FT_BENCH_ROWS:-mlp cnn-mini gpt-mini gpt2-124m resnet50}"
 source "$here/peer_env.sh"
 mapfile -t peers < <(peer_names)
@@ -60,7 +62,7 @@ measured() {
   local peer="$1" workload="$2" precision="$3" rss err line status=0
   shift 3
   rss=$(mktemp) err=$(mktemp)
-  line=$(OMP_NUM_THREADS=$threads /usr/bin/time -f %M -o "$rss" "$@" 2>"$err") || status=$?
+  line=$(OMP_NUM_THREADS=$threads "${timer[@]}" ${timer:+"$rss"} "$@" 2>"$err") || status=$?
   /usr/bin/python3 - "$peer" "$workload" "$precision" "$line" "$(tail -1 "$rss")" "$status" "$err" >>"$out" <<'PY'
 import json, sys
 peer, workload, precision, line, rss, status, err = sys.argv[1:]

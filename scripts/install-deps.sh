@@ -16,6 +16,7 @@ packages=(
   zlib1g-dev                       # gzip-compressed datasets read as published (MNIST's .gz files)
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
+  libclang-rt-14-dev               # clang's sanitizer and libFuzzer runtimes (not pulled in without recommends; the clean room showed it)
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
   chromium                         # headless rendering check of the run report (test_report)

@@ -78,7 +78,7 @@ peer_command() {
     torch-2.6|torch-2.6-compile)
       # The root sees only its own files: the peer's scripts are copied in (cheap, and always current).
       mkdir -p "$torch26_root/opt/fasttrain-peer"
-      cp "$peer_here"/torch_*.py "$torch26_root/opt/fasttrain-peer/"
+      cp "$peer_here"/torch_*.py "$peer_here"/micro_cases*.json "$torch26_root/opt/fasttrain-peer/"
       peer_cmd=(chroot "$torch26_root" python3 "/opt/fasttrain-peer/$script")
       if [ "$name" = torch-2.6-compile ]; then peer_cmd+=(--compile); fi ;;
     *) echo "peer_env.sh: unknown peer '$name'" >&2; return 2 ;;

@@ -250,16 +250,26 @@ TEST(TrainModule, PrecisionModesApplyToAUserModule) {
   }
 }
 
+// Two epochs of 960 samples in batches of 16 x 2 (30 steps each), no checkpoints or evaluations
+// before the end, max_steps as given.
+TrainerConfig two_epochs_config(const std::string& dir, int64_t max_steps) {
+  TrainerConfig c = config(dir);
+  c.max_steps = max_steps;
+  c.max_epochs = 2;
+  c.checkpoint_every = 0;
+  c.eval_every = 0;
+  return c;
+}
+
+// The 960 training samples as an iterable stream (no length, so no epoch count in advance).
+TrainData blob_stream_data() { return {nullptr, nullptr, std::make_shared<BlobStream>(blobs(960, 1))}; }
+
 // An iterable stream as training data: epochs are counted as the stream runs dry, and max_epochs
 // ends the run.
 TEST(TrainModule, IterableTrainingStreamAndMaxEpochs) {
   const std::string dir = test::scratch_dir("ft_module", "stream");
-  TrainerConfig c = config(dir);
-  c.max_steps = 1000;
-  c.max_epochs = 2;  // 960 samples / (16 x 2) = 30 steps per epoch
-  c.checkpoint_every = 0;
-  c.eval_every = 0;
-  DatasetModule data({nullptr, nullptr, std::make_shared<BlobStream>(blobs(960, 1))}, {blobs(300, 2), nullptr});
+  TrainerConfig c = two_epochs_config(dir, 1000);
+  DatasetModule data(blob_stream_data(), {blobs(300, 2), nullptr});
   TwoHeadModule module(7);
   train::Trainer trainer(c);
   const train::TrainResult r = trainer.fit(module, data);
@@ -273,11 +283,7 @@ TEST(TrainModule, IterableTrainingStreamAndMaxEpochs) {
 // hold and the schedule spans exactly those; training data with no length (a stream) is refused.
 TEST(TrainModule, MaxEpochsAloneSizesTheRunAndItsSchedule) {
   const std::string dir = test::scratch_dir("ft_module", "epochs");
-  TrainerConfig c = config(dir);
-  c.max_steps = 0;
-  c.max_epochs = 2;  // 960 samples / (16 x 2) = 30 steps per epoch
-  c.checkpoint_every = 0;
-  c.eval_every = 0;
+  TrainerConfig c = two_epochs_config(dir, 0);
   c.log_every_n_steps = 1;
   DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});
   TwoHeadModule module(7);
@@ -297,7 +303,7 @@ TEST(TrainModule, MaxEpochsAloneSizesTheRunAndItsSchedule) {
   EXPECT_EQ(rows, 60);
 
   c.max_steps = 0;
-  DatasetModule stream({nullptr, nullptr, std::make_shared<BlobStream>(blobs(960, 1))}, {blobs(300, 2), nullptr});
+  DatasetModule stream(blob_stream_data(), {blobs(300, 2), nullptr});
   TwoHeadModule other(7);
   train::Trainer streamed(c);
   test::expect_error([&] { streamed.fit(other, stream); },

@@ -9,6 +9,7 @@
 // Implemented in src/train/char_task.cpp, image_task.cpp, lm_task.cpp and classify_task.cpp.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fasttrain/loader.h"
@@ -35,7 +36,9 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
 StepOutput classification_step(nn::UnaryModule& model, const data::Batch& batch);
 StepOutput classification_eval_step(nn::UnaryModule& model, const data::Batch& batch);
 // "val accuracy 97.10% on 1000 images of 6 classes (goal >= 95.0%: met)" and whether it was met.
-Goal accuracy_goal(const EvalResult& result, double goal, int64_t samples, const char* what, int64_t classes);
+// No goal (nullopt) when `goal` is 0: the user stated none.
+std::optional<Goal> accuracy_goal(const EvalResult& result, double goal, int64_t samples, const char* what,
+                                  int64_t classes);
 
 // The mean next-token cross-entropy of a batch of "tokens" and "targets" [B, T] (char and lm).
 Tensor next_token_loss(nn::GPT& model, const data::Batch& batch);

@@ -50,9 +50,8 @@ class ClassifyModule : public TrainModule {
 
   StepOutput training_step(const data::Batch& b) override { return classification_step(*model_, b); }
   StepOutput validation_step(const data::Batch& b) override { return classification_eval_step(*model_, b); }
-  // Data of one's own has no goal unless the user states one (--goal-accuracy).
+  // Data of one's own has no goal unless the user states one (--goal-accuracy; default 0: none).
   std::optional<Goal> judge(const EvalResult& r) const override {
-    if (c_.data.goal_accuracy <= 0) return std::nullopt;
     return accuracy_goal(r, c_.data.goal_accuracy, info_.val_samples, info_.images ? "images" : "samples",
                          static_cast<int64_t>(info_.classes.size()));
   }

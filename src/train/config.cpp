@@ -188,9 +188,11 @@ void TrainerConfig::validate() const {
   check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
   check_name(clip_algorithm_from_name, gradient_clip_algorithm);
   check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
-  {  // validates the schedule and its parameters; sized by epochs, the step count is not known yet
+  if (max_steps > 0) {
+    make_schedule(*this);  // validates the schedule and its parameters
+  } else {                 // sized by epochs: the step count is not known until the loader counts an epoch
     TrainerConfig sized = *this;
-    sized.max_steps = std::max<int64_t>(max_steps, warmup_steps + 1);
+    sized.max_steps = warmup_steps + 1;
     make_schedule(sized);
   }
   check_name(precision_from_name, precision);

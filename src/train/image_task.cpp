@@ -89,7 +89,6 @@ class ImageModule : public TrainModule {
   StepOutput training_step(const data::Batch& b) override { return classification_step(*model_, b); }
   StepOutput validation_step(const data::Batch& b) override { return classification_eval_step(*model_, b); }
   std::optional<Goal> judge(const EvalResult& r) const override {
-    if (c_.data.goal_accuracy <= 0) return std::nullopt;  // --goal-accuracy 0: none
     return accuracy_goal(r, c_.data.goal_accuracy, c_.data.val_images, "images", c_.data.classes);
   }
 

@@ -24,14 +24,16 @@ StepOutput classification_eval_step(nn::UnaryModule& model, const data::Batch& b
   return {cross_entropy(logits, batch.fields[1]), {{"accuracy", correct}}};
 }
 
-Goal accuracy_goal(const EvalResult& result, double goal, int64_t samples, const char* what, int64_t classes) {
+std::optional<Goal> accuracy_goal(const EvalResult& result, double goal, int64_t samples, const char* what,
+                                  int64_t classes) {
+  if (goal <= 0) return std::nullopt;
   const double accuracy = result.metric("accuracy").value_or(0.0);
   const bool met = accuracy >= goal;
   char buf[256];
   std::snprintf(buf, sizeof buf, "val accuracy %.2f%% on %lld %s of %lld classes (goal >= %.1f%%: %s)", 100 * accuracy,
                 static_cast<long long>(samples), what, static_cast<long long>(classes), 100 * goal,
                 met ? "met" : "not met");
-  return {buf, met};
+  return Goal{buf, met};
 }
 
 BuiltinTask make_builtin_task(const TrainerConfig& c) {

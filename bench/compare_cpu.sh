@@ -37,8 +37,7 @@ timer=(/usr/bin/time -f %M -o)
 [ -x /usr/bin/time ] || { echo "compare_cpu.sh: /usr/bin/time not found (apt-get install time): no RSS figures" >&2; timer=(); }
 rows="${FT_BENCH_ROWS:-mlp cnn-mini gpt-mini gpt2-124m resnet50}"
 source "$here/peer_env.sh"
-mapfile -t peers < <(peer_names)
-for peer in "${peers[@]}"; do check_peer_blas "$peer"; done
+fair_peers
 : >"$out"
 # Percent of all CPU time spent busy over the next second (from /proc/stat).
 cpu_busy() {

@@ -21,13 +21,12 @@ fasttrain="$build/fasttrain"
 command -v mpirun >/dev/null || { echo "compare_ddp.sh: mpirun not found (scripts/install-deps.sh)" >&2; exit 2; }
 source "$here/peer_env.sh"
 # torch.compile is not a data-parallel strategy: the eager peers only.
-mapfile -t peers < <(FT_PEERS="${FT_PEERS:-torch-1.13 torch-2.6}" peer_names)
-for peer in "${peers[@]}"; do check_peer_blas "$peer"; done
+fair_peers "torch-1.13 torch-2.6"
 # peer_ddp PEER ARGS...: one torch_ddp_bench.py line, tagged with the peer's name.
 peer_ddp() {
   local peer="$1"
   shift
-  OMP_NUM_THREADS=1 peer_run "$peer" torch_ddp_bench.py "$@" | sed "s/^{/{\"peer\": \"$peer\", /" | tee -a "$out" >&2
+  OMP_NUM_THREADS=1 peer_lines "$peer" torch_ddp_bench.py "$@" | tee -a "$out" >&2
 }
 # As root in a container Open MPI needs --allow-run-as-root; --oversubscribe when ranks > cores.
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to core -np "$ranks" -x OMP_NUM_THREADS=1)

@@ -17,8 +17,7 @@ device="${4:-cpu}"
 loader="$build/loader"
 [ -x "$loader" ] || { echo "compare_loader.sh: $loader not found (build the loader target)" >&2; exit 2; }
 source "$here/peer_env.sh"
-mapfile -t peers < <(FT_PEERS="${FT_PEERS:-torch-1.13 torch-2.6}" peer_names)
-for peer in "${peers[@]}"; do check_peer_blas "$peer"; done
+fair_peers "torch-1.13 torch-2.6"
 : >"$out"
 field() { sed -E "s/.*\"$1\": ([0-9.]+).*/\1/" <<<"$2"; }
 printf '%-8s %8s %16s %16s %8s  %s\n' pipeline workers fasttrain/s pytorch/s ratio peer
@@ -27,8 +26,8 @@ for pipeline in image token; do
     ft=$("$loader" --pipeline "$pipeline" --workers "$workers" --seconds "$seconds" --device "$device")
     printf '%s\n' "$ft" >>"$out"
     for peer in "${peers[@]}"; do
-      pt=$(peer_run "$peer" torch_loader.py --pipeline "$pipeline" --workers "$workers" --seconds "$seconds" --device "$device")
-      printf '%s\n' "$pt" | sed "s/^{/{\"peer\": \"$peer\", /" >>"$out"
+      pt=$(peer_lines "$peer" torch_loader.py --pipeline "$pipeline" --workers "$workers" --seconds "$seconds" --device "$device")
+      printf '%s\n' "$pt" >>"$out"
       a=$(field samples_per_s "$ft") b=$(field samples_per_s "$pt")
       printf '%-8s %8d %16.0f %16.0f %7.1fx  %s\n' "$pipeline" "$workers" "$a" "$b" \
         "$(awk -v a="$a" -v b="$b" 'BEGIN { print a / b }')" "$peer"

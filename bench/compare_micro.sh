@@ -11,14 +11,12 @@ threads="${2:-2}"
 iters="${3:-10}"
 ops=$(/usr/bin/python3 -c "import json;print(' '.join(sorted({c['name'] for c in json.load(open('$here/micro_cases.json'))['cases']})))")
 source "$here/peer_env.sh"
-mapfile -t peers < <(FT_PEERS="${FT_PEERS:-torch-1.13 torch-2.6}" peer_names)
-for peer in "${peers[@]}"; do check_peer_blas "$peer"; done
+fair_peers "torch-1.13 torch-2.6"
 out=$(mktemp)
 for name in $ops; do
   OMP_NUM_THREADS=$threads "$build/micro_ops" --threads "$threads" --iters "$iters" --filter "$name" >>"$out"
   for peer in "${peers[@]}"; do
-    OMP_NUM_THREADS=$threads peer_run "$peer" torch_micro.py --threads "$threads" --iters "$iters" --filter "$name" |
-      sed "s/^{/{\"peer\": \"$peer\", /" >>"$out"
+    OMP_NUM_THREADS=$threads peer_lines "$peer" torch_micro.py --threads "$threads" --iters "$iters" --filter "$name" >>"$out"
   done
 done
 /usr/bin/python3 - "$out" "${peers[@]}" <<'PY'

@@ -56,7 +56,11 @@ peer_names() {
           echo "peer $name skipped: $openblas_openmp_dir missing (apt-get install libopenblas0-openmp)" >&2
         fi ;;
       torch-2.6|torch-2.6-compile)
-        if [ -x "$torch26_root/usr/bin/python3" ] && [ "$(id -u)" -eq 0 ]; then echo "$name"; else
+        # After a reboot the root is there but unmounted: the script mounts /proc, /sys and /dev again.
+        if [ -x "$torch26_root/usr/bin/python3" ] && [ "$(id -u)" -eq 0 ] &&
+          { mountpoint -q "$torch26_root/proc" || "$peer_here/../scripts/torch26-chroot.sh" "$torch26_root" >&2; }; then
+          echo "$name"
+        else
           echo "peer $name skipped: no PyTorch 2.6 root at $torch26_root, or not root (make it with" \
             "scripts/torch26-chroot.sh)" >&2
         fi ;;
@@ -90,6 +94,22 @@ peer_run() {
   peer_command "$1" "$2"
   shift 2
   "${peer_cmd[@]}" "$@"
+}
+
+# fair_peers [DEFAULT]: sets the array `peers` to the peers to run (FT_PEERS, else DEFAULT, else
+# all three) and checks each one's BLAS; the scripts that have no compiled form pass the eager two.
+fair_peers() {
+  mapfile -t peers < <(FT_PEERS="${FT_PEERS:-${1:-}}" peer_names)
+  local peer
+  for peer in "${peers[@]}"; do check_peer_blas "$peer"; done
+}
+
+# peer_lines NAME SCRIPT ARGS...: runs bench/SCRIPT under peer NAME, its JSON lines tagged with
+# the peer's name ("peer").
+peer_lines() {
+  local name="$1"
+  shift
+  peer_run "$name" "$@" | sed "s/^{/{\"peer\": \"$name\", /"
 }
 
 # check_peer_blas NAME: stops the comparison (exit 3) unless the peer multiplies with the OpenMP

@@ -4,12 +4,14 @@
 //   forward:  col[K, P] = im2col(x[n, g]);         y[n, g] [O/g, P] = w[g] [O/g, K] @ col (+ b)
 //   data:     col[K, P] = w[g]^T @ gy[n, g];        gx[n, g] = col2im(col)
 //   filter:   col[K, P] = im2col(x[n, g]);         gw[g] += gy[n, g] @ col^T;   gb[o] = sum gy[:, o]
-// The GEMMs are OpenBLAS (threaded); im2col/col2im rows are dense runs over the output width.
+// The GEMMs are OpenBLAS, over column blocks on the thread pool; im2col/col2im rows are dense runs over the output width.
 // It computes in the compute type (f32 for bf16/f16 on converted copies, f64 for f64), in NCHW.
 #include "backend/cpu/conv.h"
 
 #include <cblas.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/copy.h"
@@ -20,15 +22,48 @@ namespace ft::cpu {
 
 namespace {
 
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float beta, float* C, int64_t ldc) {
+void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
 }
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
-          const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
+void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+               const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
               ldb, beta, C, ldc);
+}
+
+// Runs OpenBLAS on the calling thread only while it lives. The OpenMP build of OpenBLAS takes its
+// thread count from the caller's OpenMP setting (omp_get_max_threads) on every call, and that
+// setting belongs to the calling thread alone, so other threads are unaffected.
+class OneBlasThread {
+ public:
+  OneBlasThread() : saved_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~OneBlasThread() { omp_set_num_threads(saved_); }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  int saved_;
+};
+
+// C[M, N] = alpha * op(A) @ op(B) + beta * C, as one-thread GEMMs over column blocks whose width
+// depends on the shape only, the blocks spread over the thread pool. Why not one threaded BLAS
+// call: how OpenBLAS splits a product among its threads may change how a result is summed (with
+// its Haswell kernels, bf16 convolutions on 1 and 3 threads differed in the last bit), and the
+// passes promise the same bits on any thread count.
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+          int64_t ldb, T beta, T* C, int64_t ldc) {
+  constexpr int64_t kBlock = 128;  // columns per block: a few of the kernels' panels wide
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    OneBlasThread one;
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t j0 = b * kBlock, n = std::min(kBlock, N - j0);
+      blas_gemm(ta, tb, M, n, K, alpha, A, lda, tb ? B + j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
+    }
+  });
 }
 
 DType compute_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }

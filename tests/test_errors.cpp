@@ -7,7 +7,6 @@
 #include <functional>
 #include <vector>
 
-#include "core/env_setting.h"
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 
@@ -103,37 +102,4 @@ TEST(Errors, DtypeMismatchesAreNamed) {
   expect_error([&] { cross_entropy(x, zeros({4})); }, "cross_entropy");
   expect_error([&] { embedding(zeros({2}), x); }, "embedding");
   expect_error([&] { masked_fill(x, zeros({4, 8}), 1.0); }, "masked_fill: mask must be a bool tensor");
-}
-
-// The A/B switches read from the environment (core/env_setting.h): unset or empty gives the default,
-// a listed name its value, anything else an error naming the variable, the names and the value.
-TEST(Errors, EnvironmentSwitchesNameWhatTheyAccept) {
-  const char* var = "FT_TEST_ENV_SWITCH";
-  ::unsetenv(var);
-  EXPECT_FALSE(detail::env_switched_off(var));
-  EXPECT_FALSE(detail::env_setting(var, detail::kYesNo, false));
-  ::setenv(var, "", 1);
-  EXPECT_TRUE(detail::env_setting(var, detail::kYesNo, true));
-  for (const char* off : {"off", "0", "false"}) {
-    ::setenv(var, off, 1);
-    EXPECT_TRUE(detail::env_switched_off(var)) << off;
-  }
-  for (const char* on : {"on", "1", "true"}) {
-    ::setenv(var, on, 1);
-    EXPECT_FALSE(detail::env_switched_off(var)) << on;
-    EXPECT_TRUE(detail::env_setting(var, detail::kYesNo, false)) << on;
-  }
-  ::setenv(var, "Off", 1);
-  expect_error([&] { detail::env_switched_off(var); },
-               "FT_TEST_ENV_SWITCH: expected 1, true, on, 0, false or off, found 'Off'");
-
-  enum class Mode { A, B, C };
-  constexpr detail::EnvChoice<Mode> kModes[] = {{Mode::A, "a"}, {Mode::B, "b"}, {Mode::C, "c"}};
-  ::setenv(var, "b", 1);
-  EXPECT_EQ(detail::env_setting(var, kModes, Mode::C), Mode::B);
-  ::unsetenv(var);
-  EXPECT_EQ(detail::env_setting(var, kModes, Mode::C), Mode::C);
-  ::setenv(var, "d", 1);
-  expect_error([&] { detail::env_setting(var, kModes, Mode::A); }, "FT_TEST_ENV_SWITCH: expected a, b or c, found 'd'");
-  ::unsetenv(var);
 }

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/strided_loop.h"
+#include "core/switches.h"
 #include "fasttrain/fasttrain.h"
 #include "ops/autocast_policy.h"
 #include "support/expect_error.h"
@@ -96,33 +97,14 @@ TEST(Kernels, IsaNamesRoundTrip) {
   EXPECT_FALSE(cpu::parse_cpu_isa("sse2").has_value());
 }
 
-struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_.empty())
-      unsetenv(name_);
-    else
-      setenv(name_, old_.c_str(), 1);
-  }
-  const char* name_;
-  std::string old_;
-};
-
-TEST(Kernels, EnvironmentLowersTheLevel) {
+// The switch lowers the level in-process (tests/test_switches.cpp checks its variable's names).
+TEST(Kernels, TheSwitchLowersTheLevel) {
   {
-    ScopedEnv env("FASTTRAIN_CPU_ISA", "generic");
+    switches::Scoped isa(switches::cpu_isa, CpuIsa::Generic);
     EXPECT_EQ(cpu::selected_cpu_isa(), CpuIsa::Generic);
   }
-  {
-    ScopedEnv env("FASTTRAIN_CPU_ISA", "sse2");
-    test::expect_error([] { cpu::selected_cpu_isa(); },
-                       "expected generic, avx2, avx512, avx512_bf16 or amx, found 'sse2'");
-  }
   if (cpu::detected_cpu_isa() < CpuIsa::Amx) {
-    ScopedEnv env("FASTTRAIN_CPU_ISA", "amx");
+    switches::Scoped isa(switches::cpu_isa, CpuIsa::Amx);
     test::expect_error([] { cpu::selected_cpu_isa(); }, "above what this CPU runs");
   }
 }

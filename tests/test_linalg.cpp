@@ -7,6 +7,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/linalg.h"
 #include "backend/cpu/peak_rate.h"
+#include "core/switches.h"
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
@@ -272,20 +273,24 @@ TEST(Linalg, HalfGemmPathChoice) {
   using cpu::HalfGemmPath;
   // FT_BF16_GEMM forces either path on any machine; auto takes oneDNN where bf16 products run
   // faster than f32 FMA: AMX, or a vdpbf16ps that outruns vfmadd231ps.
-  EXPECT_EQ(cpu::choose_half_gemm_path("onednn", false, false), HalfGemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_half_gemm_path("packed", true, true), HalfGemmPath::Packed);
-  EXPECT_EQ(cpu::choose_half_gemm_path(nullptr, true, false), HalfGemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_half_gemm_path("auto", false, true), HalfGemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_half_gemm_path("", false, false), HalfGemmPath::Packed);
-  EXPECT_EQ(cpu::choose_half_gemm_path("auto", false, false), HalfGemmPath::Packed);
-  expect_error([] { cpu::choose_half_gemm_path("amx", true, true); },
-               "FT_BF16_GEMM: expected onednn, packed or auto, found 'amx'");
-  // A forced path is the process's path (CTest runs this suite with each one).
-  const char* env = std::getenv("FT_BF16_GEMM");
-  if (env && (std::string(env) == "onednn" || std::string(env) == "packed"))
-    EXPECT_STREQ(cpu::half_gemm_path_name(cpu::half_gemm_path()), env);
+  using S = switches::HalfGemm;
+  EXPECT_EQ(cpu::choose_half_gemm_path(S::Onednn, false, false), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path(S::Packed, true, true), HalfGemmPath::Packed);
+  EXPECT_EQ(cpu::choose_half_gemm_path(S::Auto, true, false), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path(S::Auto, false, true), HalfGemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_half_gemm_path(S::Auto, false, false), HalfGemmPath::Packed);
+  // (The variable's names and refusal: tests/test_switches.cpp.) A forced path is the process's
+  // path, set by the variable (CTest runs this suite with each one) or in-process.
+  const S setting = switches::half_gemm.get();
+  if (setting != S::Auto)
+    EXPECT_EQ(cpu::half_gemm_path(), setting == S::Onednn ? HalfGemmPath::Onednn : HalfGemmPath::Packed);
+  for (const S forced : {S::Onednn, S::Packed}) {
+    switches::Scoped guard(switches::half_gemm, forced);
+    EXPECT_EQ(cpu::half_gemm_path(), forced == S::Onednn ? HalfGemmPath::Onednn : HalfGemmPath::Packed);
+  }
   // auto never takes oneDNN where its ISA (ONEDNN_MAX_CPU_ISA lowers it) has no bf16 products.
-  if ((!env || !*env) && !cpu::onednn_isa_has_avx512_bf16() && !cpu::onednn_isa_has_amx())
+  switches::Scoped automatic(switches::half_gemm, S::Auto);
+  if (!cpu::onednn_isa_has_avx512_bf16() && !cpu::onednn_isa_has_amx())
     EXPECT_EQ(cpu::half_gemm_path(), HalfGemmPath::Packed);
 }
 
@@ -413,17 +418,17 @@ TEST(Linalg, F32PathsAgreeAndDoNotDependOnTheThreadCount) {
 TEST(Linalg, F32GemmPathChoice) {
   using cpu::F32GemmPath;
   // Forced paths; auto takes oneDNN only where OpenBLAS runs below AVX-512 and oneDNN does not.
-  EXPECT_EQ(cpu::choose_f32_gemm_path("onednn", true, false), F32GemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_f32_gemm_path("blas", false, true), F32GemmPath::Blas);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(nullptr, false, true), F32GemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_f32_gemm_path("auto", true, true), F32GemmPath::Blas);
-  EXPECT_EQ(cpu::choose_f32_gemm_path("", false, false), F32GemmPath::Blas);
-  expect_error([] { cpu::choose_f32_gemm_path("mkl", true, true); },
-               "FT_F32_GEMM: expected blas, onednn or auto, found 'mkl'");
-  // A forced path is the process's path (CTest runs this suite with each one).
-  const char* env = std::getenv("FT_F32_GEMM");
-  if (env && (std::string(env) == "onednn" || std::string(env) == "blas"))
-    EXPECT_STREQ(cpu::f32_gemm_path_name(cpu::f32_gemm_path()), env);
+  using S = switches::F32Gemm;
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Onednn, true, false), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Blas, false, true), F32GemmPath::Blas);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, true), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true), F32GemmPath::Blas);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, false), F32GemmPath::Blas);
+  // A forced path is the process's path (the variable's names: tests/test_switches.cpp).
+  for (const S forced : {S::Onednn, S::Blas}) {
+    switches::Scoped guard(switches::f32_gemm, forced);
+    EXPECT_EQ(cpu::f32_gemm_path(), forced == S::Onednn ? F32GemmPath::Onednn : F32GemmPath::Blas);
+  }
 }
 
 TEST(Linalg, Errors) {

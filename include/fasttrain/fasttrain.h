@@ -17,6 +17,7 @@
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
 #include "fasttrain/shape.h"
+#include "fasttrain/switches.h"
 #include "fasttrain/tensor.h"
 
 // Models, optimizers, learning-rate schedules and mixed precision.

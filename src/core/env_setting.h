@@ -1,14 +1,12 @@
-// Process settings read from the environment: the A/B switches of the benchmarks and tests
-// (FT_FUSED_ADD_NORM, FT_CUDA_GELU_EPILOGUE, ...). A switch is an enum with a table of the names it
-// accepts (rows {value, name}, as name_table.h's tables); the variable's value maps to a row, unset
-// or empty gives the caller's default, and anything else is an error naming the variable, the
-// accepted names and what was found, so a mistyped switch cannot silently measure the default.
-// Callers read a switch once per process (a function-local static), as the variables are meant
-// to be set before the program starts.
+// Reading a setting from the environment: a variable whose value is one of a table's names
+// (rows {value, name}, as name_table.h's tables). Unset or empty is "not set"; anything else
+// than a listed name is an error naming the variable, the accepted names and what was found.
+// The process switches (core/switches.h) are built on this; read them there, not here.
 #pragma once
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/name_table.h"
 #include "fasttrain/error.h"
@@ -21,22 +19,20 @@ struct EnvChoice {
   const char* name;
 };
 
-// `rows` may hold several names for one value ("1" and "true").
-template <class E, size_t N>
-E env_setting(const char* variable, const EnvChoice<E> (&rows)[N], E unset) {
+// The value `variable` names, or nullopt when it is unset or empty. `rows` may hold several names
+// for one value ("1" and "true").
+template <class E>
+std::optional<E> env_choice(const char* variable, const EnvChoice<E>* rows, size_t n) {
   const char* v = std::getenv(variable);
-  if (v == nullptr || *v == '\0') return unset;
-  for (const EnvChoice<E>& r : rows)
-    if (std::strcmp(v, r.name) == 0) return r.value;
-  FT_FAIL(variable, ": expected ", names_list(rows), ", found '", v, "'");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  for (size_t i = 0; i < n; ++i)
+    if (std::strcmp(v, rows[i].name) == 0) return rows[i].value;
+  FT_FAIL(variable, ": expected ", names_list(rows, n), ", found '", v, "'");
 }
 
-// Yes/no switches: a fusion or path on by default that FT_...=off turns off, or a forced path
-// that FT_...=1 turns on.
+// The names of yes/no switches: a fusion or path on by default that FT_...=off turns off, or a
+// forced path that FT_...=1 turns on.
 inline constexpr EnvChoice<bool> kYesNo[] = {{true, "1"},  {true, "true"},   {true, "on"},
                                              {false, "0"}, {false, "false"}, {false, "off"}};
-
-// Whether `variable` (a yes/no switch; unset is on) switches its feature off.
-inline bool env_switched_off(const char* variable) { return !env_setting(variable, kYesNo, true); }
 
 }  // namespace ft::detail

@@ -86,6 +86,11 @@ std::vector<Rule> parse(const std::string& spec) {
 const bool g_from_environment = [] {
   const char* spec = std::getenv("FASTTRAIN_FAULT");
   if (spec == nullptr || *spec == '\0') return false;
+  if (!FT_FAULT_INJECTION) {
+    std::fprintf(stderr, "fasttrain: error: FASTTRAIN_FAULT is set, but this build has no fault points "
+                         "(configure with -DFASTTRAIN_FAULT_INJECTION=ON)\n");
+    std::_Exit(2);
+  }
   try {
     g_rules = parse(spec);
   } catch (const Error& e) {
@@ -143,6 +148,8 @@ void reached(const char* point, const std::string* what) {
 }  // namespace detail
 
 void arm(const std::string& spec) {
+  FT_CHECK(FT_FAULT_INJECTION || spec.empty(),
+           "fault::arm: this build has no fault points (configure with -DFASTTRAIN_FAULT_INJECTION=ON)");
   std::vector<Rule> rules = parse(spec);
   std::lock_guard<std::mutex> lock(g_mu);
   g_rules = std::move(rules);

@@ -13,7 +13,9 @@
 // renamed), file-rename (any atomically written file fsynced, not yet renamed), load (a
 // safetensors file mapped, nothing read yet). docs/RELIABILITY.md lists which test uses which.
 //
-// Unset, a point costs one relaxed load of a flag; the variable is read once, at start-up.
+// Unset, a point costs one relaxed load of a flag; the variable is read once, at start-up. Built
+// only where CMake's FASTTRAIN_FAULT_INJECTION is on (it follows FASTTRAIN_TESTS): elsewhere a
+// point is nothing, and FASTTRAIN_FAULT set at start-up is an error saying so.
 #pragma once
 #include <atomic>
 #include <string>
@@ -26,6 +28,7 @@ void reached(const char* point, const std::string* what);
 }  // namespace detail
 
 // Marks a fault point; `what` (a file name, say) is printed when a fault fires there.
+#if FT_FAULT_INJECTION
 inline void point(const char* name) {
   if (detail::g_armed.load(std::memory_order_relaxed)) [[unlikely]]
     detail::reached(name, nullptr);
@@ -34,6 +37,10 @@ inline void point(const char* name, const std::string& what) {
   if (detail::g_armed.load(std::memory_order_relaxed)) [[unlikely]]
     detail::reached(name, &what);
 }
+#else
+inline void point(const char*) {}
+inline void point(const char*, const std::string&) {}
+#endif
 
 // Replaces the faults armed in this process (in-process tests; the hit counts restart); "" disarms.
 // A malformed spec is an ft::Error naming the bad entry.

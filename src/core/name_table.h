@@ -19,11 +19,15 @@ constexpr bool rows_start_in_enum_order(const Row (&rows)[N], size_t count) {
 }
 
 // The names of the rows as an error message lists them: "a, b or c".
+template <class Row>
+std::string names_list(const Row* rows, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + rows[i].name;
+  return s;
+}
 template <class Row, size_t N>
 std::string names_list(const Row (&rows)[N]) {
-  std::string s;
-  for (size_t i = 0; i < N; ++i) s += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + rows[i].name;
-  return s;
+  return names_list(rows, N);
 }
 
 }  // namespace ft::detail

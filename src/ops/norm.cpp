@@ -9,7 +9,7 @@
 #include <array>
 
 #include "backend/kernels.h"
-#include "core/env_setting.h"
+#include "core/switches.h"
 #include "fasttrain/ops/elementwise.h"
 #include "ops/common.h"
 
@@ -110,11 +110,9 @@ ResidualNorm row_norm(const Tensor& x, const Tensor& residual, const Shape& norm
   return {sum, y};
 }
 
-// FT_FUSED_ADD_NORM=off: add() and the norm apart, the benchmark's A/B of the fusion.
-bool fused_add_norm_off() {
-  static const bool off = detail::env_switched_off("FT_FUSED_ADD_NORM");
-  return off;
-}
+// FT_FUSED_ADD_NORM=off (core/switches.h): add() and the norm apart, the benchmark's A/B of the
+// fusion.
+bool fused_add_norm_off() { return !switches::fused_add_norm.get(); }
 
 // x + residual, then its norm: one kernel each way where the two have one shape and dtypes the
 // kernels take (row_norm_residual_ok); otherwise (a broadcast residual, a residual of higher

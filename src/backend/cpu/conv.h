@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backend/kernel_params.h"
+#include "core/switches.h"
 #include "fasttrain/ops/conv.h"
 #include "fasttrain/tensor.h"
 
@@ -78,10 +79,11 @@ bool winograd_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, cons
 // (tests/test_conv.cpp).
 enum class ConvAlgorithm { Direct, Winograd };
 inline constexpr int64_t kWinogradBf16MaxFilterPairs = 256 * 256;
-// setting: FT_CONV_ALGO's value (null, "" or "auto" for the rule above); other values throw.
-ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx = false);
-ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the process's FT_CONV_ALGO
-// Which kernel a bf16 weight gradient takes. The rule (FT_CONV_WEIGHT_GRAD unset or auto): the
+// setting: the switch FT_CONV_ALGO (core/switches.h); auto is the rule above.
+ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, switches::ConvAlgo setting,
+                                    bool onednn_has_amx = false);
+ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the switch in effect
+// Which kernel a bf16 weight gradient takes. The rule (the switch FT_CONV_WEIGHT_GRAD on auto): the
 // Winograd kernel (conv_winograd.h) where the convolution's algorithm is Winograd; else oneDNN's
 // where its ISA includes AMX, whose tile multiplies outrun vdpbf16ps; else, for a channels-last
 // 1x1 stride-1 layer over at most kMatmulWeightGradMaxPositions positions (ResNet's 14x14 and
@@ -93,15 +95,13 @@ ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt);  // with the proces
 // FT_CONV_WEIGHT_GRAD=paired, onednn or matmul forces one (A/B runs; tests of each on any
 // machine); where the forced kernel does not take the layer, oneDNN's runs.
 enum class WeightGradPath { Paired, OneDnn, Winograd, Matmul };
-enum class WeightGradSetting { Auto, Paired, OneDnn, Matmul };
 inline constexpr int64_t kMatmulWeightGradMaxPositions = 4096;
-WeightGradSetting parse_weight_grad_setting(const char* value);  // null or "" is auto; unknown throws
 // Whether a layer's weight gradient is one matrix product over its positions: 1x1, stride 1, no
 // padding, dilation or groups, channels-last activations (rows of channels per position).
 bool weight_grad_is_one_product(const ConvParams& p);
-WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,
+WeightGradPath choose_weight_grad_path(const ConvParams& p, switches::ConvWeightGrad setting, bool onednn_has_amx,
                                        ConvAlgorithm algorithm = ConvAlgorithm::Direct);
-WeightGradPath weight_grad_path(const ConvParams& p);  // with the process's settings and oneDNN's ISA
+WeightGradPath weight_grad_path(const ConvParams& p);  // with the switches in effect and oneDNN's ISA
 // The implementation oneDNN runs for the forward pass (its impl_info_str, e.g. "jit_wino_4x3:avx512_core"),
 // or "" when the configuration takes the reference path.
 std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias);

@@ -37,7 +37,6 @@
 #include "backend/cpu/conv_winograd.h"
 #include "backend/cpu/copy.h"
 #include "backend/cpu/linalg.h"
-#include "core/env_setting.h"
 
 namespace ft::cpu {
 
@@ -93,7 +92,9 @@ std::string cache_key(const ConvParams& p, DType dt, bool bias) {
   for (int64_t v :
        {p.N, p.C, p.H, p.W, p.O, p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
         p.dilation[1], p.groups, static_cast<int64_t>(p.channels_last), static_cast<int64_t>(p.weight_channels_last),
-        static_cast<int64_t>(dt), static_cast<int64_t>(bias)}) {
+        static_cast<int64_t>(dt), static_cast<int64_t>(bias),
+        // the algorithm the primitives are made for: the switch FT_CONV_ALGO may change in-process
+        static_cast<int64_t>(conv_algorithm(p, dt))}) {
     k += std::to_string(v);
     k += ',';
   }
@@ -212,16 +213,6 @@ memory scratch(const memory::desc& md, std::vector<Tensor>& keep) {
   return memory(md, cpu_engine(), keep.back().raw_data());
 }
 
-// Whether bf16 NCHW activations take block_transpose.h's transposes: where the CPU runs them, unless
-// FT_CONV_REORDER=onednn (the A/B runs and the tests of oneDNN's reorder).
-bool use_block_transposes() {
-  enum class Reorder { Auto, OneDnn };
-  static constexpr detail::EnvChoice<Reorder> kReorder[] = {{Reorder::Auto, "auto"}, {Reorder::OneDnn, "onednn"}};
-  static const bool use =
-      detail::env_setting("FT_CONV_REORDER", kReorder, Reorder::Auto) == Reorder::Auto && block_transpose_available();
-  return use;
-}
-
 // bf16 activations between plain NCHW and nChw16c (the layout oneDNN's NCHW kernels run on) take
 // block_transpose.h's transposes, faster than oneDNN's reorder for them (docs/PERF.md). Returns
 // false, having copied nothing, for any other pair of layouts or type.
@@ -229,7 +220,7 @@ bool transpose_activation(const memory& from, const memory& to) {
   const memory::desc f = from.get_desc(), t = to.get_desc();
   const memory::dims d = f.dims();
   const ddt dt = f.data_type();
-  if (d.size() != 4 || d[1] % 16 != 0 || dt != ddt::bf16 || t.data_type() != dt || !use_block_transposes())
+  if (d.size() != 4 || d[1] % 16 != 0 || dt != ddt::bf16 || t.data_type() != dt || !block_transpose_available())
     return false;
   const memory::desc plain(d, dt, tag::nchw), blocked(d, dt, tag::nChw16c);
   if (f == plain && t == blocked)
@@ -488,27 +479,18 @@ bool winograd_conv2d_backward_weight(const ConvParams& p, const Tensor& gy, cons
   return true;
 }
 
-WeightGradSetting parse_weight_grad_setting(const char* value) {
-  const std::string v = value ? value : "";
-  if (v.empty() || v == "auto") return WeightGradSetting::Auto;
-  if (v == "paired") return WeightGradSetting::Paired;
-  if (v == "matmul") return WeightGradSetting::Matmul;
-  FT_CHECK(v == "onednn", "FT_CONV_WEIGHT_GRAD: expected auto, paired, onednn or matmul, found '", v, "'");
-  return WeightGradSetting::OneDnn;
-}
-
 bool weight_grad_is_one_product(const ConvParams& p) {
   return p.kH == 1 && p.kW == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.padding[0] == 0 && p.padding[1] == 0 &&
          p.dilation[0] == 1 && p.dilation[1] == 1 && p.groups == 1 && p.channels_last;
 }
 
-WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting setting, bool onednn_has_amx,
+WeightGradPath choose_weight_grad_path(const ConvParams& p, switches::ConvWeightGrad setting, bool onednn_has_amx,
                                        ConvAlgorithm algorithm) {
   switch (setting) {
-    case WeightGradSetting::Paired: return WeightGradPath::Paired;
-    case WeightGradSetting::OneDnn: return WeightGradPath::OneDnn;
-    case WeightGradSetting::Matmul: return WeightGradPath::Matmul;
-    case WeightGradSetting::Auto: break;
+    case switches::ConvWeightGrad::Paired: return WeightGradPath::Paired;
+    case switches::ConvWeightGrad::Onednn: return WeightGradPath::OneDnn;
+    case switches::ConvWeightGrad::Matmul: return WeightGradPath::Matmul;
+    case switches::ConvWeightGrad::Auto: break;
   }
   if (algorithm == ConvAlgorithm::Winograd) return WeightGradPath::Winograd;
   if (!onednn_has_amx && weight_grad_is_one_product(p) && p.N * p.OH * p.OW <= kMatmulWeightGradMaxPositions)
@@ -518,18 +500,16 @@ WeightGradPath choose_weight_grad_path(const ConvParams& p, WeightGradSetting se
 }
 
 WeightGradPath weight_grad_path(const ConvParams& p) {
-  static const WeightGradSetting setting = parse_weight_grad_setting(std::getenv("FT_CONV_WEIGHT_GRAD"));
   static const bool amx = onednn_isa_has_amx();
   // Winograd only where its kernel runs (forced FT_CONV_ALGO=winograd on a stride-2 layer: not).
   const bool winograd = conv_algorithm(p, DType::BF16) == ConvAlgorithm::Winograd && winograd_bf16_supported(p);
-  return choose_weight_grad_path(p, setting, amx, winograd ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct);
+  return choose_weight_grad_path(p, switches::conv_weight_grad.get(), amx,
+                                 winograd ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct);
 }
 
-ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* setting, bool onednn_has_amx) {
-  const std::string v = setting ? setting : "";
-  if (v == "direct") return ConvAlgorithm::Direct;
-  if (v == "winograd") return ConvAlgorithm::Winograd;
-  FT_CHECK(v.empty() || v == "auto", "FT_CONV_ALGO: expected direct, winograd or auto, found '", v, "'");
+ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, switches::ConvAlgo setting, bool onednn_has_amx) {
+  if (setting == switches::ConvAlgo::Direct) return ConvAlgorithm::Direct;
+  if (setting == switches::ConvAlgo::Winograd) return ConvAlgorithm::Winograd;
   if (dt == DType::BF16) {
     // conv_winograd.h's kernel, for the shapes it takes, where its transformed filters (16 C O
     // bf16) stay in L2 while every block of tiles streams them, and oneDNN has no AMX (whose
@@ -549,9 +529,8 @@ ConvAlgorithm choose_conv_algorithm(const ConvParams& p, DType dt, const char* s
 }
 
 ConvAlgorithm conv_algorithm(const ConvParams& p, DType dt) {
-  static const char* setting = std::getenv("FT_CONV_ALGO");
   static const bool amx = onednn_isa_has_amx();
-  return choose_conv_algorithm(p, dt, setting, amx);
+  return choose_conv_algorithm(p, dt, switches::conv_algo.get(), amx);
 }
 
 std::string onednn_conv2d_forward_implementation(const ConvParams& p, DType dt, bool bias) {

@@ -7,21 +7,21 @@
 #include <cstdlib>
 #include <iterator>
 
+#include "core/switches.h"
 #include "fasttrain/error.h"
 
 namespace ft::cpu {
-namespace {
 
-constexpr const char* kNames[] = {"generic", "avx2", "avx512", "avx512_bf16", "amx"};
-static_assert(std::size(kNames) == std::size(kCpuIsaLevels), "one name per CpuIsa level");
+// The names are those FASTTRAIN_CPU_ISA accepts (core/switches.h), one row per level in order.
+static_assert(detail::rows_start_in_enum_order(switches::kCpuIsaNames, std::size(kCpuIsaLevels)) &&
+                  std::size(switches::kCpuIsaNames) == std::size(kCpuIsaLevels),
+              "one name per CpuIsa level, in order");
 
-}  // namespace
-
-const char* cpu_isa_name(CpuIsa isa) { return kNames[static_cast<int>(isa)]; }
+const char* cpu_isa_name(CpuIsa isa) { return switches::kCpuIsaNames[static_cast<int>(isa)].name; }
 
 std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
-  for (CpuIsa isa : kCpuIsaLevels)
-    if (name == cpu_isa_name(isa)) return isa;
+  for (const auto& row : switches::kCpuIsaNames)
+    if (name == row.name) return row.value;
   return std::nullopt;
 }
 
@@ -59,13 +59,10 @@ CpuIsa detected_cpu_isa() {
 
 CpuIsa selected_cpu_isa() {
   const CpuIsa detected = detected_cpu_isa();
-  const char* env = std::getenv("FASTTRAIN_CPU_ISA");
-  if (env == nullptr || *env == '\0') return detected;
-  const std::optional<CpuIsa> wanted = parse_cpu_isa(env);
-  FT_CHECK(wanted.has_value(), "FASTTRAIN_CPU_ISA: expected generic, avx2, avx512, avx512_bf16 or amx, found '", env,
-           "'");
-  FT_CHECK(*wanted <= detected, "FASTTRAIN_CPU_ISA: ", env, " is above what this CPU runs (", cpu_isa_name(detected),
-           ")");
+  const std::optional<CpuIsa> wanted = switches::cpu_isa.setting();
+  if (!wanted) return detected;
+  FT_CHECK(*wanted <= detected, switches::cpu_isa.variable(), ": ", cpu_isa_name(*wanted),
+           " is above what this CPU runs (", cpu_isa_name(detected), ")");
   return *wanted;
 }
 

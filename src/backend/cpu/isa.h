@@ -25,8 +25,9 @@ AmxSupport amx_support();
 
 // The highest level this CPU and OS run (AMX also needs the kernel's tile permission).
 CpuIsa detected_cpu_isa();
-// The level the kernel table uses: detected_cpu_isa(), or FASTTRAIN_CPU_ISA when that is lower.
-// An unknown name or a level above the detected one is an error naming both.
+// The level the kernel table uses: detected_cpu_isa(), or the switch FASTTRAIN_CPU_ISA
+// (core/switches.h: the variable or an in-process override) when that is lower. An unknown name
+// or a level above the detected one is an error naming both.
 CpuIsa selected_cpu_isa();
 
 }  // namespace ft::cpu

@@ -5,6 +5,7 @@
 #include "backend/cpu/kernels.h"
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -46,12 +47,15 @@ std::unique_ptr<Kernels> make_cpu_kernels(cpu::CpuIsa isa) {
 
 }  // namespace
 
-const Kernels& cpu_kernels() {
-  static const Kernels& table = cpu_kernels_for(cpu::selected_cpu_isa());
-  return table;
-}
+// The table of the level selected_cpu_isa() gives now: the switch may be changed in-process
+// (tests run the portable variants so), hence a lookup per call, lock-free once a level's table
+// exists.
+const Kernels& cpu_kernels() { return cpu_kernels_for(cpu::selected_cpu_isa()); }
 
 const Kernels& cpu_kernels_for(cpu::CpuIsa isa) {
+  static std::array<std::atomic<const Kernels*>, std::size(cpu::kCpuIsaLevels)> built{};
+  std::atomic<const Kernels*>& slot = built[static_cast<size_t>(isa)];
+  if (const Kernels* t = slot.load(std::memory_order_acquire)) return *t;
   FT_CHECK(isa <= cpu::detected_cpu_isa(), "cpu kernels for ", cpu::cpu_isa_name(isa), ": this CPU runs up to ",
            cpu::cpu_isa_name(cpu::detected_cpu_isa()));
   static std::mutex mu;
@@ -59,6 +63,7 @@ const Kernels& cpu_kernels_for(cpu::CpuIsa isa) {
   std::lock_guard<std::mutex> lock(mu);
   auto& t = tables[static_cast<size_t>(isa)];
   if (!t) t = make_cpu_kernels(isa);
+  slot.store(t.get(), std::memory_order_release);
   return *t;
 }
 

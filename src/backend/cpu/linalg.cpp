@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <map>
@@ -22,6 +23,7 @@
 #include "backend/cpu/peak_rate.h"
 #include "backend/kernels.h"
 #include "backend/matrix_layout.h"
+#include "core/switches.h"
 #include "fasttrain/parallel.h"
 
 extern "C" char* openblas_get_corename(void);
@@ -288,32 +290,9 @@ const char* half_gemm_path_name(HalfGemmPath p) { return p == HalfGemmPath::Oned
 
 const char* f32_gemm_path_name(F32GemmPath p) { return p == F32GemmPath::Onednn ? "onednn" : "blas"; }
 
-namespace {
-
-// The path an FT_*_GEMM setting forces ("onednn" or the other path's name), none for auto (null,
-// "" or "auto"); any other value is an error naming the accepted ones (`accepted`).
-template <class Path>
-std::optional<Path> forced_gemm_path(const char* variable, const char* setting, const char* other_name, Path other,
-                                     const char* accepted) {
-  const std::string v = setting ? setting : "";
-  if (v == "onednn") return Path::Onednn;
-  if (v == other_name) return other;
-  FT_CHECK(v.empty() || v == "auto", variable, ": expected ", accepted, ", found '", v, "'");
-  return std::nullopt;
-}
-
-std::optional<F32GemmPath> forced_f32_gemm_path(const char* setting) {
-  return forced_gemm_path("FT_F32_GEMM", setting, "blas", F32GemmPath::Blas, "blas, onednn or auto");
-}
-
-std::optional<HalfGemmPath> forced_half_gemm_path(const char* setting) {
-  return forced_gemm_path("FT_BF16_GEMM", setting, "packed", HalfGemmPath::Packed, "onednn, packed or auto");
-}
-
-}  // namespace
-
-F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512) {
-  if (const auto forced = forced_f32_gemm_path(setting)) return *forced;
+F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512) {
+  if (setting == switches::F32Gemm::Blas) return F32GemmPath::Blas;
+  if (setting == switches::F32Gemm::Onednn) return F32GemmPath::Onednn;
   // OpenBLAS's sgemm stays the default: oneDNN is taken only where OpenBLAS runs kernels below the
   // CPU's AVX-512 (OPENBLAS_CORETYPE chose them, or it did not recognise the CPU) and oneDNN has
   // AVX-512. (docs/PERF.md has both paths measured; oneDNN was also faster on a Zen 4 CPU whose
@@ -328,17 +307,16 @@ bool onednn_isa_has_avx512() {
 }
 
 F32GemmPath f32_gemm_path() {
-  static const F32GemmPath path = [] {
-    const char* setting = std::getenv("FT_F32_GEMM");
-    // A forced path skips the probes (OpenBLAS's kernel query, oneDNN's ISA).
-    if (const auto forced = forced_f32_gemm_path(setting)) return *forced;
-    return choose_f32_gemm_path(setting, blas_has_avx512_kernels(), onednn_isa_has_avx512());
-  }();
-  return path;
+  const switches::F32Gemm setting = switches::f32_gemm.get();
+  if (setting != switches::F32Gemm::Auto) return choose_f32_gemm_path(setting, false, false);  // skips the probes
+  static const F32GemmPath automatic =
+      choose_f32_gemm_path(setting, blas_has_avx512_kernels(), onednn_isa_has_avx512());
+  return automatic;
 }
 
-HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma) {
-  if (const auto forced = forced_half_gemm_path(setting)) return *forced;
+HalfGemmPath choose_half_gemm_path(switches::HalfGemm setting, bool amx, bool bf16_dot_outruns_fma) {
+  if (setting == switches::HalfGemm::Onednn) return HalfGemmPath::Onednn;
+  if (setting == switches::HalfGemm::Packed) return HalfGemmPath::Packed;
   // oneDNN's bf16 kernels multiply bf16 pairs (tile or vdpbf16ps); the packed GEMM widens to f32
   // and runs FMA. Whichever instruction retires more FLOP/s wins on GEMM-sized problems
   // (bench/gemm_paths compares the two at gpt-mini's shapes).
@@ -358,21 +336,25 @@ bool onednn_isa_has_avx512_bf16() {
 }
 
 HalfGemmPath half_gemm_path() {
-  static const HalfGemmPath path = [] {
-    const char* setting = std::getenv("FT_BF16_GEMM");
-    if (const auto forced = forced_half_gemm_path(setting)) return *forced;
-    const CpuIsa table = selected_cpu_isa();
-    const bool amx = onednn_isa_has_amx() && table >= CpuIsa::Amx;
-    bool dot_faster = false;
-    if (!amx && table >= CpuIsa::Avx512Bf16 && onednn_isa_has_avx512_bf16()) {
-      // One thread, a few tens of milliseconds, once per process. The two rates differ by about
-      // 2x either way on the CPUs seen, so the margin keeps a disturbed measurement from flipping
-      // the choice.
-      const PeakRates& r = measured_peak_rates(1);
-      dot_faster = r.bf16_dot_gflops > 1.25 * r.fp32_gflops;
-    }
-    return choose_half_gemm_path(setting, amx, dot_faster);
-  }();
+  const switches::HalfGemm setting = switches::half_gemm.get();
+  if (setting != switches::HalfGemm::Auto) return choose_half_gemm_path(setting, false, false);
+  // The automatic choice depends on the kernel table's level, which the ISA switch may lower
+  // in-process: one cached choice per level.
+  const CpuIsa table = selected_cpu_isa();
+  static std::array<std::atomic<int>, std::size(kCpuIsaLevels)> chosen{};  // the path + 1; 0: not chosen yet
+  std::atomic<int>& slot = chosen[static_cast<size_t>(table)];
+  if (const int c = slot.load(std::memory_order_acquire); c > 0) return static_cast<HalfGemmPath>(c - 1);
+  const bool amx = onednn_isa_has_amx() && table >= CpuIsa::Amx;
+  bool dot_faster = false;
+  if (!amx && table >= CpuIsa::Avx512Bf16 && onednn_isa_has_avx512_bf16()) {
+    // One thread, a few tens of milliseconds, once per process. The two rates differ by about
+    // 2x either way on the CPUs seen, so the margin keeps a disturbed measurement from flipping
+    // the choice.
+    const PeakRates& r = measured_peak_rates(1);
+    dot_faster = r.bf16_dot_gflops > 1.25 * r.fp32_gflops;
+  }
+  const HalfGemmPath path = choose_half_gemm_path(setting, amx, dot_faster);
+  slot.store(static_cast<int>(path) + 1, std::memory_order_release);
   return path;
 }
 

@@ -27,6 +27,7 @@
 //   OpenBLAS runs its AVX-512 kernels, and f16 converts to f32 and uses sgemm.
 #pragma once
 #include "backend/elementwise_math.h"
+#include "core/switches.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
@@ -34,29 +35,28 @@ namespace ft::cpu {
 // The GEMM behind bf16/f16 matrix products (matmul, bmm, linear and their backward).
 enum class HalfGemmPath { Onednn, Packed };
 const char* half_gemm_path_name(HalfGemmPath p);  // "onednn", "packed"
-// The choice for a setting of FT_BF16_GEMM (null or "" = auto): "onednn" and "packed" force a
-// path; "auto" takes oneDNN where it multiplies bf16 faster than f32 FMA can: with AMX (oneDNN's
+// The choice for a setting of the switch FT_BF16_GEMM (core/switches.h): onednn and packed force a
+// path; auto takes oneDNN where it multiplies bf16 faster than f32 FMA can: with AMX (oneDNN's
 // effective ISA includes it and the kernel table's level, FASTTRAIN_CPU_ISA, is amx), or where
 // AVX512-BF16's vdpbf16ps retires more FLOP/s than vfmadd231ps (measured, peak_rate.h: about
 // 1.9x on the AMD EPYC development VM, 0.5x on the Sapphire-Rapids-class VM without AMX); packed
-// otherwise. An unknown value is an error naming the accepted ones.
-HalfGemmPath choose_half_gemm_path(const char* setting, bool amx, bool bf16_dot_outruns_fma);
-// The path of this process: FT_BF16_GEMM read once (ONEDNN_MAX_CPU_ISA lowers oneDNN's ISA, so
-// `auto` can be steered from the environment too).
+// otherwise.
+HalfGemmPath choose_half_gemm_path(switches::HalfGemm setting, bool amx, bool bf16_dot_outruns_fma);
+// The path in effect: the switch's, its automatic choice made once per kernel-table level
+// (ONEDNN_MAX_CPU_ISA lowers oneDNN's ISA, so auto can be steered from the environment too).
 HalfGemmPath half_gemm_path();
 // True when oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AMX / AVX512-BF16.
 bool onednn_isa_has_amx();
 bool onednn_isa_has_avx512_bf16();
 
 // The GEMM behind f32 matrix products: OpenBLAS's sgemm, or oneDNN's f32 matmul primitive
-// (brgemm kernels; bias and accumulation fused as above). FT_F32_GEMM = blas | onednn forces a
-// path; auto (null or "") takes oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where
+// (brgemm kernels; bias and accumulation fused as above). The switch FT_F32_GEMM = blas | onednn
+// forces a path; auto takes oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where
 // oneDNN has AVX-512 (an OPENBLAS_CORETYPE that chose AVX2 kernels, say), BLAS otherwise
-// (docs/PERF.md measures both). An unknown value is an error naming the accepted ones. Read once
-// per process.
+// (docs/PERF.md measures both). The automatic choice is made once per process.
 enum class F32GemmPath { Blas, Onednn };
 const char* f32_gemm_path_name(F32GemmPath p);  // "blas", "onednn"
-F32GemmPath choose_f32_gemm_path(const char* setting, bool blas_avx512, bool onednn_avx512);
+F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512);
 F32GemmPath f32_gemm_path();
 // Whether OpenBLAS runs its AVX-512 kernels (blas_setup.h: why it might not), and whether
 // oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AVX-512.

@@ -49,7 +49,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/random_math.h"
-#include "core/env_setting.h"
+#include "core/switches.h"
 
 namespace ft::cuda {
 
@@ -1208,12 +1208,9 @@ void launch(Kernel kernel, int64_t blocks, int threads, size_t smem, cudaStream_
 
 constexpr int64_t kMaxInt = INT32_MAX;
 
-// FT_CUDA_ATTENTION_FMA=1 (a yes/no switch, env_setting.h) sends bf16 and f16 to the FMA kernels instead of
-// the tensor-core ones: a switch for comparing the two paths, read once.
-bool use_fma_for_16bit() {
-  static const bool v = detail::env_setting("FT_CUDA_ATTENTION_FMA", detail::kYesNo, false);
-  return v;
-}
+// FT_CUDA_ATTENTION_FMA=1 (core/switches.h) sends bf16 and f16 to the FMA kernels instead of the
+// tensor-core ones: a switch for comparing the two paths.
+bool use_fma_for_16bit() { return switches::cuda_attention_fma.get(); }
 
 template <class T>
 DType compute_dtype() {

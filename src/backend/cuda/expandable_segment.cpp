@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
-#include "core/env_setting.h"
+#include "core/switches.h"
 
 namespace ft::cuda {
 namespace {
@@ -152,7 +152,7 @@ int64_t ExpandableSegment::unmap_free() {
 }
 
 bool expandable_segments_requested() {
-  return detail::env_setting("FT_CUDA_EXPANDABLE_SEGMENTS", detail::kYesNo, false);
+  return switches::cuda_expandable_segments.get();
 }
 
 }  // namespace ft::cuda

@@ -58,8 +58,8 @@ class ExpandableSegment {
   std::map<uint64_t, uint64_t> mapped_;  // granule -> its physical allocation (CUmemGenericAllocationHandle)
 };
 
-// True when FT_CUDA_EXPANDABLE_SEGMENTS asks for them (a yes/no switch, env_setting.h; unset: false). A
-// value of anything else is a clear error.
+// True when the switch FT_CUDA_EXPANDABLE_SEGMENTS (core/switches.h; default off) asks for them.
+// Read when a device's allocator is made: an override after that changes nothing for it.
 bool expandable_segments_requested();
 
 }  // namespace ft::cuda

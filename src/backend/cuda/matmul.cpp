@@ -26,7 +26,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/matrix_layout.h"
-#include "core/env_setting.h"
+#include "core/switches.h"
 
 namespace ft::cuda {
 namespace {
@@ -347,7 +347,7 @@ void matmul(const Tensor& a_in, const Tensor& b_in, const Tensor& out, bool accu
 // pass over gy goes. Otherwise (f32, f64), or with FT_CUDA_BGRADB=off (the benchmark's A/B), the
 // product and the sum one after the other.
 void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb) {
-  static const bool fused_off = detail::env_switched_off("FT_CUDA_BGRADB");
+  const bool fused_off = !switches::cuda_bgradb.get();
   const int64_t R = gy.size(0), out_f = gy.size(1), in = x.size(1);
   backend::MatLayout la, lb, lc;
   const Tensor a = gy.t();
@@ -377,17 +377,13 @@ void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, con
 namespace {
 
 // Which GELU products take cuBLASLt's epilogue: FT_CUDA_GELU_EPILOGUE=forward|on|off|backward
-// (the benchmark's A/B). Default forward: on an H200 gpt2-124m's step was faster with
+// (core/switches.h; the benchmark's A/B). Default forward: on an H200 gpt2-124m's step was faster with
 // GELU_AUX_BIAS in the forward but slower with DGELU_BGRAD in the backward than with the plain
 // product and the elementwise kernels there (docs/PERF.md, sixteenth session).
-enum class GeluEpilogue { Forward, On, Backward, Off };
-constexpr detail::EnvChoice<GeluEpilogue> kGeluEpilogue[] = {{GeluEpilogue::Forward, "forward"},
-                                                             {GeluEpilogue::On, "on"},
-                                                             {GeluEpilogue::Backward, "backward"},
-                                                             {GeluEpilogue::Off, "off"}};
 bool gelu_epilogue_enabled(bool forward) {
-  static const GeluEpilogue mode = detail::env_setting("FT_CUDA_GELU_EPILOGUE", kGeluEpilogue, GeluEpilogue::Forward);
-  return mode == GeluEpilogue::On || mode == (forward ? GeluEpilogue::Forward : GeluEpilogue::Backward);
+  using switches::CudaGeluEpilogue;
+  const CudaGeluEpilogue mode = switches::cuda_gelu_epilogue.get();
+  return mode == CudaGeluEpilogue::On || mode == (forward ? CudaGeluEpilogue::Forward : CudaGeluEpilogue::Backward);
 }
 
 // The MLP's GELU products (linear_gelu, matmul_gelu_backward) in one cuBLASLt call each:

@@ -41,7 +41,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/vectors.cuh"
-#include "core/env_setting.h"
+#include "core/switches.h"
 
 namespace ft::cuda {
 
@@ -765,16 +765,9 @@ void row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, 
   });
 }
 
-// FT_CUDA_NORM_BACKWARD=split keeps the two-pass backward (dx, then the parameter sums): the A/B
-// switch of the benchmark and a second path for the tests.
-enum class NormBackward { Fused, Split };
-constexpr detail::EnvChoice<NormBackward> kNormBackward[] = {{NormBackward::Fused, "fused"},
-                                                             {NormBackward::Split, "split"}};
-bool fused_norm_backward_off() {
-  static const bool off =
-      detail::env_setting("FT_CUDA_NORM_BACKWARD", kNormBackward, NormBackward::Fused) == NormBackward::Split;
-  return off;
-}
+// FT_CUDA_NORM_BACKWARD=split (core/switches.h) keeps the two-pass backward (dx, then the
+// parameter sums): the A/B switch of the benchmark and a second path for the tests.
+bool fused_norm_backward_off() { return switches::cuda_norm_backward.get() == switches::CudaNormBackward::Split; }
 
 template <class T>
 void row_norm_backward_fused(const Tensor& dy, const Tensor& dsum, const Tensor& x, const acc_t<T>* meanp,

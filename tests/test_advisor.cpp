@@ -83,7 +83,7 @@ TEST(Advisor, Fp32OnBf16HardwareAsksForBf16Mixed) {
   EXPECT_EQ(f.change, "--precision bf16-mixed");
   EXPECT_NE(f.evidence.find("avx512_bf16"), std::string::npos);
   TrainerConfig mixed = config();
-  mixed.precision = "bf16-mixed";
+  mixed.precision = ft::train::Precision::BF16Mixed;
   EXPECT_TRUE(train::advise(mixed, m).empty());
 }
 

@@ -133,7 +133,7 @@ TrainerConfig base(const std::string& name) {
   c.run_dir = test::scratch_dir("ft_advice", name);
   c.batch_size = 16;
   c.threads = 1;
-  c.precision = "bf16-mixed";  // silences the precision rule where it is not the subject
+  c.precision = ft::train::Precision::BF16Mixed;  // silences the precision rule where it is not the subject
   return c;
 }
 
@@ -162,7 +162,7 @@ TEST(ProfileAdvice, SlowDecodingAsksForWorkers) {
 
 TEST(ProfileAdvice, Fp32OnBf16HardwareAsksForBf16) {
   TrainerConfig fp32 = base("precision_a");
-  fp32.precision = "32";
+  fp32.precision = ft::train::Precision::FP32;
   const auto f = profiled_run(fp32, {});
   const auto mixed = profiled_run(base("precision_b"), {});
   EXPECT_FALSE(has(mixed, "precision")) << rules_of(mixed);

@@ -492,7 +492,7 @@ TEST(ProfileTrainer, ABf16RunIsMeasuredAgainstTheBf16Peak) {
   const std::string dir = temp_dir("bf16");
   train::TrainerConfig c = test::tiny_char(dir);
   c.max_steps = 2;
-  c.precision = "bf16-mixed";
+  c.precision = ft::train::Precision::BF16Mixed;
   c.profile = "2:2";
   test::BuiltinRun t(c);
   t.fit();

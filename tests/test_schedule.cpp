@@ -33,7 +33,7 @@ SchedulePtr schedule_from(const nlohmann::json& p) {
     o.max_lr = p["max_lr"];
     o.total_steps = p["total_steps"];
     o.pct_start = p["pct_start"];
-    o.anneal_strategy = p["anneal_strategy"];
+    o.anneal_strategy = parse_name<AnnealStrategy>("anneal_strategy", p["anneal_strategy"].get<std::string>());
     o.cycle_momentum = p["cycle_momentum"];
     o.base_momentum = p["base_momentum"];
     o.max_momentum = p["max_momentum"];
@@ -47,7 +47,7 @@ SchedulePtr schedule_from(const nlohmann::json& p) {
   o.max_lr = p["max_lr"];
   o.step_size_up = p["step_size_up"];
   o.step_size_down = p["step_size_down"];
-  o.mode = p["mode"];
+  o.mode = parse_name<CyclicMode>("mode", p["mode"].get<std::string>());
   o.gamma = p["gamma"];
   o.cycle_momentum = p["cycle_momentum"];
   o.base_momentum = p["base_momentum"];
@@ -157,9 +157,9 @@ TEST(Schedule, RejectsBadArguments) {
   o = {};
   o.total_steps = 0;
   expect_error([&] { make_one_cycle_schedule(o); }, "total_steps must be >= 1, found 0");
-  o = {};
-  o.anneal_strategy = "cosine";
-  expect_error([&] { make_one_cycle_schedule(o); }, "anneal_strategy must be 'cos' or 'linear', found 'cosine'");
+  // anneal_strategy and mode are enums; their names are checked where text becomes one.
+  expect_error([] { parse_name<AnnealStrategy>("anneal_strategy", "cosine"); },
+               "anneal_strategy: expected cos or linear, found 'cosine'");
   o = {};
   o.total_steps = 10;
   o.pct_start = 0.1;
@@ -171,11 +171,9 @@ TEST(Schedule, RejectsBadArguments) {
   o.div_factor = 0;
   expect_error([&] { make_one_cycle_schedule(o); }, "div_factor");
 
+  expect_error([] { parse_name<CyclicMode>("mode", "triangle"); },
+               "mode: expected triangular, triangular2 or exp_range, found 'triangle'");
   CyclicOptions c;
-  c.mode = "triangle";
-  expect_error([&] { make_cyclic_schedule(c); },
-               "cyclic schedule: mode must be 'triangular', 'triangular2' or 'exp_range', found 'triangle'");
-  c = {};
   c.step_size_up = 0;
   expect_error([&] { make_cyclic_schedule(c); }, "step_size_up must be >= 1, found 0");
   c = {};

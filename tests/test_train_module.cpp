@@ -162,7 +162,7 @@ TrainerConfig config(const std::string& dir) {
   c.log_every_n_steps = 10;
   c.checkpoint_every = 20;
   c.grad_clip = 1.0;
-  c.monitor = "val_accuracy";
+  c.monitor = ft::train::Monitor::ValAccuracy;
   c.threads = 1;
   return c;
 }
@@ -233,7 +233,7 @@ TEST(TrainModule, PrecisionModesApplyToAUserModule) {
     SCOPED_TRACE(precision);
     const std::string dir = test::scratch_dir("ft_module", std::string("precision_") + precision);
     TrainerConfig c = config(dir);
-    c.precision = precision;
+    set_field(c, "precision", precision);
     c.max_steps = 40;
     c.checkpoint_every = 0;
     DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});

@@ -52,19 +52,18 @@ TEST(Schedule, ConfigWarmupThenCosineToMinLr) {
   EXPECT_DOUBLE_EQ(s->lr(10), 1.0);
   EXPECT_NEAR(s->lr(60), 0.55, 1e-12);  // half way down the cosine
   EXPECT_NEAR(s->lr(110), 0.1, 1e-12);
-  c.schedule = "constant";
+  c.schedule = optim::ScheduleKind::Constant;
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(60), 1.0);
-  c.schedule = "multistep";
+  c.schedule = optim::ScheduleKind::MultiStep;
   c.milestones = "20,50";
   c.gamma = 0.5;
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(49), 0.5);
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(50), 0.25);
   c.milestones = "20,x";
   test::expect_error([&] { make_schedule(c); }, "option milestones: expected comma-separated steps");
-  c.schedule = "onecycle";
+  c.schedule = optim::ScheduleKind::OneCycle;
   EXPECT_TRUE(make_schedule(c)->momentum(0).has_value());
-  c.schedule = "poly";
-  test::expect_error([&] { make_schedule(c); }, "option schedule: expected cosine, constant, step");
+  test::expect_error([&] { set_field(c, "schedule", "poly"); }, "option schedule: expected cosine, constant, step");
 }
 
 TEST(TrainerConfig, MemorySizesAndAutoBatch) {
@@ -121,12 +120,15 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
       "option device: expected cpu or one of this machine's CUDA devices, found 'cuda:64' (");
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, cuda or cuda:N, found 'tpu'");
   bad([](TrainerConfig& c) { c.model.dim = 30; }, "option dim: expected a positive multiple of heads (4), found 30");
-  bad([](TrainerConfig& c) { c.optimizer = "lion"; }, "option optimizer: expected adamw, adam, sgd, lamb or lars");
-  bad([](TrainerConfig& c) { c.optimizer = "Adam"; },
-      "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
-  bad([](TrainerConfig& c) { c.gradient_clip_algorithm = "max"; },
-      "option gradient_clip_algorithm: expected norm or value, found 'max'");
-  bad([](TrainerConfig& c) { c.precision = "fp8"; }, "option precision: expected 32, tf32");
+  // The named options are enums: a name is checked where text becomes a config (flags, TOML).
+  auto bad_name = [](const char* option, const char* value, const std::string& fragment) {
+    TrainerConfig c;
+    test::expect_error([&] { set_field(c, option, value); }, fragment);
+  };
+  bad_name("optimizer", "lion", "option optimizer: expected adamw, adam, sgd, lamb or lars");
+  bad_name("optimizer", "Adam", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
+  bad_name("gradient_clip_algorithm", "max", "option gradient_clip_algorithm: expected norm or value, found 'max'");
+  bad_name("precision", "fp8", "option precision: expected 32, tf32");
   bad([](TrainerConfig& c) { c.min_lr = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {
@@ -219,7 +221,8 @@ TEST(TrainerConfig, NamedOptionsParseToKinds) {
     const auto kind = static_cast<optim::OptimizerKind>(k);
     const std::string name = optim::optimizer_name(kind);
     EXPECT_NE(optimizer_help.find(name), std::string::npos) << name;
-    c.optimizer = name;
+    set_field(c, "optimizer", name);
+    EXPECT_EQ(c.optimizer, kind);
     c.validate();
   }
   for (size_t a = 0; a < kClipAlgorithmCount; ++a) {
@@ -232,14 +235,16 @@ TEST(TrainerConfig, NamedOptionsParseToKinds) {
   EXPECT_EQ(clip_algorithm_name(ClipAlgorithm::Value), std::string("value"));
   test::expect_error([] { clip_algorithm_from_name("Norm"); },
                      "gradient_clip_algorithm: expected norm or value, found 'Norm'");
-  // Set from text as the CLI and TOML files do: the string is kept, validation names the option.
+  // Set from text as the CLI and TOML files do: the name becomes the enum there, and a wrong one is
+  // refused there, naming the option.
   set_field(c, "optimizer", "sgd");
   apply_toml(c, "gradient_clip_algorithm = \"value\"\n", "t");
   c.validate();
-  EXPECT_EQ(c.optimizer, "sgd");
-  EXPECT_EQ(c.gradient_clip_algorithm, "value");
-  apply_toml(c, "optimizer = \"lion\"\n", "t");
-  test::expect_error([&] { c.validate(); }, "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
+  EXPECT_EQ(c.optimizer, optim::OptimizerKind::SGD);
+  EXPECT_EQ(c.gradient_clip_algorithm, ClipAlgorithm::Value);
+  test::expect_error([&] { apply_toml(c, "optimizer = \"lion\"\n", "t"); },
+                     "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
+  EXPECT_EQ(c.optimizer, optim::OptimizerKind::SGD) << "a refused name leaves the option as it was";
 }
 
 // The options a checkpoint resumes only under the same value are marked in visit_fields itself.

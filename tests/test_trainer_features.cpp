@@ -160,7 +160,7 @@ TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
   for (const char* precision : {"32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}) {
     SCOPED_TRACE(precision);
     TrainerConfig c = tiny_char(temp_dir(std::string("precision_") + precision));
-    c.precision = precision;
+    set_field(c, "precision", precision);
     c.accumulate = 2;
     c.checkpoint_every = 4;
     c.max_steps = 8;
@@ -196,8 +196,8 @@ TEST(Trainer, OneCycleMomentumAndNewOptimizersAreLogged) {
   for (const char* optimizer : {"adamw", "lamb", "lars"}) {
     SCOPED_TRACE(optimizer);
     TrainerConfig c = tiny_char(temp_dir(std::string("onecycle_") + optimizer));
-    c.optimizer = optimizer;
-    c.schedule = "onecycle";
+    set_field(c, "optimizer", optimizer);
+    c.schedule = ft::optim::ScheduleKind::OneCycle;
     c.lr = optimizer == std::string("lars") ? 2.0 : 1e-2;
     c.log_every_n_steps = 1;
     test::BuiltinRun t(c);
@@ -305,7 +305,7 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
     c.data.train_images = 2048;
     c.batch_size = 0;
     c.memory_limit = "24M";
-    c.batch_size_search = search;
+    set_field(c, "batch_size_search", search);
     // The trials run with the module and its data in memory, as the run's own finder does.
     BatchSizeSearch found;
     {

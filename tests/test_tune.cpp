@@ -170,14 +170,14 @@ TEST(Tune, RefusesASettingThatChangesTheLoss) {
   const train::TuneResult r = train::tune(slow_config(), slow_task(std::chrono::microseconds(0), true), o);
   bool refused = false;
   for (const train::TuneTrial& t : r.trials) {
-    if (t.config.precision != "bf16-mixed") continue;
+    if (t.config.precision != ft::train::Precision::BF16Mixed) continue;
     refused = true;
     EXPECT_FALSE(t.kept);
     EXPECT_NE(t.verdict.find("loss differs by"), std::string::npos) << t.verdict;
   }
   // Only CPUs with bf16 hardware propose bf16-mixed.
   if (!refused) GTEST_SKIP() << "SKIP: this CPU has no bf16 hardware, so bf16-mixed is not a candidate";
-  EXPECT_NE(r.trials.at(r.best).config.precision, "bf16-mixed");
+  EXPECT_NE(r.trials.at(r.best).config.precision, ft::train::Precision::BF16Mixed);
   fs::remove_all(dir);
 }
 

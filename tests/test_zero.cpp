@@ -283,12 +283,13 @@ TEST(Zero, AnOverflowInOneRanksShardSkipsTheStepOnEveryRank) {
 TEST(Zero, TrustRatioOptimizersAndUnknownStagesAreClearErrors) {
   for (const char* s : {"zero1", "zero2", "zero3", "fsdp"}) {
     train::TrainerConfig c;
-    c.strategy = s;
+    train::set_field(c, "strategy", s);
     EXPECT_NO_THROW(c.validate()) << s;
+    EXPECT_EQ(name_of(c.strategy), std::string(s));
   }
   train::TrainerConfig bad;
-  bad.strategy = "zero4";
-  expect_error([&] { bad.validate(); }, "expected ddp, zero1, zero2, zero3 or fsdp, found 'zero4'");
+  expect_error([&] { train::set_field(bad, "strategy", "zero4"); },
+               "expected ddp, zero1, zero2, zero3 or fsdp, found 'zero4'");
   Generator gen(1);
   nn::Linear layer(3, 2, true, &gen);
   optim::GroupOptions o;

@@ -15,6 +15,8 @@ template <class T>
 std::string value_text(const T& v) {
   if constexpr (std::is_same_v<T, std::string>)
     return v.empty() ? "\"\"" : v;
+  else if constexpr (NamedEnum<T>)
+    return name_of(v);
   else if constexpr (std::is_same_v<T, bool>)
     return v ? "true" : "false";
   else {
@@ -56,7 +58,7 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
     const bool differs = defaults_text[i] != def && name != "task";
     if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
     CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
-    opt->type_name(std::is_same_v<T, std::string> ? "TEXT"
+    opt->type_name(std::is_same_v<T, std::string> || NamedEnum<T> ? "TEXT"
                    : std::is_same_v<T, bool>      ? "BOOL"
                    : std::is_same_v<T, double>    ? "NUM"
                                                   : "INT");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fasttrain/dist.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/random.h"
@@ -69,7 +70,7 @@ struct BenchOptions {
   int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
   bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
-  std::string strategy = "ddp";    // under mpirun: ddp, zero1 or zero2 (TrainerConfig::strategy)
+  dist::Strategy strategy = dist::Strategy::Ddp;  // under mpirun (TrainerConfig::strategy)
   Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
   int profile_steps = 0;           // > 0: after the timed steps, that many profiled ones (profile_table)
   int profile_shapes = 25;         // rows of the profile's kernel calls by operand shape, largest first
@@ -114,7 +115,7 @@ struct BenchResult {
   // Under mpirun: the ranks of a DDP or ZeRO run, which split `batch` (the global batch) evenly;
   // each step's time is the slowest rank's (as the PyTorch DDP peer reports).
   int world_size = 1;
-  std::string strategy = "ddp";
+  dist::Strategy strategy = dist::Strategy::Ddp;
 };
 
 // Validates the options (known workload, positive steps/threads/batch, warmup >= 0, a batch that

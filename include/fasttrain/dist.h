@@ -11,9 +11,18 @@
 #include <memory>
 #include <string>
 
+#include "fasttrain/names.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::dist {
+
+// How a job of several processes trains (TrainerConfig::strategy): DDP (replicated weights,
+// gradients averaged), ZeRO stage 1, 2 or 3 (optimizer state, then gradients, then parameters
+// sharded over the ranks); FSDP is stage 3 under PyTorch's name.
+enum class Strategy { Ddp, Zero1, Zero2, Zero3, Fsdp };
+std::span<const NamedValue<Strategy>> option_names(Strategy);  // names.h: ddp, zero1, zero2, zero3, fsdp
+// The ZeRO stage of a strategy: 0 (DDP), 1, 2 or 3 (zero3 and fsdp).
+int zero_stage(Strategy strategy);
 
 enum class ReduceOp { Sum, Avg };
 

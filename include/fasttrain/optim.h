@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "fasttrain/names.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/tensor.h"
 
@@ -68,6 +69,7 @@ OptimizerFamily optimizer_family(OptimizerKind kind);
 // The kind named `name`; anything else is an ft::Error "optimizer: expected adamw, adam, sgd,
 // lamb or lars, found '<name>'".
 OptimizerKind optimizer_kind_from_name(const std::string& name);
+std::span<const NamedValue<OptimizerKind>> option_names(OptimizerKind);  // names.h
 
 class Optimizer {
  public:

@@ -12,7 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "fasttrain/names.h"
+
 namespace ft::optim {
+
+// The Trainer's schedules by kind (TrainerConfig::schedule; names: cosine, constant, step,
+// multistep, exponential, linear, wsd, onecycle, cyclic).
+enum class ScheduleKind { Cosine, Constant, Step, MultiStep, Exponential, Linear, Wsd, OneCycle, Cyclic };
+// OneCycleLR's anneal_strategy: "cos" or "linear".
+enum class AnnealStrategy { Cos, Linear };
+// CyclicLR's mode: "triangular", "triangular2" or "exp_range".
+enum class CyclicMode { Triangular, Triangular2, ExpRange };
+std::span<const NamedValue<ScheduleKind>> option_names(ScheduleKind);  // names.h
+std::span<const NamedValue<AnnealStrategy>> option_names(AnnealStrategy);
+std::span<const NamedValue<CyclicMode>> option_names(CyclicMode);
 
 class Schedule {
  public:
@@ -54,7 +67,7 @@ struct OneCycleOptions {
   double max_lr = 0.1;
   int64_t total_steps = 100;
   double pct_start = 0.3;
-  std::string anneal_strategy = "cos";  // "cos" or "linear"
+  AnnealStrategy anneal_strategy = AnnealStrategy::Cos;
   bool cycle_momentum = true;
   double base_momentum = 0.85;
   double max_momentum = 0.95;
@@ -70,7 +83,7 @@ struct CyclicOptions {
   double max_lr = 6e-3;
   int64_t step_size_up = 2000;
   int64_t step_size_down = 0;       // 0: equal to step_size_up (PyTorch's None)
-  std::string mode = "triangular";  // "triangular", "triangular2" or "exp_range"
+  CyclicMode mode = CyclicMode::Triangular;
   double gamma = 1.0;               // exp_range
   bool cycle_momentum = true;
   double base_momentum = 0.8;

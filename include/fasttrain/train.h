@@ -9,10 +9,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "fasttrain/dist.h"
 #include "fasttrain/lr_finder.h"
+#include "fasttrain/names.h"
+#include "fasttrain/optim.h"
 #include "fasttrain/schedule.h"
 #include "fasttrain/tensor.h"
 #include "fasttrain/train_module.h"
+#include "fasttrain/train_step.h"
 
 namespace ft::train {
 
@@ -48,6 +52,15 @@ struct DataOptions {
   double goal_accuracy = 0;  // images, classify: final validation accuracy to reach (0: no goal)
 };
 
+// The metric that picks the best checkpoints and stops early (Lightning's `monitor`):
+// val_loss (lower is better) or val_accuracy (higher is better).
+enum class Monitor { ValLoss, ValAccuracy };
+// How the batch-size finder searches (Lightning's `mode`): power (double until a batch fails)
+// or binsearch (then bisect between the last that fitted and the first that failed).
+enum class BatchSizeSearchMode { Power, Binsearch };
+std::span<const NamedValue<Monitor>> option_names(Monitor);  // names.h
+std::span<const NamedValue<BatchSizeSearchMode>> option_names(BatchSizeSearchMode);
+
 // Every option of a run. The CLI (`fasttrain train --help`), TOML run files and the config.toml
 // written into each run folder all go through visit_fields(), so the names below are the flag
 // names (with '-' for '_') and the TOML keys.
@@ -75,17 +88,17 @@ struct TrainerConfig {
   int64_t prefetch = 2;     // batches in flight per worker
   // --- optimisation ---
   int64_t batch_size = 32;          // 0 ("auto" on the command line): the batch-size finder picks it
-  std::string optimizer = "adamw";  // adamw, adam, sgd, lamb or lars
+  optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   double lr = 5e-3;
   double min_lr = 5e-4;
-  std::string schedule = "cosine";  // see visit_fields
+  optim::ScheduleKind schedule = optim::ScheduleKind::Cosine;  // see visit_fields
   int64_t warmup_steps = 50;
   double weight_decay = 0.1;                     // not applied to biases and norm weights
   double momentum = 0.9;                         // sgd, lars
   double beta1 = 0.9, beta2 = 0.99;              // adam/adamw/lamb
   double trust_coefficient = 0.001;              // lars
   double grad_clip = 1.0;                        // max global gradient norm (or value); 0: off
-  std::string gradient_clip_algorithm = "norm";  // norm or value
+  ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::Norm;
   int64_t accumulate = 1;  // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
   // --- schedule parameters ---
   int64_t step_size = 100;                          // step: decay every N steps; cyclic: steps of the rising half cycle
@@ -96,21 +109,21 @@ struct TrainerConfig {
   int64_t linear_steps = 5;                         // linear: steps to go from start_factor to end_factor
   int64_t decay_steps = 0;                          // wsd: steps of the final decay (0: a fifth of max_steps)
   double pct_start = 0.3;                           // onecycle
-  std::string anneal_strategy = "cos";              // onecycle: cos or linear
+  optim::AnnealStrategy anneal_strategy = optim::AnnealStrategy::Cos;  // onecycle
   double div_factor = 25, final_div_factor = 1e4;   // onecycle
   bool three_phase = false;                         // onecycle
-  std::string cyclic_mode = "triangular";           // cyclic: triangular, triangular2 or exp_range
+  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;  // cyclic
   bool cycle_momentum = true;                       // onecycle, cyclic
   double base_momentum = 0.85, max_momentum = 0.95;  // onecycle, cyclic
   // --- precision and memory ---
-  std::string precision = "32";    // 32, tf32, bf16-mixed, fp16-mixed, bf16-true
+  Precision precision = Precision::FP32;
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
   bool channels_last = false;      // NHWC weights and image batches for convolution models
   // CUDA: capture the step once and replay it (StepOptions); on by default, as the replays equal
   // eager steps bit for bit (tests/cuda/test_cuda_graphs.cpp). No effect on the CPU.
   bool cuda_graphs = true;
   std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
-  std::string batch_size_search = "power";  // batch-size finder: power (doubling) or binsearch
+  BatchSizeSearchMode batch_size_search = BatchSizeSearchMode::Power;
   int64_t max_batch_size = 4096;            // batch-size finder: upper bound
   // --- profiling (profile_run.h) ---
   std::string profile;          // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
@@ -119,7 +132,7 @@ struct TrainerConfig {
   // --- checkpoints and callbacks ---
   int64_t keep_last = 2;                // newest checkpoints kept (0: all)
   int64_t keep_best = 1;                // best checkpoints by `monitor` kept besides
-  std::string monitor = "val_loss";     // val_loss (min) or val_accuracy (max)
+  Monitor monitor = Monitor::ValLoss;
   int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
   double early_stopping_min_delta = 0;
   bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
@@ -128,7 +141,7 @@ struct TrainerConfig {
   // averaged in buckets during backward); "zero1" (optimizer state sharded over the ranks),
   // "zero2" (gradients too), "zero3" or its alias "fsdp" (parameters too, gathered block by block
   // for forward and backward). batch_size is per rank: the global batch is batch_size x ranks.
-  std::string strategy = "ddp";
+  dist::Strategy strategy = dist::Strategy::Ddp;
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
   bool dist_debug = false;    // compare every collective across ranks before running it (dist.h set_debug)
@@ -166,7 +179,8 @@ struct OptionInfo {
 };
 
 // Calls visitor(info, field) for every option of `c` in a fixed order, the options of a section
-// together; field is a reference to an int64_t, uint64_t, double, bool or std::string member.
+// together; field is a reference to an int64_t, uint64_t, double, bool or std::string member, or
+// to an enum with a name table (names.h: NamedEnum), whose names are its text everywhere.
 // One list for CLI, TOML, JSON and the checks of resume().
 template <class Config, class V>
 void visit_fields(Config& c, V&& visitor) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "fasttrain/names.h"
 #include "fasttrain/amp.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
@@ -29,6 +30,7 @@ inline constexpr size_t kPrecisionCount = 5;  // the enumerators above (the name
 // writes them); anything else is an ft::Error listing the accepted names.
 Precision precision_from_name(const std::string& name);
 const char* precision_name(Precision p);  // the Lightning name ("32", "bf16-mixed", ...)
+std::span<const NamedValue<Precision>> option_names(Precision);  // names.h
 // True for BF16Mixed and FP16Mixed (the modes that run forward under autocast).
 bool precision_is_mixed(Precision p);
 // True for bf16-mixed and bf16-true: the precisions whose matrix products take bf16 operands.
@@ -43,6 +45,7 @@ inline constexpr size_t kClipAlgorithmCount = 2;  // the enumerators above (the 
 // or value, found '<name>'".
 ClipAlgorithm clip_algorithm_from_name(const std::string& name);
 const char* clip_algorithm_name(ClipAlgorithm a);
+std::span<const NamedValue<ClipAlgorithm>> option_names(ClipAlgorithm);  // names.h
 
 struct StepOptions {
   Precision precision = Precision::FP32;

@@ -12,14 +12,32 @@
 #include <unordered_map>
 
 #include "fasttrain/autograd.h"
+#include "core/name_table.h"
 #include "fasttrain/error.h"
 
 namespace ft::dist {
 
-int zero_stage(const std::string& strategy) {
-  if (strategy == "zero1") return 1;
-  if (strategy == "zero2") return 2;
-  if (strategy == "zero3" || strategy == "fsdp") return 3;
+namespace {
+
+constexpr NamedValue<Strategy> kStrategies[] = {{Strategy::Ddp, "ddp"},
+                                                {Strategy::Zero1, "zero1"},
+                                                {Strategy::Zero2, "zero2"},
+                                                {Strategy::Zero3, "zero3"},
+                                                {Strategy::Fsdp, "fsdp"}};
+static_assert(ft::detail::rows_start_in_enum_order(kStrategies, std::size(kStrategies)), "in enum order");
+
+}  // namespace
+
+std::span<const NamedValue<Strategy>> option_names(Strategy) { return kStrategies; }
+
+int zero_stage(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::Ddp: return 0;
+    case Strategy::Zero1: return 1;
+    case Strategy::Zero2: return 2;
+    case Strategy::Zero3:
+    case Strategy::Fsdp: return 3;
+  }
   return 0;
 }
 

@@ -64,9 +64,6 @@
 
 namespace ft::dist {
 
-// 1 or 2 for "zero1" / "zero2"; 3 for "zero3" / "fsdp"; 0 for anything else (DDP).
-int zero_stage(const std::string& strategy);
-
 class ZeroSharding : public train::GradSync, public nn::BlockHooks {
  public:
   // `full` is the optimizer the Trainer would use without sharding: its groups, their options

@@ -9,33 +9,27 @@
 namespace ft::optim {
 namespace {
 
-struct KindRow {
-  OptimizerKind value;
-  const char* name;
-  OptimizerFamily family;
-};
 // In enum order; the order error messages list the names in.
-constexpr KindRow kKinds[] = {
-    {OptimizerKind::AdamW, "adamw", OptimizerFamily::Adam},   {OptimizerKind::Adam, "adam", OptimizerFamily::Adam},
-    {OptimizerKind::SGD, "sgd", OptimizerFamily::Momentum},   {OptimizerKind::LAMB, "lamb", OptimizerFamily::Adam},
-    {OptimizerKind::LARS, "lars", OptimizerFamily::Momentum},
-};
+constexpr NamedValue<OptimizerKind> kKinds[] = {{OptimizerKind::AdamW, "adamw"},
+                                                {OptimizerKind::Adam, "adam"},
+                                                {OptimizerKind::SGD, "sgd"},
+                                                {OptimizerKind::LAMB, "lamb"},
+                                                {OptimizerKind::LARS, "lars"}};
 static_assert(std::size(kKinds) == kOptimizerKindCount &&
                   ft::detail::rows_start_in_enum_order(kKinds, kOptimizerKindCount),
               "one row per OptimizerKind, in enum order");
-
-const KindRow& row(OptimizerKind kind) { return kKinds[static_cast<size_t>(kind)]; }
+constexpr OptimizerFamily kFamilies[] = {OptimizerFamily::Adam, OptimizerFamily::Adam, OptimizerFamily::Momentum,
+                                         OptimizerFamily::Adam, OptimizerFamily::Momentum};
+static_assert(std::size(kFamilies) == kOptimizerKindCount, "one family per OptimizerKind, in enum order");
 
 }  // namespace
 
-const char* optimizer_name(OptimizerKind kind) { return row(kind).name; }
+std::span<const NamedValue<OptimizerKind>> option_names(OptimizerKind) { return kKinds; }
 
-OptimizerFamily optimizer_family(OptimizerKind kind) { return row(kind).family; }
+const char* optimizer_name(OptimizerKind kind) { return name_of(kind); }
 
-OptimizerKind optimizer_kind_from_name(const std::string& name) {
-  for (const KindRow& r : kKinds)
-    if (name == r.name) return r.value;
-  FT_FAIL("optimizer: expected ", ft::detail::names_list(kKinds), ", found '", name, "'");
-}
+OptimizerFamily optimizer_family(OptimizerKind kind) { return kFamilies[static_cast<size_t>(kind)]; }
+
+OptimizerKind optimizer_kind_from_name(const std::string& name) { return parse_name<OptimizerKind>("optimizer", name); }
 
 }  // namespace ft::optim

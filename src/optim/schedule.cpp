@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "core/name_table.h"
 #include "fasttrain/error.h"
 
 namespace ft::optim {
@@ -196,7 +197,7 @@ class OneCycleSchedule final : public Schedule {
       const Phase& p = phases_[i];
       if (s <= p.end_step || i + 1 == phases_.size()) {
         const double pct = (s - start) / (p.end_step - start);
-        if (o_.anneal_strategy == "cos")
+        if (o_.anneal_strategy == AnnealStrategy::Cos)
           return {anneal_cos(p.start_lr, p.end_lr, pct), anneal_cos(p.start_momentum, p.end_momentum, pct)};
         return {anneal_linear(p.start_lr, p.end_lr, pct), anneal_linear(p.start_momentum, p.end_momentum, pct)};
       }
@@ -239,9 +240,9 @@ class CyclicSchedule final : public Schedule {
     const double x = 1. + s / total_size_ - cycle;
     const double height = x <= step_ratio_ ? x / step_ratio_ : (x - 1) / (step_ratio_ - 1);
     double scale = 1;
-    if (o_.mode == "triangular2")
+    if (o_.mode == CyclicMode::Triangular2)
       scale = 1 / std::pow(2., cycle - 1);
-    else if (o_.mode == "exp_range")
+    else if (o_.mode == CyclicMode::ExpRange)
       scale = std::pow(o_.gamma, s);
     return {height, scale};
   }
@@ -325,8 +326,6 @@ SchedulePtr make_one_cycle_schedule(const OneCycleOptions& o) {
   FT_CHECK(o.pct_start * static_cast<double>(o.total_steps) != 1,
            "one_cycle schedule: pct_start * total_steps must not be 1 (an empty warmup phase), found ", o.pct_start,
            " * ", o.total_steps);
-  FT_CHECK(o.anneal_strategy == "cos" || o.anneal_strategy == "linear",
-           "one_cycle schedule: anneal_strategy must be 'cos' or 'linear', found '", o.anneal_strategy, "'");
   check_lr("one_cycle schedule", "div_factor", o.div_factor);
   check_lr("one_cycle schedule", "final_div_factor", o.final_div_factor);
   if (o.cycle_momentum) check_cycled_momentum("one_cycle schedule", o.base_momentum, o.max_momentum);
@@ -339,11 +338,31 @@ SchedulePtr make_cyclic_schedule(const CyclicOptions& o) {
   FT_CHECK(o.step_size_up >= 1, "cyclic schedule: step_size_up must be >= 1, found ", o.step_size_up);
   FT_CHECK(o.step_size_down >= 0, "cyclic schedule: step_size_down must be >= 0 (0: equal to step_size_up), found ",
            o.step_size_down);
-  FT_CHECK(o.mode == "triangular" || o.mode == "triangular2" || o.mode == "exp_range",
-           "cyclic schedule: mode must be 'triangular', 'triangular2' or 'exp_range', found '", o.mode, "'");
   check_lr("cyclic schedule", "gamma", o.gamma);
   if (o.cycle_momentum) check_cycled_momentum("cyclic schedule", o.base_momentum, o.max_momentum);
   return std::make_unique<CyclicSchedule>(o);
 }
+
+namespace {
+// In enum order (schedule.h); PyTorch's names.
+constexpr NamedValue<ScheduleKind> kScheduleKinds[] = {
+    {ScheduleKind::Cosine, "cosine"},   {ScheduleKind::Constant, "constant"},
+    {ScheduleKind::Step, "step"},       {ScheduleKind::MultiStep, "multistep"},
+    {ScheduleKind::Exponential, "exponential"}, {ScheduleKind::Linear, "linear"},
+    {ScheduleKind::Wsd, "wsd"},         {ScheduleKind::OneCycle, "onecycle"},
+    {ScheduleKind::Cyclic, "cyclic"}};
+constexpr NamedValue<AnnealStrategy> kAnnealStrategies[] = {{AnnealStrategy::Cos, "cos"},
+                                                            {AnnealStrategy::Linear, "linear"}};
+constexpr NamedValue<CyclicMode> kCyclicModes[] = {
+    {CyclicMode::Triangular, "triangular"}, {CyclicMode::Triangular2, "triangular2"}, {CyclicMode::ExpRange, "exp_range"}};
+static_assert(ft::detail::rows_start_in_enum_order(kScheduleKinds, std::size(kScheduleKinds)) &&
+                  ft::detail::rows_start_in_enum_order(kAnnealStrategies, std::size(kAnnealStrategies)) &&
+                  ft::detail::rows_start_in_enum_order(kCyclicModes, std::size(kCyclicModes)),
+              "one row per value, in enum order");
+}  // namespace
+
+std::span<const NamedValue<ScheduleKind>> option_names(ScheduleKind) { return kScheduleKinds; }
+std::span<const NamedValue<AnnealStrategy>> option_names(AnnealStrategy) { return kAnnealStrategies; }
+std::span<const NamedValue<CyclicMode>> option_names(CyclicMode) { return kCyclicModes; }
 
 }  // namespace ft::optim

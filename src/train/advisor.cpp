@@ -73,7 +73,7 @@ std::optional<Finding> batch_size(const TrainerConfig& c, const RunMeasurements&
 }
 
 std::optional<Finding> precision(const TrainerConfig& c, const RunMeasurements& m, const nn::Module*) {
-  if ((c.precision != "32" && c.precision != "tf32") || !m.bf16_hardware) return std::nullopt;
+  if ((c.precision != Precision::FP32 && c.precision != Precision::TF32) || !m.bf16_hardware) return std::nullopt;
   return Finding{"precision", "fp32 matrix products on a CPU with bf16 dot-product hardware (" + m.cpu_isa + ")",
                  "--precision bf16-mixed"};
 }

@@ -110,7 +110,7 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
     if (b == cap) break;
   }
   if (good == 0 && bad > 1 && fits(1)) good = 1;
-  if (config.batch_size_search == "binsearch" && good > 0 && bad > 0) {
+  if (config.batch_size_search == BatchSizeSearchMode::Binsearch && good > 0 && bad > 0) {
     while (bad - good > 1) {
       const int64_t mid = good + (bad - good) / 2;
       (fits(mid) ? good : bad) = mid;
@@ -130,7 +130,7 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
            bytes_text(out.memory_limit), good > 0 ? " on another rank" : "", " (set a larger --memory-limit)");
   out.batch_size = agreed;
   std::ostringstream r;
-  r << "batch-size finder (" << config.batch_size_search << ", budget " << bytes_text(out.memory_limit)
+  r << "batch-size finder (" << name_of(config.batch_size_search) << ", budget " << bytes_text(out.memory_limit)
     << (comm->world_size() > 1 ? " per rank" : "") << "):";
   for (const auto& [b, ok] : out.trials) r << " " << b << (ok ? " ok," : " out of memory,");
   r << " -> batch size " << agreed;

@@ -17,6 +17,15 @@
 
 namespace ft::train {
 
+namespace {
+constexpr NamedValue<Monitor> kMonitors[] = {{Monitor::ValLoss, "val_loss"}, {Monitor::ValAccuracy, "val_accuracy"}};
+constexpr NamedValue<BatchSizeSearchMode> kBatchSizeSearches[] = {{BatchSizeSearchMode::Power, "power"},
+                                                              {BatchSizeSearchMode::Binsearch, "binsearch"}};
+}  // namespace
+
+std::span<const NamedValue<Monitor>> option_names(Monitor) { return kMonitors; }
+std::span<const NamedValue<BatchSizeSearchMode>> option_names(BatchSizeSearchMode) { return kBatchSizeSearches; }
+
 bool is_gpt_preset(const std::string& model) {
   return model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
 }
@@ -76,7 +85,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.weight_decay = 5e-4;
     c.beta2 = 0.999;
     c.grad_clip = 0.0;
-    c.monitor = "val_accuracy";
+    c.monitor = Monitor::ValAccuracy;
   }
   return c;
 }
@@ -85,7 +94,14 @@ namespace {
 
 template <class T>
 constexpr bool is_field_type_v = std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t> ||
-                                 std::is_same_v<T, double> || std::is_same_v<T, bool> || std::is_same_v<T, std::string>;
+                                 std::is_same_v<T, double> || std::is_same_v<T, bool> ||
+                                 std::is_same_v<T, std::string> || NamedEnum<T>;
+
+// The value `text` names for an enum option; otherwise "option <name>: expected ..., found '...'".
+template <NamedEnum T>
+T parse_option_name(const char* option, const std::string& text) {
+  return parse_name<T>(std::string("option ") + option, text);
+}
 
 // Shortest decimal that reads back to the same double, always with a '.' or exponent so TOML
 // keeps it a float.
@@ -175,7 +191,6 @@ void TrainerConfig::validate() const {
   check(workers >= 0 && workers <= 256, "workers", "0 to 256", workers);
   check(prefetch >= 1 && prefetch <= 64, "prefetch", "1 to 64", prefetch);
   check(batch_size >= 0, "batch_size", "at least 1 (or auto)", batch_size);
-  check_name(optim::optimizer_kind_from_name, optimizer);
   check(std::isfinite(lr) && lr > 0, "lr", "a positive learning rate", lr);
   check(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min_lr", "a value in [0, lr]", min_lr);
   check(warmup_steps >= 0, "warmup_steps", "0 or more", warmup_steps);
@@ -186,7 +201,6 @@ void TrainerConfig::validate() const {
   check(std::isfinite(trust_coefficient) && trust_coefficient > 0, "trust_coefficient", "a positive value",
         trust_coefficient);
   check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
-  check_name(clip_algorithm_from_name, gradient_clip_algorithm);
   check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
   if (max_steps > 0) {
     make_schedule(*this);  // validates the schedule and its parameters
@@ -195,25 +209,19 @@ void TrainerConfig::validate() const {
     sized.max_steps = warmup_steps + 1;
     make_schedule(sized);
   }
-  check_name(precision_from_name, precision);
   parse_memory_size(memory_limit);
-  check(batch_size_search == "power" || batch_size_search == "binsearch", "batch_size_search", "power or binsearch",
-        "'" + batch_size_search + "'");
   check(max_batch_size >= 1, "max_batch_size", "at least 1", max_batch_size);
   check(keep_last >= 0, "keep_last", "0 (all) or more", keep_last);
   check(keep_best >= 0, "keep_best", "0 or more", keep_best);
-  check(monitor == "val_loss" || monitor == "val_accuracy", "monitor", "val_loss or val_accuracy", "'" + monitor + "'");
   // Of the built-in tasks only images measures an accuracy; a module of one's own may report one
   // (its "accuracy" metric) and is not known here.
-  FT_CHECK(monitor != "val_accuracy" || task != "char",
+  FT_CHECK(monitor != Monitor::ValAccuracy || task != "char",
            "option monitor: val_accuracy is measured by the images task and by modules that report an accuracy; "
            "the char task reports val_loss");
   check(early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more", early_stopping_patience);
   check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
         "0 or more", early_stopping_min_delta);
   // Distributed options (src/train/distributed.cpp applies them).
-  check(strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3" || strategy == "fsdp",
-        "strategy", "ddp, zero1, zero2, zero3 or fsdp", "'" + strategy + "'");
   check(std::isfinite(bucket_cap_mb) && bucket_cap_mb >= 0, "bucket_cap_mb", "0 (one bucket) or a positive size in MiB",
         bucket_cap_mb);
   check(std::isfinite(dist_timeout) && dist_timeout >= 0, "dist_timeout", "0 (never) or a positive number of seconds",
@@ -290,6 +298,8 @@ std::string config_to_toml(const TrainerConfig& c) {
       os << o.toml_key() << " = ";
       if constexpr (std::is_same_v<T, std::string>)
         os << toml::value<std::string>(v);
+      else if constexpr (NamedEnum<T>)
+        os << toml::value<std::string>(name_of(v));
       else if constexpr (std::is_same_v<T, bool>)
         os << (v ? "true" : "false");
       else if constexpr (std::is_same_v<T, double>)
@@ -311,6 +321,13 @@ void set_from_toml(T& field, const toml::node& node, const std::string& where, c
   if constexpr (std::is_same_v<T, std::string>) {
     if (!node.is_string()) wrong("a string");
     field = *node.template value<std::string>();
+  } else if constexpr (NamedEnum<T>) {
+    if (!node.is_string()) wrong(("a string: " + names_list<T>()).c_str());
+    try {
+      field = parse_option_name<T>(name, *node.template value<std::string>());
+    } catch (const Error& e) {
+      FT_FAIL(where, ": ", e.what());
+    }
   } else if constexpr (std::is_same_v<T, bool>) {
     if (!node.is_boolean()) wrong("true or false");
     field = *node.template value<bool>();
@@ -388,6 +405,8 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
     }
     if constexpr (std::is_same_v<T, std::string>) {
       field = value;
+    } else if constexpr (NamedEnum<T>) {
+      field = parse_option_name<T>(o.name, value);
     } else if constexpr (std::is_same_v<T, bool>) {
       if (value == "true" || value == "1" || value == "yes" || value == "on")
         field = true;
@@ -413,65 +432,61 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
 }
 
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c) {
-  const std::string& s = c.schedule;
-  if (s == "cosine") return optim::make_cosine_warmup_schedule(c.lr, c.warmup_steps, c.max_steps, c.min_lr);
-  if (s == "constant") return optim::make_constant_schedule(c.lr);
-  if (s == "step") return optim::make_step_schedule(c.lr, c.step_size, c.gamma);
-  if (s == "multistep") {
-    std::vector<int64_t> milestones;
-    std::stringstream in(c.milestones);
-    for (std::string item; std::getline(in, item, ',');) {
-      char* end = nullptr;
-      errno = 0;
-      const long long v = std::strtoll(item.c_str(), &end, 10);
-      FT_CHECK(!item.empty() && *end == '\0' && errno == 0,
-               "option milestones: expected comma-separated steps "
-               "like 100,200, found '",
-               c.milestones, "'");
-      milestones.push_back(v);
+  using optim::ScheduleKind;
+  switch (c.schedule) {
+    case ScheduleKind::Cosine: return optim::make_cosine_warmup_schedule(c.lr, c.warmup_steps, c.max_steps, c.min_lr);
+    case ScheduleKind::Constant: return optim::make_constant_schedule(c.lr);
+    case ScheduleKind::Step: return optim::make_step_schedule(c.lr, c.step_size, c.gamma);
+    case ScheduleKind::MultiStep: {
+      std::vector<int64_t> milestones;
+      std::stringstream in(c.milestones);
+      for (std::string item; std::getline(in, item, ',');) {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(item.c_str(), &end, 10);
+        FT_CHECK(!item.empty() && *end == '\0' && errno == 0,
+                 "option milestones: expected comma-separated steps like 100,200, found '", c.milestones, "'");
+        milestones.push_back(v);
+      }
+      FT_CHECK(!milestones.empty(),
+               "option milestones: the multistep schedule needs at least one milestone (e.g. --milestones 100,200)");
+      return optim::make_multistep_schedule(c.lr, milestones, c.gamma);
     }
-    FT_CHECK(!milestones.empty(),
-             "option milestones: the multistep schedule needs at least one milestone (e.g. "
-             "--milestones 100,200)");
-    return optim::make_multistep_schedule(c.lr, milestones, c.gamma);
+    case ScheduleKind::Exponential: return optim::make_exponential_schedule(c.lr, c.gamma);
+    case ScheduleKind::Linear: return optim::make_linear_schedule(c.lr, c.start_factor, c.end_factor, c.linear_steps);
+    case ScheduleKind::Wsd: {
+      const int64_t decay = c.decay_steps > 0 ? c.decay_steps : std::max<int64_t>(1, c.max_steps / 5);
+      return optim::make_wsd_schedule(c.lr, c.warmup_steps, decay, c.max_steps, c.min_lr);
+    }
+    case ScheduleKind::OneCycle: {
+      optim::OneCycleOptions o;
+      o.max_lr = c.lr;
+      o.total_steps = c.max_steps;
+      o.pct_start = c.pct_start;
+      o.anneal_strategy = c.anneal_strategy;
+      o.cycle_momentum = c.cycle_momentum;
+      o.base_momentum = c.base_momentum;
+      o.max_momentum = c.max_momentum;
+      o.div_factor = c.div_factor;
+      o.final_div_factor = c.final_div_factor;
+      o.three_phase = c.three_phase;
+      return optim::make_one_cycle_schedule(o);
+    }
+    case ScheduleKind::Cyclic: {
+      optim::CyclicOptions o;
+      o.base_lr = c.min_lr;
+      o.max_lr = c.lr;
+      o.step_size_up = c.step_size;
+      o.step_size_down = c.step_size_down;
+      o.mode = c.cyclic_mode;
+      o.gamma = c.gamma;
+      o.cycle_momentum = c.cycle_momentum;
+      o.base_momentum = c.base_momentum;
+      o.max_momentum = c.max_momentum;
+      return optim::make_cyclic_schedule(o);
+    }
   }
-  if (s == "exponential") return optim::make_exponential_schedule(c.lr, c.gamma);
-  if (s == "linear") return optim::make_linear_schedule(c.lr, c.start_factor, c.end_factor, c.linear_steps);
-  if (s == "wsd") {
-    const int64_t decay = c.decay_steps > 0 ? c.decay_steps : std::max<int64_t>(1, c.max_steps / 5);
-    return optim::make_wsd_schedule(c.lr, c.warmup_steps, decay, c.max_steps, c.min_lr);
-  }
-  if (s == "onecycle") {
-    optim::OneCycleOptions o;
-    o.max_lr = c.lr;
-    o.total_steps = c.max_steps;
-    o.pct_start = c.pct_start;
-    o.anneal_strategy = c.anneal_strategy;
-    o.cycle_momentum = c.cycle_momentum;
-    o.base_momentum = c.base_momentum;
-    o.max_momentum = c.max_momentum;
-    o.div_factor = c.div_factor;
-    o.final_div_factor = c.final_div_factor;
-    o.three_phase = c.three_phase;
-    return optim::make_one_cycle_schedule(o);
-  }
-  if (s == "cyclic") {
-    optim::CyclicOptions o;
-    o.base_lr = c.min_lr;
-    o.max_lr = c.lr;
-    o.step_size_up = c.step_size;
-    o.step_size_down = c.step_size_down;
-    o.mode = c.cyclic_mode;
-    o.gamma = c.gamma;
-    o.cycle_momentum = c.cycle_momentum;
-    o.base_momentum = c.base_momentum;
-    o.max_momentum = c.max_momentum;
-    return optim::make_cyclic_schedule(o);
-  }
-  FT_FAIL(
-      "option schedule: expected cosine, constant, step, multistep, exponential, linear, wsd, onecycle or "
-      "cyclic, found '",
-      s, "'");
+  FT_FAIL("option schedule: no schedule for value ", static_cast<int>(c.schedule));
 }
 
 int64_t parse_memory_size(const std::string& text) {

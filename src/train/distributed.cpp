@@ -106,7 +106,7 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
   zero.reset();                  // its hooks go before the new one registers its own
   // The shards are views of the parameters: bf16-true's conversion (which StepRunner would do
   // later) must come first.
-  if (precision_from_name(c.precision) == Precision::BF16True) module->model().to(DType::BF16);
+  if (c.precision == Precision::BF16True) module->model().to(DType::BF16);
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
   zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);

@@ -136,7 +136,7 @@ struct Trainer::Run {
                   floor ? (", loss floor " + std::to_string(*floor).substr(0, 6)).c_str() : "", dir.c_str());
     progress->note(head);
     if (im.world() > 1)
-      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + c.strategy + "), global batch " +
+      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.strategy) + "), global batch " +
                      std::to_string(c.batch_size * im.world()) + " x " + std::to_string(c.accumulate));
     if (!t.batch_size_report_.empty()) progress->note(t.batch_size_report_);
   }
@@ -332,7 +332,7 @@ struct Trainer::Run {
       result.stopped_early = true;
       char why[160];
       std::snprintf(why, sizeof why, "early stopping: %s did not improve for %lld evaluations (best %.6g)",
-                    c.monitor.c_str(), static_cast<long long>(c.early_stopping_patience), im.early_stopping->best());
+                    name_of(c.monitor), static_cast<long long>(c.early_stopping_patience), im.early_stopping->best());
       progress->note(why);
     }
   }
@@ -414,7 +414,7 @@ struct Trainer::Run {
                     {"steps", result.steps},
                     {"seconds", result.seconds},
                     {"threads", get_num_threads()},
-                    {"precision", c.precision},
+                    {"precision", name_of(c.precision)},
                     {"batch_size", c.batch_size},
                     {"accumulate", c.accumulate},
                     {"unit", result.unit},

@@ -320,7 +320,7 @@ void ProfileRun::start() {
   profiler::name_modules(*model_);
   if (trace_) {
     // Before the session: its tens of milliseconds are not in the trace.
-    const bool bf16 = precision_is_bf16(precision_from_name(config_.precision));
+    const bool bf16 = precision_is_bf16(config_.precision);
     peak_ = profiler::measured_peak_flops(0, bf16 ? profiler::PeakOperands::BF16 : profiler::PeakOperands::F32);
     session_ = std::make_unique<profiler::Session>();
   }

@@ -12,7 +12,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, TrainMo
   o.beta2 = c.beta2;
   o.trust_coefficient = c.trust_coefficient;
   auto groups = module.param_groups(o);
-  switch (optim::optimizer_kind_from_name(c.optimizer)) {
+  switch (c.optimizer) {
     case optim::OptimizerKind::AdamW: return optim::make_adamw(std::move(groups));
     case optim::OptimizerKind::Adam: return optim::make_adam(std::move(groups));
     case optim::OptimizerKind::SGD: return optim::make_sgd(std::move(groups));
@@ -23,15 +23,15 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, TrainMo
       return optim::make_lars(std::move(groups));
   }
   // Only a kind added to OptimizerKind without a case above gets here (and -Wswitch says so).
-  FT_FAIL("make_optimizer: no factory for optimizer '", c.optimizer, "'");
+  FT_FAIL("make_optimizer: no factory for optimizer '", name_of(c.optimizer), "'");
 }
 
 StepOptions step_options(const TrainerConfig& c) {
   StepOptions so;
-  so.precision = precision_from_name(c.precision);
+  so.precision = c.precision;
   so.accumulate = c.accumulate;
   so.clip = c.grad_clip;
-  so.clip_algorithm = clip_algorithm_from_name(c.gradient_clip_algorithm);
+  so.clip_algorithm = c.gradient_clip_algorithm;
   so.cuda_graphs = c.cuda_graphs;
   return so;
 }

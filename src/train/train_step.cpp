@@ -18,13 +18,9 @@ namespace ft::train {
 
 namespace {
 
-struct PrecisionName {
-  Precision value;
-  const char* name;
-};
 // Lightning's names first, in enum order (precision_name indexes them), then the aliases BENCH.md
 // uses.
-constexpr PrecisionName kPrecisionNames[] = {{Precision::FP32, "32"},
+constexpr NamedValue<Precision> kPrecisionNames[] = {{Precision::FP32, "32"},
                                              {Precision::TF32, "tf32"},
                                              {Precision::BF16Mixed, "bf16-mixed"},
                                              {Precision::FP16Mixed, "fp16-mixed"},
@@ -37,37 +33,29 @@ constexpr PrecisionName kPrecisionNames[] = {{Precision::FP32, "32"},
 static_assert(ft::detail::rows_start_in_enum_order(kPrecisionNames, kPrecisionCount),
               "one Lightning name per Precision first, in enum order");
 
-struct ClipAlgorithmName {
-  ClipAlgorithm value;
-  const char* name;
-};
-constexpr ClipAlgorithmName kClipAlgorithmNames[] = {{ClipAlgorithm::Norm, "norm"}, {ClipAlgorithm::Value, "value"}};
+constexpr NamedValue<ClipAlgorithm> kClipAlgorithmNames[] = {{ClipAlgorithm::Norm, "norm"}, {ClipAlgorithm::Value, "value"}};
 static_assert(std::size(kClipAlgorithmNames) == kClipAlgorithmCount &&
                   ft::detail::rows_start_in_enum_order(kClipAlgorithmNames, kClipAlgorithmCount),
               "one row per ClipAlgorithm, in enum order");
 
 }  // namespace
 
-Precision precision_from_name(const std::string& name) {
-  for (const auto& p : kPrecisionNames)
-    if (name == p.name) return p.value;
-  FT_FAIL("precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true (or fp32, bf16, fp16), found '", name,
-          "'");
-}
+std::span<const NamedValue<Precision>> option_names(Precision) { return kPrecisionNames; }
+std::span<const NamedValue<ClipAlgorithm>> option_names(ClipAlgorithm) { return kClipAlgorithmNames; }
 
-const char* precision_name(Precision p) { return kPrecisionNames[static_cast<size_t>(p)].name; }
+Precision precision_from_name(const std::string& name) { return parse_name<Precision>("precision", name); }
+
+const char* precision_name(Precision p) { return name_of(p); }
 
 bool precision_is_mixed(Precision p) { return p == Precision::BF16Mixed || p == Precision::FP16Mixed; }
 
 bool precision_is_bf16(Precision p) { return p == Precision::BF16Mixed || p == Precision::BF16True; }
 
 ClipAlgorithm clip_algorithm_from_name(const std::string& name) {
-  for (const auto& a : kClipAlgorithmNames)
-    if (name == a.name) return a.value;
-  FT_FAIL("gradient_clip_algorithm: expected ", ft::detail::names_list(kClipAlgorithmNames), ", found '", name, "'");
+  return parse_name<ClipAlgorithm>("gradient_clip_algorithm", name);
 }
 
-const char* clip_algorithm_name(ClipAlgorithm a) { return kClipAlgorithmNames[static_cast<size_t>(a)].name; }
+const char* clip_algorithm_name(ClipAlgorithm a) { return name_of(a); }
 
 StepRunner::StepRunner(nn::UnaryModule& model, optim::Optimizer& optimizer, LossFn loss, StepOptions options)
     : StepRunner(static_cast<nn::Module&>(model), optimizer, std::move(options)) {

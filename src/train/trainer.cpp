@@ -43,7 +43,12 @@ namespace {
 
 json config_to_json(const TrainerConfig& c) {
   json j = json::object();
-  visit_fields(c, [&](const OptionInfo& o, const auto& v) { j[o.name] = v; });
+  visit_fields(c, [&](const OptionInfo& o, const auto& v) {
+    if constexpr (NamedEnum<std::decay_t<decltype(v)>>)
+      j[o.name] = name_of(v);
+    else
+      j[o.name] = v;
+  });
   return j;
 }
 
@@ -194,7 +199,7 @@ data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
 
 EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
   FT_CHECK(config_.batch_size > 0, "validate: expected a batch size, found auto (0)");
-  const Precision precision = precision_from_name(config_.precision);
+  const Precision precision = config_.precision;
   module.model().to(Device::parse(config_.device));
   if (precision == Precision::BF16True) module.model().to(DType::BF16);
   std::unique_ptr<data::DataLoader> loader = make_val_loader(data, config_);
@@ -286,7 +291,7 @@ std::string task_description(const TrainModule& module) {
 }
 
 double monitored(const TrainerConfig& c, const EvalResult& r) {
-  if (c.monitor == "val_accuracy") return r.metric("accuracy").value_or(std::nan(""));
+  if (c.monitor == Monitor::ValAccuracy) return r.metric("accuracy").value_or(std::nan(""));
   return r.loss;
 }
 
@@ -341,7 +346,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   size_steps_from_epochs();  // before the schedule, which spans max_steps
   im.schedule = make_schedule(config_);
   im.make_runner(config_);
-  const MonitorMode mode = config_.monitor == "val_accuracy" ? MonitorMode::Max : MonitorMode::Min;
+  const MonitorMode mode = config_.monitor == Monitor::ValAccuracy ? MonitorMode::Max : MonitorMode::Min;
   if (config_.early_stopping_patience > 0)
     im.early_stopping =
         std::make_unique<EarlyStopping>(mode, config_.early_stopping_patience, config_.early_stopping_min_delta);

@@ -141,7 +141,7 @@ class Tuner {
   }
 
   void search_precision() {
-    if (best().config.precision != "32" || !has_bf16_hardware()) return;
+    if (best().config.precision != Precision::FP32 || !has_bf16_hardware()) return;
     try_candidates(
         {{{{"precision", "bf16-mixed",
             std::string("fp32 on a CPU with bf16 hardware (") + cpu::cpu_isa_name(cpu::detected_cpu_isa()) + ")"}}}});

@@ -192,10 +192,10 @@ int main(int argc, char** argv) {
   c.tensorboard = false;
   c.max_steps = 20;
   c.accumulate = 2;
-  c.optimizer = "adamw";
+  c.optimizer = optim::OptimizerKind::AdamW;
   c.lr = 1e-2;
   c.min_lr = 1e-3;
-  c.schedule = "cosine";
+  c.schedule = optim::ScheduleKind::Cosine;
   c.warmup_steps = 5;
   c.weight_decay = 0.1;
   c.grad_clip = 0.5;
@@ -217,10 +217,10 @@ int main(int argc, char** argv) {
     c.batch_size = global_batch / w->world_size();
     c.bucket_cap_mb = std::atof(argv[4]);
     if (argc > 5 && std::strcmp(argv[5], "1") == 0) init_seed += 1000 * static_cast<uint64_t>(w->rank());
-    if (argc > 6) c.strategy = argv[6];
+    if (argc > 6) train::set_field(c, "strategy", argv[6]);
     if (argc > 7) c.checkpoint_every = std::atoll(argv[7]);
     c.keep_last = 0;
-    if (argc > 9) c.precision = argv[9];
+    if (argc > 9) train::set_field(c, "precision", argv[9]);
     if (argc > 10) dropout_p = std::atof(argv[10]);
     if (argc > 11) c.checkpoint_blocks = std::strcmp(argv[11], "1") == 0;
   } else if (mode == "fail" || mode == "hang" || mode == "size" || mode == "skip") {

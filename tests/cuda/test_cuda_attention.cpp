@@ -1,9 +1,10 @@
-// CUDA scaled_dot_product_attention (src/backend/cuda/attention.cu) against the CPU backend: the
-// output and, through autograd, dq/dk/dv on the same random inputs, over causal and full masks,
-// sequence lengths that are and are not multiples of the tiles (1, 17, 64, 257, 1024), every
-// compiled head dim (32, 64, 128) and one padded into a wider kernel, f32/bf16/f16 (and f64),
-// cross attention, strided and broadcast operands, non-default scales and dropout (the same
-// Philox mask on both devices); bf16/f16 exercise the tensor-core kernels.
+// CUDA scaled_dot_product_attention (src/backend/cuda/attention.cu, dispatching to
+// attention_mma.cu and attention_fma.cu) against the CPU backend: the output and, through
+// autograd, dq/dk/dv on the same random inputs, over causal and full masks, sequence lengths that
+// are and are not multiples of the tiles (1, 17, 64, 257, 1024), every compiled head dim (32, 64,
+// 128) and one padded into a wider kernel, f32/bf16/f16 (and f64), cross attention, strided and
+// broadcast operands, non-default scales and dropout (the same Philox mask on both devices);
+// bf16/f16 exercise the tensor-core kernels.
 #include <gtest/gtest.h>
 
 #include <algorithm>

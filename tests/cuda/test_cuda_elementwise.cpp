@@ -1,6 +1,7 @@
-// CUDA elementwise kernels (src/backend/cuda/elementwise.cu) against the CPU backend: copy with
-// dtype conversion, fill, every unary op of the list and its backward, binary ops with
-// broadcasting and their gradients, where, clamp, in-place add, the random fills and dropout.
+// CUDA elementwise kernels (src/backend/cuda/elementwise.cu, copy.cu, random_fill.cu, dropout.cu)
+// against the CPU backend: copy with dtype conversion, fill, every unary op of the list and its
+// backward, binary ops with broadcasting and their gradients, where, clamp, in-place add, the
+// random fills and dropout.
 // Each test runs the public op on CPU inputs and on the same inputs moved to the GPU, over odd
 // sizes, empty tensors and non-contiguous or misaligned views (which take the strided kernel).
 // Conversions, fills, selections, integer math, random fills and dropout are compared bit for

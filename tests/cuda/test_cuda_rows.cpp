@@ -1,7 +1,7 @@
-// CUDA row kernels (backend/cuda/rows.cu) against the CPU backend: layer_norm / rms_norm,
-// softmax / log_softmax and cross_entropy, forward and backward through the public ops and
-// layers. Every case runs the same inputs on the CPU and on the GPU and compares by norms
-// (support/cuda_compare.h). Upstream gradients are random, not ones: with ones the norm and
+// CUDA row kernels (backend/cuda/norm.cu, softmax.cu, loss.cu) against the CPU backend:
+// layer_norm / rms_norm, softmax / log_softmax and cross_entropy, forward and backward through the
+// public ops and layers. Every case runs the same inputs on the CPU and on the GPU and compares by
+// norms (support/cuda_compare.h). Upstream gradients are random, not ones: with ones the norm and
 // softmax input gradients are sums that cancel to ~0, and a comparison of rounding noise means
 // nothing. Skipped with a visible message where there is no GPU.
 #include <gtest/gtest.h>

@@ -78,7 +78,7 @@ __device__ __forceinline__ acc_t<T> load(const T* p) {
   return convert<acc_t<T>>(*p);
 }
 
-// A StridedLoop passed to a kernel by value (a few hundred bytes of parameters); elementwise.cu
+// A StridedLoop passed to a kernel by value (a few hundred bytes of parameters); elementwise.cuh
 // unravels each thread's linear index into the operands' byte offsets.
 struct DeviceLoop {
   backend::StridedLoop L;

@@ -5,7 +5,7 @@
 
 // clang-format off
 #define FT_CUDA_PROVIDED(X)                                                                          \
-  /* core and elementwise (elementwise.cu) */                                                         \
+  /* elementwise (elementwise.cu, copy.cu, random_fill.cu, dropout.cu) */                             \
   X(copy) X(fill) X(unary) X(unary_backward) X(binary) X(where) X(clamp) X(clamp_backward)            \
   X(add_inplace) X(random_fill) X(dropout_forward) X(dropout_backward)                                \
   /* reductions and indexing (reduce.cu, indexing.cu) */                                              \
@@ -20,7 +20,7 @@
   X(batch_norm_add_relu)                                                                              \
   X(max_pool2d_forward) X(max_pool2d_backward) X(avg_pool2d_forward) X(avg_pool2d_backward)           \
   X(adaptive_avg_pool2d_forward) X(adaptive_avg_pool2d_backward)                                      \
-  /* rows: norms, softmax, cross-entropy (rows.cu); attention (attention.cu) */                       \
+  /* norms, softmax, cross-entropy (norm.cu, softmax.cu, loss.cu); attention (attention*.cu) */       \
   X(row_norm_forward) X(row_norm_backward) X(softmax_forward) X(softmax_backward)                     \
   X(cross_entropy_forward) X(cross_entropy_backward) X(attention_forward) X(attention_backward)       \
   /* optimizers, clipping, loss scaling (optim.cu) */                                                 \

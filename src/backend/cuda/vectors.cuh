@@ -1,7 +1,7 @@
-// What the memory-bound CUDA kernels (rows, BatchNorm, pooling) share: typed data pointers, vectors
-// of V elements moved as one 16-, 8- or 4-byte access (and the choice of V at run time), and an
-// integer division by a run-time divisor done as a multiply-high and a shift, for the index
-// decodes those kernels do per vector.
+// What the memory-bound CUDA kernels (rows, elementwise, BatchNorm, pooling) share: typed data
+// pointers, vectors of V elements moved as one 16-, 8- or 4-byte access (and the choice of V at
+// run time), and an integer division by a run-time divisor done as a multiply-high and a shift,
+// for the index decodes those kernels do per vector.
 #pragma once
 #include <cstdint>
 #include <type_traits>

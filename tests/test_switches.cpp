@@ -96,7 +96,8 @@ TEST(Switches, VariablesNameWhatTheyAccept) {
 TEST(Switches, EachSwitchRefusesAnUnknownName) {
   expect_refused("FT_BF16_GEMM", switches::kHalfGemmNames, "amx",
                  "FT_BF16_GEMM: expected onednn, packed or auto, found 'amx'");
-  expect_refused("FT_F32_GEMM", switches::kF32GemmNames, "mkl", "FT_F32_GEMM: expected blas, onednn or auto, found 'mkl'");
+  expect_refused("FT_F32_GEMM", switches::kF32GemmNames, "mkl",
+                 "FT_F32_GEMM: expected blas, onednn or auto, found 'mkl'");
   expect_refused("FT_CONV_ALGO", switches::kConvAlgoNames, "fft",
                  "FT_CONV_ALGO: expected direct, winograd or auto, found 'fft'");
   expect_refused("FT_CONV_WEIGHT_GRAD", switches::kConvWeightGradNames, "amx",

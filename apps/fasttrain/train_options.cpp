@@ -59,9 +59,9 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
     if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
     CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
     opt->type_name(std::is_same_v<T, std::string> || NamedEnum<T> ? "TEXT"
-                   : std::is_same_v<T, bool>      ? "BOOL"
-                   : std::is_same_v<T, double>    ? "NUM"
-                                                  : "INT");
+                   : std::is_same_v<T, bool>                      ? "BOOL"
+                   : std::is_same_v<T, double>                    ? "NUM"
+                                                                  : "INT");
     // A bare boolean flag means true (--memory-history); a value still sets it (--tensorboard false).
     if constexpr (std::is_same_v<T, bool>) opt->expected(0, 1)->default_str("true");
     o.options.emplace_back(name, opt);

@@ -67,17 +67,17 @@ const char* bench_precision_name(train::Precision p);
 struct BenchOptions {
   std::string workload = "gpt-mini";
   train::Precision precision = train::Precision::FP32;
-  int64_t accumulate = 1;          // micro-batches per step (the batch is split evenly)
-  bool checkpoint_blocks = false;  // activation checkpointing of every transformer block (gpt-mini)
-  bool channels_last = false;      // NHWC images and 4-d weights (the peer's --channels-last)
+  int64_t accumulate = 1;                         // micro-batches per step (the batch is split evenly)
+  bool checkpoint_blocks = false;                 // activation checkpointing of every transformer block (gpt-mini)
+  bool channels_last = false;                     // NHWC images and 4-d weights (the peer's --channels-last)
   dist::Strategy strategy = dist::Strategy::Ddp;  // under mpirun (TrainerConfig::strategy)
-  Device device = Device::cpu();   // cuda: model and batch on the GPU, each step timed to its end
-  int profile_steps = 0;           // > 0: after the timed steps, that many profiled ones (profile_table)
-  int profile_shapes = 25;         // rows of the profile's kernel calls by operand shape, largest first
-  bool detect_sync = false;        // one untimed step under a SyncTracker (host_syncs)
-  bool cuda_graphs = false;        // CUDA: the step captured after the warm-up and replayed (StepOptions)
-  int threads = 0;                 // 0: all cores
-  int steps = 10;                  // timed steps; the median is reported
+  Device device = Device::cpu();                  // cuda: model and batch on the GPU, each step timed to its end
+  int profile_steps = 0;                          // > 0: after the timed steps, that many profiled ones (profile_table)
+  int profile_shapes = 25;                        // rows of the profile's kernel calls by operand shape, largest first
+  bool detect_sync = false;                       // one untimed step under a SyncTracker (host_syncs)
+  bool cuda_graphs = false;  // CUDA: the step captured after the warm-up and replayed (StepOptions)
+  int threads = 0;           // 0: all cores
+  int steps = 10;            // timed steps; the median is reported
   int warmup = 3;
   int64_t batch = 0;  // 0: the workload's default
   uint64_t seed = 0;

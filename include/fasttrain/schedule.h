@@ -82,9 +82,9 @@ struct CyclicOptions {
   double base_lr = 1e-3;
   double max_lr = 6e-3;
   int64_t step_size_up = 2000;
-  int64_t step_size_down = 0;       // 0: equal to step_size_up (PyTorch's None)
+  int64_t step_size_down = 0;  // 0: equal to step_size_up (PyTorch's None)
   CyclicMode mode = CyclicMode::Triangular;
-  double gamma = 1.0;               // exp_range
+  double gamma = 1.0;  // exp_range
   bool cycle_momentum = true;
   double base_momentum = 0.8;
   double max_momentum = 0.9;

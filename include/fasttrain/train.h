@@ -87,17 +87,17 @@ struct TrainerConfig {
   bool pin_memory = false;  // page-locked batch buffers (CUDA); aligned host memory otherwise
   int64_t prefetch = 2;     // batches in flight per worker
   // --- optimisation ---
-  int64_t batch_size = 32;          // 0 ("auto" on the command line): the batch-size finder picks it
+  int64_t batch_size = 32;  // 0 ("auto" on the command line): the batch-size finder picks it
   optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   double lr = 5e-3;
   double min_lr = 5e-4;
   optim::ScheduleKind schedule = optim::ScheduleKind::Cosine;  // see visit_fields
   int64_t warmup_steps = 50;
-  double weight_decay = 0.1;                     // not applied to biases and norm weights
-  double momentum = 0.9;                         // sgd, lars
-  double beta1 = 0.9, beta2 = 0.99;              // adam/adamw/lamb
-  double trust_coefficient = 0.001;              // lars
-  double grad_clip = 1.0;                        // max global gradient norm (or value); 0: off
+  double weight_decay = 0.1;         // not applied to biases and norm weights
+  double momentum = 0.9;             // sgd, lars
+  double beta1 = 0.9, beta2 = 0.99;  // adam/adamw/lamb
+  double trust_coefficient = 0.001;  // lars
+  double grad_clip = 1.0;            // max global gradient norm (or value); 0: off
   ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::Norm;
   int64_t accumulate = 1;  // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
   // --- schedule parameters ---
@@ -110,11 +110,11 @@ struct TrainerConfig {
   int64_t decay_steps = 0;                          // wsd: steps of the final decay (0: a fifth of max_steps)
   double pct_start = 0.3;                           // onecycle
   optim::AnnealStrategy anneal_strategy = optim::AnnealStrategy::Cos;  // onecycle
-  double div_factor = 25, final_div_factor = 1e4;   // onecycle
-  bool three_phase = false;                         // onecycle
-  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;  // cyclic
-  bool cycle_momentum = true;                       // onecycle, cyclic
-  double base_momentum = 0.85, max_momentum = 0.95;  // onecycle, cyclic
+  double div_factor = 25, final_div_factor = 1e4;                      // onecycle
+  bool three_phase = false;                                            // onecycle
+  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;       // cyclic
+  bool cycle_momentum = true;                                          // onecycle, cyclic
+  double base_momentum = 0.85, max_momentum = 0.95;                    // onecycle, cyclic
   // --- precision and memory ---
   Precision precision = Precision::FP32;
   bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
@@ -122,16 +122,16 @@ struct TrainerConfig {
   // CUDA: capture the step once and replay it (StepOptions); on by default, as the replays equal
   // eager steps bit for bit (tests/cuda/test_cuda_graphs.cpp). No effect on the CPU.
   bool cuda_graphs = true;
-  std::string memory_limit;                 // CPU memory budget for tensors ("8G", "512M"; "": none)
+  std::string memory_limit;  // CPU memory budget for tensors ("8G", "512M"; "": none)
   BatchSizeSearchMode batch_size_search = BatchSizeSearchMode::Power;
-  int64_t max_batch_size = 4096;            // batch-size finder: upper bound
+  int64_t max_batch_size = 4096;  // batch-size finder: upper bound
   // --- profiling (profile_run.h) ---
   std::string profile;          // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
   bool memory_history = false;  // record every allocation over the profiled steps (default 1:3)
   bool detect_sync = false;     // count and name each step's host-device synchronisations (CUDA)
   // --- checkpoints and callbacks ---
-  int64_t keep_last = 2;                // newest checkpoints kept (0: all)
-  int64_t keep_best = 1;                // best checkpoints by `monitor` kept besides
+  int64_t keep_last = 2;  // newest checkpoints kept (0: all)
+  int64_t keep_best = 1;  // best checkpoints by `monitor` kept besides
   Monitor monitor = Monitor::ValLoss;
   int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
   double early_stopping_min_delta = 0;

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "fasttrain/names.h"
 #include "fasttrain/amp.h"
+#include "fasttrain/names.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/tensor.h"
@@ -29,7 +29,7 @@ inline constexpr size_t kPrecisionCount = 5;  // the enumerators above (the name
 // Accepts the names above (and "fp32"/"32-true", "bf16"/"fp16" for the mixed modes, as BENCH.md
 // writes them); anything else is an ft::Error listing the accepted names.
 Precision precision_from_name(const std::string& name);
-const char* precision_name(Precision p);  // the Lightning name ("32", "bf16-mixed", ...)
+const char* precision_name(Precision p);                         // the Lightning name ("32", "bf16-mixed", ...)
 std::span<const NamedValue<Precision>> option_names(Precision);  // names.h
 // True for BF16Mixed and FP16Mixed (the modes that run forward under autocast).
 bool precision_is_mixed(Precision p);

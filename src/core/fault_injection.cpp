@@ -87,8 +87,9 @@ const bool g_from_environment = [] {
   const char* spec = std::getenv("FASTTRAIN_FAULT");
   if (spec == nullptr || *spec == '\0') return false;
   if (!FT_FAULT_INJECTION) {
-    std::fprintf(stderr, "fasttrain: error: FASTTRAIN_FAULT is set, but this build has no fault points "
-                         "(configure with -DFASTTRAIN_FAULT_INJECTION=ON)\n");
+    std::fprintf(stderr,
+                 "fasttrain: error: FASTTRAIN_FAULT is set, but this build has no fault points "
+                 "(configure with -DFASTTRAIN_FAULT_INJECTION=ON)\n");
     std::_Exit(2);
   }
   try {

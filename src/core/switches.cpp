@@ -5,10 +5,17 @@ namespace ft {
 
 std::vector<SwitchInfo> process_switches() {
   using namespace switches;
-  std::vector<SwitchInfo> list = {cpu_isa.info(),          f32_gemm.info(),          half_gemm.info(),
-                                  conv_algo.info(),        conv_weight_grad.info(),  fused_add_norm.info(),
-                                  cuda_bgradb.info(),      cuda_norm_backward.info(), cuda_gelu_epilogue.info(),
-                                  cuda_attention_fma.info(), cuda_expandable_segments.info()};
+  std::vector<SwitchInfo> list = {cpu_isa.info(),
+                                  f32_gemm.info(),
+                                  half_gemm.info(),
+                                  conv_algo.info(),
+                                  conv_weight_grad.info(),
+                                  fused_add_norm.info(),
+                                  cuda_bgradb.info(),
+                                  cuda_norm_backward.info(),
+                                  cuda_gelu_epilogue.info(),
+                                  cuda_attention_fma.info(),
+                                  cuda_expandable_segments.info()};
   // Not a choice but a specification of faults to inject, read before main(); listed so that every
   // variable the library reads for itself is in one list.
   const char* fault = std::getenv("FASTTRAIN_FAULT");

@@ -117,9 +117,9 @@ inline constexpr detail::EnvChoice<HalfGemm> kHalfGemmNames[] = {
 inline constexpr detail::EnvChoice<ConvAlgo> kConvAlgoNames[] = {
     {ConvAlgo::Direct, "direct"}, {ConvAlgo::Winograd, "winograd"}, {ConvAlgo::Auto, "auto"}};
 inline constexpr detail::EnvChoice<ConvWeightGrad> kConvWeightGradNames[] = {{ConvWeightGrad::Auto, "auto"},
-                                                                              {ConvWeightGrad::Paired, "paired"},
-                                                                              {ConvWeightGrad::Onednn, "onednn"},
-                                                                              {ConvWeightGrad::Matmul, "matmul"}};
+                                                                             {ConvWeightGrad::Paired, "paired"},
+                                                                             {ConvWeightGrad::Onednn, "onednn"},
+                                                                             {ConvWeightGrad::Matmul, "matmul"}};
 inline constexpr detail::EnvChoice<cpu::CpuIsa> kCpuIsaNames[] = {{cpu::CpuIsa::Generic, "generic"},
                                                                   {cpu::CpuIsa::Avx2, "avx2"},
                                                                   {cpu::CpuIsa::Avx512, "avx512"},

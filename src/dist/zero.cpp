@@ -11,8 +11,8 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "fasttrain/autograd.h"
 #include "core/name_table.h"
+#include "fasttrain/autograd.h"
 #include "fasttrain/error.h"
 
 namespace ft::dist {

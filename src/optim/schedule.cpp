@@ -345,16 +345,20 @@ SchedulePtr make_cyclic_schedule(const CyclicOptions& o) {
 
 namespace {
 // In enum order (schedule.h); PyTorch's names.
-constexpr NamedValue<ScheduleKind> kScheduleKinds[] = {
-    {ScheduleKind::Cosine, "cosine"},   {ScheduleKind::Constant, "constant"},
-    {ScheduleKind::Step, "step"},       {ScheduleKind::MultiStep, "multistep"},
-    {ScheduleKind::Exponential, "exponential"}, {ScheduleKind::Linear, "linear"},
-    {ScheduleKind::Wsd, "wsd"},         {ScheduleKind::OneCycle, "onecycle"},
-    {ScheduleKind::Cyclic, "cyclic"}};
+constexpr NamedValue<ScheduleKind> kScheduleKinds[] = {{ScheduleKind::Cosine, "cosine"},
+                                                       {ScheduleKind::Constant, "constant"},
+                                                       {ScheduleKind::Step, "step"},
+                                                       {ScheduleKind::MultiStep, "multistep"},
+                                                       {ScheduleKind::Exponential, "exponential"},
+                                                       {ScheduleKind::Linear, "linear"},
+                                                       {ScheduleKind::Wsd, "wsd"},
+                                                       {ScheduleKind::OneCycle, "onecycle"},
+                                                       {ScheduleKind::Cyclic, "cyclic"}};
 constexpr NamedValue<AnnealStrategy> kAnnealStrategies[] = {{AnnealStrategy::Cos, "cos"},
                                                             {AnnealStrategy::Linear, "linear"}};
-constexpr NamedValue<CyclicMode> kCyclicModes[] = {
-    {CyclicMode::Triangular, "triangular"}, {CyclicMode::Triangular2, "triangular2"}, {CyclicMode::ExpRange, "exp_range"}};
+constexpr NamedValue<CyclicMode> kCyclicModes[] = {{CyclicMode::Triangular, "triangular"},
+                                                   {CyclicMode::Triangular2, "triangular2"},
+                                                   {CyclicMode::ExpRange, "exp_range"}};
 static_assert(ft::detail::rows_start_in_enum_order(kScheduleKinds, std::size(kScheduleKinds)) &&
                   ft::detail::rows_start_in_enum_order(kAnnealStrategies, std::size(kAnnealStrategies)) &&
                   ft::detail::rows_start_in_enum_order(kCyclicModes, std::size(kCyclicModes)),

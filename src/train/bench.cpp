@@ -416,8 +416,8 @@ std::string to_json_line(const BenchResult& r) {
   if (r.cuda_graphs) s += ", \"cuda_graphs\": true";
   if (r.host_syncs_per_step >= 0) s += ", \"host_syncs_per_step\": " + std::to_string(r.host_syncs_per_step);
   if (r.world_size > 1)
-    s += ", \"strategy\": \"" + std::string(name_of(r.strategy)) + "\", \"world_size\": " + std::to_string(r.world_size) +
-         ", \"threads_per_rank\": " + std::to_string(r.threads);
+    s += ", \"strategy\": \"" + std::string(name_of(r.strategy)) +
+         "\", \"world_size\": " + std::to_string(r.world_size) + ", \"threads_per_rank\": " + std::to_string(r.threads);
   s += ", \"peak_mem_mb\": " + mib(r.peak_allocated_bytes) + "}";
   return s;
 }

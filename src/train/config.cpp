@@ -20,7 +20,7 @@ namespace ft::train {
 namespace {
 constexpr NamedValue<Monitor> kMonitors[] = {{Monitor::ValLoss, "val_loss"}, {Monitor::ValAccuracy, "val_accuracy"}};
 constexpr NamedValue<BatchSizeSearchMode> kBatchSizeSearches[] = {{BatchSizeSearchMode::Power, "power"},
-                                                              {BatchSizeSearchMode::Binsearch, "binsearch"}};
+                                                                  {BatchSizeSearchMode::Binsearch, "binsearch"}};
 }  // namespace
 
 std::span<const NamedValue<Monitor>> option_names(Monitor) { return kMonitors; }
@@ -93,9 +93,9 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
 namespace {
 
 template <class T>
-constexpr bool is_field_type_v = std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t> ||
-                                 std::is_same_v<T, double> || std::is_same_v<T, bool> ||
-                                 std::is_same_v<T, std::string> || NamedEnum<T>;
+constexpr bool is_field_type_v =
+    std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t> || std::is_same_v<T, double> || std::is_same_v<T, bool> ||
+    std::is_same_v<T, std::string> || NamedEnum<T>;
 
 // The value `text` names for an enum option; otherwise "option <name>: expected ..., found '...'".
 template <NamedEnum T>

@@ -136,8 +136,9 @@ struct Trainer::Run {
                   floor ? (", loss floor " + std::to_string(*floor).substr(0, 6)).c_str() : "", dir.c_str());
     progress->note(head);
     if (im.world() > 1)
-      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.strategy) + "), global batch " +
-                     std::to_string(c.batch_size * im.world()) + " x " + std::to_string(c.accumulate));
+      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.strategy) +
+                     "), global batch " + std::to_string(c.batch_size * im.world()) + " x " +
+                     std::to_string(c.accumulate));
     if (!t.batch_size_report_.empty()) progress->note(t.batch_size_report_);
   }
 

@@ -21,19 +21,20 @@ namespace {
 // Lightning's names first, in enum order (precision_name indexes them), then the aliases BENCH.md
 // uses.
 constexpr NamedValue<Precision> kPrecisionNames[] = {{Precision::FP32, "32"},
-                                             {Precision::TF32, "tf32"},
-                                             {Precision::BF16Mixed, "bf16-mixed"},
-                                             {Precision::FP16Mixed, "fp16-mixed"},
-                                             {Precision::BF16True, "bf16-true"},
-                                             {Precision::FP32, "fp32"},
-                                             {Precision::FP32, "32-true"},
-                                             {Precision::BF16Mixed, "bf16"},
-                                             {Precision::FP16Mixed, "fp16"},
-                                             {Precision::FP16Mixed, "16-mixed"}};
+                                                     {Precision::TF32, "tf32"},
+                                                     {Precision::BF16Mixed, "bf16-mixed"},
+                                                     {Precision::FP16Mixed, "fp16-mixed"},
+                                                     {Precision::BF16True, "bf16-true"},
+                                                     {Precision::FP32, "fp32"},
+                                                     {Precision::FP32, "32-true"},
+                                                     {Precision::BF16Mixed, "bf16"},
+                                                     {Precision::FP16Mixed, "fp16"},
+                                                     {Precision::FP16Mixed, "16-mixed"}};
 static_assert(ft::detail::rows_start_in_enum_order(kPrecisionNames, kPrecisionCount),
               "one Lightning name per Precision first, in enum order");
 
-constexpr NamedValue<ClipAlgorithm> kClipAlgorithmNames[] = {{ClipAlgorithm::Norm, "norm"}, {ClipAlgorithm::Value, "value"}};
+constexpr NamedValue<ClipAlgorithm> kClipAlgorithmNames[] = {{ClipAlgorithm::Norm, "norm"},
+                                                             {ClipAlgorithm::Value, "value"}};
 static_assert(std::size(kClipAlgorithmNames) == kClipAlgorithmCount &&
                   ft::detail::rows_start_in_enum_order(kClipAlgorithmNames, kClipAlgorithmCount),
               "one row per ClipAlgorithm, in enum order");

@@ -4,8 +4,8 @@
 //   forward:  col[K, P] = im2col(x[n, g]);         y[n, g] [O/g, P] = w[g] [O/g, K] @ col (+ b)
 //   data:     col[K, P] = w[g]^T @ gy[n, g];        gx[n, g] = col2im(col)
 //   filter:   col[K, P] = im2col(x[n, g]);         gw[g] += gy[n, g] @ col^T;   gb[o] = sum gy[:, o]
-// The GEMMs are OpenBLAS, over column blocks on the thread pool; im2col/col2im rows are dense runs over the output width.
-// It computes in the compute type (f32 for bf16/f16 on converted copies, f64 for f64), in NCHW.
+// The GEMMs are OpenBLAS, over column blocks on the thread pool; im2col/col2im rows are dense runs over the output
+// width. It computes in the compute type (f32 for bf16/f16 on converted copies, f64 for f64), in NCHW.
 #include "backend/cpu/conv.h"
 
 #include <cblas.h>
@@ -53,8 +53,8 @@ class OneBlasThread {
 // its Haswell kernels, bf16 convolutions on 1 and 3 threads differed in the last bit), and the
 // passes promise the same bits on any thread count.
 template <class T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-          int64_t ldb, T beta, T* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
+          T beta, T* C, int64_t ldc) {
   constexpr int64_t kBlock = 128;  // columns per block: a few of the kernels' panels wide
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {

@@ -89,12 +89,11 @@ std::map<std::string, std::unique_ptr<ConvPrims>> g_cache;
 
 std::string cache_key(const ConvParams& p, DType dt, bool bias) {
   std::string k;
-  for (int64_t v :
-       {p.N, p.C, p.H, p.W, p.O, p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
-        p.dilation[1], p.groups, static_cast<int64_t>(p.channels_last), static_cast<int64_t>(p.weight_channels_last),
-        static_cast<int64_t>(dt), static_cast<int64_t>(bias),
-        // the algorithm the primitives are made for: the switch FT_CONV_ALGO may change in-process
-        static_cast<int64_t>(conv_algorithm(p, dt))}) {
+  for (int64_t v : {p.N, p.C, p.H, p.W, p.O, p.kH, p.kW, p.stride[0], p.stride[1], p.padding[0], p.padding[1],
+                    p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(p.channels_last),
+                    static_cast<int64_t>(p.weight_channels_last), static_cast<int64_t>(dt), static_cast<int64_t>(bias),
+                    // the algorithm the primitives are made for: the switch FT_CONV_ALGO may change in-process
+                    static_cast<int64_t>(conv_algorithm(p, dt))}) {
     k += std::to_string(v);
     k += ',';
   }

@@ -151,8 +151,6 @@ int64_t ExpandableSegment::unmap_free() {
   return unmapped;
 }
 
-bool expandable_segments_requested() {
-  return switches::cuda_expandable_segments.get();
-}
+bool expandable_segments_requested() { return switches::cuda_expandable_segments.get(); }
 
 }  // namespace ft::cuda

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   config.warmup_steps = 20;
   config.eval_every = 100;
   config.eval_batches = 0;  // the whole validation split
-  config.monitor = "val_accuracy";
+  config.monitor = train::Monitor::ValAccuracy;
   config.progress = false;
   Classifier module(x.size(1), classes);
   train::Trainer trainer(config);

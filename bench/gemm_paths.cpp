@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
       if (c.b.stride(0) == 1) b16 = c.b.t().contiguous().to(DType::BF16).t();
       Tensor o32 = empty({M, N}, DType::F32), o16 = empty({M, N}, DType::BF16);
       std::vector<std::pair<const char*, std::function<void()>>> paths = {
-          {"sgemm_f32", [&] { cpu::matmul(c.a, c.b, o32); }},
+          {"sgemm_f32", [&] { cpu::matmul(c.a, c.b, o32, false, Tensor()); }},
           {"via_f32", [&] { cpu::matmul_via_f32(a16, b16, o16); }},
           {"onednn_bf16", [&] { cpu::matmul_onednn(a16, b16, o16); }},
       };

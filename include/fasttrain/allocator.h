@@ -44,13 +44,12 @@ class Allocator {
 };
 
 Allocator& allocator_for(Device device);
-// Page-locked host memory from the CUDA backend, or nullptr when no CUDA device is usable. Cached
+// Page-locked host memory from the first device backend that has it and a usable device (CUDA),
+// or nullptr when there is none. Cached
 // like device memory, because page-locking costs far more than a malloc. Copies from it to the
 // device are asynchronous; from ordinary memory the driver stages them, synchronously. Blocks given
 // to record_stream() are reused only after that stream's work issued before the free is done, so a
 // buffer is never overwritten while an asynchronous copy still reads it.
 Allocator* pinned_host_allocator();
-// Backends register their allocator at start-up (the CUDA backend does so for DeviceType::CUDA).
-void register_allocator(DeviceType type, Allocator* allocator);
 
 }  // namespace ft

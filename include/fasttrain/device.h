@@ -11,7 +11,13 @@ namespace ft {
 
 enum class DeviceType : uint8_t { CPU = 0, CUDA = 1 };
 inline constexpr int kNumDeviceTypes = 2;
-constexpr const char* device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
+// Per type, in the enum's order: the name in device strings ("cuda:1") and the label in messages.
+inline constexpr const char* kDeviceTypeNames[] = {"cpu", "cuda"};
+inline constexpr const char* kDeviceTypeLabels[] = {"CPU", "CUDA"};
+static_assert(sizeof(kDeviceTypeNames) / sizeof(*kDeviceTypeNames) == kNumDeviceTypes);
+static_assert(sizeof(kDeviceTypeLabels) / sizeof(*kDeviceTypeLabels) == kNumDeviceTypes);
+constexpr const char* device_type_name(DeviceType t) { return kDeviceTypeNames[static_cast<int>(t)]; }
+constexpr const char* device_type_label(DeviceType t) { return kDeviceTypeLabels[static_cast<int>(t)]; }
 
 struct Device {
   DeviceType type = DeviceType::CPU;

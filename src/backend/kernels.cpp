@@ -1,22 +1,11 @@
 #include "backend/kernels.h"
 
-#include "backend/cpu/kernels.h"
-#include "backend/cuda_hooks.h"
-
 #include <array>
-#include <atomic>
 
+#include "backend/device_backend.h"
 #include "fasttrain/error.h"
 
 namespace ft::backend {
-namespace {
-
-std::array<std::atomic<const Kernels*>, kNumDeviceTypes>& registry() {
-  static std::array<std::atomic<const Kernels*>, kNumDeviceTypes> tables{};
-  return tables;
-}
-
-}  // namespace
 
 Kernels::Kernels(DeviceType d) : device(d) {
 #define FT_KERNEL_SET_DEVICE(name, sig) name.set_device(d);
@@ -31,18 +20,14 @@ void missing_kernel(DeviceType device, const char* name) {
 }
 
 const Kernels& kernels(Device device) {
-  if (device.type == DeviceType::CPU) return cpu_kernels();
-  (void)cuda_hooks();  // the CUDA backend registers its table when the hooks are first made
-  if (const Kernels* k = registry()[static_cast<size_t>(device.type)].load(std::memory_order_acquire)) return *k;
-  // Only two device types exist; a third needs its own empty table here.
-  static_assert(kNumDeviceTypes == 2);
-  static const Kernels empty_cuda(DeviceType::CUDA);
-  return empty_cuda;
-}
-
-void register_kernels(DeviceType device, const Kernels* table) {
-  FT_CHECK(table != nullptr && table->device == device, "register_kernels: table for another device");
-  registry()[static_cast<size_t>(device)].store(table, std::memory_order_release);
+  if (const DeviceBackend* b = find_backend(device.type)) return b->kernels();
+  // No backend for this type in this build: an empty table, so the call names the missing kernel.
+  static const auto empty = [] {
+    std::array<const Kernels*, kNumDeviceTypes> tables{};
+    for (int t = 0; t < kNumDeviceTypes; ++t) tables[t] = new Kernels(static_cast<DeviceType>(t));
+    return tables;
+  }();
+  return *empty[static_cast<size_t>(device.type)];
 }
 
 }  // namespace ft::backend

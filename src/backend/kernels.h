@@ -3,10 +3,10 @@
 //
 //   backend::kernels(x.device()).unary(op, x, out);
 //
-// Each backend fills a Kernels table once (the CPU at first use, for the instruction set chosen
-// then; CUDA when its runtime registers). An entry a backend does not provide stays empty, and
-// calling it raises "no <device> kernel for <name>" here, the one place that error is made. It is
-// also the one place the profiler watches ops: a kernel call is a span named by its slot.
+// Each backend fills a Kernels table once (the CPU per instruction-set level, at first use; CUDA
+// when its record is made) and hands it out through its record (device_backend.h). An entry a backend does not provide
+// stays empty, and calling it raises "no <device> kernel for <name>" here, the one place that error is made. It is also
+// the one place the profiler watches ops: a kernel call is a span named by its slot.
 #pragma once
 #include <type_traits>
 #include <utility>
@@ -76,12 +76,9 @@ struct Kernels {
   DeviceType device;
 };
 
-// The table for a device. The CPU's always exists; another device's exists once its backend
-// registered one (a device type without a backend in this build gets an empty table, so every
-// kernel call names what is missing).
+// The table in effect for a device: its backend record's (device_backend.h). A device type without
+// a backend in this build gets an empty table, so every kernel call names what is missing.
 const Kernels& kernels(Device device);
 inline const Kernels& kernels(const Tensor& on) { return kernels(on.device()); }
-// Called by a backend at start-up; the table must outlive the program.
-void register_kernels(DeviceType device, const Kernels* table);
 
 }  // namespace ft::backend

@@ -7,8 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "core/allocator_bookkeeping.h"
+#include "core/host_allocator.h"
 #include "core/size_class.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/error.h"
@@ -56,24 +57,27 @@ class CpuCachingAllocator final : public AllocatorBookkeeping {
   }
 };
 
-Allocator* g_allocators[kNumDeviceTypes] = {};
-
 }  // namespace
 
-Allocator& allocator_for(Device device) {
-  if (device.is_cpu()) {
-    // Intentionally leaked: tensors in static objects may be freed after main() returns.
-    static CpuCachingAllocator* cpu = new CpuCachingAllocator();
-    return *cpu;
-  }
-  (void)cuda_hooks();  // the CUDA backend registers its allocator when the hooks are first made
-  Allocator* a = g_allocators[static_cast<int>(device.type)];
-  FT_CHECK(a != nullptr, "device ", device.str(), " is not available: this build has no CUDA support");
-  return *a;
+Allocator& host_allocator() {
+  // Intentionally leaked: tensors in static objects may be freed after main() returns.
+  static CpuCachingAllocator* cpu = new CpuCachingAllocator();
+  return *cpu;
 }
 
-void register_allocator(DeviceType type, Allocator* allocator) { g_allocators[static_cast<int>(type)] = allocator; }
+Allocator& allocator_for(Device device) {
+  const backend::DeviceBackend* b = backend::find_backend(device.type);
+  FT_CHECK(b != nullptr, "device ", device.str(), " is not available: this build has no ",
+           device_type_label(device.type), " support");
+  return b->allocator();
+}
 
-Allocator* pinned_host_allocator() { return cuda_available() ? cuda_hooks().pinned_allocator : nullptr; }
+Allocator* pinned_host_allocator() {
+  for (int t = 0; t < kNumDeviceTypes; ++t) {
+    const backend::DeviceBackend* b = backend::find_backend(static_cast<DeviceType>(t));
+    if (b != nullptr && b->pinned_host_allocator != nullptr && b->device_count() > 0) return b->pinned_host_allocator();
+  }
+  return nullptr;
+}
 
 }  // namespace ft

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <utility>
 
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "backend/kernels.h"
 #include "fasttrain/random.h"
 
@@ -15,13 +15,11 @@ namespace {
 
 thread_local CudaGraph* tls_capturing = nullptr;
 
-const CudaHooks& graph_hooks(Device device) {
-  const CudaHooks& h = cuda_hooks();
+const backend::DeviceBackend& graph_backend(Device device) {
   FT_CHECK(device.is_cuda(), "CudaGraph: expected a CUDA device, found ", device.str());
-  FT_CHECK(h.graph_begin != nullptr, "CudaGraph(", device.str(), "): this build has no CUDA support");
-  const int n = cuda_device_count();
-  FT_CHECK(device.index < n, "CudaGraph(", device.str(), "): device is not available (", n, " CUDA devices found)");
-  return h;
+  const backend::DeviceBackend& b = backend::require_backend(device, "CudaGraph");
+  FT_CHECK(b.graph_begin != nullptr, "CudaGraph(", device.str(), "): this backend has no graphs");
+  return b;
 }
 
 }  // namespace
@@ -34,7 +32,10 @@ void refuse_in_graph_capture(const char* what, const char* why) {
 }
 
 CudaGraph::CudaGraph(Device device)
-    : device_(device), stream_{device, graph_hooks(device).stream_create(device.index)}, ready_(device), done_(device) {
+    : device_(device),
+      stream_{device, graph_backend(device).stream_create(device.index)},
+      ready_(device),
+      done_(device) {
   static std::atomic<uint64_t> next_pool{1};
   pool_ = next_pool.fetch_add(1);
 }
@@ -43,16 +44,16 @@ CudaGraph::~CudaGraph() {
   // Work already queued may still run the graph: wait for it before the executable graph and the
   // memory it writes go.
   try {
-    if (exec_ != nullptr) cuda_hooks().synchronize_internal(stream_);
+    if (exec_ != nullptr) graph_backend(device_).synchronize_internal(stream_);
   } catch (const Error&) {  // a failed device: nothing to wait for any more
   }
-  cuda_hooks().graph_destroy(exec_, pool_);
+  backend::find_backend(device_.type)->graph_destroy(exec_, pool_);
 }
 
 void CudaGraph::capture(const std::function<void()>& work) {
   FT_CHECK(exec_ == nullptr, "CudaGraph::capture: this graph was captured already");
   FT_CHECK(tls_capturing == nullptr, "CudaGraph::capture: this thread is capturing another graph");
-  const CudaHooks& h = cuda_hooks();
+  const backend::DeviceBackend& h = graph_backend(device_);
   // The captured work reads what the caller's stream queued before it (the inputs' copies).
   ready_.record(current_stream(device_));
   ready_.block(stream_);
@@ -103,7 +104,7 @@ void CudaGraph::replay() {
   {
     const StreamGuard guard(stream_);
     for (const auto& action : before_replay_) action();
-    cuda_hooks().graph_launch(exec_, stream_);
+    backend::find_backend(device_.type)->graph_launch(exec_, stream_);
     for (const auto& action : after_replay_) action();
   }
   done_.record(stream_);
@@ -129,7 +130,7 @@ std::pair<uint64_t, const uint64_t*> CudaGraph::random_counters(Generator& gen, 
     RandomSlot& s = random_.emplace_back(RandomSlot{&gen, {}, 0});
     {
       // Written before each replay, outside the graph: not memory a captured temporary had.
-      const OutsideGraphPool outside_the_pool;
+      const OutsideGraphPool outside_the_pool(device_);
       s.base = empty({1}, TensorOptions(DType::I64, device_));
     }
     before_replay([&s] {

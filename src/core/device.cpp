@@ -4,27 +4,47 @@
 #include <atomic>
 #include <mutex>
 
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "fasttrain/cuda_graph.h"
 #include "fasttrain/error.h"
 
 namespace ft {
 
+namespace {
+
+// "'cpu', 'cuda' or 'cuda:N'": the CPU by name alone, every other type with or without an index.
+std::string device_forms() {
+  std::vector<std::string> forms{"'cpu'"};
+  for (int t = 1; t < kNumDeviceTypes; ++t) {
+    const std::string name = kDeviceTypeNames[t];
+    forms.push_back("'" + name + "'");
+    forms.push_back("'" + name + ":N'");
+  }
+  std::string out;
+  for (size_t i = 0; i < forms.size(); ++i) out += (i == 0 ? "" : i + 1 == forms.size() ? " or " : ", ") + forms[i];
+  return out;
+}
+
+}  // namespace
+
 Device Device::parse(const std::string& s) {
   if (s == "cpu") return Device::cpu();
-  if (s == "cuda") return Device::cuda(0);
-  if (s.rfind("cuda:", 0) == 0) {
-    std::string idx = s.substr(5);
-    bool digits = !idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos;
-    FT_CHECK(digits && idx.size() < 4, "device '", s, "': expected 'cpu', 'cuda' or 'cuda:N'");
-    return Device::cuda(std::stoi(idx));
+  for (int t = 1; t < kNumDeviceTypes; ++t) {
+    const std::string name = kDeviceTypeNames[t];
+    const auto type = static_cast<DeviceType>(t);
+    if (s == name) return Device(type, 0);
+    if (s.rfind(name + ":", 0) != 0) continue;
+    const std::string idx = s.substr(name.size() + 1);
+    const bool digits = !idx.empty() && idx.find_first_not_of("0123456789") == std::string::npos;
+    FT_CHECK(digits && idx.size() < 4, "device '", s, "': expected ", device_forms());
+    return Device(type, std::stoi(idx));
   }
-  FT_FAIL("device '", s, "': expected 'cpu', 'cuda' or 'cuda:N'");
+  FT_FAIL("device '", s, "': expected ", device_forms());
 }
 
 std::string Device::str() const {
   if (type == DeviceType::CPU) return "cpu";
-  return "cuda:" + std::to_string(index);
+  return std::string(device_type_name(type)) + ":" + std::to_string(index);
 }
 
 namespace {
@@ -71,21 +91,24 @@ DeterministicAlgorithmsGuard::DeterministicAlgorithmsGuard(bool on) : previous_(
 }
 DeterministicAlgorithmsGuard::~DeterministicAlgorithmsGuard() { set_deterministic_algorithms(previous_); }
 
-int cuda_device_count() { return cuda_hooks().device_count ? cuda_hooks().device_count() : 0; }
+int cuda_device_count() {
+  const backend::DeviceBackend* b = backend::find_backend(DeviceType::CUDA);
+  return b != nullptr ? b->device_count() : 0;
+}
 bool cuda_available() { return cuda_device_count() > 0; }
-bool cuda_compiled() { return cuda_hooks().device_count != nullptr; }
+bool cuda_compiled() { return backend::find_backend(DeviceType::CUDA) != nullptr; }
 std::string cuda_device_name(int device) {
   const int n = cuda_device_count();
   FT_CHECK(device >= 0 && device < n, "cuda_device_name(", device, "): device is not available (", n,
            " CUDA devices found)");
-  return cuda_hooks().device_name(device);
+  return backend::find_backend(DeviceType::CUDA)->device_name(device);
 }
 
 void synchronize(Stream stream) {
-  if (stream.device.is_cpu()) return;
-  FT_CHECK(cuda_hooks().synchronize, "synchronize: this build has no CUDA support");
+  const backend::DeviceBackend& b = backend::require_backend(stream.device, "synchronize");
+  if (b.synchronize == nullptr) return;                     // the device's work is done when its kernels return
   if (host_sync_tracking()) note_host_sync("synchronize");  // no string built on the untracked path
-  cuda_hooks().synchronize(stream);
+  b.synchronize(stream);
 }
 
 // --- host-device synchronisations ----------------------------------------------------------------
@@ -152,22 +175,9 @@ std::string SyncTracker::summary() const {
 
 // --- side streams and events -------------------------------------------------------------------
 namespace ft {
-namespace {
-
-const CudaHooks& hooks_for(Device device, const char* what) {
-  const CudaHooks& h = cuda_hooks();
-  FT_CHECK(h.stream_create != nullptr, what, "(", device.str(), "): this build has no CUDA support");
-  const int n = cuda_device_count();
-  FT_CHECK(device.index >= 0 && device.index < n, what, "(", device.str(), "): device is not available (", n,
-           " CUDA devices found)");
-  return h;
-}
-
-}  // namespace
-
 Stream side_stream(Device device) {
-  if (device.is_cpu()) return Stream{device, nullptr};
-  const CudaHooks& hooks = hooks_for(device, "side_stream");
+  const backend::DeviceBackend& b = backend::require_backend(device, "side_stream");
+  if (b.stream_create == nullptr) return Stream{device, nullptr};  // one queue: the calling thread
   struct Pool {
     std::mutex mu;
     void* streams[kSideStreams] = {};
@@ -179,17 +189,17 @@ Stream side_stream(Device device) {
   std::lock_guard<std::mutex> lock(pool.mu);
   void*& handle = pool.streams[pool.next];
   pool.next = (pool.next + 1) % kSideStreams;
-  if (handle == nullptr) handle = hooks.stream_create(device.index);
+  if (handle == nullptr) handle = b.stream_create(device.index);
   return Stream{device, handle};
 }
 
 Event::Event(Device device) : device_(device) {
-  if (device.is_cpu()) return;
-  handle_ = hooks_for(device, "Event").event_create(device.index);
+  const backend::DeviceBackend& b = backend::require_backend(device, "Event");
+  if (b.event_create != nullptr) handle_ = b.event_create(device.index);
 }
 
 Event::~Event() {
-  if (handle_ != nullptr) cuda_hooks().event_destroy(handle_);
+  if (handle_ != nullptr) backend::find_backend(device_.type)->event_destroy(handle_);
 }
 
 void Event::check_stream(Stream stream, const char* what) const {
@@ -199,20 +209,20 @@ void Event::check_stream(Stream stream, const char* what) const {
 
 void Event::record(Stream stream) {
   check_stream(stream, "record");
-  if (handle_ != nullptr) cuda_hooks().event_record(handle_, stream);
+  if (handle_ != nullptr) backend::find_backend(device_.type)->event_record(handle_, stream);
 }
 
 void Event::block(Stream stream) const {
   check_stream(stream, "block");
-  if (handle_ != nullptr) cuda_hooks().stream_wait_event(stream, handle_);
+  if (handle_ != nullptr) backend::find_backend(device_.type)->stream_wait_event(stream, handle_);
 }
 
 void Event::synchronize() const {
   if (handle_ == nullptr) return;
   if (host_sync_tracking()) note_host_sync("Event::synchronize");
-  cuda_hooks().event_synchronize(handle_);
+  backend::find_backend(device_.type)->event_synchronize(handle_);
 }
 
-bool Event::query() const { return handle_ == nullptr || cuda_hooks().event_query(handle_); }
+bool Event::query() const { return handle_ == nullptr || backend::find_backend(device_.type)->event_query(handle_); }
 
 }  // namespace ft

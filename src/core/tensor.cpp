@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/dispatch.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "backend/kernels.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/ops/elementwise.h"
@@ -230,20 +230,15 @@ Tensor Tensor::to(Device dev) const { return to(dev, dtype()); }
 
 // Raw copy of a dense tensor between devices; dtype unchanged.
 static Tensor copy_across_devices(const Tensor& src, Device dst_dev, bool non_blocking) {
-  FT_CHECK(cuda_hooks().memcpy != nullptr, "to(", dst_dev.str(), "): this build has no CUDA support");
-  if (dst_dev.is_cuda() || src.device().is_cuda()) {
-    int n = cuda_device_count();
-    Device cuda_dev = dst_dev.is_cuda() ? dst_dev : src.device();
-    FT_CHECK(cuda_dev.index < n, "to(", dst_dev.str(), "): device ", cuda_dev.str(), " is not available (", n,
-             " CUDA devices found)");
-  }
+  // The device side does the copy (either side may be the host, or both a device).
+  const Device copier = dst_dev.is_cpu() ? src.device() : dst_dev;
+  const backend::DeviceBackend& b = backend::require_backend(copier, "to");
   Tensor c = src.contiguous();
   Tensor out = empty(c.shape(), TensorOptions(c.dtype(), dst_dev));
-  Device stream_dev = dst_dev.is_cuda() ? dst_dev : src.device();
-  const Stream stream = current_stream(stream_dev);
+  const Stream stream = current_stream(copier);
   if (!non_blocking && host_sync_tracking())
     note_host_sync(detail::concat("to(", dst_dev.str(), "): ", dtype_name(c.dtype()), " ", c.shape().str()));
-  cuda_hooks().memcpy(out.raw_data(), dst_dev, c.raw_data(), c.device(), c.nbytes(), stream, non_blocking);
+  b.memcpy(out.raw_data(), dst_dev, c.raw_data(), c.device(), c.nbytes(), stream, non_blocking);
   // Only a copy from page-locked memory is still reading the source after the call returns (from
   // pageable memory the driver stages it first): keep the block from reuse until it is done.
   if (non_blocking && c.is_pinned()) pinned_host_allocator()->record_stream(c.raw_data(), stream);

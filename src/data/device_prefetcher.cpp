@@ -4,7 +4,7 @@
 
 #include <exception>
 
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/error.h"
 
@@ -64,8 +64,9 @@ void DevicePrefetcher::stage(int slot) {
   s.released->block(copy);
   for (size_t f = 0; f < host->fields.size(); ++f) {
     const Tensor& src = host->fields[f];  // contiguous: whole rows of a contiguous buffer
-    cuda_hooks().memcpy(s.full[f].raw_data(), device_, src.raw_data(), Device::cpu(), src.nbytes(), copy,
-                        /*non_blocking=*/true);
+    backend::find_backend(device_.type)
+        ->memcpy(s.full[f].raw_data(), device_, src.raw_data(), Device::cpu(), src.nbytes(), copy,
+                 /*non_blocking=*/true);
     if (src.is_pinned()) pinned_host_allocator()->record_stream(src.raw_data(), copy);
   }
   s.copied->record(copy);

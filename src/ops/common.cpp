@@ -5,7 +5,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 
 namespace ft::ops {
 
@@ -74,8 +74,10 @@ Tensor cached_device_scalar(Scalar s, DType dt, Device device) {
   if (auto it = cache->find(key); it != cache->end()) return it->second;
   Tensor t = full({}, s, TensorOptions(dt, device));
   if (cache->size() >= kMaxCached) return t;
-  note_host_sync("scalar constant (made once per device, dtype and value)");
-  cuda_hooks().synchronize_internal(current_stream(device));
+  if (const auto& b = *backend::find_backend(device.type); b.synchronize_internal != nullptr) {
+    note_host_sync("scalar constant (made once per device, dtype and value)");
+    b.synchronize_internal(current_stream(device));
+  }
   cache->emplace(key, t);
   return t;
 }

@@ -22,6 +22,7 @@
 // from the counters alone, whatever the tiling or the number of threads.
 #pragma once
 #include <cstdint>
+#include "backend/cpu/kernel_decls.h"
 #include "backend/kernel_params.h"
 
 #include "fasttrain/tensor.h"
@@ -30,21 +31,16 @@ namespace ft::cpu {
 
 using backend::AttentionParams;
 
-// q [B, H, Tq, D], k and v [B, H, Tk, D], any strides, all of one floating dtype.
+// attention_forward: q [B, H, Tq, D], k and v [B, H, Tk, D], any strides, all of one floating dtype.
 // out: [B, H, Tq, D] contiguous, q's dtype. lse: [B, H, Tq] contiguous, f64 for f64 inputs and
 // f32 otherwise (the dtype the kernel computes in). out_f32, when defined (bf16/f16 inputs
 // whose gradient is needed), receives the output before rounding, contiguous f32.
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
-                       const Tensor& lse, const Tensor& out_f32 = Tensor());
 
-// Gradients given the forward's output and lse and the upstream gradient dout (any strides).
+// attention_backward: Gradients given the forward's output and lse and the upstream gradient dout (any strides).
 // `out` is the forward output, or for bf16/f16 preferably its unrounded f32 version: it only
 // enters through Di = rowsum(dO * O), which subtracts from dP and so turns the output's
 // rounding error (2^-9 relative in bf16) into errors of dq and dk comparable to their size.
 // dq, dk, dv: contiguous, shaped and typed like q, k, v.
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const Tensor& dout, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv);
 
 // Overrides the tile sizes (0 restores the automatic choice). For tests, which use tiles smaller
 // than T to exercise multi-tile paths and the causal block skip; not thread-safe.

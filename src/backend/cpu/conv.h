@@ -15,6 +15,7 @@
 #pragma once
 #include <string>
 
+#include "backend/cpu/kernel_decls.h"
 #include "backend/kernel_params.h"
 #include "core/switches.h"
 #include "fasttrain/ops/conv.h"
@@ -24,11 +25,9 @@ namespace ft::cpu {
 
 using backend::ConvParams;
 
-// x, y (and gx, gy) dense in the params' memory format; w and gw contiguous [O, C/g, kH, kW];
-// b and gb contiguous [O] or undefined. All share x's dtype. Outputs are overwritten.
-void conv2d_forward(const ConvParams& p, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y);
-void conv2d_backward_data(const ConvParams& p, const Tensor& gy, const Tensor& w, const Tensor& gx);
-void conv2d_backward_weight(const ConvParams& p, const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb);
+// conv2d_forward, conv2d_backward_data, conv2d_backward_weight: x, y (and gx, gy) dense in the
+// params' memory format; w and gw contiguous [O, C/g, kH, kW]; b and gb contiguous [O] or
+// undefined. All share x's dtype. Outputs are overwritten.
 
 // The same three passes on the reference path only (f32/f64, or bf16/f16 converted to f32): used
 // as the fallback and by tests that cross-check the oneDNN path.

@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "backend/cpu/half_tiles.h"
+#include "backend/cpu/kernel_decls.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
@@ -32,8 +33,6 @@ inline void convert_run(const From* src, To* dst, int64_t n) {
   }
 }
 
-// dst = src converted to dst's dtype; src broadcasts to dst's shape.
-void copy(const Tensor& dst, const Tensor& src);
-void fill(const Tensor& dst, Scalar value);
+// copy: dst = src converted to dst's dtype; src broadcasts to dst's shape. fill: dst = value.
 
 }  // namespace ft::cpu

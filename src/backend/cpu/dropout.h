@@ -8,15 +8,13 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/cpu/kernel_decls.h"
 #include "fasttrain/random.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-// x, y dense and of one floating dtype; mask dense u8. y = kept ? x * scale : 0; mask = kept.
-void dropout_forward(const Tensor& x, float keep, double scale, const PhiloxDraw& draw, const Tensor& y,
-                     const Tensor& mask);
-// dx = dy * mask * scale (all dense).
-void dropout_backward(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx);
+// dropout_forward: x, y dense and of one floating dtype; mask dense u8. y = kept ? x * scale : 0; mask = kept.
+// dropout_backward: dx = dy * mask * scale (all dense).
 
 }  // namespace ft::cpu

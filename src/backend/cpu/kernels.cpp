@@ -9,20 +9,8 @@
 #include <memory>
 #include <mutex>
 
-#include "backend/cpu/attention.h"
-#include "backend/cpu/conv.h"
-#include "backend/cpu/copy.h"
-#include "backend/cpu/dropout.h"
-#include "backend/cpu/elementwise.h"
-#include "backend/cpu/indexing.h"
+#include "backend/cpu/kernel_decls.h"
 #include "backend/cpu/linalg.h"
-#include "backend/cpu/loss.h"
-#include "backend/cpu/norm.h"
-#include "backend/cpu/optim.h"
-#include "backend/cpu/pool.h"
-#include "backend/cpu/reduce.h"
-#include "backend/cpu/reduce_extrema.h"
-#include "backend/cpu/softmax.h"
 #include "fasttrain/error.h"
 
 namespace ft::backend {

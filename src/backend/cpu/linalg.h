@@ -26,6 +26,7 @@
 //   rounding after every batch would lose accuracy. Below AVX-512, bf16 takes oneDNN unless
 //   OpenBLAS runs its AVX-512 kernels, and f16 converts to f32 and uses sgemm.
 #pragma once
+#include "backend/cpu/kernel_decls.h"
 #include "backend/elementwise_math.h"
 #include "core/switches.h"
 #include "fasttrain/tensor.h"
@@ -63,26 +64,19 @@ F32GemmPath f32_gemm_path();
 bool blas_has_avx512_kernels();
 bool onednn_isa_has_avx512();
 
-// a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
+// matmul: a [..., M, K], b [..., K, N], out [..., M, N] with identical batch dims (already broadcast,
 // zero strides allowed) and one floating dtype. out's matrices must be row-major (unit column
 // stride); its batch dims may alias (zero strides) only when `accumulate`. With `accumulate`
 // the products are added to out; otherwise out is overwritten. bias [N] (optional, same dtype,
 // not with accumulate) is added to every row.
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
-            const Tensor& bias = Tensor());
 // The same for CPUs below AVX-512 (the kernel table's choice, isa.h): bf16/f16 never take the
 // packed GEMM.
 void matmul_portable(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate = false,
                      const Tensor& bias = Tensor());
-// linear's weight and bias gradients: the table's matmul (the variant chosen for this CPU) for
-// gw = gy^T x, then the column sums of gy for gb (if defined).
-void linear_weight_grad(const Tensor& gy, const Tensor& x, const Tensor& gw, const Tensor& gb);
-// The MLP fusions (kernel_list.h), composed from the table's matmul, unary and sum: the CPU has no
-// faster form (the GELU's pass is a small part of a CPU step).
-void linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b, math::UnaryOp gelu, const Tensor& pre,
-                 const Tensor& y);
-void matmul_gelu_backward(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu, const Tensor& dpre,
-                          const Tensor& db);
+// linear_weight_grad: linear's weight and bias gradients: the table's matmul (the variant chosen
+// for this CPU) for gw = gy^T x, then the column sums of gy for gb (if defined).
+// linear_gelu, matmul_gelu_backward: the MLP fusions (kernel_list.h), composed from the table's
+// matmul, unary and sum: the CPU has no faster form (the GELU's pass is a small part of a CPU step).
 
 // The paths, same contract as matmul, exposed so tests and benchmarks can compare them.
 // matmul_onednn (bf16, f16 or f32, all three tensors alike) returns false when oneDNN declines

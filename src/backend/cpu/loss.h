@@ -17,18 +17,14 @@
 // keeps per-position statistics for a block of positions and sweeps the classes, so no
 // transposing copy is needed.
 #pragma once
+#include "backend/cpu/kernel_decls.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-// loss and lse: contiguous, numel N*S, of the statistics dtype (f32; f64 for f64 logits).
+// cross_entropy_forward: loss and lse: contiguous, numel N*S, of the statistics dtype (f32; f64 for f64 logits).
 // target: contiguous i64, numel N*S.
-void cross_entropy_forward(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,
-                           int64_t ignore_index, double eps, const Tensor& loss, const Tensor& lse);
-// gx: contiguous, logits' dtype and shape. grad: contiguous, statistics dtype; the upstream
+// cross_entropy_backward: gx: contiguous, logits' dtype and shape. grad: contiguous, statistics dtype; the upstream
 // gradient of position i is grad[i] * scale when it has N*S elements, grad[0] * scale when one.
-void cross_entropy_backward(const Tensor& logits, int64_t N, int64_t C, int64_t S, const Tensor& target,
-                            const Tensor& lse, int64_t ignore_index, double eps, const Tensor& grad, double scale,
-                            const Tensor& gx);
 
 }  // namespace ft::cpu

@@ -27,46 +27,33 @@
 // Timings against PyTorch are in docs/PERF.md (they depend on the machine, so they are kept with
 // its description rather than here).
 #pragma once
+#include "backend/cpu/kernel_decls.h"
 #include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
 // --- layer_norm / rms_norm ---
-// x: dense [M, N] of any floating dtype. w, b: undefined or dense [N] of the compute dtype.
+// row_norm_forward: x: dense [M, N] of any floating dtype. w, b: undefined or dense [N] of the compute dtype.
 // Writes y (dense, x's dtype), and mean/rstd (dense [M], compute dtype; mean is untouched for
 // rms). rms: y = x * rstd * w with rstd = 1/sqrt(mean(x^2) + eps). With `residual` defined (dense,
 // x's shape and dtype) the row normalised is sum = x + residual, rounded to x's dtype and written
 // to `sum` (a transformer's residual add fused into the norm that follows it).
-void row_norm_forward(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps, bool rms,
-                      const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd);
-// dy, x: dense [M, N] (x: what was normalised, the sum when fused). Any of dx/dw/db may be
+// row_norm_backward: dy, x: dense [M, N] (x: what was normalised, the sum when fused). Any of dx/dw/db may be
 // undefined (not needed). dw, db: dense [N], compute dtype. dx: dense, x's dtype; dsum, when
 // defined (the gradient reaching the fused sum directly), is added to it before it is rounded.
-void row_norm_backward(const Tensor& dy, const Tensor& dsum, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                       const Tensor& w, bool rms, const Tensor& dx, const Tensor& dw, const Tensor& db);
 
 using backend::BatchNormLayout;
-// Per-channel batch mean and biased variance (compute dtype [C]).
-void batch_norm_stats(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& var);
-// Per channel, in f64, each result rounded once: invstd = 1 / sqrt(var + eps); with running stats
+// batch_norm_stats: Per-channel batch mean and biased variance (compute dtype [C]).
+// batch_norm_update: Per channel, in f64, each result rounded once: invstd = 1 / sqrt(var + eps); with running stats
 // (both defined or both not), running = (1 - momentum) * running + momentum * statistic, the
 // variance made unbiased (var * count / (count - 1)): PyTorch's rule. One pass over C values
 // instead of a dozen elementwise ops (each a kernel launch on a GPU).
-void batch_norm_update(const Tensor& mean, const Tensor& var, double count, double momentum, double eps,
-                       const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var);
-// y = (x - mean) * invstd * w + b, in x's layout (then max(0, y) with L.relu).
-void batch_norm_apply(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
-                      const Tensor& w, const Tensor& b, const Tensor& y);
-// y = max(0, (x - mean) * invstd * w + b + residual), residual dense in y's layout (L.relu unused).
-void batch_norm_add_relu(const Tensor& x, const BatchNormLayout& L, const Tensor& mean, const Tensor& invstd,
-                         const Tensor& w, const Tensor& b, const Tensor& residual, const Tensor& y);
-// Training: dx = w*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)) (means over N*S);
-// eval: dx = dy*w*invstd. dw = sum(dy*xhat), db = sum(dy). dy and dx in x's layout; any of
-// dx/dw/db may be undefined. With L.relu, dy is first zeroed where the forward's
-// x*w*invstd + (b - mean*w*invstd) was <= 0 (b is read for that mask only).
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const BatchNormLayout& L, const Tensor& mean,
-                         const Tensor& invstd, const Tensor& w, const Tensor& b, bool training, const Tensor& dx,
-                         const Tensor& dw, const Tensor& db);
+// batch_norm_apply: y = (x - mean) * invstd * w + b, in x's layout (then max(0, y) with L.relu).
+// batch_norm_add_relu: y = max(0, (x - mean) * invstd * w + b + residual), residual dense in y's layout (L.relu
+// unused). batch_norm_backward: Training: dx = w*invstd*(dy - mean(dy) - xhat*mean(dy*xhat)) (means over N*S); eval: dx
+// = dy*w*invstd. dw = sum(dy*xhat), db = sum(dy). dy and dx in x's layout; any of dx/dw/db may be undefined. With
+// L.relu, dy is first zeroed where the forward's x*w*invstd + (b - mean*w*invstd) was <= 0 (b is read for that mask
+// only).
 
 }  // namespace ft::cpu

@@ -7,23 +7,13 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/cpu/kernel_decls.h"
 #include "backend/kernel_list_optim.h"
 
 namespace ft::cpu {
 
-using backend::MultiTensorStep;
-
-void sgd_step(const MultiTensorStep& step);
-void adam_step(const MultiTensorStep& step, bool decoupled_weight_decay);
-void lamb_step(const MultiTensorStep& step);
-void lars_step(const MultiTensorStep& step);
-
-void clip_grad_norm(std::span<const Tensor> grads, double max_norm, const Tensor& total_norm);
-void clip_grad_value(std::span<const Tensor> grads, double clip_value);
-void unscale_grads(std::span<const Tensor> grads, const Tensor& scale, const Tensor& found_inf);
-void update_loss_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                       double backoff_factor, int64_t growth_interval);
-
-void random_fill(const Tensor& out, const random_math::RandomFill& fill);
+// The entries (sgd_step, adam_step, lamb_step, lars_step, clip_grad_norm, clip_grad_value,
+// unscale_grads, update_loss_scale, random_fill) are declared from the list (kernel_decls.h); their
+// contracts are the list's comments.
 
 }  // namespace ft::cpu

@@ -7,6 +7,7 @@
 // bf16/f16) buffer per plane (NCHW) or per image (NHWC), which no other task touches, so
 // overlapping windows need no atomics and 16-bit gradients are rounded once.
 #pragma once
+#include "backend/cpu/kernel_decls.h"
 #include "backend/kernel_params.h"
 #include "fasttrain/tensor.h"
 
@@ -14,19 +15,16 @@ namespace ft::cpu {
 
 using backend::PoolParams;
 
-// y[n, c, i, j] = max over the (dilated, padded) window of x; indices (i64, y's layout) hold the
-// flat position h * W + w of the maximum (the first on ties; a NaN wins, as in PyTorch).
-void max_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y, const Tensor& indices);
-// gx = 0, then gx[n, c, indices] += gy.
-void max_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& indices, const Tensor& gx);
+// max_pool2d_forward: y[n, c, i, j] = max over the (dilated, padded) window of x; indices (i64,
+// y's layout) hold the flat position h * W + w of the maximum (the first on ties; a NaN wins, as in
+// PyTorch).
+// max_pool2d_backward: gx = 0, then gx[n, c, indices] += gy.
 
-// PyTorch's avg_pool2d (no ceil mode): the window is clipped to the padded input, and the divisor
-// counts padding when count_include_pad, else only the elements inside the input.
-void avg_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
-void avg_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& gx);
+// avg_pool2d_forward and _backward: PyTorch's avg_pool2d (no ceil mode): the window is clipped to
+// the padded input, and the divisor counts padding when count_include_pad, else only the elements
+// inside the input.
 
-// Bins [floor(i * H / OH), ceil((i + 1) * H / OH)) per output row (likewise for columns).
-void adaptive_avg_pool2d_forward(const PoolParams& p, const Tensor& x, const Tensor& y);
-void adaptive_avg_pool2d_backward(const PoolParams& p, const Tensor& gy, const Tensor& gx);
+// adaptive_avg_pool2d_forward and _backward: bins [floor(i * H / OH), ceil((i + 1) * H / OH)) per
+// output row (likewise for columns).
 
 }  // namespace ft::cpu

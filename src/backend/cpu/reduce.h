@@ -1,5 +1,6 @@
 // CPU reductions over a set of dimensions.
 #pragma once
+#include "backend/cpu/kernel_decls.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
@@ -20,8 +21,7 @@ struct Rows3 {
 };
 Rows3 rows3(const Shape& shape, int dim);
 
-// out (any floating/integral dtype, numel K) = sum over reduced dims of x, times `scale`.
+// sum: out (any floating/integral dtype, numel K) = sum over reduced dims of x, times `scale`.
 // Floating sums accumulate in f64 per row block for accuracy; ints sum in i64.
-void sum(const Tensor& x, const std::vector<bool>& mask, double scale, const Tensor& out);
 
 }  // namespace ft::cpu

@@ -9,21 +9,18 @@
 #pragma once
 #include <vector>
 
+#include "backend/cpu/kernel_decls.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-// Max along `dim` of contiguous x: `values` (x's dtype; may be undefined when only indices are
+// max_dim: Max along `dim` of contiguous x: `values` (x's dtype; may be undefined when only indices are
 // wanted) and i64 `indices`, both contiguous with numel = x.numel() / x.size(dim).
-void max_dim(const Tensor& x, int dim, const Tensor& values, const Tensor& indices);
-// Max of all elements of contiguous x (non-empty) into the 0-d `value` (may be undefined) and the
+// max_all: Max of all elements of contiguous x (non-empty) into the 0-d `value` (may be undefined) and the
 // flat index of it into the 0-d i64 `index` (may be undefined).
-void max_all(const Tensor& x, const Tensor& value, const Tensor& index);
-// The backward of max_dim: gx (contiguous, x's shape, one dtype with g) = 0 except
+// max_dim_backward: The backward of max_dim: gx (contiguous, x's shape, one dtype with g) = 0 except
 // gx[o, indices[o, i], i] = g[o, i], for x viewed as [outer, R, inner] around `dim`.
-void max_dim_backward(const Tensor& g, const Tensor& indices, int dim, const Tensor& gx);
-// out (numel K, x's dtype) = variance over the `mask` dims of x, sum of squared deviations
+// var: out (numel K, x's dtype) = variance over the `mask` dims of x, sum of squared deviations
 // divided by `divisor` (R - correction, clamped at 0 by the caller).
-void var(const Tensor& x, const std::vector<bool>& mask, double divisor, const Tensor& out);
 
 }  // namespace ft::cpu

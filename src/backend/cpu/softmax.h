@@ -14,13 +14,12 @@
 // columns and sweeps the R rows of that block with dense, vectorised inner loops, so no
 // transposing copy is needed. exp is the vectorisable fast_exp for f32/bf16/f16.
 #pragma once
+#include "backend/cpu/kernel_decls.h"
 #include "fasttrain/tensor.h"
 
 namespace ft::cpu {
 
-// out = softmax(x) (or log_softmax when `log`) along `dim`; x and out contiguous, one dtype.
-void softmax_forward(const Tensor& x, int dim, bool log, const Tensor& out);
-// gx from g and the forward output y; g, y, gx contiguous, one dtype and shape.
-void softmax_backward(const Tensor& g, const Tensor& y, int dim, bool log, const Tensor& gx);
+// softmax_forward: out = softmax(x) (or log_softmax when `log`) along `dim`; x and out contiguous, one dtype.
+// softmax_backward: gx from g and the forward output y; g, y, gx contiguous, one dtype and shape.
 
 }  // namespace ft::cpu

@@ -40,7 +40,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/expandable_segment.h"
 #include "backend/cuda/stream_events.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "core/allocator_bookkeeping.h"
 #include "core/size_class.h"
 

@@ -14,7 +14,7 @@ Allocator& device_allocator_instance();
 void begin_graph_pool(uint64_t pool);
 void end_graph_pool();
 void release_graph_pool(uint64_t pool);
-// Sets this thread's pool (0: the shared cache) and returns the previous one (CudaHooks).
+// Sets this thread's pool (0: the shared cache) and returns the previous one (the backend
+// record's exchange_capture_pool).
 uint64_t exchange_capture_pool(uint64_t pool) noexcept;
-
 }  // namespace ft::cuda

@@ -51,7 +51,6 @@
 // elements runs in slices of whole images (N is outermost in NCHW and NHWC alike, so a slice is
 // dense); the weight gradient accumulates the slices (beta = 1 after the first).
 #include <cuda_runtime.h>
-#include <cudnn.h>
 
 #include <algorithm>
 #include <climits>
@@ -63,8 +62,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cudnn_library.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 
 namespace ft::cuda {
 namespace {
@@ -107,9 +107,9 @@ struct Call {
   void check(cudnnStatus_t st, const char* what) const {
     if (st == CUDNN_STATUS_SUCCESS) return;
     char last[512] = {};
-    cudnnGetLastErrorString(last, sizeof(last));
-    FT_FAIL(op(), ": cuDNN ", what, " failed: ", cudnnGetErrorString(st), last[0] ? " (" : "", last, last[0] ? ")" : "",
-            "; ", describe(p, dt));
+    cudnn().cudnnGetLastErrorString(last, sizeof(last));
+    FT_FAIL(op(), ": cuDNN ", what, " failed: ", cudnn().cudnnGetErrorString(st), last[0] ? " (" : "", last,
+            last[0] ? ")" : "", "; ", describe(p, dt));
   }
 };
 
@@ -125,10 +125,10 @@ DeviceState& device_state(int device) {
   DeviceState& s = states[device];
   if (s.handle == nullptr) {
     check(cudaSetDevice(device), "conv2d: set device");
-    const cudnnStatus_t st = cudnnCreate(&s.handle);
+    const cudnnStatus_t st = cudnn().cudnnCreate(&s.handle);
     if (st != CUDNN_STATUS_SUCCESS) {
       s.handle = nullptr;
-      FT_FAIL("conv2d: cuDNN handle creation on cuda:", device, " failed: ", cudnnGetErrorString(st),
+      FT_FAIL("conv2d: cuDNN handle creation on cuda:", device, " failed: ", cudnn().cudnnGetErrorString(st),
               " (this build was compiled against cuDNN ", CUDNN_MAJOR, ".", CUDNN_MINOR,
               "; libcudnn.so.9 and its engine libraries must be installed together)");
     }
@@ -197,10 +197,10 @@ struct Plan {
   size_t workspace = 0;  // bytes the algorithm needs
 
   void destroy() {
-    if (x) cudnnDestroyTensorDescriptor(x);
-    if (y) cudnnDestroyTensorDescriptor(y);
-    if (w) cudnnDestroyFilterDescriptor(w);
-    if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    if (x) cudnn().cudnnDestroyTensorDescriptor(x);
+    if (y) cudnn().cudnnDestroyTensorDescriptor(y);
+    if (w) cudnn().cudnnDestroyFilterDescriptor(w);
+    if (conv) cudnn().cudnnDestroyConvolutionDescriptor(conv);
   }
 };
 
@@ -215,28 +215,29 @@ struct Operands {
 int to_int(int64_t v) { return static_cast<int>(v); }  // ranges checked by check_int_range
 
 void make_descriptors(Plan& plan, const Key& k, const Call& c) {
-  c.check(cudnnCreateTensorDescriptor(&plan.x), "tensor descriptor creation");
-  c.check(cudnnCreateTensorDescriptor(&plan.y), "tensor descriptor creation");
-  c.check(cudnnCreateFilterDescriptor(&plan.w), "filter descriptor creation");
-  c.check(cudnnCreateConvolutionDescriptor(&plan.conv), "convolution descriptor creation");
+  c.check(cudnn().cudnnCreateTensorDescriptor(&plan.x), "tensor descriptor creation");
+  c.check(cudnn().cudnnCreateTensorDescriptor(&plan.y), "tensor descriptor creation");
+  c.check(cudnn().cudnnCreateFilterDescriptor(&plan.w), "filter descriptor creation");
+  c.check(cudnn().cudnnCreateConvolutionDescriptor(&plan.conv), "convolution descriptor creation");
   const cudnnDataType_t type = data_type(c);
   const cudnnTensorFormat_t format = k.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-  c.check(cudnnSetTensor4dDescriptor(plan.x, format, type, to_int(k.N), to_int(k.C), to_int(k.H), to_int(k.W)),
+  c.check(cudnn().cudnnSetTensor4dDescriptor(plan.x, format, type, to_int(k.N), to_int(k.C), to_int(k.H), to_int(k.W)),
           "input descriptor");
-  c.check(cudnnSetTensor4dDescriptor(plan.y, format, type, to_int(k.N), to_int(k.O), to_int(k.OH), to_int(k.OW)),
-          "output descriptor");
   c.check(
-      cudnnSetFilter4dDescriptor(plan.w, type, format, to_int(k.O), to_int(k.C / k.groups), to_int(k.kH), to_int(k.kW)),
-      "filter descriptor");
+      cudnn().cudnnSetTensor4dDescriptor(plan.y, format, type, to_int(k.N), to_int(k.O), to_int(k.OH), to_int(k.OW)),
+      "output descriptor");
+  c.check(cudnn().cudnnSetFilter4dDescriptor(plan.w, type, format, to_int(k.O), to_int(k.C / k.groups), to_int(k.kH),
+                                             to_int(k.kW)),
+          "filter descriptor");
   // Products accumulate in f32 for the 16-bit types (cuDNN's "pseudo half" configuration).
   const cudnnDataType_t compute = k.dtype == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  c.check(cudnnSetConvolution2dDescriptor(plan.conv, to_int(k.pH), to_int(k.pW), to_int(k.sH), to_int(k.sW),
-                                          to_int(k.dH), to_int(k.dW), CUDNN_CROSS_CORRELATION, compute),
+  c.check(cudnn().cudnnSetConvolution2dDescriptor(plan.conv, to_int(k.pH), to_int(k.pW), to_int(k.sH), to_int(k.sW),
+                                                  to_int(k.dH), to_int(k.dW), CUDNN_CROSS_CORRELATION, compute),
           "convolution descriptor");
-  c.check(cudnnSetConvolutionGroupCount(plan.conv, to_int(k.groups)), "group count");
-  c.check(cudnnSetConvolutionMathType(plan.conv, math_type(k)), "math type");
+  c.check(cudnn().cudnnSetConvolutionGroupCount(plan.conv, to_int(k.groups)), "group count");
+  c.check(cudnn().cudnnSetConvolutionMathType(plan.conv, math_type(k)), "math type");
   int n = 0, o = 0, oh = 0, ow = 0;
-  c.check(cudnnGetConvolution2dForwardOutputDim(plan.conv, plan.x, plan.w, &n, &o, &oh, &ow), "output size");
+  c.check(cudnn().cudnnGetConvolution2dForwardOutputDim(plan.conv, plan.x, plan.w, &n, &o, &oh, &ow), "output size");
   FT_CHECK(n == k.N && o == k.O && oh == k.OH && ow == k.OW, c.op(), ": internal error, cuDNN computes output [", n,
            ", ", o, ", ", oh, ", ", ow, "] where the op allocated [", k.N, ", ", k.O, ", ", k.OH, ", ", k.OW, "]; ",
            describe(c.p, c.dt));
@@ -245,55 +246,58 @@ void make_descriptors(Plan& plan, const Key& k, const Call& c) {
 // The three passes' algorithm queries, under one interface for choose().
 struct ForwardAlgos {
   using Perf = cudnnConvolutionFwdAlgoPerf_t;
-  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) { return cudnnGetConvolutionForwardAlgorithmMaxCount(h, n); }
+  static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
+    return cudnn().cudnnGetConvolutionForwardAlgorithmMaxCount(h, n);
+  }
   static cudnnStatus_t heuristics(cudnnHandle_t h, const Plan& p, int want, int* got, Perf* r) {
-    return cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, want, got, r);
+    return cudnn().cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv, p.y, want, got, r);
   }
   static cudnnStatus_t search(cudnnHandle_t h, const Plan& p, const Operands& o, int want, int* got, Perf* r, void* ws,
                               size_t bytes) {
-    return cudnnFindConvolutionForwardAlgorithmEx(h, p.x, o.x, p.w, o.w, p.conv, p.y, o.y, want, got, r, ws, bytes);
+    return cudnn().cudnnFindConvolutionForwardAlgorithmEx(h, p.x, o.x, p.w, o.w, p.conv, p.y, o.y, want, got, r, ws,
+                                                          bytes);
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const Plan& p, size_t* bytes) {
-    return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y,
-                                                   static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), bytes);
+    return cudnn().cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv, p.y,
+                                                           static_cast<cudnnConvolutionFwdAlgo_t>(p.algo), bytes);
   }
 };
 
 struct BackwardDataAlgos {
   using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
   static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
-    return cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n);
+    return cudnn().cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, n);
   }
   static cudnnStatus_t heuristics(cudnnHandle_t h, const Plan& p, int want, int* got, Perf* r) {
-    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, want, got, r);
+    return cudnn().cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv, p.x, want, got, r);
   }
   static cudnnStatus_t search(cudnnHandle_t h, const Plan& p, const Operands& o, int want, int* got, Perf* r, void* ws,
                               size_t bytes) {
-    return cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, o.w, p.y, o.y, p.conv, p.x, o.x, want, got, r, ws,
-                                                       bytes);
+    return cudnn().cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, o.w, p.y, o.y, p.conv, p.x, o.x, want, got, r,
+                                                               ws, bytes);
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const Plan& p, size_t* bytes) {
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv, p.x,
-                                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), bytes);
+    return cudnn().cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, p.w, p.y, p.conv, p.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(p.algo), bytes);
   }
 };
 
 struct BackwardWeightAlgos {
   using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
   static cudnnStatus_t max_count(cudnnHandle_t h, int* n) {
-    return cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n);
+    return cudnn().cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, n);
   }
   static cudnnStatus_t heuristics(cudnnHandle_t h, const Plan& p, int want, int* got, Perf* r) {
-    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, want, got, r);
+    return cudnn().cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv, p.w, want, got, r);
   }
   static cudnnStatus_t search(cudnnHandle_t h, const Plan& p, const Operands& o, int want, int* got, Perf* r, void* ws,
                               size_t bytes) {
-    return cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, o.x, p.y, o.y, p.conv, p.w, o.w, want, got, r, ws,
-                                                         bytes);
+    return cudnn().cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, o.x, p.y, o.y, p.conv, p.w, o.w, want, got, r,
+                                                                 ws, bytes);
   }
   static cudnnStatus_t workspace(cudnnHandle_t h, const Plan& p, size_t* bytes) {
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv, p.w,
-                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), bytes);
+    return cudnn().cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, p.x, p.y, p.conv, p.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.algo), bytes);
   }
 };
 
@@ -353,7 +357,7 @@ void choose(Plan& plan, const Key& k, const Call& c, Operands o, cudnnHandle_t h
       gw_scratch = empty({bytes}, TensorOptions(DType::U8, Device::cuda(k.device)));
       o.w = gw_scratch.raw_data();
     }
-    c.check(cudnnSetStream(handle, stream), "set stream");
+    c.check(cudnn().cudnnSetStream(handle, stream), "set stream");
     note_host_sync(std::string("cudnn algorithm search: ") + c.op());
     // Synchronous: it times each algorithm, so the scratch buffers may go when it returns.
     c.check(Algos::search(handle, plan, o, count, &got, results.data(), ws.defined() ? ws.raw_data() : nullptr,
@@ -372,7 +376,7 @@ void choose(Plan& plan, const Key& k, const Call& c, Operands o, cudnnHandle_t h
             exact_f32(k) ? " with exact f32 products" : "", " within ", max_workspace, " bytes of workspace",
             k.deterministic ? " (deterministic_algorithms() is on)" : "", "; ", describe(c.p, c.dt));
   // cuDNN selects kernels by algorithm and math type together; exact f32 keeps CUDNN_FMA_MATH.
-  if (!exact_f32(k)) c.check(cudnnSetConvolutionMathType(plan.conv, r->mathType), "math type");
+  if (!exact_f32(k)) c.check(cudnn().cudnnSetConvolutionMathType(plan.conv, r->mathType), "math type");
   plan.algo = static_cast<int>(r->algo);
   c.check(Algos::workspace(handle, plan, &plan.workspace), "workspace size");
 }
@@ -449,24 +453,24 @@ void run(const Call& c, const Tensor& x, const Tensor& w, const Tensor& y) {
     const void* beta = f64 ? (accumulate ? &one64 : &zero64) : static_cast<const void*>(accumulate ? &one32 : &zero32);
     DeviceState& d = device_state(device);
     std::lock_guard<std::mutex> lock(d.mu);
-    c.check(cudnnSetStream(d.handle, stream), "set stream");
+    c.check(cudnn().cudnnSetStream(d.handle, stream), "set stream");
     switch (c.pass) {
       case Pass::forward:
-        c.check(cudnnConvolutionForward(d.handle, alpha, plan.x, o.x, plan.w, o.w, plan.conv,
-                                        static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wsp, plan.workspace, beta,
-                                        plan.y, o.y),
+        c.check(cudnn().cudnnConvolutionForward(d.handle, alpha, plan.x, o.x, plan.w, o.w, plan.conv,
+                                                static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), wsp, plan.workspace,
+                                                beta, plan.y, o.y),
                 "convolution");
         break;
       case Pass::backward_data:
-        c.check(cudnnConvolutionBackwardData(d.handle, alpha, plan.w, o.w, plan.y, o.y, plan.conv,
-                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wsp, plan.workspace,
-                                             beta, plan.x, o.x),
+        c.check(cudnn().cudnnConvolutionBackwardData(d.handle, alpha, plan.w, o.w, plan.y, o.y, plan.conv,
+                                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), wsp,
+                                                     plan.workspace, beta, plan.x, o.x),
                 "convolution");
         break;
       case Pass::backward_weight:
-        c.check(cudnnConvolutionBackwardFilter(d.handle, alpha, plan.x, o.x, plan.y, o.y, plan.conv,
-                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wsp,
-                                               plan.workspace, beta, plan.w, o.w),
+        c.check(cudnn().cudnnConvolutionBackwardFilter(d.handle, alpha, plan.x, o.x, plan.y, o.y, plan.conv,
+                                                       static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), wsp,
+                                                       plan.workspace, beta, plan.w, o.w),
                 "convolution");
         break;
     }

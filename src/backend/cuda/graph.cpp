@@ -9,7 +9,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/graph.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 
 namespace ft::cuda {
 namespace {
@@ -66,13 +66,13 @@ void graph_destroy(void* exec, uint64_t pool) noexcept {
 
 }  // namespace
 
-void register_graph_hooks(CudaHooks& hooks) {
-  hooks.graph_begin = graph_begin;
-  hooks.graph_end = graph_end;
-  hooks.graph_abort = graph_abort;
-  hooks.graph_launch = graph_launch;
-  hooks.graph_destroy = graph_destroy;
-  hooks.exchange_capture_pool = exchange_capture_pool;
+void set_graph_entries(backend::DeviceBackend& b) {
+  b.graph_begin = graph_begin;
+  b.graph_end = graph_end;
+  b.graph_abort = graph_abort;
+  b.graph_launch = graph_launch;
+  b.graph_destroy = graph_destroy;
+  b.exchange_capture_pool = exchange_capture_pool;
 }
 
 }  // namespace ft::cuda

@@ -1,12 +1,9 @@
-// Registers the CUDA graph entry points of CudaHooks (graph.cpp).
+// Fills the CUDA backend record's graph entries (graph.cpp).
 #pragma once
-
-namespace ft {
-struct CudaHooks;
-}
+#include "backend/device_backend.h"
 
 namespace ft::cuda {
 
-void register_graph_hooks(CudaHooks& hooks);
+void set_graph_entries(backend::DeviceBackend& b);
 
 }  // namespace ft::cuda

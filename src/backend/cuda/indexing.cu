@@ -31,7 +31,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/index_checks.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "fasttrain/cuda_graph.h"
 
 namespace ft::cuda {

@@ -14,7 +14,6 @@
 //
 // Descriptors and the heuristic's algorithm are cached per problem (shapes, strides, dtypes,
 // pointer alignment, epilogue): the heuristic query costs more than a small GEMM.
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,6 +22,7 @@
 #include <tuple>
 
 #include "backend/composed.h"
+#include "backend/cuda/cublaslt_library.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/matrix_layout.h"
@@ -33,7 +33,8 @@ namespace {
 
 void check_lt(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS)
-    FT_FAIL("matmul: cuBLASLt ", what, " failed: ", cublasLtGetStatusName(st), " (", cublasLtGetStatusString(st), ")");
+    FT_FAIL("matmul: cuBLASLt ", what, " failed: ", cublaslt().cublasLtGetStatusName(st), " (",
+            cublaslt().cublasLtGetStatusString(st), ")");
 }
 
 // cuBLASLt's workspace: kernels that split K use it. 32 MiB covers Hopper's largest choices.
@@ -51,7 +52,7 @@ DeviceState& device_state(int device) {
   DeviceState& s = states[device];
   if (s.handle == nullptr) {
     check(cudaSetDevice(device), "matmul: set device");
-    check_lt(cublasLtCreate(&s.handle), "handle creation");
+    check_lt(cublaslt().cublasLtCreate(&s.handle), "handle creation");
   }
   return s;
 }
@@ -140,13 +141,15 @@ struct Plan {
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                               int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  check_lt(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
-           "layout");
+  check_lt(
+      cublaslt().cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+      "layout");
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
-    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+    check_lt(cublaslt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)),
              "batch count");
-    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+    check_lt(cublaslt().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                         sizeof(stride)),
              "batch stride");
   }
   return l;
@@ -166,23 +169,25 @@ const Plan& plan_for(const Problem& p, int device) {
   const bool f64 = p.dtype == DType::F64;
   const cublasComputeType_t compute =
       f64 ? CUBLAS_COMPUTE_64F : (p.dtype == DType::F32 && p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
-  check_lt(cublasLtMatmulDescCreate(&plan.op, compute, f64 ? CUDA_R_64F : CUDA_R_32F), "descriptor");
+  check_lt(cublaslt().cublasLtMatmulDescCreate(&plan.op, compute, f64 ? CUDA_R_64F : CUDA_R_32F), "descriptor");
   const cublasOperation_t ta = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
-  check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+  check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+  check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
   if (p.epilogue != Epilogue::None) {
     const cublasLtEpilogue_t epi = lt_epilogue(p.epilogue);
-    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "epilogue");
+    check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+             "epilogue");
   }
   if (uses_bias(p.epilogue)) {
     const cudaDataType_t bias_type = type;
-    check_lt(
-        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)),
-        "bias type");
+    check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof(bias_type)),
+             "bias type");
   }
   if (uses_aux(p.epilogue)) {  // the aux matrix is shaped and laid out as the output
     const int64_t aux_ld = p.ldc;
-    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)),
+    check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                       sizeof(aux_ld)),
              "aux leading dimension");
   }
   // Stored shapes, before op(): op(A) is m x k, op(B) is k x n.
@@ -193,22 +198,24 @@ const Plan& plan_for(const Problem& p, int device) {
   plan.c = layout(type, p.m, p.n, p.ldc, p.batch, p.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check_lt(cublaslt().cublasLtMatmulPreferenceCreate(&pref), "preference");
   const uint64_t ws = kWorkspaceBytes;
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-           "workspace preference");
+  check_lt(
+      cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+      "workspace preference");
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_c},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.align_c}};
   for (const auto& [attr, value] : aligns)
-    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), "alignment preference");
+    check_lt(cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+             "alignment preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a, plan.b, plan.c,
-                                                           plan.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t st = cublaslt().cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a,
+                                                                      plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  cublaslt().cublasLtMatmulPreferenceDestroy(pref);
   // A fused epilogue the library cannot do here is not an error: the caller falls back.
   if (!optional_fusion(p.epilogue) || (st == CUBLAS_STATUS_SUCCESS && found > 0)) {
     check_lt(st, "heuristic");
@@ -232,18 +239,19 @@ void run(const Problem& p, const void* a, const void* b, void* c, const void* bi
   std::unique_lock<std::mutex> lock(pointer_mu, std::defer_lock);
   if (p.epilogue != Epilogue::None) lock.lock();
   if (uses_bias(p.epilogue))
-    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+    check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
              "bias pointer");
   if (uses_aux(p.epilogue))
-    check_lt(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)),
+    check_lt(cublaslt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                       sizeof(aux)),
              "aux pointer");
   const double alpha64 = 1, beta64 = accumulate ? 1 : 0;
   const float alpha32 = 1, beta32 = accumulate ? 1 : 0;
   const bool f64 = p.dtype == DType::F64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  check_lt(cublasLtMatmul(device_state(device).handle, plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c, c, plan.c,
-                          &plan.algo, workspace(device, stream), kWorkspaceBytes, stream),
+  check_lt(cublaslt().cublasLtMatmul(device_state(device).handle, plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c,
+                                     c, plan.c, &plan.algo, workspace(device, stream), kWorkspaceBytes, stream),
            "matmul");
 }
 

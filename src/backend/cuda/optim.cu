@@ -34,7 +34,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "backend/optim_math.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/cuda_graph.h"
@@ -644,7 +644,7 @@ Tensor live_options(const MultiTensorStep& st, std::vector<int32_t>& index, Cuda
   Tensor live;
   {
     // Written before each replay, outside the graph: not memory a captured temporary had.
-    const OutsideGraphPool outside;
+    const OutsideGraphPool outside(stream.device);
     live = empty({nbytes}, TensorOptions(DType::U8, stream.device));
   }
   graph.keep_alive(live);

@@ -1,5 +1,6 @@
-// CUDA runtime glue: device discovery, streams and events, host<->device copies, and the
-// registration of the device allocator and the kernel table. Every host wait here ends by raising
+// CUDA runtime glue: device discovery, streams and events, host<->device copies, and the backend
+// record (device_backend.h) that hands them to the core with the device allocator and the kernel
+// table, made on first use. Every host wait here ends by raising
 // a failed device-side index check, if one has finished (index_checks.h). Linked against the static CUDA
 // runtime, which loads the driver only when first used, so a machine without a driver sees zero
 // devices instead of failing to start.
@@ -13,7 +14,7 @@
 #include "backend/cuda/graph.h"
 #include "backend/cuda/index_checks.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 
 namespace ft::cuda {
 namespace {
@@ -103,25 +104,35 @@ bool event_query(void* event) {
   return true;
 }
 
+Allocator* pinned_allocator() { return &pinned_host_allocator_instance(); }
+
+const backend::Kernels& kernels() { return cuda_kernels(); }
+
 }  // namespace
 
-void register_backend(CudaHooks& hooks) {
-  hooks.device_count = device_count;
-  hooks.device_name = device_name;
-  hooks.synchronize = synchronize;
-  hooks.synchronize_internal = synchronize_internal;
-  hooks.memcpy = memcpy_any;
-  hooks.stream_create = stream_create;
-  hooks.event_create = event_create;
-  hooks.event_destroy = event_destroy;
-  hooks.event_record = event_record;
-  hooks.stream_wait_event = stream_wait_event;
-  hooks.event_synchronize = event_synchronize;
-  hooks.event_query = event_query;
-  hooks.pinned_allocator = &pinned_host_allocator_instance();
-  register_graph_hooks(hooks);
-  register_allocator(DeviceType::CUDA, &device_allocator_instance());
-  backend::register_kernels(DeviceType::CUDA, &cuda_kernels());
+const backend::DeviceBackend& make_backend() {
+  static const backend::DeviceBackend record = [] {
+    backend::DeviceBackend b;
+    b.type = DeviceType::CUDA;
+    b.kernels = kernels;
+    b.allocator = device_allocator_instance;
+    b.pinned_host_allocator = pinned_allocator;
+    b.device_count = device_count;
+    b.device_name = device_name;
+    b.memcpy = memcpy_any;
+    b.synchronize = synchronize;
+    b.synchronize_internal = synchronize_internal;
+    b.stream_create = stream_create;
+    b.event_create = event_create;
+    b.event_destroy = event_destroy;
+    b.event_record = event_record;
+    b.stream_wait_event = stream_wait_event;
+    b.event_synchronize = event_synchronize;
+    b.event_query = event_query;
+    set_graph_entries(b);
+    return b;
+  }();
+  return record;
 }
 
 }  // namespace ft::cuda

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backend/cuda_hooks.h"
+#include "backend/device_backend.h"
 #include "fasttrain/device.h"
 
 namespace ft::cuda {

@@ -1,0 +1,34 @@
+// cuBLASLt, loaded on first use (backend/shared_library.h): matmul.cpp calls cublaslt().cublasLtMatmul(...)
+// where it would call cublasLtMatmul(...). Each entry keeps the library's own name and type
+// (decltype of its declaration in cublasLt.h), so a call with the wrong arguments fails to compile
+// as a direct call would. A function the backend starts to use is one more line in the list.
+#pragma once
+#include <cublasLt.h>
+
+#define FT_CUBLASLT_FUNCTIONS(X)          \
+  X(cublasLtCreate)                       \
+  X(cublasLtGetStatusName)                \
+  X(cublasLtGetStatusString)              \
+  X(cublasLtMatmul)                       \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatrixLayoutCreate)           \
+  X(cublasLtMatrixLayoutSetAttribute)
+
+namespace ft::cuda {
+
+struct CublasLtLibrary {
+#define FT_LIBRARY_ENTRY(f) decltype(&::f) f = nullptr;
+  FT_CUBLASLT_FUNCTIONS(FT_LIBRARY_ENTRY)
+#undef FT_LIBRARY_ENTRY
+};
+
+// Loaded and resolved on the first call (thread-safe); throws ft::Error naming the files tried
+// when the library is missing.
+const CublasLtLibrary& cublaslt();
+
+}  // namespace ft::cuda

@@ -1,0 +1,53 @@
+// cuDNN, loaded on first use (backend/shared_library.h): conv.cpp calls cudnn().cudnnConvolutionForward(...)
+// where it would call cudnnConvolutionForward(...). Entries keep the library's own names and types
+// (decltype of their declarations in cudnn.h). libcudnn.so.9 is a small front that opens its
+// engine libraries from its own folder when first asked; loading it here changes nothing there.
+#pragma once
+#include <cudnn.h>
+
+#define FT_CUDNN_FUNCTIONS(X)                           \
+  X(cudnnConvolutionBackwardData)                       \
+  X(cudnnConvolutionBackwardFilter)                     \
+  X(cudnnConvolutionForward)                            \
+  X(cudnnCreate)                                        \
+  X(cudnnCreateConvolutionDescriptor)                   \
+  X(cudnnCreateFilterDescriptor)                        \
+  X(cudnnCreateTensorDescriptor)                        \
+  X(cudnnDestroyConvolutionDescriptor)                  \
+  X(cudnnDestroyFilterDescriptor)                       \
+  X(cudnnDestroyTensorDescriptor)                       \
+  X(cudnnFindConvolutionBackwardDataAlgorithmEx)        \
+  X(cudnnFindConvolutionBackwardFilterAlgorithmEx)      \
+  X(cudnnFindConvolutionForwardAlgorithmEx)             \
+  X(cudnnGetConvolution2dForwardOutputDim)              \
+  X(cudnnGetConvolutionBackwardDataAlgorithmMaxCount)   \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)        \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)       \
+  X(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount) \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)      \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize)     \
+  X(cudnnGetConvolutionForwardAlgorithmMaxCount)        \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)             \
+  X(cudnnGetConvolutionForwardWorkspaceSize)            \
+  X(cudnnGetErrorString)                                \
+  X(cudnnGetLastErrorString)                            \
+  X(cudnnSetConvolution2dDescriptor)                    \
+  X(cudnnSetConvolutionGroupCount)                      \
+  X(cudnnSetConvolutionMathType)                        \
+  X(cudnnSetFilter4dDescriptor)                         \
+  X(cudnnSetStream)                                     \
+  X(cudnnSetTensor4dDescriptor)
+
+namespace ft::cuda {
+
+struct CudnnLibrary {
+#define FT_LIBRARY_ENTRY(f) decltype(&::f) f = nullptr;
+  FT_CUDNN_FUNCTIONS(FT_LIBRARY_ENTRY)
+#undef FT_LIBRARY_ENTRY
+};
+
+// Loaded and resolved on the first call (thread-safe); throws ft::Error naming the files tried
+// when the library is missing.
+const CudnnLibrary& cudnn();
+
+}  // namespace ft::cuda

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "fasttrain/advisor.h"
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "support/expect_error.h"
 

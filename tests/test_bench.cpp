@@ -1,4 +1,4 @@
-// The training-step benchmark (src/train/bench.cpp): BENCH.md's workloads (shapes and parameter
+// The training-step benchmark (src/tools/bench.cpp): BENCH.md's workloads (shapes and parameter
 // counts of the peer's models), the step (it trains, under fp32 and bf16 autocast), the JSON line
 // (the peer's fields, order and rounding) and option validation.
 #include <gtest/gtest.h>

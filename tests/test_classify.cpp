@@ -27,7 +27,7 @@
 #include "support/expect_error.h"
 #include "support/run_cli.h"
 #include "support/trainer_configs.h"
-#include "train/classify_data.h"
+#include "tasks/classify_data.h"
 
 using namespace ft;
 using ft::test::CliRun;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/models.h"
 #include "fasttrain/train.h"
 #include "support/run_cli.h"
 
@@ -152,6 +153,56 @@ TEST(Cli, ResumeFindsTheNewestCompleteCheckpoint) {
   EXPECT_NE(r.output.find(broken + "/checkpoints/step-00000001.tmp is unfinished (its writing was interrupted)"),
             std::string::npos)
       << r.output;
+  fs::remove_all(dir);
+}
+
+// A checkpoint written by an earlier commit (tests/data/checkpoint_8ca1ea0/README.md: flat
+// config.toml and trainer_state.json, options off their defaults in every table) resumes with
+// this program and continues the uninterrupted run it came from: its steps 5-8 and the final
+// evaluation, the loss to 1e-6 (exact on the machine that wrote it; the slack is for a CPU whose
+// kernels round differently), the learning rate and momentum exactly.
+TEST(Cli, ACheckpointWrittenBeforeTheConfigWasNestedResumes) {
+  const std::string fixture = std::string(FT_TESTS_DIR) + "/data/checkpoint_8ca1ea0";
+  const std::string dir = temp_dir("resume_old");
+  CliRun r = run_cli("train --resume " + fixture + "/checkpoints/step-00000004 --run-dir " + dir + " --threads 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto rows_from_step_5 = [](const std::string& csv) {
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream in(csv);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::vector<std::string> cells;
+      std::istringstream cs(line);
+      for (std::string cell; std::getline(cs, cell, ',');) cells.push_back(cell);
+      if (std::stoi(cells.at(0)) >= 5) rows.push_back(cells);
+    }
+    return rows;
+  };
+  const auto expected = rows_from_step_5(slurp(fixture + "/metrics.csv"));
+  const auto got = rows_from_step_5(slurp(dir + "/metrics.csv"));
+  ASSERT_EQ(expected.size(), 5u);
+  ASSERT_EQ(got.size(), expected.size()) << slurp(dir + "/metrics.csv");
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    for (int col : {0, 1, 2, 5, 6}) EXPECT_EQ(got[i].at(col), expected[i].at(col)) << "column " << col;
+    EXPECT_NEAR(std::stod(got[i].at(3)), std::stod(expected[i].at(3)), 1e-6 * std::stod(expected[i].at(3)));
+  }
+  // The options came through: the new run folder's config, read back, holds them.
+  const ft::train::TrainerConfig c = ft::train::load_run_config(dir);
+  EXPECT_EQ(c.optimizer, ft::optim::OptimizerKind::LAMB);
+  EXPECT_EQ(c.schedule, ft::optim::ScheduleKind::OneCycle);
+  EXPECT_EQ(c.anneal_strategy, ft::optim::AnnealStrategy::Linear);
+  EXPECT_TRUE(c.three_phase);
+  EXPECT_EQ(c.gradient_clip_algorithm, ft::train::ClipAlgorithm::Value);
+  EXPECT_EQ(c.grad_clip, 0.5);
+  EXPECT_EQ(c.beta1, 0.85);
+  EXPECT_EQ(c.memory_limit, "2G");
+  EXPECT_EQ(c.keep_last, 3);
+  EXPECT_EQ(c.early_stopping_patience, 5);
+  EXPECT_EQ(c.bucket_cap_mb, 8.0);
+  EXPECT_EQ(c.dist_timeout, 60.0);
+  EXPECT_EQ(c.model.dim, 16);
   fs::remove_all(dir);
 }
 

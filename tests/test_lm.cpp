@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/tasks.h"
 #include "fasttrain/token_shards.h"

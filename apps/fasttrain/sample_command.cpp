@@ -8,6 +8,7 @@
 
 #include "cli_parse.h"
 #include "commands.h"
+#include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
 
 using namespace ft;

@@ -11,6 +11,7 @@
 #include "cli_parse.h"
 #include "commands.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/models.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/tasks.h"
 #include "fasttrain/train.h"

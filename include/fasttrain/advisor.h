@@ -2,7 +2,7 @@
 // fit, each finding with its evidence and the exact flag to change. It reports only what it
 // measured: a rule whose measurement is missing (no memory history, no model) stays silent.
 // `fasttrain train --profile` prints the findings and writes profile/advice.json; the run report
-// shows them. Implemented in src/train/advisor.cpp.
+// shows them. Implemented in src/tools/advisor.cpp.
 #pragma once
 #include <cstdint>
 #include <map>

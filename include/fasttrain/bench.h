@@ -1,7 +1,7 @@
 // The training-step benchmark of shared/BENCH.md: its CPU workloads built from the nn models,
 // the step it times (zero grads to none, forward, f32 cross-entropy, backward, AdamW), and the
 // JSON line it prints, field for field the same as the PyTorch peer (bench/torch_bench.py).
-// Implemented in src/train/bench.cpp; `fasttrain bench` is the command-line front end.
+// Implemented in src/tools/bench.cpp; `fasttrain bench` is the command-line front end.
 #pragma once
 #include <cstdint>
 #include <memory>

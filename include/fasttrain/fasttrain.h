@@ -23,6 +23,7 @@
 
 // Models, optimizers, learning-rate schedules and mixed precision.
 #include "fasttrain/amp.h"
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/schedule.h"

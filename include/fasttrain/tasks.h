@@ -5,14 +5,15 @@
 //  images  a small CNN classifies procedurally drawn shapes
 //  lm      a GPT learns next-token prediction on llm.c token shards (`fasttrain data`)
 //  classify  a classifier (mlp, cnn-mini, resnet18/20/50) on data of one's own: MNIST, CIFAR-10,
-//          a folder of JPEG/PNG images per class, or .npy arrays (src/train/classify_data.h)
-// Implemented in src/train/char_task.cpp, image_task.cpp, lm_task.cpp and classify_task.cpp.
+//          a folder of JPEG/PNG images per class, or .npy arrays (src/tasks/classify_data.h)
+// Implemented in src/tasks/char_task.cpp, image_task.cpp, lm_task.cpp and classify_task.cpp.
 #pragma once
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "fasttrain/loader.h"
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/random.h"
 #include "fasttrain/train.h"
@@ -45,5 +46,16 @@ Tensor next_token_loss(nn::GPT& model, const data::Batch& batch);
 // Loads weights into a GPT from a .safetensors file (--init-from): fasttrain's layout or Hugging
 // Face GPT-2's (Conv1D [in, out] weights, with or without the "transformer." prefix).
 void load_gpt_weights(nn::GPT& model, const std::string& path);
+
+struct SampleOptions {
+  std::string prompt = "The ";
+  int64_t tokens = 200;      // characters to generate
+  double temperature = 0.8;  // 0: always the most likely character
+  int64_t top_k = 0;         // sample among the k most likely characters (0: all)
+  uint64_t seed = 0;
+};
+// Loads the char-level GPT of a run or checkpoint folder (config.toml, task.json with the
+// vocabulary, model.safetensors) and returns `prompt` continued by `tokens` characters.
+std::string sample_text(const std::string& dir, const SampleOptions& options);
 
 }  // namespace ft::train

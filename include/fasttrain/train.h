@@ -487,15 +487,4 @@ std::string find_resume_checkpoint(const std::string& arg, const std::string& ru
 // The config a checkpoint or run folder was trained with (its config.toml).
 TrainerConfig load_run_config(const std::string& dir);
 
-struct SampleOptions {
-  std::string prompt = "The ";
-  int64_t tokens = 200;      // characters to generate
-  double temperature = 0.8;  // 0: always the most likely character
-  int64_t top_k = 0;         // sample among the k most likely characters (0: all)
-  uint64_t seed = 0;
-};
-// Loads the char-level GPT of a run or checkpoint folder (config.toml, task.json with the
-// vocabulary, model.safetensors) and returns `prompt` continued by `tokens` characters.
-std::string sample_text(const std::string& dir, const SampleOptions& options);
-
 }  // namespace ft::train

@@ -3,7 +3,7 @@
 // linearly), activation checkpointing, accumulation — searched one setting at a time from the
 // user's configuration, within a time budget. A setting is kept only when it is faster and keeps
 // the loss trajectory of the configuration it replaces; the result is always the configuration of
-// a trial that ran. Implemented in src/train/tune.cpp.
+// a trial that ran. Implemented in src/tools/tune.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>

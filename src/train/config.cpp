@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/train.h"

@@ -6,7 +6,7 @@
 // data::TransformedDataset crops, flips and normalises into the f32 batch row in one pass, on the
 // loader's workers. npy data is held in memory as f32, normalised once when loaded; its images
 // are cropped and flipped by NpyRows with the same per-sample Philox draw.
-#include "train/classify_data.h"
+#include "tasks/classify_data.h"
 
 #include <algorithm>
 #include <atomic>

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "fasttrain/autograd.h"
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 
 namespace ft::nn {

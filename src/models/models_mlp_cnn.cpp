@@ -1,5 +1,6 @@
 // The small benchmark models of shared/BENCH.md, built exactly as peer/torch_bench.py builds them
 // (same layers in the same torch.nn.Sequential nesting, so state-dict names match: "0.0.weight").
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 
 namespace ft::nn {

@@ -9,6 +9,7 @@
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
+#include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/random.h"
 #include "fasttrain/tasks.h"

@@ -8,6 +8,7 @@
 // which adds 2,752 parameters to the zero-padding option A's counts (resnet20: 272,474).
 #include <map>
 
+#include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 
 namespace ft::nn {

@@ -18,6 +18,7 @@
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"
 #include "train/profile_run.h"

@@ -12,6 +12,7 @@
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
+#include "fasttrain/models.h"
 #include "fasttrain/random.h"
 #include "fasttrain/tasks.h"
 #include "fasttrain/token_shards.h"

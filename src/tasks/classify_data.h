@@ -11,7 +11,7 @@
 //                Y: [n] integer labels in [0, classes), classes = the largest label in Y + 1
 // Without --val-data a deterministic val_fraction of the training data (a permutation seeded by
 // the run's seed) is held out; the two splits are disjoint.
-// Implemented in src/train/classify_data.cpp; the module is in classify_task.cpp.
+// Implemented in src/tasks/classify_data.cpp; the module is in classify_task.cpp.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/autograd.h"
+#include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/tasks.h"

@@ -9,9 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/autograd.h"
+#include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/tasks.h"
-#include "train/classify_data.h"
+#include "tasks/classify_data.h"
 #include "train/seeds.h"
 
 namespace ft::train {

@@ -8,6 +8,7 @@
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
+#include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/tasks.h"
 #include "train/seeds.h"

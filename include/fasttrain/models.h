@@ -1,0 +1,107 @@
+// The model zoo, built from nn.h's modules: BENCH.md's mlp, cnn-mini and ResNets, and GPT with its
+// weight files in fasttrain's layout and Hugging Face's. Implemented in src/models/. Kept apart
+// from nn.h, which has modules and layers only: a program with a model of its own includes nn.h.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fasttrain/nn.h"
+#include "fasttrain/safetensors.h"
+
+namespace ft::nn {
+
+// MLP: Linear/ReLU stack; sizes {784, 1024, 1024, 10} is BENCH.md's `mlp`.
+std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& sizes, Generator* gen = nullptr);
+// BENCH.md's `cnn-mini`: 6 x (conv3x3 no bias, BatchNorm, ReLU) with channels 32,32,64(s2),64,
+// 128(s2),128; global average pool; Linear(128, classes). Layout and names as torch.nn.Sequential.
+std::shared_ptr<Sequential> cnn_mini(int64_t in_channels = 3, int64_t classes = 10, Generator* gen = nullptr);
+// Their residual blocks are CheckpointableBlocks: nn::set_activation_checkpointing(*net, true).
+// ResNets: "resnet20", "resnet56" (CIFAR, 3x32x32, basic blocks 16/32/64) and "resnet18",
+// "resnet50" (ImageNet stem, basic / bottleneck blocks; resnet50 = BENCH.md's, bias-free convs).
+std::shared_ptr<UnaryModule> resnet(const std::string& name, int64_t classes, Generator* gen = nullptr);
+
+struct GPTConfig {
+  int64_t vocab_size = 512;  // the tokens; the embedding is padded to a multiple of 64 (see GPT)
+  int64_t context = 128;
+  int64_t layers = 4;
+  int64_t dim = 256;
+  int64_t heads = 4;
+  double dropout = 0.0;
+  // "gpt-mini" (BENCH.md: vocab 512, ctx 128, 4 layers, width 256, 4 heads), "gpt2" (124M),
+  // "gpt2-medium" (350M), "gpt2-large" (774M); GPT-2 sizes use vocab 50257 -> padded 50304.
+  static GPTConfig preset(const std::string& name);
+};
+// GPT-2: token + position embeddings, pre-norm blocks (ln_1, attn, ln_2, mlp with tanh-GELU),
+// final LayerNorm, head tied to the token embedding. Names follow Hugging Face's GPT-2
+// ("transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", "lm_head.weight", ...).
+// GPT-2 initialisation: Linear/Embedding ~ N(0, 0.02), zero biases (BENCH.md); c_proj weights
+// additionally scaled by 1/sqrt(2 * layers) when gpt2_residual_scaling is set.
+//
+// Vocabulary padding: the tied embedding has padded_vocab() >= vocab_size rows (a multiple of 64,
+// as llm.c does: 50257 -> 50304), but the padding rows are storage only. Ids must be below
+// vocab_size, and the head multiplies by the first vocab_size rows, so the logits are
+// [B, T, vocab_size]: no padded class ever gets probability (loss, evaluation, sampling all see
+// the real vocabulary only), the loss equals that of an unpadded model with the same weights, and
+// the padding rows' gradient is exactly zero.
+class GPT : public UnaryModule {
+ public:
+  explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false);
+  // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size]
+  Tensor forward(const Tensor& ids) override;
+  std::string type_name() const override { return "GPT"; }
+  const GPTConfig& config() const { return cfg_; }
+  int64_t padded_vocab() const { return padded_vocab_; }  // rows of the embedding
+  // Checkpoints every transformer block (see CheckpointableBlock).
+  void set_activation_checkpointing(bool on);
+
+ protected:
+  // Recognises Hugging Face's GPT-2 layout and points to load_gpt2_weights / gpt2_from_hf_state.
+  std::string explain_foreign_state(const TensorMap& state) const override;
+
+ private:
+  GPTConfig cfg_;
+  int64_t padded_vocab_;
+  std::shared_ptr<Module> transformer_;  // holds wte, wpe, h (ModuleList of blocks), ln_f
+  std::shared_ptr<Linear> lm_head_;
+};
+
+// --- GPT-2 weight files: ours and Hugging Face's ---
+// The two layouts a GPT-2 weight file comes in.
+enum class GptWeightLayout {
+  // GPT::state_dict(), what Module::save writes: "transformer."-prefixed names, nn.Linear weights
+  // [out, in], the embedding padded to padded_vocab() rows, "lm_head.weight" listed (tied).
+  Fasttrain,
+  // Hugging Face's GPT2LMHeadModel: Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc,
+  // mlp.c_proj) stored [in, out], the embedding unpadded [vocab_size, dim], no "lm_head.weight"
+  // (tied). Read with or without the "transformer." prefix (GPT2Model files such as the Hub's
+  // gpt2/model.safetensors have none), with or without the ".attn.bias"/".attn.masked_bias" mask
+  // buffers of older files (ignored); written with the prefix and without buffers.
+  HuggingFace,
+};
+
+// Which layout a GPT-2 weight map is in, by its names (unprefixed "wte.weight", "h.0....", mask
+// buffers) and shapes (a Conv1D c_attn weight is [dim, 3 dim], ours [3 dim, dim]).
+GptWeightLayout detect_gpt2_layout(const TensorMap& state);
+
+// Loads a GPT-2 .safetensors file in either layout (detected) into `model` and returns the
+// layout found. This is the function for initialising from a Hugging Face GPT-2 checkpoint
+// (`--init-from`): Conv1D weights are transposed, the embedding padded (padding rows zero), the
+// mask buffers dropped. The model's config must match the file (vocab_size, context, layers,
+// dim); a mismatch names the file and every tensor that differs, and leaves the model unchanged.
+GptWeightLayout load_gpt2_weights(GPT& model, const std::string& safetensors_path);
+
+// Writes `model`'s weights as a .safetensors file in the given layout (HuggingFace: loadable by
+// transformers' GPT2LMHeadModel.from_pretrained next to a config.json; the embedding is cut to
+// vocab_size rows). Fasttrain is the same file as model.save(path).
+void save_gpt2_weights(const GPT& model, const std::string& safetensors_path, GptWeightLayout layout);
+
+// The conversions behind the two functions above, on in-memory maps. gpt2_from_hf_state accepts
+// what load_gpt2_weights does (an embedding of vocab_size or padded_vocab() rows; a
+// "lm_head.weight" must equal the embedding, since the model ties them) and returns a map for
+// model.load_state_dict; gpt2_to_hf_state returns the HuggingFace layout with the prefix.
+TensorMap gpt2_from_hf_state(const TensorMap& hf, const GPT& model);
+TensorMap gpt2_to_hf_state(const GPT& model);
+
+}  // namespace ft::nn

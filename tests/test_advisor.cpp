@@ -84,7 +84,7 @@ TEST(Advisor, Fp32OnBf16HardwareAsksForBf16Mixed) {
   EXPECT_EQ(f.change, "--precision bf16-mixed");
   EXPECT_NE(f.evidence.find("avx512_bf16"), std::string::npos);
   TrainerConfig mixed = config();
-  mixed.precision = ft::train::Precision::BF16Mixed;
+  mixed.precision.mode = ft::train::Precision::BF16Mixed;
   EXPECT_TRUE(train::advise(mixed, m).empty());
 }
 
@@ -94,7 +94,7 @@ TEST(Advisor, NearTheMemoryLimitAsksForCheckpointingOrAccumulation) {
   m.peak_by_category = {{"activations", 60 << 20}, {"parameters", 30 << 20}};
   EXPECT_EQ(only(train::advise(config(), m), "memory").change.rfind("--checkpoint-blocks true", 0), 0u);
   TrainerConfig checkpointed = config();
-  checkpointed.checkpoint_blocks = true;
+  checkpointed.precision.checkpoint_blocks = true;
   EXPECT_EQ(only(train::advise(checkpointed, m), "memory").change.rfind("--batch-size 16 --accumulate 2", 0), 0u);
   m.peak_bytes = 85 << 20;  // at the threshold
   m.peak_by_category["activations"] = 55 << 20;
@@ -108,7 +108,7 @@ TEST(Advisor, ConvolutionTimeAsksForChannelsLast) {
   EXPECT_EQ(f.change, "--channels-last true");
   EXPECT_NE(f.evidence.find("25% of the step"), std::string::npos) << f.evidence;
   TrainerConfig nhwc = config();
-  nhwc.channels_last = true;
+  nhwc.precision.channels_last = true;
   EXPECT_TRUE(train::advise(nhwc, m).empty());
 }
 

@@ -249,7 +249,7 @@ class Classify : public ::testing::Test {
     c.tensorboard = false;
     c.batch_size = 8;
     c.max_steps = 4;
-    c.warmup_steps = 1;
+    c.schedule.warmup_steps = 1;
     c.eval_every = 0;
     c.log_every_n_steps = 2;
     c.threads = 2;
@@ -685,8 +685,8 @@ TEST_F(Classify, NpyFeatureVectorsAreStandardisedPerFeatureAndLearnedByTheMlp) {
   c.model.name = "mlp";
   c.batch_size = 32;
   c.max_steps = 60;
-  c.lr = 3e-3;
-  c.warmup_steps = 5;
+  c.optimizer.lr = 3e-3;
+  c.schedule.warmup_steps = 5;
   c.data.goal_accuracy = 0.95;
   const train::ClassifyData d(c);
   EXPECT_FALSE(d.info().images);
@@ -760,7 +760,7 @@ TEST_F(Classify, ResumeContinuesExactlyOnTheSameSplitAndStatistics) {
   c.data.val_fraction = 0.25;  // 18 training images: 2 batches of 8 per epoch, so the run crosses epochs
   c.max_steps = 6;
   c.eval_every = 3;
-  c.checkpoint_every = 3;
+  c.checkpoint.every = 3;
   c.workers = 2;
   test::BuiltinRun a(c);
   a.fit();

@@ -190,18 +190,19 @@ TEST(Cli, ACheckpointWrittenBeforeTheConfigWasNestedResumes) {
   }
   // The options came through: the new run folder's config, read back, holds them.
   const ft::train::TrainerConfig c = ft::train::load_run_config(dir);
-  EXPECT_EQ(c.optimizer, ft::optim::OptimizerKind::LAMB);
-  EXPECT_EQ(c.schedule, ft::optim::ScheduleKind::OneCycle);
-  EXPECT_EQ(c.anneal_strategy, ft::optim::AnnealStrategy::Linear);
-  EXPECT_TRUE(c.three_phase);
-  EXPECT_EQ(c.gradient_clip_algorithm, ft::train::ClipAlgorithm::Value);
-  EXPECT_EQ(c.grad_clip, 0.5);
-  EXPECT_EQ(c.beta1, 0.85);
-  EXPECT_EQ(c.memory_limit, "2G");
-  EXPECT_EQ(c.keep_last, 3);
-  EXPECT_EQ(c.early_stopping_patience, 5);
-  EXPECT_EQ(c.bucket_cap_mb, 8.0);
-  EXPECT_EQ(c.dist_timeout, 60.0);
+  EXPECT_EQ(c.optimizer.kind, ft::optim::OptimizerKind::LAMB);
+  EXPECT_EQ(c.schedule.kind, ft::optim::ScheduleKind::OneCycle);
+  EXPECT_EQ(c.schedule.anneal_strategy, ft::optim::AnnealStrategy::Linear);
+  EXPECT_TRUE(c.schedule.three_phase);
+  EXPECT_EQ(c.optimizer.gradient_clip_algorithm, ft::train::ClipAlgorithm::Value);
+  EXPECT_EQ(c.optimizer.grad_clip, 0.5);
+  EXPECT_EQ(c.optimizer.beta1, 0.85);
+  EXPECT_EQ(c.memory_limit.text, "2G");
+  EXPECT_EQ(c.memory_limit.bytes, int64_t{2} << 30);
+  EXPECT_EQ(c.checkpoint.keep_last, 3);
+  EXPECT_EQ(c.checkpoint.early_stopping_patience, 5);
+  EXPECT_EQ(c.dist.bucket_cap_mb, 8.0);
+  EXPECT_EQ(c.dist.timeout, 60.0);
   EXPECT_EQ(c.model.dim, 16);
   fs::remove_all(dir);
 }
@@ -238,10 +239,10 @@ TEST(Cli, TomlConfigWithFlagOverridesThenSample) {
   EXPECT_NE(r.output.find("entropy floor"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
   ft::train::TrainerConfig c = ft::train::load_run_config(run);
-  EXPECT_EQ(c.max_steps, 2);   // the flag won
-  EXPECT_EQ(c.lr, 0.002);      // from the file
-  EXPECT_EQ(c.model.dim, 32);  // from the file
-  EXPECT_EQ(c.beta2, 0.99);    // the char default
+  EXPECT_EQ(c.max_steps, 2);           // the flag won
+  EXPECT_EQ(c.optimizer.lr, 0.002);    // from the file
+  EXPECT_EQ(c.model.dim, 32);          // from the file
+  EXPECT_EQ(c.optimizer.beta2, 0.99);  // the char default
   auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
   EXPECT_EQ(summary["steps"], 2);
 

@@ -437,7 +437,7 @@ TrainerConfig checkpointed_tiny_char(const std::string& name) {
   TrainerConfig c = test::tiny_char(temp_dir(name));
   c.max_steps = 12;
   c.log_every_n_steps = 1;
-  c.checkpoint_every = 4;
+  c.checkpoint.every = 4;
   c.tensorboard = false;
   return c;
 }
@@ -659,7 +659,7 @@ TEST(FaultsInProcess, OutOfMemoryMidStepLeavesFinderAndTrainerUsable) {
 
   TrainerConfig finder = c;
   finder.batch_size = 0;
-  finder.memory_limit = "16M";
+  ft::train::set_field(finder, "memory_limit", "16M");
   finder.max_batch_size = 64;
   BuiltinTask probe = make_builtin_task(finder);
   const BatchSizeSearch found = find_batch_size(finder, *probe.module, *probe.data);

@@ -101,9 +101,9 @@ std::vector<Finding> profiled_run(TrainerConfig c, const RunSetup& s) {
   c.eval_batches = 1;
   c.progress = false;
   c.tensorboard = false;
-  c.profile = "2:5";
-  c.memory_history = true;
-  c.warmup_steps = 0;
+  ft::train::set_field(c, "profile", "2:5");
+  c.profile.memory_history = true;
+  c.schedule.warmup_steps = 0;
   auto train_set = std::make_shared<Samples>(4096, s.delay), val_set = std::make_shared<Samples>(64, s.delay);
   NetModule module(s.width, s.depth, s.conv_bias_bn);
   train::DatasetModule data({train_set, std::make_shared<data::RandomSampler>(train_set->size(), 1), nullptr},
@@ -133,7 +133,7 @@ TrainerConfig base(const std::string& name) {
   c.run_dir = test::scratch_dir("ft_advice", name);
   c.batch_size = 16;
   c.threads = 1;
-  c.precision = ft::train::Precision::BF16Mixed;  // silences the precision rule where it is not the subject
+  c.precision.mode = ft::train::Precision::BF16Mixed;  // silences the precision rule where it is not the subject
   return c;
 }
 
@@ -162,7 +162,7 @@ TEST(ProfileAdvice, SlowDecodingAsksForWorkers) {
 
 TEST(ProfileAdvice, Fp32OnBf16HardwareAsksForBf16) {
   TrainerConfig fp32 = base("precision_a");
-  fp32.precision = ft::train::Precision::FP32;
+  fp32.precision.mode = ft::train::Precision::FP32;
   const auto f = profiled_run(fp32, {});
   const auto mixed = profiled_run(base("precision_b"), {});
   EXPECT_FALSE(has(mixed, "precision")) << rules_of(mixed);
@@ -175,7 +175,7 @@ TEST(ProfileAdvice, Fp32OnBf16HardwareAsksForBf16) {
 TEST(ProfileAdvice, MemoryBudgetDecidesBetweenBiggerBatchAndLessMemory) {
   // A generous budget: the batch uses a small part of it.
   TrainerConfig roomy = base("memory_a");
-  roomy.memory_limit = "4G";
+  ft::train::set_field(roomy, "memory_limit", "4G");
   const auto f = profiled_run(roomy, {});
   EXPECT_TRUE(has(f, "batch-size")) << rules_of(f);
   EXPECT_FALSE(has(f, "memory")) << rules_of(f);
@@ -188,7 +188,7 @@ TEST(ProfileAdvice, MemoryBudgetDecidesBetweenBiggerBatchAndLessMemory) {
   ASSERT_NE(at, std::string::npos) << doc;
   const int64_t peak = std::stoll(doc.substr(at + 13));
   TrainerConfig tight = base("memory_b");
-  tight.memory_limit = std::to_string(peak * 100 / 90);
+  ft::train::set_field(tight, "memory_limit", std::to_string(peak * 100 / 90));
   const auto g = profiled_run(tight, {});
   EXPECT_TRUE(has(g, "memory")) << rules_of(g);
   EXPECT_FALSE(has(g, "batch-size")) << rules_of(g);

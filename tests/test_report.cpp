@@ -139,8 +139,8 @@ class RunReport : public ::testing::Test {
     c.max_steps = 12;
     c.log_every_n_steps = 2;
     c.eval_every = 4;
-    c.profile = "3:5";
-    c.memory_history = true;
+    ft::train::set_field(c, "profile", "3:5");
+    c.profile.memory_history = true;
     test::BuiltinRun run(c);
     run.fit();
     train::LrFindResult r =

@@ -154,15 +154,15 @@ TrainerConfig config(const std::string& dir) {
   c.max_steps = 60;
   c.batch_size = 16;
   c.accumulate = 2;
-  c.lr = 1e-2;
-  c.min_lr = 1e-3;
-  c.warmup_steps = 5;
+  c.optimizer.lr = 1e-2;
+  c.schedule.min_lr = 1e-3;
+  c.schedule.warmup_steps = 5;
   c.eval_every = 20;
   c.eval_batches = 0;
   c.log_every_n_steps = 10;
-  c.checkpoint_every = 20;
-  c.grad_clip = 1.0;
-  c.monitor = ft::train::Monitor::ValAccuracy;
+  c.checkpoint.every = 20;
+  c.optimizer.grad_clip = 1.0;
+  c.checkpoint.monitor = ft::train::Monitor::ValAccuracy;
   c.threads = 1;
   return c;
 }
@@ -177,7 +177,7 @@ TEST(TrainModule, UserModuleTrainsLogsMetricsAndResumesExactly) {
   DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});
   TwoHeadModule module(7);
   TrainerConfig c = config(dir);
-  c.keep_last = 0;  // every checkpoint stays: the test resumes from the first
+  c.checkpoint.keep_last = 0;  // every checkpoint stays: the test resumes from the first
   train::Trainer trainer(c);
   const train::TrainResult r = trainer.fit(module, data);
   EXPECT_EQ(module.groups_asked, 1);
@@ -235,7 +235,7 @@ TEST(TrainModule, PrecisionModesApplyToAUserModule) {
     TrainerConfig c = config(dir);
     set_field(c, "precision", precision);
     c.max_steps = 40;
-    c.checkpoint_every = 0;
+    c.checkpoint.every = 0;
     DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});
     TwoHeadModule module(7);
     train::Trainer trainer(c);
@@ -256,7 +256,7 @@ TrainerConfig two_epochs_config(const std::string& dir, int64_t max_steps) {
   TrainerConfig c = config(dir);
   c.max_steps = max_steps;
   c.max_epochs = 2;
-  c.checkpoint_every = 0;
+  c.checkpoint.every = 0;
   c.eval_every = 0;
   return c;
 }
@@ -339,7 +339,7 @@ TEST(TrainModule, NonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   const std::string dir = test::scratch_dir("ft_module", "nan");
   TrainerConfig c = config(dir);
   c.accumulate = 1;
-  c.checkpoint_every = 10;
+  c.checkpoint.every = 10;
   c.log_every_n_steps = 10;
   c.eval_every = 0;
   DatasetModule data({blobs(960, 1), nullptr, nullptr}, {blobs(300, 2), nullptr});

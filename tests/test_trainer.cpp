@@ -42,9 +42,9 @@ using test::tiny_char;
 
 TEST(Schedule, ConfigWarmupThenCosineToMinLr) {
   TrainerConfig c;
-  c.lr = 1.0;
-  c.min_lr = 0.1;
-  c.warmup_steps = 10;
+  c.optimizer.lr = 1.0;
+  c.schedule.min_lr = 0.1;
+  c.schedule.warmup_steps = 10;
   c.max_steps = 110;
   auto s = make_schedule(c);
   EXPECT_DOUBLE_EQ(s->lr(0), 0.1);
@@ -52,16 +52,17 @@ TEST(Schedule, ConfigWarmupThenCosineToMinLr) {
   EXPECT_DOUBLE_EQ(s->lr(10), 1.0);
   EXPECT_NEAR(s->lr(60), 0.55, 1e-12);  // half way down the cosine
   EXPECT_NEAR(s->lr(110), 0.1, 1e-12);
-  c.schedule = optim::ScheduleKind::Constant;
+  c.schedule.kind = optim::ScheduleKind::Constant;
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(60), 1.0);
-  c.schedule = optim::ScheduleKind::MultiStep;
-  c.milestones = "20,50";
-  c.gamma = 0.5;
+  c.schedule.kind = optim::ScheduleKind::MultiStep;
+  set_field(c, "milestones", "20,50");
+  c.schedule.gamma = 0.5;
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(49), 0.5);
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(50), 0.25);
-  c.milestones = "20,x";
-  test::expect_error([&] { make_schedule(c); }, "option milestones: expected comma-separated steps");
-  c.schedule = optim::ScheduleKind::OneCycle;
+  // Parsed once, where the text enters: a bad list is refused there and leaves the option as it was.
+  test::expect_error([&] { set_field(c, "milestones", "20,x"); }, "option milestones: expected comma-separated steps");
+  EXPECT_EQ(c.schedule.milestones.steps, (std::vector<int64_t>{20, 50}));
+  c.schedule.kind = optim::ScheduleKind::OneCycle;
   EXPECT_TRUE(make_schedule(c)->momentum(0).has_value());
   test::expect_error([&] { set_field(c, "schedule", "poly"); }, "option schedule: expected cosine, constant, step");
 }
@@ -84,13 +85,13 @@ TEST(TrainerConfig, MemorySizesAndAutoBatch) {
 
 TEST(TrainerConfig, TomlRoundTripAndErrors) {
   TrainerConfig c = TrainerConfig::defaults_for("images");
-  c.lr = 0.0123;
+  c.optimizer.lr = 0.0123;
   c.run_dir = "some \"quoted\" dir";
   c.progress = false;
   TrainerConfig back;
   apply_toml(back, config_to_toml(c), "round-trip");
   EXPECT_EQ(config_to_toml(back), config_to_toml(c));
-  EXPECT_EQ(back.lr, 0.0123);
+  EXPECT_EQ(back.optimizer.lr, 0.0123);
   EXPECT_EQ(back.task, "images");
 
   test::expect_error([&] { apply_toml(back, "max_step = 3\n", "run.toml"); }, "run.toml: unknown key 'max_step'");
@@ -115,7 +116,7 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
     test::expect_error([&] { c.validate(); }, fragment);
   };
   bad([](TrainerConfig& c) { c.batch_size = -1; }, "option batch_size: expected at least 1 (or auto), found -1");
-  bad([](TrainerConfig& c) { c.lr = -1; }, "option lr: expected a positive learning rate, found -1");
+  bad([](TrainerConfig& c) { c.optimizer.lr = -1; }, "option lr: expected a positive learning rate, found -1");
   bad([](TrainerConfig& c) { c.device = "cuda:64"; },
       "option device: expected cpu or one of this machine's CUDA devices, found 'cuda:64' (");
   bad([](TrainerConfig& c) { c.device = "tpu"; }, "option device: expected cpu, cuda or cuda:N, found 'tpu'");
@@ -129,7 +130,7 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad_name("optimizer", "Adam", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
   bad_name("gradient_clip_algorithm", "max", "option gradient_clip_algorithm: expected norm or value, found 'max'");
   bad_name("precision", "fp8", "option precision: expected 32, tf32");
-  bad([](TrainerConfig& c) { c.min_lr = 1; }, "option min_lr");
+  bad([](TrainerConfig& c) { c.schedule.min_lr = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {
         c = TrainerConfig::defaults_for("images");
@@ -152,7 +153,7 @@ TEST(TrainerConfig, ModelAndDataOptionsLiveInTheirTables) {
   EXPECT_LT(model, data);
   for (const char* flat : {"\ncontext =", "\ndata =", "\nval_data =", "\nmodel ="})
     EXPECT_EQ(text.substr(0, model).find(flat), std::string::npos) << flat;
-  EXPECT_NE(text.substr(0, model).find("\nlr = 0.001\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n[optimizer]\nname = 'adamw'\nlr = 0.001\n"), std::string::npos) << text;
 
   TrainerConfig back;
   apply_toml(back, "task = 'lm'\n[model]\nname = 'custom'\nlayers = 3\n[data]\ntrain = 'a.bin'\ngoal_gap = 0.25\n",
@@ -172,9 +173,61 @@ TEST(TrainerConfig, ModelAndDataOptionsLiveInTheirTables) {
   test::expect_error([&] { apply_toml(back, "[data]\ncontext = 8\n", "run.toml"); },
                      "run.toml: unknown key 'data.context'");
   test::expect_error([&] { apply_toml(back, "[optim]\nlr = 1.0\n", "run.toml"); },
-                     "run.toml: unknown table [optim] (the tables are [model] and [data])");
+                     "run.toml: unknown table [optim] (the tables are [model], [data], [optimizer], [schedule], "
+                     "[precision], [checkpoint], [dist], [profile])");
   test::expect_error([&] { apply_toml(back, "[data]\ntrain = 3\n", "run.toml"); },
                      "run.toml: key 'data.train': expected a string, found a integer");
+}
+
+// The run options live in tables too ([optimizer], [schedule], [precision], [checkpoint], [dist],
+// [profile]) under short keys where the flag carries the table's name (optimizer -> name,
+// checkpoint_every -> every, dist_timeout -> timeout, profile -> steps), flags stay flat, and a
+// flat file of an earlier run still loads: a top-level key that is a table's name is the option
+// when its value is not a table.
+TEST(TrainerConfig, RunOptionsLiveInTheirTables) {
+  TrainerConfig c;
+  set_field(c, "optimizer", "lamb");
+  set_field(c, "schedule", "onecycle");
+  set_field(c, "pct_start", "0.25");
+  set_field(c, "precision", "bf16-mixed");
+  set_field(c, "checkpoint_every", "7");
+  set_field(c, "dist_timeout", "60");
+  set_field(c, "profile", "2:3");
+  set_field(c, "milestones", "10,20");
+  set_field(c, "memory_limit", "512M");
+  const std::string text = config_to_toml(c);
+  for (const char* table :
+       {"\n[optimizer]\nname = 'lamb'\nlr = ", "\n[schedule]\nname = 'onecycle'\nmin_lr = ",
+        "\n[precision]\nmode = 'bf16-mixed'\n", "\n[checkpoint]\nevery = 7\n", "\n[profile]\nsteps = '2:3'\n",
+        "\nmilestones = '10,20'\n", "\npct_start = 0.25\n", "\ntimeout = 6e+01\n", "\nmemory_limit = '512M'\n"})
+    EXPECT_NE(text.find(table), std::string::npos) << table << "\n" << text;
+  TrainerConfig back;
+  apply_toml(back, text, "t");
+  EXPECT_EQ(config_to_toml(back), text);
+  EXPECT_EQ(back.optimizer.kind, optim::OptimizerKind::LAMB);
+  EXPECT_EQ(back.schedule.pct_start, 0.25);
+  EXPECT_EQ(back.schedule.milestones.steps, (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(back.precision.mode, Precision::BF16Mixed);
+  EXPECT_EQ(back.checkpoint.every, 7);
+  EXPECT_EQ(back.dist.timeout, 60.0);
+  EXPECT_EQ(back.profile.steps.first, 2);
+  EXPECT_EQ(back.profile.steps.last, 3);
+  EXPECT_EQ(back.memory_limit.bytes, int64_t{512} << 20);
+
+  TrainerConfig flat;
+  apply_toml(flat, "optimizer = 'sgd'\nschedule = 'step'\nprecision = 'tf32'\nprofile = '4'\ncheckpoint_every = 3\n",
+             "old.toml");
+  EXPECT_EQ(flat.optimizer.kind, optim::OptimizerKind::SGD);
+  EXPECT_EQ(flat.schedule.kind, optim::ScheduleKind::Step);
+  EXPECT_EQ(flat.precision.mode, Precision::TF32);
+  EXPECT_EQ(flat.profile.steps.first, 4);
+  EXPECT_EQ(flat.checkpoint.every, 3);
+  test::expect_error([&] { apply_toml(flat, "[optimizer]\noptimizer = 'sgd'\n", "run.toml"); },
+                     "run.toml: unknown key 'optimizer.optimizer'");
+  test::expect_error([&] { apply_toml(flat, "[profile]\nsteps = '3:1'\n", "run.toml"); },
+                     "run.toml: key 'profile.steps': option profile: expected START <= END, found '3:1'");
+  test::expect_error([&] { apply_toml(flat, "[schedule]\nmilestones = 5\n", "run.toml"); },
+                     "run.toml: key 'schedule.milestones': expected a string, found a integer");
 }
 
 // Run folders written before the tables existed hold every option flat, under its flag name;
@@ -192,7 +245,7 @@ TEST(TrainerConfig, ReadsTheFlatConfigOfEarlierRuns) {
   EXPECT_EQ(back.data.val, "y.bin");
   EXPECT_EQ(back.data.vocab_size, 300);
   EXPECT_EQ(back.data.goal_gap, 0.2);
-  EXPECT_EQ(back.lr, 0.5);
+  EXPECT_EQ(back.optimizer.lr, 0.5);
 }
 
 // threads 0 means all cores even after an earlier Trainer in the process asked for one (the tuner
@@ -222,7 +275,7 @@ TEST(TrainerConfig, NamedOptionsParseToKinds) {
     const std::string name = optim::optimizer_name(kind);
     EXPECT_NE(optimizer_help.find(name), std::string::npos) << name;
     set_field(c, "optimizer", name);
-    EXPECT_EQ(c.optimizer, kind);
+    EXPECT_EQ(c.optimizer.kind, kind);
     c.validate();
   }
   for (size_t a = 0; a < kClipAlgorithmCount; ++a) {
@@ -240,11 +293,11 @@ TEST(TrainerConfig, NamedOptionsParseToKinds) {
   set_field(c, "optimizer", "sgd");
   apply_toml(c, "gradient_clip_algorithm = \"value\"\n", "t");
   c.validate();
-  EXPECT_EQ(c.optimizer, optim::OptimizerKind::SGD);
-  EXPECT_EQ(c.gradient_clip_algorithm, ClipAlgorithm::Value);
+  EXPECT_EQ(c.optimizer.kind, optim::OptimizerKind::SGD);
+  EXPECT_EQ(c.optimizer.gradient_clip_algorithm, ClipAlgorithm::Value);
   test::expect_error([&] { apply_toml(c, "optimizer = \"lion\"\n", "t"); },
                      "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
-  EXPECT_EQ(c.optimizer, optim::OptimizerKind::SGD) << "a refused name leaves the option as it was";
+  EXPECT_EQ(c.optimizer.kind, optim::OptimizerKind::SGD) << "a refused name leaves the option as it was";
 }
 
 // The options a checkpoint resumes only under the same value are marked in visit_fields itself.
@@ -270,7 +323,7 @@ TEST(Trainer, CharTaskApproachesTheEntropyFloor) {
   c.run_dir = temp_dir("char_goal");
   c.progress = false;
   c.max_steps = 180;
-  c.warmup_steps = 20;
+  c.schedule.warmup_steps = 20;
   c.eval_every = 0;
   c.model.context = 32;
   c.batch_size = 64;
@@ -343,7 +396,7 @@ TEST(Trainer, ResumeContinuesExactly) {
       i.eval_every = 4;
       c = i;
     }
-    c.checkpoint_every = 3;
+    c.checkpoint.every = 3;
     c.model.dropout = std::string(task) == "char" ? 0.1 : 0.0;  // exercises the restored dropout stream
     test::BuiltinRun a(c);
     a.fit();
@@ -421,7 +474,7 @@ TEST(Trainer, WorkersGiveTheSameLossesAndResumeExactly) {
   TrainerConfig cw = c;
   cw.workers = 2;
   cw.prefetch = 1;
-  cw.checkpoint_every = 3;
+  cw.checkpoint.every = 3;
   cw.run_dir = temp_dir("workers2");
   test::BuiltinRun parallel(cw);
   parallel.fit();
@@ -447,8 +500,7 @@ TEST(Trainer, WorkersGiveTheSameLossesAndResumeExactly) {
   for (const auto& d : {c.run_dir, cw.run_dir, cr.run_dir}) fs::remove_all(d);
 }
 
-// config.toml as runs wrote it before the [model] and [data] tables: every option flat under its
-// flag name.
+// config.toml as runs wrote it before the tables: every option flat under its flag name.
 std::string flat_config_toml(const TrainerConfig& c) {
   std::istringstream in(config_to_toml(c));
   std::string out;
@@ -457,7 +509,8 @@ std::string flat_config_toml(const TrainerConfig& c) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty() || line[0] == '#') continue;
     if (line[0] == '[') {
-      section = line == "[model]" ? Section::Model : Section::Data;
+      for (const Section t : kSections)
+        if (line == "[" + std::string(section_name(t)) + "]") section = t;
       continue;
     }
     std::string key = line.substr(0, line.find(" = "));
@@ -472,7 +525,7 @@ std::string flat_config_toml(const TrainerConfig& c) {
 TEST(Trainer, ResumesACheckpointWithTheFlatConfigOfEarlierRuns) {
   TrainerConfig c = tiny_char(temp_dir("resume_flat"));
   c.max_steps = 2;
-  c.checkpoint_every = 2;
+  c.checkpoint.every = 2;
   test::BuiltinRun(c).fit();
   const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
   const std::string flat = flat_config_toml(c);
@@ -493,7 +546,7 @@ TEST(Trainer, ResumesACheckpointWithTheFlatConfigOfEarlierRuns) {
 TEST(Trainer, ResumeRejectsMismatchAndBadCheckpoints) {
   TrainerConfig c = tiny_char(temp_dir("resume_bad"));
   c.max_steps = 2;
-  c.checkpoint_every = 2;
+  c.checkpoint.every = 2;
   test::BuiltinRun(c).fit();
   const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
 

@@ -162,7 +162,7 @@ TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
     TrainerConfig c = tiny_char(temp_dir(std::string("precision_") + precision));
     set_field(c, "precision", precision);
     c.accumulate = 2;
-    c.checkpoint_every = 4;
+    c.checkpoint.every = 4;
     c.max_steps = 8;
     test::BuiltinRun a(c);
     TrainResult r = a.fit();
@@ -197,8 +197,8 @@ TEST(Trainer, OneCycleMomentumAndNewOptimizersAreLogged) {
     SCOPED_TRACE(optimizer);
     TrainerConfig c = tiny_char(temp_dir(std::string("onecycle_") + optimizer));
     set_field(c, "optimizer", optimizer);
-    c.schedule = ft::optim::ScheduleKind::OneCycle;
-    c.lr = optimizer == std::string("lars") ? 2.0 : 1e-2;
+    c.schedule.kind = ft::optim::ScheduleKind::OneCycle;
+    c.optimizer.lr = optimizer == std::string("lars") ? 2.0 : 1e-2;
     c.log_every_n_steps = 1;
     test::BuiltinRun t(c);
     t.fit();
@@ -249,11 +249,11 @@ TEST(Trainer, EarlyStoppingAndCheckpointKeeping) {
   TrainerConfig c = tiny_char(temp_dir("early"));
   c.max_steps = 40;
   c.eval_every = 2;
-  c.checkpoint_every = 2;
-  c.keep_last = 2;
-  c.keep_best = 1;
-  c.early_stopping_patience = 3;
-  c.early_stopping_min_delta = 1e9;  // nothing after the first evaluation counts as an improvement
+  c.checkpoint.every = 2;
+  c.checkpoint.keep_last = 2;
+  c.checkpoint.keep_best = 1;
+  c.checkpoint.early_stopping_patience = 3;
+  c.checkpoint.early_stopping_min_delta = 1e9;  // nothing after the first evaluation counts as an improvement
   test::BuiltinRun t(c);
   TrainResult r = t.fit();
   EXPECT_TRUE(r.stopped_early);
@@ -275,7 +275,7 @@ TEST(Trainer, EarlyStoppingAndCheckpointKeeping) {
 TEST(Trainer, AlteredCheckpointIsRejectedAndChangesNothing) {
   TrainerConfig c = tiny_char(temp_dir("altered"));
   c.max_steps = 2;
-  c.checkpoint_every = 2;
+  c.checkpoint.every = 2;
   test::BuiltinRun(c).fit();
   const std::string ckpt = c.run_dir + "/checkpoints/step-00000002";
   {
@@ -304,7 +304,7 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
     TrainerConfig c = tiny_images(temp_dir(std::string("autobatch_") + search));
     c.data.train_images = 2048;
     c.batch_size = 0;
-    c.memory_limit = "24M";
+    ft::train::set_field(c, "memory_limit", "24M");
     set_field(c, "batch_size_search", search);
     // The trials run with the module and its data in memory, as the run's own finder does.
     BatchSizeSearch found;
@@ -332,7 +332,8 @@ TEST(Trainer, BatchSizeFinderStopsAtTheMemoryBudget) {
     test::BuiltinRun t(c);
     t.fit();  // the finder runs again as fit() starts; the engine is usable after the failed trials
     EXPECT_EQ(t.config().batch_size, found.batch_size);
-    EXPECT_NEAR(t.config().lr, TrainerConfig::defaults_for("images").lr * found.batch_size / 32.0, 1e-12);
+    EXPECT_NEAR(t.config().optimizer.lr, TrainerConfig::defaults_for("images").optimizer.lr * found.batch_size / 32.0,
+                1e-12);
     allocator_for(Device::cpu()).set_memory_limit(0);
     fs::remove_all(c.run_dir);
   }
@@ -372,10 +373,10 @@ TEST(Trainer, LrFindRestoresTheRun) {
 // saved weights are the same tensors, and a channels-last checkpoint resumes exactly.
 TEST(Trainer, ChannelsLastTrainsTheSameModelAndResumes) {
   TrainerConfig c = tiny_images(temp_dir("nhwc_a"));
-  c.checkpoint_every = 3;
+  c.checkpoint.every = 3;
   TrainerConfig cl = c;
   cl.run_dir = temp_dir("nhwc_b");
-  cl.channels_last = true;
+  cl.precision.channels_last = true;
   test::BuiltinRun a(c);
   a.fit();
   test::BuiltinRun b(cl);
@@ -410,7 +411,7 @@ TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
   c.model.dropout = 0.1;
   TrainerConfig cb = c;
   cb.run_dir = temp_dir("ckblocks_b");
-  cb.checkpoint_blocks = true;
+  cb.precision.checkpoint_blocks = true;
   // One after the other: a Trainer seeds the process-wide dropout stream when it is built.
   test::BuiltinRun a(c);
   a.fit();
@@ -420,7 +421,7 @@ TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
   for (size_t k = 0; k < a.history().size(); ++k)
     EXPECT_EQ(a.history()[k].loss, b.history()[k].loss);  // the recompute replays the same dropout masks
   TrainerConfig bad = tiny_images(temp_dir("ckblocks_images"));
-  bad.checkpoint_blocks = true;
+  bad.precision.checkpoint_blocks = true;
   test::expect_error([&] { test::BuiltinRun(bad).fit(); }, "expected a model with checkpointable blocks");
   fs::remove_all(c.run_dir);
   fs::remove_all(cb.run_dir);

@@ -98,9 +98,9 @@ TrainerConfig slow_config() {
   c.task = "slow-mlp";
   c.batch_size = 16;
   c.workers = 0;  // the bad setting
-  c.lr = 1e-3;
-  c.min_lr = 1e-4;
-  c.warmup_steps = 0;
+  c.optimizer.lr = 1e-3;
+  c.schedule.min_lr = 1e-4;
+  c.schedule.warmup_steps = 0;
   return c;
 }
 
@@ -143,13 +143,14 @@ TEST(Tune, FindsLoaderWorkersForSlowDecoding) {
   }
   EXPECT_GE(workers_trials, 1) << train::tune_table(r);
   ASSERT_TRUE(best.loss_difference.has_value());
-  EXPECT_LT(*best.loss_difference, start.precision == best.config.precision ? 1e-6 : 1e-2) << train::tune_table(r);
+  EXPECT_LT(*best.loss_difference, start.precision.mode == best.config.precision.mode ? 1e-6 : 1e-2)
+      << train::tune_table(r);
 
   train::write_tune_outputs(start, r, dir);
   TrainerConfig written;
   train::apply_toml(written, slurp(dir + "/run.toml"), "run.toml");
   EXPECT_EQ(written.workers, best.config.workers);
-  EXPECT_EQ(written.precision, best.config.precision);
+  EXPECT_EQ(written.precision.mode, best.config.precision.mode);
   EXPECT_EQ(written.batch_size, best.config.batch_size);
   EXPECT_EQ(written.threads, best.config.threads);
   EXPECT_EQ(written.max_steps, start.max_steps);  // only the tuned settings change
@@ -170,14 +171,14 @@ TEST(Tune, RefusesASettingThatChangesTheLoss) {
   const train::TuneResult r = train::tune(slow_config(), slow_task(std::chrono::microseconds(0), true), o);
   bool refused = false;
   for (const train::TuneTrial& t : r.trials) {
-    if (t.config.precision != ft::train::Precision::BF16Mixed) continue;
+    if (t.config.precision.mode != ft::train::Precision::BF16Mixed) continue;
     refused = true;
     EXPECT_FALSE(t.kept);
     EXPECT_NE(t.verdict.find("loss differs by"), std::string::npos) << t.verdict;
   }
   // Only CPUs with bf16 hardware propose bf16-mixed.
   if (!refused) GTEST_SKIP() << "SKIP: this CPU has no bf16 hardware, so bf16-mixed is not a candidate";
-  EXPECT_NE(r.trials.at(r.best).config.precision, ft::train::Precision::BF16Mixed);
+  EXPECT_NE(r.trials.at(r.best).config.precision.mode, ft::train::Precision::BF16Mixed);
   fs::remove_all(dir);
 }
 

@@ -285,7 +285,7 @@ TEST(Zero, TrustRatioOptimizersAndUnknownStagesAreClearErrors) {
     train::TrainerConfig c;
     train::set_field(c, "strategy", s);
     EXPECT_NO_THROW(c.validate()) << s;
-    EXPECT_EQ(name_of(c.strategy), std::string(s));
+    EXPECT_EQ(name_of(c.dist.strategy), std::string(s));
   }
   train::TrainerConfig bad;
   expect_error([&] { train::set_field(bad, "strategy", "zero4"); },

@@ -17,6 +17,8 @@ std::string value_text(const T& v) {
     return v.empty() ? "\"\"" : v;
   else if constexpr (NamedEnum<T>)
     return name_of(v);
+  else if constexpr (TextOption<T>)
+    return v.text.empty() ? "\"\"" : v.text;
   else if constexpr (std::is_same_v<T, bool>)
     return v ? "true" : "false";
   else {
@@ -58,10 +60,10 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
     const bool differs = defaults_text[i] != def && name != "task";
     if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
     CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
-    opt->type_name(std::is_same_v<T, std::string> || NamedEnum<T> ? "TEXT"
-                   : std::is_same_v<T, bool>                      ? "BOOL"
-                   : std::is_same_v<T, double>                    ? "NUM"
-                                                                  : "INT");
+    opt->type_name(std::is_same_v<T, std::string> || NamedEnum<T> || TextOption<T> ? "TEXT"
+                   : std::is_same_v<T, bool>                                       ? "BOOL"
+                   : std::is_same_v<T, double>                                     ? "NUM"
+                                                                                   : "INT");
     // A bare boolean flag means true (--memory-history); a value still sets it (--tensorboard false).
     if constexpr (std::is_same_v<T, bool>) opt->expected(0, 1)->default_str("true");
     o.options.emplace_back(name, opt);

@@ -77,12 +77,12 @@ int main(int argc, char** argv) {
   config.task = "rings";  // names the run folder: runs/rings-<time>
   config.max_steps = 300;
   config.batch_size = 64;
-  config.lr = 3e-3;
-  config.min_lr = 3e-4;
-  config.warmup_steps = 20;
+  config.optimizer.lr = 3e-3;
+  config.schedule.min_lr = 3e-4;
+  config.schedule.warmup_steps = 20;
   config.eval_every = 100;
   config.eval_batches = 0;  // the whole validation split
-  config.monitor = train::Monitor::ValAccuracy;
+  config.checkpoint.monitor = train::Monitor::ValAccuracy;
   config.progress = false;
   Classifier module(x.size(1), classes);
   train::Trainer trainer(config);

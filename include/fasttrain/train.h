@@ -2,6 +2,7 @@
 // gradient clipping, and the Trainer that runs a task, evaluates it, logs, checkpoints and
 // resumes exactly. Implemented in src/train/.
 #pragma once
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -61,9 +62,108 @@ enum class BatchSizeSearchMode { Power, Binsearch };
 std::span<const NamedValue<Monitor>> option_names(Monitor);  // names.h
 std::span<const NamedValue<BatchSizeSearchMode>> option_names(BatchSizeSearchMode);
 
-// Every option of a run. The CLI (`fasttrain train --help`), TOML run files and the config.toml
-// written into each run folder all go through visit_fields(), so the names below are the flag
-// names (with '-' for '_') and the TOML keys.
+// Options that are text where they enter (flags, TOML, config.toml, JSON) and are parsed once
+// there: the value is kept with the text it was given as, which is what is written back.
+// `parse(option, text)` throws "option <name>: expected ..., found '...'".
+struct MemorySize {  // "8G", "512M", "1.5G", "1048576"; "" (0 bytes): none
+  int64_t bytes = 0;
+  std::string text;
+  static MemorySize parse(const char* option, const std::string& text);
+};
+struct StepList {  // "100,200,300": strictly increasing non-negative steps; "": none
+  std::vector<int64_t> steps;
+  std::string text;
+  static StepList parse(const char* option, const std::string& text);
+};
+struct StepRange {  // "START:END" or "N" (1-based, inclusive); "": none (first = last = 0)
+  int64_t first = 0, last = 0;
+  std::string text;
+  bool empty() const { return first == 0; }
+  static StepRange parse(const char* option, const std::string& text);
+};
+// A type of the above: what visit_fields' users treat as text at the edges.
+template <class T>
+concept TextOption = requires(const T& v, const std::string& s) {
+  { T::parse("", s) } -> std::same_as<T>;
+  { v.text } -> std::convertible_to<std::string>;
+};
+
+// [optimizer]: the optimizer, its hyper-parameters and gradient clipping.
+struct OptimizerOptions {
+  optim::OptimizerKind kind = optim::OptimizerKind::AdamW;  // --optimizer; TOML key `name`
+  double lr = 5e-3;                                         // peak learning rate
+  double weight_decay = 0.1;                                // not applied to biases and norm weights
+  double momentum = 0.9;                                    // sgd, lars
+  double beta1 = 0.9, beta2 = 0.99;                         // adam/adamw/lamb
+  double trust_coefficient = 0.001;                         // lars
+  double grad_clip = 1.0;                                   // max global gradient norm (or value); 0: off
+  ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::Norm;
+};
+
+// [schedule]: the learning-rate schedule and the parameters of each kind.
+struct ScheduleOptions {
+  optim::ScheduleKind kind = optim::ScheduleKind::Cosine;  // --schedule; TOML key `name`
+  double min_lr = 5e-4;                                    // cosine, wsd: final lr; cyclic: the bottom
+  int64_t warmup_steps = 50;                               // cosine, wsd
+  int64_t step_size = 100;                                 // step: decay every N steps; cyclic: rising half cycle
+  int64_t step_size_down = 0;                              // cyclic: steps of the falling half (0: step_size)
+  double gamma = 0.1;                                      // step, multistep, exponential, cyclic exp_range
+  StepList milestones;                                     // multistep
+  double start_factor = 1.0 / 3, end_factor = 1.0;         // linear
+  int64_t linear_steps = 5;                                // linear: steps from start_factor to end_factor
+  int64_t decay_steps = 0;                                 // wsd: steps of the final decay (0: a fifth of max_steps)
+  double pct_start = 0.3;                                  // onecycle
+  optim::AnnealStrategy anneal_strategy = optim::AnnealStrategy::Cos;  // onecycle
+  double div_factor = 25, final_div_factor = 1e4;                      // onecycle
+  bool three_phase = false;                                            // onecycle
+  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;       // cyclic
+  bool cycle_momentum = true;                                          // onecycle, cyclic
+  double base_momentum = 0.85, max_momentum = 0.95;                    // onecycle, cyclic
+};
+
+// [precision]: what a step computes in and keeps (autocast, activation checkpointing, layouts,
+// graph capture).
+struct PrecisionOptions {
+  Precision mode = Precision::FP32;  // --precision; TOML key `mode`
+  bool checkpoint_blocks = false;    // activation checkpointing of every transformer / residual block
+  bool channels_last = false;        // NHWC weights and image batches for convolution models
+  // CUDA: capture the step once and replay it (StepOptions); on by default, as the replays equal
+  // eager steps bit for bit (tests/cuda/test_cuda_graphs.cpp). No effect on the CPU.
+  bool cuda_graphs = true;
+};
+
+// [checkpoint]: checkpoints, the metric that ranks them, and early stopping on it.
+struct CheckpointOptions {
+  int64_t every = 0;      // --checkpoint-every; 0: no checkpoints
+  int64_t keep_last = 2;  // newest checkpoints kept (0: all)
+  int64_t keep_best = 1;  // best checkpoints by `monitor` kept besides
+  Monitor monitor = Monitor::ValLoss;
+  int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
+  double early_stopping_min_delta = 0;
+};
+
+// [dist]: jobs of several processes started by mpirun or srun (dist.h). The strategy when the job
+// has more than one rank: "ddp" (replicated weights, gradients averaged in buckets during
+// backward); "zero1" (optimizer state sharded over the ranks), "zero2" (gradients too), "zero3"
+// or its alias "fsdp" (parameters too, gathered block by block for forward and backward).
+// batch_size is per rank: the global batch is batch_size x ranks.
+struct DistOptions {
+  dist::Strategy strategy = dist::Strategy::Ddp;
+  double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
+  double timeout = 300;       // --dist-timeout: seconds a collective may wait before the job is aborted (0: never)
+  bool debug = false;         // --dist-debug: compare every collective across ranks first (dist.h set_debug)
+};
+
+// [profile]: profile_run.h.
+struct ProfileOptions {
+  StepRange steps;              // --profile: steps to profile; none: off
+  bool memory_history = false;  // record every allocation over the profiled steps (default 1:3)
+  bool detect_sync = false;     // count and name each step's host-device synchronisations (CUDA)
+};
+
+// Every option of a run, in tables as TOML has them. The CLI (`fasttrain train --help`), TOML run
+// files and the config.toml written into each run folder all go through visit_fields(), so the
+// flag names (with '-' for '_') are the names there; the command line stays flat.
 struct TrainerConfig {
   // The built-in task `fasttrain train` runs (tasks.h): "char" (char-level GPT on the Markov
   // text) or "images" (shapes). For a module of one's own it only names the run folder.
@@ -74,77 +174,31 @@ struct TrainerConfig {
   int64_t eval_every = 100;   // Lightning's val_check_interval, in steps; 0: only at the end
   int64_t eval_batches = 16;  // validation batches per evaluation (0: the whole split; images' default)
   int64_t log_every_n_steps = 25;
-  int64_t checkpoint_every = 0;  // 0: no checkpoints
   uint64_t seed = 1337;
   bool deterministic = true;     // no nondeterministic kernels (all CPU kernels are deterministic)
   bool cudnn_benchmark = false;  // autotune each convolution shape once (CUDA; cudnn.benchmark)
   int64_t threads = 0;           // 0: all cores
   std::string device = "cpu";
-  std::string run_dir;   // "": runs/<task>-<timestamp>
-  bool progress = true;  // the live progress line on stderr
+  std::string run_dir;      // "": runs/<task>-<timestamp>
+  bool progress = true;     // the live progress line on stderr
+  bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
   // --- data loading (the DataLoader that feeds training batches) ---
   int64_t workers = 0;      // loader threads; 0: batches are read in the training thread
   bool pin_memory = false;  // page-locked batch buffers (CUDA); aligned host memory otherwise
   int64_t prefetch = 2;     // batches in flight per worker
-  // --- optimisation ---
+  // --- batch and memory ---
   int64_t batch_size = 32;  // 0 ("auto" on the command line): the batch-size finder picks it
-  optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
-  double lr = 5e-3;
-  double min_lr = 5e-4;
-  optim::ScheduleKind schedule = optim::ScheduleKind::Cosine;  // see visit_fields
-  int64_t warmup_steps = 50;
-  double weight_decay = 0.1;         // not applied to biases and norm weights
-  double momentum = 0.9;             // sgd, lars
-  double beta1 = 0.9, beta2 = 0.99;  // adam/adamw/lamb
-  double trust_coefficient = 0.001;  // lars
-  double grad_clip = 1.0;            // max global gradient norm (or value); 0: off
-  ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::Norm;
-  int64_t accumulate = 1;  // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
-  // --- schedule parameters ---
-  int64_t step_size = 100;                          // step: decay every N steps; cyclic: steps of the rising half cycle
-  int64_t step_size_down = 0;                       // cyclic: steps of the falling half (0: step_size)
-  double gamma = 0.1;                               // step, multistep, exponential, cyclic exp_range
-  std::string milestones;                           // multistep: comma-separated steps
-  double start_factor = 1.0 / 3, end_factor = 1.0;  // linear
-  int64_t linear_steps = 5;                         // linear: steps to go from start_factor to end_factor
-  int64_t decay_steps = 0;                          // wsd: steps of the final decay (0: a fifth of max_steps)
-  double pct_start = 0.3;                           // onecycle
-  optim::AnnealStrategy anneal_strategy = optim::AnnealStrategy::Cos;  // onecycle
-  double div_factor = 25, final_div_factor = 1e4;                      // onecycle
-  bool three_phase = false;                                            // onecycle
-  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;       // cyclic
-  bool cycle_momentum = true;                                          // onecycle, cyclic
-  double base_momentum = 0.85, max_momentum = 0.95;                    // onecycle, cyclic
-  // --- precision and memory ---
-  Precision precision = Precision::FP32;
-  bool checkpoint_blocks = false;  // activation checkpointing of every transformer / residual block
-  bool channels_last = false;      // NHWC weights and image batches for convolution models
-  // CUDA: capture the step once and replay it (StepOptions); on by default, as the replays equal
-  // eager steps bit for bit (tests/cuda/test_cuda_graphs.cpp). No effect on the CPU.
-  bool cuda_graphs = true;
-  std::string memory_limit;  // CPU memory budget for tensors ("8G", "512M"; "": none)
+  int64_t accumulate = 1;   // micro-batches per optimizer step (Lightning's accumulate_grad_batches)
+  MemorySize memory_limit;  // CPU memory budget for tensors ("8G", "512M"; none by default)
   BatchSizeSearchMode batch_size_search = BatchSizeSearchMode::Power;
   int64_t max_batch_size = 4096;  // batch-size finder: upper bound
-  // --- profiling (profile_run.h) ---
-  std::string profile;          // steps to profile, "START:END" (1-based, inclusive) or "N"; "": off
-  bool memory_history = false;  // record every allocation over the profiled steps (default 1:3)
-  bool detect_sync = false;     // count and name each step's host-device synchronisations (CUDA)
-  // --- checkpoints and callbacks ---
-  int64_t keep_last = 2;  // newest checkpoints kept (0: all)
-  int64_t keep_best = 1;  // best checkpoints by `monitor` kept besides
-  Monitor monitor = Monitor::ValLoss;
-  int64_t early_stopping_patience = 0;  // evaluations without improvement before stopping (0: off)
-  double early_stopping_min_delta = 0;
-  bool tensorboard = true;  // TensorBoard event file in <run_dir>/tensorboard
-  // --- distributed: jobs of several processes started by mpirun or srun (dist.h) ---
-  // The strategy when the job has more than one rank: "ddp" (replicated weights, gradients
-  // averaged in buckets during backward); "zero1" (optimizer state sharded over the ranks),
-  // "zero2" (gradients too), "zero3" or its alias "fsdp" (parameters too, gathered block by block
-  // for forward and backward). batch_size is per rank: the global batch is batch_size x ranks.
-  dist::Strategy strategy = dist::Strategy::Ddp;
-  double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
-  double dist_timeout = 300;  // seconds a collective may wait before the whole job is aborted (0: never)
-  bool dist_debug = false;    // compare every collective across ranks before running it (dist.h set_debug)
+  // --- the tables ---
+  OptimizerOptions optimizer;
+  ScheduleOptions schedule;
+  PrecisionOptions precision;
+  CheckpointOptions checkpoint;
+  DistOptions dist;
+  ProfileOptions profile;
   // --- the built-in tasks' model and data: [model] and [data] tables in TOML ---
   ModelOptions model;
   DataOptions data;
@@ -164,9 +218,12 @@ struct TrainerConfig {
 // change.
 enum class OnResume { MayChange, MustMatch };
 
-// Where an option lives in a TOML run file: at the top level or in the [model] / [data] table.
-enum class Section { Run, Model, Data };
-const char* section_name(Section s);  // "", "model", "data"
+// Where an option lives in a TOML run file: at the top level or in one of the tables.
+enum class Section { Run, Model, Data, Optimizer, Schedule, Precision, Checkpoint, Dist, Profile };
+inline constexpr Section kSections[] = {Section::Run,        Section::Model,    Section::Data,
+                                        Section::Optimizer,  Section::Schedule, Section::Precision,
+                                        Section::Checkpoint, Section::Dist,     Section::Profile};
+const char* section_name(Section s);  // "" for Run, else the table's name ("model", "optimizer", ...)
 
 // One option as visit_fields() describes it.
 struct OptionInfo {
@@ -184,18 +241,17 @@ struct OptionInfo {
 // One list for CLI, TOML, JSON and the checks of resume().
 template <class Config, class V>
 void visit_fields(Config& c, V&& visitor) {
-  auto v = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume = OnResume::MayChange) {
-    visitor(OptionInfo{name, help, on_resume}, field);
+  // in(section)(name, field, help[, on_resume[, key]]): one option of that table; key is its TOML
+  // key inside the table when it differs from the flag name.
+  auto in = [&visitor](Section section) {
+    return [&visitor, section](const char* name, auto& field, const char* help,
+                               OnResume on_resume = OnResume::MayChange, const char* key = nullptr) {
+      visitor(OptionInfo{name, help, on_resume, section, key}, field);
+    };
   };
-  // The options of the built-in tasks' model and data, under their TOML key.
-  auto model = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume,
-                          const char* key = nullptr) {
-    visitor(OptionInfo{name, help, on_resume, Section::Model, key}, field);
-  };
-  auto data = [&visitor](const char* name, auto& field, const char* help, OnResume on_resume,
-                         const char* key = nullptr) {
-    visitor(OptionInfo{name, help, on_resume, Section::Data, key}, field);
-  };
+  const auto v = in(Section::Run), model = in(Section::Model), data = in(Section::Data);
+  const auto opt = in(Section::Optimizer), sched = in(Section::Schedule), prec = in(Section::Precision);
+  const auto ckpt = in(Section::Checkpoint), dist = in(Section::Dist), prof = in(Section::Profile);
   constexpr OnResume locked = OnResume::MustMatch, may_change = OnResume::MayChange;
   v("task", c.task, "task: char (char-level GPT on generated text) or images (procedural shapes)", locked);
   v("max_steps", c.max_steps,
@@ -205,7 +261,6 @@ void visit_fields(Config& c, V&& visitor) {
   v("eval_every", c.eval_every, "evaluate on the validation split every N steps (0: only at the end)");
   v("eval_batches", c.eval_batches, "validation batches per evaluation (0: the whole split, the images default)");
   v("log_every_n_steps", c.log_every_n_steps, "log training metrics every N steps");
-  v("checkpoint_every", c.checkpoint_every, "write a checkpoint every N steps (0: none)");
   v("seed", c.seed, "seed of the data, the initial weights and every random stream", locked);
   v("deterministic", c.deterministic,
     "require deterministic kernels (every CPU kernel is: results do not depend on threads; on CUDA, cuDNN "
@@ -217,85 +272,99 @@ void visit_fields(Config& c, V&& visitor) {
   v("device", c.device, "device: cpu, cuda or cuda:N");
   v("run_dir", c.run_dir, "run folder (default runs/<task>-<timestamp>)");
   v("progress", c.progress, "show the live progress line on stderr");
+  v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
   v("workers", c.workers, "data loader worker threads (0: read batches in the training thread)");
   v("pin_memory", c.pin_memory, "page-locked batch buffers for asynchronous host-to-device copies (CUDA)");
   v("prefetch", c.prefetch, "batches each data loader worker prepares ahead");
   v("batch_size", c.batch_size,
     "sequences (char) or images per micro-batch; auto (0): the largest that fits memory, lr scaled linearly", locked);
-  v("optimizer", c.optimizer, "adamw, adam, sgd, lamb or lars", locked);
-  v("lr", c.lr, "peak learning rate (onecycle: max_lr; cyclic: the top of the cycle)");
-  v("min_lr", c.min_lr, "final learning rate of cosine and wsd; the bottom of the cyclic schedule");
-  v("schedule", c.schedule,
-    "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd (warmup-stable-decay), "
-    "onecycle or cyclic");
-  v("warmup_steps", c.warmup_steps, "steps of linear warmup (cosine, wsd)");
-  v("weight_decay", c.weight_decay, "weight decay (decoupled for adamw/lamb; none on biases and norms)", locked);
-  v("momentum", c.momentum, "sgd/lars momentum", locked);
-  v("beta1", c.beta1, "adam/adamw/lamb beta1", locked);
-  v("beta2", c.beta2, "adam/adamw/lamb beta2", locked);
-  v("trust_coefficient", c.trust_coefficient, "lars trust coefficient (eta)", locked);
-  v("grad_clip", c.grad_clip, "clip gradients to this global norm (or value, see gradient_clip_algorithm; 0: off)");
-  v("gradient_clip_algorithm", c.gradient_clip_algorithm, "norm (global L2 norm) or value (each element)");
   v("accumulate", c.accumulate, "micro-batches per optimizer step (gradient accumulation)", locked);
-  v("step_size", c.step_size, "step: decay every N steps; cyclic: steps of the rising half cycle");
-  v("step_size_down", c.step_size_down, "cyclic: steps of the falling half cycle (0: step_size)");
-  v("gamma", c.gamma, "decay factor of step, multistep, exponential and cyclic exp_range");
-  v("milestones", c.milestones, "multistep: comma-separated steps where the lr is multiplied by gamma");
-  v("start_factor", c.start_factor, "linear: lr factor at step 0");
-  v("end_factor", c.end_factor, "linear: lr factor after linear_steps");
-  v("linear_steps", c.linear_steps, "linear: steps from start_factor to end_factor");
-  v("decay_steps", c.decay_steps, "wsd: steps of the final linear decay (0: a fifth of max_steps)");
-  v("pct_start", c.pct_start, "onecycle: fraction of the steps spent increasing the lr");
-  v("anneal_strategy", c.anneal_strategy, "onecycle: cos or linear");
-  v("div_factor", c.div_factor, "onecycle: initial lr = lr / div_factor");
-  v("final_div_factor", c.final_div_factor, "onecycle: final lr = initial lr / final_div_factor");
-  v("three_phase", c.three_phase, "onecycle: three phases (up, down, annihilate) instead of two");
-  v("cyclic_mode", c.cyclic_mode, "cyclic: triangular, triangular2 or exp_range");
-  v("cycle_momentum", c.cycle_momentum,
-    "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
-  v("base_momentum", c.base_momentum, "onecycle/cyclic: lowest momentum");
-  v("max_momentum", c.max_momentum, "onecycle/cyclic: highest momentum");
-  v("precision", c.precision, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true", locked);
-  v("checkpoint_blocks", c.checkpoint_blocks,
-    "activation checkpointing: recompute each transformer/residual block in backward to save memory");
-  v("cuda_graphs", c.cuda_graphs,
-    "CUDA (on by default): capture the whole training step as a CUDA graph after 3 eager steps and replay it for "
-    "batches of the same shapes (accumulate 1, one process); what cannot be captured (a host read such as item()) is "
-    "reported and the steps run eagerly");
-  v("channels_last", c.channels_last,
-    "channels-last (NHWC) memory format for the model's 4-d weights and the image batches (convolution models)");
   v("memory_limit", c.memory_limit,
     "budget for tensor memory, e.g. 8G or 512M (empty: none); allocations past it fail cleanly");
   v("batch_size_search", c.batch_size_search,
     "batch-size finder: power (double until it fails) or binsearch (then bisect)");
   v("max_batch_size", c.max_batch_size, "batch-size finder: largest batch tried");
-  // --- profiling ---
-  v("profile", c.profile,
-    "profile steps START:END (or N): <run_dir>/profile/trace.json (Chrome trace, Perfetto), summary.json and a "
-    "per-step breakdown printed at the end (\"\": off)");
-  v("memory_history", c.memory_history,
-    "record every allocation over the profiled steps (--profile, else steps 1:3) to <run_dir>/profile/memory.json "
-    "with the peak split by category and module");
-  v("detect_sync", c.detect_sync,
-    "count and name the host-device synchronisations of every step (CUDA); printed to stderr for the first step "
-    "and whenever they change, the last step's in summary.json");
-  v("keep_last", c.keep_last, "checkpoints: keep the newest N (0: keep all)");
-  v("keep_best", c.keep_best, "checkpoints: also keep the best N by monitor");
-  v("monitor", c.monitor, "metric for best checkpoints and early stopping: val_loss or val_accuracy");
-  v("early_stopping_patience", c.early_stopping_patience,
-    "stop after N evaluations without improvement of monitor (0: off)");
-  v("early_stopping_min_delta", c.early_stopping_min_delta, "smallest change of monitor that counts as an improvement");
-  v("tensorboard", c.tensorboard, "write TensorBoard event files to <run_dir>/tensorboard");
-  v("strategy", c.strategy,
-    "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
-    "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank");
-  v("bucket_cap_mb", c.bucket_cap_mb,
-    "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
-  v("dist_timeout", c.dist_timeout,
-    "seconds a collective may wait for the other ranks before the whole job is aborted (0: never)");
-  v("dist_debug", c.dist_debug,
-    "check before each collective that every rank issues the same one (kind, dtype, size); a mismatch fails on "
-    "every rank, naming each rank's collective (one small extra all-gather per collective)");
+  // --- [optimizer] ---
+  opt("optimizer", c.optimizer.kind, "adamw, adam, sgd, lamb or lars", locked, "name");
+  opt("lr", c.optimizer.lr, "peak learning rate (onecycle: max_lr; cyclic: the top of the cycle)");
+  opt("weight_decay", c.optimizer.weight_decay, "weight decay (decoupled for adamw/lamb; none on biases and norms)",
+      locked);
+  opt("momentum", c.optimizer.momentum, "sgd/lars momentum", locked);
+  opt("beta1", c.optimizer.beta1, "adam/adamw/lamb beta1", locked);
+  opt("beta2", c.optimizer.beta2, "adam/adamw/lamb beta2", locked);
+  opt("trust_coefficient", c.optimizer.trust_coefficient, "lars trust coefficient (eta)", locked);
+  opt("grad_clip", c.optimizer.grad_clip,
+      "clip gradients to this global norm (or value, see gradient_clip_algorithm; 0: off)");
+  opt("gradient_clip_algorithm", c.optimizer.gradient_clip_algorithm, "norm (global L2 norm) or value (each element)");
+  // --- [schedule] ---
+  sched("schedule", c.schedule.kind,
+        "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd "
+        "(warmup-stable-decay), onecycle or cyclic",
+        may_change, "name");
+  sched("min_lr", c.schedule.min_lr, "final learning rate of cosine and wsd; the bottom of the cyclic schedule");
+  sched("warmup_steps", c.schedule.warmup_steps, "steps of linear warmup (cosine, wsd)");
+  sched("step_size", c.schedule.step_size, "step: decay every N steps; cyclic: steps of the rising half cycle");
+  sched("step_size_down", c.schedule.step_size_down, "cyclic: steps of the falling half cycle (0: step_size)");
+  sched("gamma", c.schedule.gamma, "decay factor of step, multistep, exponential and cyclic exp_range");
+  sched("milestones", c.schedule.milestones, "multistep: comma-separated steps where the lr is multiplied by gamma");
+  sched("start_factor", c.schedule.start_factor, "linear: lr factor at step 0");
+  sched("end_factor", c.schedule.end_factor, "linear: lr factor after linear_steps");
+  sched("linear_steps", c.schedule.linear_steps, "linear: steps from start_factor to end_factor");
+  sched("decay_steps", c.schedule.decay_steps, "wsd: steps of the final linear decay (0: a fifth of max_steps)");
+  sched("pct_start", c.schedule.pct_start, "onecycle: fraction of the steps spent increasing the lr");
+  sched("anneal_strategy", c.schedule.anneal_strategy, "onecycle: cos or linear");
+  sched("div_factor", c.schedule.div_factor, "onecycle: initial lr = lr / div_factor");
+  sched("final_div_factor", c.schedule.final_div_factor, "onecycle: final lr = initial lr / final_div_factor");
+  sched("three_phase", c.schedule.three_phase, "onecycle: three phases (up, down, annihilate) instead of two");
+  sched("cyclic_mode", c.schedule.cyclic_mode, "cyclic: triangular, triangular2 or exp_range");
+  sched("cycle_momentum", c.schedule.cycle_momentum,
+        "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
+  sched("base_momentum", c.schedule.base_momentum, "onecycle/cyclic: lowest momentum");
+  sched("max_momentum", c.schedule.max_momentum, "onecycle/cyclic: highest momentum");
+  // --- [precision] ---
+  prec("precision", c.precision.mode, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true",
+       locked, "mode");
+  prec("checkpoint_blocks", c.precision.checkpoint_blocks,
+       "activation checkpointing: recompute each transformer/residual block in backward to save memory");
+  prec("cuda_graphs", c.precision.cuda_graphs,
+       "CUDA (on by default): capture the whole training step as a CUDA graph after 3 eager steps and replay it for "
+       "batches of the same shapes (accumulate 1, one process); what cannot be captured (a host read such as item()) "
+       "is reported and the steps run eagerly");
+  prec("channels_last", c.precision.channels_last,
+       "channels-last (NHWC) memory format for the model's 4-d weights and the image batches (convolution models)");
+  // --- [checkpoint] ---
+  ckpt("checkpoint_every", c.checkpoint.every, "write a checkpoint every N steps (0: none)", may_change, "every");
+  ckpt("keep_last", c.checkpoint.keep_last, "checkpoints: keep the newest N (0: keep all)");
+  ckpt("keep_best", c.checkpoint.keep_best, "checkpoints: also keep the best N by monitor");
+  ckpt("monitor", c.checkpoint.monitor, "metric for best checkpoints and early stopping: val_loss or val_accuracy");
+  ckpt("early_stopping_patience", c.checkpoint.early_stopping_patience,
+       "stop after N evaluations without improvement of monitor (0: off)");
+  ckpt("early_stopping_min_delta", c.checkpoint.early_stopping_min_delta,
+       "smallest change of monitor that counts as an improvement");
+  // --- [profile] ---
+  prof("profile", c.profile.steps,
+       "profile steps START:END (or N): <run_dir>/profile/trace.json (Chrome trace, Perfetto), summary.json and a "
+       "per-step breakdown printed at the end (\"\": off)",
+       may_change, "steps");
+  prof("memory_history", c.profile.memory_history,
+       "record every allocation over the profiled steps (--profile, else steps 1:3) to <run_dir>/profile/memory.json "
+       "with the peak split by category and module");
+  prof("detect_sync", c.profile.detect_sync,
+       "count and name the host-device synchronisations of every step (CUDA); printed to stderr for the first step "
+       "and whenever they change, the last step's in summary.json");
+  // --- [dist] ---
+  dist("strategy", c.dist.strategy,
+       "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
+       "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank");
+  dist("bucket_cap_mb", c.dist.bucket_cap_mb,
+       "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
+  dist("dist_timeout", c.dist.timeout,
+       "seconds a collective may wait for the other ranks before the whole job is aborted (0: never)", may_change,
+       "timeout");
+  dist("dist_debug", c.dist.debug,
+       "check before each collective that every rank issues the same one (kind, dtype, size); a mismatch fails on "
+       "every rank, naming each rank's collective (one small extra all-gather per collective)",
+       may_change, "debug");
   model("model", c.model.name,
         "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
         "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",

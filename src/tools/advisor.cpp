@@ -73,7 +73,8 @@ std::optional<Finding> batch_size(const TrainerConfig& c, const RunMeasurements&
 }
 
 std::optional<Finding> precision(const TrainerConfig& c, const RunMeasurements& m, const nn::Module*) {
-  if ((c.precision != Precision::FP32 && c.precision != Precision::TF32) || !m.bf16_hardware) return std::nullopt;
+  if ((c.precision.mode != Precision::FP32 && c.precision.mode != Precision::TF32) || !m.bf16_hardware)
+    return std::nullopt;
   return Finding{"precision", "fp32 matrix products on a CPU with bf16 dot-product hardware (" + m.cpu_isa + ")",
                  "--precision bf16-mixed"};
 }
@@ -86,7 +87,7 @@ std::optional<Finding> memory(const TrainerConfig& c, const RunMeasurements& m, 
   const int64_t activations = it == m.peak_by_category.end() ? 0 : it->second;
   std::string evidence = "peak memory " + mib(*m.peak_bytes) + " is " + fmt("%.0f", 100 * share) + "% of the budget " +
                          mib(m.memory_budget_bytes) + "; activations hold " + mib(activations) + " of it";
-  if (!c.checkpoint_blocks && activations * 2 > *m.peak_bytes)
+  if (!c.precision.checkpoint_blocks && activations * 2 > *m.peak_bytes)
     return Finding{"memory", evidence, "--checkpoint-blocks true (recompute each block's activations in backward)"};
   const int64_t half = std::max<int64_t>(1, c.batch_size / 2);
   return Finding{"memory", evidence,
@@ -125,7 +126,7 @@ std::optional<Finding> bias_before_bn(const TrainerConfig&, const RunMeasurement
 }
 
 std::optional<Finding> channels_last(const TrainerConfig& c, const RunMeasurements& m, const nn::Module*) {
-  if (c.channels_last || m.step_ms <= 0) return std::nullopt;
+  if (c.precision.channels_last || m.step_ms <= 0) return std::nullopt;
   double conv_ms = 0;
   for (const auto& [op, ms] : m.op_self_ms)
     if (op.find("conv") != std::string::npos) conv_ms += ms;
@@ -212,7 +213,7 @@ RunMeasurements measurements_from_profile(const std::string& path, const Trainer
   m.local_ranks = dist::launched() ? dist::world()->local_size() : 1;
   m.bf16_hardware = cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16;
   m.cpu_isa = cpu::cpu_isa_name(cpu::detected_cpu_isa());
-  const int64_t limit = parse_memory_size(config.memory_limit);
+  const int64_t limit = config.memory_limit.bytes;
   m.memory_budget_bytes = limit > 0 ? limit : machine_memory_bytes();
   return m;
 }

@@ -141,7 +141,7 @@ class Tuner {
   }
 
   void search_precision() {
-    if (best().config.precision != Precision::FP32 || !has_bf16_hardware()) return;
+    if (best().config.precision.mode != Precision::FP32 || !has_bf16_hardware()) return;
     try_candidates(
         {{{{"precision", "bf16-mixed",
             std::string("fp32 on a CPU with bf16 hardware (") + cpu::cpu_isa_name(cpu::detected_cpu_isa()) + ")"}}}});
@@ -157,12 +157,12 @@ class Tuner {
     for (int64_t k : {2, 4}) {
       const std::string why = "a batch " + std::to_string(k) + "x larger with the lr scaled " + std::to_string(k) + "x";
       std::vector<TuneChange> scaled = {{"batch_size", std::to_string(c.batch_size * k), why},
-                                        {"lr", format("%.6g", c.lr * k), why},
-                                        {"min_lr", format("%.6g", c.min_lr * k), why}};
+                                        {"lr", format("%.6g", c.optimizer.lr * k), why},
+                                        {"min_lr", format("%.6g", c.schedule.min_lr * k), why}};
       candidates.push_back({scaled, Compare::FinalLoss});
       std::vector<TuneChange> checkpointed = scaled;
       checkpointed.push_back({"checkpoint_blocks", "true", "the larger batch did not fit: recompute blocks"});
-      if (!c.checkpoint_blocks) if_too_big.push_back({checkpointed, Compare::FinalLoss});
+      if (!c.precision.checkpoint_blocks) if_too_big.push_back({checkpointed, Compare::FinalLoss});
       std::vector<TuneChange> accumulated = {
           {"accumulate", std::to_string(c.accumulate * k), "the larger batch did not fit: accumulate micro-batches"},
           scaled[1],
@@ -192,8 +192,8 @@ class Tuner {
     t.config.eval_every = 0;
     t.config.eval_batches = 2;  // at the end only, the same batches for every trial
     t.config.log_every_n_steps = 1;
-    t.config.checkpoint_every = 0;
-    t.config.early_stopping_patience = 0;
+    t.config.checkpoint.every = 0;
+    t.config.checkpoint.early_stopping_patience = 0;
     t.config.tensorboard = false;
     t.config.progress = false;
     t.config.run_dir = o_.out_dir + "/trials/trial-" + std::to_string(t.index);

@@ -54,7 +54,7 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   Allocator& alloc = allocator_for(Device::cpu());
   BatchSizeSearch out;
   const std::shared_ptr<dist::Communicator> comm = dist::world();
-  const int64_t user_limit = parse_memory_size(config.memory_limit);
+  const int64_t user_limit = config.memory_limit.bytes;
   out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget(comm->local_size());
   alloc.set_memory_limit(static_cast<size_t>(out.memory_limit));
 
@@ -64,7 +64,7 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   TensorMap weights;
   for (const auto& [name, t] : model.state_dict()) weights.emplace_back(name, t.clone());
   model.train();
-  const bool checkpointing = c.checkpoint_blocks;
+  const bool checkpointing = c.precision.checkpoint_blocks;
   if (checkpointing) set_block_checkpointing(model, true);
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(c, module);
   StepOptions so = step_options(c);

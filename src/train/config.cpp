@@ -44,6 +44,12 @@ const char* section_name(Section s) {
     case Section::Run: return "";
     case Section::Model: return "model";
     case Section::Data: return "data";
+    case Section::Optimizer: return "optimizer";
+    case Section::Schedule: return "schedule";
+    case Section::Precision: return "precision";
+    case Section::Checkpoint: return "checkpoint";
+    case Section::Dist: return "dist";
+    case Section::Profile: return "profile";
   }
   return "?";
 }
@@ -57,12 +63,12 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.eval_every = 100;
     c.log_every_n_steps = 25;
     c.batch_size = 32;
-    c.lr = 3e-3;
-    c.min_lr = 1e-4;
-    c.warmup_steps = 30;
-    c.weight_decay = 5e-4;
-    c.beta2 = 0.999;
-    c.grad_clip = 0.0;
+    c.optimizer.lr = 3e-3;
+    c.schedule.min_lr = 1e-4;
+    c.schedule.warmup_steps = 30;
+    c.optimizer.weight_decay = 5e-4;
+    c.optimizer.beta2 = 0.999;
+    c.optimizer.grad_clip = 0.0;
     c.eval_batches = 0;  // the whole validation split
   } else if (task == "lm") {
     // nanoGPT's small-run settings with BENCH.md's gpt-mini.
@@ -71,22 +77,22 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.max_steps = 1000;
     c.eval_every = 250;
     c.eval_batches = 20;
-    c.lr = 1e-3;
-    c.min_lr = 1e-4;
-    c.warmup_steps = 100;
+    c.optimizer.lr = 1e-3;
+    c.schedule.min_lr = 1e-4;
+    c.schedule.warmup_steps = 100;
   } else if (task == "classify") {
     c.model.name = "cnn-mini";
     c.max_steps = 1000;
     c.eval_every = 250;
     c.eval_batches = 0;
     c.batch_size = 64;
-    c.lr = 2e-3;
-    c.min_lr = 1e-4;
-    c.warmup_steps = 50;
-    c.weight_decay = 5e-4;
-    c.beta2 = 0.999;
-    c.grad_clip = 0.0;
-    c.monitor = Monitor::ValAccuracy;
+    c.optimizer.lr = 2e-3;
+    c.schedule.min_lr = 1e-4;
+    c.schedule.warmup_steps = 50;
+    c.optimizer.weight_decay = 5e-4;
+    c.optimizer.beta2 = 0.999;
+    c.optimizer.grad_clip = 0.0;
+    c.checkpoint.monitor = Monitor::ValAccuracy;
   }
   return c;
 }
@@ -96,7 +102,7 @@ namespace {
 template <class T>
 constexpr bool is_field_type_v =
     std::is_same_v<T, int64_t> || std::is_same_v<T, uint64_t> || std::is_same_v<T, double> || std::is_same_v<T, bool> ||
-    std::is_same_v<T, std::string> || NamedEnum<T>;
+    std::is_same_v<T, std::string> || NamedEnum<T> || TextOption<T>;
 
 // The value `text` names for an enum option; otherwise "option <name>: expected ..., found '...'".
 template <NamedEnum T>
@@ -187,46 +193,49 @@ void TrainerConfig::validate() const {
   check(eval_every >= 0, "eval_every", "0 (only at the end) or more", eval_every);
   check(eval_batches >= 0, "eval_batches", "0 (the whole validation split) or more", eval_batches);
   check(log_every_n_steps >= 1, "log_every_n_steps", "at least 1", log_every_n_steps);
-  check(checkpoint_every >= 0, "checkpoint_every", "0 (none) or more", checkpoint_every);
+  check(checkpoint.every >= 0, "checkpoint_every", "0 (none) or more", checkpoint.every);
   check(threads >= 0 && threads <= 1024, "threads", "0 (all cores) to 1024", threads);
   check(workers >= 0 && workers <= 256, "workers", "0 to 256", workers);
   check(prefetch >= 1 && prefetch <= 64, "prefetch", "1 to 64", prefetch);
   check(batch_size >= 0, "batch_size", "at least 1 (or auto)", batch_size);
-  check(std::isfinite(lr) && lr > 0, "lr", "a positive learning rate", lr);
-  check(std::isfinite(min_lr) && min_lr >= 0 && min_lr <= lr, "min_lr", "a value in [0, lr]", min_lr);
-  check(warmup_steps >= 0, "warmup_steps", "0 or more", warmup_steps);
-  check(std::isfinite(weight_decay) && weight_decay >= 0, "weight_decay", "0 or more", weight_decay);
-  check(momentum >= 0 && momentum < 1, "momentum", "a value in [0, 1)", momentum);
-  check(beta1 >= 0 && beta1 < 1, "beta1", "a value in [0, 1)", beta1);
-  check(beta2 >= 0 && beta2 < 1, "beta2", "a value in [0, 1)", beta2);
-  check(std::isfinite(trust_coefficient) && trust_coefficient > 0, "trust_coefficient", "a positive value",
-        trust_coefficient);
-  check(std::isfinite(grad_clip) && grad_clip >= 0, "grad_clip", "0 (off) or a positive norm", grad_clip);
+  check(std::isfinite(optimizer.lr) && optimizer.lr > 0, "lr", "a positive learning rate", optimizer.lr);
+  check(std::isfinite(schedule.min_lr) && schedule.min_lr >= 0 && schedule.min_lr <= optimizer.lr, "min_lr",
+        "a value in [0, lr]", schedule.min_lr);
+  check(schedule.warmup_steps >= 0, "warmup_steps", "0 or more", schedule.warmup_steps);
+  check(std::isfinite(optimizer.weight_decay) && optimizer.weight_decay >= 0, "weight_decay", "0 or more",
+        optimizer.weight_decay);
+  check(optimizer.momentum >= 0 && optimizer.momentum < 1, "momentum", "a value in [0, 1)", optimizer.momentum);
+  check(optimizer.beta1 >= 0 && optimizer.beta1 < 1, "beta1", "a value in [0, 1)", optimizer.beta1);
+  check(optimizer.beta2 >= 0 && optimizer.beta2 < 1, "beta2", "a value in [0, 1)", optimizer.beta2);
+  check(std::isfinite(optimizer.trust_coefficient) && optimizer.trust_coefficient > 0, "trust_coefficient",
+        "a positive value", optimizer.trust_coefficient);
+  check(std::isfinite(optimizer.grad_clip) && optimizer.grad_clip >= 0, "grad_clip", "0 (off) or a positive norm",
+        optimizer.grad_clip);
   check(accumulate >= 1 && accumulate <= 1 << 20, "accumulate", "1 or more micro-batches per step", accumulate);
   if (max_steps > 0) {
     make_schedule(*this);  // validates the schedule and its parameters
   } else {                 // sized by epochs: the step count is not known until the loader counts an epoch
     TrainerConfig sized = *this;
-    sized.max_steps = warmup_steps + 1;
+    sized.max_steps = schedule.warmup_steps + 1;
     make_schedule(sized);
   }
-  parse_memory_size(memory_limit);
   check(max_batch_size >= 1, "max_batch_size", "at least 1", max_batch_size);
-  check(keep_last >= 0, "keep_last", "0 (all) or more", keep_last);
-  check(keep_best >= 0, "keep_best", "0 or more", keep_best);
+  check(checkpoint.keep_last >= 0, "keep_last", "0 (all) or more", checkpoint.keep_last);
+  check(checkpoint.keep_best >= 0, "keep_best", "0 or more", checkpoint.keep_best);
   // Of the built-in tasks only images measures an accuracy; a module of one's own may report one
   // (its "accuracy" metric) and is not known here.
-  FT_CHECK(monitor != Monitor::ValAccuracy || task != "char",
+  FT_CHECK(checkpoint.monitor != Monitor::ValAccuracy || task != "char",
            "option monitor: val_accuracy is measured by the images task and by modules that report an accuracy; "
            "the char task reports val_loss");
-  check(early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more", early_stopping_patience);
-  check(std::isfinite(early_stopping_min_delta) && early_stopping_min_delta >= 0, "early_stopping_min_delta",
-        "0 or more", early_stopping_min_delta);
+  check(checkpoint.early_stopping_patience >= 0, "early_stopping_patience", "0 (off) or more",
+        checkpoint.early_stopping_patience);
+  check(std::isfinite(checkpoint.early_stopping_min_delta) && checkpoint.early_stopping_min_delta >= 0,
+        "early_stopping_min_delta", "0 or more", checkpoint.early_stopping_min_delta);
   // Distributed options (src/train/distributed.cpp applies them).
-  check(std::isfinite(bucket_cap_mb) && bucket_cap_mb >= 0, "bucket_cap_mb", "0 (one bucket) or a positive size in MiB",
-        bucket_cap_mb);
-  check(std::isfinite(dist_timeout) && dist_timeout >= 0, "dist_timeout", "0 (never) or a positive number of seconds",
-        dist_timeout);
+  check(std::isfinite(dist.bucket_cap_mb) && dist.bucket_cap_mb >= 0, "bucket_cap_mb",
+        "0 (one bucket) or a positive size in MiB", dist.bucket_cap_mb);
+  check(std::isfinite(dist.timeout) && dist.timeout >= 0, "dist_timeout", "0 (never) or a positive number of seconds",
+        dist.timeout);
   // Task options are checked for the built-in task that uses them; a module of one's own has its
   // own options and ignores these.
   const ModelOptions& m = model;
@@ -290,7 +299,7 @@ std::string config_to_toml(const TrainerConfig& c) {
   std::ostringstream os;
   os << "# fasttrain train configuration (every option resolved); usable with --config\n";
   // TOML wants a document's plain keys before its first table: one pass per section.
-  for (const Section section : {Section::Run, Section::Model, Section::Data}) {
+  for (const Section section : kSections) {
     if (section != Section::Run) os << "\n[" << section_name(section) << "]\n";
     visit_fields(c, [&](const OptionInfo& o, const auto& v) {
       if (o.section != section) return;
@@ -301,6 +310,8 @@ std::string config_to_toml(const TrainerConfig& c) {
         os << toml::value<std::string>(v);
       else if constexpr (NamedEnum<T>)
         os << toml::value<std::string>(name_of(v));
+      else if constexpr (TextOption<T>)
+        os << toml::value<std::string>(v.text);
       else if constexpr (std::is_same_v<T, bool>)
         os << (v ? "true" : "false");
       else if constexpr (std::is_same_v<T, double>)
@@ -322,6 +333,13 @@ void set_from_toml(T& field, const toml::node& node, const std::string& where, c
   if constexpr (std::is_same_v<T, std::string>) {
     if (!node.is_string()) wrong("a string");
     field = *node.template value<std::string>();
+  } else if constexpr (TextOption<T>) {
+    if (!node.is_string()) wrong("a string");
+    try {
+      field = T::parse(name, *node.template value<std::string>());
+    } catch (const Error& e) {
+      FT_FAIL(where, ": ", e.what());
+    }
   } else if constexpr (NamedEnum<T>) {
     if (!node.is_string()) wrong(("a string: " + names_list<T>()).c_str());
     try {
@@ -349,17 +367,33 @@ void set_from_toml(T& field, const toml::node& node, const std::string& where, c
   }
 }
 
-// Applies the keys of one table: the top level (Section::Run) or [model] / [data]. At the top
-// level the options of the sections are also accepted under their flag names, as the flat
-// config.toml of runs before the sections were introduced wrote them, so old checkpoints resume.
+// The table a top-level TOML key names, if it names one.
+std::optional<Section> table_named(const std::string& key) {
+  for (const Section section : kSections)
+    if (section != Section::Run && key == section_name(section)) return section;
+  return std::nullopt;
+}
+
+std::string table_list() {
+  std::string out;
+  for (const Section section : kSections)
+    if (section != Section::Run) out += std::string(out.empty() ? "" : ", ") + "[" + section_name(section) + "]";
+  return out;
+}
+
+// Applies the keys of one table: the top level (Section::Run) or one of the tables. At the top
+// level the options of every table are also accepted under their flag names, as the flat
+// config.toml of runs before the tables were introduced wrote them, so old checkpoints resume
+// (tests/data/checkpoint_8ca1ea0). A top-level key that is also a table's name ("optimizer",
+// "schedule", "precision", "profile") is the table when its value is one, the option otherwise.
 void apply_table(TrainerConfig& into, const toml::table& table, Section section, const std::string& source) {
   for (auto&& [key, entry] : table) {
     const std::string k(key.str());
     const toml::node& node = entry;  // a plain reference: clang 14 cannot capture structured bindings
     if (section == Section::Run && node.is_table()) {
-      const bool is_section = k == section_name(Section::Model) || k == section_name(Section::Data);
-      FT_CHECK(is_section, source, ": unknown table [", k, "] (the tables are [model] and [data])");
-      apply_table(into, *node.as_table(), k == "model" ? Section::Model : Section::Data, source);
+      const std::optional<Section> named = table_named(k);
+      FT_CHECK(named.has_value(), source, ": unknown table [", k, "] (the tables are ", table_list(), ")");
+      apply_table(into, *node.as_table(), *named, source);
       continue;
     }
     const std::string where = section == Section::Run ? k : std::string(section_name(section)) + "." + k;
@@ -371,8 +405,7 @@ void apply_table(TrainerConfig& into, const toml::table& table, Section section,
       set_from_toml(field, node, source + ": key '" + where + "'", o.name);
     });
     FT_CHECK(known, source, ": unknown key '", where,
-             "' (the keys are the options of fasttrain train --help with '_'; the model's and the data's in "
-             "[model] and [data])");
+             "' (the keys are the options of fasttrain train --help with '_', in their tables: ", table_list(), ")");
   }
 }
 
@@ -406,6 +439,8 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
     }
     if constexpr (std::is_same_v<T, std::string>) {
       field = value;
+    } else if constexpr (TextOption<T>) {
+      field = T::parse(o.name, value);
     } else if constexpr (NamedEnum<T>) {
       field = parse_option_name<T>(o.name, value);
     } else if constexpr (std::is_same_v<T, bool>) {
@@ -434,60 +469,51 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
 
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c) {
   using optim::ScheduleKind;
-  switch (c.schedule) {
-    case ScheduleKind::Cosine: return optim::make_cosine_warmup_schedule(c.lr, c.warmup_steps, c.max_steps, c.min_lr);
-    case ScheduleKind::Constant: return optim::make_constant_schedule(c.lr);
-    case ScheduleKind::Step: return optim::make_step_schedule(c.lr, c.step_size, c.gamma);
-    case ScheduleKind::MultiStep: {
-      std::vector<int64_t> milestones;
-      std::stringstream in(c.milestones);
-      for (std::string item; std::getline(in, item, ',');) {
-        char* end = nullptr;
-        errno = 0;
-        const long long v = std::strtoll(item.c_str(), &end, 10);
-        FT_CHECK(!item.empty() && *end == '\0' && errno == 0,
-                 "option milestones: expected comma-separated steps like 100,200, found '", c.milestones, "'");
-        milestones.push_back(v);
-      }
-      FT_CHECK(!milestones.empty(),
+  const ScheduleOptions& k = c.schedule;
+  const double lr = c.optimizer.lr;
+  switch (k.kind) {
+    case ScheduleKind::Cosine: return optim::make_cosine_warmup_schedule(lr, k.warmup_steps, c.max_steps, k.min_lr);
+    case ScheduleKind::Constant: return optim::make_constant_schedule(lr);
+    case ScheduleKind::Step: return optim::make_step_schedule(lr, k.step_size, k.gamma);
+    case ScheduleKind::MultiStep:
+      FT_CHECK(!k.milestones.steps.empty(),
                "option milestones: the multistep schedule needs at least one milestone (e.g. --milestones 100,200)");
-      return optim::make_multistep_schedule(c.lr, milestones, c.gamma);
-    }
-    case ScheduleKind::Exponential: return optim::make_exponential_schedule(c.lr, c.gamma);
-    case ScheduleKind::Linear: return optim::make_linear_schedule(c.lr, c.start_factor, c.end_factor, c.linear_steps);
+      return optim::make_multistep_schedule(lr, k.milestones.steps, k.gamma);
+    case ScheduleKind::Exponential: return optim::make_exponential_schedule(lr, k.gamma);
+    case ScheduleKind::Linear: return optim::make_linear_schedule(lr, k.start_factor, k.end_factor, k.linear_steps);
     case ScheduleKind::Wsd: {
-      const int64_t decay = c.decay_steps > 0 ? c.decay_steps : std::max<int64_t>(1, c.max_steps / 5);
-      return optim::make_wsd_schedule(c.lr, c.warmup_steps, decay, c.max_steps, c.min_lr);
+      const int64_t decay = k.decay_steps > 0 ? k.decay_steps : std::max<int64_t>(1, c.max_steps / 5);
+      return optim::make_wsd_schedule(lr, k.warmup_steps, decay, c.max_steps, k.min_lr);
     }
     case ScheduleKind::OneCycle: {
       optim::OneCycleOptions o;
-      o.max_lr = c.lr;
+      o.max_lr = lr;
       o.total_steps = c.max_steps;
-      o.pct_start = c.pct_start;
-      o.anneal_strategy = c.anneal_strategy;
-      o.cycle_momentum = c.cycle_momentum;
-      o.base_momentum = c.base_momentum;
-      o.max_momentum = c.max_momentum;
-      o.div_factor = c.div_factor;
-      o.final_div_factor = c.final_div_factor;
-      o.three_phase = c.three_phase;
+      o.pct_start = k.pct_start;
+      o.anneal_strategy = k.anneal_strategy;
+      o.cycle_momentum = k.cycle_momentum;
+      o.base_momentum = k.base_momentum;
+      o.max_momentum = k.max_momentum;
+      o.div_factor = k.div_factor;
+      o.final_div_factor = k.final_div_factor;
+      o.three_phase = k.three_phase;
       return optim::make_one_cycle_schedule(o);
     }
     case ScheduleKind::Cyclic: {
       optim::CyclicOptions o;
-      o.base_lr = c.min_lr;
-      o.max_lr = c.lr;
-      o.step_size_up = c.step_size;
-      o.step_size_down = c.step_size_down;
-      o.mode = c.cyclic_mode;
-      o.gamma = c.gamma;
-      o.cycle_momentum = c.cycle_momentum;
-      o.base_momentum = c.base_momentum;
-      o.max_momentum = c.max_momentum;
+      o.base_lr = k.min_lr;
+      o.max_lr = lr;
+      o.step_size_up = k.step_size;
+      o.step_size_down = k.step_size_down;
+      o.mode = k.cyclic_mode;
+      o.gamma = k.gamma;
+      o.cycle_momentum = k.cycle_momentum;
+      o.base_momentum = k.base_momentum;
+      o.max_momentum = k.max_momentum;
       return optim::make_cyclic_schedule(o);
     }
   }
-  FT_FAIL("option schedule: no schedule for value ", static_cast<int>(c.schedule));
+  FT_FAIL("option schedule: no schedule for value ", static_cast<int>(k.kind));
 }
 
 int64_t parse_memory_size(const std::string& text) {
@@ -509,6 +535,43 @@ int64_t parse_memory_size(const std::string& text) {
   FT_CHECK(end != text.c_str() && std::isfinite(v) && v > 0 && v * unit < 9.2e18,
            "option memory_limit: expected a positive size like 8G, 512M or 1048576, found '", text, "'");
   return static_cast<int64_t>(v * unit);
+}
+
+MemorySize MemorySize::parse(const char*, const std::string& text) { return MemorySize{parse_memory_size(text), text}; }
+
+StepList StepList::parse(const char* option, const std::string& text) {
+  StepList out{{}, text};
+  std::stringstream in(text);
+  for (std::string item; !text.empty() && std::getline(in, item, ',');) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    FT_CHECK(!item.empty() && *end == '\0' && errno == 0, "option ", option,
+             ": expected comma-separated steps like 100,200, found '", text, "'");
+    out.steps.push_back(v);
+  }
+  return out;
+}
+
+StepRange StepRange::parse(const char* option, const std::string& text) {
+  if (text.empty()) return StepRange{};
+  const size_t colon = text.find(':');
+  auto number = [&](const std::string& part) -> int64_t {
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FT_CHECK(used == part.size() && !part.empty() && v >= 1, "option ", option,
+             ": expected steps START:END or N (positive step numbers), found '", text, "'");
+    return v;
+  };
+  const int64_t first = number(text.substr(0, colon));
+  const int64_t last = colon == std::string::npos ? first : number(text.substr(colon + 1));
+  FT_CHECK(last >= first, "option ", option, ": expected START <= END, found '", text, "'");
+  return StepRange{first, last, text};
 }
 
 }  // namespace ft::train

@@ -78,8 +78,8 @@ class RankStreamDataset : public data::IterableDataset {
 }  // namespace
 
 void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm) {
-  comm.set_timeout(c.dist_timeout);
-  comm.set_debug(c.dist_debug);
+  comm.set_timeout(c.dist.timeout);
+  comm.set_debug(c.dist.debug);
   // Ranks on one machine share its cores: by default each takes its part (mpirun may have bound
   // the rank to fewer cores already, which OpenMP's default count reflects).
   if (c.threads == 0 && comm.local_size() > 1) {
@@ -92,23 +92,23 @@ void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
   if (world() == 1) return;
   // Replicas start equal whatever seed initialised them, before the optimizer takes copies.
   dist::broadcast_module(module->model(), *comm);
-  if (dist::zero_stage(c.strategy) > 0) return;  // sharded() sets ZeRO up around the optimizer
+  if (dist::zero_stage(c.dist.strategy) > 0) return;  // sharded() sets ZeRO up around the optimizer
   dist::DdpOptions o;
-  o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
+  o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
   ddp = std::make_unique<dist::DataParallel>(module->model(), comm, o);
 }
 
 std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::Optimizer> full,
                                                          const TrainerConfig& c) {
-  const int stage = dist::zero_stage(c.strategy);
+  const int stage = dist::zero_stage(c.dist.strategy);
   if (world() == 1 || stage == 0) return full;
   if (zero) zero->gather_all();  // stage 3: the new sharding starts from the whole model
   zero.reset();                  // its hooks go before the new one registers its own
   // The shards are views of the parameters: bf16-true's conversion (which StepRunner would do
   // later) must come first.
-  if (c.precision == Precision::BF16True) module->model().to(DType::BF16);
+  if (c.precision.mode == Precision::BF16True) module->model().to(DType::BF16);
   dist::DdpOptions o;
-  o.bucket_cap_bytes = static_cast<int64_t>(c.bucket_cap_mb * 1024 * 1024);
+  o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
   zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
   return zero->make_shard_optimizer();
 }

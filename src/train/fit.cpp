@@ -136,7 +136,7 @@ struct Trainer::Run {
                   floor ? (", loss floor " + std::to_string(*floor).substr(0, 6)).c_str() : "", dir.c_str());
     progress->note(head);
     if (im.world() > 1)
-      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.strategy) +
+      progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.dist.strategy) +
                      "), global batch " + std::to_string(c.batch_size * im.world()) + " x " +
                      std::to_string(c.accumulate));
     if (!t.batch_size_report_.empty()) progress->note(t.batch_size_report_);
@@ -160,7 +160,7 @@ struct Trainer::Run {
     }
     Tensor l;
     std::optional<SyncTracker> syncs;
-    if (c.detect_sync) syncs.emplace();
+    if (c.profile.detect_sync) syncs.emplace();
     try {
       l = im.train_step(c.accumulate, &data_wait);
     } catch (const OutOfMemoryError& e) {
@@ -333,7 +333,8 @@ struct Trainer::Run {
       result.stopped_early = true;
       char why[160];
       std::snprintf(why, sizeof why, "early stopping: %s did not improve for %lld evaluations (best %.6g)",
-                    name_of(c.monitor), static_cast<long long>(c.early_stopping_patience), im.early_stopping->best());
+                    name_of(c.checkpoint.monitor), static_cast<long long>(c.checkpoint.early_stopping_patience),
+                    im.early_stopping->best());
       progress->note(why);
     }
   }
@@ -415,7 +416,7 @@ struct Trainer::Run {
                     {"steps", result.steps},
                     {"seconds", result.seconds},
                     {"threads", get_num_threads()},
-                    {"precision", name_of(c.precision)},
+                    {"precision", name_of(c.precision.mode)},
                     {"batch_size", c.batch_size},
                     {"accumulate", c.accumulate},
                     {"unit", result.unit},
@@ -461,7 +462,7 @@ TrainResult Trainer::fit(TrainModule& module, const DataModule& data) try {
     else
       run.progress->tick(step_, run.elapsed());
     if ((config_.eval_every > 0 && step_ % config_.eval_every == 0) || run.last()) run.evaluate();
-    if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0) run.checkpoint();
+    if (config_.checkpoint.every > 0 && step_ % config_.checkpoint.every == 0) run.checkpoint();
     if (run.profile) run.profile->after_step(step_);
     if (impl_->stop_requested_anywhere()) {
       run.interrupt();

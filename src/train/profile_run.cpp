@@ -27,27 +27,6 @@ namespace ft::train {
 
 using nlohmann::json;
 
-std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  const size_t colon = text.find(':');
-  auto number = [&](const std::string& part) -> int64_t {
-    size_t used = 0;
-    int64_t v = -1;
-    try {
-      v = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    FT_CHECK(used == part.size() && !part.empty() && v >= 1,
-             "profile: expected steps START:END or N (positive step numbers), found '", text, "'");
-    return v;
-  };
-  const int64_t first = number(text.substr(0, colon));
-  const int64_t last = colon == std::string::npos ? first : number(text.substr(colon + 1));
-  FT_CHECK(last >= first, "profile: expected START <= END, found '", text, "'");
-  return std::make_pair(first, last);
-}
-
 // --- breakdown ---
 
 ProfileSummary summarize(const std::vector<profiler::Span>& spans, const profiler::PeakFlops& peak) {
@@ -292,18 +271,18 @@ void label_batch(const data::Batch& batch) {
 std::unique_ptr<ProfileRun> ProfileRun::create(const TrainerConfig& c, std::string run_dir, nn::Module& model,
                                                const optim::Optimizer& optimizer,
                                                std::function<void(const std::string&)> note) {
-  const auto steps = parse_profile_steps(c.profile);
-  if (!steps && !c.memory_history) return nullptr;
+  const StepRange& steps = c.profile.steps;
+  if (steps.empty() && !c.profile.memory_history) return nullptr;
   std::unique_ptr<ProfileRun> r(new ProfileRun());
   r->dir_ = std::move(run_dir);
   r->config_ = c;
   r->model_ = &model;
   r->optimizer_ = &optimizer;
   r->note_ = std::move(note);
-  r->trace_ = steps.has_value();
-  r->memory_ = c.memory_history;
-  r->first_ = steps ? steps->first : 1;
-  r->last_ = steps ? steps->second : 3;
+  r->trace_ = !steps.empty();
+  r->memory_ = c.profile.memory_history;
+  r->first_ = steps.empty() ? 1 : steps.first;
+  r->last_ = steps.empty() ? 3 : steps.last;
   profiler::set_thread_name("train");
   return r;
 }
@@ -320,7 +299,7 @@ void ProfileRun::start() {
   profiler::name_modules(*model_);
   if (trace_) {
     // Before the session: its tens of milliseconds are not in the trace.
-    const bool bf16 = precision_is_bf16(config_.precision);
+    const bool bf16 = precision_is_bf16(config_.precision.mode);
     peak_ = profiler::measured_peak_flops(0, bf16 ? profiler::PeakOperands::BF16 : profiler::PeakOperands::F32);
     session_ = std::make_unique<profiler::Session>();
   }

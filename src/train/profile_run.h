@@ -19,9 +19,6 @@
 
 namespace ft::train {
 
-// "START:END" (steps, 1-based, inclusive) or "N" (one step) -> {START, END}; "" -> nullopt.
-std::optional<std::pair<int64_t, int64_t>> parse_profile_steps(const std::string& text);
-
 // The per-step breakdown of a profiled range: time per phase, top ops by self time.
 struct OpSummary {
   std::string name;

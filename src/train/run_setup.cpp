@@ -5,14 +5,14 @@ namespace ft::train {
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, TrainModule& module) {
   optim::GroupOptions o;
-  o.lr = c.lr;
-  o.weight_decay = c.weight_decay;
-  o.momentum = c.momentum;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.trust_coefficient = c.trust_coefficient;
+  o.lr = c.optimizer.lr;
+  o.weight_decay = c.optimizer.weight_decay;
+  o.momentum = c.optimizer.momentum;
+  o.beta1 = c.optimizer.beta1;
+  o.beta2 = c.optimizer.beta2;
+  o.trust_coefficient = c.optimizer.trust_coefficient;
   auto groups = module.param_groups(o);
-  switch (c.optimizer) {
+  switch (c.optimizer.kind) {
     case optim::OptimizerKind::AdamW: return optim::make_adamw(std::move(groups));
     case optim::OptimizerKind::Adam: return optim::make_adam(std::move(groups));
     case optim::OptimizerKind::SGD: return optim::make_sgd(std::move(groups));
@@ -23,16 +23,16 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainerConfig& c, TrainMo
       return optim::make_lars(std::move(groups));
   }
   // Only a kind added to OptimizerKind without a case above gets here (and -Wswitch says so).
-  FT_FAIL("make_optimizer: no factory for optimizer '", name_of(c.optimizer), "'");
+  FT_FAIL("make_optimizer: no factory for optimizer '", name_of(c.optimizer.kind), "'");
 }
 
 StepOptions step_options(const TrainerConfig& c) {
   StepOptions so;
-  so.precision = c.precision;
+  so.precision = c.precision.mode;
   so.accumulate = c.accumulate;
-  so.clip = c.grad_clip;
-  so.clip_algorithm = c.gradient_clip_algorithm;
-  so.cuda_graphs = c.cuda_graphs;
+  so.clip = c.optimizer.grad_clip;
+  so.clip_algorithm = c.optimizer.gradient_clip_algorithm;
+  so.cuda_graphs = c.precision.cuda_graphs;
   return so;
 }
 

@@ -44,8 +44,11 @@ namespace {
 json config_to_json(const TrainerConfig& c) {
   json j = json::object();
   visit_fields(c, [&](const OptionInfo& o, const auto& v) {
-    if constexpr (NamedEnum<std::decay_t<decltype(v)>>)
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (NamedEnum<T>)
       j[o.name] = name_of(v);
+    else if constexpr (TextOption<T>)
+      j[o.name] = v.text;
     else
       j[o.name] = v;
   });
@@ -157,7 +160,7 @@ EvalResult evaluate_module(TrainModule& module, data::DevicePrefetcher& val_batc
   for (int64_t k = 0; c.eval_batches == 0 || k < c.eval_batches; ++k) {
     const data::Batch* next = val_batches.next();
     if (next == nullptr) break;
-    const data::Batch b = batch_for_model(*next, precision, c.channels_last);
+    const data::Batch b = batch_for_model(*next, precision, c.precision.channels_last);
     const StepOutput out = module.validation_step(b);
     check_loss(out, "validation_step");
     // Batch means weighted by their rows: the split's mean however its last batch falls.
@@ -199,7 +202,7 @@ data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
 
 EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
   FT_CHECK(config_.batch_size > 0, "validate: expected a batch size, found auto (0)");
-  const Precision precision = config_.precision;
+  const Precision precision = config_.precision.mode;
   module.model().to(Device::parse(config_.device));
   if (precision == Precision::BF16True) module.model().to(DType::BF16);
   std::unique_ptr<data::DataLoader> loader = make_val_loader(data, config_);
@@ -291,7 +294,7 @@ std::string task_description(const TrainModule& module) {
 }
 
 double monitored(const TrainerConfig& c, const EvalResult& r) {
-  if (c.monitor == Monitor::ValAccuracy) return r.metric("accuracy").value_or(std::nan(""));
+  if (c.checkpoint.monitor == Monitor::ValAccuracy) return r.metric("accuracy").value_or(std::nan(""));
   return r.loss;
 }
 
@@ -299,7 +302,7 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   config_.validate();
   // threads 0 is all cores, also after an earlier Trainer in this process asked for fewer.
   set_num_threads(config_.threads > 0 ? static_cast<int>(config_.threads) : default_num_threads());
-  const int64_t limit = parse_memory_size(config_.memory_limit);
+  const int64_t limit = config_.memory_limit.bytes;
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
   impl_->comm = dist::world();
   // Dropout draws from the default generator: seeded here, each rank its own stream, saved (rank
@@ -310,7 +313,7 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
 
 // The memory budget is the run's: a later Trainer (or program) without one must not inherit it.
 Trainer::~Trainer() {
-  if (parse_memory_size(config_.memory_limit) > 0) allocator_for(Device::cpu()).set_memory_limit(0);
+  if (config_.memory_limit.bytes > 0) allocator_for(Device::cpu()).set_memory_limit(0);
 }
 
 void Trainer::request_stop() { impl_->stop_requested.store(true); }
@@ -324,8 +327,8 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
     const double scale = static_cast<double>(found.batch_size) /
                          static_cast<double>(TrainerConfig::defaults_for(config_.task).batch_size);
     config_.batch_size = found.batch_size;
-    config_.lr *= scale;  // the linear scaling rule
-    config_.min_lr *= scale;
+    config_.optimizer.lr *= scale;  // the linear scaling rule
+    config_.schedule.min_lr *= scale;
     batch_size_report_ = found.report;
   }
   nn::Module& model = module.model();
@@ -335,9 +338,9 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   set_deterministic_algorithms(config_.deterministic);
   set_cudnn_benchmark(config_.cudnn_benchmark);
   model.train();
-  if (config_.checkpoint_blocks) set_block_checkpointing(model, true);
-  if (config_.channels_last) model.to_channels_last();
-  im.channels_last = config_.channels_last;
+  if (config_.precision.checkpoint_blocks) set_block_checkpointing(model, true);
+  if (config_.precision.channels_last) model.to_channels_last();
+  im.channels_last = config_.precision.channels_last;
   im.module = &module;
   im.data = &data;
   im.start_data_parallel(config_);
@@ -346,12 +349,12 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   size_steps_from_epochs();  // before the schedule, which spans max_steps
   im.schedule = make_schedule(config_);
   im.make_runner(config_);
-  const MonitorMode mode = config_.monitor == Monitor::ValAccuracy ? MonitorMode::Max : MonitorMode::Min;
-  if (config_.early_stopping_patience > 0)
-    im.early_stopping =
-        std::make_unique<EarlyStopping>(mode, config_.early_stopping_patience, config_.early_stopping_min_delta);
-  if (config_.keep_last > 0)  // keep_last 0 keeps every checkpoint
-    im.keeper = std::make_unique<CheckpointKeeper>(config_.keep_last, config_.keep_best, mode);
+  const MonitorMode mode = config_.checkpoint.monitor == Monitor::ValAccuracy ? MonitorMode::Max : MonitorMode::Min;
+  if (config_.checkpoint.early_stopping_patience > 0)
+    im.early_stopping = std::make_unique<EarlyStopping>(mode, config_.checkpoint.early_stopping_patience,
+                                                        config_.checkpoint.early_stopping_min_delta);
+  if (config_.checkpoint.keep_last > 0)  // keep_last 0 keeps every checkpoint
+    im.keeper = std::make_unique<CheckpointKeeper>(config_.checkpoint.keep_last, config_.checkpoint.keep_best, mode);
   if (!resume_dir_.empty()) apply_resume();
 }
 

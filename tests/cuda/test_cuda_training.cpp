@@ -132,7 +132,7 @@ TEST(CudaTraining, TrainerFollowsCpuAndResumesExactly) {
   namespace fs = std::filesystem;
   train::TrainerConfig c = test::tiny_char(test::scratch_dir("cuda_trainer", "cpu"));
   c.max_steps = 12;
-  c.checkpoint_every = 6;
+  c.checkpoint.every = 6;
   c.model.dropout = 0.1;
   test::BuiltinRun on_cpu(c);
   on_cpu.fit();

@@ -192,13 +192,13 @@ int main(int argc, char** argv) {
   c.tensorboard = false;
   c.max_steps = 20;
   c.accumulate = 2;
-  c.optimizer = optim::OptimizerKind::AdamW;
-  c.lr = 1e-2;
-  c.min_lr = 1e-3;
-  c.schedule = optim::ScheduleKind::Cosine;
-  c.warmup_steps = 5;
-  c.weight_decay = 0.1;
-  c.grad_clip = 0.5;
+  c.optimizer.kind = optim::OptimizerKind::AdamW;
+  c.optimizer.lr = 1e-2;
+  c.schedule.min_lr = 1e-3;
+  c.schedule.kind = optim::ScheduleKind::Cosine;
+  c.schedule.warmup_steps = 5;
+  c.optimizer.weight_decay = 0.1;
+  c.optimizer.grad_clip = 0.5;
   c.log_every_n_steps = 1;
   c.eval_every = 0;
   c.eval_batches = 0;
@@ -215,22 +215,22 @@ int main(int argc, char** argv) {
       return 64;
     }
     c.batch_size = global_batch / w->world_size();
-    c.bucket_cap_mb = std::atof(argv[4]);
+    c.dist.bucket_cap_mb = std::atof(argv[4]);
     if (argc > 5 && std::strcmp(argv[5], "1") == 0) init_seed += 1000 * static_cast<uint64_t>(w->rank());
     if (argc > 6) train::set_field(c, "strategy", argv[6]);
-    if (argc > 7) c.checkpoint_every = std::atoll(argv[7]);
-    c.keep_last = 0;
+    if (argc > 7) c.checkpoint.every = std::atoll(argv[7]);
+    c.checkpoint.keep_last = 0;
     if (argc > 9) train::set_field(c, "precision", argv[9]);
     if (argc > 10) dropout_p = std::atof(argv[10]);
-    if (argc > 11) c.checkpoint_blocks = std::strcmp(argv[11], "1") == 0;
+    if (argc > 11) c.precision.checkpoint_blocks = std::strcmp(argv[11], "1") == 0;
   } else if (mode == "fail" || mode == "hang" || mode == "size" || mode == "skip") {
     c.batch_size = 6;
     fail_rank = std::atoi(argv[3]);
     fail_step = std::atoll(argv[4]);
-    c.dist_timeout = 3;
+    c.dist.timeout = 3;
     // The debug mode, not the timeout, must end a diverging job: the timeout is out of reach.
-    c.dist_debug = mode == "size" || mode == "skip";
-    if (c.dist_debug) c.dist_timeout = 120;
+    c.dist.debug = mode == "size" || mode == "skip";
+    if (c.dist.debug) c.dist.timeout = 120;
   } else {
     return usage();
   }

@@ -3,6 +3,7 @@
 // a device that is missing; and the CUDA libraries left unloaded by work that never touches a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "backend/kernels.h"
 #include "backend/shared_library.h"
 #include "fasttrain/allocator.h"
+#include "fasttrain/machine.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/ops/reduce.h"
 #include "fasttrain/random.h"
@@ -180,4 +182,17 @@ TEST(SharedLibrary, CpuWorkMapsNoCudaLibrary) {
 #else
   GTEST_SKIP() << "CPU-only build: no CUDA libraries to load";
 #endif
+}
+
+// fasttrain/machine.h: what tools over the public API read about the CPU, from the CPU backend.
+TEST(Machine, CpuInfoNamesTheDetectedLevelAndItsBf16Hardware) {
+  const CpuInfo info = cpu_info();
+  const std::vector<std::string> levels = {"generic", "avx2", "avx512", "avx512_bf16", "amx"};
+  const auto at = std::find(levels.begin(), levels.end(), info.detected_level);
+  ASSERT_NE(at, levels.end()) << info.detected_level;
+  EXPECT_EQ(info.bf16_hardware, at - levels.begin() >= 3) << info.detected_level;
+  EXPECT_FALSE(info.model.empty());
+  if (info.detected_level != "generic") EXPECT_NE(info.isa_flags.find("avx2"), std::string::npos) << info.isa_flags;
+  const std::string path = half_gemm_path();
+  EXPECT_TRUE(path == "onednn" || path == "packed") << path;
 }

@@ -13,6 +13,7 @@
 #include "fasttrain/device.h"
 #include "fasttrain/dtype.h"
 #include "fasttrain/error.h"
+#include "fasttrain/machine.h"
 #include "fasttrain/names.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"

@@ -21,11 +21,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/cpu/isa.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/error.h"
+#include "fasttrain/machine.h"
 #include "fasttrain/nn.h"
-#include "train/run_files.h"
 
 namespace ft::train {
 
@@ -211,8 +210,9 @@ RunMeasurements measurements_from_profile(const std::string& path, const Trainer
   }
   m.cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   m.local_ranks = dist::launched() ? dist::world()->local_size() : 1;
-  m.bf16_hardware = cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16;
-  m.cpu_isa = cpu::cpu_isa_name(cpu::detected_cpu_isa());
+  const CpuInfo cpu = cpu_info();
+  m.bf16_hardware = cpu.bf16_hardware;
+  m.cpu_isa = cpu.detected_level;
   const int64_t limit = config.memory_limit.bytes;
   m.memory_budget_bytes = limit > 0 ? limit : machine_memory_bytes();
   return m;

@@ -10,14 +10,13 @@
 #include <map>
 #include <unordered_set>
 
-#include "backend/cpu/linalg.h"
-#include "backend/cpu/peak_rate.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/machine.h"
 #include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"
@@ -279,8 +278,9 @@ BenchResult run_bench(const BenchOptions& o) {
   // CPU has; fp32 and fp16 against f32 FMA (f16 operands are widened to f32 on the CPU).
   const bool bf16 = train::precision_is_bf16(o.precision);
   const bool half = bf16 || o.precision == train::Precision::FP16Mixed;
-  r.cpu_isa = cpu::cpu_isa_flags();
-  r.cpu = cpu::cpu_model_name();
+  const CpuInfo cpu = cpu_info();
+  r.cpu_isa = cpu.isa_flags;
+  r.cpu = cpu.model;
   r.device = device;
   profiler::PeakFlops peak;  // of one rank
   auto take_cpu_peak = [&] {
@@ -290,7 +290,7 @@ BenchResult run_bench(const BenchOptions& o) {
   };
   if (device.is_cpu()) {
     take_cpu_peak();
-    if (half) r.half_gemm = cpu::half_gemm_path_name(cpu::half_gemm_path());
+    if (half) r.half_gemm = half_gemm_path();
   } else {
     r.gpu = cuda_device_name(device.index);
     r.peak_gflops = gpu_matmul_peak_gflops(device, o.precision);

@@ -20,10 +20,10 @@
 #include <sstream>
 #include <thread>
 
-#include "backend/cpu/isa.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/error.h"
+#include "fasttrain/machine.h"
 
 namespace ft::train {
 
@@ -41,7 +41,7 @@ std::string format(const char* fmt, double v) {
 
 constexpr int64_t kMostWorkers = 8;  // the largest loader worker count tried
 
-bool has_bf16_hardware() { return cpu::detected_cpu_isa() >= cpu::CpuIsa::Avx512Bf16; }
+bool has_bf16_hardware() { return cpu_info().bf16_hardware; }
 
 // How a candidate's loss is compared with its reference's.
 enum class Compare { StepByStep, FinalLoss };
@@ -142,9 +142,8 @@ class Tuner {
 
   void search_precision() {
     if (best().config.precision.mode != Precision::FP32 || !has_bf16_hardware()) return;
-    try_candidates(
-        {{{{"precision", "bf16-mixed",
-            std::string("fp32 on a CPU with bf16 hardware (") + cpu::cpu_isa_name(cpu::detected_cpu_isa()) + ")"}}}});
+    try_candidates({{{{"precision", "bf16-mixed",
+                       std::string("fp32 on a CPU with bf16 hardware (") + cpu_info().detected_level + ")"}}}});
   }
 
   // Larger batches with the learning rate scaled linearly; when one does not fit in memory, the

@@ -70,7 +70,7 @@ struct MemorySize {  // "8G", "512M", "1.5G", "1048576"; "" (0 bytes): none
   std::string text;
   static MemorySize parse(const char* option, const std::string& text);
 };
-struct StepList {  // "100,200,300": strictly increasing non-negative steps; "": none
+struct StepList {  // "100,200,300" ("": none); the multistep schedule checks they increase from 0
   std::vector<int64_t> steps;
   std::string text;
   static StepList parse(const char* option, const std::string& text);

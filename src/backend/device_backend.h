@@ -1,8 +1,9 @@
 // One record per device type: everything the core asks of a device (its kernel table, its
 // allocators, and its runtime: device discovery, copies, host waits, streams, events, graphs)
 // behind one struct of plain function pointers, as ggml's ggml_backend_i and PyTorch's
-// DeviceGuardImplInterface do. The core includes no backend header and names no backend's
-// functions: it asks find_backend(type) (or require_backend(device, what)) and calls the record.
+// DeviceGuardImplInterface do. The core includes no header of a backend's own and names no
+// backend's functions: it asks find_backend(type) (or require_backend(device, what)) and calls the
+// record.
 //
 // A backend fills what its device has and leaves the rest empty. The CPU has no streams, events
 // or graphs (its work is done when a kernel returns), so those entries stay null there and the
@@ -12,8 +13,8 @@
 //
 // Records are made on first use, not at start-up (backend/registry.cpp holds the one list of
 // backends). The CUDA record loads the driver on its first device query, and cuBLASLt and cuDNN
-// load on the first kernel that needs them (cuda/libraries.h), so a program that never touches a
-// GPU maps none of them. Adding a device: docs/ARCHITECTURE.md, "How to add a device".
+// load on the first kernel that needs them (backend/shared_library.h), so a program that never
+// touches a GPU maps none of them. Adding a device: docs/ARCHITECTURE.md, "How to add a device".
 #pragma once
 #include <cstddef>
 #include <cstdint>

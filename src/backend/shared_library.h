@@ -1,9 +1,9 @@
 // A shared library opened on first use (dlopen) and its functions looked up by name (dlsym), for
 // the CUDA libraries the backend calls but a CPU-only run never needs: cuBLASLt and cuDNN are
 // hundreds of megabytes, and a program linked against them maps and relocates them at start
-// (about 218 MB of a CPU run's peak resident memory before this). Each library gets a table of
-// function pointers, declared from a list with the library's own names and types (cublaslt.h,
-// cudnn_library.h), filled at the first call that needs it.
+// (about 205 MiB of every CPU process's peak resident memory before this; docs/PERF.md). Each
+// library gets a table of function pointers, declared from a list with the library's own names and
+// types (cuda/cublaslt_library.h, cuda/cudnn_library.h), filled at the first call that needs it.
 #pragma once
 #include <initializer_list>
 #include <string>

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/attention.h"
 #include "fasttrain/fasttrain.h"
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"
 
@@ -413,16 +414,7 @@ TEST(Attention, MemoryDoesNotScaleWithTSquared) {
 
 // --- validation ---------------------------------------------------------------------------
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-}  // namespace
+using test::error_of;
 
 TEST(Attention, ValidatesArguments) {
   Tensor q = zeros({2, 4, 5, 64}), k = zeros({2, 4, 6, 64}), v = zeros({2, 4, 6, 64});

@@ -18,6 +18,7 @@
 #include "fasttrain/ops/reduce.h"
 #include "fasttrain/random.h"
 #include "fasttrain/tensor.h"
+#include "support/expect_error.h"
 
 #ifdef FASTTRAIN_WITH_CUDA
 #include "backend/cuda/cublaslt_library.h"
@@ -26,6 +27,7 @@
 
 using namespace ft;
 using backend::DeviceBackend;
+using test::error_of;
 
 namespace {
 
@@ -41,16 +43,6 @@ std::vector<std::string> mapped(const std::string& part) {
     if (path.find(part) != std::string::npos && (found.empty() || found.back() != path)) found.push_back(path);
   }
   return found;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

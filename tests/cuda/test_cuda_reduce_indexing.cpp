@@ -16,9 +16,11 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"
+#include "support/expect_error.h"
 #include "support/require_gpu.h"
 
 using namespace ft;
+using ft::test::error_of;
 using ft::testing::backward_random;
 using ft::testing::gpu;
 using ft::testing::Leaf;
@@ -82,15 +84,6 @@ void check_reductions(
 
 // idx on t's device (the index of an op run on both devices).
 Tensor on_device_of(const Tensor& idx, const Tensor& t) { return idx.to(t.device()); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // An index check's error: at once on the CPU; on the GPU the check runs on the device and its
 // error comes at the next host synchronisation, with the CPU's message and a note saying so.

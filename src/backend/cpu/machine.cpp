@@ -8,12 +8,16 @@
 namespace ft {
 
 CpuInfo cpu_info() {
-  CpuInfo info;
-  info.model = cpu::cpu_model_name();
-  info.isa_flags = cpu::cpu_isa_flags();
-  const cpu::CpuIsa detected = cpu::detected_cpu_isa();
-  info.detected_level = cpu::cpu_isa_name(detected);
-  info.bf16_hardware = detected >= cpu::CpuIsa::Avx512Bf16;
+  // Read once: the model name comes from /proc/cpuinfo, and the CPU does not change.
+  static const CpuInfo info = [] {
+    CpuInfo i;
+    i.model = cpu::cpu_model_name();
+    i.isa_flags = cpu::cpu_isa_flags();
+    const cpu::CpuIsa detected = cpu::detected_cpu_isa();
+    i.detected_level = cpu::cpu_isa_name(detected);
+    i.bf16_hardware = detected >= cpu::CpuIsa::Avx512Bf16;
+    return i;
+  }();
   return info;
 }
 

@@ -14,6 +14,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev # run configuration files (TOML) and command-line parsing
   libjpeg62-turbo-dev libpng-dev   # JPEG and PNG decoding (ImageFolderDataset, --task classify --data folder:DIR)
   zlib1g-dev                       # gzip-compressed datasets read as published (MNIST's .gz files)
+  libpcre2-dev                     # tokenizer.json's Split patterns (Unicode-property regexes, JIT-compiled)
   python3 python3-numpy python3-torch   # PyTorch reference values for the parity tests and the peer benchmarks
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
   libclang-rt-14-dev               # clang's sanitizer and libFuzzer runtimes (not pulled in without recommends; the clean room showed it)

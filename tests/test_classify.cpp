@@ -249,7 +249,7 @@ class Classify : public ::testing::Test {
     c.tensorboard = false;
     c.batch_size = 8;
     c.max_steps = 4;
-    c.schedule.warmup_steps = 1;
+    c.schedule.as<ft::train::CosineSchedule>().warmup_steps = 1;
     c.eval_every = 0;
     c.log_every_n_steps = 2;
     c.threads = 2;
@@ -686,7 +686,7 @@ TEST_F(Classify, NpyFeatureVectorsAreStandardisedPerFeatureAndLearnedByTheMlp) {
   c.batch_size = 32;
   c.max_steps = 60;
   c.optimizer.lr = 3e-3;
-  c.schedule.warmup_steps = 5;
+  c.schedule.as<ft::train::CosineSchedule>().warmup_steps = 5;
   c.data.goal_accuracy = 0.95;
   const train::ClassifyData d(c);
   EXPECT_FALSE(d.info().images);

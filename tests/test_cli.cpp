@@ -70,11 +70,14 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
   CliRun r = run_cli("train --help");
   EXPECT_EQ(r.code, 0) << r.output;
   ft::train::TrainerConfig c;
-  ft::train::visit_fields(c, [&](const ft::train::OptionInfo& o, auto&) {
-    std::string flag = std::string("--") + o.name;
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
-  });
+  ft::train::visit_fields(
+      c,
+      [&](const ft::train::OptionInfo& o, auto&) {
+        std::string flag = std::string("--") + o.name;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+      },
+      ft::train::ScheduleKinds::Every);
   for (const char* extra : {"--config", "--resume", "(default 600; images: 500)"})
     EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
   CliRun s = run_cli("sample --help");
@@ -191,9 +194,9 @@ TEST(Cli, ACheckpointWrittenBeforeTheConfigWasNestedResumes) {
   // The options came through: the new run folder's config, read back, holds them.
   const ft::train::TrainerConfig c = ft::train::load_run_config(dir);
   EXPECT_EQ(c.optimizer.kind, ft::optim::OptimizerKind::LAMB);
-  EXPECT_EQ(c.schedule.kind, ft::optim::ScheduleKind::OneCycle);
-  EXPECT_EQ(c.schedule.anneal_strategy, ft::optim::AnnealStrategy::Linear);
-  EXPECT_TRUE(c.schedule.three_phase);
+  const auto& one_cycle = c.schedule.as<ft::train::OneCycleSchedule>();
+  EXPECT_EQ(one_cycle.anneal_strategy, ft::optim::AnnealStrategy::Linear);
+  EXPECT_TRUE(one_cycle.three_phase);
   EXPECT_EQ(c.optimizer.gradient_clip_algorithm, ft::train::ClipAlgorithm::Value);
   EXPECT_EQ(c.optimizer.grad_clip, 0.5);
   EXPECT_EQ(c.optimizer.beta1, 0.85);

@@ -103,7 +103,7 @@ std::vector<Finding> profiled_run(TrainerConfig c, const RunSetup& s) {
   c.tensorboard = false;
   ft::train::set_field(c, "profile", "2:5");
   c.profile.memory_history = true;
-  c.schedule.warmup_steps = 0;
+  c.schedule.as<ft::train::CosineSchedule>().warmup_steps = 0;
   auto train_set = std::make_shared<Samples>(4096, s.delay), val_set = std::make_shared<Samples>(64, s.delay);
   NetModule module(s.width, s.depth, s.conv_bias_bn);
   train::DatasetModule data({train_set, std::make_shared<data::RandomSampler>(train_set->size(), 1), nullptr},

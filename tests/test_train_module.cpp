@@ -155,8 +155,7 @@ TrainerConfig config(const std::string& dir) {
   c.batch_size = 16;
   c.accumulate = 2;
   c.optimizer.lr = 1e-2;
-  c.schedule.min_lr = 1e-3;
-  c.schedule.warmup_steps = 5;
+  c.schedule = ft::train::CosineSchedule{.min_lr = 1e-3, .warmup_steps = 5};
   c.eval_every = 20;
   c.eval_batches = 0;
   c.log_every_n_steps = 10;

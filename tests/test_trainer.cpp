@@ -43,8 +43,7 @@ using test::tiny_char;
 TEST(Schedule, ConfigWarmupThenCosineToMinLr) {
   TrainerConfig c;
   c.optimizer.lr = 1.0;
-  c.schedule.min_lr = 0.1;
-  c.schedule.warmup_steps = 10;
+  c.schedule = CosineSchedule{.min_lr = 0.1, .warmup_steps = 10};
   c.max_steps = 110;
   auto s = make_schedule(c);
   EXPECT_DOUBLE_EQ(s->lr(0), 0.1);
@@ -52,17 +51,17 @@ TEST(Schedule, ConfigWarmupThenCosineToMinLr) {
   EXPECT_DOUBLE_EQ(s->lr(10), 1.0);
   EXPECT_NEAR(s->lr(60), 0.55, 1e-12);  // half way down the cosine
   EXPECT_NEAR(s->lr(110), 0.1, 1e-12);
-  c.schedule.kind = optim::ScheduleKind::Constant;
+  c.schedule = ConstantSchedule{};
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(60), 1.0);
-  c.schedule.kind = optim::ScheduleKind::MultiStep;
+  set_field(c, "schedule", "multistep");
   set_field(c, "milestones", "20,50");
-  c.schedule.gamma = 0.5;
+  c.schedule.as<MultiStepSchedule>().gamma = 0.5;
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(49), 0.5);
   EXPECT_DOUBLE_EQ(make_schedule(c)->lr(50), 0.25);
   // Parsed once, where the text enters: a bad list is refused there and leaves the option as it was.
   test::expect_error([&] { set_field(c, "milestones", "20,x"); }, "option milestones: expected comma-separated steps");
-  EXPECT_EQ(c.schedule.milestones.steps, (std::vector<int64_t>{20, 50}));
-  c.schedule.kind = optim::ScheduleKind::OneCycle;
+  EXPECT_EQ(c.schedule.as<MultiStepSchedule>().milestones.steps, (std::vector<int64_t>{20, 50}));
+  c.schedule = OneCycleSchedule{};
   EXPECT_TRUE(make_schedule(c)->momentum(0).has_value());
   test::expect_error([&] { set_field(c, "schedule", "poly"); }, "option schedule: expected cosine, constant, step");
 }
@@ -130,7 +129,7 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad_name("optimizer", "Adam", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
   bad_name("gradient_clip_algorithm", "max", "option gradient_clip_algorithm: expected norm or value, found 'max'");
   bad_name("precision", "fp8", "option precision: expected 32, tf32");
-  bad([](TrainerConfig& c) { c.schedule.min_lr = 1; }, "option min_lr");
+  bad([](TrainerConfig& c) { *c.schedule.min_lr() = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {
         c = TrainerConfig::defaults_for("images");
@@ -193,20 +192,19 @@ TEST(TrainerConfig, RunOptionsLiveInTheirTables) {
   set_field(c, "checkpoint_every", "7");
   set_field(c, "dist_timeout", "60");
   set_field(c, "profile", "2:3");
-  set_field(c, "milestones", "10,20");
   set_field(c, "memory_limit", "512M");
   const std::string text = config_to_toml(c);
   for (const char* table :
-       {"\n[optimizer]\nname = 'lamb'\nlr = ", "\n[schedule]\nname = 'onecycle'\nmin_lr = ",
+       {"\n[optimizer]\nname = 'lamb'\nlr = ", "\n[schedule]\nname = 'onecycle'\npct_start = 0.25\n",
         "\n[precision]\nmode = 'bf16-mixed'\n", "\n[checkpoint]\nevery = 7\n", "\n[profile]\nsteps = '2:3'\n",
-        "\nmilestones = '10,20'\n", "\npct_start = 0.25\n", "\ntimeout = 6e+01\n", "\nmemory_limit = '512M'\n"})
+        "\ntimeout = 6e+01\n", "\nmemory_limit = '512M'\n"})
     EXPECT_NE(text.find(table), std::string::npos) << table << "\n" << text;
   TrainerConfig back;
   apply_toml(back, text, "t");
   EXPECT_EQ(config_to_toml(back), text);
   EXPECT_EQ(back.optimizer.kind, optim::OptimizerKind::LAMB);
-  EXPECT_EQ(back.schedule.pct_start, 0.25);
-  EXPECT_EQ(back.schedule.milestones.steps, (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(back.schedule.as<OneCycleSchedule>().pct_start, 0.25);
+  EXPECT_EQ(text.find("min_lr"), std::string::npos) << "onecycle has no min_lr: the file holds its own parameters only";
   EXPECT_EQ(back.precision.mode, Precision::BF16Mixed);
   EXPECT_EQ(back.checkpoint.every, 7);
   EXPECT_EQ(back.dist.timeout, 60.0);
@@ -218,7 +216,7 @@ TEST(TrainerConfig, RunOptionsLiveInTheirTables) {
   apply_toml(flat, "optimizer = 'sgd'\nschedule = 'step'\nprecision = 'tf32'\nprofile = '4'\ncheckpoint_every = 3\n",
              "old.toml");
   EXPECT_EQ(flat.optimizer.kind, optim::OptimizerKind::SGD);
-  EXPECT_EQ(flat.schedule.kind, optim::ScheduleKind::Step);
+  EXPECT_EQ(flat.schedule.kind(), optim::ScheduleKind::Step);
   EXPECT_EQ(flat.precision.mode, Precision::TF32);
   EXPECT_EQ(flat.profile.steps.first, 4);
   EXPECT_EQ(flat.checkpoint.every, 3);
@@ -226,8 +224,50 @@ TEST(TrainerConfig, RunOptionsLiveInTheirTables) {
                      "run.toml: unknown key 'optimizer.optimizer'");
   test::expect_error([&] { apply_toml(flat, "[profile]\nsteps = '3:1'\n", "run.toml"); },
                      "run.toml: key 'profile.steps': option profile: expected START <= END, found '3:1'");
-  test::expect_error([&] { apply_toml(flat, "[schedule]\nmilestones = 5\n", "run.toml"); },
+  test::expect_error([&] { apply_toml(flat, "[schedule]\nname = 'multistep'\nmilestones = 5\n", "run.toml"); },
                      "run.toml: key 'schedule.milestones': expected a string, found a integer");
+}
+
+// A schedule holds the parameters of its kind only: another kind's is refused, naming the kinds
+// that have it, wherever it comes from; the kind is applied before its parameters whatever the
+// order of the keys; switching kind keeps the parameters both kinds have.
+TEST(TrainerConfig, TheScheduleHoldsTheParametersOfItsKind) {
+  TrainerConfig c;
+  EXPECT_EQ(c.schedule.kind(), optim::ScheduleKind::Cosine);
+  test::expect_error([&] { set_field(c, "pct_start", "0.4"); },
+                     "option pct_start: not a parameter of the cosine schedule but of onecycle");
+  test::expect_error(
+      [&] { set_field(c, "gamma", "0.4"); },
+      "option gamma: not a parameter of the cosine schedule but of step, multistep, exponential, cyclic");
+  test::expect_error([&] { c.schedule.as<OneCycleSchedule>(); },
+                     "schedule: the parameters of onecycle were asked for; the schedule is cosine");
+  test::expect_error([&] { apply_toml(c, "[schedule]\nthree_phase = true\n", "run.toml"); },
+                     "run.toml: key 'schedule.three_phase': not a parameter of the cosine schedule but of onecycle");
+  // TOML keys come sorted (min_lr < name): the kind still goes first.
+  apply_toml(c, "[schedule]\nmin_lr = 2e-4\nname = 'wsd'\ndecay_steps = 7\n", "run.toml");
+  ASSERT_EQ(c.schedule.kind(), optim::ScheduleKind::Wsd);
+  EXPECT_EQ(c.schedule.as<WsdSchedule>().min_lr, 2e-4);
+  EXPECT_EQ(c.schedule.as<WsdSchedule>().decay_steps, 7);
+  // Switching kind keeps what both have (min_lr, warmup_steps); naming the kind again keeps all.
+  c.schedule.as<WsdSchedule>().warmup_steps = 9;
+  set_field(c, "schedule", "cosine");
+  EXPECT_EQ(c.schedule.as<CosineSchedule>().min_lr, 2e-4);
+  EXPECT_EQ(c.schedule.as<CosineSchedule>().warmup_steps, 9);
+  set_field(c, "schedule", "cosine");
+  EXPECT_EQ(c.schedule.as<CosineSchedule>().warmup_steps, 9);
+  set_field(c, "schedule", "onecycle");
+  EXPECT_EQ(c.schedule.min_lr(), nullptr);
+  // The flat files of earlier runs list every kind's parameters: those of other kinds are ignored.
+  TrainerConfig flat;
+  apply_toml(flat, "pct_start = 0.4\nschedule = 'cyclic'\nmin_lr = 3e-4\nmilestones = '5'\n", "old.toml");
+  EXPECT_EQ(flat.schedule.kind(), optim::ScheduleKind::Cyclic);
+  EXPECT_EQ(*flat.schedule.min_lr(), 3e-4);
+  // --help lists every kind's parameters once.
+  std::vector<std::string> names;
+  visit_fields(
+      flat, [&](const OptionInfo& o, auto&) { names.push_back(o.name); }, ScheduleKinds::Every);
+  for (const char* name : {"pct_start", "milestones", "decay_steps", "min_lr", "gamma", "linear_steps"})
+    EXPECT_EQ(std::count(names.begin(), names.end(), name), 1) << name;
 }
 
 // Run folders written before the tables existed hold every option flat, under its flag name;
@@ -323,7 +363,7 @@ TEST(Trainer, CharTaskApproachesTheEntropyFloor) {
   c.run_dir = temp_dir("char_goal");
   c.progress = false;
   c.max_steps = 180;
-  c.schedule.warmup_steps = 20;
+  c.schedule.as<CosineSchedule>().warmup_steps = 20;
   c.eval_every = 0;
   c.model.context = 32;
   c.batch_size = 64;

@@ -197,7 +197,7 @@ TEST(Trainer, OneCycleMomentumAndNewOptimizersAreLogged) {
     SCOPED_TRACE(optimizer);
     TrainerConfig c = tiny_char(temp_dir(std::string("onecycle_") + optimizer));
     set_field(c, "optimizer", optimizer);
-    c.schedule.kind = ft::optim::ScheduleKind::OneCycle;
+    c.schedule = ft::train::OneCycleSchedule{};
     c.optimizer.lr = optimizer == std::string("lars") ? 2.0 : 1e-2;
     c.log_every_n_steps = 1;
     test::BuiltinRun t(c);

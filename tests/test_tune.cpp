@@ -99,8 +99,7 @@ TrainerConfig slow_config() {
   c.batch_size = 16;
   c.workers = 0;  // the bad setting
   c.optimizer.lr = 1e-3;
-  c.schedule.min_lr = 1e-4;
-  c.schedule.warmup_steps = 0;
+  c.schedule = ft::train::CosineSchedule{.min_lr = 1e-4, .warmup_steps = 0};
   return c;
 }
 

@@ -50,25 +50,31 @@ void add_train_options(CLI::App& app, TrainOptions& o, bool with_resume) {
   const TrainerConfig char_defaults = TrainerConfig::defaults_for("char");
   const TrainerConfig image_defaults = TrainerConfig::defaults_for("images");
   std::vector<std::string> defaults_text;
-  visit_fields(image_defaults, [&](const OptionInfo&, const auto& v) { defaults_text.push_back(value_text(v)); });
+  // Every schedule kind's parameters have a flag; the run's kind decides which it may use.
+  visit_fields(
+      image_defaults, [&](const OptionInfo&, const auto& v) { defaults_text.push_back(value_text(v)); },
+      ScheduleKinds::Every);
   size_t i = 0;
-  visit_fields(char_defaults, [&](const OptionInfo& option, const auto& v) {
-    const std::string name = option.name;
-    const char* help = option.help;
-    using T = std::decay_t<decltype(v)>;
-    std::string text = help, def = value_text(v);
-    const bool differs = defaults_text[i] != def && name != "task";
-    if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
-    CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
-    opt->type_name(std::is_same_v<T, std::string> || NamedEnum<T> || TextOption<T> ? "TEXT"
-                   : std::is_same_v<T, bool>                                       ? "BOOL"
-                   : std::is_same_v<T, double>                                     ? "NUM"
-                                                                                   : "INT");
-    // A bare boolean flag means true (--memory-history); a value still sets it (--tensorboard false).
-    if constexpr (std::is_same_v<T, bool>) opt->expected(0, 1)->default_str("true");
-    o.options.emplace_back(name, opt);
-    ++i;
-  });
+  visit_fields(
+      char_defaults,
+      [&](const OptionInfo& option, const auto& v) {
+        const std::string name = option.name;
+        const char* help = option.help;
+        using T = std::decay_t<decltype(v)>;
+        std::string text = help, def = value_text(v);
+        const bool differs = defaults_text[i] != def && name != "task";
+        if (def != "\"\"") text += " (default " + def + (differs ? "; images: " + defaults_text[i] : "") + ")";
+        CLI::Option* opt = app.add_option("--" + dashed(name), o.values[name], text);
+        opt->type_name(std::is_same_v<T, std::string> || NamedEnum<T> || TextOption<T> ? "TEXT"
+                       : std::is_same_v<T, bool>                                       ? "BOOL"
+                       : std::is_same_v<T, double>                                     ? "NUM"
+                                                                                       : "INT");
+        // A bare boolean flag means true (--memory-history); a value still sets it (--tensorboard false).
+        if constexpr (std::is_same_v<T, bool>) opt->expected(0, 1)->default_str("true");
+        o.options.emplace_back(name, opt);
+        ++i;
+      },
+      ScheduleKinds::Every);
 }
 
 TrainerConfig resolve_train_config(const TrainOptions& o) {

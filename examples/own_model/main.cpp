@@ -78,8 +78,7 @@ int main(int argc, char** argv) {
   config.max_steps = 300;
   config.batch_size = 64;
   config.optimizer.lr = 3e-3;
-  config.schedule.min_lr = 3e-4;
-  config.schedule.warmup_steps = 20;
+  config.schedule = train::CosineSchedule{.min_lr = 3e-4, .warmup_steps = 20};
   config.eval_every = 100;
   config.eval_batches = 0;  // the whole validation split
   config.checkpoint.monitor = train::Monitor::ValAccuracy;

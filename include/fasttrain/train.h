@@ -2,12 +2,16 @@
 // gradient clipping, and the Trainer that runs a task, evaluates it, logs, checkpoints and
 // resumes exactly. Implemented in src/train/.
 #pragma once
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "fasttrain/dist.h"
@@ -100,25 +104,140 @@ struct OptimizerOptions {
   ClipAlgorithm gradient_clip_algorithm = ClipAlgorithm::Norm;
 };
 
-// [schedule]: the learning-rate schedule and the parameters of each kind.
+// [schedule]: the learning-rate schedule, one struct of parameters per kind, so a run holds only
+// the parameters its schedule reads. Each lists its fields once in fields(self, f), which
+// visit_fields() turns into options (flags and TOML keys of the same names; their help is
+// schedule_parameter_help()). Defaults are PyTorch's where it has the schedule, except gamma.
+struct CosineSchedule {  // linear warmup, then a half cosine from lr to min_lr at max_steps
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Cosine;
+  double min_lr = 5e-4;
+  int64_t warmup_steps = 50;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("min_lr", s.min_lr), f("warmup_steps", s.warmup_steps);
+  }
+};
+struct ConstantSchedule {
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Constant;
+  template <class S, class F>
+  static void fields(S&, F&&) {}
+};
+struct StepSchedule {  // lr * gamma^floor(step / step_size)
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Step;
+  int64_t step_size = 100;
+  double gamma = 0.1;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("step_size", s.step_size), f("gamma", s.gamma);
+  }
+};
+struct MultiStepSchedule {  // lr * gamma^(milestones passed)
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::MultiStep;
+  StepList milestones;
+  double gamma = 0.1;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("milestones", s.milestones), f("gamma", s.gamma);
+  }
+};
+struct ExponentialSchedule {  // lr * gamma^step
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Exponential;
+  double gamma = 0.1;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("gamma", s.gamma);
+  }
+};
+struct LinearSchedule {  // the factor moves from start_factor to end_factor over linear_steps
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Linear;
+  double start_factor = 1.0 / 3, end_factor = 1.0;
+  int64_t linear_steps = 5;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("start_factor", s.start_factor), f("end_factor", s.end_factor), f("linear_steps", s.linear_steps);
+  }
+};
+struct WsdSchedule {  // warmup, stable at lr, linear decay to min_lr over the last decay_steps
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Wsd;
+  double min_lr = 5e-4;
+  int64_t warmup_steps = 50;
+  int64_t decay_steps = 0;  // 0: a fifth of max_steps
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("min_lr", s.min_lr), f("warmup_steps", s.warmup_steps), f("decay_steps", s.decay_steps);
+  }
+};
+struct OneCycleSchedule {  // OneCycleLR with max_lr = lr
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::OneCycle;
+  double pct_start = 0.3;
+  optim::AnnealStrategy anneal_strategy = optim::AnnealStrategy::Cos;
+  double div_factor = 25, final_div_factor = 1e4;
+  bool three_phase = false;
+  bool cycle_momentum = true;
+  double base_momentum = 0.85, max_momentum = 0.95;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("pct_start", s.pct_start), f("anneal_strategy", s.anneal_strategy), f("div_factor", s.div_factor);
+    f("final_div_factor", s.final_div_factor), f("three_phase", s.three_phase);
+    f("cycle_momentum", s.cycle_momentum), f("base_momentum", s.base_momentum), f("max_momentum", s.max_momentum);
+  }
+};
+struct CyclicSchedule {  // CyclicLR between min_lr and lr
+  static constexpr optim::ScheduleKind kind = optim::ScheduleKind::Cyclic;
+  double min_lr = 5e-4;
+  int64_t step_size = 100;     // steps of the rising half cycle
+  int64_t step_size_down = 0;  // steps of the falling half (0: step_size)
+  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;
+  double gamma = 0.1;  // exp_range
+  bool cycle_momentum = true;
+  double base_momentum = 0.85, max_momentum = 0.95;
+  template <class S, class F>
+  static void fields(S& s, F&& f) {
+    f("min_lr", s.min_lr), f("step_size", s.step_size), f("step_size_down", s.step_size_down);
+    f("cyclic_mode", s.cyclic_mode), f("gamma", s.gamma);
+    f("cycle_momentum", s.cycle_momentum), f("base_momentum", s.base_momentum), f("max_momentum", s.max_momentum);
+  }
+};
+// Alternative i is the schedule of ScheduleKind i (checked in config.cpp).
+using ScheduleParams = std::variant<CosineSchedule, ConstantSchedule, StepSchedule, MultiStepSchedule,
+                                    ExponentialSchedule, LinearSchedule, WsdSchedule, OneCycleSchedule, CyclicSchedule>;
+// The help of a schedule parameter, by name ("" for none).
+const char* schedule_parameter_help(std::string_view name);
+// The kinds that have parameter `name` ("onecycle, cyclic"); "" when none has it.
+std::string schedule_kinds_with(std::string_view name);
+
+// The schedule of a run: which kind, with its parameters. Its text form is the kind's name
+// (--schedule, TOML `[schedule] name`); parse() gives that kind with its default parameters.
 struct ScheduleOptions {
-  optim::ScheduleKind kind = optim::ScheduleKind::Cosine;  // --schedule; TOML key `name`
-  double min_lr = 5e-4;                                    // cosine, wsd: final lr; cyclic: the bottom
-  int64_t warmup_steps = 50;                               // cosine, wsd
-  int64_t step_size = 100;                                 // step: decay every N steps; cyclic: rising half cycle
-  int64_t step_size_down = 0;                              // cyclic: steps of the falling half (0: step_size)
-  double gamma = 0.1;                                      // step, multistep, exponential, cyclic exp_range
-  StepList milestones;                                     // multistep
-  double start_factor = 1.0 / 3, end_factor = 1.0;         // linear
-  int64_t linear_steps = 5;                                // linear: steps from start_factor to end_factor
-  int64_t decay_steps = 0;                                 // wsd: steps of the final decay (0: a fifth of max_steps)
-  double pct_start = 0.3;                                  // onecycle
-  optim::AnnealStrategy anneal_strategy = optim::AnnealStrategy::Cos;  // onecycle
-  double div_factor = 25, final_div_factor = 1e4;                      // onecycle
-  bool three_phase = false;                                            // onecycle
-  optim::CyclicMode cyclic_mode = optim::CyclicMode::Triangular;       // cyclic
-  bool cycle_momentum = true;                                          // onecycle, cyclic
-  double base_momentum = 0.85, max_momentum = 0.95;                    // onecycle, cyclic
+  ScheduleParams params;
+  std::string text;  // the kind's name
+
+  ScheduleOptions(ScheduleParams p = CosineSchedule{});
+  template <class S>
+  requires requires { S::kind; }
+  ScheduleOptions(S params) : ScheduleOptions(ScheduleParams(std::move(params))) {}
+  optim::ScheduleKind kind() const { return static_cast<optim::ScheduleKind>(params.index()); }
+  static ScheduleOptions parse(const char* option, const std::string& name);
+  // Makes the schedule the kind `name`, keeping the parameters both kinds have (min_lr from
+  // cosine to wsd); naming the kind it is changes nothing. How flags and TOML set it.
+  void switch_to(const char* option, const std::string& name);
+  // The parameters as kind S; ft::Error naming both kinds when the schedule is another.
+  template <class S>
+  S& as() {
+    check_kind(S::kind);
+    return std::get<S>(params);
+  }
+  template <class S>
+  const S& as() const {
+    check_kind(S::kind);
+    return std::get<S>(params);
+  }
+  // min_lr of the kinds that have one (cosine, wsd, cyclic); nullptr for the others.
+  double* min_lr();
+  const double* min_lr() const { return const_cast<ScheduleOptions*>(this)->min_lr(); }
+
+ private:
+  void check_kind(optim::ScheduleKind wanted) const;
 };
 
 // [precision]: what a step computes in and keeps (autocast, activation checkpointing, layouts,
@@ -238,9 +357,11 @@ struct OptionInfo {
 // Calls visitor(info, field) for every option of `c` in a fixed order, the options of a section
 // together; field is a reference to an int64_t, uint64_t, double, bool or std::string member, or
 // to an enum with a name table (names.h: NamedEnum), whose names are its text everywhere.
-// One list for CLI, TOML, JSON and the checks of resume().
+// One list for CLI, TOML, JSON and the checks of resume(). The schedule's parameters are those of
+// its kind; ScheduleKinds::Every visits every kind's (for --help and the checks of names).
+enum class ScheduleKinds { Active, Every };
 template <class Config, class V>
-void visit_fields(Config& c, V&& visitor) {
+void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::Active) {
   // in(section)(name, field, help[, on_resume[, key]]): one option of that table; key is its TOML
   // key inside the table when it differs from the flag name.
   auto in = [&visitor](Section section) {
@@ -297,30 +418,33 @@ void visit_fields(Config& c, V&& visitor) {
       "clip gradients to this global norm (or value, see gradient_clip_algorithm; 0: off)");
   opt("gradient_clip_algorithm", c.optimizer.gradient_clip_algorithm, "norm (global L2 norm) or value (each element)");
   // --- [schedule] ---
-  sched("schedule", c.schedule.kind,
+  sched("schedule", c.schedule,
         "cosine (warmup + cosine to min_lr), constant, step, multistep, exponential, linear, wsd "
-        "(warmup-stable-decay), onecycle or cyclic",
+        "(warmup-stable-decay), onecycle or cyclic; each has its own parameters, below",
         may_change, "name");
-  sched("min_lr", c.schedule.min_lr, "final learning rate of cosine and wsd; the bottom of the cyclic schedule");
-  sched("warmup_steps", c.schedule.warmup_steps, "steps of linear warmup (cosine, wsd)");
-  sched("step_size", c.schedule.step_size, "step: decay every N steps; cyclic: steps of the rising half cycle");
-  sched("step_size_down", c.schedule.step_size_down, "cyclic: steps of the falling half cycle (0: step_size)");
-  sched("gamma", c.schedule.gamma, "decay factor of step, multistep, exponential and cyclic exp_range");
-  sched("milestones", c.schedule.milestones, "multistep: comma-separated steps where the lr is multiplied by gamma");
-  sched("start_factor", c.schedule.start_factor, "linear: lr factor at step 0");
-  sched("end_factor", c.schedule.end_factor, "linear: lr factor after linear_steps");
-  sched("linear_steps", c.schedule.linear_steps, "linear: steps from start_factor to end_factor");
-  sched("decay_steps", c.schedule.decay_steps, "wsd: steps of the final linear decay (0: a fifth of max_steps)");
-  sched("pct_start", c.schedule.pct_start, "onecycle: fraction of the steps spent increasing the lr");
-  sched("anneal_strategy", c.schedule.anneal_strategy, "onecycle: cos or linear");
-  sched("div_factor", c.schedule.div_factor, "onecycle: initial lr = lr / div_factor");
-  sched("final_div_factor", c.schedule.final_div_factor, "onecycle: final lr = initial lr / final_div_factor");
-  sched("three_phase", c.schedule.three_phase, "onecycle: three phases (up, down, annihilate) instead of two");
-  sched("cyclic_mode", c.schedule.cyclic_mode, "cyclic: triangular, triangular2 or exp_range");
-  sched("cycle_momentum", c.schedule.cycle_momentum,
-        "onecycle/cyclic: cycle momentum (sgd/lars) or beta1 (adam family) inversely to the lr");
-  sched("base_momentum", c.schedule.base_momentum, "onecycle/cyclic: lowest momentum");
-  sched("max_momentum", c.schedule.max_momentum, "onecycle/cyclic: highest momentum");
+  // The parameters of the run's schedule kind, or of every kind (each name once; the run's own
+  // values for its kind, the defaults for the others).
+  std::vector<std::string_view> seen;
+  auto param = [&](const char* name, auto& field) {
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) return;
+    seen.push_back(name);
+    sched(name, field, schedule_parameter_help(name));
+  };
+  auto visit_kind = [&](auto& params) { std::decay_t<decltype(params)>::fields(params, param); };
+  if (kinds == ScheduleKinds::Active) {
+    std::visit(visit_kind, c.schedule.params);
+  } else {
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (
+          [&] {
+            if (c.schedule.params.index() == I) return visit_kind(std::get<I>(c.schedule.params));
+            std::variant_alternative_t<I, ScheduleParams> defaults{};
+            visit_kind(defaults);
+          }(),
+          ...);
+    }
+    (std::make_index_sequence<std::variant_size_v<ScheduleParams>>{});
+  }
   // --- [precision] ---
   prec("precision", c.precision.mode, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true",
        locked, "mode");

@@ -156,8 +156,8 @@ class Tuner {
     for (int64_t k : {2, 4}) {
       const std::string why = "a batch " + std::to_string(k) + "x larger with the lr scaled " + std::to_string(k) + "x";
       std::vector<TuneChange> scaled = {{"batch_size", std::to_string(c.batch_size * k), why},
-                                        {"lr", format("%.6g", c.optimizer.lr * k), why},
-                                        {"min_lr", format("%.6g", c.schedule.min_lr * k), why}};
+                                        {"lr", format("%.6g", c.optimizer.lr * k), why}};
+      if (const double* min_lr = c.schedule.min_lr()) scaled.push_back({"min_lr", format("%.6g", *min_lr * k), why});
       candidates.push_back({scaled, Compare::FinalLoss});
       std::vector<TuneChange> checkpointed = scaled;
       checkpointed.push_back({"checkpoint_blocks", "true", "the larger batch did not fit: recompute blocks"});

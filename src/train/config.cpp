@@ -64,8 +64,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.log_every_n_steps = 25;
     c.batch_size = 32;
     c.optimizer.lr = 3e-3;
-    c.schedule.min_lr = 1e-4;
-    c.schedule.warmup_steps = 30;
+    c.schedule = CosineSchedule{.min_lr = 1e-4, .warmup_steps = 30};
     c.optimizer.weight_decay = 5e-4;
     c.optimizer.beta2 = 0.999;
     c.optimizer.grad_clip = 0.0;
@@ -78,8 +77,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.eval_every = 250;
     c.eval_batches = 20;
     c.optimizer.lr = 1e-3;
-    c.schedule.min_lr = 1e-4;
-    c.schedule.warmup_steps = 100;
+    c.schedule = CosineSchedule{.min_lr = 1e-4, .warmup_steps = 100};
   } else if (task == "classify") {
     c.model.name = "cnn-mini";
     c.max_steps = 1000;
@@ -87,8 +85,7 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
     c.eval_batches = 0;
     c.batch_size = 64;
     c.optimizer.lr = 2e-3;
-    c.schedule.min_lr = 1e-4;
-    c.schedule.warmup_steps = 50;
+    c.schedule = CosineSchedule{.min_lr = 1e-4, .warmup_steps = 50};
     c.optimizer.weight_decay = 5e-4;
     c.optimizer.beta2 = 0.999;
     c.optimizer.grad_clip = 0.0;
@@ -140,12 +137,15 @@ std::string option_scope(const std::string& name) {
   std::string scope;
   bool found = false;
   TrainerConfig c;
-  visit_fields(c, [&](const OptionInfo& o, auto&) {
-    if (name == o.name) {
-      scope = scope_of(o.help);
-      found = true;
-    }
-  });
+  visit_fields(
+      c,
+      [&](const OptionInfo& o, auto&) {
+        if (name == o.name) {
+          scope = scope_of(o.help);
+          found = true;
+        }
+      },
+      ScheduleKinds::Every);
   FT_CHECK(found, "unknown option '", name, "'");
   return scope;
 }
@@ -199,9 +199,8 @@ void TrainerConfig::validate() const {
   check(prefetch >= 1 && prefetch <= 64, "prefetch", "1 to 64", prefetch);
   check(batch_size >= 0, "batch_size", "at least 1 (or auto)", batch_size);
   check(std::isfinite(optimizer.lr) && optimizer.lr > 0, "lr", "a positive learning rate", optimizer.lr);
-  check(std::isfinite(schedule.min_lr) && schedule.min_lr >= 0 && schedule.min_lr <= optimizer.lr, "min_lr",
-        "a value in [0, lr]", schedule.min_lr);
-  check(schedule.warmup_steps >= 0, "warmup_steps", "0 or more", schedule.warmup_steps);
+  if (const double* min_lr = schedule.min_lr())
+    check(std::isfinite(*min_lr) && *min_lr >= 0 && *min_lr <= optimizer.lr, "min_lr", "a value in [0, lr]", *min_lr);
   check(std::isfinite(optimizer.weight_decay) && optimizer.weight_decay >= 0, "weight_decay", "0 or more",
         optimizer.weight_decay);
   check(optimizer.momentum >= 0 && optimizer.momentum < 1, "momentum", "a value in [0, 1)", optimizer.momentum);
@@ -216,7 +215,12 @@ void TrainerConfig::validate() const {
     make_schedule(*this);  // validates the schedule and its parameters
   } else {                 // sized by epochs: the step count is not known until the loader counts an epoch
     TrainerConfig sized = *this;
-    sized.max_steps = schedule.warmup_steps + 1;
+    sized.max_steps = 1;  // past the warmup, which the factories check against the steps
+    std::visit(
+        [&](const auto& k) {
+          if constexpr (requires { k.warmup_steps; }) sized.max_steps = std::max<int64_t>(1, k.warmup_steps + 1);
+        },
+        schedule.params);
     make_schedule(sized);
   }
   check(max_batch_size >= 1, "max_batch_size", "at least 1", max_batch_size);
@@ -326,6 +330,25 @@ std::string config_to_toml(const TrainerConfig& c) {
 
 namespace {
 
+// Sets a text option from its text: the schedule switches kind keeping the parameters both kinds
+// have (ScheduleOptions::switch_to); the others are parsed anew.
+template <TextOption T>
+void assign_text(T& field, const char* name, const std::string& text) {
+  if constexpr (requires { field.switch_to(name, text); })
+    field.switch_to(name, text);
+  else
+    field = T::parse(name, text);
+}
+
+// A parameter of a schedule kind other than the run's: the error that says so, or nothing when
+// `name` is no schedule parameter.
+void check_not_other_schedules(const TrainerConfig& c, const std::string& name, const std::string& where) {
+  const std::string kinds = schedule_kinds_with(name);
+  if (!kinds.empty())
+    FT_FAIL(where, ": not a parameter of the ", name_of(c.schedule.kind()), " schedule but of ", kinds,
+            " (choose the schedule with --schedule or [schedule] name)");
+}
+
 // Sets `field` from a TOML value; `where` names it in errors ("run.toml: key 'data.train'").
 template <class T>
 void set_from_toml(T& field, const toml::node& node, const std::string& where, const char* name) {
@@ -336,7 +359,7 @@ void set_from_toml(T& field, const toml::node& node, const std::string& where, c
   } else if constexpr (TextOption<T>) {
     if (!node.is_string()) wrong("a string");
     try {
-      field = T::parse(name, *node.template value<std::string>());
+      assign_text(field, name, *node.template value<std::string>());
     } catch (const Error& e) {
       FT_FAIL(where, ": ", e.what());
     }
@@ -381,34 +404,48 @@ std::string table_list() {
   return out;
 }
 
+// Applies one key of a table to the option it names.
+void apply_key(TrainerConfig& into, const std::string& k, const toml::node& node, Section section,
+               const std::string& source) {
+  const std::string where = section == Section::Run ? k : std::string(section_name(section)) + "." + k;
+  bool known = false;
+  visit_fields(into, [&](const OptionInfo& o, auto& field) {
+    const bool match = section == Section::Run ? k == o.name : o.section == section && k == o.toml_key();
+    if (!match) return;
+    known = true;
+    set_from_toml(field, node, source + ": key '" + where + "'", o.name);
+  });
+  if (known) return;
+  // The flat files of earlier runs list every kind's parameters: those of other kinds mean nothing.
+  if (section == Section::Run && !schedule_kinds_with(k).empty()) return;
+  if (section == Section::Schedule) check_not_other_schedules(into, k, source + ": key '" + where + "'");
+  FT_FAIL(source, ": unknown key '", where,
+          "' (the keys are the options of fasttrain train --help with '_', in their tables: ", table_list(), ")");
+}
+
 // Applies the keys of one table: the top level (Section::Run) or one of the tables. At the top
 // level the options of every table are also accepted under their flag names, as the flat
 // config.toml of runs before the tables were introduced wrote them, so old checkpoints resume
 // (tests/data/checkpoint_8ca1ea0). A top-level key that is also a table's name ("optimizer",
 // "schedule", "precision", "profile") is the table when its value is one, the option otherwise.
 void apply_table(TrainerConfig& into, const toml::table& table, Section section, const std::string& source) {
+  // The schedule's kind first: its parameters are those of the kind, whatever the keys' order.
+  const char* kind_key = section == Section::Run ? "schedule" : section == Section::Schedule ? "name" : nullptr;
+  const toml::node* kind = kind_key != nullptr ? table.get(kind_key) : nullptr;
+  if (kind != nullptr && !kind->is_table()) apply_key(into, kind_key, *kind, section, source);
   for (auto&& [key, entry] : table) {
     const std::string k(key.str());
     const toml::node& node = entry;  // a plain reference: clang 14 cannot capture structured bindings
+    if (&node == kind && !node.is_table()) continue;
     if (section == Section::Run && node.is_table()) {
       const std::optional<Section> named = table_named(k);
       FT_CHECK(named.has_value(), source, ": unknown table [", k, "] (the tables are ", table_list(), ")");
       apply_table(into, *node.as_table(), *named, source);
       continue;
     }
-    const std::string where = section == Section::Run ? k : std::string(section_name(section)) + "." + k;
-    bool known = false;
-    visit_fields(into, [&](const OptionInfo& o, auto& field) {
-      const bool match = section == Section::Run ? k == o.name : o.section == section && k == o.toml_key();
-      if (!match) return;
-      known = true;
-      set_from_toml(field, node, source + ": key '" + where + "'", o.name);
-    });
-    FT_CHECK(known, source, ": unknown key '", where,
-             "' (the keys are the options of fasttrain train --help with '_', in their tables: ", table_list(), ")");
+    apply_key(into, k, node, section, source);
   }
 }
-
 }  // namespace
 
 void apply_toml(TrainerConfig& into, const std::string& text, const std::string& source) {
@@ -440,7 +477,7 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
     if constexpr (std::is_same_v<T, std::string>) {
       field = value;
     } else if constexpr (TextOption<T>) {
-      field = T::parse(o.name, value);
+      assign_text(field, o.name, value);
     } else if constexpr (NamedEnum<T>) {
       field = parse_option_name<T>(o.name, value);
     } else if constexpr (std::is_same_v<T, bool>) {
@@ -464,56 +501,8 @@ void set_field(TrainerConfig& c, const std::string& key, const std::string& valu
       field = static_cast<T>(v);
     }
   });
+  if (!known) check_not_other_schedules(c, key, "option " + key);
   FT_CHECK(known, "unknown option '", key, "'");
-}
-
-std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c) {
-  using optim::ScheduleKind;
-  const ScheduleOptions& k = c.schedule;
-  const double lr = c.optimizer.lr;
-  switch (k.kind) {
-    case ScheduleKind::Cosine: return optim::make_cosine_warmup_schedule(lr, k.warmup_steps, c.max_steps, k.min_lr);
-    case ScheduleKind::Constant: return optim::make_constant_schedule(lr);
-    case ScheduleKind::Step: return optim::make_step_schedule(lr, k.step_size, k.gamma);
-    case ScheduleKind::MultiStep:
-      FT_CHECK(!k.milestones.steps.empty(),
-               "option milestones: the multistep schedule needs at least one milestone (e.g. --milestones 100,200)");
-      return optim::make_multistep_schedule(lr, k.milestones.steps, k.gamma);
-    case ScheduleKind::Exponential: return optim::make_exponential_schedule(lr, k.gamma);
-    case ScheduleKind::Linear: return optim::make_linear_schedule(lr, k.start_factor, k.end_factor, k.linear_steps);
-    case ScheduleKind::Wsd: {
-      const int64_t decay = k.decay_steps > 0 ? k.decay_steps : std::max<int64_t>(1, c.max_steps / 5);
-      return optim::make_wsd_schedule(lr, k.warmup_steps, decay, c.max_steps, k.min_lr);
-    }
-    case ScheduleKind::OneCycle: {
-      optim::OneCycleOptions o;
-      o.max_lr = lr;
-      o.total_steps = c.max_steps;
-      o.pct_start = k.pct_start;
-      o.anneal_strategy = k.anneal_strategy;
-      o.cycle_momentum = k.cycle_momentum;
-      o.base_momentum = k.base_momentum;
-      o.max_momentum = k.max_momentum;
-      o.div_factor = k.div_factor;
-      o.final_div_factor = k.final_div_factor;
-      o.three_phase = k.three_phase;
-      return optim::make_one_cycle_schedule(o);
-    }
-    case ScheduleKind::Cyclic: {
-      optim::CyclicOptions o;
-      o.base_lr = k.min_lr;
-      o.max_lr = lr;
-      o.step_size_up = k.step_size;
-      o.step_size_down = k.step_size_down;
-      o.mode = k.cyclic_mode;
-      o.gamma = k.gamma;
-      o.cycle_momentum = k.cycle_momentum;
-      o.base_momentum = k.base_momentum;
-      o.max_momentum = k.max_momentum;
-      return optim::make_cyclic_schedule(o);
-    }
-  }
-  FT_FAIL("option schedule: no schedule for value ", static_cast<int>(k.kind));
 }
 
 int64_t parse_memory_size(const std::string& text) {

@@ -328,7 +328,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
                          static_cast<double>(TrainerConfig::defaults_for(config_.task).batch_size);
     config_.batch_size = found.batch_size;
     config_.optimizer.lr *= scale;  // the linear scaling rule
-    config_.schedule.min_lr *= scale;
+    if (double* min_lr = config_.schedule.min_lr()) *min_lr *= scale;
     batch_size_report_ = found.report;
   }
   nn::Module& model = module.model();

@@ -194,9 +194,7 @@ int main(int argc, char** argv) {
   c.accumulate = 2;
   c.optimizer.kind = optim::OptimizerKind::AdamW;
   c.optimizer.lr = 1e-2;
-  c.schedule.min_lr = 1e-3;
-  c.schedule.kind = optim::ScheduleKind::Cosine;
-  c.schedule.warmup_steps = 5;
+  c.schedule = ft::train::CosineSchedule{.min_lr = 1e-3, .warmup_steps = 5};
   c.optimizer.weight_decay = 0.1;
   c.optimizer.grad_clip = 0.5;
   c.log_every_n_steps = 1;

@@ -24,7 +24,7 @@ inline train::TrainerConfig tiny_char(const std::string& run_dir) {
   c.run_dir = run_dir;
   c.progress = false;
   c.max_steps = 8;
-  c.schedule.warmup_steps = 2;
+  c.schedule.as<ft::train::CosineSchedule>().warmup_steps = 2;
   c.log_every_n_steps = 2;
   c.eval_every = 4;
   c.eval_batches = 2;

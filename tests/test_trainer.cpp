@@ -112,7 +112,12 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   auto bad = [](auto change, const std::string& fragment) {
     TrainerConfig c;
     change(c);
-    test::expect_error([&] { c.validate(); }, fragment);
+    test::expect_error(
+        [&] {
+          c.validate();
+          validate_task_options(c);
+        },
+        fragment);
   };
   bad([](TrainerConfig& c) { c.batch_size = -1; }, "option batch_size: expected at least 1 (or auto), found -1");
   bad([](TrainerConfig& c) { c.optimizer.lr = -1; }, "option lr: expected a positive learning rate, found -1");

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include "fasttrain/tasks.h"
+
 using namespace ft::train;
 
 namespace ft::cli {

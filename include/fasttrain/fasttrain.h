@@ -51,6 +51,7 @@
 #include "fasttrain/bench.h"
 #include "fasttrain/callbacks.h"
 #include "fasttrain/lr_finder.h"
+#include "fasttrain/task_options.h"
 #include "fasttrain/tasks.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_module.h"

@@ -25,8 +25,16 @@ struct BuiltinTask {
   std::unique_ptr<TrainModule> module;
   std::unique_ptr<DataModule> data;
 };
-// The task config.task names, with its data drawn and its model initialised from config.seed.
+// The task config.task names, with its data drawn and its model initialised from config.seed;
+// its options are checked first (validate_task_options).
 BuiltinTask make_builtin_task(const TrainerConfig& config);
+// Checks the [model] and [data] options the built-in task config.task reads; ft::Error naming
+// the option, what was expected and what was found. Nothing for another task name.
+void validate_task_options(const TrainerConfig& config);
+// Whether `model` names a GPT preset of the lm task: gpt-mini, gpt2, gpt2-medium or gpt2-large.
+bool is_gpt_preset(const std::string& model);
+// Sets context, layers, dim and heads to those of the GPT preset m.name.
+void set_gpt_preset(ModelOptions& m);
 
 // The GPT of the char and lm tasks: context, layers, dim, heads and dropout from the config,
 // GPT-2 initialisation (also used by `fasttrain sample` and `fasttrain eval`).

@@ -19,43 +19,12 @@
 #include "fasttrain/names.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/schedule.h"
+#include "fasttrain/task_options.h"
 #include "fasttrain/tensor.h"
 #include "fasttrain/train_module.h"
 #include "fasttrain/train_step.h"
 
 namespace ft::train {
-
-// The model a built-in task builds (tasks.h): `[model]` in TOML, flat flags on the command line
-// (--model, --context, ...). A module of one's own has its own options and ignores these.
-struct ModelOptions {
-  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: "gpt-mini", "gpt2", "gpt2-medium",
-  // "gpt2-large" or "custom" (layers, dim, heads, context); classify: "mlp", "cnn-mini",
-  // "resnet18", "resnet20" or "resnet50"; char: a custom GPT (layers, dim, heads, context).
-  std::string name = "cnn-mini";
-  int64_t context = 64;  // GPTs: tokens of context
-  int64_t layers = 2;
-  int64_t dim = 128;
-  int64_t heads = 4;
-  double dropout = 0.0;
-  std::string init_from;  // lm: initial weights (.safetensors; Hugging Face GPT-2 names too)
-};
-
-// The data a built-in task reads or generates, and the goal it states: `[data]` in TOML.
-struct DataOptions {
-  std::string train;          // lm: a glob of llm.c token shards; classify: mnist:DIR, cifar10:DIR, folder:DIR, npy:X,y
-  std::string val;            // the validation data, in the same forms ("": classify holds out val_fraction)
-  double val_fraction = 0.1;  // classify: the share of the training data held out when val is empty
-  int64_t vocab_size = 0;     // lm: 0 reads it from the tokenizer/vocab file beside the shards
-  bool augment = true;        // classify: random crop (4-pixel padding) and horizontal flip of training images
-  int64_t train_chars = 2'000'000;  // char: the generated Markov text
-  int64_t val_chars = 200'000;
-  int64_t image_size = 32;  // images: generated side; classify: images are resized to it
-  int64_t classes = 6;      // images: shape classes
-  int64_t train_images = 10000;
-  int64_t val_images = 1000;
-  double goal_gap = 0.05;    // char: final val loss within this many nats of the entropy floor
-  double goal_accuracy = 0;  // images, classify: final validation accuracy to reach (0: no goal)
-};
 
 // The metric that picks the best checkpoints and stops early (Lightning's `monitor`):
 // val_loss (lower is better) or val_accuracy (higher is better).
@@ -322,10 +291,14 @@ struct TrainerConfig {
   ModelOptions model;
   DataOptions data;
 
-  // The defaults of a task ("char", "images", "lm" or "classify"): the fields above with the
-  // task's own loop, optimisation and model settings.
+  // The defaults of a built-in task ("char", "images", "lm" or "classify"): the fields above with
+  // the task's own loop, optimisation and model settings; another name gets the member defaults.
+  // Defined with the tasks (src/tasks/task_options.cpp); the Trainer's --batch-size auto scales
+  // the lr by the found batch over the task's default one.
   static TrainerConfig defaults_for(const std::string& task);
-  // Checks every field and combination; throws ft::Error naming the option, expected, found.
+  // Checks every option of the run; throws ft::Error naming the option, expected, found. The
+  // built-in tasks' [model] and [data] options are checked by validate_task_options (tasks.h),
+  // which make_builtin_task calls.
   void validate() const;
 };
 
@@ -543,10 +516,6 @@ bool option_applies(const std::string& name, const std::string& task);
 
 // The learning-rate schedule of the config (schedule and its parameters; lr, min_lr, max_steps).
 std::unique_ptr<optim::Schedule> make_schedule(const TrainerConfig& c);
-// Whether `model` names a GPT preset of the lm task: gpt-mini, gpt2, gpt2-medium or gpt2-large.
-bool is_gpt_preset(const std::string& model);
-// Sets context, layers, dim and heads to those of the GPT preset m.name.
-void set_gpt_preset(ModelOptions& m);
 // memory_limit as bytes ("8G", "512M", "1.5G", "1048576"; "" is 0: none); ft::Error otherwise.
 int64_t parse_memory_size(const std::string& text);
 

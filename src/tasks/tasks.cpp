@@ -37,6 +37,7 @@ std::optional<Goal> accuracy_goal(const EvalResult& result, double goal, int64_t
 }
 
 BuiltinTask make_builtin_task(const TrainerConfig& c) {
+  validate_task_options(c);
   if (c.task == "char") return make_char_task(c);
   if (c.task == "lm") return make_lm_task(c);
   if (c.task == "classify") return make_classify_task(c);

@@ -10,8 +10,6 @@
 
 #include <toml++/toml.h>
 
-#include "fasttrain/models.h"
-#include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
@@ -27,18 +25,6 @@ constexpr NamedValue<BatchSizeSearchMode> kBatchSizeSearches[] = {{BatchSizeSear
 std::span<const NamedValue<Monitor>> option_names(Monitor) { return kMonitors; }
 std::span<const NamedValue<BatchSizeSearchMode>> option_names(BatchSizeSearchMode) { return kBatchSizeSearches; }
 
-bool is_gpt_preset(const std::string& model) {
-  return model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
-}
-
-void set_gpt_preset(ModelOptions& m) {
-  const nn::GPTConfig p = nn::GPTConfig::preset(m.name);
-  m.context = p.context;
-  m.layers = p.layers;
-  m.dim = p.dim;
-  m.heads = p.heads;
-}
-
 const char* section_name(Section s) {
   switch (s) {
     case Section::Run: return "";
@@ -52,46 +38,6 @@ const char* section_name(Section s) {
     case Section::Profile: return "profile";
   }
   return "?";
-}
-
-TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
-  TrainerConfig c;  // the member initialisers are the char task's defaults
-  c.task = task;
-  if (task == "images") {
-    c.data.goal_accuracy = 0.95;  // the generated shapes' stated goal; the user's own data has none
-    c.max_steps = 500;
-    c.eval_every = 100;
-    c.log_every_n_steps = 25;
-    c.batch_size = 32;
-    c.optimizer.lr = 3e-3;
-    c.schedule = CosineSchedule{.min_lr = 1e-4, .warmup_steps = 30};
-    c.optimizer.weight_decay = 5e-4;
-    c.optimizer.beta2 = 0.999;
-    c.optimizer.grad_clip = 0.0;
-    c.eval_batches = 0;  // the whole validation split
-  } else if (task == "lm") {
-    // nanoGPT's small-run settings with BENCH.md's gpt-mini.
-    c.model.name = "gpt-mini";
-    set_gpt_preset(c.model);
-    c.max_steps = 1000;
-    c.eval_every = 250;
-    c.eval_batches = 20;
-    c.optimizer.lr = 1e-3;
-    c.schedule = CosineSchedule{.min_lr = 1e-4, .warmup_steps = 100};
-  } else if (task == "classify") {
-    c.model.name = "cnn-mini";
-    c.max_steps = 1000;
-    c.eval_every = 250;
-    c.eval_batches = 0;
-    c.batch_size = 64;
-    c.optimizer.lr = 2e-3;
-    c.schedule = CosineSchedule{.min_lr = 1e-4, .warmup_steps = 50};
-    c.optimizer.weight_decay = 5e-4;
-    c.optimizer.beta2 = 0.999;
-    c.optimizer.grad_clip = 0.0;
-    c.checkpoint.monitor = Monitor::ValAccuracy;
-  }
-  return c;
 }
 
 namespace {
@@ -240,63 +186,6 @@ void TrainerConfig::validate() const {
         "0 (one bucket) or a positive size in MiB", dist.bucket_cap_mb);
   check(std::isfinite(dist.timeout) && dist.timeout >= 0, "dist_timeout", "0 (never) or a positive number of seconds",
         dist.timeout);
-  // Task options are checked for the built-in task that uses them; a module of one's own has its
-  // own options and ignores these.
-  const ModelOptions& m = model;
-  const DataOptions& d = data;
-  const bool gpt = task == "char" || task == "lm", images = task == "images" || task == "classify";
-  if (gpt) {
-    check(m.context >= 1 && m.context <= 4096, "context", "1 to 4096", m.context);
-    check(m.layers >= 1, "layers", "at least 1", m.layers);
-    check(m.heads >= 1, "heads", "at least 1", m.heads);
-    FT_CHECK(m.dim >= 1 && m.dim % m.heads == 0, "option dim: expected a positive multiple of heads (", m.heads,
-             "), found ", m.dim);
-    check(m.dropout >= 0 && m.dropout < 1, "dropout", "a value in [0, 1)", m.dropout);
-  }
-  if (task == "char") {
-    FT_CHECK(d.train_chars > m.context + 1 && d.val_chars > m.context + 1,
-             "options train_chars and val_chars: expected more than "
-             "context + 1 = ",
-             m.context + 1, " characters each, found ", d.train_chars, " and ", d.val_chars);
-    check(d.goal_gap > 0, "goal_gap", "a positive gap in nats", d.goal_gap);
-  }
-  if (images) {
-    check(d.image_size >= 8 && d.image_size <= 512, "image_size", "8 to 512", d.image_size);
-    check(d.goal_accuracy >= 0 && d.goal_accuracy <= 1, "goal_accuracy", "0 (no goal) or a fraction in (0, 1]",
-          d.goal_accuracy);
-  }
-  if (task == "images") {
-    check(m.name == "cnn-mini" || m.name == "cnn-tiny", "model", "cnn-mini or cnn-tiny", "'" + m.name + "'");
-    check(d.classes >= 2 && d.classes <= 6, "classes", "2 to 6", d.classes);
-    FT_CHECK(d.train_images >= batch_size * accumulate,
-             "option train_images: expected at least batch_size x accumulate = ", batch_size * accumulate,
-             " images, found ", d.train_images);
-    check(d.val_images >= 1, "val_images", "at least 1", d.val_images);
-  }
-  if (task == "lm") {
-    check(!d.train.empty(), "data", "a glob of token shards (e.g. 'shards/*train*.bin')", "nothing");
-    check(!d.val.empty(), "val_data", "a glob of validation token shards (e.g. 'shards/*val*.bin')", "nothing");
-    check(d.vocab_size >= 0 && d.vocab_size <= 65536, "vocab_size", "0 (from the vocab file) to 65536 (uint16 tokens)",
-          d.vocab_size);
-    const bool preset = is_gpt_preset(m.name);
-    check(preset || m.name == "custom", "model", "gpt-mini, gpt2, gpt2-medium, gpt2-large or custom",
-          "'" + m.name + "'");
-    if (preset) {
-      ModelOptions sized = m;
-      set_gpt_preset(sized);
-      FT_CHECK(sized.context == m.context && sized.layers == m.layers && sized.dim == m.dim && sized.heads == m.heads,
-               "option model: ", m.name, " has context ", sized.context, ", ", sized.layers, " layers, width ",
-               sized.dim, " and ", sized.heads, " heads; found context ", m.context, ", ", m.layers, " layers, width ",
-               m.dim, " and ", m.heads, " heads (use model = \"custom\" for another size)");
-    }
-  }
-  if (task == "classify") {
-    check(!d.train.empty(), "data", "mnist:DIR, cifar10:DIR, folder:DIR or npy:X.npy,y.npy", "nothing");
-    check(d.val_fraction > 0 && d.val_fraction < 1, "val_fraction", "a fraction in (0, 1)", d.val_fraction);
-    check(
-        m.name == "mlp" || m.name == "cnn-mini" || m.name == "resnet18" || m.name == "resnet20" || m.name == "resnet50",
-        "model", "mlp, cnn-mini, resnet18, resnet20 or resnet50", "'" + m.name + "'");
-  }
 }
 
 std::string config_to_toml(const TrainerConfig& c) {

@@ -118,6 +118,33 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
                                         const std::string& merges_path, const std::string& out_dir,
                                         const std::string& prefix, int64_t shard_tokens, int64_t val_tokens = 0);
 
+// Hugging Face tokenizer.json tokenisation (JsonTokenizer, tokenizer.h) of the same input. Documents
+// as write_gpt2_token_shards's (a file, or the text between two literal "<|endoftext|>"); added
+// tokens elsewhere in the text are matched as `tokenizers` matches them. Each non-empty document is
+// written as Llama 3's pretraining stream has it: the begin-of-text token, its tokens, the
+// end-of-text token (bos_token()/eos_token(): Llama 3's 128000 and 128001); a tokenizer with only
+// one of the two, or one token for both (SmolLM), writes it once before each document (llm.c's
+// layout). Vocabularies past 65536 ids write uint32 shards (llm.c's version 7), others uint16.
+// Files are read in chunks cut at a space between an ASCII letter or digit and an ASCII letter,
+// where the pre-tokenisers of GPT-2, Llama 3, SmolLM and Qwen2 end a word. Then the tokenizer is
+// copied beside the shards: <out_dir>/tokenizer.json and <out_dir>/vocab.json: {"mode":
+// "tokenizer.json", "vocab_size": V, "bos_token": B, "eos_token": E, "token_bytes": 2 or 4,
+// "tokenizer": "tokenizer.json"}.
+struct JsonTokenShards {
+  std::vector<WrittenShard> shards;
+  int64_t documents = 0;
+  int64_t vocab_size = 0;
+  int32_t bos_token = -1, eos_token = -1;
+  int token_bytes = 2;
+  std::string vocab_path;  // <out_dir>/vocab.json
+};
+JsonTokenShards write_json_token_shards(const std::string& input, const std::string& tokenizer_path,
+                                        const std::string& out_dir, const std::string& prefix, int64_t shard_tokens,
+                                        int64_t val_tokens = 0);
+
+// The tokenizer a tokenizer.json vocab.json (as written above) names, relative to its folder.
+JsonTokenizer read_json_tokenizer(const std::string& vocab_json_path);
+
 // The tokenizer a GPT-2 vocab.json (as written above) describes, with its file names taken
 // relative to the vocab.json's folder; errors name the file and what is wrong.
 Gpt2Tokenizer read_gpt2_tokenizer(const std::string& vocab_json_path);

@@ -619,6 +619,34 @@ TEST_F(TokenizerJson, CliWritesShardsWithBosAndEosAroundEachDocument) {
       << wrong.output;
 }
 
+// End to end: a tokenizer.json -> `fasttrain data` -> `train --task lm` -> `sample`, which encodes
+// the prompt (after BOS, as every training document began) and decodes with the same tokenizer.
+TEST_F(TokenizerJson, ShardsTrainAnLmAndSampleDecodesWithTheTokenizer) {
+  // One sentence per document: each is written as BOS, the sentence, EOS.
+  const char* sentences[] = {"the cat sat on the mat.", "a dog ran in the park.", "we like green tea."};
+  std::mt19937 rng(1);
+  std::string text;
+  for (int k = 0; k < 3000; ++k) text += std::string(sentences[rng() % 3]) + "<|endoftext|>";
+  std::ofstream(file("corpus.txt")) << text;
+  auto r = ft::test::run_cli("data --tokenizer " + small_tokenizer() + " --input " + file("corpus.txt") + " --output " +
+                             file("shards") + " --val-tokens 4000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = ft::test::run_cli("train --task lm --data '" + file("shards") + "/*_train_*.bin' --val-data '" + file("shards") +
+                        "/*_val_*.bin' --model custom --layers 1 --dim 32 --heads 2 --context 32 --batch-size 16 "
+                        "--max-steps 300 --warmup-steps 10 --lr 0.01 --eval-every 0 --threads 1 --progress false "
+                        "--run-dir " +
+                        file("run"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json task = json::parse(slurp(file("run/task.json")));
+  EXPECT_EQ(task["tokenizer"]["mode"], "tokenizer.json");
+  EXPECT_EQ(task["vocab_size"], JsonTokenizer::from_file(small_tokenizer()).vocab_size());
+  // No trailing space in the prompt: Llama 3's pattern would make it a token of its own, which
+  // training never saw (" sat" is one word there). After the sentence comes the end-of-text token.
+  r = ft::test::run_cli("sample --checkpoint " + file("run") + " --prompt 'the cat' --tokens 12 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("the cat sat on the mat.<|end_of_text|>", 0), 0u) << r.output;
+}
+
 // Llama 3's 128256 ids need uint32 shards; chunked reading (pieces cut at word boundaries) gives the
 // ids of whole documents.
 TEST_F(TokenizerJson, CliWritesUint32ShardsForLlama3) {

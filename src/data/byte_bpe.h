@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -279,6 +280,12 @@ struct Model {
   std::unordered_map<std::string, int32_t> token_of_bytes;  // filled when ignore_merges is set
 
   Model();  // takes a fresh id
+  // The bytes of the ids; an id no token has is an error naming `who` (the tokenizer class).
+  std::string decode(std::span<const int32_t> ids, const char* who) const;
+  // The bytes of one token (empty for an id no token has).
+  std::string_view token(int32_t id) const {
+    return id >= 0 && static_cast<size_t>(id) < bytes_of.size() ? std::string_view(bytes_of[id]) : std::string_view();
+  }
   // Appends the ids of one pre-tokenised word, through this thread's word cache.
   void encode_word(const unsigned char* word, size_t n, std::vector<int32_t>& out) const;
   void bpe(const unsigned char* word, size_t n, std::vector<int32_t>& out) const;

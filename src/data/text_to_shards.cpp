@@ -411,17 +411,27 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
   return out;
 }
 
-Gpt2Tokenizer read_gpt2_tokenizer(const std::string& path) {
+namespace {
+
+// A vocab.json that `fasttrain data` wrote, checked to be of `mode`; errors name `who` and the file.
+nlohmann::json read_vocab_json(const std::string& path, const char* who, const std::string& mode) {
   std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "read_gpt2_tokenizer: cannot open '", path, "'");
+  FT_CHECK(in.good(), who, ": cannot open '", path, "'");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    FT_FAIL("read_gpt2_tokenizer: '", path, "' is not JSON (", e.what(), ")");
+    FT_FAIL(who, ": '", path, "' is not JSON (", e.what(), ")");
   }
-  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "gpt2", "read_gpt2_tokenizer: '", path,
-           "' expected \"mode\": \"gpt2\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  FT_CHECK(j.is_object() && j.value("mode", std::string()) == mode, who, ": '", path, "' expected \"mode\": \"", mode,
+           "\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  return j;
+}
+
+}  // namespace
+
+Gpt2Tokenizer read_gpt2_tokenizer(const std::string& path) {
+  const nlohmann::json j = read_vocab_json(path, "read_gpt2_tokenizer", "gpt2");
   for (const char* key : {"encoder", "merges"})
     FT_CHECK(j.contains(key) && j[key].is_string(), "read_gpt2_tokenizer: '", path, "' expected a \"", key,
              "\" file name, found ", j.contains(key) ? j[key].dump() : "none");
@@ -465,17 +475,7 @@ JsonTokenShards write_json_token_shards(const std::string& input, const std::str
 }
 
 JsonTokenizer read_json_tokenizer(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "read_json_tokenizer: cannot open '", path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    FT_FAIL("read_json_tokenizer: '", path, "' is not JSON (", e.what(), ")");
-  }
-  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "tokenizer.json", "read_json_tokenizer: '", path,
-           "' expected \"mode\": \"tokenizer.json\", found ",
-           j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  const nlohmann::json j = read_vocab_json(path, "read_json_tokenizer", "tokenizer.json");
   FT_CHECK(j.contains("tokenizer") && j["tokenizer"].is_string(), "read_json_tokenizer: '", path,
            "' expected a \"tokenizer\" file name, found ", j.contains("tokenizer") ? j["tokenizer"].dump() : "none");
   JsonTokenizer t =
@@ -486,16 +486,7 @@ JsonTokenizer read_json_tokenizer(const std::string& path) {
 }
 
 std::vector<std::string> read_char_vocabulary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "read_char_vocabulary: cannot open '", path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    FT_FAIL("read_char_vocabulary: '", path, "' is not JSON (", e.what(), ")");
-  }
-  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "char", "read_char_vocabulary: '", path,
-           "' expected \"mode\": \"char\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  const nlohmann::json j = read_vocab_json(path, "read_char_vocabulary", "char");
   FT_CHECK(j.contains("tokens") && j["tokens"].is_array(), "read_char_vocabulary: '", path,
            "' expected a \"tokens\" list, found none");
   std::vector<std::string> vocab;

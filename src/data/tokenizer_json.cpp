@@ -398,21 +398,10 @@ std::vector<int32_t> JsonTokenizer::encode(std::string_view text, bool add_speci
 }
 
 std::string JsonTokenizer::decode(std::span<const int32_t> ids) const {
-  const Impl& t = loaded(impl_);
-  std::string out;
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const int32_t id = ids[k];
-    FT_CHECK(id >= 0 && id < vocab_size() && t.used[id], "JsonTokenizer::decode: token ", k, " is id ", id,
-             ", which no token of '", t.path, "' has (ids 0-", vocab_size() - 1, ")");
-    out += t.bytes_of[id];
-  }
-  return out;
+  return loaded(impl_).decode(ids, "JsonTokenizer");
 }
 
-std::string_view JsonTokenizer::token_bytes(int32_t id) const {
-  if (!impl_ || id < 0 || id >= vocab_size()) return {};
-  return impl_->bytes_of[id];
-}
+std::string_view JsonTokenizer::token_bytes(int32_t id) const { return impl_ ? impl_->token(id) : std::string_view(); }
 
 int64_t JsonTokenizer::vocab_size() const { return impl_ ? static_cast<int64_t>(impl_->bytes_of.size()) : 0; }
 int32_t JsonTokenizer::bos_token() const { return impl_ ? impl_->bos : -1; }

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -382,6 +383,27 @@ TEST(TokenizerJsonReference, CommittedSmallTokenizerMatches) {
   for (const json& c : reference()["with_special_tokens"])
     EXPECT_EQ(t.encode(c["text"].get<std::string>(), true), c["small"].get<std::vector<int32_t>>());
   EXPECT_EQ(t.bos_token(), t.token_id("<|begin_of_text|>"));
+}
+
+// The same model under SmolLM's pre-tokeniser (Digits, then ByteLevel with GPT-2's regex: the
+// hand-written scan) and under ByteLevel with add_prefix_space, as the generator edits it.
+TEST_F(TokenizerJson, CommittedPreTokeniserVariantsMatch) {
+  const json small = json::parse(slurp(small_tokenizer()));
+  const std::map<std::string, json> variants = {
+      {"digits",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Digits"}, {"individual_digits", true}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}},
+      {"prefix_space", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}}}};
+  for (const auto& [name, pre] : variants) {
+    json j = small;
+    j["pre_tokenizer"] = pre;
+    const JsonTokenizer t = load(j);
+    for (const json& c : reference()["cases"])
+      EXPECT_EQ(t.encode(c["text"].get<std::string>()), c[name].get<std::vector<int32_t>>())
+          << name << " text: " << c["text"].dump();
+  }
 }
 
 struct NodeModules {

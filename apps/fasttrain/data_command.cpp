@@ -1,5 +1,5 @@
-// `fasttrain data`: converts text into llm.c token shards (byte-level, char-level or GPT-2 BPE
-// vocabulary) and lists what it wrote.
+// `fasttrain data`: converts text into llm.c token shards (byte-level, char-level, GPT-2 BPE or a
+// Hugging Face tokenizer.json) and lists what it wrote.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,7 +17,8 @@ namespace {
 int run_data(const std::vector<std::string>& args) {
   CLI::App app(
       "Converts a text file, every file in a folder, or every file a quoted glob pattern matches (sorted,\n"
-      "concatenated) into llm.c token shards (.bin: 1024-byte header, then uint16 tokens).\n"
+      "concatenated) into llm.c token shards (.bin: 1024-byte header, then uint16 tokens, or uint32\n"
+      "tokens for vocabularies past 65536 ids as llm.c's Llama 3 shards).\n"
       "--tokenizer byte (default): token = byte value, 256 tokens.\n"
       "--tokenizer char: the distinct UTF-8 characters of the input, sorted by code point, ids 0..V-1\n"
       "  (V <= 65536), written to <output>/vocab.json so the tokens can be decoded.\n"
@@ -27,6 +28,11 @@ int run_data(const std::vector<std::string>& args) {
       "  each non-empty document is written as the end-of-text token 50256 followed by its tokens, as\n"
       "  llm.c does. The tokenizer is copied beside the shards (encoder.json, vocab.bpe, and vocab.json\n"
       "  naming them) so the shards can be decoded.\n"
+      "--tokenizer FILE.json: a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, SmolLM, ...).\n"
+      "  Documents as for gpt2; each is written as begin-of-text, its tokens, end-of-text (Llama 3:\n"
+      "  128000 ... 128001; a tokenizer with one of them writes it before each document). Special tokens\n"
+      "  in the text are matched as Hugging Face's tokenizers match them. tokenizer.json is copied beside\n"
+      "  the shards with vocab.json naming it.\n"
       "--val-tokens N: the first N tokens (cut where the count is reached) go to <prefix>_val_*.bin, the\n"
       "  rest to <prefix>_train_*.bin; without it every shard is <prefix>_*.bin.",
       "fasttrain data");
@@ -42,13 +48,19 @@ int run_data(const std::vector<std::string>& args) {
   // --vocab is the option's original name, kept so existing command lines (and their error messages,
   // which name the option given) stay as they were.
   std::string vocab;
+  // byte, char, gpt2, or the path of a tokenizer.json.
+  const CLI::Validator kind(
+      [](std::string& v) -> std::string {
+        if (v == "byte" || v == "char" || v == "gpt2" || v.ends_with(".json")) return {};
+        return "expected byte, char, gpt2 or a tokenizer.json file, found '" + v + "'";
+      },
+      "byte|char|gpt2|FILE.json");
   CLI::Option* tokenizer_opt =
       app.add_option("--tokenizer", tokenizer,
-                     "byte (default, 256 tokens), char (the input's characters) or gpt2 (GPT-2 BPE)")
-          ->check(CLI::IsMember({"byte", "char", "gpt2"}));
-  app.add_option("--vocab", vocab, "the same as --tokenizer")
-      ->check(CLI::IsMember({"byte", "char", "gpt2"}))
-      ->excludes(tokenizer_opt);
+                     "byte (default, 256 tokens), char (the input's characters), gpt2 (GPT-2 BPE) or a Hugging "
+                     "Face tokenizer.json")
+          ->check(kind);
+  app.add_option("--vocab", vocab, "the same as --tokenizer")->check(kind)->excludes(tokenizer_opt);
   app.add_option("--encoder", encoder, "--tokenizer gpt2: encoder.json (or vocab.json)");
   app.add_option("--merges", merges, "--tokenizer gpt2: vocab.bpe (or merges.txt)");
   if (!cli::parse_command_line(app, args, "data")) return 0;
@@ -66,7 +78,12 @@ int run_data(const std::vector<std::string>& args) {
   std::vector<data::WrittenShard> shards;
   data::CharTokenShards chars;
   data::Gpt2TokenShards gpt2;
-  if (tokenizer == "char") {
+  data::JsonTokenShards hf;
+  const bool json = tokenizer.ends_with(".json");
+  if (json) {
+    hf = data::write_json_token_shards(input, tokenizer, out_dir, prefix, shard_tokens, val_tokens);
+    shards = hf.shards;
+  } else if (tokenizer == "char") {
     chars = data::write_char_token_shards(input, out_dir, prefix, shard_tokens, val_tokens);
     shards = chars.shards;
   } else if (tokenizer == "gpt2") {
@@ -89,6 +106,13 @@ int run_data(const std::vector<std::string>& args) {
     std::printf("wrote %s: %zu characters\n", chars.vocab_path.c_str(), chars.vocab.size());
     std::printf("%zu shard%s, %lld tokens%s, char-level vocabulary of %zu\n", shards.size(), plural,
                 static_cast<long long>(total), split.c_str(), chars.vocab.size());
+  } else if (json) {
+    std::printf("wrote %s with tokenizer.json: begin-of-text token %d, end-of-text token %d\n", hf.vocab_path.c_str(),
+                hf.bos_token, hf.eos_token);
+    std::printf("%zu shard%s (uint%d tokens), %lld tokens%s, %lld document%s, vocabulary of %lld\n", shards.size(),
+                plural, 8 * hf.token_bytes, static_cast<long long>(total), split.c_str(),
+                static_cast<long long>(hf.documents), hf.documents == 1 ? "" : "s",
+                static_cast<long long>(hf.vocab_size));
   } else if (tokenizer == "gpt2") {
     std::printf("wrote %s with encoder.json and vocab.bpe: GPT-2 BPE, end-of-text token %d\n", gpt2.vocab_path.c_str(),
                 gpt2.eot_token);
@@ -104,4 +128,5 @@ int run_data(const std::vector<std::string>& args) {
 
 }  // namespace
 
-FT_REGISTER_COMMAND(data, "convert text files into llm.c token shards (byte, char or GPT-2 BPE vocabulary)", run_data);
+FT_REGISTER_COMMAND(data, "convert text files into llm.c token shards (byte, char, GPT-2 BPE or tokenizer.json)",
+                    run_data);

@@ -1,6 +1,9 @@
-// llm.c token shards (.bin): a 1024-byte header of 256 little-endian int32 — magic 20240520,
-// version 1, token count — then that many uint16 tokens. Shards are read by memory map: the
-// tokens are never copied until a window is written into a batch row.
+// llm.c token shards (.bin): a 1024-byte header of 256 little-endian int32 — magic, version, token
+// count — then that many tokens: magic 20240520 version 1 holds uint16 tokens (GPT-2-sized
+// vocabularies), magic 20240801 version 7 holds uint32 tokens (llm.c's "llama-3" shards, for
+// vocabularies past 65536 ids such as Llama 3's 128256). The header decides; any other pair is an
+// error. Shards are read by memory map: the tokens are never copied until a window is written into
+// a batch row.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,21 +18,32 @@ namespace ft::data {
 
 struct MappedFile;
 
-constexpr int32_t kTokenShardMagic = 20240520;
+constexpr int32_t kTokenShardMagic = 20240520;  // uint16 tokens
 constexpr int32_t kTokenShardVersion = 1;
+constexpr int32_t kTokenShardMagic32 = 20240801;  // uint32 tokens (llm.c's data_common.py: "llama-3")
+constexpr int32_t kTokenShardVersion32 = 7;
 constexpr int64_t kTokenShardHeaderBytes = 1024;
 
 // One mapped shard. Errors name the file and the offending value: a file shorter than the
-// header, wrong magic, unsupported version, a token count that disagrees with the file size.
+// header, wrong magic, a version that is not the magic's, a token count that disagrees with the
+// file size.
 class TokenShard {
  public:
   explicit TokenShard(const std::string& path);
 
   const std::string& path() const;
-  const uint16_t* tokens() const { return tokens_; }  // points into the mapping
-  int64_t size() const { return count_; }             // number of tokens
-  // The token bytes as a zero-copy U8 CPU tensor [2 * size()] over the mapping (the engine has no
-  // u16 dtype); the tensor keeps the mapping alive.
+  int token_width() const { return width_; }  // bytes per token: 2 (uint16) or 4 (uint32)
+  // The tokens, pointing into the mapping; asking for the width the shard does not have is an error.
+  const uint16_t* tokens() const;
+  const uint32_t* tokens32() const;
+  int64_t size() const { return count_; }  // number of tokens
+  uint32_t token(int64_t i) const {        // token i, whatever the width
+    return width_ == 2 ? static_cast<const uint16_t*>(tokens_)[i] : static_cast<const uint32_t*>(tokens_)[i];
+  }
+  // The largest token and its position (0 and -1 for an empty shard).
+  std::pair<uint32_t, int64_t> max_token() const;
+  // The token bytes as a zero-copy U8 CPU tensor [token_width() * size()] over the mapping (the
+  // engine has no u16/u32 dtype); the tensor keeps the mapping alive.
   Tensor token_bytes() const;
   // Tokens [start, start + count) widened into `out` (int64, `count` elements).
   void copy_window(int64_t start, int64_t count, int64_t* out) const;
@@ -38,7 +52,8 @@ class TokenShard {
 
  private:
   std::shared_ptr<const MappedFile> file_;
-  const uint16_t* tokens_ = nullptr;
+  const void* tokens_ = nullptr;
+  int width_ = 2;
   int64_t count_ = 0;
 };
 
@@ -46,7 +61,10 @@ class TokenShard {
 std::vector<TokenShard> open_token_shards(const std::string& pattern);
 
 // Writes a shard atomically (atomic_file.h). At most 2^31 - 1 tokens (the header's int32 count).
+// write_token_shard writes uint16 tokens (version 1), write_token_shard_u32 uint32 tokens
+// (magic 20240801, version 7).
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+void write_token_shard_u32(const std::string& path, const std::vector<uint32_t>& tokens);
 
 // Byte-level tokenisation (token = byte value, vocabulary of 256) of a text file, of every
 // regular file directly inside a folder, or of every file a glob(3) pattern matches (sorted by
@@ -99,6 +117,33 @@ struct Gpt2TokenShards {
 Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::string& encoder_path,
                                         const std::string& merges_path, const std::string& out_dir,
                                         const std::string& prefix, int64_t shard_tokens, int64_t val_tokens = 0);
+
+// Hugging Face tokenizer.json tokenisation (JsonTokenizer, tokenizer.h) of the same input. Documents
+// as write_gpt2_token_shards's (a file, or the text between two literal "<|endoftext|>"); added
+// tokens elsewhere in the text are matched as `tokenizers` matches them. Each non-empty document is
+// written as Llama 3's pretraining stream has it: the begin-of-text token, its tokens, the
+// end-of-text token (bos_token()/eos_token(): Llama 3's 128000 and 128001); a tokenizer with only
+// one of the two, or one token for both (SmolLM), writes it once before each document (llm.c's
+// layout). Vocabularies past 65536 ids write uint32 shards (llm.c's version 7), others uint16.
+// Files are read in chunks cut at a space between an ASCII letter or digit and an ASCII letter,
+// where the pre-tokenisers of GPT-2, Llama 3, SmolLM and Qwen2 end a word. Then the tokenizer is
+// copied beside the shards: <out_dir>/tokenizer.json and <out_dir>/vocab.json: {"mode":
+// "tokenizer.json", "vocab_size": V, "bos_token": B, "eos_token": E, "token_bytes": 2 or 4,
+// "tokenizer": "tokenizer.json"}.
+struct JsonTokenShards {
+  std::vector<WrittenShard> shards;
+  int64_t documents = 0;
+  int64_t vocab_size = 0;
+  int32_t bos_token = -1, eos_token = -1;
+  int token_bytes = 2;
+  std::string vocab_path;  // <out_dir>/vocab.json
+};
+JsonTokenShards write_json_token_shards(const std::string& input, const std::string& tokenizer_path,
+                                        const std::string& out_dir, const std::string& prefix, int64_t shard_tokens,
+                                        int64_t val_tokens = 0);
+
+// The tokenizer a tokenizer.json vocab.json (as written above) names, relative to its folder.
+JsonTokenizer read_json_tokenizer(const std::string& vocab_json_path);
 
 // The tokenizer a GPT-2 vocab.json (as written above) describes, with its file names taken
 // relative to the vocab.json's folder; errors name the file and what is wrong.

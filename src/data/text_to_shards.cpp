@@ -1,6 +1,6 @@
-// Text files to llm.c token shards with a byte-level, char-level or GPT-2 BPE vocabulary
-// (`fasttrain data`). Tokens stream into shards as they are made, so no corpus is held whole in
-// memory; the first --val-tokens of the stream go to validation shards.
+// Text files to llm.c token shards with a byte-level, char-level, GPT-2 BPE or Hugging Face
+// tokenizer.json vocabulary (`fasttrain data`). Tokens stream into shards as they are made, so no corpus is held whole
+// in memory; the first --val-tokens of the stream go to validation shards.
 #include <glob.h>
 
 #include <algorithm>
@@ -63,8 +63,10 @@ void check_shard_tokens(int64_t shard_tokens) {
 // <prefix>_train_NNNNNN.bin (llm.c's naming); without one, all go to <prefix>_NNNNNN.bin.
 class ShardWriter {
  public:
-  ShardWriter(std::string out_dir, std::string prefix, int64_t shard_tokens, int64_t val_tokens = 0)
-      : out_dir_(std::move(out_dir)),
+  // wide: uint32 shards (llm.c's version 7), for vocabularies past 65536 ids.
+  ShardWriter(std::string out_dir, std::string prefix, int64_t shard_tokens, int64_t val_tokens = 0, bool wide = false)
+      : wide_(wide),
+        out_dir_(std::move(out_dir)),
         prefix_(std::move(prefix)),
         shard_tokens_(shard_tokens),
         val_tokens_(val_tokens),
@@ -75,21 +77,22 @@ class ShardWriter {
     std::error_code ec;
     fs::create_directories(out_dir_, ec);
     FT_CHECK(!ec, "fasttrain data: cannot create folder '", out_dir_, "' (", ec.message(), ")");
-    tokens_.reserve(static_cast<size_t>(std::min<int64_t>(shard_tokens, int64_t{1} << 24)));
+    const auto reserve = static_cast<size_t>(std::min<int64_t>(shard_tokens, int64_t{1} << 24));
+    wide_ ? tokens32_.reserve(reserve) : tokens_.reserve(reserve);
   }
-  void push(uint16_t token) {
-    tokens_.push_back(token);
+  void push(uint32_t token) {
+    wide_ ? tokens32_.push_back(token) : tokens_.push_back(static_cast<uint16_t>(token));
     ++total_;
     if (in_val_ && total_ == val_tokens_) {
       flush();
       in_val_ = false;
-    } else if (static_cast<int64_t>(tokens_.size()) == shard_tokens_) {
+    } else if (held() == shard_tokens_) {
       flush();
     }
   }
   // Writes the last, partial shard; returns every shard written.
   std::vector<WrittenShard> finish(const std::string& input) {
-    if (!tokens_.empty()) flush();
+    if (held() > 0) flush();
     FT_CHECK(!written_.empty(), "fasttrain data: input '", input, "' holds no text (0 bytes)");
     FT_CHECK(!split_ || train_shards_ > 0, "fasttrain data: input '", input, "' makes ", total_,
              " tokens; a validation split of ", val_tokens_, " tokens leaves none for training");
@@ -102,10 +105,14 @@ class ShardWriter {
     size_t& index = in_val_ ? val_shards_ : train_shards_;
     std::snprintf(name, sizeof name, "%s_%06zu.bin", !split_ ? "" : in_val_ ? "_val" : "_train", index++);
     std::string path = (fs::path(out_dir_) / (prefix_ + name)).string();
-    write_token_shard(path, tokens_);
-    written_.push_back({path, static_cast<int64_t>(tokens_.size()), in_val_});
+    wide_ ? write_token_shard_u32(path, tokens32_) : write_token_shard(path, tokens_);
+    written_.push_back({path, held(), in_val_});
     tokens_.clear();
+    tokens32_.clear();
   }
+  int64_t held() const { return static_cast<int64_t>(wide_ ? tokens32_.size() : tokens_.size()); }
+
+  bool wide_;
 
   std::string out_dir_, prefix_;
   int64_t shard_tokens_, val_tokens_;
@@ -114,6 +121,7 @@ class ShardWriter {
   size_t val_shards_ = 0, train_shards_ = 0;
   int64_t total_ = 0;
   std::vector<uint16_t> tokens_;
+  std::vector<uint32_t> tokens32_;
   std::vector<WrittenShard> written_;
 };
 
@@ -178,26 +186,43 @@ std::string utf8(uint32_t cp) {
 }
 
 bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+bool is_ascii_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
 
-// The last position p in (from, to] (p < text.size()) where GPT-2's pattern ends a word whatever
-// the text around is: an ASCII whitespace byte right after an ASCII byte that is not whitespace.
-// No match takes whitespace after non-whitespace (only the optional space at a word's start, and
-// whitespace runs, hold whitespace), and the matches from p on depend only on the text from p on,
-// so encoding the two sides apart gives the same tokens. Returns 0 when there is none.
-size_t last_word_boundary(std::string_view text, size_t from, size_t to) {
+// Where text may be cut so that encoding the two sides apart gives the tokens of the whole: a
+// position p (0 < p < text.size()) where the pre-tokeniser always ends a word, whatever the text
+// around, and where the matches from p on depend only on the text from p on.
+using CutRule = bool (*)(std::string_view text, size_t p);
+
+// GPT-2's pattern: an ASCII whitespace byte right after an ASCII byte that is not whitespace. No
+// match takes whitespace after non-whitespace (only the optional space at a word's start, and
+// whitespace runs, hold whitespace).
+bool gpt2_cut(std::string_view text, size_t p) {
+  return is_ascii_space(text[p]) && static_cast<unsigned char>(text[p - 1]) < 0x80 && !is_ascii_space(text[p - 1]);
+}
+
+// Any tokenizer.json: a space between an ASCII letter or digit and an ASCII letter ("word word").
+// The Split patterns of GPT-2, Llama 3, SmolLM and Qwen2 all end a letter or digit run at the
+// space and start the next word with it; unlike GPT-2's rule, no \r or \n (Llama 3 keeps
+// ".\n" and " \n" together) and no punctuation before the space.
+bool json_cut(std::string_view text, size_t p) {
+  return text[p] == ' ' && p + 1 < text.size() && is_ascii_letter(text[p + 1]) &&
+         (is_ascii_letter(text[p - 1]) || is_ascii_digit(text[p - 1]));
+}
+
+// The last cut position in (from, to] (and < text.size()), or 0 when there is none.
+size_t last_word_boundary(std::string_view text, size_t from, size_t to, CutRule cut) {
   to = std::min(to, text.size() - std::min<size_t>(text.size(), 1));
   for (size_t p = to; p > from && p > 0; --p)
-    if (is_ascii_space(text[p]) && static_cast<unsigned char>(text[p - 1]) < 0x80 && !is_ascii_space(text[p - 1]))
-      return p;
+    if (cut(text, p)) return p;
   return 0;
 }
 
-// The first such position in [from, to), or `to` when there is none.
-size_t next_word_boundary(std::string_view text, size_t from, size_t to) {
+// The first cut position in [from, to), or `to` when there is none.
+size_t next_word_boundary(std::string_view text, size_t from, size_t to, CutRule cut) {
   to = std::min(to, text.size());
   for (size_t p = std::max<size_t>(from, 1); p < to; ++p)
-    if (is_ascii_space(text[p]) && static_cast<unsigned char>(text[p - 1]) < 0x80 && !is_ascii_space(text[p - 1]))
-      return p;
+    if (cut(text, p)) return p;
   return to;
 }
 
@@ -255,17 +280,17 @@ CharTokenShards write_char_token_shards(const std::string& input, const std::str
   return out;
 }
 
-Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::string& encoder_path,
-                                        const std::string& merges_path, const std::string& out_dir,
-                                        const std::string& prefix, int64_t shard_tokens, int64_t val_tokens) {
-  check_shard_tokens(shard_tokens);
-  std::vector<std::string> files = text_files(input);
-  const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::from_files(encoder_path, merges_path);
-  FT_CHECK(tokenizer.vocab_size() <= 65536, "fasttrain data: '", encoder_path, "' has ids up to ",
-           tokenizer.vocab_size() - 1, "; token shards hold uint16 ids (at most 65535)");
-  const auto eot = static_cast<uint16_t>(tokenizer.eot_token());
-  ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);
-  Gpt2TokenShards out;
+namespace {
+
+// The ids written around each document.
+struct DocumentFrame {
+  int32_t before = -1, after = -1;  // -1: none
+};
+
+// BPE tokenisation of `files` into shards, document by document (see token_shards.h).
+int64_t write_bpe_shards(const std::vector<std::string>& files, const Tokenizer& tokenizer, DocumentFrame frame,
+                         CutRule cut_rule, ShardWriter& writer) {
+  int64_t documents = 0;
   bool in_document = false;
   // Text waiting to be encoded: ranges of `pending`, long ones cut at word boundaries into pieces
   // that the threads encode side by side (each thread with its own word cache); the ids are then
@@ -277,11 +302,12 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
   std::vector<Piece> pieces;
   std::vector<std::vector<int32_t>> piece_ids;
   auto queue = [&](std::string_view view, size_t b, size_t e, bool ends_document) {
-    for (size_t p; e - b > kPieceBytes && (p = next_word_boundary(view, b + kPieceBytes, e)) < e; b = p)
+    for (size_t p; e - b > kPieceBytes && (p = next_word_boundary(view, b + kPieceBytes, e, cut_rule)) < e; b = p)
       pieces.push_back({b, p, false});
     pieces.push_back({b, e, ends_document});
   };
-  // The first non-empty piece of a document is preceded by EOT.
+  // The first non-empty piece of a document is preceded by frame.before; the document's end,
+  // when it had a token, is followed by frame.after.
   auto encode_queued = [&](std::string_view view) {
     if (piece_ids.size() < pieces.size()) piece_ids.resize(pieces.size());
     parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t lo, int64_t hi) {
@@ -293,13 +319,16 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
     for (size_t k = 0; k < pieces.size(); ++k) {
       if (!piece_ids[k].empty()) {
         if (!in_document) {
-          writer.push(eot);
-          ++out.documents;
+          if (frame.before >= 0) writer.push(static_cast<uint32_t>(frame.before));
+          ++documents;
           in_document = true;
         }
-        for (int32_t id : piece_ids[k]) writer.push(static_cast<uint16_t>(id));
+        for (int32_t id : piece_ids[k]) writer.push(static_cast<uint32_t>(id));
       }
-      if (pieces[k].ends_document) in_document = false;
+      if (pieces[k].ends_document && in_document) {
+        if (frame.after >= 0) writer.push(static_cast<uint32_t>(frame.after));
+        in_document = false;
+      }
     }
     pieces.clear();
   };
@@ -337,7 +366,7 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
       // A separator may start in the last bytes and end in the next chunk: leave them.
       const size_t settled = std::max(at, view.size() - std::min(view.size(), kEndOfText.size() - 1));
       searched = settled;
-      const size_t cut = last_word_boundary(view, std::max(at, cut_searched), settled);
+      const size_t cut = last_word_boundary(view, std::max(at, cut_searched), settled, cut_rule);
       cut_searched = settled;
       if (cut > at) {
         queue(view, at, cut, false);
@@ -349,6 +378,23 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
       cut_searched -= at;
     }
   }
+  return documents;
+}
+
+}  // namespace
+
+Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::string& encoder_path,
+                                        const std::string& merges_path, const std::string& out_dir,
+                                        const std::string& prefix, int64_t shard_tokens, int64_t val_tokens) {
+  check_shard_tokens(shard_tokens);
+  std::vector<std::string> files = text_files(input);
+  const Gpt2Tokenizer tokenizer = Gpt2Tokenizer::from_files(encoder_path, merges_path);
+  FT_CHECK(tokenizer.vocab_size() <= 65536, "fasttrain data: '", encoder_path, "' has ids up to ",
+           tokenizer.vocab_size() - 1, "; token shards hold uint16 ids (at most 65535)");
+  ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens);
+  Gpt2TokenShards out;
+  // llm.c's layout: the end-of-text token before each document.
+  out.documents = write_bpe_shards(files, tokenizer, {tokenizer.eot_token(), -1}, gpt2_cut, writer);
   out.shards = writer.finish(input);
   // The tokenizer travels with the shards, so they can be decoded without the original files.
   write_file_atomically((fs::path(out_dir) / "encoder.json").string(), read_bytes(encoder_path));
@@ -365,17 +411,27 @@ Gpt2TokenShards write_gpt2_token_shards(const std::string& input, const std::str
   return out;
 }
 
-Gpt2Tokenizer read_gpt2_tokenizer(const std::string& path) {
+namespace {
+
+// A vocab.json that `fasttrain data` wrote, checked to be of `mode`; errors name `who` and the file.
+nlohmann::json read_vocab_json(const std::string& path, const char* who, const std::string& mode) {
   std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "read_gpt2_tokenizer: cannot open '", path, "'");
+  FT_CHECK(in.good(), who, ": cannot open '", path, "'");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    FT_FAIL("read_gpt2_tokenizer: '", path, "' is not JSON (", e.what(), ")");
+    FT_FAIL(who, ": '", path, "' is not JSON (", e.what(), ")");
   }
-  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "gpt2", "read_gpt2_tokenizer: '", path,
-           "' expected \"mode\": \"gpt2\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  FT_CHECK(j.is_object() && j.value("mode", std::string()) == mode, who, ": '", path, "' expected \"mode\": \"", mode,
+           "\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  return j;
+}
+
+}  // namespace
+
+Gpt2Tokenizer read_gpt2_tokenizer(const std::string& path) {
+  const nlohmann::json j = read_vocab_json(path, "read_gpt2_tokenizer", "gpt2");
   for (const char* key : {"encoder", "merges"})
     FT_CHECK(j.contains(key) && j[key].is_string(), "read_gpt2_tokenizer: '", path, "' expected a \"", key,
              "\" file name, found ", j.contains(key) ? j[key].dump() : "none");
@@ -388,17 +444,49 @@ Gpt2Tokenizer read_gpt2_tokenizer(const std::string& path) {
   return t;
 }
 
+JsonTokenShards write_json_token_shards(const std::string& input, const std::string& tokenizer_path,
+                                        const std::string& out_dir, const std::string& prefix, int64_t shard_tokens,
+                                        int64_t val_tokens) {
+  check_shard_tokens(shard_tokens);
+  std::vector<std::string> files = text_files(input);
+  const JsonTokenizer tokenizer = JsonTokenizer::from_file(tokenizer_path);
+  JsonTokenShards out;
+  out.vocab_size = tokenizer.vocab_size();
+  out.bos_token = tokenizer.bos_token();
+  out.eos_token = tokenizer.eos_token();
+  FT_CHECK(out.bos_token >= 0 || out.eos_token >= 0, "fasttrain data: '", tokenizer_path,
+           "' has no begin- or end-of-text token (a TemplateProcessing post-processor, or an added token named "
+           "<|begin_of_text|>, <s>, <|end_of_text|>, <|endoftext|> or </s>) to mark where documents end");
+  out.token_bytes = out.vocab_size > 65536 ? 4 : 2;
+  ShardWriter writer(out_dir, prefix, shard_tokens, val_tokens, out.token_bytes == 4);
+  // Llama 3's pretraining layout: <|begin_of_text|> document <|end_of_text|>. A tokenizer whose
+  // begin and end are one token (SmolLM's <|endoftext|>) writes it once, before each document.
+  const DocumentFrame frame{out.bos_token >= 0 ? out.bos_token : out.eos_token,
+                            out.bos_token >= 0 && out.eos_token != out.bos_token ? out.eos_token : -1};
+  out.documents = write_bpe_shards(files, tokenizer, frame, json_cut, writer);
+  out.shards = writer.finish(input);
+  write_file_atomically((fs::path(out_dir) / "tokenizer.json").string(), read_bytes(tokenizer_path));
+  nlohmann::json vocab = {{"mode", "tokenizer.json"},       {"vocab_size", out.vocab_size},
+                          {"bos_token", out.bos_token},     {"eos_token", out.eos_token},
+                          {"token_bytes", out.token_bytes}, {"tokenizer", "tokenizer.json"}};
+  out.vocab_path = (fs::path(out_dir) / "vocab.json").string();
+  write_file_atomically(out.vocab_path, vocab.dump(1) + "\n");
+  return out;
+}
+
+JsonTokenizer read_json_tokenizer(const std::string& path) {
+  const nlohmann::json j = read_vocab_json(path, "read_json_tokenizer", "tokenizer.json");
+  FT_CHECK(j.contains("tokenizer") && j["tokenizer"].is_string(), "read_json_tokenizer: '", path,
+           "' expected a \"tokenizer\" file name, found ", j.contains("tokenizer") ? j["tokenizer"].dump() : "none");
+  JsonTokenizer t =
+      JsonTokenizer::from_file((fs::path(path).parent_path() / j["tokenizer"].get<std::string>()).string());
+  FT_CHECK(j.value("vocab_size", int64_t{-1}) == t.vocab_size(), "read_json_tokenizer: '", path, "' says vocab_size ",
+           j.value("vocab_size", int64_t{-1}), ", its tokenizer.json has ", t.vocab_size());
+  return t;
+}
+
 std::vector<std::string> read_char_vocabulary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  FT_CHECK(in.good(), "read_char_vocabulary: cannot open '", path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    FT_FAIL("read_char_vocabulary: '", path, "' is not JSON (", e.what(), ")");
-  }
-  FT_CHECK(j.is_object() && j.value("mode", std::string()) == "char", "read_char_vocabulary: '", path,
-           "' expected \"mode\": \"char\", found ", j.is_object() && j.contains("mode") ? j["mode"].dump() : "none");
+  const nlohmann::json j = read_vocab_json(path, "read_char_vocabulary", "char");
   FT_CHECK(j.contains("tokens") && j["tokens"].is_array(), "read_char_vocabulary: '", path,
            "' expected a \"tokens\" list, found none");
   std::vector<std::string> vocab;

@@ -17,33 +17,61 @@ TokenShard::TokenShard(const std::string& path) : file_(map_file(path)) {
            " bytes, shorter than the ", kTokenShardHeaderBytes, "-byte header");
   int32_t header[3];  // magic, version, token count (the rest of the 256 is unused)
   std::memcpy(header, file_->data, sizeof(header));
-  FT_CHECK(header[0] == kTokenShardMagic, path, ": not a token shard: magic ", header[0], " (expected ",
-           kTokenShardMagic, ")");
-  FT_CHECK(header[1] == kTokenShardVersion, path, ": unsupported token shard version ", header[1], " (expected ",
-           kTokenShardVersion, ")");
-  int64_t payload = static_cast<int64_t>(file_->size) - kTokenShardHeaderBytes;
-  FT_CHECK(header[2] >= 0 && 2 * static_cast<int64_t>(header[2]) == payload, path, ": header says ", header[2],
-           " tokens (", 2 * static_cast<int64_t>(header[2]), " bytes) but the file holds ", payload,
+  FT_CHECK(header[0] == kTokenShardMagic || header[0] == kTokenShardMagic32, path, ": not a token shard: magic ",
+           header[0], " (expected ", kTokenShardMagic, " for uint16 tokens or ", kTokenShardMagic32,
+           " for uint32 tokens)");
+  const bool wide = header[0] == kTokenShardMagic32;
+  const int32_t version = wide ? kTokenShardVersion32 : kTokenShardVersion;
+  FT_CHECK(header[1] == version, path, ": unsupported token shard version ", header[1], " (magic ", header[0],
+           " expects version ", version, ")");
+  width_ = wide ? 4 : 2;
+  const int64_t payload = static_cast<int64_t>(file_->size) - kTokenShardHeaderBytes;
+  FT_CHECK(header[2] >= 0 && width_ * static_cast<int64_t>(header[2]) == payload, path, ": header says ", header[2],
+           " tokens (", width_ * static_cast<int64_t>(header[2]), " bytes) but the file holds ", payload,
            " bytes after the header");
   count_ = header[2];
-  // The mapping is page-aligned and the header is 1024 bytes, so the tokens are 2-byte aligned.
-  tokens_ = reinterpret_cast<const uint16_t*>(file_->data + kTokenShardHeaderBytes);
+  // The mapping is page-aligned and the header is 1024 bytes, so the tokens are aligned.
+  tokens_ = file_->data + kTokenShardHeaderBytes;
 }
 
 const std::string& TokenShard::path() const { return file_->path; }
 
+const uint16_t* TokenShard::tokens() const {
+  FT_CHECK(width_ == 2, path(), ": holds uint32 tokens (version ", kTokenShardVersion32, "); read it with tokens32()");
+  return static_cast<const uint16_t*>(tokens_);
+}
+
+const uint32_t* TokenShard::tokens32() const {
+  FT_CHECK(width_ == 4, path(), ": holds uint16 tokens (version ", kTokenShardVersion, "); read it with tokens()");
+  return static_cast<const uint32_t*>(tokens_);
+}
+
+std::pair<uint32_t, int64_t> TokenShard::max_token() const {
+  std::pair<uint32_t, int64_t> top{0, -1};
+  file_->read([&] {
+    for (int64_t i = 0; i < count_; ++i)
+      if (top.second < 0 || token(i) > top.first) top = {token(i), i};
+  });
+  return top;
+}
+
 Tensor TokenShard::token_bytes() const {
   auto keep = file_;
-  return from_blob(const_cast<uint16_t*>(tokens_), Shape{2 * count_}, TensorOptions(DType::U8),
+  return from_blob(const_cast<void*>(tokens_), Shape{width_ * count_}, TensorOptions(DType::U8),
                    [keep](void*) mutable { keep.reset(); });
 }
 
 void TokenShard::copy_window(int64_t start, int64_t count, int64_t* out) const {
   FT_CHECK(start >= 0 && count >= 0 && start + count <= count_, path(), ": token window [", start, ", ", start + count,
            ") is outside the shard's ", count_, " tokens");
-  const uint16_t* src = tokens_ + start;
   file_->read([&] {
-    for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+    if (width_ == 2) {
+      const uint16_t* src = static_cast<const uint16_t*>(tokens_) + start;
+      for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+    } else {
+      const uint32_t* src = static_cast<const uint32_t*>(tokens_) + start;
+      for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+    }
   });
 }
 
@@ -68,17 +96,30 @@ std::vector<TokenShard> open_token_shards(const std::string& pattern) {
   return shards;
 }
 
-void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+namespace {
+
+template <class T>
+void write_shard(const std::string& path, const std::vector<T>& tokens, int32_t magic, int32_t version) {
   FT_CHECK(tokens.size() <= 0x7fffffffu, path, ": a token shard holds at most 2147483647 tokens, found ",
            tokens.size());
   int32_t header[kTokenShardHeaderBytes / 4] = {};
-  header[0] = kTokenShardMagic;
-  header[1] = kTokenShardVersion;
+  header[0] = magic;
+  header[1] = version;
   header[2] = static_cast<int32_t>(tokens.size());
   AtomicFileWriter f(path);
   f.write(header, sizeof(header));
-  f.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  f.write(tokens.data(), tokens.size() * sizeof(T));
   f.commit();
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  write_shard(path, tokens, kTokenShardMagic, kTokenShardVersion);
+}
+
+void write_token_shard_u32(const std::string& path, const std::vector<uint32_t>& tokens) {
+  write_shard(path, tokens, kTokenShardMagic32, kTokenShardVersion32);
 }
 
 TokenWindowDataset::TokenWindowDataset(std::vector<TokenShard> shards, int64_t context)

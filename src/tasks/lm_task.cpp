@@ -44,9 +44,8 @@ json read_json_file(const std::string& path) {
 // Refuses a shard holding a token the model has no row for, naming the shard and the position.
 void check_tokens_below(const std::vector<data::TokenShard>& shards, int64_t vocab, const char* which) {
   for (const data::TokenShard& s : shards) {
-    const uint16_t* t = s.tokens();
-    const uint16_t* top = std::max_element(t, t + s.size());
-    FT_CHECK(s.size() == 0 || *top < vocab, which, " shard ", s.path(), " holds token ", *top, " at position ", top - t,
+    const auto [top, at] = s.max_token();
+    FT_CHECK(s.size() == 0 || top < vocab, which, " shard ", s.path(), " holds token ", top, " at position ", at,
              ", outside the vocabulary of ", vocab, " (set --vocab-size, or check the tokenizer)");
   }
 }

@@ -1,6 +1,6 @@
 // Text generation from a trained GPT (train.h, sample_text): the char task's model, or an lm run
-// whose shards came with a vocabulary (task.json records the tokenizer: a char vocabulary, or
-// GPT-2's BPE files). The prompt is encoded
+// whose shards came with a vocabulary (task.json records the tokenizer: a char vocabulary, GPT-2's
+// BPE files or a Hugging Face tokenizer.json). The prompt is encoded
 // with the run's vocabulary and the continuation decoded with it.
 #include <algorithm>
 #include <cmath>
@@ -62,14 +62,18 @@ Codec pieces_codec(std::vector<std::string> pieces, const std::string& where) {
   return c;
 }
 
-// GPT-2's BPE, from the tokenizer files `fasttrain data --tokenizer gpt2` left beside the shards.
-Codec gpt2_codec(const std::string& vocab_json) {
-  const data::Gpt2Tokenizer t = data::read_gpt2_tokenizer(vocab_json);
+// A BPE tokenizer (GPT-2's files or a tokenizer.json) that `fasttrain data` left beside the shards.
+// The prompt starts with the begin-of-text token when the tokenizer has one, as every document the
+// model was trained on did.
+template <class T>
+Codec bpe_codec(T t) {
   Codec c;
   c.vocab = t.vocab_size();
   for (int64_t id = 0; id < c.vocab; ++id) c.pieces.emplace_back(t.token_bytes(static_cast<int32_t>(id)));
   c.encode = [t](const std::string& text) {
-    const std::vector<int32_t> ids = t.encode(text);
+    std::vector<int32_t> ids;
+    if (t.bos_token() >= 0) ids.push_back(t.bos_token());
+    t.encode(text, ids);
     return std::vector<int64_t>(ids.begin(), ids.end());
   };
   return c;
@@ -88,9 +92,12 @@ Codec codec_of_run(const std::string& dir, const TrainerConfig& c) {
     }
     const json& tokenizer = task.at("tokenizer");
     const std::string mode = tokenizer.value("mode", std::string());
-    if (mode == "gpt2") return gpt2_codec(tokenizer.at("file").get<std::string>());
+    if (mode == "gpt2") return bpe_codec(data::read_gpt2_tokenizer(tokenizer.at("file").get<std::string>()));
+    if (mode == "tokenizer.json") return bpe_codec(data::read_json_tokenizer(tokenizer.at("file").get<std::string>()));
     FT_CHECK(mode == "char", "sample: ", dir, " was trained on shards without a vocabulary file (tokenizer mode '",
-             mode, "'); sample needs shards made by `fasttrain data --vocab char` or `--tokenizer gpt2`");
+             mode,
+             "'); sample needs shards made by `fasttrain data --vocab char`, `--tokenizer gpt2` or "
+             "`--tokenizer FILE.json`");
     return pieces_codec(tokenizer.at("tokens").get<std::vector<std::string>>(), task_path);
   } catch (const json::exception& e) {
     FT_FAIL(task_path, ": malformed task description: ", e.what());

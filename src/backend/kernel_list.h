@@ -107,4 +107,11 @@
   /* dpre = (gy @ w) * gelu'(pre) and db (if defined) = dpre's column sums, gy [R, out], w [out, hid]: the MLP's */  \
   /* second linear's input gradient, the GELU's backward and the first linear's bias gradient in one product */      \
   X(matmul_gelu_backward, void(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu,             \
-                               const Tensor& dpre, const Tensor& db))
+                               const Tensor& dpre, const Tensor& db))                                                \
+  /* out = silu(gate) * up (SwiGLU's gate: the unary silu and the binary mul in one pass), gate and up [R, F] */     \
+  /* with any row strides and a dense last dim (two halves of one [R, 2F] projection), out dense [R, F]; the */      \
+  /* backward writes dgate = grad * up * silu'(gate) and dup = grad * silu(gate) in one pass (grad as gate's */      \
+  /* layout rules, dgate and dup dense). A backend provides both or neither. */                                      \
+  X(silu_mul, void(const Tensor& gate, const Tensor& up, const Tensor& out))                                         \
+  X(silu_mul_backward,                                                                                               \
+    void(const Tensor& grad, const Tensor& gate, const Tensor& up, const Tensor& dgate, const Tensor& dup))

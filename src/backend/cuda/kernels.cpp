@@ -8,6 +8,7 @@
   /* elementwise (elementwise.cu, copy.cu, random_fill.cu, dropout.cu) */                             \
   X(copy) X(fill) X(unary) X(unary_backward) X(binary) X(where) X(clamp) X(clamp_backward)            \
   X(add_inplace) X(random_fill) X(dropout_forward) X(dropout_backward)                                \
+  X(silu_mul) X(silu_mul_backward)                                                                    \
   /* reductions and indexing (reduce.cu, indexing.cu) */                                              \
   X(sum) X(var) X(max_dim) X(max_all) X(max_dim_backward)                                             \
   X(cat) X(check_index_range) X(index_select) X(index_add) X(gather) X(scatter_add)                   \

@@ -1,5 +1,6 @@
 // Op micro-benchmark: times the cases of bench/micro_cases.json (matmul, conv2d, batch_norm,
-// max_pool2d, layer_norm, softmax, attention, cat, activations; forward and forward+backward; f32
+// max_pool2d, layer_norm, softmax, attention, cat, activations, SwiGLU's silu_mul, rotary
+// embedding; forward and forward+backward; f32
 // and bf16) and prints one JSON line per case, in the same format as bench/torch_micro.py so the
 // two can be compared line by line. With --device cuda the inputs live on the GPU and each timed
 // run ends with a wait for the device.
@@ -125,6 +126,24 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     Tensor x = r({c["rows"], c["cols"]});
     if (fn == "log") x = add(abs(x), 0.01);  // log's domain
     return {{x}, [f](const std::vector<Tensor>& in) { return f(in[0]); }};
+  }
+  if (op == "swiglu") {
+    // A gated MLP's activation, gate and up the two halves of one [rows, 2F] projection: silu_mul
+    // in one pass each way, or (fused false) silu then mul, as the composition runs.
+    const int64_t F = c["cols"];
+    const bool fused = c.value("fused", true);
+    return {{r({c["rows"], 2 * F})}, [F, fused](const std::vector<Tensor>& in) {
+              Tensor gate = in[0].narrow(1, 0, F), up = in[0].narrow(1, F, F);
+              return fused ? silu_mul(gate, up) : mul(silu(gate), up);
+            }};
+  }
+  if (op == "rope") {
+    // q [B, T, H, D] as a projection's output viewed as heads, turned by rotary_embedding.
+    const int64_t T = c["T"], D = c["D"];
+    RopeTables tab = rope_tables(T, D, 10000.0, {}, DType::F32);
+    return {{r({c["B"], T, c["H"], D})}, [tab](const std::vector<Tensor>& in) {
+              return rotary_embedding(in[0], tab.cos.to(in[0].device()), tab.sin.to(in[0].device()));
+            }};
   }
   FT_FAIL("micro_ops: unknown op ", op);
 }

@@ -81,6 +81,21 @@ def make(case, dtype, layout, device):
         if case["fn"] == "log":
             x = x.abs() + 0.01  # log's domain
         return [x], fns[case["fn"]]
+    if op == "swiglu":
+        # F.silu(gate) * up on the two halves of one [rows, 2F] projection (PyTorch has no fused form).
+        f = case["cols"]
+        return [r(case["rows"], 2 * f)], lambda gu: F.silu(gu[:, :f]) * gu[:, f:]
+    if op == "rope":
+        # Hugging Face Llama's q * cos + rotate_half(q) * sin on q [B, T, H, D].
+        t, d = case["T"], case["D"]
+        inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        emb = torch.outer(torch.arange(t, dtype=torch.float64), inv).repeat(1, 2)
+        cos, sin = (e.float().to(device)[:, None, :] for e in (emb.cos(), emb.sin()))
+
+        def rope(q):
+            rot = torch.cat((-q[..., d // 2:], q[..., : d // 2]), -1)
+            return q * cos.to(q.dtype) + rot * sin.to(q.dtype)
+        return [r(case["B"], t, case["H"], d)], rope
     raise ValueError(op)
 
 

@@ -1,9 +1,11 @@
 // scaled_dot_product_attention: PyTorch parity (hand-written reference, since PyTorch 1.13 has
 // no F.scaled_dot_product_attention), f64 gradient checks with tiles smaller than T, dropout
-// reproducibility, memory that does not grow with T^2, and argument validation.
+// reproducibility, memory that does not grow with T^2, grouped-query attention (k and v with fewer
+// heads than q) and argument validation.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "backend/cpu/attention.h"
 #include "fasttrain/fasttrain.h"
@@ -36,6 +38,7 @@ Tensor randn64(const Shape& s, uint64_t seed, double amp = 1.0) {
 
 // Dense f64 reference with an explicit dropout mask rebuilt from the documented Philox rule:
 // element (b, h, i, j) is kept iff uniform_from_word(philox_word(seed, base, flat)) < 1 - p.
+// k and v may have fewer heads (Hkv) than q: query head h uses KV head h / (H / Hkv).
 struct Reference {
   std::vector<double> out, dq, dk, dv;
 };
@@ -43,6 +46,7 @@ struct Reference {
 Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, bool causal, double p,
                     double scale, uint64_t seed, uint64_t base) {
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), group = H / Hkv;
   std::vector<double> Q = q.contiguous().to_vector(), K = k.contiguous().to_vector(), V = v.contiguous().to_vector(),
                       G = gout.contiguous().to_vector();
   Reference r;
@@ -52,9 +56,10 @@ Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   r.dv.assign(V.size(), 0);
   std::vector<double> P(Tk), M(Tk), Z(Tk), dP(Tk);
   for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t bkv = (bh / H) * Hkv + (bh % H) / group;
     const double* q0 = &Q[bh * Tq * D];
-    const double* k0 = &K[bh * Tk * D];
-    const double* v0 = &V[bh * Tk * D];
+    const double* k0 = &K[bkv * Tk * D];
+    const double* v0 = &V[bkv * Tk * D];
     const double* g0 = &G[bh * Tq * D];
     for (int64_t i = 0; i < Tq; ++i) {
       double mx = -INFINITY;
@@ -76,7 +81,7 @@ Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       for (int64_t j = 0; j < Tk; ++j)
         for (int64_t d = 0; d < D; ++d) {
           r.out[(bh * Tq + i) * D + d] += Z[j] * v0[j * D + d];
-          r.dv[(bh * Tk + j) * D + d] += Z[j] * g0[i * D + d];
+          r.dv[(bkv * Tk + j) * D + d] += Z[j] * g0[i * D + d];
         }
       // dP = (dO V^T) * mask; dS = P * (dP - sum_j dP P)
       double dot = 0;
@@ -90,7 +95,7 @@ Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         const double ds = P[j] * (dP[j] - dot) * scale;
         for (int64_t d = 0; d < D; ++d) {
           r.dq[(bh * Tq + i) * D + d] += ds * k0[j * D + d];
-          r.dk[(bh * Tk + j) * D + d] += ds * q0[i * D + d];
+          r.dk[(bkv * Tk + j) * D + d] += ds * q0[i * D + d];
         }
       }
     }
@@ -117,11 +122,13 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 // --- parity with PyTorch -------------------------------------------------------------------
 
 TEST(AttentionParity, AllCases) {
-  const std::vector<std::string> configs = {"self",          "causal",     "long", "cross", "cross_causal",
-                                            "causal_q_gt_k", "transposed", "bthd", "qkv",   "mqa"};
+  const std::vector<std::string> configs = {
+      "self", "causal", "long", "cross",     "cross_causal",      "causal_q_gt_k", "transposed", "bthd",
+      "qkv",  "mqa",    "gqa",  "gqa_cross", "gqa_causal_q_gt_k", "gqa_kv1",       "gqa_bthd"};
+  const std::set<std::string> f16_configs = {"self", "cross_causal", "bthd", "gqa", "gqa_bthd"};
   for (const char* dt : {"f32", "f64", "bf16", "f16"}) {
     for (const std::string& cfg : configs) {
-      if (std::string(dt) == "f16" && cfg != "self" && cfg != "cross_causal" && cfg != "bthd") continue;
+      if (std::string(dt) == "f16" && !f16_configs.count(cfg)) continue;
       const std::string name = "sdpa_" + cfg + "_" + dt;
       SCOPED_TRACE(name);
       FT_PARITY_CASE(c, name);
@@ -237,13 +244,18 @@ TEST(AttentionDropout, MatchesExplicitPhiloxMaskForwardAndBackward) {
 
 TEST(AttentionDropout, SameResultOnOneAndTwoThreads) {
   // Sizes large enough that both passes really split across two threads (the parallel grain is
-  // work-based); B*H = 1 also makes the backward split each head's keys into dQ groups.
-  for (auto [B, H] : {std::pair<int64_t, int64_t>{1, 1}, {2, 4}}) {
+  // work-based); B*Hkv = 1 also makes the backward split each head's keys into dQ groups. With
+  // grouped-query heads (Hkv < H) dK/dV sum a group's query heads inside one task, in a fixed
+  // order, in f32 and bf16.
+  for (auto [B, H, Hkv, dt] : {std::tuple<int64_t, int64_t, int64_t, DType>{1, 1, 1, DType::F32},
+                               {2, 4, 4, DType::F32},
+                               {1, 4, 1, DType::F32},
+                               {2, 8, 2, DType::BF16}}) {
     Generator init(5);
-    Tensor q = randn({B, H, 150, 32}, {}, &init).requires_grad_(),
-           k = randn({B, H, 140, 32}, {}, &init).requires_grad_(),
-           v = randn({B, H, 140, 32}, {}, &init).requires_grad_();
-    Tensor gout = randn({B, H, 150, 32}, {}, &init);
+    Tensor q = randn({B, H, 150, 32}, {}, &init).to(dt).requires_grad_(),
+           k = randn({B, Hkv, 140, 32}, {}, &init).to(dt).requires_grad_(),
+           v = randn({B, Hkv, 140, 32}, {}, &init).to(dt).requires_grad_();
+    Tensor gout = randn({B, H, 150, 32}, {}, &init).to(dt);
     std::vector<Tensor> res[2];
     for (int n : {1, 2}) {
       Threads t(n);
@@ -329,7 +341,17 @@ namespace {
 // The fused kernel's oracle composed of simple ops, materialising the [Tq, Tk] scores:
 // softmax(Q K^T * scale, keys j > query i masked when causal) V. Forward and backward, f64,
 // with tiles smaller than the sequences.
-Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+// K and V with fewer heads than Q are repeated over each group of query heads (index_select,
+// whose backward sums the group's gradients).
+Tensor repeat_kv(const Tensor& t, int64_t heads) {
+  const int64_t group = heads / t.size(1);
+  std::vector<double> idx;
+  for (int64_t h = 0; h < heads; ++h) idx.push_back(static_cast<double>(h / group));
+  return index_select(t, 1, from_vector(idx, {heads}, DType::I64));
+}
+
+Tensor composed_attention(const Tensor& q, const Tensor& k_in, const Tensor& v_in, bool causal, double scale) {
+  const Tensor k = repeat_kv(k_in, q.size(1)), v = repeat_kv(v_in, q.size(1));
   Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
   if (causal) {
     const int64_t Tq = q.size(-2), Tk = k.size(-2);
@@ -341,13 +363,20 @@ Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
 
 }  // namespace
 
+// Also grouped-query (6 query heads on 2 KV heads) and multi-query heads: the reference repeats
+// K and V over each group.
 TEST(Attention, MatchesComposedMatmulSoftmax) {
   SmallBlocks blocks(3, 4);
   for (bool causal : {false, true}) {
-    for (auto [tq, tk] : {std::pair<int64_t, int64_t>{7, 9}, {9, 5}, {8, 8}}) {
-      SCOPED_TRACE(std::to_string(tq) + "x" + std::to_string(tk) + (causal ? " causal" : ""));
-      Tensor q = randn64({2, 2, tq, 5}, 70, 1.5).requires_grad_(), k = randn64({2, 2, tk, 5}, 71, 1.5).requires_grad_(),
-             v = randn64({2, 2, tk, 5}, 72).requires_grad_();
+    for (auto [tq, tk, H, Hkv] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{7, 9, 2, 2},
+                                  {9, 5, 2, 2},
+                                  {8, 8, 2, 2},
+                                  {7, 9, 6, 2},
+                                  {9, 5, 3, 1}}) {
+      SCOPED_TRACE(std::to_string(tq) + "x" + std::to_string(tk) + " H=" + std::to_string(H) +
+                   " Hkv=" + std::to_string(Hkv) + (causal ? " causal" : ""));
+      Tensor q = randn64({2, H, tq, 5}, 70, 1.5).requires_grad_(),
+             k = randn64({2, Hkv, tk, 5}, 71, 1.5).requires_grad_(), v = randn64({2, Hkv, tk, 5}, 72).requires_grad_();
       EXPECT_MATCHES_REFERENCE(
           [causal](const std::vector<Tensor>& x) {
             return scaled_dot_product_attention(x[0], x[1], x[2], causal, 0.0, 0.6);
@@ -434,7 +463,12 @@ TEST(Attention, ValidatesArguments) {
   EXPECT_EQ(error_of([&] {
               sdpa(q, k, zeros({2, 2, 6, 64}));
             }),
-            "scaled_dot_product_attention: q has 4 heads, v has 2");
+            "scaled_dot_product_attention: k has 4 heads, v has 2 (expected the same number of key/value heads)");
+  EXPECT_EQ(error_of([&] {
+              sdpa(q, zeros({2, 3, 6, 64}), zeros({2, 3, 6, 64}));
+            }),
+            "scaled_dot_product_attention: q has 4 heads, not a multiple of k and v's 3 (grouped-query attention: "
+            "each key/value head serves H / Hkv query heads)");
   EXPECT_EQ(error_of([&] {
               sdpa(q, k, zeros({2, 4, 7, 64}));
             }),
@@ -453,4 +487,55 @@ TEST(Attention, ValidatesArguments) {
             "scaled_dot_product_attention: dropout_p must be in [0, 1), found -0.1");
   EXPECT_EQ(error_of([&] { scaled_dot_product_attention(q, k, v, false, 0.0, INFINITY); }),
             "scaled_dot_product_attention: scale must be finite, found inf");
+}
+
+// --- grouped-query attention -------------------------------------------------------------------
+
+TEST(AttentionGqa, GradcheckMultiTile) {
+  SmallBlocks blocks(3, 4);
+  for (bool causal : {false, true})
+    for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{4, 2}, {3, 1}}) {
+      SCOPED_TRACE(std::to_string(H) + "/" + std::to_string(Hkv) + (causal ? " causal" : ""));
+      Tensor q = randn64({2, H, 7, 4}, 80, 1.5).requires_grad_(), k = randn64({2, Hkv, 9, 4}, 81, 1.5).requires_grad_(),
+             v = randn64({2, Hkv, 9, 4}, 82).requires_grad_();
+      EXPECT_GRADCHECK(
+          [causal](const std::vector<Tensor>& x) {
+            return scaled_dot_product_attention(x[0], x[1], x[2], causal, 0.0, 0.7);
+          },
+          {q, k, v});
+    }
+}
+
+TEST(AttentionGqa, GradcheckWithDropout) {
+  SmallBlocks blocks(3, 4);
+  Tensor q = randn64({1, 4, 6, 4}, 83).requires_grad_(), k = randn64({1, 2, 7, 4}, 84).requires_grad_(),
+         v = randn64({1, 2, 7, 4}, 85).requires_grad_();
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& x) {
+        Generator g(99);
+        return scaled_dot_product_attention(x[0], x[1], x[2], true, 0.4, std::nullopt, &g);
+      },
+      {q, k, v});
+}
+
+// With dropout, against the dense reference whose mask is rebuilt from the Philox rule (element
+// index of the query head), tiles smaller than the sequences and Tq != Tk.
+TEST(AttentionGqa, MatchesExplicitDropoutMask) {
+  SmallBlocks blocks(3, 4);
+  for (bool causal : {false, true})
+    for (auto [tq, tk] : {std::pair<int64_t, int64_t>{7, 9}, {9, 5}}) {
+      SCOPED_TRACE(std::to_string(tq) + "x" + std::to_string(tk) + (causal ? " causal" : ""));
+      Tensor q = randn64({2, 6, tq, 5}, 86, 1.5).requires_grad_(), k = randn64({2, 2, tk, 5}, 87, 1.5).requires_grad_(),
+             v = randn64({2, 2, tk, 5}, 88).requires_grad_();
+      Generator g(31);
+      const uint64_t base = g.state().offset;
+      Tensor y = scaled_dot_product_attention(q, k, v, causal, 0.3, 0.6, &g);
+      Tensor gout = randn64(y.shape(), 89);
+      std::vector<Tensor> grads = autograd::grad({y}, {q, k, v}, {gout});
+      Reference r = reference(q, k, v, gout, causal, 0.3, 0.6, 31, base);
+      expect_near_vec(y.to_vector(), r.out, 1e-12, "out");
+      expect_near_vec(grads[0].to_vector(), r.dq, 1e-12, "dq");
+      expect_near_vec(grads[1].to_vector(), r.dk, 1e-12, "dk");
+      expect_near_vec(grads[2].to_vector(), r.dv, 1e-12, "dv");
+    }
 }

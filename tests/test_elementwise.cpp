@@ -13,6 +13,7 @@
 #include "backend/elementwise_math.h"
 #include "fasttrain/fasttrain.h"
 #include "ops/unary.h"
+#include "support/expect_error.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"
 
@@ -322,4 +323,78 @@ TEST(ElementwiseParity, ComparisonsAndLogicalNot) {
   }
   FT_PARITY_CASE(c, "logical_not_bool");
   c.expect_output(logical_not(c.input("x")));
+}
+
+// --- silu_mul (SwiGLU's gate, one pass each way) ---
+
+// Against F.silu(g) * u: separate operands, the two halves of one [B, T, 2F] tensor (read in
+// place with row stride 2F) and transposed operands (copied to rows first).
+TEST(ElementwiseParity, SiluMul) {
+  for (const char* dt : {"f32", "f64", "bf16", "f16"}) {
+    for (const char* form : {"", "_halves", "_transposed"}) {
+      const std::string name = std::string("silu_mul_") + dt + form;
+      SCOPED_TRACE(name);
+      FT_PARITY_CASE(c, name);
+      std::vector<std::pair<std::string, Tensor>> leaves;
+      Tensor y;
+      if (c.has("gu")) {
+        Tensor gu = c.input("gu", true);
+        const int64_t F = gu.size(-1) / 2;
+        y = silu_mul(gu.narrow(-1, 0, F), gu.narrow(-1, F, F));
+        leaves = {{"gu", gu}};
+      } else {
+        Tensor gate = c.input("gate", true), up = c.input("up", true);
+        y = silu_mul(gate, up);
+        leaves = {{"gate", gate}, {"up", up}};
+      }
+      EXPECT_EQ(y.dtype(), c.dtype());
+      EXPECT_TRUE(y.is_contiguous());
+      c.expect_output(y);
+      c.backward({y});
+      for (const auto& [input, leaf] : leaves) c.expect_grad(input, leaf);
+    }
+  }
+}
+
+TEST(ElementwiseGradcheck, SiluMul) {
+  Generator g(12);
+  auto r = [&](Shape s) { return mul(randn(s, DType::F64, &g), 2.0).detach().requires_grad_(); };
+  EXPECT_GRADCHECK([](const std::vector<Tensor>& in) { return silu_mul(in[0], in[1]); }, {r({3, 5}), r({3, 5})});
+  // gate and up as halves of one [2, 3, 2F] tensor: row strides twice the width
+  EXPECT_GRADCHECK(
+      [](const std::vector<Tensor>& in) { return silu_mul(in[0].narrow(-1, 0, 4), in[0].narrow(-1, 4, 4)); },
+      {r({2, 3, 8})});
+}
+
+// The fused kernel against its composition of the listed ops, outputs and both gradients, with
+// rows longer than one 256-element tile and strided halves.
+TEST(Elementwise, SiluMulMatchesSiluThenMul) {
+  Generator g(13);
+  Tensor gu = mul(randn({3, 2, 2 * 300}, DType::F64, &g), 3.0).detach().requires_grad_();
+  auto halves = [](const Tensor& x) { return std::pair{x.narrow(-1, 0, 300), x.narrow(-1, 300, 300)}; };
+  EXPECT_MATCHES_REFERENCE(
+      [&](const std::vector<Tensor>& in) {
+        auto [a, b] = halves(in[0]);
+        return silu_mul(a, b);
+      },
+      [&](const std::vector<Tensor>& in) {
+        auto [a, b] = halves(in[0]);
+        return mul(silu(a), b);
+      },
+      {gu});
+}
+
+TEST(Elementwise, SiluMulErrors) {
+  using test::error_of;
+  EXPECT_EQ(error_of([] {
+              silu_mul(zeros({2, 3}), zeros({3, 2}));
+            }),
+            "silu_mul: gate and up must have one shape, found gate [2, 3], up [3, 2]");
+  EXPECT_EQ(error_of([] {
+              silu_mul(zeros({2, 3}), zeros({2, 3}, DType::BF16));
+            }),
+            "silu_mul: gate and up must have one dtype, found gate f32, up bf16");
+  EXPECT_EQ(error_of([] { silu_mul(zeros({2}, DType::I64), zeros({2}, DType::I64)); }),
+            "silu_mul: gate must be a floating-point tensor, found i64");
+  EXPECT_EQ(silu_mul(zeros({0, 3}), zeros({0, 3})).shape(), Shape({0, 3}));
 }

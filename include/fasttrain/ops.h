@@ -7,4 +7,5 @@
 #include "fasttrain/ops/linalg.h"
 #include "fasttrain/ops/norm.h"
 #include "fasttrain/ops/reduce.h"
+#include "fasttrain/ops/rotary.h"
 #include "fasttrain/ops/softmax.h"

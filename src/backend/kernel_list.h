@@ -89,7 +89,12 @@
                             const Tensor& out, const Tensor& lse, const Tensor& out_f32))                              \
   X(attention_backward,                                                                                                \
     void(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dout,  \
-         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv))
+         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv))                              \
+  /* rotary position embedding, Hugging Face's rotate_half pairing (i with i + D/2): x [B, T, H, D] with any */        \
+  /* strides and a dense last dim, cos and sin dense [T, D/2] (f32, or f64 for f64 x), out dense [B, T, H, D]: */      \
+  /* out[i] = x[i] c - x[i + D/2] s, out[i + D/2] = x[i + D/2] c + x[i] s; `inverse` turns by minus the angle */       \
+  /* (the backward, on the gradient) */                                                                                \
+  X(rotary_embedding, void(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, const Tensor& out))
 
 // Fusions of the entries above that a backend may leave out: where its slot is empty, the op
 // computes the same result from the entries above (ops ask the slot's has_value()), so a backend
@@ -107,4 +112,11 @@
   /* dpre = (gy @ w) * gelu'(pre) and db (if defined) = dpre's column sums, gy [R, out], w [out, hid]: the MLP's */  \
   /* second linear's input gradient, the GELU's backward and the first linear's bias gradient in one product */      \
   X(matmul_gelu_backward, void(const Tensor& gy, const Tensor& w, const Tensor& pre, math::UnaryOp gelu,             \
-                               const Tensor& dpre, const Tensor& db))
+                               const Tensor& dpre, const Tensor& db))                                                \
+  /* out = silu(gate) * up (SwiGLU's gate: the unary silu and the binary mul in one pass), gate and up [R, F] */     \
+  /* with any row strides and a dense last dim (two halves of one [R, 2F] projection), out dense [R, F]; the */      \
+  /* backward writes dgate = grad * up * silu'(gate) and dup = grad * silu(gate) in one pass (grad as gate's */      \
+  /* layout rules, dgate and dup dense). A backend provides both or neither. */                                      \
+  X(silu_mul, void(const Tensor& gate, const Tensor& up, const Tensor& out))                                         \
+  X(silu_mul_backward,                                                                                               \
+    void(const Tensor& grad, const Tensor& gate, const Tensor& up, const Tensor& dgate, const Tensor& dup))

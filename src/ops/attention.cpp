@@ -1,4 +1,7 @@
-// scaled_dot_product_attention: validation, dropout RNG reservation and autograd. The tiled
+// scaled_dot_product_attention: validation, dropout RNG reservation and autograd. Grouped-query
+// attention (Hkv key/value heads for H query heads, H % Hkv == 0; Hkv == 1 is multi-query) goes
+// to the same kernels: query head h reads KV head h / (H / Hkv) in place (no repeated copy of K
+// and V), and the backward's dK, dV sum over the query heads of each group inside the kernels. The tiled
 // kernels (and why they never materialise the [Tq, Tk] score matrix) are in
 // backend/cpu/attention.{h,cpp}. Forward saves only q, k, v, the output and the per-row
 // logsumexp; backward recomputes the probabilities tile by tile.
@@ -33,9 +36,13 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double drop
   for (int i = 1; i < 3; ++i) {
     const Tensor& t = *ts[i];
     FT_CHECK(t.size(0) == q.size(0), kOp, ": q has batch size ", q.size(0), ", ", names[i], " has ", t.size(0));
-    FT_CHECK(t.size(1) == q.size(1), kOp, ": q has ", q.size(1), " heads, ", names[i], " has ", t.size(1));
     FT_CHECK(t.size(3) == q.size(3), kOp, ": q has head dim ", q.size(3), ", ", names[i], " has ", t.size(3));
   }
+  FT_CHECK(v.size(1) == k.size(1), kOp, ": k has ", k.size(1), " heads, v has ", v.size(1),
+           " (expected the same number of key/value heads)");
+  FT_CHECK(k.size(1) > 0 ? q.size(1) % k.size(1) == 0 : q.size(1) == 0, kOp, ": q has ", q.size(1),
+           " heads, not a multiple of k and v's ", k.size(1),
+           " (grouped-query attention: each key/value head serves H / Hkv query heads)");
   FT_CHECK(v.size(2) == k.size(2), kOp, ": k has ", k.size(2), " keys, v has ", v.size(2),
            " values (expected the same sequence length)");
   FT_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, kOp, ": dropout_p must be in [0, 1), found ", dropout_p);

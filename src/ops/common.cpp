@@ -92,4 +92,13 @@ Tensor scalar_like(Scalar s, const Tensor& like) {
   return full({}, s, TensorOptions(dt, like.device()));
 }
 
+Tensor as_rows(const Tensor& t) {
+  const int64_t F = t.dim() > 0 ? t.size(-1) : 1;
+  int64_t R = 1;
+  for (int d = 0; d + 1 < t.dim(); ++d) R *= t.size(d);
+  Tensor rows = t.detach();
+  if (F > 1 && rows.stride(-1) != 1) rows = rows.contiguous();
+  return rows.reshape({R, F});
+}
+
 }  // namespace ft::ops

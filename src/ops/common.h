@@ -18,5 +18,10 @@ std::vector<bool> reduced_dims_mask(const Dims& dims, int ndim, const char* op);
 Shape reduced_shape(const Shape& shape, const std::vector<bool>& mask, bool keepdim);
 // A 0-d tensor holding `s`, of the dtype an op with tensor `like` computes in.
 Tensor scalar_like(Scalar s, const Tensor& like);
+// t (detached) as [R, F] rows, F its last size and R the product of the others, with a dense
+// last dim and one row stride: a view when the leading dims collapse to one stride (a [B, T, F]
+// half of a [B, T, 2F] projection does), a contiguous copy otherwise. For row kernels, which then
+// take any row stride rather than asking every operand to be contiguous.
+Tensor as_rows(const Tensor& t);
 
 }  // namespace ft::ops

@@ -226,6 +226,40 @@ Tensor clamp(const Tensor& x, std::optional<double> lo, std::optional<double> hi
   return out;
 }
 
+// --- gated activation ---
+
+// SwiGLU's gate, silu(gate) * up, as one pass each way (kernel_list.h's silu_mul): the composition
+// reads gate twice and writes and re-reads silu(gate), and its backward runs four passes. Rows
+// keep their stride (as_rows), so gate and up may be the two halves of one [.., 2F] product.
+// A backend without the fusion runs the composition, whose autograd gives the same gradients.
+Tensor silu_mul(const Tensor& gate, const Tensor& up) {
+  constexpr const char* kOp = "silu_mul";
+  FT_CHECK(gate.defined() && up.defined(), kOp, ": gate and up must be defined tensors");
+  ops::check_floating(gate, kOp, "gate");
+  ops::check_floating(up, kOp, "up");
+  FT_CHECK(gate.dtype() == up.dtype(), kOp, ": gate and up must have one dtype, found gate ", dtype_name(gate.dtype()),
+           ", up ", dtype_name(up.dtype()));
+  FT_CHECK(gate.shape() == up.shape(), kOp, ": gate and up must have one shape, found gate ", gate.shape().str(),
+           ", up ", up.shape().str());
+  ops::common_device({&gate, &up}, kOp);
+  const backend::Kernels& k = kernels(gate);
+  if (!k.silu_mul.has_value() || !k.silu_mul_backward.has_value()) return mul(silu(gate), up);
+  Tensor out = empty(gate.shape(), gate.options());
+  k.silu_mul(ops::as_rows(gate), ops::as_rows(up), ops::as_rows(out));
+  if (autograd::any_requires_grad({&gate, &up})) {
+    autograd::SavedTensor sg(gate), su(up);
+    record_function("SiluMulBackward", {&gate, &up}, {&out}, [sg, su](std::vector<Tensor>& g) {
+      Tensor gv = sg.get("SiluMulBackward"), uv = su.get("SiluMulBackward");
+      Tensor dgate = empty(gv.shape(), gv.options()), dup = empty(uv.shape(), uv.options());
+      Tensor go = g[0].dtype() == gv.dtype() ? g[0] : g[0].to(gv.dtype());
+      kernels(dgate).silu_mul_backward(ops::as_rows(go), ops::as_rows(gv), ops::as_rows(uv), ops::as_rows(dgate),
+                                       ops::as_rows(dup));
+      return std::vector<Tensor>{dgate, dup};
+    });
+  }
+  return out;
+}
+
 // --- selection ---
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

@@ -4,7 +4,8 @@
 // are and are not multiples of the tiles (1, 17, 64, 257, 1024), every compiled head dim (32, 64,
 // 128) and one padded into a wider kernel, f32/bf16/f16 (and f64), cross attention, strided and
 // broadcast operands, non-default scales and dropout (the same Philox mask on both devices);
-// bf16/f16 exercise the tensor-core kernels.
+// bf16/f16 exercise the tensor-core kernels; grouped-query shapes (Hkv < H key/value heads)
+// on both kernel families, whose dK/dV sum a group's query heads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "core/switches.h"
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"
 #include "support/require_gpu.h"
@@ -27,12 +29,15 @@ struct Case {
   DType dtype = DType::F32;
   std::optional<double> scale;
   double dropout = 0.0;
+  int64_t Hkv = 0;  // key/value heads (grouped-query attention); 0: H
+  int64_t kv_heads() const { return Hkv > 0 ? Hkv : H; }
 };
 
 std::string describe(const Case& c) {
-  return "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " Tq=" + std::to_string(c.Tq) +
-         " Tk=" + std::to_string(c.Tk) + " D=" + std::to_string(c.D) + (c.causal ? " causal" : " full") + " " +
-         dtype_name(c.dtype) + (c.scale ? " scale=" + std::to_string(*c.scale) : "") +
+  return "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.kv_heads()) +
+         " Tq=" + std::to_string(c.Tq) + " Tk=" + std::to_string(c.Tk) + " D=" + std::to_string(c.D) +
+         (c.causal ? " causal" : " full") + " " + dtype_name(c.dtype) +
+         (c.scale ? " scale=" + std::to_string(*c.scale) : "") +
          (c.dropout > 0 ? " dropout=" + std::to_string(c.dropout) : "");
 }
 
@@ -88,10 +93,32 @@ void check(const Case& c, uint64_t seed = 1) {
   SCOPED_TRACE(describe(c));
   Generator g(seed);
   Tensor q = random({c.B, c.H, c.Tq, c.D}, c.dtype, g);
-  Tensor k = random({c.B, c.H, c.Tk, c.D}, c.dtype, g);
-  Tensor v = random({c.B, c.H, c.Tk, c.D}, c.dtype, g);
+  Tensor k = random({c.B, c.kv_heads(), c.Tk, c.D}, c.dtype, g);
+  Tensor v = random({c.B, c.kv_heads(), c.Tk, c.D}, c.dtype, g);
   Tensor gout = random({c.B, c.H, c.Tq, c.D}, c.dtype, g);
   compare(q, k, v, gout, c);
+}
+
+// [B, T, heads, D] storage seen as [B, heads, T, D] (a projection's output split into heads), the
+// view taken on each device so that the kernels see its strides.
+struct HeadsView {
+  Tensor cpu, cuda;
+};
+HeadsView heads_view(int64_t B, int64_t T, int64_t heads, int64_t D, DType dt, Generator& g) {
+  const Tensor s = random({B, T, heads, D}, dt, g);
+  return {s.permute({0, 2, 1, 3}), gpu(s).permute({0, 2, 1, 3})};
+}
+
+// Causal attention's backward twice on the same GPU operands: the gradients are bit-identical.
+void expect_deterministic_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& gout) {
+  Tensor q = q_in.detach().requires_grad_(), k = k_in.detach().requires_grad_(), v = v_in.detach().requires_grad_();
+  std::vector<Tensor> r[2];
+  for (int i = 0; i < 2; ++i) {
+    Tensor y = scaled_dot_product_attention(q, k, v, true);
+    r[i] = autograd::grad({y}, {q, k, v}, {gout});
+  }
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r[0][i].to(Device::cpu()).to_vector(), r[1][i].to(Device::cpu()).to_vector()) << "gradient " << i;
 }
 
 }  // namespace
@@ -227,13 +254,7 @@ TEST(CudaAttention, TensorCorePath) {
   Tensor k = gpu(random({2, 4, 300, 128}, DType::BF16, g)).requires_grad_();
   Tensor v = gpu(random({2, 4, 300, 128}, DType::BF16, g)).requires_grad_();
   Tensor gout = gpu(random({2, 4, 300, 128}, DType::BF16, g));
-  std::vector<Tensor> r[2];
-  for (int i = 0; i < 2; ++i) {
-    Tensor y = scaled_dot_product_attention(q, k, v, true);
-    r[i] = autograd::grad({y}, {q, k, v}, {gout});
-  }
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(r[0][i].to(Device::cpu()).to_vector(), r[1][i].to(Device::cpu()).to_vector()) << "gradient " << i;
+  expect_deterministic_backward(q, k, v, gout);
 }
 
 TEST(CudaAttention, BackwardIsDeterministic) {
@@ -243,13 +264,37 @@ TEST(CudaAttention, BackwardIsDeterministic) {
   Tensor k = gpu(randn({2, 4, 300, 64}, {}, &g)).requires_grad_();
   Tensor v = gpu(randn({2, 4, 300, 64}, {}, &g)).requires_grad_();
   Tensor gout = gpu(randn({2, 4, 300, 64}, {}, &g));
-  std::vector<Tensor> r[2];
-  for (int i = 0; i < 2; ++i) {
-    Tensor y = scaled_dot_product_attention(q, k, v, true);
-    r[i] = autograd::grad({y}, {q, k, v}, {gout});
+  expect_deterministic_backward(q, k, v, gout);
+}
+
+// Grouped-query and multi-query attention: dk and dv sum over the query heads of each KV head.
+// Every dtype on the default kernels (bf16/f16: tensor cores; f32/f64: FMA), bf16 again on the
+// FMA kernels, causal and full, Tq != Tk, lengths across tiles, dropout, [B, T, H, D] views.
+TEST(CudaAttention, GroupedQueryHeads) {
+  REQUIRE_GPU();
+  for (bool fma : {false, true}) {
+    switches::Scoped path(switches::cuda_attention_fma, fma);
+    for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+      if (fma && dt != DType::BF16) continue;
+      for (bool causal : {false, true})
+        for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{6, 2}, {4, 1}}) {
+          check({.B = 2, .H = H, .Tq = 77, .Tk = 77, .D = 64, .causal = causal, .dtype = dt, .Hkv = Hkv});
+          check({.B = 1, .H = H, .Tq = 50, .Tk = 130, .D = 32, .causal = causal, .dtype = dt, .Hkv = Hkv});
+          check({.B = 1, .H = H, .Tq = 130, .Tk = 70, .D = 128, .causal = causal, .dtype = dt, .Hkv = Hkv});
+          check(
+              {.B = 1, .H = H, .Tq = 90, .Tk = 90, .D = 64, .causal = causal, .dtype = dt, .dropout = 0.2, .Hkv = Hkv});
+        }
+    }
   }
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(r[0][i].to(Device::cpu()).to_vector(), r[1][i].to(Device::cpu()).to_vector()) << "gradient " << i;
+  const int64_t B = 2, H = 8, Hkv = 2, T = 150, D = 64;
+  const Case c{.B = B, .H = H, .Tq = T, .Tk = T, .D = D, .causal = true, .dtype = DType::BF16, .Hkv = Hkv};
+  SCOPED_TRACE(describe(c));
+  Generator g(7);
+  const HeadsView q = heads_view(B, T, H, D, c.dtype, g), k = heads_view(B, T, Hkv, D, c.dtype, g),
+                  v = heads_view(B, T, Hkv, D, c.dtype, g), gout = heads_view(B, T, H, D, c.dtype, g);
+  compare(q.cpu, k.cpu, v.cpu, gout.cpu, q.cuda, k.cuda, v.cuda, gout.cuda, c);
+  // deterministic: the group's sum is one block's, in a fixed order
+  expect_deterministic_backward(q.cuda, k.cuda, v.cuda, gout.cuda);
 }
 
 TEST(CudaAttention, EmptySequences) {

@@ -592,3 +592,32 @@ TEST(CudaElementwise, DropoutMasksAndGradientsAreTheCpus) {
     }
   }
 }
+
+// --- silu_mul ---
+
+// gate and up as the two halves of one [B, T, 2F] projection (row stride 2F, F odd and past one
+// CPU tile), forward and both gradients, and separate transposed operands (copied to rows).
+TEST(CudaElementwise, SiluMulAndItsBackwardMatchTheCpu) {
+  REQUIRE_GPU();
+  Generator g(9);
+  for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor guc = mul(randn({2, 5, 2 * 301}, DType::F32, &g), 2.0).to(dt), gug = gpu(guc);
+    guc.requires_grad_();
+    gug.requires_grad_();
+    auto halves = [](const Tensor& gu) {
+      const int64_t F = gu.size(-1) / 2;
+      return silu_mul(gu.narrow(-1, 0, F), gu.narrow(-1, F, F));
+    };
+    Tensor yc = halves(guc), yg = halves(gug);
+    EXPECT_CLOSE_TO_CPU(yg, yc, tol(dt));
+    Tensor gy = randn(yc.shape(), DType::F32, &g).to(dt);
+    yc.backward(gy);
+    yg.backward(gpu(gy));
+    EXPECT_CLOSE_TO_CPU(gug.grad(), guc.grad(), tol(dt));
+
+    Tensor a = randn({7, 33}, DType::F32, &g).to(dt), b = randn({7, 33}, DType::F32, &g).to(dt);
+    EXPECT_CLOSE_TO_CPU(silu_mul(gpu(a).t(), gpu(b).t()), silu_mul(a.t(), b.t()), tol(dt));
+  }
+  EXPECT_EQ(silu_mul(gpu(zeros({0, 3})), gpu(zeros({0, 3}))).shape(), Shape({0, 3}));
+}

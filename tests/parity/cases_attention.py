@@ -4,6 +4,10 @@ PyTorch 1.13 has no F.scaled_dot_product_attention, so the reference is written 
 softmax(q @ k^T * scale + causal_mask(-inf)) @ v, differentiated by autograd. The causal mask is
 top-left aligned (key j visible to query i iff j <= i), as torch's is_causal.
 
+Grouped-query cases (k and v with Hkv < H heads) repeat K and V over each group of H / Hkv query
+heads with repeat_interleave on dim 1 (torch 1.13 has no enable_gqa); autograd sums the repeated
+heads' gradients, which is what the fused kernel's dK/dV must equal.
+
 Low-precision references compute in f32 on the rounded inputs and round the output: that is
 what a fused attention kernel does (torch 2.x's CPU flash kernel accumulates bf16 in f32), and
 it keeps the comparison at the default bf16 tolerance instead of absorbing the rounding of a
@@ -31,6 +35,15 @@ def sdpa_ref(q, k, v, causal=False, scale=None):
     return (torch.softmax(s, dim=-1) @ v).to(dtype)
 
 
+def repeat_kv(t, heads):
+    """[B, Hkv, T, D] -> [B, heads, T, D]: KV head j serves query heads j * g .. j * g + g - 1.
+    16-bit inputs are repeated in f32, so the backward sums a group's gradients in f32 and rounds
+    once, as the fused kernel does (summed in bf16, the reference moved dk/dv elements by up to 27%)."""
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()
+    return t.repeat_interleave(heads // t.shape[1], dim=1)
+
+
 def bhtd(t):
     """[B, T, H, D] storage viewed as [B, H, T, D] (the layout a fused qkv projection yields)."""
     return t.permute(0, 2, 1, 3)
@@ -52,11 +65,19 @@ CONFIGS = {
     "qkv": (2, 2, 33, 33, 16, True, None, "qkv"),
     "mqa": (2, 3, 20, 29, 16, False, None, "mqa"),
 }
+# grouped-query attention: name -> (B, H, Hkv, Tq, Tk, D, causal, scale, layout: "contig" or "bthd")
+GQA_CONFIGS = {
+    "gqa": (2, 6, 2, 33, 33, 16, True, None, "contig"),
+    "gqa_cross": (1, 4, 2, 37, 53, 16, False, 0.3, "contig"),
+    "gqa_causal_q_gt_k": (1, 4, 2, 53, 37, 64, True, None, "contig"),
+    "gqa_kv1": (2, 4, 1, 20, 29, 16, True, None, "contig"),
+    "gqa_bthd": (2, 8, 2, 45, 45, 16, True, None, "bthd"),
+}
 DTYPE_CONFIGS = {
-    "f32": list(CONFIGS),
-    "f64": list(CONFIGS),
-    "bf16": list(CONFIGS),
-    "f16": ["self", "cross_causal", "bthd"],
+    "f32": list(CONFIGS) + list(GQA_CONFIGS),
+    "f64": list(CONFIGS) + list(GQA_CONFIGS),
+    "bf16": list(CONFIGS) + list(GQA_CONFIGS),
+    "f16": ["self", "cross_causal", "bthd", "gqa", "gqa_bthd"],
 }
 
 
@@ -96,7 +117,31 @@ def make(name, dtype, cfg):
     return case(name, fn, {"q": wrap(q), "k": wrap(k), "v": wrap(v)}, dtype=dtype, params=params)
 
 
+def make_gqa(name, dtype, cfg):
+    B, H, Hkv, Tq, Tk, D, causal, scale, layout = cfg
+    params = {"causal": causal, "scale": scale if scale is not None else -1.0, "layout": layout}
+    amp = 1.5
+    if layout == "bthd":
+        q = amp * randn(name + "q", B, Tq, H, D)
+        k, v = (amp * randn(name + s, B, Tk, Hkv, D) for s in ("k", "v"))
+
+        def fn(q, k, v):
+            return sdpa_ref(bhtd(q), repeat_kv(bhtd(k), H), repeat_kv(bhtd(v), H), causal, scale)
+
+        return case(name, fn, {"q": q, "k": k, "v": v}, dtype=dtype, params=params)
+    q = amp * randn(name + "q", B, H, Tq, D)
+    k, v = (amp * randn(name + s, B, Hkv, Tk, D) for s in ("k", "v"))
+
+    def fn(q, k, v):
+        return sdpa_ref(q, repeat_kv(k, H), repeat_kv(v, H), causal, scale)
+
+    return case(name, fn, {"q": q, "k": k, "v": v}, dtype=dtype, params=params)
+
+
 def cases():
     for dtype, names in DTYPE_CONFIGS.items():
         for cfg_name in names:
-            yield make(f"sdpa_{cfg_name}_{dtype}", dtype, CONFIGS[cfg_name])
+            if cfg_name in GQA_CONFIGS:
+                yield make_gqa(f"sdpa_{cfg_name}_{dtype}", dtype, GQA_CONFIGS[cfg_name])
+            else:
+                yield make(f"sdpa_{cfg_name}_{dtype}", dtype, CONFIGS[cfg_name])

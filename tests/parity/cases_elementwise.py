@@ -22,8 +22,33 @@ BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div
           "maximum": torch.maximum, "minimum": torch.minimum}
 
 
+def silu_mul_ref(gate, up):
+    """F.silu(g) * u; 16-bit inputs in f32 on the rounded values, rounded once, as the fused kernel does."""
+    if gate.dtype in (torch.bfloat16, torch.float16):
+        return (F.silu(gate.float()) * up.float()).to(gate.dtype)
+    return F.silu(gate) * up
+
+
+def silu_mul_cases(dtype):
+    """silu_mul: separate operands; gate and up as the two halves of one [B, T, 2F] projection (rows
+    read in place, row stride 2F, F past one 256-element tile); transposed operands (copied first)."""
+    n = f"silu_mul_{dtype}"
+    yield case(n, silu_mul_ref, {"gate": 2 * randn(n, 6, 37), "up": randn(n + "u", 6, 37)}, dtype=dtype)
+    n = f"silu_mul_{dtype}_halves"
+    F2 = 300
+
+    def halves(gu):
+        return silu_mul_ref(gu[..., :F2], gu[..., F2:])
+
+    yield case(n, halves, {"gu": 2 * randn(n, 2, 3, 2 * F2)}, dtype=dtype)
+    n = f"silu_mul_{dtype}_transposed"
+    yield case(n, silu_mul_ref, {"gate": transposed(2 * randn(n, 5, 9)), "up": transposed(randn(n + "u", 5, 9))},
+               dtype=dtype)
+
+
 def cases():
     for dtype in ("f32", "f64", "bf16", "f16"):
+        yield from silu_mul_cases(dtype)
         for name, fn in UNARY.items():
             n = f"{name}_{dtype}"
             yield case(n, lambda x, fn=fn: fn(x), {"x": randn(n, 7, 33)}, dtype=dtype, op=name)

@@ -42,6 +42,13 @@ Tensor softplus(const Tensor& x);
 Tensor mish(const Tensor& x);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
+// silu(gate) * up in one pass (the gated MLP of Llama-family models: down(silu_mul(gate(x), up(x)))),
+// and both gradients in one pass. gate and up: one shape and floating dtype; their last dim
+// should be dense and their leading dims collapse to one row stride (so gate and up may be the
+// two halves of one [.., 2F] projection, read in place), other layouts are copied first. The
+// output is contiguous; bf16 and f16 compute in f32.
+Tensor silu_mul(const Tensor& gate, const Tensor& up);
+
 // Selection: cond is bool (or any dtype, nonzero = true); broadcasting over all three.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);

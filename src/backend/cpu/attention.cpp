@@ -322,6 +322,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
                    const Tensor& lse, const Tensor& out_f32) {
   using C = compute_t<T>;
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+  const int64_t group = H / k.size(1);  // query heads per KV head (grouped-query attention)
   T* O = out.data<T>();
   C* L = lse.data<C>();
   float* O32 = out_f32.defined() ? out_f32.data<float>() : nullptr;
@@ -357,8 +358,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
     RowsOf<T, C> Kc(K, tiles16 ? 0 : Tk), Vc(V, Tk);
     RowsOf<T, T> K16(K, tiles16 ? Tk : 0);
     for (int64_t t = t0; t < t1; ++t) {
-      // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run.
+      // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run (and the query
+      // heads sharing a KV head, which are neighbours, meet its keys and values in one run too).
       const int64_t bh = t / nqb, qb = p.causal ? zigzag(t % nqb, nqb) : t % nqb, b = bh / H, h = bh % H;
+      const int64_t hk = h / group;  // the KV head query head h reads
       const int64_t i0 = qb * bq, nq = std::min(bq, Tq - i0);
       const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !tiles16, tiles16, qbuf.data(), q16.data());
       std::fill(m.begin(), m.end(), kNegInf);
@@ -370,10 +373,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         const int64_t nk = std::min(bk, kend - k0);
         Tile<T, C> Kt, Vt;
         if (tiles16)
-          Kt.h = K16.rows(b, h, k0, nk, Kt.ldh);
+          Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
         else
-          Kt.c = Kc.rows(b, h, k0, nk, Kt.ldc);
-        Vt.c = Vc.rows(b, h, k0, nk, Vt.ldc);
+          Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
+        Vt.c = Vc.rows(b, hk, k0, nk, Vt.ldc);
         tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
         if (tiles16)  // the bf16 product is unscaled
           for (int64_t r = 0; r < nq; ++r)
@@ -425,7 +428,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                     const Tensor& dv) {
   using C = compute_t<T>;
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
-  const int64_t BH = B * H;
+  const int64_t BH = B * H, Hkv = k.size(1), BHkv = B * Hkv, group = H / Hkv;
   T* dQ = dq.data<T>();
   T* dK = dk.data<T>();
   T* dV = dv.data<T>();
@@ -469,15 +472,17 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     row_dots(out.data<float>());
   }
 
-  // Parallel over (b, h, group of key blocks): each task owns its dK/dV rows outright. dQ sums
-  // over key blocks, so every group accumulates into its own dQ partial (groups > 1 only when
-  // B*H is too small to keep the threads busy) and the partials are added in a fixed order
-  // afterwards. The grouping depends on the shapes only, not on the thread count, so results
-  // are bitwise identical for any number of threads.
+  // Parallel over (b, KV head, group of key blocks): each task owns its dK/dV rows outright and
+  // sums into them the query heads that share its KV head (grouped-query attention; one head
+  // without), head after head in a fixed order, so no two tasks write one row. dQ sums over key
+  // blocks, so every group accumulates into its own dQ partial (groups > 1 only when B*Hkv is too
+  // small to keep the threads busy) and the partials are added in a fixed order afterwards. The
+  // grouping depends on the shapes only, not on the thread count, so results are bitwise
+  // identical for any number of threads.
   // Group 0 accumulates straight into dq when dq is in the compute type. With one group a task
-  // owns its (b, h)'s dq rows: it zeroes them itself, or (dq in bf16/f16) sums them in its own
-  // compute-type rows and rounds them into dq at its end, with no pass over dq before or after.
-  const int64_t G = std::min(nkb, std::max<int64_t>(1, (kMinBackwardTasks + BH - 1) / BH));
+  // owns its query heads' dq rows: it zeroes them itself, or (dq in bf16/f16) sums them in its own
+  // compute-type rows and rounds them into dq at a head's end, with no pass over dq before or after.
+  const int64_t G = std::min(nkb, std::max<int64_t>(1, (kMinBackwardTasks + BHkv - 1) / BHkv));
   constexpr bool in_place = std::is_same_v<T, C>;
   const bool own_dq = !in_place && G == 1;
   const int64_t per_group = BH * Tq * D;
@@ -493,92 +498,99 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     parallel_for(0, per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
   }
 
-  // Five GEMMs of Tq x (Tk / G) x D per task (half under causal masking).
-  const int64_t task_flops = 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
+  // Five GEMMs of Tq x (Tk / G) x D per query head of a task (half under causal masking).
+  const int64_t task_flops = group * 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
   const bool tiles16 = bf16_tile_products<T>();
-  parallel_for(0, BH * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
+  parallel_for(0, BHkv * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> kbuf(bk * D), vbuf(bk * D), P(bq * bk), Z(dropout ? bq * bk : 0), dS(bq * bk),
-        M(dropout ? bq * bk : 0), dKacc(bk * D), dVacc(bk * D), dq_own(own_dq ? Tq * D : 0);
+        M(dropout ? bq * bk : 0), dKacc(Tk * D), dVacc(Tk * D), dq_own(own_dq ? Tq * D : 0);
     std::vector<T> k16(n16 * bk * D), v16(n16 * bk * D), z16(n16 * bq * bk);
     // Q in the compute type (dK += dS^T Q) and, on the bf16 path, in bf16 (Q K^T); dO in the form
     // dV += Z^T dO and dO V^T take.
     RowsOf<T, C> Qc(Q, Tq), dOc(dO, tiles16 ? 0 : Tq);
     RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0), dO16(dO, tiles16 ? Tq : 0);
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / G, g = t % G, b = bh / H, h = bh % H;
-      C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
-      if (own_dq || (in_place && G == 1)) std::fill(dqg, dqg + Tq * D, C(0));
+      const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;
       // Interleaved key blocks per group: under causal masking early key blocks have more
       // queries, and interleaving spreads them evenly across groups.
       for (int64_t kb = g; kb < nkb; kb += G) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
-        // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
-        const Tile<T, C> Kt = K.template tile<C>(b, h, k0, nk, true, tiles16, kbuf.data(), k16.data());
-        const Tile<T, C> Vt = V.template tile<C>(b, h, k0, nk, !tiles16, tiles16, vbuf.data(), v16.data());
-        std::fill(dKacc.begin(), dKacc.end(), C(0));
-        std::fill(dVacc.begin(), dVacc.end(), C(0));
-        // Query rows before k0 see none of these keys: start at the block holding row k0.
-        const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
-        for (int64_t i0 = qstart; i0 < Tq; i0 += bq) {
-          const int64_t nq = std::min(bq, Tq - i0);
-          Tile<T, C> Qt, dOt;
-          Qt.c = Qc.rows(b, h, i0, nq, Qt.ldc);
-          if (tiles16) {
-            Qt.h = Q16.rows(b, h, i0, nq, Qt.ldh);
-            dOt.h = dO16.rows(b, h, i0, nq, dOt.ldh);
-          } else {
-            dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
-          }
-          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
-          // The bf16 product is unscaled: the scale goes into the exponent.
-          const C pre = tiles16 ? scale : C(1);
-          for (int64_t r = 0; r < nq; ++r) {
-            C* row = P.data() + r * bk;
-            const C li = L[bh * Tq + i0 + r];
-            const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
-            for (int64_t j = 0; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
-            for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
-            if (dropout) {
-              C* mr = M.data() + r * bk;
-              const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
-              dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mr);
-              C* zr = Z.data() + r * bk;
-              for (int64_t j = 0; j < nk; ++j) zr[j] = row[j] * mr[j];
-            }
-          }
-          Tile<T, C> Zt{dropout ? Z.data() : P.data(), bk};
-          if (tiles16) {
-            round_tile(Zt.c, nq, nk, bk, C(1), z16.data());
-            Zt = {nullptr, 0, z16.data(), bk};
-          }
-          // dV += Z^T dO
-          tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVacc.data(), D);
-          // dZ = dO V^T, then dS = P * (dZ * mask - Di)
-          tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
-          for (int64_t r = 0; r < nq; ++r) {
-            C* ds = dS.data() + r * bk;
-            const C* pr = P.data() + r * bk;
-            const C di = delta[bh * Tq + i0 + r];
-            if (dropout) {
-              const C* mr = M.data() + r * bk;
-              for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] * mr[j] - di);
-            } else {
-              for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di);
-            }
-          }
-          // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
-          gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, C(1), dKacc.data(), D);
-          gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
-        }
-        T* dk_out = dK + (bh * Tk + k0) * D;
-        T* dv_out = dV + (bh * Tk + k0) * D;
-        for (int64_t e = 0; e < nk * D; ++e) {
-          dk_out[e] = static_cast<T>(dKacc[e]);
-          dv_out[e] = static_cast<T>(dVacc[e]);
-        }
+        std::fill(dKacc.begin() + k0 * D, dKacc.begin() + (k0 + nk) * D, C(0));
+        std::fill(dVacc.begin() + k0 * D, dVacc.begin() + (k0 + nk) * D, C(0));
       }
-      if (own_dq) convert_run(dq_own.data(), dQ + bh * Tq * D, Tq * D);
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const int64_t bh = b * H + h;
+        C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
+        if (own_dq || (in_place && G == 1)) std::fill(dqg, dqg + Tq * D, C(0));
+        for (int64_t kb = g; kb < nkb; kb += G) {
+          const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
+          // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
+          const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf.data(), k16.data());
+          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16, tiles16, vbuf.data(), v16.data());
+          C* dKa = dKacc.data() + k0 * D;
+          C* dVa = dVacc.data() + k0 * D;
+          // Query rows before k0 see none of these keys: start at the block holding row k0.
+          const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
+          for (int64_t i0 = qstart; i0 < Tq; i0 += bq) {
+            const int64_t nq = std::min(bq, Tq - i0);
+            Tile<T, C> Qt, dOt;
+            Qt.c = Qc.rows(b, h, i0, nq, Qt.ldc);
+            if (tiles16) {
+              Qt.h = Q16.rows(b, h, i0, nq, Qt.ldh);
+              dOt.h = dO16.rows(b, h, i0, nq, dOt.ldh);
+            } else {
+              dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
+            }
+            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
+            // The bf16 product is unscaled: the scale goes into the exponent.
+            const C pre = tiles16 ? scale : C(1);
+            for (int64_t r = 0; r < nq; ++r) {
+              C* row = P.data() + r * bk;
+              const C li = L[bh * Tq + i0 + r];
+              const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
+              for (int64_t j = 0; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
+              for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
+              if (dropout) {
+                C* mr = M.data() + r * bk;
+                const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
+                dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mr);
+                C* zr = Z.data() + r * bk;
+                for (int64_t j = 0; j < nk; ++j) zr[j] = row[j] * mr[j];
+              }
+            }
+            Tile<T, C> Zt{dropout ? Z.data() : P.data(), bk};
+            if (tiles16) {
+              round_tile(Zt.c, nq, nk, bk, C(1), z16.data());
+              Zt = {nullptr, 0, z16.data(), bk};
+            }
+            // dV += Z^T dO
+            tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
+            // dZ = dO V^T, then dS = P * (dZ * mask - Di)
+            tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
+            for (int64_t r = 0; r < nq; ++r) {
+              C* ds = dS.data() + r * bk;
+              const C* pr = P.data() + r * bk;
+              const C di = delta[bh * Tq + i0 + r];
+              if (dropout) {
+                const C* mr = M.data() + r * bk;
+                for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] * mr[j] - di);
+              } else {
+                for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di);
+              }
+            }
+            // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
+            gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, C(1), dKa, D);
+            gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
+          }
+        }
+        if (own_dq) convert_run(dq_own.data(), dQ + bh * Tq * D, Tq * D);
+      }
+      for (int64_t kb = g; kb < nkb; kb += G) {
+        const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
+        convert_run(dKacc.data() + k0 * D, dK + (bkv * Tk + k0) * D, nk * D);
+        convert_run(dVacc.data() + k0 * D, dV + (bkv * Tk + k0) * D, nk * D);
+      }
     }
   });
 

@@ -12,6 +12,11 @@
 // O(T * D) instead of O(T^2), and the traffic is O(T^2 * D / B) reads of K/V (forward) or Q/dO
 // (backward) from cache-sized tiles against O(T^2 * D) flops, so the GEMMs run from L1/L2.
 //
+// Grouped-query attention: k and v have Hkv heads, q has H (a multiple); query head h reads KV
+// head h / (H / Hkv) in place. The backward runs one task per (b, KV head, group of key blocks),
+// which owns those dK/dV rows and sums its query heads into them one after another, so the sum
+// needs no atomics and its order, hence the result, does not depend on the thread count.
+//
 // Causal masking is top-left aligned (key j is visible to query i iff j <= i, torch's
 // is_causal); key blocks entirely above the diagonal are skipped, halving the work.
 //
@@ -31,7 +36,8 @@ namespace ft::cpu {
 
 using backend::AttentionParams;
 
-// attention_forward: q [B, H, Tq, D], k and v [B, H, Tk, D], any strides, all of one floating dtype.
+// attention_forward: q [B, H, Tq, D], k and v [B, Hkv, Tk, D] (H % Hkv == 0), any strides, all of
+// one floating dtype.
 // out: [B, H, Tq, D] contiguous, q's dtype. lse: [B, H, Tq] contiguous, f64 for f64 inputs and
 // f32 otherwise (the dtype the kernel computes in). out_f32, when defined (bf16/f16 inputs
 // whose gradient is needed), receives the output before rounding, contiguous f32.

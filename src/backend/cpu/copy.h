@@ -33,6 +33,18 @@ inline void convert_run(const From* src, To* dst, int64_t n) {
   }
 }
 
+// A dense run of n elements in the compute type C: in place when T is C, else converted into buf
+// (convert_run's instructions), for kernels that read 16-bit operands as f32 tiles.
+template <class C, class T>
+inline const C* widened_run(const T* src, int64_t n, C* buf) {
+  if constexpr (std::is_same_v<T, C>) {
+    return src;
+  } else {
+    convert_run(src, buf, n);
+    return buf;
+  }
+}
+
 // copy: dst = src converted to dst's dtype; src broadcasts to dst's shape. fill: dst = value.
 
 }  // namespace ft::cpu

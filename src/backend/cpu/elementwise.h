@@ -15,5 +15,7 @@ namespace ft::cpu {
 // clamp: out = min(max(x, lo), hi), either bound optional.
 // clamp_backward: out = grad where lo <= x <= hi, else 0.
 // add_inplace: a += alpha * b in place (b broadcasts to a).
+// silu_mul: out = silu(gate) * up over [R, F] rows; gate and up any row stride, last dim dense; out dense.
+// silu_mul_backward: dgate = grad * up * silu'(gate), dup = grad * silu(gate); grad as gate, outputs dense.
 
 }  // namespace ft::cpu

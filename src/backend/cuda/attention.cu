@@ -1,8 +1,9 @@
 // Fused scaled dot-product attention on CUDA (FlashAttention forward, FlashAttention-2 style
 // backward), the kernel-table entries attention_forward and attention_backward. Semantics are the
-// CPU backend's (backend/cpu/attention.h): q [B, H, Tq, D], k and v [B, H, Tk, D] with any
-// strides, causal masking aligned top-left (key j visible to query i iff j <= i), dropout on the
-// normalised probabilities with the same Philox element rule, lse in the compute type.
+// CPU backend's (backend/cpu/attention.h): q [B, H, Tq, D], k and v [B, Hkv, Tk, D] with any
+// strides (grouped-query attention: query head h reads KV head h / (H / Hkv)), causal masking aligned top-left (key j
+// visible to query i iff j <= i), dropout on the normalised probabilities with the same Philox element rule, lse in the
+// compute type.
 //
 // Forward, one thread block per (b, h, tile of BQ queries), K/V streamed in tiles of BK rows
 // through shared memory; per query row a running max m and running sum l (online softmax):
@@ -16,7 +17,8 @@
 //   dS = P * (dZ * M - Di),  dV = Z^T dO,  dK = scale * dS^T Q,  dQ = scale * dS K.
 // Three launches, no atomics, so the results are deterministic:
 //   1. Di, one warp per query row;
-//   2. dK and dV, one block per (b, h, key tile) looping over the query tiles that see it;
+//   2. dK and dV, one block per (b, KV head, key tile) looping over the query heads of its group
+//      and, per head, the query tiles that see it;
 //   3. dQ, one block per (b, h, query tile) looping over the key tiles it sees.
 // (3) recomputes S and dZ that (2) also computed: two extra tile products, the price of not
 // accumulating dQ with float atomics.
@@ -120,6 +122,9 @@ Args<T> common_args(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   a.v = strided<T>(v);
   a.H = static_cast<int>(H);
   a.BH = static_cast<int>(B * H);
+  a.Hkv = static_cast<int>(k.size(1));
+  a.BHkv = static_cast<int>(B * k.size(1));
+  a.group = static_cast<int>(H / k.size(1));
   a.Tq = static_cast<int>(Tq);
   a.Tk = static_cast<int>(Tk);
   a.dact = static_cast<int>(D);

@@ -49,7 +49,9 @@ struct Args {
   A* lse;           // [B, H, Tq]: written by the forward, read by the backward
   const A* delta;   // backward: Di per query row
   T *dq, *dk, *dv;  // backward: contiguous, shaped like q, k, v
-  int H, BH, Tq, Tk, dact;
+  // H query heads, Hkv key/value heads; query head h reads KV head h / group (grouped-query
+  // attention, group = H / Hkv; 1 without).
+  int H, BH, Hkv, BHkv, group, Tq, Tk, dact;
   A scale, inv_keep;
   float keep;
   bool causal, dropout;
@@ -99,6 +101,9 @@ bool tc_chunkable(const Strided<T>& s, int D, int dact) {
   return dact == D && s.sd == 1 && s.st % E == 0 && s.sh % E == 0 && s.sb % E == 0 &&
          reinterpret_cast<uintptr_t>(s.p) % 16 == 0;
 }
+
+// Query head h of a (b, h) pair reads KV head h / a.group; the dK/dV kernels run one block per
+// (b, KV head, key tile) and sum its group's query heads in order (no atomics: deterministic).
 
 // Entry points of the tensor-core kernels (attention_mma.cu), T bf16 or f16, D the compiled head
 // dim (32, 64, 128): the launches of one call, with a.chunks set by the caller (tc_chunkable).

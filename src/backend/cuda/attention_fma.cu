@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Arg
   // The last query tiles see the most keys under causal masking: they get the lowest block
   // indices, so they start first and the short tiles fill the tail.
   const int qt = nqt - 1 - static_cast<int>(blockIdx.x / a.BH);
-  const int b = bh / a.H, h = bh % a.H;
+  const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
   const int i0 = qt * BQ;
 
   load_rows<BQ, D, NT>(sQ, LDD, a.q.head(b, h), a.q.st, a.q.sd, i0, a.Tq, a.dact);
@@ -205,8 +205,8 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Arg
     // Every thread has finished reading the previous sK, sV and sP (and sQ is complete on the
     // first pass).
     __syncthreads();
-    load_rows<BK, D, NT>(sK, LDD, a.k.head(b, h), a.k.st, a.k.sd, k0, a.Tk, a.dact);
-    load_rows<BK, D, NT>(sV, LDD, a.v.head(b, h), a.v.st, a.v.sd, k0, a.Tk, a.dact);
+    load_rows<BK, D, NT>(sK, LDD, a.k.head(b, hk), a.k.st, a.k.sd, k0, a.Tk, a.dact);
+    load_rows<BK, D, NT>(sV, LDD, a.v.head(b, hk), a.v.st, a.v.sd, k0, a.Tk, a.dact);
     __syncthreads();
 
     A s[RQ][CK];
@@ -280,9 +280,9 @@ constexpr size_t backward_kv_smem() {
   return (static_cast<size_t>(2 * BK + 2 * BQ) * LDD + static_cast<size_t>(2 * BK) * LDS + 2 * BQ) * sizeof(A);
 }
 
-// dK and dV of one (b, h, tile of BK keys): thread rows are keys, columns queries, so the score
-// tile is computed transposed (S^T = K Q^T) and dV, dK accumulate in registers over all query
-// tiles.
+// dK and dV of one (b, KV head, tile of BK keys): thread rows are keys, columns queries, so the
+// score tile is computed transposed (S^T = K Q^T) and dV, dK accumulate in registers over all
+// query tiles of every query head of the KV head's group, head after head.
 template <class T, int D, int BK, int BQ, int TY>
 __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const Args<T> a) {
   const uint64_t base = drop_base(a);
@@ -301,15 +301,14 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
   A* sDi = sL + BQ;        // [BQ]: Di of the tile's queries
 
   const int tx = threadIdx.x % kTX, ty = threadIdx.x / kTX;
-  const int bh = blockIdx.x % a.BH;
+  const int bkv = blockIdx.x % a.BHkv;
   // Under causal masking the first key tiles are seen by the most queries: lowest indices first.
-  const int kt = static_cast<int>(blockIdx.x / a.BH);
-  const int b = bh / a.H, h = bh % a.H;
+  const int kt = static_cast<int>(blockIdx.x / a.BHkv);
+  const int b = bkv / a.Hkv, hk = bkv % a.Hkv;
   const int j0 = kt * BK;
-  const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
 
-  load_rows<BK, D, NT>(sK, LDD, a.k.head(b, h), a.k.st, a.k.sd, j0, a.Tk, a.dact);
-  load_rows<BK, D, NT>(sV, LDD, a.v.head(b, h), a.v.st, a.v.sd, j0, a.Tk, a.dact);
+  load_rows<BK, D, NT>(sK, LDD, a.k.head(b, hk), a.k.st, a.k.sd, j0, a.Tk, a.dact);
+  load_rows<BK, D, NT>(sV, LDD, a.v.head(b, hk), a.v.st, a.v.sd, j0, a.Tk, a.dact);
 
   A dk[RK][CD], dv[RK][CD];
 #pragma unroll
@@ -319,51 +318,55 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
 
   // Queries before j0 see none of these keys: start at the query tile holding row j0.
   const int qstart = a.causal ? (j0 / BQ) * BQ : 0;
-  for (int i0 = qstart; i0 < a.Tq; i0 += BQ) {
-    // The previous pass's reads of sQ, sdO, sZ, sdS, sL, sDi are done before they are replaced.
-    __syncthreads();
-    load_rows<BQ, D, NT>(sQ, LDD, a.q.head(b, h), a.q.st, a.q.sd, i0, a.Tq, a.dact);
-    load_rows<BQ, D, NT>(sdO, LDD, a.dout.head(b, h), a.dout.st, a.dout.sd, i0, a.Tq, a.dact);
-    for (int t = threadIdx.x; t < BQ; t += NT) {
-      const bool in = i0 + t < a.Tq;
-      sL[t] = in ? a.lse[row0 + i0 + t] : A(0);
-      sDi[t] = in ? a.delta[row0 + i0 + t] : A(0);
-    }
-    // Also orders this block's sK, sV loads (before the loop) before their first reads.
-    __syncthreads();
-
-    A s[RK][CQ], dz[RK][CQ];
-#pragma unroll
-    for (int r = 0; r < RK; ++r)
-#pragma unroll
-      for (int c = 0; c < CQ; ++c) s[r][c] = dz[r][c] = A(0);
-    tile_nt<RK, CQ, D, LDD, TY>(sK, sQ, ty, tx, s);    // S^T
-    tile_nt<RK, CQ, D, LDD, TY>(sV, sdO, ty, tx, dz);  // dZ^T = V dO^T
-
-#pragma unroll
-    for (int r = 0; r < RK; ++r) {
-      const int jr = ty + r * TY, j = j0 + jr;
-#pragma unroll
-      for (int c = 0; c < CQ; ++c) {
-        const int ic = tx + c * kTX, i = i0 + ic;
-        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
-        const A p = visible ? exp_acc(s[r][c] * a.scale - sL[ic]) : A(0);
-        const A mult = (a.dropout && visible) ? dropout_mult(a, base, bh, i, j) : A(1);
-        sZ[jr * LDS + ic] = p * mult;
-        sdS[jr * LDS + ic] = p * (dz[r][c] * mult - sDi[ic]);
+  for (int h = hk * a.group; h < (hk + 1) * a.group; ++h) {
+    const int bh = b * a.H + h;
+    const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
+    for (int i0 = qstart; i0 < a.Tq; i0 += BQ) {
+      // The previous pass's reads of sQ, sdO, sZ, sdS, sL, sDi are done before they are replaced.
+      __syncthreads();
+      load_rows<BQ, D, NT>(sQ, LDD, a.q.head(b, h), a.q.st, a.q.sd, i0, a.Tq, a.dact);
+      load_rows<BQ, D, NT>(sdO, LDD, a.dout.head(b, h), a.dout.st, a.dout.sd, i0, a.Tq, a.dact);
+      for (int t = threadIdx.x; t < BQ; t += NT) {
+        const bool in = i0 + t < a.Tq;
+        sL[t] = in ? a.lse[row0 + i0 + t] : A(0);
+        sDi[t] = in ? a.delta[row0 + i0 + t] : A(0);
       }
+      // Also orders this block's sK, sV loads (before the loop) before their first reads.
+      __syncthreads();
+
+      A s[RK][CQ], dz[RK][CQ];
+#pragma unroll
+      for (int r = 0; r < RK; ++r)
+#pragma unroll
+        for (int c = 0; c < CQ; ++c) s[r][c] = dz[r][c] = A(0);
+      tile_nt<RK, CQ, D, LDD, TY>(sK, sQ, ty, tx, s);    // S^T
+      tile_nt<RK, CQ, D, LDD, TY>(sV, sdO, ty, tx, dz);  // dZ^T = V dO^T
+
+#pragma unroll
+      for (int r = 0; r < RK; ++r) {
+        const int jr = ty + r * TY, j = j0 + jr;
+#pragma unroll
+        for (int c = 0; c < CQ; ++c) {
+          const int ic = tx + c * kTX, i = i0 + ic;
+          const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
+          const A p = visible ? exp_acc(s[r][c] * a.scale - sL[ic]) : A(0);
+          const A mult = (a.dropout && visible) ? dropout_mult(a, base, bh, i, j) : A(1);
+          sZ[jr * LDS + ic] = p * mult;
+          sdS[jr * LDS + ic] = p * (dz[r][c] * mult - sDi[ic]);
+        }
+      }
+      // sZ and sdS are complete before the products read whole rows of them.
+      __syncthreads();
+      tile_nn<RK, CD, BQ, LDS, LDD, TY>(sZ, sdO, ty, tx, dv);  // dV += Z^T dO
+      tile_nn<RK, CD, BQ, LDS, LDD, TY>(sdS, sQ, ty, tx, dk);  // dK += dS^T Q (scaled at the end)
     }
-    // sZ and sdS are complete before the products read whole rows of them.
-    __syncthreads();
-    tile_nn<RK, CD, BQ, LDS, LDD, TY>(sZ, sdO, ty, tx, dv);  // dV += Z^T dO
-    tile_nn<RK, CD, BQ, LDS, LDD, TY>(sdS, sQ, ty, tx, dk);  // dK += dS^T Q (scaled at the end)
   }
 
 #pragma unroll
   for (int r = 0; r < RK; ++r) {
     const int j = j0 + ty + r * TY;
     if (j >= a.Tk) continue;
-    const int64_t row = static_cast<int64_t>(bh) * a.Tk + j;
+    const int64_t row = static_cast<int64_t>(bkv) * a.Tk + j;
 #pragma unroll
     for (int e = 0; e < CD; ++e) {
       const int d = tx + e * kTX;
@@ -399,7 +402,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
   const int nqt = (a.Tq + BQ - 1) / BQ;
   const int bh = blockIdx.x % a.BH;
   const int qt = nqt - 1 - static_cast<int>(blockIdx.x / a.BH);  // heavy causal tiles first
-  const int b = bh / a.H, h = bh % a.H;
+  const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
   const int i0 = qt * BQ;
   const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
 
@@ -420,8 +423,8 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
   for (int k0 = 0; k0 < kend; k0 += BK) {
     // The previous pass's reads of sK and sdS are done (and sQ, sdO are complete on the first).
     __syncthreads();
-    load_rows<BK, D, NT>(sK, LDD, a.k.head(b, h), a.k.st, a.k.sd, k0, a.Tk, a.dact);
-    load_rows<BK, D, NT>(sV, LDD, a.v.head(b, h), a.v.st, a.v.sd, k0, a.Tk, a.dact);
+    load_rows<BK, D, NT>(sK, LDD, a.k.head(b, hk), a.k.st, a.k.sd, k0, a.Tk, a.dact);
+    load_rows<BK, D, NT>(sV, LDD, a.v.head(b, hk), a.v.st, a.v.sd, k0, a.Tk, a.dact);
     __syncthreads();
 
     A s[RQ][CK], dz[RQ][CK];
@@ -484,7 +487,7 @@ void fma_backward(const Args<T>& a, int64_t BH, cudaStream_t stream, const char*
   static_assert(kv_smem <= kMaxSmem && q_smem <= kMaxSmem);
   const int64_t Tq = a.Tq, Tk = a.Tk;
   const int64_t nkt = (Tk + Tl::kv_bk - 1) / Tl::kv_bk;
-  launch(attention_backward_kv_kernel<T, D, Tl::kv_bk, Tl::kv_bq, Tl::kv_ty>, nkt * BH, Tl::kv_ty * kTX, kv_smem,
+  launch(attention_backward_kv_kernel<T, D, Tl::kv_bk, Tl::kv_bq, Tl::kv_ty>, nkt * a.BHkv, Tl::kv_ty * kTX, kv_smem,
          stream, a, name);
   const int64_t nqt = (Tq + Tl::q_bq - 1) / Tl::q_bq;
   launch(attention_backward_q_kernel<T, D, Tl::q_bq, Tl::q_bk, Tl::q_ty>, nqt * BH, Tl::q_ty * kTX, q_smem, stream, a,

@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
   const int nqt = (a.Tq + BQ - 1) / BQ;
   const int bh = blockIdx.x % a.BH;
   const int qt = nqt - 1 - static_cast<int>(blockIdx.x / a.BH);  // heavy causal tiles first
-  const int b = bh / a.H, h = bh % a.H;
+  const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
   const int i0 = qt * BQ;
   const int wr = warp * 16;  // this warp's first row in the tile
   const int kend = a.causal ? min(a.Tk, i0 + BQ) : a.Tk;
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
   const int wend = a.causal ? min(a.Tk, i0 + wr + 16) : a.Tk;
 
   tc_load_rows<BQ, D>(sQ, a.q, b, h, i0, a.Tq, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sK, a.k, b, h, 0, a.Tk, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sV, a.v, b, h, 0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sK, a.k, b, hk, 0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sV, a.v, b, hk, 0, a.Tk, a.dact, a.chunks);
   cp_async_commit();
 
   const float sl2 = a.scale * kLog2e;  // scores in log2 units: exp(x * scale) = exp2(x * sl2)
@@ -261,8 +261,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
     const int k0 = kt * BK, buf = kt & 1;
     if (kt + 1 < ntiles) {
       // Buffer buf ^ 1 was last read in iteration kt - 1, which ended with __syncthreads.
-      tc_load_rows<BK, D>(sK + (buf ^ 1) * BK * LD, a.k, b, h, k0 + BK, a.Tk, a.dact, a.chunks);
-      tc_load_rows<BK, D>(sV + (buf ^ 1) * BK * LD, a.v, b, h, k0 + BK, a.Tk, a.dact, a.chunks);
+      tc_load_rows<BK, D>(sK + (buf ^ 1) * BK * LD, a.k, b, hk, k0 + BK, a.Tk, a.dact, a.chunks);
+      tc_load_rows<BK, D>(sV + (buf ^ 1) * BK * LD, a.v, b, hk, k0 + BK, a.Tk, a.dact, a.chunks);
     }
     // Always commit (an empty group when nothing was issued) so that "all but the newest group"
     // is always tile kt's group (and Q's, in the first).
@@ -364,9 +364,11 @@ constexpr size_t tc_backward_kv_smem() {
   return static_cast<size_t>(2 * kTcRows + 4 * BQ) * tc_ld<D>() * 2 + static_cast<size_t>(4 * BQ) * sizeof(float);
 }
 
-// dK and dV of one (b, h, 64 keys), each warp 16 keys, looping over query tiles of BQ
-// (double-buffered Q, dO). Scores are computed transposed (S^T = K Q^T, rows are keys) so that
-// Z^T and dS^T are the A operands of dV += Z^T dO and dK += dS^T Q straight from registers.
+// dK and dV of one (b, KV head, 64 keys), each warp 16 keys, looping over the query tiles of BQ
+// of every query head in the KV head's group, head after head, as one sequence of tiles
+// (double-buffered Q, dO: the next head's first tile loads while the last one is used). Scores are computed transposed
+// (S^T = K Q^T, rows are keys) so that Z^T and dS^T are the A operands of dV += Z^T dO and dK += dS^T Q straight from
+// registers.
 template <class T, int D, int BQ, bool DROPOUT>
 __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel(const Args<T> a) {
   const uint64_t base = drop_base(a);
@@ -382,16 +384,25 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
-  const int bh = blockIdx.x % a.BH;
-  const int kt = static_cast<int>(blockIdx.x / a.BH);  // causal: the first key tiles are the heaviest
-  const int b = bh / a.H, h = bh % a.H;
+  const int bkv = blockIdx.x % a.BHkv;
+  const int kt = static_cast<int>(blockIdx.x / a.BHkv);  // causal: the first key tiles are the heaviest
+  const int b = bkv / a.Hkv, hk = bkv % a.Hkv;
   const int j0 = kt * BK;
   const int wr = warp * 16;
-  const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
   const float sl2 = a.scale * kLog2e;
 
-  // Query tile i0's Q and dO (cp.async or element loads) and lse, Di (element loads) into buf.
-  auto load_q_tile = [&](int i0, int buf) {
+  // Queries before j0 see none of these keys: start at the query tile holding row j0. Step `it`
+  // of the loop is query head hk * group + it / per_head, tile qstart + (it % per_head) * BQ.
+  const int qstart = a.causal ? (j0 / BQ) * BQ : 0;
+  const int per_head = qstart < a.Tq ? (a.Tq - qstart + BQ - 1) / BQ : 0;
+  const int steps = per_head * a.group;
+  auto head_bh = [&](int it) { return b * a.H + hk * a.group + it / per_head; };
+  auto tile_i0 = [&](int it) { return qstart + (it % per_head) * BQ; };
+
+  // Step it's Q and dO (cp.async or element loads) and lse, Di (element loads) into buf.
+  auto load_q_tile = [&](int it, int buf) {
+    const int bh = head_bh(it), i0 = tile_i0(it), h = bh % a.H;
+    const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
     tc_load_rows<BQ, D>(sQ + buf * BQ * LD, a.q, b, h, i0, a.Tq, a.dact, a.chunks);
     tc_load_rows<BQ, D>(sdO + buf * BQ * LD, a.dout, b, h, i0, a.Tq, a.dact, a.chunks);
     for (int t = threadIdx.x; t < BQ; t += kTcThreads) {
@@ -401,11 +412,9 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
     }
   };
 
-  // Queries before j0 see none of these keys: start at the query tile holding row j0.
-  const int qstart = a.causal ? (j0 / BQ) * BQ : 0;
-  tc_load_rows<BK, D>(sK, a.k, b, h, j0, a.Tk, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sV, a.v, b, h, j0, a.Tk, a.dact, a.chunks);
-  if (qstart < a.Tq) load_q_tile(qstart, 0);
+  tc_load_rows<BK, D>(sK, a.k, b, hk, j0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sV, a.v, b, hk, j0, a.Tk, a.dact, a.chunks);
+  if (steps > 0) load_q_tile(0, 0);
   cp_async_commit();
 
   float dk[ND][4], dv[ND][4];
@@ -414,11 +423,10 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
 
-  int it = 0;
-  for (int i0 = qstart; i0 < a.Tq; i0 += BQ, ++it) {
-    const int buf = it & 1;
+  for (int it = 0; it < steps; ++it) {
+    const int buf = it & 1, bh = head_bh(it), i0 = tile_i0(it);
     // Buffer buf ^ 1 was last read in the previous iteration, which ended with __syncthreads.
-    if (i0 + BQ < a.Tq) load_q_tile(i0 + BQ, buf ^ 1);
+    if (it + 1 < steps) load_q_tile(it + 1, buf ^ 1);
     cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile's
     cp_async_wait<1>();
     // This tile's (and, first, sK's and sV's) copies and stores are visible to every thread.
@@ -463,7 +471,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
   for (int r = 0; r < 2; ++r) {
     const int j = j0 + wr + g + 8 * r;
     if (j >= a.Tk) continue;
-    const int64_t row = static_cast<int64_t>(bh) * a.Tk + j;
+    const int64_t row = static_cast<int64_t>(bkv) * a.Tk + j;
 #pragma unroll
     for (int n = 0; n < ND; ++n)
 #pragma unroll
@@ -499,7 +507,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
   const int nqt = (a.Tq + BQ - 1) / BQ;
   const int bh = blockIdx.x % a.BH;
   const int qt = nqt - 1 - static_cast<int>(blockIdx.x / a.BH);  // heavy causal tiles first
-  const int b = bh / a.H, h = bh % a.H;
+  const int b = bh / a.H, h = bh % a.H, hk = h / a.group;
   const int i0 = qt * BQ;
   const int wr = warp * 16;
   const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
@@ -510,8 +518,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
 
   tc_load_rows<BQ, D>(sQ, a.q, b, h, i0, a.Tq, a.dact, a.chunks);
   tc_load_rows<BQ, D>(sdO, a.dout, b, h, i0, a.Tq, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sK, a.k, b, h, 0, a.Tk, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sV, a.v, b, h, 0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sK, a.k, b, hk, 0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sV, a.v, b, hk, 0, a.Tk, a.dact, a.chunks);
   cp_async_commit();
 
   // Rows g and g + 8 of the warp: lse (log2 units) and Di.
@@ -530,8 +538,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
     const int k0 = kt * BK, buf = kt & 1;
     if (kt + 1 < ntiles) {
       // Buffer buf ^ 1 was last read in iteration kt - 1, which ended with __syncthreads.
-      tc_load_rows<BK, D>(sK + (buf ^ 1) * BK * LD, a.k, b, h, k0 + BK, a.Tk, a.dact, a.chunks);
-      tc_load_rows<BK, D>(sV + (buf ^ 1) * BK * LD, a.v, b, h, k0 + BK, a.Tk, a.dact, a.chunks);
+      tc_load_rows<BK, D>(sK + (buf ^ 1) * BK * LD, a.k, b, hk, k0 + BK, a.Tk, a.dact, a.chunks);
+      tc_load_rows<BK, D>(sV + (buf ^ 1) * BK * LD, a.v, b, hk, k0 + BK, a.Tk, a.dact, a.chunks);
     }
     cp_async_commit();  // possibly empty: keeps "all but the newest group" = tile kt's
     cp_async_wait<1>();
@@ -613,7 +621,7 @@ void tc_backward(const Args<T>& a, int64_t BH, cudaStream_t stream, const char* 
   constexpr size_t q_smem = tc_backward_q_smem<D, Tc::q_bk>();
   static_assert(kv_smem <= kMaxSmem && q_smem <= kMaxSmem);
   const int64_t nkt = (a.Tk + kTcRows - 1) / kTcRows;
-  launch(attention_backward_kv_tc_kernel<T, D, Tc::kv_bq, DROPOUT>, nkt * BH, kTcThreads, kv_smem, stream, a, name);
+  launch(attention_backward_kv_tc_kernel<T, D, Tc::kv_bq, DROPOUT>, nkt * a.BHkv, kTcThreads, kv_smem, stream, a, name);
   const int64_t nqt = (a.Tq + kTcRows - 1) / kTcRows;
   launch(attention_backward_q_tc_kernel<T, D, Tc::q_bk, DROPOUT>, nqt * BH, kTcThreads, q_smem, stream, a, name);
 }

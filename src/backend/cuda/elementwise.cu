@@ -1,12 +1,14 @@
 // CUDA kernels of the elementwise family: the unary and binary ops of the lists in
 // backend/elementwise_math.h and the fused unary backward, where, clamp and its backward, and
-// in-place add (kernel-table entries unary, unary_backward, binary, where, clamp,
-// clamp_backward, add_inplace). Semantics are the CPU backend's (backend/cpu/elementwise.cpp).
+// in-place add, and SwiGLU's fused silu(gate) * up (kernel-table entries unary, unary_backward,
+// binary, where, clamp, clamp_backward, add_inplace, silu_mul, silu_mul_backward). Semantics are the CPU backend's
+// (backend/cpu/elementwise.cpp).
 //
 // Per element: y = op(x); g * op'(x, y) for the unary backward (y the forward's output, for ops
 // that save it); c ? a : b; clamp(x, lo, hi) with NaN passed through and its backward g where
-// lo <= x <= hi, else 0; a + alpha * b. The formulas are the ones the CPU backend calls
-// (elementwise_math.h, FT_HD functions), one kernel per op selected on the host, so the op
+// lo <= x <= hi, else 0; a + alpha * b; silu(g) * u = g sigmoid(g) u and its gradients
+// du = dy g s, dg = dy u s (1 + g (1 - s)) with s = sigmoid(g), over rows with their own strides. The formulas are the
+// ones the CPU backend calls (elementwise_math.h, FT_HD functions), one kernel per op selected on the host, so the op
 // switch folds away at compile time. The loop (vector, inner-dense or strided) is
 // elementwise.cuh's.
 #include <limits>
@@ -78,6 +80,45 @@ struct AxpyFn {
   __device__ __forceinline__ C operator()(C x, C y) const { return x + alpha * y; }
 };
 
+// --- silu_mul: [R, F] rows with their own row strides (kernel_list.h), one thread per element ---
+
+template <class T>
+struct Rows {
+  T* p;
+  int64_t ld;  // elements between rows; the last dim is dense
+  __device__ __forceinline__ T* at(int64_t r, int64_t j) const { return p + r * ld + j; }
+};
+template <class T>
+Rows<T> rows_of(const Tensor& t) {
+  return {reinterpret_cast<T*>(t.raw_data()), t.stride(0)};
+}
+
+template <class T>
+__global__ void silu_mul_kernel(Rows<const T> gate, Rows<const T> up, Rows<T> out, int64_t F, int64_t n) {
+  using A = acc_t<T>;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, j = i - r * F;
+    const A g = load(gate.at(r, j));
+    *out.at(r, j) = convert<T>(g * math::sigmoid_(g) * load(up.at(r, j)));
+  }
+}
+
+// One exp per element for both gradients: silu'(g) = s (1 + g (1 - s)) with s = sigmoid(g).
+template <class T>
+__global__ void silu_mul_backward_kernel(Rows<const T> grad, Rows<const T> gate, Rows<const T> up, Rows<T> dgate,
+                                         Rows<T> dup, int64_t F, int64_t n) {
+  using A = acc_t<T>;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / F, j = i - r * F;
+    const A d = load(grad.at(r, j)), g = load(gate.at(r, j)), u = load(up.at(r, j));
+    const A s = math::sigmoid_(g);
+    *dup.at(r, j) = convert<T>(d * g * s);
+    *dgate.at(r, j) = convert<T>(d * u * s * (A(1) + g * (A(1) - s)));
+  }
+}
+
 // --- typed host dispatch, one launch per op of the lists ---
 
 #define FT_CUDA_UNARY_CASE(Op, ...)                                                \
@@ -145,6 +186,30 @@ void unary_backward(UnaryOp op, const Tensor& grad, const Tensor& x, const Tenso
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   FT_CUDA_DISPATCH_ALL(a.dtype(), "binary", [&] { binary_typed<scalar_t>(op, a, b, out); });
+}
+
+void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  FT_CUDA_DISPATCH_FLOATING(gate.dtype(), "silu_mul", [&] {
+    using T = scalar_t;
+    silu_mul_kernel<T><<<grid_for(n), 256, 0, stream_for(gate)>>>(rows_of<const T>(gate), rows_of<const T>(up),
+                                                                  rows_of<T>(out), gate.size(1), n);
+    check_launch("silu_mul");
+  });
+}
+
+void silu_mul_backward(const Tensor& grad, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                       const Tensor& dup) {
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  FT_CUDA_DISPATCH_FLOATING(gate.dtype(), "silu_mul_backward", [&] {
+    using T = scalar_t;
+    silu_mul_backward_kernel<T><<<grid_for(n), 256, 0, stream_for(gate)>>>(
+        rows_of<const T>(grad), rows_of<const T>(gate), rows_of<const T>(up), rows_of<T>(dgate), rows_of<T>(dup),
+        gate.size(1), n);
+    check_launch("silu_mul_backward");
+  });
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {

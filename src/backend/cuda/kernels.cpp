@@ -8,6 +8,7 @@
   /* elementwise (elementwise.cu, copy.cu, random_fill.cu, dropout.cu) */                             \
   X(copy) X(fill) X(unary) X(unary_backward) X(binary) X(where) X(clamp) X(clamp_backward)            \
   X(add_inplace) X(random_fill) X(dropout_forward) X(dropout_backward)                                \
+  X(silu_mul) X(silu_mul_backward)                                                                    \
   /* reductions and indexing (reduce.cu, indexing.cu) */                                              \
   X(sum) X(var) X(max_dim) X(max_all) X(max_dim_backward)                                             \
   X(cat) X(check_index_range) X(index_select) X(index_add) X(gather) X(scatter_add)                   \
@@ -23,6 +24,8 @@
   /* norms, softmax, cross-entropy (norm.cu, softmax.cu, loss.cu); attention (attention*.cu) */       \
   X(row_norm_forward) X(row_norm_backward) X(softmax_forward) X(softmax_backward)                     \
   X(cross_entropy_forward) X(cross_entropy_backward) X(attention_forward) X(attention_backward)       \
+  /* rotary position embedding (rotary.cu) */                                                         \
+  X(rotary_embedding)                                                                                 \
   /* optimizers, clipping, loss scaling (optim.cu) */                                                 \
   X(sgd_step) X(adam_step) X(lamb_step) X(lars_step) X(clip_grad_norm) X(clip_grad_value)             \
   X(unscale_grads) X(update_loss_scale)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fasttrain/nn.h"
+#include "fasttrain/ops/rotary.h"
 #include "fasttrain/safetensors.h"
 
 namespace ft::nn {
@@ -64,6 +65,54 @@ class GPT : public UnaryModule {
   GPTConfig cfg_;
   int64_t padded_vocab_;
   std::shared_ptr<Module> transformer_;  // holds wte, wpe, h (ModuleList of blocks), ln_f
+  std::shared_ptr<Linear> lm_head_;
+};
+
+// --- the Llama family: Llama 2/3, SmolLM, TinyLlama, Qwen2-style decoders ---
+// The fields of Hugging Face's LlamaConfig (config.json) that shape the model.
+struct LlamaConfig {
+  int64_t vocab_size = 512;
+  int64_t context = 128;        // max_position_embeddings: the rotary tables' rows
+  int64_t layers = 4;           // num_hidden_layers
+  int64_t dim = 256;            // hidden_size
+  int64_t heads = 4;            // num_attention_heads
+  int64_t kv_heads = 2;         // num_key_value_heads: < heads is grouped-query attention, 1 multi-query
+  int64_t head_dim = 0;         // 0: dim / heads
+  int64_t ffn_dim = 688;        // intermediate_size of the gated MLP
+  double rope_theta = 10000;    // rope_theta
+  RopeScaling rope_scaling;     // rope_scaling (Llama 3.1/3.2: type llama3)
+  double rms_eps = 1e-5;        // rms_norm_eps
+  bool tie_embeddings = true;   // tie_word_embeddings: the head is the embedding
+  bool attention_bias = false;  // q, k and v projections with biases (Qwen2)
+  double init_std = 0.02;       // initializer_range: every Linear and Embedding weight ~ N(0, init_std)
+  int64_t head_size() const { return head_dim > 0 ? head_dim : dim / heads; }
+  // "llama-mini" (gpt-mini's size, 2 KV heads: BENCH.md), and the published shapes
+  // "smollm-135m", "smollm-360m", "tinyllama-1.1b", "llama-3.2-1b".
+  static LlamaConfig preset(const std::string& name);
+  // ft::Error naming the field, what was expected and what was found.
+  void validate() const;
+  // The model's parameters (a tied head counted once), without building it.
+  int64_t num_parameters() const;
+};
+// A Llama-family decoder with Hugging Face's LlamaForCausalLM names ("model.embed_tokens.weight",
+// "model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+// "model.norm.weight", "lm_head.weight"), so its state_dict is a Hugging Face checkpoint's:
+// token embedding; pre-norm blocks x + attn(rms_norm(x)), then + mlp(rms_norm(.)); attention with
+// rotary embeddings on q and k (HF's rotate_half layout) and kv_heads K/V heads shared by groups
+// of query heads; the gated MLP down(silu(gate(x)) * up(x)); final RMSNorm; the head, tied to the
+// embedding or its own. The blocks are CheckpointableBlocks.
+class Llama : public UnaryModule {
+ public:
+  explicit Llama(const LlamaConfig& cfg, Generator* gen = nullptr);
+  // ids [B, T] integer in [0, vocab_size), T <= context -> logits [B, T, vocab_size]
+  Tensor forward(const Tensor& ids) override;
+  std::string type_name() const override { return "Llama"; }
+  const LlamaConfig& config() const { return cfg_; }
+  void set_activation_checkpointing(bool on);
+
+ private:
+  LlamaConfig cfg_;
+  std::shared_ptr<Module> model_;  // embed_tokens, layers, norm
   std::shared_ptr<Linear> lm_head_;
 };
 

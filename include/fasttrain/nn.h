@@ -209,6 +209,8 @@ class RMSNorm : public UnaryModule {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6);
   Tensor forward(const Tensor& x) override;
+  // add_rms_norm(x, residual) as a call of this module ({x + residual, its norm}), as LayerNorm's.
+  ResidualNorm call_with_add(const Tensor& x, const Tensor& residual);
   std::string type_name() const override { return "RMSNorm"; }
   Tensor weight;
   int64_t dim;

@@ -137,6 +137,15 @@ RMSNorm::RMSNorm(int64_t dim, double eps) : dim(dim), eps(eps) {
 
 Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, {dim}, weight, eps); }
 
+ResidualNorm RMSNorm::call_with_add(const Tensor& x, const Tensor& residual) {
+  ResidualNorm out;
+  call_as_this([&] {
+    out = add_rms_norm(x, residual, {dim}, weight, eps);
+    return out.normed;
+  });
+  return out;
+}
+
 Embedding::Embedding(int64_t num, int64_t dim, Generator* gen) {
   check_positive(num, "Embedding", "num_embeddings");
   check_positive(dim, "Embedding", "embedding_dim");

@@ -1,0 +1,208 @@
+// The Llama family (models.h: Llama): RMSNorm pre-norm blocks, rotary position embeddings,
+// grouped-query attention and the gated SiLU MLP, with Hugging Face's LlamaForCausalLM names.
+//   block(x) = h + mlp(rms_norm(h)),  h = x + o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
+//   n = rms_norm(x),  mlp(y) = down_proj(silu(gate_proj(y)) * up_proj(y))
+#include <cmath>
+#include <vector>
+
+#include "fasttrain/models.h"
+#include "fasttrain/nn.h"
+#include "fasttrain/ops.h"
+
+namespace ft::nn {
+namespace {
+
+// The rotary tables of a model, made once on the CPU and copied to each device and table dtype
+// (f32, or f64 for an f64 model) the first time a forward needs them there.
+class RopeCache {
+ public:
+  explicit RopeCache(const LlamaConfig& c) : cfg_(c) {}
+  const RopeTables& for_input(const Tensor& x) {
+    const DType dtype = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+    for (const Entry& e : entries_)
+      if (e.device == x.device() && e.dtype == dtype) return e.tables;
+    RopeTables t =
+        rope_tables(cfg_.context, cfg_.head_size(), cfg_.rope_theta, cfg_.rope_scaling, TensorOptions(dtype));
+    if (!x.device().is_cpu()) t = {t.cos.to(x.device()), t.sin.to(x.device())};
+    entries_.push_back({x.device(), dtype, std::move(t)});
+    return entries_.back().tables;
+  }
+
+ private:
+  struct Entry {
+    Device device;
+    DType dtype;
+    RopeTables tables;
+  };
+  LlamaConfig cfg_;
+  std::vector<Entry> entries_;
+};
+
+class LlamaAttention : public UnaryModule {
+ public:
+  LlamaAttention(const LlamaConfig& c, RopeCache* rope, Generator* gen)
+      : heads_(c.heads), kv_heads_(c.kv_heads), head_dim_(c.head_size()), rope_(rope) {
+    q_proj = register_module("q_proj", std::make_shared<Linear>(c.dim, heads_ * head_dim_, c.attention_bias, gen));
+    k_proj = register_module("k_proj", std::make_shared<Linear>(c.dim, kv_heads_ * head_dim_, c.attention_bias, gen));
+    v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, kv_heads_ * head_dim_, c.attention_bias, gen));
+    o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, c.dim, false, gen));
+  }
+  Tensor forward(const Tensor& x) override {
+    const int64_t B = x.size(0), T = x.size(1);
+    const RopeTables& rope = rope_->for_input(x);
+    const Tensor cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
+    // rotary_embedding works on [B, T, H, D], the projections' own layout; attention reads the
+    // [B, H, T, D] transposed views without a copy. K and V keep their kv_heads heads: attention
+    // shares each among its group of query heads.
+    auto heads_of = [&](Linear& proj, int64_t h) { return proj(x).view({B, T, h, head_dim_}); };
+    const Tensor q = rotary_embedding(heads_of(*q_proj, heads_), cos, sin).transpose(1, 2);
+    const Tensor k = rotary_embedding(heads_of(*k_proj, kv_heads_), cos, sin).transpose(1, 2);
+    const Tensor v = heads_of(*v_proj, kv_heads_).transpose(1, 2);
+    const Tensor y = scaled_dot_product_attention(q, k, v, /*causal=*/true);
+    return (*o_proj)(y.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+  }
+  std::string type_name() const override { return "LlamaAttention"; }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  RopeCache* rope_;
+};
+
+class LlamaMLP : public UnaryModule {
+ public:
+  LlamaMLP(const LlamaConfig& c, Generator* gen) {
+    gate_proj = register_module("gate_proj", std::make_shared<Linear>(c.dim, c.ffn_dim, false, gen));
+    up_proj = register_module("up_proj", std::make_shared<Linear>(c.dim, c.ffn_dim, false, gen));
+    down_proj = register_module("down_proj", std::make_shared<Linear>(c.ffn_dim, c.dim, false, gen));
+  }
+  Tensor forward(const Tensor& x) override { return (*down_proj)(silu_mul((*gate_proj)(x), (*up_proj)(x))); }
+  std::string type_name() const override { return "LlamaMLP"; }
+  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+};
+
+class LlamaDecoderLayer : public CheckpointableBlock {
+ public:
+  LlamaDecoderLayer(const LlamaConfig& c, RopeCache* rope, Generator* gen) {
+    input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
+    self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, rope, gen));
+    post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
+    mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, gen));
+  }
+  Tensor block_forward(const Tensor& x) override {
+    // h = x + attn(input_layernorm(x)) and its norm in one pass (add_rms_norm).
+    const ResidualNorm h = post_attention_layernorm->call_with_add(x, (*self_attn)((*input_layernorm)(x)));
+    return add(h.sum, (*mlp)(h.normed));
+  }
+  std::string type_name() const override { return "LlamaDecoderLayer"; }
+  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<LlamaAttention> self_attn;
+  std::shared_ptr<LlamaMLP> mlp;
+};
+
+// The "model" submodule of Hugging Face's LlamaForCausalLM; it owns the rotary tables.
+class LlamaModel : public Module {
+ public:
+  LlamaModel(const LlamaConfig& c, Generator* gen) : rope(c) {
+    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.dim, gen));
+    layers = register_module("layers", std::make_shared<ModuleList>());
+    for (int64_t i = 0; i < c.layers; ++i) {
+      blocks.push_back(std::make_shared<LlamaDecoderLayer>(c, &rope, gen));
+      layers->push_back(blocks.back());
+    }
+    norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
+  }
+  std::string type_name() const override { return "LlamaModel"; }
+  RopeCache rope;
+  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<ModuleList> layers;
+  std::vector<std::shared_ptr<LlamaDecoderLayer>> blocks;  // layers' entries, typed
+  std::shared_ptr<RMSNorm> norm;
+};
+
+LlamaModel& body(const std::shared_ptr<Module>& m) { return static_cast<LlamaModel&>(*m); }
+
+}  // namespace
+
+LlamaConfig LlamaConfig::preset(const std::string& name) {
+  // vocab, context, layers, dim, heads, kv_heads, ffn_dim, rope_theta, tied: the published
+  // config.json of each model (HuggingFaceTB/SmolLM-135M, -360M, TinyLlama/TinyLlama-1.1B,
+  // meta-llama/Llama-3.2-1B).
+  auto make = [](int64_t vocab, int64_t ctx, int64_t layers, int64_t dim, int64_t heads, int64_t kv, int64_t ffn,
+                 double theta, bool tied) {
+    LlamaConfig c;
+    c.vocab_size = vocab, c.context = ctx, c.layers = layers, c.dim = dim, c.heads = heads, c.kv_heads = kv;
+    c.ffn_dim = ffn, c.rope_theta = theta, c.tie_embeddings = tied;
+    return c;
+  };
+  if (name == "llama-mini") return make(512, 128, 4, 256, 4, 2, 688, 10000, true);
+  if (name == "smollm-135m") return make(49152, 2048, 30, 576, 9, 3, 1536, 10000, true);
+  if (name == "smollm-360m") return make(49152, 2048, 32, 960, 15, 5, 2560, 10000, true);
+  if (name == "tinyllama-1.1b") return make(32000, 2048, 22, 2048, 32, 4, 5632, 10000, false);
+  if (name == "llama-3.2-1b") {
+    LlamaConfig c = make(128256, 131072, 16, 2048, 32, 8, 8192, 500000, true);
+    c.rope_scaling = {RopeScaling::Type::Llama3, 32.0, 1.0, 4.0, 8192};
+    return c;
+  }
+  FT_FAIL("LlamaConfig::preset: unknown preset \"", name,
+          "\"; known: llama-mini, smollm-135m, smollm-360m, tinyllama-1.1b, llama-3.2-1b");
+}
+
+void LlamaConfig::validate() const {
+  auto positive = [](int64_t v, const char* field) {
+    FT_CHECK(v > 0, "Llama: ", field, " must be positive, found ", v);
+  };
+  positive(vocab_size, "vocab_size"), positive(context, "context"), positive(layers, "layers");
+  positive(dim, "dim"), positive(heads, "heads"), positive(kv_heads, "kv_heads"), positive(ffn_dim, "ffn_dim");
+  FT_CHECK(heads % kv_heads == 0, "Llama: heads (", heads, ") must be a multiple of kv_heads, found ", kv_heads);
+  FT_CHECK(head_dim > 0 || dim % heads == 0, "Llama: width ", dim, " is not a multiple of the number of heads ", heads,
+           " (or give head_dim)");
+  FT_CHECK(head_size() % 2 == 0, "Llama: the head size must be even for rotary embeddings, found ", head_size());
+  FT_CHECK(std::isfinite(rope_theta) && rope_theta > 0, "Llama: rope_theta must be positive, found ", rope_theta);
+  FT_CHECK(std::isfinite(rms_eps) && rms_eps > 0, "Llama: rms_norm_eps must be positive, found ", rms_eps);
+}
+
+int64_t LlamaConfig::num_parameters() const {
+  const int64_t q = heads * head_size(), kv = kv_heads * head_size();
+  const int64_t attention = dim * q + 2 * dim * kv + q * dim + (attention_bias ? q + 2 * kv : 0);
+  const int64_t per_layer = attention + 3 * dim * ffn_dim + 2 * dim;
+  return vocab_size * dim * (tie_embeddings ? 1 : 2) + layers * per_layer + dim;
+}
+
+Llama::Llama(const LlamaConfig& cfg, Generator* gen) : cfg_(cfg) {
+  cfg.validate();
+  model_ = register_module("model", std::make_shared<LlamaModel>(cfg, gen));
+  LlamaModel& m = body(model_);
+  lm_head_ =
+      register_module("lm_head", cfg.tie_embeddings ? std::make_shared<Linear>(m.embed_tokens->weight)
+                                                    : std::make_shared<Linear>(cfg.dim, cfg.vocab_size, false, gen));
+  // Hugging Face's LlamaPreTrainedModel._init_weights: Linear and Embedding weights ~ N(0,
+  // initializer_range), zero biases; the norms' weights stay ones.
+  for (auto& [name, module] : named_modules()) {
+    if (cfg.tie_embeddings && module.get() == lm_head_.get()) continue;  // the embedding, initialised there
+    if (auto* lin = dynamic_cast<Linear*>(module.get())) {
+      init::normal_(lin->weight, 0.0, cfg.init_std, gen);
+      if (lin->bias.defined()) init::zeros_(lin->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(module.get())) {
+      init::normal_(emb->weight, 0.0, cfg.init_std, gen);
+    }
+  }
+}
+
+Tensor Llama::forward(const Tensor& ids) {
+  FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
+           "Llama: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
+  FT_CHECK(ids.dim() == 2, "Llama: token ids must be [B, T], found shape ", ids.shape().str());
+  const int64_t T = ids.size(1);
+  FT_CHECK(T >= 1 && T <= cfg_.context, "Llama: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
+  LlamaModel& m = body(model_);
+  Tensor x = (*m.embed_tokens)(ids);
+  for (auto& block : m.blocks) x = (*block)(x);
+  return (*lm_head_)((*m.norm)(x));
+}
+
+void Llama::set_activation_checkpointing(bool on) {
+  for (auto& block : body(model_).blocks) block->set_activation_checkpointing(on);
+}
+
+}  // namespace ft::nn

@@ -184,7 +184,8 @@ TEST_F(Lm, ModelPresetsAndCustomSizes) {
       << r.output;
   r = run_cli("train --task lm --data x --val-data y --model gpt5");
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("option model: expected gpt-mini, gpt2, gpt2-medium, gpt2-large or custom, found 'gpt5'"),
+  EXPECT_NE(r.output.find("option model: expected gpt-mini, gpt2, gpt2-medium, gpt2-large, custom, llama-mini, "
+                          "smollm-135m, smollm-360m, tinyllama-1.1b, llama-3.2-1b or llama, found 'gpt5'"),
             std::string::npos)
       << r.output;
   r = run_cli("train --task lm --val-data y");
@@ -198,6 +199,67 @@ TEST_F(Lm, ModelPresetsAndCustomSizes) {
   ASSERT_EQ(trained.code, 0) << trained.output;
   const std::string config = slurp(dir_ + "/mini/config.toml");
   EXPECT_NE(config.find("\n[model]\nname = 'gpt-mini'\ncontext = 128\nlayers = 4\ndim = 256\nheads = 4\n"),
+            std::string::npos)
+      << config;
+}
+
+// A Llama of its own (grouped-query attention: 2 heads sharing 1 key/value head) learns the text as
+// the GPT does, and eval and sample load it from the run; --init-from takes a file in Hugging
+// Face's names (LlamaForCausalLM's, tied head left out as save_pretrained does).
+TEST_F(Lm, TrainsALlamaEvaluatesSamplesAndInitialisesFromHuggingFaceNames) {
+  std::string args = train_args("llama");
+  args.replace(args.find("--model custom"), 14, "--model llama --kv-heads 1 --ffn-dim 64");
+  const auto trained = run_cli(args);
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const auto summary = nlohmann::json::parse(slurp(dir_ + "/llama/summary.json"));
+  const double val_loss = summary["final_val_loss"].get<double>();
+  EXPECT_LT(val_loss, 0.5) << trained.output;
+  const std::string config = slurp(dir_ + "/llama/config.toml");
+  EXPECT_NE(config.find("\n[model]\nname = 'llama'\ncontext = 32\nlayers = 1\ndim = 32\nheads = 2\nkv_heads = 1\n"
+                        "ffn_dim = 64\nrope_theta = 1e+04\n"),
+            std::string::npos)
+      << config;
+  const auto evaluated = run_cli("eval --checkpoint " + dir_ + "/llama --data '" + dir_ + "/shards/tokens_000001.bin'");
+  ASSERT_EQ(evaluated.code, 0) << evaluated.output;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "loss %.4f, perplexity", val_loss);
+  EXPECT_NE(evaluated.output.find(expected), std::string::npos) << evaluated.output << " vs " << expected;
+  const auto sampled =
+      run_cli("sample --checkpoint " + dir_ + "/llama --prompt 'the cat ' --tokens 40 --temperature 0");
+  ASSERT_EQ(sampled.code, 0) << sampled.output;
+  EXPECT_EQ(sampled.output.rfind("the cat sat on the mat. ", 0), 0u) << sampled.output;
+
+  // The run's weights in Hugging Face's form: the same names without the tied head.
+  TensorMap weights = load_safetensors(dir_ + "/llama/model.safetensors").tensors;
+  std::erase_if(weights, [](const auto& w) { return w.first == "lm_head.weight"; });
+  save_safetensors(dir_ + "/hf_llama.safetensors", weights, {{"format", "pt"}});
+  std::string again = train_args("again", 1);
+  again.replace(again.find("--model custom"), 14, "--model llama --kv-heads 1 --ffn-dim 64");
+  const auto resumed = run_cli(again + " --init-from " + dir_ + "/hf_llama.safetensors");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  const double start = nlohmann::json::parse(slurp(dir_ + "/again/summary.json"))["final_val_loss"].get<double>();
+  EXPECT_LT(start, 0.6) << "the Hugging Face-named weights did not load";
+}
+
+// The Llama presets bring their sizes (a size flag is refused) and take --context as the window.
+TEST_F(Lm, LlamaPresetsBringTheirSizes) {
+  auto r = run_cli("train --task lm --data x --val-data y --model smollm-135m --kv-heads 9");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option --kv-heads sizes --model llama; --model smollm-135m has its own size"),
+            std::string::npos)
+      << r.output;
+  r = run_cli("train --task lm --data x --val-data y --model llama --heads 4 --kv-heads 3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option kv_heads: expected 0 (heads) or a divisor of heads (4), found 3"), std::string::npos)
+      << r.output;
+  const auto trained = run_cli("train --task lm --data '" + dir_ + "/shards/tokens_000000.bin' --val-data '" + dir_ +
+                               "/shards/tokens_000001.bin' --model llama-mini --context 64 --max-steps 1 "
+                               "--eval-batches 1 --batch-size 2 --threads 1 --progress false --run-dir " +
+                               dir_ + "/mini");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const std::string config = slurp(dir_ + "/mini/config.toml");
+  EXPECT_NE(config.find("\n[model]\nname = 'llama-mini'\ncontext = 64\nlayers = 4\ndim = 256\nheads = 4\n"
+                        "kv_heads = 2\nffn_dim = 688\n"),
             std::string::npos)
       << config;
 }

@@ -131,6 +131,13 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
                " has its own size (use --model custom to choose one)");
     set_gpt_preset(c.model);
   }
+  // A Llama preset likewise, but --context sets its training window (up to its positions).
+  if (c.task == "lm" && is_llama_preset(c.model.name)) {
+    for (const char* size : {"layers", "dim", "heads", "kv_heads", "ffn_dim", "rope_theta"})
+      FT_CHECK(!given(size), "option --", dashed(size), " sizes --model llama; --model ", c.model.name,
+               " has its own size (use --model llama to choose one)");
+    set_llama_preset(c.model, /*keep_context=*/given("context"));
+  }
 
   return c;
 }

@@ -10,16 +10,21 @@ namespace ft::train {
 // The model a built-in task builds (tasks.h): `[model]` in TOML, flat flags on the command line
 // (--model, --context, ...). A module of one's own has its own options and ignores these.
 struct ModelOptions {
-  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: "gpt-mini", "gpt2", "gpt2-medium",
-  // "gpt2-large" or "custom" (layers, dim, heads, context); classify: "mlp", "cnn-mini",
-  // "resnet18", "resnet20" or "resnet50"; char: a custom GPT (layers, dim, heads, context).
+  // images: "cnn-mini" (BENCH.md) or "cnn-tiny" (faster); lm: the GPT presets "gpt-mini", "gpt2",
+  // "gpt2-medium", "gpt2-large", or "custom" (a GPT of layers, dim, heads, context); the Llama
+  // presets "llama-mini", "smollm-135m", "smollm-360m", "tinyllama-1.1b", "llama-3.2-1b", or
+  // "llama" (a Llama of layers, dim, heads, kv_heads, ffn_dim, rope_theta, context); classify:
+  // "mlp", "cnn-mini", "resnet18", "resnet20" or "resnet50"; char: a custom GPT.
   std::string name = "cnn-mini";
-  int64_t context = 64;  // GPTs: tokens of context
+  int64_t context = 64;  // GPTs and Llamas: tokens of context (a Llama preset's: the training window)
   int64_t layers = 2;
   int64_t dim = 128;
   int64_t heads = 4;
-  double dropout = 0.0;
-  std::string init_from;  // lm: initial weights (.safetensors; Hugging Face GPT-2 names too)
+  int64_t kv_heads = 0;       // Llama: key/value heads (0: heads; fewer: grouped-query attention)
+  int64_t ffn_dim = 0;        // Llama: gated MLP width (0: 8/3 dim rounded up to a multiple of 64)
+  double rope_theta = 10000;  // Llama: rotary embedding base
+  double dropout = 0.0;       // GPT
+  std::string init_from;      // lm: initial weights (.safetensors; Hugging Face GPT-2 and Llama names too)
 };
 
 // The data a built-in task reads or generates, and the goal it states: `[data]` in TOML.

@@ -35,10 +35,21 @@ void validate_task_options(const TrainerConfig& config);
 bool is_gpt_preset(const std::string& model);
 // Sets context, layers, dim and heads to those of the GPT preset m.name.
 void set_gpt_preset(ModelOptions& m);
+// Whether `model` names a Llama preset (LlamaConfig::preset) or a Llama of its own ("llama").
+bool is_llama_preset(const std::string& model);
+bool is_llama(const std::string& model);
+// Sets layers, dim, heads, kv_heads, ffn_dim and rope_theta to those of the Llama preset m.name,
+// and the context (the training window) to the preset's, at most 2048, unless keep_context.
+void set_llama_preset(ModelOptions& m, bool keep_context = false);
+// The LlamaConfig the options describe (a preset's, with its own rotary scaling and context of
+// positions; or "llama"'s fields), for a vocabulary of vocab_size.
+nn::LlamaConfig llama_config(const ModelOptions& m, int64_t vocab_size);
 
 // The GPT of the char and lm tasks: context, layers, dim, heads and dropout from the config,
 // GPT-2 initialisation (also used by `fasttrain sample` and `fasttrain eval`).
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
+// The decoder c.model names: a Llama (is_llama) or make_gpt_model's GPT. ids [B, T] -> logits.
+std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
 // Classification steps of the images and classify tasks, for any classifier of one's own too:
 // field 0 the input, field 1 the integer labels. The training step's loss is the mean
 // cross-entropy; the validation step adds the batch's "accuracy".
@@ -50,10 +61,13 @@ std::optional<Goal> accuracy_goal(const EvalResult& result, double goal, int64_t
                                   int64_t classes);
 
 // The mean next-token cross-entropy of a batch of "tokens" and "targets" [B, T] (char and lm).
-Tensor next_token_loss(nn::GPT& model, const data::Batch& batch);
+Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch);
 // Loads weights into a GPT from a .safetensors file (--init-from): fasttrain's layout or Hugging
 // Face GPT-2's (Conv1D [in, out] weights, with or without the "transformer." prefix).
 void load_gpt_weights(nn::GPT& model, const std::string& path);
+// Loads --init-from into the decoder: a GPT as load_gpt_weights; a Llama from a .safetensors file
+// with Hugging Face's names (a tied head's absent lm_head.weight is the embedding).
+void load_decoder_weights(nn::UnaryModule& model, const std::string& path);
 
 struct SampleOptions {
   std::string prompt = "The ";

@@ -464,15 +464,21 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
        may_change, "debug");
   model("model", c.model.name,
         "images, lm, classify: images: cnn-mini (BENCH.md) or cnn-tiny; lm: gpt-mini, gpt2, gpt2-medium, gpt2-large or "
-        "custom (--layers/--dim/--heads/--context); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
+        "custom (a GPT of --layers/--dim/--heads/--context), llama-mini, smollm-135m, smollm-360m, tinyllama-1.1b, "
+        "llama-3.2-1b or llama (a Llama of --layers/--dim/--heads/--kv-heads/--ffn-dim/--rope-theta/--context; a "
+        "Llama preset takes --context, its training window); classify: mlp, cnn-mini, resnet18, resnet20 or resnet50",
         locked, "name");
   model("context", c.model.context, "char, lm: tokens of context", locked);
   model("layers", c.model.layers, "char, lm: transformer blocks", locked);
   model("dim", c.model.dim, "char, lm: model width", locked);
   model("heads", c.model.heads, "char, lm: attention heads", locked);
+  model("kv_heads", c.model.kv_heads,
+        "lm: --model llama: key/value heads (0: heads; fewer: grouped-query attention, 1: multi-query)", locked);
+  model("ffn_dim", c.model.ffn_dim, "lm: --model llama: gated MLP width (0: 8/3 of dim, rounded up to 64)", locked);
+  model("rope_theta", c.model.rope_theta, "lm: --model llama: rotary embedding base (rope_theta)", locked);
   model("dropout", c.model.dropout, "char, lm: dropout probability", may_change);
   model("init_from", c.model.init_from,
-        "lm: initial weights from a .safetensors file (Hugging Face GPT-2 names accepted)", may_change);
+        "lm: initial weights from a .safetensors file (Hugging Face GPT-2 and Llama names accepted)", may_change);
   data("data", c.data.train,
        "lm, classify: training data; lm: a glob of token shards ('dir/*train*.bin'); classify: mnist:DIR, cifar10:DIR, "
        "folder:DIR (a sub-folder of JPEG/PNG images per class) or npy:X.npy,y.npy",

@@ -15,7 +15,7 @@
 
 namespace ft::train {
 
-Tensor next_token_loss(nn::GPT& model, const data::Batch& batch) {
+Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch) {
   Tensor logits = model(batch.fields[0]);
   const int64_t v = logits.size(-1);
   return cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}));
@@ -30,6 +30,11 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
   g.heads = c.model.heads;
   g.dropout = c.model.dropout;
   return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true);
+}
+
+std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  if (is_llama(c.model.name)) return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen);
+  return make_gpt_model(c, vocab_size, gen);
 }
 
 namespace {

@@ -111,8 +111,9 @@ class LmModule : public TrainModule {
  public:
   LmModule(const TrainerConfig& c, int64_t vocab, json tokenizer) : c_(c), tokenizer_(std::move(tokenizer)) {
     Generator init(derive_seed(c.seed, SeedUse::Init));
-    model_ = make_gpt_model(c, vocab, &init);
-    if (!c.model.init_from.empty()) load_gpt_weights(*model_, c.model.init_from);
+    model_ = make_decoder(c, vocab, &init);
+    vocab_ = vocab;
+    if (!c.model.init_from.empty()) load_decoder_weights(*model_, c.model.init_from);
   }
 
   nn::Module& model() override { return *model_; }
@@ -122,22 +123,39 @@ class LmModule : public TrainModule {
   StepOutput validation_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
 
   std::string description_json() const override {
-    return json{{"task", "lm"},
-                {"vocab_size", model_->config().vocab_size},
-                {"model", c_.model.name},
-                {"tokenizer", tokenizer_}}
-        .dump();
+    return json{{"task", "lm"}, {"vocab_size", vocab_}, {"model", c_.model.name}, {"tokenizer", tokenizer_}}.dump();
   }
 
  private:
   TrainerConfig c_;
   json tokenizer_;
-  std::shared_ptr<nn::GPT> model_;
+  std::shared_ptr<nn::UnaryModule> model_;
+  int64_t vocab_ = 0;
 };
 
 }  // namespace
 
 void load_gpt_weights(nn::GPT& model, const std::string& path) { nn::load_gpt2_weights(model, path); }
+
+void load_decoder_weights(nn::UnaryModule& model, const std::string& path) {
+  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) return load_gpt_weights(*gpt, path);
+  auto& llama = dynamic_cast<nn::Llama&>(model);
+  TensorMap weights = load_safetensors(path).tensors;
+  const bool has_head =
+      std::any_of(weights.begin(), weights.end(), [](const auto& w) { return w.first == "lm_head.weight"; });
+  // save_pretrained leaves a tied head out; the module lists it under both names.
+  if (llama.config().tie_embeddings && !has_head)
+    for (const auto& [name, t] : weights)
+      if (name == "model.embed_tokens.weight") {
+        weights.emplace_back("lm_head.weight", t);
+        break;
+      }
+  try {
+    llama.load_state_dict(weights);
+  } catch (const Error& e) {
+    FT_FAIL(path, ": ", e.what());
+  }
+}
 
 BuiltinTask make_lm_task(const TrainerConfig& c) {
   const LmVocabulary vocab = lm_vocabulary(c);

@@ -120,7 +120,7 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
   FT_CHECK(o.top_k <= V, "sample: expected --top-k at most the vocabulary size ", V, ", found ", o.top_k);
 
   Generator init(0);
-  auto model = make_gpt_model(c, V, &init);
+  auto model = make_decoder(c, V, &init);
   model->load(dir + "/model.safetensors", /*strict=*/true);
   model->eval();
   autograd::InferenceMode guard;

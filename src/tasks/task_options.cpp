@@ -1,8 +1,39 @@
 // The built-in tasks' options (task_options.h): each task's defaults for a whole run, the GPT
 // presets of the lm task, and the checks of [model] and [data] for the task that reads them.
+#include <algorithm>
+#include <cmath>
+
 #include "fasttrain/tasks.h"
 
 namespace ft::train {
+
+bool is_llama_preset(const std::string& model) {
+  return model == "llama-mini" || model == "smollm-135m" || model == "smollm-360m" || model == "tinyllama-1.1b" ||
+         model == "llama-3.2-1b";
+}
+
+bool is_llama(const std::string& model) { return model == "llama" || is_llama_preset(model); }
+
+void set_llama_preset(ModelOptions& m, bool keep_context) {
+  const nn::LlamaConfig p = nn::LlamaConfig::preset(m.name);
+  m.layers = p.layers, m.dim = p.dim, m.heads = p.heads, m.kv_heads = p.kv_heads, m.ffn_dim = p.ffn_dim;
+  m.rope_theta = p.rope_theta;
+  // Llama 3.2's 131072 positions are its long-context reach, not a window to train at by default.
+  if (!keep_context) m.context = std::min<int64_t>(p.context, 2048);
+}
+
+nn::LlamaConfig llama_config(const ModelOptions& m, int64_t vocab_size) {
+  nn::LlamaConfig c;
+  if (is_llama_preset(m.name)) {
+    c = nn::LlamaConfig::preset(m.name);  // its positions and rotary scaling; the window is m.context
+  } else {
+    c.context = m.context, c.layers = m.layers, c.dim = m.dim, c.heads = m.heads, c.rope_theta = m.rope_theta;
+    c.kv_heads = m.kv_heads > 0 ? m.kv_heads : m.heads;
+    c.ffn_dim = m.ffn_dim > 0 ? m.ffn_dim : (8 * m.dim / 3 + 63) / 64 * 64;
+  }
+  c.vocab_size = vocab_size;
+  return c;
+}
 
 bool is_gpt_preset(const std::string& model) {
   return model == "gpt-mini" || model == "gpt2" || model == "gpt2-medium" || model == "gpt2-large";
@@ -56,6 +87,34 @@ TrainerConfig TrainerConfig::defaults_for(const std::string& task) {
   return c;
 }
 
+namespace {
+
+// A Llama's options: its own checks (LlamaConfig::validate) in the options' names, and a preset's
+// sizes unchanged but for the window, which fits its positions.
+void validate_llama_options(const ModelOptions& m) {
+  FT_CHECK(m.kv_heads >= 0 && (m.kv_heads == 0 || m.heads % m.kv_heads == 0),
+           "option kv_heads: expected 0 (heads) or a divisor of heads (", m.heads, "), found ", m.kv_heads);
+  FT_CHECK(m.ffn_dim >= 0, "option ffn_dim: expected 0 (8/3 dim) or a positive width, found ", m.ffn_dim);
+  FT_CHECK(std::isfinite(m.rope_theta) && m.rope_theta > 0, "option rope_theta: expected a positive base, found ",
+           m.rope_theta);
+  FT_CHECK((m.dim / m.heads) % 2 == 0,
+           "option dim: a Llama's head size dim / heads must be even (rotary pairs), found ", m.dim, " / ", m.heads);
+  if (!is_llama_preset(m.name)) return;
+  ModelOptions sized = m;
+  set_llama_preset(sized, /*keep_context=*/true);
+  FT_CHECK(sized.layers == m.layers && sized.dim == m.dim && sized.heads == m.heads && sized.kv_heads == m.kv_heads &&
+               sized.ffn_dim == m.ffn_dim && sized.rope_theta == m.rope_theta,
+           "option model: ", m.name, " has ", sized.layers, " layers, width ", sized.dim, ", ", sized.heads, " heads, ",
+           sized.kv_heads, " key/value heads, MLP width ", sized.ffn_dim, " and rope_theta ", sized.rope_theta,
+           "; found ", m.layers, ", ", m.dim, ", ", m.heads, ", ", m.kv_heads, ", ", m.ffn_dim, " and ", m.rope_theta,
+           " (use model = \"llama\" for another size)");
+  const int64_t positions = nn::LlamaConfig::preset(m.name).context;
+  FT_CHECK(m.context <= positions, "option context: ", m.name, " has ", positions, " positions, found a window of ",
+           m.context);
+}
+
+}  // namespace
+
 void validate_task_options(const TrainerConfig& c) {
   auto check = [](bool ok, const char* name, const char* expected, const auto& found) {
     FT_CHECK(ok, "option ", name, ": expected ", expected, ", found ", found);
@@ -66,7 +125,7 @@ void validate_task_options(const TrainerConfig& c) {
   const DataOptions& d = c.data;
   const bool gpt = task == "char" || task == "lm", images = task == "images" || task == "classify";
   if (gpt) {
-    check(m.context >= 1 && m.context <= 4096, "context", "1 to 4096", m.context);
+    check(m.context >= 1 && m.context <= 131072, "context", "1 to 131072", m.context);
     check(m.layers >= 1, "layers", "at least 1", m.layers);
     check(m.heads >= 1, "heads", "at least 1", m.heads);
     FT_CHECK(m.dim >= 1 && m.dim % m.heads == 0, "option dim: expected a positive multiple of heads (", m.heads,
@@ -96,11 +155,14 @@ void validate_task_options(const TrainerConfig& c) {
   if (task == "lm") {
     check(!d.train.empty(), "data", "a glob of token shards (e.g. 'shards/*train*.bin')", "nothing");
     check(!d.val.empty(), "val_data", "a glob of validation token shards (e.g. 'shards/*val*.bin')", "nothing");
-    check(d.vocab_size >= 0 && d.vocab_size <= 65536, "vocab_size", "0 (from the vocab file) to 65536 (uint16 tokens)",
+    check(d.vocab_size >= 0 && d.vocab_size <= int64_t{1} << 31, "vocab_size", "0 (from the vocab file) to 2^31",
           d.vocab_size);
     const bool preset = is_gpt_preset(m.name);
-    check(preset || m.name == "custom", "model", "gpt-mini, gpt2, gpt2-medium, gpt2-large or custom",
+    check(preset || m.name == "custom" || is_llama(m.name), "model",
+          "gpt-mini, gpt2, gpt2-medium, gpt2-large, custom, llama-mini, smollm-135m, smollm-360m, tinyllama-1.1b, "
+          "llama-3.2-1b or llama",
           "'" + m.name + "'");
+    if (is_llama(m.name)) validate_llama_options(m);
     if (preset) {
       ModelOptions sized = m;
       set_gpt_preset(sized);

@@ -13,8 +13,6 @@
 // exchange tests skip (the scripts exit 77); the refusals need no torch.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -25,37 +23,20 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
-#include "support/parity.h"
 #include "support/temp_dir_test.h"
+#include "support/torch_scripts.h"
 #include "support/trainer_configs.h"
 
 using namespace ft;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using test::expect_close;
+using test::named;
 
 namespace {
 
-constexpr int kNoTorch = 77;            // the scripts' exit status when torch is not installed
 constexpr int64_t kSmallShard = 20000;  // bytes: the small models below take several shards
 constexpr int64_t kOneShard = 100'000'000;
-
-int run_script(const char* script, const std::string& args) {
-  const fs::path path = fs::path(__FILE__).parent_path() / "support" / script;
-  const int status = std::system(("/usr/bin/python3 " + path.string() + " " + args).c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-Tensor named(const TensorMap& m, const std::string& name) {
-  for (auto& [n, t] : m)
-    if (n == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return Tensor();
-}
-
-void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  const std::string msg = test::compare(actual, expected.to(DType::F64), {2e-5, 2e-4});
-  EXPECT_TRUE(msg.empty()) << what << ": " << msg;
-}
 
 void expect_same_state(const nn::Module& a, const nn::Module& b) {
   const TensorMap sa = a.state_dict(), sb = b.state_dict();
@@ -70,7 +51,7 @@ void expect_same_state(const nn::Module& a, const nn::Module& b) {
 // save_pretrained shards with `max_shard_bytes`).
 Tensor torch_logits(const char* script, const fs::path& dir, const fs::path& ids_file, int64_t max_shard_bytes) {
   const fs::path out = dir.parent_path() / (dir.filename().string() + "_logits.safetensors");
-  const int rc = run_script(
+  const int rc = test::run_torch_script(
       script, detail::concat("run ", dir.string(), " ", ids_file.string(), " ", out.string(), " ", max_shard_bytes));
   EXPECT_EQ(rc, 0) << script << " run " << dir << " failed";
   return rc == 0 ? named(load_safetensors(out.string()).tensors, "logits") : Tensor();
@@ -80,6 +61,21 @@ nn::HfSaveOptions sharded(int64_t max_shard_bytes, DType dtype = DType::F32) {
   nn::HfSaveOptions o;
   o.max_shard_bytes = max_shard_bytes, o.dtype = dtype;
   return o;
+}
+
+// DIR/hf and DIR/reference.safetensors (ids, logits) from `script folder DIR ARGS`; returns its exit
+// status (kNoTorch without torch).
+struct TorchFolder {
+  fs::path hf;
+  Tensor ids, logits;
+};
+int write_torch_folder(const char* script, const fs::path& dir, const std::string& args, TorchFolder& out) {
+  fs::create_directories(dir);
+  const int rc = test::run_torch_script(script, "folder " + dir.string() + " " + args);
+  if (rc != 0) return rc;
+  const TensorMap ref = load_safetensors((dir / "reference.safetensors").string()).tensors;
+  out = {dir / "hf", named(ref, "ids"), named(ref, "logits")};
+  return rc;
 }
 
 json read_json(const fs::path& path) {
@@ -111,16 +107,15 @@ class LlamaFolder : public ::testing::TestWithParam<LlamaCase> {};
 TEST_P(LlamaFolder, ExchangedWithTorch) {
   const LlamaCase& k = GetParam();
   const fs::path dir = test::scratch_dir("ft_hf_llama", k.name);
-  fs::create_directories(dir);
-  const int rc =
-      run_script("hf_llama.py", detail::concat("folder ", dir.string(), " ", llama_args(k), " ", k.max_shard_bytes));
-  if (rc == kNoTorch) GTEST_SKIP() << "python3-torch not installed: Hugging Face folders not exchanged with PyTorch";
+  TorchFolder torch;
+  const int rc = write_torch_folder("hf_llama.py", dir, llama_args(k) + " " + std::to_string(k.max_shard_bytes), torch);
+  if (rc == test::kNoTorch)
+    GTEST_SKIP() << "python3-torch not installed: Hugging Face folders not exchanged with PyTorch";
   ASSERT_EQ(rc, 0) << "tests/support/hf_llama.py folder failed";
   const fs::path ref = dir / "reference.safetensors";
-  const Tensor ids = named(load_safetensors(ref.string()).tensors, "ids");
 
   // torch's folder -> nn::Llama: the config read, the model built from it, torch's logits.
-  const nn::HfModelConfig config = nn::read_hf_config((dir / "hf").string());
+  const nn::HfModelConfig config = nn::read_hf_config(torch.hf.string());
   ASSERT_EQ(config.type, nn::HfModelType::Llama);
   const nn::LlamaConfig& c = config.llama;
   EXPECT_EQ(c.kv_heads, k.kv_heads);
@@ -128,8 +123,8 @@ TEST_P(LlamaFolder, ExchangedWithTorch) {
   EXPECT_EQ(c.attention_bias, k.bias);
   EXPECT_EQ(c.rope_scaling.type, k.llama3_factor > 0 ? RopeScaling::Type::Llama3 : RopeScaling::Type::None);
   nn::Llama model(c);
-  nn::load_hf_folder(model, (dir / "hf").string());
-  expect_close(model(ids), named(load_safetensors(ref.string()).tensors, "logits"), "logits of torch's folder");
+  nn::load_hf_folder(model, torch.hf.string());
+  expect_close(model(torch.ids), torch.logits, "logits of torch's folder");
 
   // Ours -> torch: sharded as save_pretrained shards, and torch's logits are ours.
   const fs::path ours = dir / "ours";
@@ -140,7 +135,7 @@ TEST_P(LlamaFolder, ExchangedWithTorch) {
   const json saved = read_json(ours / "config.json");
   EXPECT_EQ(saved["model_type"], k.bias ? "qwen2" : "llama");
   EXPECT_EQ(saved["eos_token_id"], 2);
-  expect_close(torch_logits("hf_llama.py", ours, ref, kSmallShard), model(ids), "torch's logits of our folder");
+  expect_close(torch_logits("hf_llama.py", ours, ref, kSmallShard), model(torch.ids), "torch's logits of our folder");
 
   // Round trip: bit exact.
   nn::Llama back(nn::read_hf_config(ours.string()).llama);
@@ -193,24 +188,24 @@ class Gpt2Folder : public ::testing::TestWithParam<int64_t> {};
 TEST_P(Gpt2Folder, ExchangedWithTorch) {
   const int64_t max_shard_bytes = GetParam();
   const fs::path dir = test::scratch_dir("ft_hf_gpt2", std::to_string(max_shard_bytes));
-  fs::create_directories(dir);
-  const int rc = run_script("hf_gpt2.py", detail::concat("folder ", dir.string(), " 300 16 2 32 4 ", max_shard_bytes));
-  if (rc == kNoTorch) GTEST_SKIP() << "python3-torch not installed: Hugging Face folders not exchanged with PyTorch";
+  TorchFolder torch;
+  const int rc = write_torch_folder("hf_gpt2.py", dir, "300 16 2 32 4 " + std::to_string(max_shard_bytes), torch);
+  if (rc == test::kNoTorch)
+    GTEST_SKIP() << "python3-torch not installed: Hugging Face folders not exchanged with PyTorch";
   ASSERT_EQ(rc, 0) << "tests/support/hf_gpt2.py folder failed";
-  const fs::path ref = dir / "reference.safetensors";
-  const Tensor ids = named(load_safetensors(ref.string()).tensors, "ids");
 
-  const nn::HfModelConfig config = nn::read_hf_config((dir / "hf").string());
+  const nn::HfModelConfig config = nn::read_hf_config(torch.hf.string());
   ASSERT_EQ(config.type, nn::HfModelType::Gpt2);
   EXPECT_EQ(config.gpt.vocab_size, 300);
   nn::GPT model(config.gpt);
-  nn::load_hf_folder(model, (dir / "hf").string());
-  expect_close(model(ids), named(load_safetensors(ref.string()).tensors, "logits"), "logits of torch's folder");
+  nn::load_hf_folder(model, torch.hf.string());
+  expect_close(model(torch.ids), torch.logits, "logits of torch's folder");
 
   const fs::path ours = dir / "ours";
   nn::save_hf_folder(model, ours.string(), sharded(kSmallShard));
   EXPECT_EQ(read_json(ours / "config.json")["architectures"], json::array({"GPT2LMHeadModel"}));
-  expect_close(torch_logits("hf_gpt2.py", ours, ref, kSmallShard), model(ids), "torch's logits of our folder");
+  expect_close(torch_logits("hf_gpt2.py", ours, dir / "reference.safetensors", kSmallShard), model(torch.ids),
+               "torch's logits of our folder");
 
   nn::GPT back(nn::read_hf_config(ours.string()).gpt);
   nn::load_hf_folder(back, ours.string());

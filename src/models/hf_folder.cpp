@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -185,6 +186,13 @@ class Differences {
       list_ +=
           detail::concat(list_.empty() ? "" : "; ", name, " ", in_file, " in the file, ", in_model, " in the model");
   }
+  struct Sizes {
+    const char* name;
+    int64_t in_file, in_model;
+  };
+  void sizes(std::initializer_list<Sizes> list) {
+    for (const Sizes& s : list) field(s.name, s.in_file, s.in_model);
+  }
   void check(const std::string& path) const { FT_CHECK(list_.empty(), path, " does not describe this model: ", list_); }
 
  private:
@@ -193,14 +201,14 @@ class Differences {
 
 void check_same(const LlamaConfig& file, const LlamaConfig& model, const std::string& path) {
   Differences d;
-  d.field("vocab_size", file.vocab_size, model.vocab_size);
-  d.field("max_position_embeddings", file.context, model.context);
-  d.field("num_hidden_layers", file.layers, model.layers);
-  d.field("hidden_size", file.dim, model.dim);
-  d.field("num_attention_heads", file.heads, model.heads);
-  d.field("num_key_value_heads", file.kv_heads, model.kv_heads);
-  d.field("head_dim", file.head_size(), model.head_size());
-  d.field("intermediate_size", file.ffn_dim, model.ffn_dim);
+  d.sizes({{"vocab_size", file.vocab_size, model.vocab_size},
+           {"max_position_embeddings", file.context, model.context},
+           {"num_hidden_layers", file.layers, model.layers},
+           {"hidden_size", file.dim, model.dim},
+           {"num_attention_heads", file.heads, model.heads},
+           {"num_key_value_heads", file.kv_heads, model.kv_heads},
+           {"head_dim", file.head_size(), model.head_size()},
+           {"intermediate_size", file.ffn_dim, model.ffn_dim}});
   d.field("rope_theta", file.rope_theta, model.rope_theta);
   d.field("rms_norm_eps", file.rms_eps, model.rms_eps);
   d.field("tie_word_embeddings", file.tie_embeddings, model.tie_embeddings);
@@ -218,13 +226,16 @@ void check_same(const LlamaConfig& file, const LlamaConfig& model, const std::st
   d.check(path);
 }
 
+// GPTConfig's shape fields under GPT2Config's names.
+constexpr std::pair<const char*, int64_t GPTConfig::*> kGpt2Sizes[] = {{"vocab_size", &GPTConfig::vocab_size},
+                                                                       {"n_positions", &GPTConfig::context},
+                                                                       {"n_layer", &GPTConfig::layers},
+                                                                       {"n_embd", &GPTConfig::dim},
+                                                                       {"n_head", &GPTConfig::heads}};
+
 void check_same(const GPTConfig& file, const GPTConfig& model, const std::string& path) {
   Differences d;
-  d.field("vocab_size", file.vocab_size, model.vocab_size);
-  d.field("n_positions", file.context, model.context);
-  d.field("n_layer", file.layers, model.layers);
-  d.field("n_embd", file.dim, model.dim);
-  d.field("n_head", file.heads, model.heads);
+  for (auto [name, size] : kGpt2Sizes) d.field(name, file.*size, model.*size);
   d.check(path);
 }
 

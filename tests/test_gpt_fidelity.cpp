@@ -9,7 +9,6 @@
 //   in HF's layout load in that model; a plain load_state_dict of an HF file says what it is.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -27,15 +26,16 @@
 #include "fasttrain/train.h"
 #include "support/expect_error.h"
 #include "support/parity.h"
+#include "support/torch_scripts.h"
 #include "support/trainer_configs.h"
 
 using namespace ft;
+using test::expect_close;
 using test::expect_error;
+using test::named;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int kNoTorch = 77;  // the scripts' exit status when torch is not installed
 
 nn::GPTConfig small_config(int64_t vocab) {
   nn::GPTConfig cfg;
@@ -58,23 +58,10 @@ void set_padding_rows(nn::GPT& gpt, const Tensor& rows) {
   embedding_of(gpt).narrow(0, vocab, gpt.padded_vocab() - vocab).copy_(rows);
 }
 
-int run_python(const std::string& args) {
-  const fs::path script = fs::path(__FILE__).parent_path() / "support" / "hf_gpt2.py";
-  const int status = std::system(("/usr/bin/python3 " + script.string() + " " + args).c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+int run_python(const std::string& args) { return test::run_torch_script("hf_gpt2.py", args); }
 
-Tensor named(const TensorMap& m, const std::string& name) {
-  for (auto& [n, t] : m)
-    if (n == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return Tensor();
-}
-
-void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  const std::string msg = test::compare(actual, expected.to(DType::F64), {1e-5, 1e-4});
-  EXPECT_TRUE(msg.empty()) << what << ": " << msg;
-}
+// The HF-style GPT-2 computes in f32 as we do.
+constexpr test::Tolerance kTorchTol{1e-5, 1e-4};
 
 }  // namespace
 
@@ -231,7 +218,7 @@ TEST(GptHuggingFace, FilesInteroperateWithAnHfStyleModel) {
   fs::create_directories(dir);
   const nn::GPTConfig cfg = small_config(300);
   const int rc = run_python("write " + dir.string() + " 300 16 2 32 4");
-  if (rc == kNoTorch) {
+  if (rc == test::kNoTorch) {
     fs::remove_all(dir);
     GTEST_SKIP() << "python3-torch not installed: Hugging Face interop not tested";
   }
@@ -248,8 +235,9 @@ TEST(GptHuggingFace, FilesInteroperateWithAnHfStyleModel) {
     expect_error([&] { fresh.load(path); }, path + ": GPT.load_state_dict: the state is in Hugging Face's GPT-2");
     EXPECT_EQ(nn::load_gpt2_weights(gpt, path), nn::GptWeightLayout::HuggingFace);
     Tensor logits = gpt(ids);
-    expect_close(logits, named(ref, "logits"), "logits");
-    expect_close(cross_entropy(logits.reshape({-1, 300}), targets.reshape({-1})), named(ref, "loss"), "loss");
+    expect_close(logits, named(ref, "logits"), "logits", kTorchTol);
+    expect_close(cross_entropy(logits.reshape({-1, 300}), targets.reshape({-1})), named(ref, "loss"), "loss",
+                 kTorchTol);
     // Padding rows come in as zeros.
     EXPECT_EQ(max(abs(embedding_of(gpt).narrow(0, 300, 20))).item<double>(), 0.0);
   }
@@ -266,7 +254,8 @@ TEST(GptHuggingFace, FilesInteroperateWithAnHfStyleModel) {
   const std::string torch_out = (dir / "torch_logits.safetensors").string();
   ASSERT_EQ(run_python("check " + hf_path + " " + (dir / "reference.safetensors").string() + " " + torch_out + " 4"), 0)
       << "the HF-style model did not load our HF-layout file";
-  expect_close(named(load_safetensors(torch_out).tensors, "logits"), logits, "HF-style model on our HF file");
+  expect_close(named(load_safetensors(torch_out).tensors, "logits"), logits, "HF-style model on our HF file",
+               kTorchTol);
 
   // Round trips through both layouts: same weights, bit for bit.
   const std::string ours_path = (dir / "ours.safetensors").string();

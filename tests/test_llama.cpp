@@ -5,23 +5,20 @@
 // Llama 3's rotary frequency scaling. Plus the config's checks and activation checkpointing.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
-#include "support/parity.h"
+#include "support/torch_scripts.h"
 #include "support/trainer_configs.h"
 
 using namespace ft;
 namespace fs = std::filesystem;
+using test::expect_close;
+using test::named;
 
 namespace {
-
-constexpr int kNoTorch = 77;  // hf_llama.py's exit status when torch is not installed
 
 struct Case {
   const char* name;
@@ -38,25 +35,11 @@ nn::LlamaConfig small(int64_t heads, int64_t kv_heads, bool tied, bool bias) {
 
 int write_reference(const fs::path& dir, const Case& k) {
   const nn::LlamaConfig& c = k.cfg;
-  const fs::path script = fs::path(__FILE__).parent_path() / "support" / "hf_llama.py";
   const std::string args =
-      detail::concat(" write ", dir.string(), " ", c.vocab_size, " ", c.context, " ", c.layers, " ", c.dim, " ",
-                     c.heads, " ", c.kv_heads, " ", c.ffn_dim, " ", c.rope_theta, " ", c.tie_embeddings ? 1 : 0, " ",
+      detail::concat("write ", dir.string(), " ", c.vocab_size, " ", c.context, " ", c.layers, " ", c.dim, " ", c.heads,
+                     " ", c.kv_heads, " ", c.ffn_dim, " ", c.rope_theta, " ", c.tie_embeddings ? 1 : 0, " ",
                      c.attention_bias ? 1 : 0, " ", k.llama3_factor);
-  const int status = std::system(("/usr/bin/python3 " + script.string() + args).c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-Tensor named(const TensorMap& m, const std::string& name) {
-  for (auto& [n, t] : m)
-    if (n == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return Tensor();
-}
-
-void expect_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
-  const std::string msg = test::compare(actual, expected.to(DType::F64), {2e-5, 2e-4});
-  EXPECT_TRUE(msg.empty()) << what << ": " << msg;
+  return test::run_torch_script("hf_llama.py", args);
 }
 
 }  // namespace
@@ -68,7 +51,7 @@ TEST_P(LlamaMatchesHfStyleModel, LogitsLossAndGradients) {
   const fs::path dir = test::scratch_dir("ft_llama", k.name);
   fs::create_directories(dir);
   const int rc = write_reference(dir, k);
-  if (rc == kNoTorch) GTEST_SKIP() << "python3-torch not installed: the Llama is not compared with PyTorch";
+  if (rc == test::kNoTorch) GTEST_SKIP() << "python3-torch not installed: the Llama is not compared with PyTorch";
   ASSERT_EQ(rc, 0) << "tests/support/hf_llama.py write failed";
   const TensorMap ref = load_safetensors((dir / "reference.safetensors").string()).tensors;
   TensorMap weights = load_safetensors((dir / "hf_model.safetensors").string()).tensors;

@@ -22,8 +22,9 @@
 #include "fasttrain/switches.h"
 #include "fasttrain/tensor.h"
 
-// Models, optimizers, learning-rate schedules and mixed precision.
+// Models (and their Hugging Face folders), optimizers, learning-rate schedules and mixed precision.
 #include "fasttrain/amp.h"
+#include "fasttrain/hf_folder.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"

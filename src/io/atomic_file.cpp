@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/fault_injection.h"
 #include "fasttrain/error.h"
@@ -32,6 +33,15 @@ std::string parent_dir(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// An fsync of a folder makes the names created or renamed in it durable.
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  FT_CHECK(fd >= 0, dir, ": cannot open the folder for fsync: ", std::strerror(errno));
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  FT_CHECK(ok, dir, ": fsync of the folder failed: ", std::strerror(errno));
 }
 
 }  // namespace
@@ -82,6 +92,27 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   AtomicFileWriter w(path);
   w.write(contents.data(), contents.size());
   w.commit();
+}
+
+void replace_folder(const std::string& tmp_dir, const std::string& final_dir) {
+  namespace fs = std::filesystem;
+  const std::string parent = parent_dir(final_dir);
+  std::error_code ec;
+  if (fs::exists(final_dir)) {
+    // Removing the old folder first would leave a moment with neither; swap the two names instead,
+    // then delete the old folder under its temporary name.
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(parent);
+      fs::remove_all(tmp_dir, ec);
+      FT_CHECK(!ec, tmp_dir, ": cannot delete the replaced folder: ", ec.message());
+      return;
+    }
+    fs::remove_all(final_dir, ec);  // a file system without RENAME_EXCHANGE
+  }
+  FT_CHECK(!ec, final_dir, ": cannot replace the old folder: ", ec.message());
+  FT_CHECK(std::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, final_dir, ": rename of ", tmp_dir,
+           " failed: ", errno_text());
+  fsync_dir(parent);
 }
 
 }  // namespace ft

@@ -1,6 +1,6 @@
 // Files of a run folder: reads with clear errors, run folder naming, and atomic checkpoint
-// folders (written under a temporary name, then renamed into place). Single files are written
-// with write_file_atomically (fasttrain/atomic_file.h).
+// folders (written under a temporary name, then renamed into place with replace_folder). Single
+// files are written with write_file_atomically (both in fasttrain/atomic_file.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,11 +11,6 @@
 namespace ft::train {
 
 // default_run_dir, make_dirs and read_text are declared in fasttrain/train.h (the CLI uses them too).
-// Replaces folder `final_dir` by the fully written folder `tmp_dir` (rename; the parent folder is
-// fsynced so the new entry survives a crash). An existing final_dir is swapped out atomically, so a
-// crash at any moment leaves a complete folder under the final name.
-void commit_dir(const std::string& tmp_dir, const std::string& final_dir);
-
 // A folder or file name ending in ".tmp" (checkpoint folders being written or deleted) or
 // ".tmp.<pid>" (AtomicFileWriter): never complete, whatever it holds.
 bool is_temporary_name(const std::string& name);

@@ -455,7 +455,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   write_file_atomically(tmp + "/trainer_state.json", state.dump(2) + "\n");
   fault::point("checkpoint-file", tmp + "/trainer_state.json");
   fault::point("checkpoint-commit", dir);
-  commit_dir(tmp, dir);
+  replace_folder(tmp, dir);
   cleanup.committed = true;
 }
 

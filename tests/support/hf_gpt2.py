@@ -34,6 +34,7 @@ except ImportError:
     sys.exit(77)  # the C++ test reports a skip
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_folder_torch  # noqa: E402  (save_pretrained's and from_pretrained's files, beside this file)
 import safetensors_torch  # noqa: E402  (the project's format reader/writer, beside this file)
 
 
@@ -125,7 +126,8 @@ class GPT2LMHeadModel(nn.Module):
         return self.lm_head(self.transformer(ids))
 
 
-def write(out_dir, vocab, context, layers, dim, heads):
+def draw(vocab, context, layers, dim, heads):
+    """A random model: every parameter drawn, LayerNorm weights near one."""
     torch.manual_seed(1234)
     model = GPT2LMHeadModel(vocab, context, layers, dim, heads)
     with torch.no_grad():
@@ -134,6 +136,19 @@ def write(out_dir, vocab, context, layers, dim, heads):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.05 * torch.randn_like(p))
+    return model
+
+
+def reference_ids(vocab, T):
+    g = torch.Generator().manual_seed(99)
+    ids = torch.randint(0, vocab, (2, T), generator=g)
+    targets = torch.randint(0, vocab, (2, T), generator=g)
+    ids[0, 0], targets[1, -1] = vocab - 1, vocab - 1  # the last real class
+    return ids, targets
+
+
+def write(out_dir, vocab, context, layers, dim, heads):
+    model = draw(vocab, context, layers, dim, heads)
     # GPT2Model's own file: unprefixed names and, as older releases saved, the mask buffers.
     plain = {k: v for k, v in model.transformer.state_dict().items()}
     for i, block in enumerate(model.transformer.h):
@@ -144,11 +159,7 @@ def write(out_dir, vocab, context, layers, dim, heads):
     lmhead = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
     safetensors_torch.write(os.path.join(out_dir, "hf_lmhead.safetensors"), lmhead, {"format": "pt"})
 
-    g = torch.Generator().manual_seed(99)
-    T = context
-    ids = torch.randint(0, vocab, (2, T), generator=g)
-    targets = torch.randint(0, vocab, (2, T), generator=g)
-    ids[0, 0], targets[1, -1] = vocab - 1, vocab - 1  # the last real class
+    ids, targets = reference_ids(vocab, context)
     with torch.no_grad():
         logits = model(ids)
         loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
@@ -177,12 +188,50 @@ def check(path, ids_path, out, heads):
     safetensors_torch.write(out, {"logits": logits}, {})
 
 
+def folder(out_dir, vocab, context, layers, dim, heads, max_bytes):
+    model = draw(vocab, context, layers, dim, heads)
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab, "n_positions": context,
+              "n_ctx": context, "n_layer": layers, "n_embd": dim, "n_head": heads, "n_inner": None,
+              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "resid_pdrop": 0.1, "embd_pdrop": 0.1,
+              "attn_pdrop": 0.1, "initializer_range": 0.02, "scale_attn_weights": True, "use_cache": True,
+              "bos_token_id": vocab - 1, "eos_token_id": vocab - 1, "torch_dtype": "float32"}
+    state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    hf_folder_torch.write_folder(os.path.join(out_dir, "hf"), config, state, max_bytes)
+    ids, _ = reference_ids(vocab, context)
+    with torch.no_grad():
+        logits = model(ids)
+    safetensors_torch.write(os.path.join(out_dir, "reference.safetensors"), {"ids": ids, "logits": logits}, {})
+
+
+def run(folder_path, ids_path, out, max_bytes):
+    c, state = hf_folder_torch.read_folder(folder_path)
+    if c["model_type"] != "gpt2" or c.get("activation_function", "gelu_new") != "gelu_new":
+        raise SystemExit(f"not a model this script has: {c['model_type']}, {c.get('activation_function')}")
+    model = GPT2LMHeadModel(c["vocab_size"], c.get("n_positions", c.get("n_ctx")), c["n_layer"], c["n_embd"],
+                            c["n_head"])
+    expected = [k for k in model.state_dict() if k != "lm_head.weight"]
+    if set(state) != set(expected):
+        raise SystemExit(f"{folder_path}: missing {sorted(set(expected) - set(state))}, "
+                         f"unexpected {sorted(set(state) - set(expected))}")
+    if max_bytes is not None:
+        hf_folder_torch.check_layout(folder_path, {k: state[k] for k in expected}, max_bytes)
+    model.load_state_dict(state, strict=False)  # shapes checked; lm_head is wte
+    ids = safetensors_torch.read(ids_path, verify=False)[0]["ids"]
+    with torch.no_grad():
+        logits = model(ids)
+    safetensors_torch.write(out, {"logits": logits}, {})
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "write":
         write(sys.argv[2], *(int(a) for a in sys.argv[3:8]))
     elif cmd == "check":
         check(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    elif cmd == "folder":
+        folder(sys.argv[2], *(int(a) for a in sys.argv[3:9]))
+    elif cmd == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else None)
     else:
         raise SystemExit(f"unknown command {cmd}")
 

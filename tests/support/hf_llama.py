@@ -18,6 +18,15 @@ cat(freqs, freqs), Llama 3's frequency scaling, grouped-query attention by repea
       LLAMA3_FACTOR 0 means no rope_scaling; otherwise rope_type llama3 with that factor,
       low/high frequency factors 1 and 4, and original_max_position_embeddings 4 CONTEXT
       (with head size 8 and theta 1e4 the four frequencies fall in all three bands).
+  hf_llama.py folder DIR VOCAB CONTEXT LAYERS DIM HEADS KV_HEADS FFN THETA TIED BIAS LLAMA3_FACTOR MAX_SHARD_BYTES
+      Draws the same model and writes DIR/hf as save_pretrained does (hf_folder_torch.py: config.json
+      in transformers' field names, model_type "qwen2" when BIAS, shards past MAX_SHARD_BYTES, a tied
+      head left out) and DIR/reference.safetensors: ids [2, T] and the logits.
+  hf_llama.py run FOLDER IDS OUT [MAX_SHARD_BYTES]
+      Loads FOLDER as from_pretrained would (config.json with transformers' defaults, the index and
+      its shards, every name and shape strict, a tied head's lm_head.weight absent), runs it on the
+      "ids" of the safetensors file IDS and writes {"logits"} to OUT. With MAX_SHARD_BYTES, also checks
+      that the folder's files and index are those save_pretrained writes with that limit.
 Exits with status 77 when torch is not installed.
 """
 import math
@@ -32,6 +41,7 @@ except ImportError:
     sys.exit(77)  # the C++ test reports a skip
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_folder_torch  # noqa: E402  (save_pretrained's and from_pretrained's files, beside this file)
 import safetensors_torch  # noqa: E402  (the project's format reader/writer, beside this file)
 
 
@@ -47,11 +57,20 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def inverse_frequencies(head_dim, theta, factor, context):
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+def llama3_scaling(factor, context):
+    """The rope_scaling of the commands' LLAMA3_FACTOR (None for 0)."""
     if factor == 0:
+        return None
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 4 * context}
+
+
+def inverse_frequencies(head_dim, theta, scaling):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if scaling is None:
         return inv
-    low, high, original = 1.0, 4.0, context * 4
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
     wavelen = 2 * math.pi / inv
     scaled = torch.where(wavelen > original / low, inv / factor, inv)
     smooth = (original / wavelen - low) / (high - low)
@@ -105,10 +124,11 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     def __init__(self, dim, heads, kv_heads, ffn, bias, eps):
         super().__init__()
-        self.input_layernorm = RMSNorm(dim, eps)
+        # modeling_llama's order, which is the state_dict's and so decides save_pretrained's shards.
         self.self_attn = Attention(dim, heads, kv_heads, bias)
-        self.post_attention_layernorm = RMSNorm(dim, eps)
         self.mlp = MLP(dim, ffn)
+        self.input_layernorm = RMSNorm(dim, eps)
+        self.post_attention_layernorm = RMSNorm(dim, eps)
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -124,13 +144,13 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor, eps=1e-5):
+    def __init__(self, vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, scaling, eps=1e-5):
         super().__init__()
         self.model = LlamaModel(vocab, layers, dim, heads, kv_heads, ffn, bias, eps)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         if tied:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.inv_freq = inverse_frequencies(dim // heads, theta, factor, context).float()
+        self.inv_freq = inverse_frequencies(dim // heads, theta, scaling).float()
 
     def forward(self, ids):
         T = ids.size(1)
@@ -143,22 +163,35 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(self.model.norm(x))
 
 
-def write(out_dir, vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor):
+def draw(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor):
+    """A random model: every parameter drawn, norms near one, so a misplaced tensor shows."""
     torch.manual_seed(1234)
-    model = LlamaForCausalLM(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor)
+    scaling = llama3_scaling(factor, context)
+    model = LlamaForCausalLM(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, scaling)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.05 * torch.randn_like(p))
-    state = {k: v for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    return model
+
+
+def saved_state(model, tied):
+    return {k: v for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+
+
+def reference_ids(vocab, T):
+    g = torch.Generator().manual_seed(99)
+    return torch.randint(0, vocab, (2, T), generator=g), torch.randint(0, vocab, (2, T), generator=g)
+
+
+def write(out_dir, vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor):
+    model = draw(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor)
+    state = saved_state(model, tied)
     safetensors_torch.write(os.path.join(out_dir, "hf_model.safetensors"), state, {"format": "pt"})
 
-    g = torch.Generator().manual_seed(99)
-    T = context
-    ids = torch.randint(0, vocab, (2, T), generator=g)
-    targets = torch.randint(0, vocab, (2, T), generator=g)
+    ids, targets = reference_ids(vocab, context)
     logits = model(ids)
     loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
     loss.backward()
@@ -168,12 +201,84 @@ def write(out_dir, vocab, context, layers, dim, heads, kv_heads, ffn, theta, tie
     safetensors_torch.write(os.path.join(out_dir, "reference.safetensors"), out, {})
 
 
-def main():
-    if sys.argv[1] != "write":
-        raise SystemExit(f"unknown command {sys.argv[1]}")
-    a = sys.argv[3:]
+def hf_config(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor):
+    """config.json as LlamaConfig / Qwen2Config.to_json_string writes the fields that matter."""
+    config = {"architectures": ["Qwen2ForCausalLM" if bias else "LlamaForCausalLM"],
+              "model_type": "qwen2" if bias else "llama", "vocab_size": vocab,
+              "max_position_embeddings": context, "num_hidden_layers": layers, "hidden_size": dim,
+              "num_attention_heads": heads, "num_key_value_heads": kv_heads, "intermediate_size": ffn,
+              "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": theta,
+              "rope_scaling": llama3_scaling(factor, context), "tie_word_embeddings": tied,
+              "initializer_range": 0.02, "torch_dtype": "float32", "use_cache": True,
+              "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2}
+    if bias:
+        config.update(use_sliding_window=False, sliding_window=4096, max_window_layers=layers)
+    else:
+        config.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
+    return config
+
+
+def folder(out_dir, vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor, max_bytes):
+    model = draw(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor)
+    config = hf_config(vocab, context, layers, dim, heads, kv_heads, ffn, theta, tied, bias, factor)
+    hf_folder_torch.write_folder(os.path.join(out_dir, "hf"), config, saved_state(model, tied), max_bytes)
+    ids, _ = reference_ids(vocab, context)
+    with torch.no_grad():
+        logits = model(ids)
+    safetensors_torch.write(os.path.join(out_dir, "reference.safetensors"), {"ids": ids, "logits": logits}, {})
+
+
+def from_config(c):
+    """The model a config.json describes, with transformers' defaults for absent fields."""
+    qwen2 = c["model_type"] == "qwen2"
+    if c["model_type"] not in ("llama", "qwen2") or c.get("hidden_act", "silu") != "silu":
+        raise SystemExit(f"not a model this script has: {c['model_type']}, {c.get('hidden_act')}")
+    if c.get("attention_bias") or c.get("mlp_bias") or c.get("use_sliding_window"):
+        raise SystemExit("attention_bias (o_proj too), mlp_bias and sliding windows are not written out here")
+    heads = c["num_attention_heads"]
+    if c.get("head_dim", c["hidden_size"] // heads) != c["hidden_size"] // heads:
+        raise SystemExit("head_dim other than hidden_size / heads is not written out here")
+    scaling = c.get("rope_scaling")
+    if scaling is not None and scaling.get("rope_type", scaling.get("type")) != "llama3":
+        raise SystemExit(f"rope_scaling {scaling} is not written out here")
+    return LlamaForCausalLM(c["vocab_size"], c["max_position_embeddings"], c["num_hidden_layers"], c["hidden_size"],
+                            heads, c.get("num_key_value_heads", heads), c["intermediate_size"],
+                            c.get("rope_theta", 10000.0), c.get("tie_word_embeddings", False), qwen2, scaling,
+                            c.get("rms_norm_eps", 1e-6))
+
+
+def run(folder_path, ids_path, out, max_bytes):
+    config, state = hf_folder_torch.read_folder(folder_path)
+    model = from_config(config)
+    tied = config.get("tie_word_embeddings", False)
+    expected = set(saved_state(model, tied))
+    if set(state) != expected:  # from_pretrained's strict check, a tied head's absence allowed
+        raise SystemExit(f"{folder_path}: missing {sorted(expected - set(state))}, "
+                         f"unexpected {sorted(set(state) - expected)}")
+    if max_bytes is not None:
+        hf_folder_torch.check_layout(folder_path, {k: state[k] for k in saved_state(model, tied)}, max_bytes)
+    model.load_state_dict(state, strict=False)  # shapes checked; lm_head is the embedding when tied
+    ids = safetensors_torch.read(ids_path, verify=False)[0]["ids"]
+    with torch.no_grad():
+        logits = model(ids)
+    safetensors_torch.write(out, {"logits": logits}, {})
+
+
+def model_args(a):
     ints = [int(v) for v in a[:7]]
-    write(sys.argv[2], *ints, float(a[7]), a[8] == "1", a[9] == "1", float(a[10]))
+    return ints + [float(a[7]), a[8] == "1", a[9] == "1", float(a[10])]
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "write":
+        write(sys.argv[2], *model_args(sys.argv[3:]))
+    elif cmd == "folder":
+        folder(sys.argv[2], *model_args(sys.argv[3:]), int(sys.argv[14]))
+    elif cmd == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else None)
+    else:
+        raise SystemExit(f"unknown command {cmd}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/hf_folder.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/tasks.h"
@@ -239,6 +240,36 @@ TEST_F(Lm, TrainsALlamaEvaluatesSamplesAndInitialisesFromHuggingFaceNames) {
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   const double start = nlohmann::json::parse(slurp(dir_ + "/again/summary.json"))["final_val_loss"].get<double>();
   EXPECT_LT(start, 0.6) << "the Hugging Face-named weights did not load";
+
+  // A Hugging Face model folder (config.json and sharded safetensors) is the architecture, the
+  // size and the weights: no --model needed, and its [model] options are recorded.
+  const train::TrainerConfig c = train::load_run_config(dir_ + "/llama");
+  std::string plain = train_args("from_folder", 1);
+  const std::string sizes = "--model custom --layers 1 --dim 32 --heads 2 ";
+  plain.erase(plain.find(sizes), sizes.size());
+  const TensorMap saved = load_safetensors(dir_ + "/llama/model.safetensors").tensors;
+  const int64_t vocab = nlohmann::json::parse(slurp(dir_ + "/llama/task.json"))["vocab_size"].get<int64_t>();
+  nn::Llama run_model(train::llama_config(c.model, vocab));
+  run_model.load_state_dict(saved);
+  nn::save_hf_folder(run_model, dir_ + "/hf_folder", {.max_shard_bytes = 20'000});
+  ASSERT_TRUE(fs::exists(dir_ + "/hf_folder/model.safetensors.index.json"));
+  const auto from_folder = run_cli(plain + " --init-from " + dir_ + "/hf_folder");
+  ASSERT_EQ(from_folder.code, 0) << from_folder.output;
+  const double folder_start =
+      nlohmann::json::parse(slurp(dir_ + "/from_folder/summary.json"))["final_val_loss"].get<double>();
+  EXPECT_LT(folder_start, 0.6) << "the folder's weights did not load";
+  EXPECT_NE(slurp(dir_ + "/from_folder/config.toml").find("name = 'llama'\ncontext = 32\nlayers = 1\ndim = 32\n"),
+            std::string::npos);
+  // `fasttrain export --format hf` writes the same folder from the run: it starts the same.
+  const auto exported = run_cli("export --format hf --max-shard-size 20000 " + dir_ + "/llama " + dir_ + "/exported");
+  ASSERT_EQ(exported.code, 0) << exported.output;
+  for (const char* file : {"config.json", "model.safetensors.index.json"})
+    EXPECT_TRUE(fs::exists(dir_ + "/exported/" + file)) << file;
+  EXPECT_EQ(nn::read_hf_weights(dir_ + "/exported").size(), nn::read_hf_weights(dir_ + "/hf_folder").size());
+  EXPECT_EQ(nn::read_hf_config(dir_ + "/exported").llama.kv_heads, 1);
+  const auto refused = run_cli("export --format gguf " + dir_ + "/llama " + dir_ + "/x");
+  EXPECT_NE(refused.output.find("export: option --format: expected hf, found 'gguf'"), std::string::npos)
+      << refused.output;
 }
 
 // The Llama presets bring their sizes (a size flag is refused) and take --context as the window.

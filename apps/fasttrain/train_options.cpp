@@ -5,6 +5,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "fasttrain/hf_folder.h"
 #include "fasttrain/tasks.h"
 
 using namespace ft::train;
@@ -124,6 +125,29 @@ TrainerConfig resolve_train_config(const TrainOptions& o) {
   // Epochs alone size the run (Lightning's max_steps=-1): max_steps 0 becomes the steps they take.
   if ((given("max_epochs") || file_sets_max_epochs) && !given("max_steps") && !file_sets_max_steps && c.max_epochs > 0)
     c.max_steps = 0;
+  // A Hugging Face folder to start from is the architecture and size (as from_pretrained): the
+  // [model] options record it; --context sets the training window (at most its positions).
+  if (c.task == "lm" && is_hf_folder(c.model.init_from)) {
+    const nn::HfModelConfig h = nn::read_hf_config(c.model.init_from);
+    const bool llama = h.type == nn::HfModelType::Llama;
+    const char* name = llama ? "llama" : "custom";
+    FT_CHECK(!given("model") || c.model.name == name, "option --model: ", c.model.init_from, " holds a ",
+             llama ? "Llama" : "GPT-2", "; give --model ", name, " or leave --model out");
+    for (const char* size : {"layers", "dim", "heads", "kv_heads", "ffn_dim", "rope_theta"})
+      FT_CHECK(!given(size), "option --", dashed(size), ": the model of ", c.model.init_from,
+               " has its own size (its config.json)");
+    c.model.name = name;
+    if (llama) {
+      const nn::LlamaConfig& l = h.llama;
+      c.model.layers = l.layers, c.model.dim = l.dim, c.model.heads = l.heads, c.model.kv_heads = l.kv_heads;
+      c.model.ffn_dim = l.ffn_dim, c.model.rope_theta = l.rope_theta;
+      if (!given("context")) c.model.context = std::min<int64_t>(l.context, 2048);
+    } else {
+      c.model.layers = h.gpt.layers, c.model.dim = h.gpt.dim, c.model.heads = h.gpt.heads;
+      if (!given("context")) c.model.context = h.gpt.context;
+    }
+    return c;
+  }
   // lm: a preset model brings its own size; --layers/--dim/--heads/--context size --model custom.
   if (c.task == "lm" && is_gpt_preset(c.model.name)) {
     for (const char* size : {"layers", "dim", "heads", "context"})

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "fasttrain/hf_folder.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
@@ -48,7 +49,9 @@ nn::LlamaConfig llama_config(const ModelOptions& m, int64_t vocab_size);
 // The GPT of the char and lm tasks: context, layers, dim, heads and dropout from the config,
 // GPT-2 initialisation (also used by `fasttrain sample` and `fasttrain eval`).
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
-// The decoder c.model names: a Llama (is_llama) or make_gpt_model's GPT. ids [B, T] -> logits.
+// The decoder of the char and lm tasks, ids [B, T] -> logits: the architecture of the Hugging Face
+// folder --init-from names (its config.json), else a Llama (is_llama(c.model.name)), else
+// make_gpt_model's GPT.
 std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
 // Classification steps of the images and classify tasks, for any classifier of one's own too:
 // field 0 the input, field 1 the integer labels. The training step's loss is the mean
@@ -65,9 +68,19 @@ Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch);
 // Loads weights into a GPT from a .safetensors file (--init-from): fasttrain's layout or Hugging
 // Face GPT-2's (Conv1D [in, out] weights, with or without the "transformer." prefix).
 void load_gpt_weights(nn::GPT& model, const std::string& path);
-// Loads --init-from into the decoder: a GPT as load_gpt_weights; a Llama from a .safetensors file
-// with Hugging Face's names (a tied head's absent lm_head.weight is the embedding).
+// Whether --init-from names a Hugging Face model folder (a directory holding config.json).
+bool is_hf_folder(const std::string& init_from);
+// Loads --init-from into the decoder: a Hugging Face model folder (hf_folder.h: config.json and
+// safetensors, sharded or not; make_decoder built the model from its config.json); a GPT from a
+// .safetensors file as load_gpt_weights; a Llama from a .safetensors file with Hugging Face's
+// names (a tied head's absent lm_head.weight is the embedding).
 void load_decoder_weights(nn::UnaryModule& model, const std::string& path);
+
+// Writes the decoder of a char or lm run or checkpoint folder as a Hugging Face model folder
+// (hf_folder.h: config.json, safetensors sharded past options.max_shard_bytes, the index), plus the
+// run's tokenizer.json when its shards were made with one: what transformers' from_pretrained and
+// AutoTokenizer load. `fasttrain export --format hf`.
+void export_hf_folder(const std::string& run_dir, const std::string& out_dir, const nn::HfSaveOptions& options = {});
 
 struct SampleOptions {
   std::string prompt = "The ";

@@ -8,6 +8,7 @@
 
 #include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
+#include "fasttrain/hf_folder.h"
 #include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/tasks.h"
@@ -33,6 +34,18 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
 }
 
 std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  if (is_hf_folder(c.model.init_from)) {
+    // The folder's config.json is the architecture, as from_pretrained takes it: its vocabulary
+    // too, which must hold the tokenizer's.
+    const nn::HfModelConfig h = nn::read_hf_config(c.model.init_from);
+    const int64_t model_vocab = h.type == nn::HfModelType::Llama ? h.llama.vocab_size : h.gpt.vocab_size;
+    FT_CHECK(vocab_size <= model_vocab, "option init_from: ", c.model.init_from, " has a vocabulary of ", model_vocab,
+             " tokens, fewer than the data's ", vocab_size);
+    if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen);
+    nn::GPTConfig g = h.gpt;
+    g.dropout = c.model.dropout;
+    return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true);
+  }
   if (is_llama(c.model.name)) return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen);
   return make_gpt_model(c, vocab_size, gen);
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/autograd.h"
+#include "fasttrain/hf_folder.h"
 #include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/safetensors.h"
@@ -138,8 +139,10 @@ class LmModule : public TrainModule {
 void load_gpt_weights(nn::GPT& model, const std::string& path) { nn::load_gpt2_weights(model, path); }
 
 void load_decoder_weights(nn::UnaryModule& model, const std::string& path) {
-  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) return load_gpt_weights(*gpt, path);
+  auto* gpt = dynamic_cast<nn::GPT*>(&model);
+  if (gpt != nullptr) return is_hf_folder(path) ? nn::load_hf_folder(*gpt, path) : load_gpt_weights(*gpt, path);
   auto& llama = dynamic_cast<nn::Llama&>(model);
+  if (is_hf_folder(path)) return nn::load_hf_folder(llama, path);
   TensorMap weights = load_safetensors(path).tensors;
   const bool has_head =
       std::any_of(weights.begin(), weights.end(), [](const auto& w) { return w.first == "lm_head.weight"; });

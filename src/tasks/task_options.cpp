@@ -2,6 +2,7 @@
 // presets of the lm task, and the checks of [model] and [data] for the task that reads them.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "fasttrain/tasks.h"
 
@@ -13,6 +14,10 @@ bool is_llama_preset(const std::string& model) {
 }
 
 bool is_llama(const std::string& model) { return model == "llama" || is_llama_preset(model); }
+
+bool is_hf_folder(const std::string& init_from) {
+  return !init_from.empty() && std::filesystem::is_regular_file(std::filesystem::path(init_from) / "config.json");
+}
 
 void set_llama_preset(ModelOptions& m, bool keep_context) {
   const nn::LlamaConfig p = nn::LlamaConfig::preset(m.name);

@@ -146,9 +146,10 @@ TEST_F(TokenizerJson, IgnoreMergesKeepsAWordThatIsAToken) {
 
 TEST_F(TokenizerJson, AddedTokensAreFoundInTheTextFirst) {
   json j = make_tokenizer({{"a", "b"}});
-  j["added_tokens"] = {added_token(300, "<|end|>"), added_token(301, "<|end|>!!"), added_token(302, "<m>", true, true),
-                       added_token(303, "[R]", false, false, true, true),
-                       added_token(304, "<|end|>!", false, false, false, /*normalized=*/true)};
+  j["added_tokens"] =
+      json::array({added_token(300, "<|end|>"), added_token(301, "<|end|>!!"), added_token(302, "<m>", true, true),
+                   added_token(303, "[R]", false, false, true, true),
+                   added_token(304, "<|end|>!", false, false, false, /*normalized=*/true)});
   JsonTokenizer t = load(j);
   EXPECT_EQ(t.vocab_size(), 305);
   EXPECT_EQ(t.eos_token(), -1);
@@ -258,7 +259,7 @@ TEST_F(TokenizerJson, AGpt2StyleFileGivesGpt2TokenizersIds) {
 
 TEST_F(TokenizerJson, TemplateProcessingAddsBosAndNamesTheDocumentTokens) {
   json j = make_tokenizer({{"a", "b"}});
-  j["added_tokens"] = {added_token(300, "<|begin_of_text|>"), added_token(301, "<|end_of_text|>")};
+  j["added_tokens"] = json::array({added_token(300, "<|begin_of_text|>"), added_token(301, "<|end_of_text|>")});
   EXPECT_EQ(load(j).bos_token(), 300);  // by name
   EXPECT_EQ(load(j).eos_token(), 301);
   EXPECT_EQ(load(j).encode("ab", true), (std::vector<int32_t>{256}));
@@ -278,7 +279,7 @@ TEST_F(TokenizerJson, TemplateProcessingAddsBosAndNamesTheDocumentTokens) {
 
 TEST_F(TokenizerJson, DecodeInvertsEncodeOnAnyBytes) {
   json j = make_tokenizer({{"a", "b"}, {"\xC3", "\xA9"}});
-  j["added_tokens"] = {added_token(300, "<s>")};
+  j["added_tokens"] = json::array({added_token(300, "<s>")});
   j["pre_tokenizer"] = sequence({split("Regex", R"(\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+)", "Isolated")});
   JsonTokenizer t = load(j);
   std::mt19937 rng(3);
@@ -350,9 +351,12 @@ TEST_F(TokenizerJson, UnsupportedOrMalformedFilesNameTheFileAndField) {
   refused([](json& j) { j["model"]["vocab"].erase(written("\n")); },
           "model.vocab: expected a token for every byte (byte-level BPE), found none for byte 10");
   refused([](json& j) { j["model"]["vocab"]["zz"] = 3; }, "model.vocab: expected each id once, found id 3");
-  refused([](json& j) { j["added_tokens"] = {added_token(300, "x")}, j["added_tokens"][0]["single_word"] = true; },
-          "added_tokens[0].single_word: true is not supported");
-  refused([](json& j) { j["added_tokens"] = {added_token(-1, "x")}; },
+  refused(
+      [](json& j) {
+        j["added_tokens"] = json::array({added_token(300, "x")}), j["added_tokens"][0]["single_word"] = true;
+      },
+      "added_tokens[0].single_word: true is not supported");
+  refused([](json& j) { j["added_tokens"] = json::array({added_token(-1, "x")}); },
           "added_tokens[0].id: expected an id from 0 to 2^30 - 1, found -1");
   const std::string junk = file("junk.json");
   std::ofstream(junk) << "{\"model\": ";

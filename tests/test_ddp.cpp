@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/ddp.h"
+#include "fasttrain/ddp.h"
 #include "fasttrain/fasttrain.h"
 #include "support/mpi_job.h"
 #include "support/trainer_configs.h"

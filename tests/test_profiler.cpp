@@ -18,9 +18,9 @@
 #include "core/size_class.h"
 #include "fasttrain/fasttrain.h"
 #include "fasttrain/memory_history.h"
+#include "fasttrain/profile_run.h"
 #include "fasttrain/profiler.h"
 #include "support/trainer_configs.h"
-#include "train/profile_run.h"
 
 using namespace ft;
 namespace fs = std::filesystem;

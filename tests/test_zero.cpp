@@ -1,4 +1,4 @@
-// ZeRO stages 1, 2 and 3 (src/dist/zero.h): jobs of 2 and 3 ranks started with mpirun (as in
+// ZeRO stages 1, 2 and 3 (fasttrain/zero.h): jobs of 2 and 3 ranks started with mpirun (as in
 // test_ddp.cpp) against one process and against DDP, through tests/dist/ddp_worker; the shards'
 // bytes and the bytes communicated per step through tests/dist/zero_worker; and the strategies
 // and optimizers ZeRO refuses, in one process.
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/zero.h"
 #include "fasttrain/fasttrain.h"
+#include "fasttrain/zero.h"
 #include "support/expect_error.h"
 #include "support/linear_block.h"
 #include "support/mpi_job.h"

@@ -62,8 +62,11 @@
 // advisor, the tuner and the run report.
 #include "fasttrain/advisor.h"
 #include "fasttrain/memory_history.h"
+#include "fasttrain/profile_run.h"
 #include "fasttrain/profiler.h"
 #include "fasttrain/report.h"
 #include "fasttrain/tune.h"
 // Data-parallel jobs: the communicator (MPI when launched by mpirun or srun).
+#include "fasttrain/ddp.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/zero.h"

@@ -68,7 +68,7 @@ struct StepOptions {
 inline constexpr int64_t kGraphWarmupSteps = 3;
 
 // Gradient synchronisation between data-parallel replicas, called by StepRunner around each
-// micro-batch's backward and before clipping and the optimizer step (src/dist/ddp.h is DDP's).
+// micro-batch's backward and before clipping and the optimizer step (fasttrain/ddp.h is DDP's).
 class GradSync {
  public:
   virtual ~GradSync() = default;

@@ -32,7 +32,7 @@
 //
 // One step, with Ψ parameters (elements), K bytes of optimizer state per element (AdamW, f32:
 // 8), N ranks:
-//   stage 1: gradients all-reduced in DDP's buckets during backward (dist/ddp.h), each rank
+//   stage 1: gradients all-reduced in DDP's buckets during backward (ddp.h), each rank
 //            copies its shard's part; optimizer state per rank K Ψ / N; per-rank traffic of a
 //            ring: all-reduce 2Ψ + all-gather Ψ = 3Ψ (x (N-1)/N).
 //   stage 2: the full gradients reduce-scattered once backward ends: each rank receives only its
@@ -55,7 +55,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/ddp.h"
+#include "fasttrain/ddp.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"

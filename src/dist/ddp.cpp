@@ -1,6 +1,6 @@
 // DDP (ddp.h): gradient buckets filled by the post-accumulate-grad hooks and all-reduced on the
 // communicator's thread while backward goes on.
-#include "dist/ddp.h"
+#include "fasttrain/ddp.h"
 
 #include <algorithm>
 #include <unordered_set>

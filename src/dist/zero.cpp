@@ -5,7 +5,7 @@
 // block's parameters around its forward and backward; and the optimizer state moved between the
 // sharded and the unsharded layout, which is what lets a checkpoint saved at N ranks resume at
 // any other number of ranks.
-#include "dist/zero.h"
+#include "fasttrain/zero.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,17 +10,17 @@
 #include <map>
 #include <unordered_set>
 
-#include "dist/ddp.h"
-#include "dist/zero.h"
 #include "fasttrain/allocator.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
+#include "fasttrain/ddp.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/machine.h"
 #include "fasttrain/models.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/parallel.h"
-#include "train/profile_run.h"
+#include "fasttrain/profile_run.h"
+#include "fasttrain/zero.h"
 
 namespace ft::bench {
 

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "dist/zero.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/safetensors.h"
+#include "fasttrain/zero.h"
 #include "train/run_setup.h"
 #include "train/trainer_impl.h"
 

@@ -7,7 +7,7 @@
 // the same lane), FLOPs (op_flops.cpp) and bytes. Achieved GFLOP/s = FLOPs / self time; the
 // fraction of peak divides that by profiler::measured_peak_flops() for the run's precision: fp32
 // FMA, or for bf16 runs the fastest bf16 product the CPU has (profiler.h says how it is measured).
-#include "train/profile_run.h"
+#include "fasttrain/profile_run.h"
 
 #include "fasttrain/advisor.h"
 

@@ -9,15 +9,15 @@
 #include <utility>
 #include <vector>
 
-#include "dist/ddp.h"
-#include "dist/zero.h"
 #include "fasttrain/callbacks.h"
+#include "fasttrain/ddp.h"
 #include "fasttrain/device_prefetcher.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
+#include "fasttrain/zero.h"
 
 namespace ft::train {
 

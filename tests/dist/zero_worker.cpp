@@ -1,5 +1,5 @@
 // The program tests/test_zero.cpp starts under mpirun to measure ZeRO's memory and traffic
-// (src/dist/zero.h): a two-layer model of odd sizes (5 -> 7 -> 3: 56 weights in the decay group,
+// (fasttrain/zero.h): a two-layer model of odd sizes (5 -> 7 -> 3: 56 weights in the decay group,
 // 10 biases in the other, neither a multiple of 2 or 3; the first layer a block, stage 3's unit,
 // the second the root) trained 4 steps with AdamW and norm clipping through StepRunner and
 // dist::ZeroSharding. After the last step each rank writes <dir>/rank<R>.txt:
@@ -19,8 +19,8 @@
 #include <limits>
 #include <string>
 
-#include "dist/zero.h"
 #include "fasttrain/fasttrain.h"
+#include "fasttrain/zero.h"
 #include "support/linear_block.h"
 
 using namespace ft;

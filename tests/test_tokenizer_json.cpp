@@ -619,8 +619,10 @@ TEST_F(TokenizerJson, CliWritesShardsWithBosAndEosAroundEachDocument) {
       << wrong.output;
 }
 
-// End to end: a tokenizer.json -> `fasttrain data` -> `train --task lm` -> `sample`, which encodes
-// the prompt (after BOS, as every training document began) and decodes with the same tokenizer.
+// End to end: a tokenizer.json -> `fasttrain data` -> `train --task lm --model llama` (grouped-query
+// attention) -> `sample`, which encodes the prompt (after BOS, as every training document began)
+// and decodes with the same tokenizer -> `export --format hf`, which writes the tokenizer beside
+// the model.
 TEST_F(TokenizerJson, ShardsTrainAnLmAndSampleDecodesWithTheTokenizer) {
   // One sentence per document: each is written as BOS, the sentence, EOS.
   const char* sentences[] = {"the cat sat on the mat.", "a dog ran in the park.", "we like green tea."};
@@ -631,11 +633,12 @@ TEST_F(TokenizerJson, ShardsTrainAnLmAndSampleDecodesWithTheTokenizer) {
   auto r = ft::test::run_cli("data --tokenizer " + small_tokenizer() + " --input " + file("corpus.txt") + " --output " +
                              file("shards") + " --val-tokens 4000");
   ASSERT_EQ(r.code, 0) << r.output;
-  r = ft::test::run_cli("train --task lm --data '" + file("shards") + "/*_train_*.bin' --val-data '" + file("shards") +
-                        "/*_val_*.bin' --model custom --layers 1 --dim 32 --heads 2 --context 32 --batch-size 16 "
-                        "--max-steps 300 --warmup-steps 10 --lr 0.01 --eval-every 0 --threads 1 --progress false "
-                        "--run-dir " +
-                        file("run"));
+  r = ft::test::run_cli(
+      "train --task lm --data '" + file("shards") + "/*_train_*.bin' --val-data '" + file("shards") +
+      "/*_val_*.bin' --model llama --layers 1 --dim 32 --heads 2 --kv-heads 1 --context 32 --batch-size 16 "
+      "--max-steps 300 --warmup-steps 10 --lr 0.01 --eval-every 0 --threads 1 --progress false "
+      "--run-dir " +
+      file("run"));
   ASSERT_EQ(r.code, 0) << r.output;
   const json task = json::parse(slurp(file("run/task.json")));
   EXPECT_EQ(task["tokenizer"]["mode"], "tokenizer.json");
@@ -645,6 +648,10 @@ TEST_F(TokenizerJson, ShardsTrainAnLmAndSampleDecodesWithTheTokenizer) {
   r = ft::test::run_cli("sample --checkpoint " + file("run") + " --prompt 'the cat' --tokens 12 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("the cat sat on the mat.<|end_of_text|>", 0), 0u) << r.output;
+  r = ft::test::run_cli("export --format hf " + file("run") + " " + file("hf"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(slurp(file("hf/tokenizer.json")), slurp(small_tokenizer()));
+  EXPECT_EQ(json::parse(slurp(file("hf/config.json")))["num_key_value_heads"], 1);
 }
 
 // Llama 3's 128256 ids need uint32 shards; chunked reading (pieces cut at word boundaries) gives the

@@ -46,6 +46,9 @@ TensorMap read_hf_weights(const std::string& dir);
 // embedding padded). Checks everything before copying: a failed load changes nothing.
 void load_hf_folder(Llama& model, const std::string& dir);
 void load_hf_folder(GPT& model, const std::string& dir);
+// One .safetensors file in Hugging Face's Llama names into `model` (no config.json: the model's
+// own config is taken as the file's), the tied head completed as load_hf_folder does.
+void load_llama_weights(Llama& model, const std::string& safetensors_path);
 
 struct HfSaveOptions {
   // Past this many bytes of tensor data a new shard begins (transformers' max_shard_size; a

@@ -310,7 +310,7 @@ void complete_tied_head(TensorMap& w, const std::string& dir) {
   if (!embed) return;  // load_state_dict names what is missing
   if (Tensor* head = find(w, "lm_head.weight")) {
     FT_CHECK(bitwise_equal(*head, *embed), dir, ": \"lm_head.weight\" differs from \"model.embed_tokens.weight\", but ",
-             kConfigFile, " ties them (tie_word_embeddings true)");
+             "the model ties them (tie_word_embeddings true)");
     return;
   }
   w.emplace_back("lm_head.weight", *embed);
@@ -516,17 +516,25 @@ TensorMap read_hf_weights(const std::string& dir) {
   return read_shards(dir);
 }
 
-void load_hf_folder(Llama& model, const std::string& dir) {
-  check_same(config_of_type(dir, HfModelType::Llama).llama, model.config(), path_in(dir, kConfigFile));
-  TensorMap w = read_hf_weights(dir);
+// Weights in Hugging Face's names into a Llama; `source` (a folder or a file) names errors.
+void load_llama_state(Llama& model, TensorMap w, const std::string& source) {
   // Older checkpoints saved the rotary inverse frequencies as buffers; they follow from the config.
   std::erase_if(w, [](const auto& e) { return e.first.ends_with(".rotary_emb.inv_freq"); });
-  if (model.config().tie_embeddings) complete_tied_head(w, dir);
+  if (model.config().tie_embeddings) complete_tied_head(w, source);
   try {
     model.load_state_dict(w);
   } catch (const Error& e) {
-    FT_FAIL(dir, ": ", e.what());
+    FT_FAIL(source, ": ", e.what());
   }
+}
+
+void load_hf_folder(Llama& model, const std::string& dir) {
+  check_same(config_of_type(dir, HfModelType::Llama).llama, model.config(), path_in(dir, kConfigFile));
+  load_llama_state(model, read_hf_weights(dir), dir);
+}
+
+void load_llama_weights(Llama& model, const std::string& safetensors_path) {
+  load_llama_state(model, load_safetensors(safetensors_path).tensors, safetensors_path);
 }
 
 void load_hf_folder(GPT& model, const std::string& dir) {

@@ -143,21 +143,7 @@ void load_decoder_weights(nn::UnaryModule& model, const std::string& path) {
   if (gpt != nullptr) return is_hf_folder(path) ? nn::load_hf_folder(*gpt, path) : load_gpt_weights(*gpt, path);
   auto& llama = dynamic_cast<nn::Llama&>(model);
   if (is_hf_folder(path)) return nn::load_hf_folder(llama, path);
-  TensorMap weights = load_safetensors(path).tensors;
-  const bool has_head =
-      std::any_of(weights.begin(), weights.end(), [](const auto& w) { return w.first == "lm_head.weight"; });
-  // save_pretrained leaves a tied head out; the module lists it under both names.
-  if (llama.config().tie_embeddings && !has_head)
-    for (const auto& [name, t] : weights)
-      if (name == "model.embed_tokens.weight") {
-        weights.emplace_back("lm_head.weight", t);
-        break;
-      }
-  try {
-    llama.load_state_dict(weights);
-  } catch (const Error& e) {
-    FT_FAIL(path, ": ", e.what());
-  }
+  nn::load_llama_weights(llama, path);
 }
 
 BuiltinTask make_lm_task(const TrainerConfig& c) {

@@ -76,6 +76,26 @@ TEST(Bench, BigWorkloadsAtTheirCpuSizes) {
   EXPECT_LT(macs, 4.12e9);
 }
 
+TEST(Bench, LlamaWorkloadsAreBenchMdsShapes) {
+  // llama-mini: vocab 1000, context 256, 4 layers, width 256, 8 heads, 2 KV heads (head 32), MLP
+  // 688, untied head; smollm-135m at batch 1 x 1024 tokens with SmolLM-135M's published size.
+  Generator gen(0);
+  bench::Workload mini = bench::make_workload("llama-mini", 0, gen);
+  EXPECT_EQ(mini.batch, 8);
+  EXPECT_EQ(mini.inputs.shape(), Shape({8, 256}));
+  EXPECT_EQ(mini.item_unit, "tokens");
+  const int64_t d = 256, kv = 2 * 32, ffn = 688, V = 1000;
+  const int64_t block = 2 * d + d * d + 2 * d * kv + d * d + 3 * d * ffn;
+  EXPECT_EQ(mini.model->num_parameters(), 2 * V * d + 4 * block + d);
+  const double n = static_cast<double>(mini.model->num_parameters() - V * d);  // the untied embedding is a lookup
+  EXPECT_DOUBLE_EQ(bench::model_flops_per_step(mini), (6.0 * n + 12.0 * 4 * 256 * d) * 8 * 256);
+
+  bench::Workload smol = bench::make_workload("smollm-135m", 1, gen);
+  EXPECT_EQ(smol.inputs.shape(), Shape({1, 1024}));
+  EXPECT_EQ(smol.model->num_parameters(), 134'515'008);  // tied: every parameter multiplies
+  EXPECT_DOUBLE_EQ(bench::model_flops_per_step(smol), (6.0 * 134'515'008 + 12.0 * 30 * 1024 * 576) * 1024);
+}
+
 TEST(Bench, ModelFlopsCountConvolutionsAndLinearLayers) {
   Generator gen(0);
   bench::Workload mlp = bench::make_workload("mlp", 3, gen);

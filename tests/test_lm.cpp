@@ -289,7 +289,7 @@ TEST_F(Lm, LlamaPresetsBringTheirSizes) {
                                dir_ + "/mini");
   ASSERT_EQ(trained.code, 0) << trained.output;
   const std::string config = slurp(dir_ + "/mini/config.toml");
-  EXPECT_NE(config.find("\n[model]\nname = 'llama-mini'\ncontext = 64\nlayers = 4\ndim = 256\nheads = 4\n"
+  EXPECT_NE(config.find("\n[model]\nname = 'llama-mini'\ncontext = 64\nlayers = 4\ndim = 256\nheads = 8\n"
                         "kv_heads = 2\nffn_dim = 688\n"),
             std::string::npos)
       << config;

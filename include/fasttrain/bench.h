@@ -29,8 +29,9 @@ struct Workload {
 };
 
 // The workload names `fasttrain bench` accepts, in BENCH.md's order: mlp, cnn-mini, gpt-mini,
-// gpt2-124m, resnet50. The default batches are the peer's (BENCH.md's table: 256, 64, 16, 16,
-// 128); BENCH.md's CPU rows run the two big ones at --batch 1 (1024 tokens) and --batch 8.
+// gpt2-124m, resnet50, llama-mini, smollm-135m. The default batches are the peer's (BENCH.md's
+// table: 256, 64, 16, 16, 128, 8, 16); BENCH.md's CPU rows run gpt2-124m and smollm-135m at
+// --batch 1 (1024 tokens) and resnet50 at --batch 8.
 const std::vector<std::string>& workload_names();
 // Builds a workload with BENCH.md's model and default batch (batch 0) or the given one; the model's
 // weights and the batch are drawn from `gen`.
@@ -41,6 +42,8 @@ Workload make_workload(const std::string& name, int64_t batch, Generator& gen);
 //   head multiplies by it (2 V d per token forward). 6 = 2 (multiply-add) x 3 (forward, input
 //   gradient, weight gradient). 12 L T d is attention's two T x T x d products per layer (QK^T,
 //   PV), forward and backward, counted over the full T x T square as the convention does.
+// - Llama-family models: the same, with N every parameter but an untied token embedding (a
+//   lookup; a tied one is the head's product), and the attention term 12 L T (heads x head size).
 // - Other models: the multiply-adds of every convolution and linear layer, 2 x output elements x
 //   (input channels / groups x kernel area, or in_features), times 3 for the backward's two
 //   products. Counted on the autograd graph of a one-sample forward (eval mode, so BatchNorm's

@@ -135,7 +135,9 @@ LlamaConfig LlamaConfig::preset(const std::string& name) {
     c.ffn_dim = ffn, c.rope_theta = theta, c.tie_embeddings = tied;
     return c;
   };
-  if (name == "llama-mini") return make(512, 128, 4, 256, 4, 2, 688, 10000, true);
+  // llama-mini is BENCH.md's workload (and issue 42's test shape): gpt-mini's width with 8 heads
+  // sharing 2 key/value heads and an untied head.
+  if (name == "llama-mini") return make(1000, 256, 4, 256, 8, 2, 688, 10000, false);
   if (name == "smollm-135m") return make(49152, 2048, 30, 576, 9, 3, 1536, 10000, true);
   if (name == "smollm-360m") return make(49152, 2048, 32, 960, 15, 5, 2560, 10000, true);
   if (name == "tinyllama-1.1b") return make(32000, 2048, 22, 2048, 32, 4, 5632, 10000, false);

@@ -25,7 +25,8 @@
 namespace ft::bench {
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> names = {"mlp", "cnn-mini", "gpt-mini", "gpt2-124m", "resnet50"};
+  static const std::vector<std::string> names = {"mlp",      "cnn-mini",   "gpt-mini",   "gpt2-124m",
+                                                 "resnet50", "llama-mini", "smollm-135m"};
   return names;
 }
 
@@ -52,6 +53,15 @@ Workload make_workload(const std::string& name, int64_t batch, Generator& gen) {
     // all of them), so the logits, the head's FLOPs and the loss's range match it.
     if (name == "gpt2-124m") cfg.vocab_size = 50304;
     w.model = std::make_shared<nn::GPT>(cfg, &gen);
+    w.inputs = randint(0, cfg.vocab_size, {w.batch, cfg.context}, DType::I64, &gen);
+    w.targets = randint(0, cfg.vocab_size, {w.batch, cfg.context}, DType::I64, &gen);
+    w.items_per_sample = cfg.context;
+    w.item_unit = "tokens";
+  } else if (name == "llama-mini" || name == "smollm-135m") {
+    w.batch = batch ? batch : (name == "llama-mini" ? 8 : 16);
+    nn::LlamaConfig cfg = nn::LlamaConfig::preset(name);
+    if (name == "smollm-135m") cfg.context = 1024;  // BENCH.md's window: a quarter of its 2048 positions' cost
+    w.model = std::make_shared<nn::Llama>(cfg, &gen);
     w.inputs = randint(0, cfg.vocab_size, {w.batch, cfg.context}, DType::I64, &gen);
     w.targets = randint(0, cfg.vocab_size, {w.batch, cfg.context}, DType::I64, &gen);
     w.items_per_sample = cfg.context;
@@ -125,6 +135,16 @@ double model_flops_per_step(const Workload& w) {
     const double T = static_cast<double>(w.inputs.size(1));
     const double per_token = 6.0 * n + 12.0 * static_cast<double>(c.layers) * T * static_cast<double>(c.dim);
     return per_token * static_cast<double>(w.batch) * T;
+  }
+  if (auto* llama = dynamic_cast<nn::Llama*>(w.model.get())) {
+    const nn::LlamaConfig& c = llama->config();
+    // 6N per token over the parameters that multiply (an untied embedding is a lookup), plus the
+    // attention's two products counted over the whole T x T square as for GPT (PaLM's convention).
+    const int64_t lookup = c.tie_embeddings ? 0 : c.vocab_size * c.dim;
+    const double n = static_cast<double>(w.model->num_parameters() - lookup);
+    const double T = static_cast<double>(w.inputs.size(1));
+    const double attention = 12.0 * static_cast<double>(c.layers * c.heads * c.head_size()) * T;
+    return (6.0 * n + attention) * static_cast<double>(w.batch) * T;
   }
   const bool was_training = w.model->is_training();
   w.model->eval();

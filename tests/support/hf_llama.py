@@ -27,6 +27,14 @@ cat(freqs, freqs), Llama 3's frequency scaling, grouped-query attention by repea
       its shards, every name and shape strict, a tied head's lm_head.weight absent), runs it on the
       "ids" of the safetensors file IDS and writes {"logits"} to OUT. With MAX_SHARD_BYTES, also checks
       that the folder's files and index are those save_pretrained writes with that limit.
+  hf_llama.py train FOLDER BATCH STEPS LR CLIP PRECISION OUT
+      Loads FOLDER as `run` does and trains it STEPS steps on the "ids" and "targets" of BATCH as
+      the training-equivalence test does on the C++ side: zero grads to none, forward (under CPU
+      autocast to bf16 when PRECISION is bf16-mixed), f32 cross-entropy, backward,
+      clip_grad_norm_(CLIP), AdamW (lr LR, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the
+      matrices, none on the norms' weights, as Hugging Face's Trainer groups them). Writes OUT:
+      "losses" and "grad_norms" (before clipping) per step, and "logits" of the trained model on
+      the ids in f32.
 Exits with status 77 when torch is not installed.
 """
 import math
@@ -247,7 +255,7 @@ def from_config(c):
                             c.get("rms_norm_eps", 1e-6))
 
 
-def run(folder_path, ids_path, out, max_bytes):
+def load_folder(folder_path):
     config, state = hf_folder_torch.read_folder(folder_path)
     model = from_config(config)
     tied = config.get("tie_word_embeddings", False)
@@ -255,13 +263,44 @@ def run(folder_path, ids_path, out, max_bytes):
     if set(state) != expected:  # from_pretrained's strict check, a tied head's absence allowed
         raise SystemExit(f"{folder_path}: missing {sorted(expected - set(state))}, "
                          f"unexpected {sorted(set(state) - expected)}")
-    if max_bytes is not None:
-        hf_folder_torch.check_layout(folder_path, {k: state[k] for k in saved_state(model, tied)}, max_bytes)
     model.load_state_dict(state, strict=False)  # shapes checked; lm_head is the embedding when tied
+    return model, config, state
+
+
+def run(folder_path, ids_path, out, max_bytes):
+    model, config, state = load_folder(folder_path)
+    if max_bytes is not None:
+        tied = config.get("tie_word_embeddings", False)
+        hf_folder_torch.check_layout(folder_path, {k: state[k] for k in saved_state(model, tied)}, max_bytes)
     ids = safetensors_torch.read(ids_path, verify=False)[0]["ids"]
     with torch.no_grad():
         logits = model(ids)
     safetensors_torch.write(out, {"logits": logits}, {})
+
+
+def train(folder_path, batch_path, steps, lr, clip, precision, out):
+    model, _, _ = load_folder(folder_path)
+    batch = safetensors_torch.read(batch_path, verify=False)[0]
+    ids, targets = batch["ids"], batch["targets"]
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    norms = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": norms, "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    losses, grad_norms = [], []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            logits = model(ids)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+        loss.backward()
+        grad_norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        opt.step()
+        losses.append(float(loss))
+    with torch.no_grad():
+        logits = model(ids)
+    safetensors_torch.write(out, {"losses": torch.tensor(losses, dtype=torch.float64),
+                                  "grad_norms": torch.tensor(grad_norms, dtype=torch.float64),
+                                  "logits": logits}, {})
 
 
 def model_args(a):
@@ -277,6 +316,9 @@ def main():
         folder(sys.argv[2], *model_args(sys.argv[3:]), int(sys.argv[14]))
     elif cmd == "run":
         run(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]) if len(sys.argv) > 5 else None)
+    elif cmd == "train":
+        train(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), sys.argv[7],
+              sys.argv[8])
     else:
         raise SystemExit(f"unknown command {cmd}")
 

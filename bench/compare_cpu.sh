@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the CPU rows of shared/BENCH.md (mlp, cnn-mini, gpt-mini, gpt2-124m, resnet50 x fp32, bf16)
+# Runs the CPU rows of shared/BENCH.md (mlp, cnn-mini, gpt-mini, gpt2-124m, resnet50, llama-mini,
+# smollm-135m x fp32, bf16)
 # with `fasttrain bench` and with each fair PyTorch peer (bench/peer_env.sh: Debian 12's 1.13 with
 # the OpenMP OpenBLAS; Debian 13's 2.6 eager and torch.compile'd, where its root exists)
 # alternately, row by row, in one run. Prints, per row, the milliseconds per step of fasttrain and
@@ -11,11 +12,11 @@
 # line with its "error".
 # Usage: bench/compare_cpu.sh [build dir (default build/release)] [threads (default 2)]
 #                             [steps (default 10)] [rounds (default 1)] [jsonl out (default <build>/compare_cpu.jsonl)]
-# Rows: FT_BENCH_ROWS="workload[:precision] ..." picks them (default: all ten), e.g.
+# Rows: FT_BENCH_ROWS="workload[:precision] ..." picks them (default: all fourteen), e.g.
 #   FT_BENCH_ROWS="gpt-mini:bf16 resnet50" bench/compare_cpu.sh build/cpu 2 10 3
 # Peers: FT_PEERS="torch-1.13 torch-2.6 torch-2.6-compile" (the default) picks them;
 # FT_PEER_PYTHON=PATH runs one peer with that interpreter instead (a GPU machine's image).
-# The two big rows run at BENCH.md's CPU sizes (gpt2-124m --batch 1, i.e. 1024 tokens; resnet50
+# The big rows run at BENCH.md's CPU sizes (gpt2-124m and smollm-135m --batch 1, i.e. 1024 tokens; resnet50
 # --batch 8) with at most 3 timed steps after 1 warm-up (BENCH.md); a gpt2-124m fp32 step takes
 # seconds on 2 cores. FT_BENCH_CHANNELS_LAST=1 runs the convolutional rows channels-last on both
 # sides (--channels-last).
@@ -35,7 +36,7 @@ fasttrain="$build/fasttrain"
 # GNU time measures each side's max RSS; without it (a GPU machine's image) the RSS columns stay empty.
 timer=(/usr/bin/time -f %M -o)
 [ -x /usr/bin/time ] || { echo "compare_cpu.sh: /usr/bin/time not found (apt-get install time): no RSS figures" >&2; timer=(); }
-rows="${FT_BENCH_ROWS:-mlp cnn-mini gpt-mini gpt2-124m resnet50}"
+rows="${FT_BENCH_ROWS:-mlp cnn-mini gpt-mini gpt2-124m resnet50 llama-mini smollm-135m}"
 source "$here/peer_env.sh"
 fair_peers
 : >"$out"

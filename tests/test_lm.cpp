@@ -273,6 +273,38 @@ TEST_F(Lm, TrainsALlamaEvaluatesSamplesAndInitialisesFromHuggingFaceNames) {
 }
 
 // The Llama presets bring their sizes (a size flag is refused) and take --context as the window.
+// --batch-size auto and `fasttrain tune` on a Llama (issue 42): the finder's trial steps run the
+// Llama's forward and backward under the memory budget, a smaller budget finds a smaller batch;
+// tune's trials train it and write a run file that names the model.
+TEST_F(Lm, ALlamaFindsItsBatchSizeAndIsTuned) {
+  const std::string flags = "--task lm --data '" + dir_ + "/shards/tokens_000000.bin' --val-data '" + dir_ +
+                            "/shards/tokens_000001.bin' --model llama --layers 1 --dim 64 --heads 2 --kv-heads 1 "
+                            "--context 32 --max-steps 2 --eval-every 0 --threads 1 --tensorboard false ";
+  auto found = [&](const std::string& budget) -> int64_t {
+    const auto r = run_cli("train " + flags + "--batch-size auto --max-batch-size 512 --memory-limit " + budget +
+                           " --run-dir " + dir_ + "/auto" + budget);
+    EXPECT_EQ(r.code, 0) << r.output;
+    const size_t at = r.output.find("-> batch size ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << r.output;
+      return 0;
+    }
+    return std::stoll(r.output.substr(at + 14));
+  };
+  const int64_t roomy = found("24MiB"), tight = found("8MiB");
+  EXPECT_GE(tight, 2);
+  EXPECT_LT(tight, roomy);
+  EXPECT_NE(slurp(dir_ + "/auto8MiB/config.toml").find("batch_size = " + std::to_string(tight) + "\n"),
+            std::string::npos);
+
+  const auto tuned = run_cli("tune " + flags + "--budget 60s --trial-steps 3 --run-dir " + dir_ + "/tune");
+  ASSERT_EQ(tuned.code, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("trial 0 [start]"), std::string::npos) << tuned.output;
+  const std::string run_file = slurp(dir_ + "/tune/run.toml");
+  EXPECT_NE(run_file.find("name = 'llama'"), std::string::npos) << run_file;
+  EXPECT_NE(run_file.find("kv_heads = 1"), std::string::npos) << run_file;
+}
+
 TEST_F(Lm, LlamaPresetsBringTheirSizes) {
   auto r = run_cli("train --task lm --data x --val-data y --model smollm-135m --kv-heads 9");
   EXPECT_EQ(r.code, 2) << r.output;

@@ -170,6 +170,12 @@ class Engine {
     cv_.notify_all();
   }
   std::mutex& mutex() const { return m_; }
+  // Returns once nothing is queued or running (or the thread has stopped): a group's queued
+  // collectives use the group, which must outlive them.
+  void drain() {
+    std::unique_lock<std::mutex> lock(m_);
+    idle_.wait(lock, [&] { return stop_worker_ || (queue_.empty() && current_ == nullptr); });
+  }
   bool stopped() const { return stop_worker_; }
   // A group's MPI communicator, freed at finalize() (before MPI_Finalize; never while a
   // collective may use it).
@@ -265,6 +271,7 @@ class Engine {
       std::lock_guard<std::mutex> lock(m_);
       stop_worker_ = stop_watchdog_ = true;
       cv_.notify_all();
+      idle_.notify_all();
     }
     if (worker_.joinable()) worker_.join();
     if (watchdog_.joinable()) watchdog_.join();
@@ -330,6 +337,8 @@ class MpiCommunicator : public Communicator {
     debug_ = parent.debug_;
     engine_->keep_locked(comm_);
   }
+
+  ~MpiCommunicator() override { engine_->drain(); }
 
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }

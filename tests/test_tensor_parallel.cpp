@@ -88,6 +88,19 @@ TEST(TensorParallel, LayoutsThatCannotWorkAreRefusedOnEveryRankWithTheNumbers) {
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
 
+TEST(TensorParallel, TheDebugModeComparesCollectivesWithinEachGroup) {
+  // Tensor group {2, 3}: world rank 3 reduces 2 elements, rank 2 one. The comparison runs among
+  // that group's ranks and fails on both, naming the group and each rank's world rank.
+  const test::CliRun r = run_command(mpirun(4) + FT_TP_WORKER + " debug");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("error: collectives differ across ranks (dist_debug) of the tensor group"), std::string::npos)
+      << r.output;
+  for (const char* what : {"rank 0 (world rank 2): collective #1: all_reduce of 1 f32 elements (sum)",
+                           "rank 1 (world rank 3): collective #1: all_reduce of 2 f32 elements (sum)"})
+    EXPECT_NE(r.output.find(what), std::string::npos) << what << "\n" << r.output;
+  EXPECT_EQ(r.output.find("did not complete within"), std::string::npos) << r.output;
+}
+
 TEST(TensorParallel, ARankThatFailsEndsTheJob) {
   // Rank 1 throws in step 3: abort_job ends every rank at once, with its message.
   const test::CliRun f = run_command(mpirun(2) + FT_TP_WORKER + " fail 1 3");

@@ -9,6 +9,8 @@
 //                    cross-entropy's gradient against f64 finite differences; shard/unshard
 //   gpt              a tensor-parallel GPT against the single-process one built from the same
 //                    generator: the gathered weights (bit for bit), logits, loss and gradients
+//   debug            --dist-debug per group: with tp 2, world rank 3 all-reduces 2 elements in its
+//                    tensor group where rank 2 reduces 1; the other tensor group agrees
 //   refuse TP PP HEADS  catches the layout error on every rank and prints it ("rank R refused: ...")
 //   fail RANK STEP   a GPT trained with tp = world; RANK throws in step STEP (the job must end)
 //   hang RANK STEP   RANK stops communicating in step STEP (dist_timeout 3 s must end the job)
@@ -279,6 +281,17 @@ int gpt() {
   return 0;
 }
 
+int debug() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  world->set_timeout(120);  // the comparison must fail long before
+  const dist::ProcessGroups& g = dist::process_groups(2, 1);
+  for (const auto& c : {g.world, g.tensor, g.data, g.pipeline}) c->set_debug(true);
+  Tensor t = ones({g.world->rank() == 3 ? 2 : 1});
+  g.tensor->all_reduce(t, dist::ReduceOp::Sum);
+  g.data->barrier();  // the groups that agreed go on; {2, 3} fails on both ranks
+  return 0;
+}
+
 int refuse(int tp, int pp, int64_t heads) {
   try {
     const dist::ProcessGroups& g = dist::process_groups(tp, pp);
@@ -316,7 +329,7 @@ int train_gpt(int who, int step, bool hang) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|refuse|fail|hang ...\n");
+    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|debug|refuse|fail|hang ...\n");
     return 2;
   }
   try {
@@ -327,6 +340,7 @@ int main(int argc, char** argv) {
     if (mode == "groups") groups(arg(1), arg(2));
     if (mode == "layers") layers();
     if (mode == "gpt") gpt();
+    if (mode == "debug") debug();
     if (mode == "refuse") return refuse(arg(1), arg(2), arg(3));
     if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
     if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());

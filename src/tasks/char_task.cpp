@@ -58,18 +58,16 @@ std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vo
     const int64_t model_vocab = h.type == nn::HfModelType::Llama ? h.llama.vocab_size : h.gpt.vocab_size;
     FT_CHECK(vocab_size <= model_vocab, "option init_from: ", c.model.init_from, " has a vocabulary of ", model_vocab,
              " tokens, fewer than the data's ", vocab_size);
-    FT_CHECK(h.type != nn::HfModelType::Llama || c.dist.tp == 1,
-             "option tp: tensor parallelism is built for GPT so "
-             "far, not for ",
-             c.model.init_from, "'s Llama");
+    // A Hugging Face folder is loaded whole (load_hf_folder): not cut into tensor-parallel parts yet.
+    FT_CHECK(c.dist.tp == 1, "option init_from: a Hugging Face folder (", c.model.init_from,
+             ") with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; convert it to a safetensors file");
     if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen);
     nn::GPTConfig g = h.gpt;
     g.dropout = c.model.dropout;
     return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
   }
-  FT_CHECK(!is_llama(c.model.name) || c.dist.tp == 1, "option tp: tensor parallelism is built for GPT so far, not for ",
-           c.model.name);
-  if (is_llama(c.model.name)) return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen);
+  if (is_llama(c.model.name))
+    return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c));
   return make_gpt_model(c, vocab_size, gen);
 }
 

@@ -93,7 +93,7 @@ void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
     nn::Module& model = module->model();
     FT_CHECK(dist::tensor_group_of(model) != nullptr, "option tp: ", c.dist.tp,
              " tensor-parallel ranks, but the model (", model.type_name(),
-             ") has no tensor-parallel layers (built for GPT so far)");
+             ") has no tensor-parallel layers (built for GPT and Llama)");
     FT_CHECK(dist::zero_stage(c.dist.strategy) == 0, "option strategy: ", name_of(c.dist.strategy),
              " with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; use ddp over the data groups");
     // DDP over this rank's data group: the replicas of the same parts of the model.

@@ -11,7 +11,9 @@
 //                    generator: the gathered weights (bit for bit), logits, loss and gradients
 //   debug            --dist-debug per group: with tp 2, world rank 3 all-reduces 2 elements in its
 //                    tensor group where rank 2 reduces 1; the other tensor group agrees
-//   refuse TP PP HEADS  catches the layout error on every rank and prints it ("rank R refused: ...")
+//   llama            the same for a Llama (grouped-query attention; tied and untied head)
+//   refuse TP PP HEADS [KV]  catches the layout error on every rank and prints it ("rank R
+//                    refused: ..."); with KV a Llama of HEADS heads and KV key/value heads
 //   fail RANK STEP   a GPT trained with tp = world; RANK throws in step STEP (the job must end)
 //   hang RANK STEP   RANK stops communicating in step STEP (dist_timeout 3 s must end the job)
 #include <chrono>
@@ -281,6 +283,62 @@ int gpt() {
   return 0;
 }
 
+// The split model against the whole one built from the same generator: gathered weights (bit for
+// bit), this rank's logits, the loss and every gradient.
+template <class Model, class Config>
+void compare_split(const Config& cfg, int64_t vocab, const std::shared_ptr<dist::Communicator>& tp) {
+  Generator a(11), b(11);
+  Model whole(cfg, &a), split(cfg, &b, tp);
+  const TensorMap gathered = dist::gather_tensor_parallel_state(split), reference = whole.state_dict();
+  if (gathered.size() != reference.size()) fail("gathered state: " + std::to_string(gathered.size()) + " tensors");
+  for (size_t i = 0; i < std::min(gathered.size(), reference.size()); ++i) {
+    if (gathered[i].first != reference[i].first) fail("gathered state: name " + gathered[i].first);
+    expect_close(gathered[i].second, reference[i].second, 0, "initial weight " + reference[i].first);
+  }
+  Generator data(3);
+  const Tensor ids = randint(0, vocab, {4, 16}, DType::I64, &data);
+  const Tensor targets = randint(0, vocab, {4, 16}, DType::I64, &data);
+  const Tensor logits = whole(ids);
+  const Tensor loss = cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}));
+  loss.backward();
+  const Tensor part = split(ids);
+  expect_close(part, logits.narrow(2, split.vocab_start(), part.size(2)), 1e-5, "logits");
+  const Tensor lp = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                       split.vocab_start(), split.vocab_group());
+  lp.backward();
+  expect_close(lp, loss, 1e-6, "loss");
+  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(split);
+  std::map<std::string, Tensor> want;
+  for (const auto& [name, p] : whole.named_parameters()) want[name] = p.grad();
+  for (const auto& [name, p] : split.named_parameters()) {
+    const auto it = shards.find(name);
+    const Tensor grad = it == shards.end() ? p.grad() : dist::unshard_tensor(p.grad(), it->second, *tp);
+    expect_close(grad, want.at(name), 2e-5, "gradient of " + name);
+  }
+}
+
+nn::LlamaConfig small_llama(int64_t heads, int64_t kv_heads, bool tied) {
+  nn::LlamaConfig c;
+  c.vocab_size = 64;
+  c.context = 16;
+  c.layers = 2;
+  c.dim = 32;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn_dim = 64;
+  c.tie_embeddings = tied;
+  c.attention_bias = !tied;  // Qwen2's q, k, v biases on the untied variant
+  return c;
+}
+
+int llama() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const std::shared_ptr<dist::Communicator> tp = dist::process_groups(world->world_size(), 1).tensor;
+  // 8 query heads sharing 4 key/value heads: every rank keeps whole groups.
+  for (bool tied : {true, false}) compare_split<nn::Llama>(small_llama(8, 4, tied), 64, tp);
+  return 0;
+}
+
 int debug() {
   const std::shared_ptr<dist::Communicator> world = dist::world();
   world->set_timeout(120);  // the comparison must fail long before
@@ -292,10 +350,14 @@ int debug() {
   return 0;
 }
 
-int refuse(int tp, int pp, int64_t heads) {
+int refuse(int tp, int pp, int64_t heads, int64_t kv_heads) {
   try {
     const dist::ProcessGroups& g = dist::process_groups(tp, pp);
-    nn::GPT model(small_gpt(heads, 100), nullptr, true, g.tensor);
+    if (kv_heads > 0) {
+      nn::Llama model(small_llama(heads, kv_heads, true), nullptr, g.tensor);
+    } else {
+      nn::GPT model(small_gpt(heads, 100), nullptr, true, g.tensor);
+    }
     std::printf("rank %d: accepted\n", g_rank);
   } catch (const Error& e) {
     std::printf("rank %d refused: %s\n", g_rank, e.what());
@@ -329,7 +391,7 @@ int train_gpt(int who, int step, bool hang) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|debug|refuse|fail|hang ...\n");
+    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|debug|refuse|fail|hang ...\n");
     return 2;
   }
   try {
@@ -341,7 +403,8 @@ int main(int argc, char** argv) {
     if (mode == "layers") layers();
     if (mode == "gpt") gpt();
     if (mode == "debug") debug();
-    if (mode == "refuse") return refuse(arg(1), arg(2), arg(3));
+    if (mode == "llama") llama();
+    if (mode == "refuse") return refuse(arg(1), arg(2), arg(3), args.size() > 4 ? arg(4) : 0);
     if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
     if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());
     std::fflush(stdout);

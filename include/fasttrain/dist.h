@@ -24,7 +24,9 @@ std::span<const NamedValue<Strategy>> option_names(Strategy);  // names.h: ddp, 
 // The ZeRO stage of a strategy: 0 (DDP), 1, 2 or 3 (zero3 and fsdp).
 int zero_stage(Strategy strategy);
 
-enum class ReduceOp { Sum, Avg };
+// Max: the element-wise maximum (tensor parallelism's cross-entropy takes the largest logit of
+// the whole vocabulary from every rank's part of it).
+enum class ReduceOp { Sum, Avg, Max };
 
 // A collective in flight. wait() returns once its result is in the output tensor (and rethrows
 // an error the collective met); the output must not be read or written before.
@@ -37,7 +39,10 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 // Collectives over contiguous CPU tensors. Every rank must issue the same collectives, with the
-// same sizes and dtypes, in the same order (as with MPI and NCCL). The asynchronous forms queue
+// same sizes and dtypes, in the same order (as with MPI and NCCL). A communicator spans a group
+// of the job's processes: the world, or a sub-group made by split() (process_groups.h: the
+// tensor-, data- and pipeline-parallel groups), and every collective runs over the group of the
+// communicator it is issued on. The asynchronous forms queue
 // the collective on the communicator's own thread and return at once, so callers overlap it
 // with computation; collectives run in the order they were issued. Reductions take f32, f64, i32
 // and i64 tensors; broadcast and all_gather take any dtype (they move bytes).
@@ -49,6 +54,18 @@ class Communicator {
   virtual int local_rank() const = 0;       // rank among the processes of this machine
   virtual int local_size() const = 0;       // processes of this job on this machine
   virtual std::string backend() const = 0;  // "mpi" or "single"
+  // "world" for the job's communicator, the name given to split() for a sub-group ("tensor",
+  // "data", "pipeline"); error messages name the group.
+  virtual std::string name() const = 0;
+  // The world rank of this group's rank `r` (the identity on the world).
+  virtual int world_rank(int r) const = 0;
+
+  // A communicator over the ranks of this one that pass the same `color` (MPI_Comm_split), ranked
+  // by `key`. A collective of this communicator: every rank calls it, in the same order as the
+  // others. Sub-groups share the world's communication thread and watchdog (so collectives of all
+  // groups run in the order this process issued them, and the timeout covers them all) and take
+  // its debug setting; each keeps its own sequence numbers and byte count.
+  virtual std::shared_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
 
   // `t` on every rank becomes `root`'s `t`.
   virtual WorkPtr broadcast_async(const Tensor& t, int root) = 0;
@@ -60,6 +77,12 @@ class Communicator {
   // `output` (world_size x n elements) becomes every rank's `input` (n elements), in rank order.
   virtual WorkPtr all_gather_async(const Tensor& input, const Tensor& output) = 0;
   virtual WorkPtr barrier_async() = 0;
+  // Point to point (for pipeline stages): `t` to rank `peer` of this group, or `t` filled from it.
+  // They run on the communication thread in issue order like the collectives, and a send may
+  // not complete before the peer's matching recv is posted: two ranks must not both send first
+  // (order them, e.g. the earlier stage sends first). Not compared by the debug mode.
+  virtual WorkPtr send_async(const Tensor& t, int peer) = 0;
+  virtual WorkPtr recv_async(const Tensor& t, int peer) = 0;
 
   void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   void all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
@@ -68,12 +91,15 @@ class Communicator {
   }
   void all_gather(const Tensor& input, const Tensor& output) { all_gather_async(input, output)->wait(); }
   void barrier() { barrier_async()->wait(); }
+  void send(const Tensor& t, int peer) { send_async(t, peer)->wait(); }
+  void recv(const Tensor& t, int peer) { recv_async(t, peer)->wait(); }
 
   // Payload bytes of the collectives issued so far (each collective counts its input tensor's
   // bytes once), for accounting in tests and benchmarks.
   virtual int64_t bytes_issued() const = 0;
   // A collective that has not completed after this many seconds aborts the whole job, naming
   // itself and this rank (a peer that died or diverged must not hang the others). 0: never.
+  // One setting for the world and every group split from it.
   virtual void set_timeout(double seconds) = 0;
   // Debug mode: before each collective the ranks exchange what they are about to run (its
   // sequence number, kind, dtype, element count and root or reduction), and a collective that

@@ -69,4 +69,6 @@
 // Data-parallel jobs: the communicator (MPI when launched by mpirun or srun).
 #include "fasttrain/ddp.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/process_groups.h"
+#include "fasttrain/tensor_parallel.h"
 #include "fasttrain/zero.h"

@@ -10,6 +10,7 @@
 #include "fasttrain/nn.h"
 #include "fasttrain/ops/rotary.h"
 #include "fasttrain/safetensors.h"
+#include "fasttrain/tensor_parallel.h"
 
 namespace ft::nn {
 
@@ -46,11 +47,24 @@ struct GPTConfig {
 // [B, T, vocab_size]: no padded class ever gets probability (loss, evaluation, sampling all see
 // the real vocabulary only), the loss equals that of an unpadded model with the same weights, and
 // the padding rows' gradient is exactly zero.
-class GPT : public UnaryModule {
+//
+// Tensor parallelism (tensor_parallel.h): built with a tensor group of t > 1 ranks, each rank holds
+// its part of the model under the same names: c_attn column-parallel by heads (q, k and v each),
+// c_fc column-parallel, both c_proj row-parallel, the (padded) embedding and tied head split by
+// vocabulary rows; layer norms, wpe and the row-parallel biases replicated. The parts are cut from
+// the single-process model initialised with the same generator, so the t ranks together hold
+// exactly its weights (gather_tensor_parallel_state returns them). forward then returns this
+// rank's columns of the logits (VocabParallelOutput): [B, T, its real vocabulary rows]. Refused
+// unless heads and the padded vocabulary divide by t and every rank holds a real vocabulary row.
+class GPT : public UnaryModule, public dist::VocabParallelOutput {
  public:
-  explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false);
-  // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size]
+  explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false,
+               std::shared_ptr<dist::Communicator> tensor_group = nullptr);
+  // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size] (with a tensor group:
+  // this rank's columns of them)
   Tensor forward(const Tensor& ids) override;
+  std::shared_ptr<dist::Communicator> vocab_group() const override { return tp_; }
+  int64_t vocab_start() const override;
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return cfg_; }
   int64_t padded_vocab() const { return padded_vocab_; }  // rows of the embedding
@@ -64,8 +78,10 @@ class GPT : public UnaryModule {
  private:
   GPTConfig cfg_;
   int64_t padded_vocab_;
-  std::shared_ptr<Module> transformer_;  // holds wte, wpe, h (ModuleList of blocks), ln_f
-  std::shared_ptr<Linear> lm_head_;
+  std::shared_ptr<Module> transformer_;     // holds wte, wpe, h (ModuleList of blocks), ln_f
+  std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group
+  Tensor head_weight_;                      // lm_head's weight: the (local) embedding
+  std::shared_ptr<dist::Communicator> tp_;  // null: one process holds the whole model
 };
 
 // --- the Llama family: Llama 2/3, SmolLM, TinyLlama, Qwen2-style decoders ---
@@ -101,19 +117,32 @@ struct LlamaConfig {
 // rotary embeddings on q and k (HF's rotate_half layout) and kv_heads K/V heads shared by groups
 // of query heads; the gated MLP down(silu(gate(x)) * up(x)); final RMSNorm; the head, tied to the
 // embedding or its own. The blocks are CheckpointableBlocks.
-class Llama : public UnaryModule {
+//
+// Tensor parallelism (tensor_parallel.h), as GPT's: with a tensor group of t > 1 ranks q_proj,
+// k_proj and v_proj are column-parallel by heads (rank r: query heads [r H/t, (r+1) H/t) and the
+// key/value heads their groups share, [r KV/t, (r+1) KV/t)), gate_proj and up_proj column-parallel,
+// o_proj and down_proj row-parallel, the embedding and the head (tied or not) split by vocabulary
+// rows; the norms replicated. The parts are cut from the single-process model built with the same
+// generator; forward returns this rank's vocabulary columns of the logits. Refused unless heads,
+// kv_heads, ffn_dim and vocab_size divide by t.
+class Llama : public UnaryModule, public dist::VocabParallelOutput {
  public:
-  explicit Llama(const LlamaConfig& cfg, Generator* gen = nullptr);
-  // ids [B, T] integer in [0, vocab_size), T <= context -> logits [B, T, vocab_size]
+  explicit Llama(const LlamaConfig& cfg, Generator* gen = nullptr,
+                 std::shared_ptr<dist::Communicator> tensor_group = nullptr);
+  // ids [B, T] integer in [0, vocab_size), T <= context -> logits [B, T, vocab_size] (with a
+  // tensor group: this rank's columns of them)
   Tensor forward(const Tensor& ids) override;
+  std::shared_ptr<dist::Communicator> vocab_group() const override { return tp_; }
+  int64_t vocab_start() const override;
   std::string type_name() const override { return "Llama"; }
   const LlamaConfig& config() const { return cfg_; }
   void set_activation_checkpointing(bool on);
 
  private:
   LlamaConfig cfg_;
-  std::shared_ptr<Module> model_;  // embed_tokens, layers, norm
-  std::shared_ptr<Linear> lm_head_;
+  std::shared_ptr<Module> model_;           // embed_tokens, layers, norm
+  std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group
+  std::shared_ptr<dist::Communicator> tp_;  // null: one process holds the whole model
 };
 
 // --- GPT-2 weight files: ours and Hugging Face's ---

@@ -235,8 +235,14 @@ struct CheckpointOptions {
 // backward); "zero1" (optimizer state sharded over the ranks), "zero2" (gradients too), "zero3"
 // or its alias "fsdp" (parameters too, gathered block by block for forward and backward).
 // batch_size is per rank: the global batch is batch_size x ranks.
+// Model parallelism (process_groups.h, tensor_parallel.h): tp ranks split each layer (Megatron-LM's
+// tensor parallelism), pp ranks would hold consecutive stages of blocks (not built yet: pp must be
+// 1), and the world / (tp x pp) data-parallel replicas use the strategy above; the global batch is
+// then batch_size x (world / (tp x pp)).
 struct DistOptions {
   dist::Strategy strategy = dist::Strategy::Ddp;
+  int64_t tp = 1;             // --tp: tensor-parallel ranks (adjacent world ranks)
+  int64_t pp = 1;             // --pp: pipeline stages (1: pipeline parallelism is not built yet)
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double timeout = 300;       // --dist-timeout: seconds a collective may wait before the job is aborted (0: never)
   bool debug = false;         // --dist-debug: compare every collective across ranks first (dist.h set_debug)
@@ -453,6 +459,10 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
   dist("strategy", c.dist.strategy,
        "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
        "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank");
+  dist("tp", c.dist.tp,
+       "tensor-parallel ranks: each GPT block's heads and MLP and the vocabulary split over this many adjacent ranks "
+       "(Megatron-LM); the world size must be a multiple of tp x pp; data parallel over world / (tp x pp)");
+  dist("pp", c.dist.pp, "pipeline-parallel stages (only 1 for now: pipeline parallelism is not built yet)");
   dist("bucket_cap_mb", c.dist.bucket_cap_mb,
        "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
   dist("dist_timeout", c.dist.timeout,

@@ -22,11 +22,21 @@ class DoneWork : public Work {
 
 class SingleProcessCommunicator : public Communicator {
  public:
+  explicit SingleProcessCommunicator(std::string name = "world") : name_(std::move(name)) {}
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   int local_rank() const override { return 0; }
   int local_size() const override { return 1; }
   std::string backend() const override { return "single"; }
+  std::string name() const override { return name_; }
+  int world_rank(int r) const override {
+    FT_CHECK(r == 0, name_, ": expected rank 0 in a group of one process, found ", r);
+    return 0;
+  }
+  // Every group of a world of one is that one process.
+  std::shared_ptr<Communicator> split(int, int, const std::string& name) override {
+    return std::make_shared<SingleProcessCommunicator>(name);
+  }
   WorkPtr broadcast_async(const Tensor& t, int root) override {
     FT_CHECK(root == 0, "broadcast: expected root 0 in a world of one process, found ", root);
     check_cpu_contiguous(t, "broadcast");
@@ -47,6 +57,13 @@ class SingleProcessCommunicator : public Communicator {
     return done();
   }
   WorkPtr barrier_async() override { return done(); }
+  // No peer to talk to: a pipeline of one stage never sends (a send to itself would wait forever).
+  WorkPtr send_async(const Tensor&, int peer) override {
+    FT_FAIL("send: a group of one process has no peer (rank ", peer, " asked for)");
+  }
+  WorkPtr recv_async(const Tensor&, int peer) override {
+    FT_FAIL("recv: a group of one process has no peer (rank ", peer, " asked for)");
+  }
   int64_t bytes_issued() const override { return 0; }
   void set_timeout(double) override {}
   void set_debug(bool) override {}  // one rank: nothing to disagree with
@@ -63,6 +80,7 @@ class SingleProcessCommunicator : public Communicator {
              ": expected input and output of the same size and dtype in a world of one process, found ", whole.numel(),
              " ", dtype_name(whole.dtype()), " and ", part.numel(), " ", dtype_name(part.dtype()));
   }
+  std::string name_;
 };
 
 int env_int(const char* name) {

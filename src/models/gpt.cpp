@@ -1,5 +1,6 @@
 // GPT-2 (pre-norm blocks, fused qkv, tanh-GELU MLP, tied head) with Hugging Face's module names,
 // and the conversions to and from Hugging Face's GPT-2 weight files.
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -10,15 +11,31 @@
 namespace ft::nn {
 namespace {
 
+using dist::Communicator;
+
 class GPT2MLP : public UnaryModule {
  public:
-  GPT2MLP(int64_t dim, double dropout, Generator* gen) : dropout_(dropout) {
+  // With a tensor group (of more than one rank): c_fc column-parallel, c_proj row-parallel.
+  GPT2MLP(int64_t dim, double dropout, Generator* gen, const std::shared_ptr<Communicator>& tp) : dropout_(dropout) {
+    if (tp) {
+      tp_fc_ = register_module("c_fc", std::make_shared<dist::ColumnParallelLinear>(dim, 4 * dim, true, tp));
+      tp_proj_ = register_module("c_proj", std::make_shared<dist::RowParallelLinear>(4 * dim, dim, true, tp));
+      tp_ = tp;
+      return;
+    }
     c_fc = register_module("c_fc", std::make_shared<Linear>(dim, 4 * dim, true, gen));
     c_proj = register_module("c_proj", std::make_shared<Linear>(4 * dim, dim, true, gen));
   }
   // c_proj(gelu(c_fc(x))) as one op (gelu_mlp: the GELU rides in the products' epilogues on CUDA);
   // c_fc and c_proj keep their parameters and names, and the work shows under this module's span.
+  // Split: this rank's 4C / t hidden features through the same op (f before it, no second bias),
+  // then g sums the ranks' parts and the bias is added once.
   Tensor forward(const Tensor& x) override {
+    if (tp_) {
+      const Tensor part = gelu_mlp(dist::copy_to_tensor_group(x, tp_), tp_fc_->weight, tp_fc_->bias, tp_proj_->weight,
+                                   Tensor(), GeluApprox::Tanh);
+      return ft::dropout(add(dist::reduce_from_tensor_group(part, tp_), tp_proj_->bias), dropout_, training_);
+    }
     const Tensor y = gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, GeluApprox::Tanh);
     return ft::dropout(y, dropout_, training_);
   }
@@ -27,15 +44,23 @@ class GPT2MLP : public UnaryModule {
 
  private:
   double dropout_;
+  std::shared_ptr<Communicator> tp_;
+  std::shared_ptr<dist::ColumnParallelLinear> tp_fc_;
+  std::shared_ptr<dist::RowParallelLinear> tp_proj_;
 };
 
 class GPT2Block : public CheckpointableBlock {
  public:
-  GPT2Block(const GPTConfig& cfg, Generator* gen) {
+  GPT2Block(const GPTConfig& cfg, Generator* gen, const std::shared_ptr<Communicator>& tp) {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.dim));
-    attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, gen));
+    if (tp) {
+      attn = register_module("attn",
+                             std::make_shared<dist::ParallelCausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, tp));
+    } else {
+      attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, gen));
+    }
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.dim));
-    mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen));
+    mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen, tp));
   }
   Tensor block_forward(const Tensor& x) override {
     // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm).
@@ -44,25 +69,33 @@ class GPT2Block : public CheckpointableBlock {
   }
   std::string type_name() const override { return "GPT2Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
-  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<UnaryModule> attn;  // CausalSelfAttention, or its heads on this rank
   std::shared_ptr<GPT2MLP> mlp;
 };
 
 // The "transformer" submodule of Hugging Face's GPT2LMHeadModel.
 class GPT2Model : public Module {
  public:
-  GPT2Model(const GPTConfig& cfg, int64_t padded_vocab, Generator* gen) {
-    wte = register_module("wte", std::make_shared<Embedding>(padded_vocab, cfg.dim, gen));
+  GPT2Model(const GPTConfig& cfg, int64_t padded_vocab, Generator* gen, const std::shared_ptr<Communicator>& tp) {
+    if (tp) {
+      auto split = register_module("wte", std::make_shared<dist::VocabParallelEmbedding>(padded_vocab, cfg.dim, tp));
+      wte = split, wte_weight = split->weight;
+    } else {
+      auto whole = register_module("wte", std::make_shared<Embedding>(padded_vocab, cfg.dim, gen));
+      wte = whole, wte_weight = whole->weight;
+    }
     wpe = register_module("wpe", std::make_shared<Embedding>(cfg.context, cfg.dim, gen));
     h = register_module("h", std::make_shared<ModuleList>());
     for (int64_t i = 0; i < cfg.layers; ++i) {
-      blocks.push_back(std::make_shared<GPT2Block>(cfg, gen));
+      blocks.push_back(std::make_shared<GPT2Block>(cfg, gen, tp));
       h->push_back(blocks.back());
     }
     ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.dim));
   }
   std::string type_name() const override { return "GPT2Model"; }
-  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<UnaryModule> wte;  // Embedding, or VocabParallelEmbedding (this rank's rows)
+  Tensor wte_weight;
+  std::shared_ptr<Embedding> wpe;
   std::shared_ptr<ModuleList> h;
   std::vector<std::shared_ptr<GPT2Block>> blocks;  // h's entries, typed, for the forward loop
   std::shared_ptr<LayerNorm> ln_f;
@@ -90,15 +123,40 @@ GPTConfig GPTConfig::preset(const std::string& name) {
           "\"; known: gpt-mini, gpt2 (gpt2-124m), gpt2-medium, gpt2-large");
 }
 
-GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling) : cfg_(cfg) {
+GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::shared_ptr<Communicator> tensor_group)
+    : cfg_(cfg) {
   FT_CHECK(cfg.vocab_size > 0 && cfg.context > 0 && cfg.layers > 0 && cfg.dim > 0 && cfg.heads > 0,
            "GPT: vocab_size, context, layers, dim and heads must be positive, found ", cfg.vocab_size, ", ",
            cfg.context, ", ", cfg.layers, ", ", cfg.dim, ", ", cfg.heads);
   FT_CHECK(cfg.dim % cfg.heads == 0, "GPT: width ", cfg.dim, " is not a multiple of the number of heads ", cfg.heads);
   FT_CHECK(cfg.dropout >= 0 && cfg.dropout < 1, "GPT: dropout must be in [0, 1), found ", cfg.dropout);
   padded_vocab_ = (cfg.vocab_size + 63) / 64 * 64;  // GEMM-friendly head width (50257 -> 50304)
-  transformer_ = register_module("transformer", std::make_shared<GPT2Model>(cfg, padded_vocab_, gen));
-  lm_head_ = register_module("lm_head", std::make_shared<Linear>(body(transformer_).wte->weight));
+  if (tensor_group && tensor_group->world_size() > 1) {
+    // Checked before anything communicates, from numbers every rank has: all refuse alike.
+    const int t = tensor_group->world_size();
+    FT_CHECK(cfg.heads % t == 0, "tensor parallelism: GPT's ", cfg.heads,
+             " attention heads are not divisible by tp = ", t);
+    FT_CHECK(padded_vocab_ % t == 0, "tensor parallelism: GPT's vocabulary of ", cfg.vocab_size,
+             " tokens (embedding padded to ", padded_vocab_, " rows) is not divisible by tp = ", t);
+    FT_CHECK(cfg.vocab_size > (t - 1) * (padded_vocab_ / t), "tensor parallelism: GPT's vocabulary of ", cfg.vocab_size,
+             " tokens leaves the last of tp = ", t, " ranks (embedding rows ", (t - 1) * (padded_vocab_ / t), " to ",
+             padded_vocab_ - 1, ") only padding rows; use fewer tp ranks");
+    tp_ = std::move(tensor_group);
+    // The single-process model, initialised exactly as one process would (same generator, same
+    // order of draws); this rank keeps its parts. Costs the whole model's memory once, at start.
+    const GPT whole(cfg, gen, gpt2_residual_scaling);
+    // Its layers' own initialisation draws from a scratch generator (overwritten below), so the
+    // default generator (dropout's) is left as one process leaves it.
+    Generator scratch(0);
+    transformer_ = register_module("transformer", std::make_shared<GPT2Model>(cfg, padded_vocab_, &scratch, tp_));
+    head_weight_ = body(transformer_).wte_weight;
+    lm_head_ = register_module("lm_head", std::make_shared<dist::ColumnParallelLinear>(head_weight_, tp_));
+    load_state_dict(dist::shard_tensor_parallel_state(whole.state_dict(), *this));
+    return;
+  }
+  transformer_ = register_module("transformer", std::make_shared<GPT2Model>(cfg, padded_vocab_, gen, nullptr));
+  head_weight_ = body(transformer_).wte_weight;
+  lm_head_ = register_module("lm_head", std::make_shared<Linear>(head_weight_));
 
   // GPT-2 initialisation (BENCH.md): every Linear and Embedding weight ~ N(0, 0.02), zero biases.
   const double res_std = gpt2_residual_scaling ? 0.02 / std::sqrt(2.0 * cfg.layers) : 0.02;
@@ -114,6 +172,8 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling) : cfg
   }
 }
 
+int64_t GPT::vocab_start() const { return tp_ ? tp_->rank() * (padded_vocab_ / tp_->world_size()) : 0; }
+
 Tensor GPT::forward(const Tensor& ids) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "GPT: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
@@ -121,9 +181,10 @@ Tensor GPT::forward(const Tensor& ids) {
   const int64_t T = ids.size(1);
   FT_CHECK(T >= 1 && T <= cfg_.context, "GPT: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
   const bool padded = padded_vocab_ != cfg_.vocab_size;
-  if (padded) {
+  if (padded || tp_) {
     // The embedding's own check stops at its padded size; an id in the padding is no token. On a
     // GPU the check runs there: nothing waits for it (the error comes at the next synchronisation).
+    // (A vocabulary-parallel embedding gives zeros for an id no rank holds: checked here too.)
     check_index_range(ids, cfg_.vocab_size, [v = cfg_.vocab_size](int64_t id, int64_t) {
       return detail::concat("GPT: token id ", id, " is out of range for a vocabulary of ", v,
                             " (the embedding's rows past it are padding)");
@@ -135,12 +196,20 @@ Tensor GPT::forward(const Tensor& ids) {
   x = dropout(x, cfg_.dropout, training_);
   for (auto& block : tr.blocks) x = (*block)(x);
   x = (*tr.ln_f)(x);
+  if (tp_) {
+    // This rank's real vocabulary rows [vocab_start, vocab_start + n) of its part of the head
+    // (the rest is padding): its columns of the logits. f: the gradient of x is the sum of every
+    // rank's columns' contributions.
+    const int64_t rows = padded_vocab_ / tp_->world_size();
+    const int64_t real = std::min(rows, cfg_.vocab_size - vocab_start());
+    return linear(dist::copy_to_tensor_group(x, tp_), head_weight_.narrow(0, 0, real));
+  }
   if (!padded) return (*lm_head_)(x);
   // Only the real vocabulary's rows make logits: the padding classes are absent rather than
   // masked, so no consumer (cross-entropy, label smoothing, evaluation, sampling) can give them
   // probability, and the head's GEMM skips them. The rows are a contiguous view of the embedding;
   // its backward leaves the padding rows' gradient zero.
-  return linear(x, lm_head_->weight.narrow(0, 0, cfg_.vocab_size));
+  return linear(x, head_weight_.narrow(0, 0, cfg_.vocab_size));
 }
 
 void GPT::set_activation_checkpointing(bool on) {
@@ -243,7 +312,9 @@ GptWeightLayout load_gpt2_weights(GPT& model, const std::string& safetensors_pat
   SafetensorsFile f = load_safetensors(safetensors_path);
   const GptWeightLayout layout = detect_gpt2_layout(f.tensors);
   try {
-    model.load_state_dict(layout == GptWeightLayout::HuggingFace ? gpt2_from_hf_state(f.tensors, model) : f.tensors);
+    // A tensor-parallel model takes its parts of the whole file.
+    model.load_state_dict(dist::shard_tensor_parallel_state(
+        layout == GptWeightLayout::HuggingFace ? gpt2_from_hf_state(f.tensors, model) : f.tensors, model));
   } catch (const Error& e) {
     FT_FAIL(safetensors_path, " (", layout == GptWeightLayout::HuggingFace ? "Hugging Face" : "fasttrain",
             " GPT-2 layout): ", e.what());

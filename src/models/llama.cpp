@@ -38,10 +38,25 @@ class RopeCache {
   std::vector<Entry> entries_;
 };
 
+using dist::Communicator;
+
 class LlamaAttention : public UnaryModule {
  public:
-  LlamaAttention(const LlamaConfig& c, RopeCache* rope, Generator* gen)
-      : heads_(c.heads), kv_heads_(c.kv_heads), head_dim_(c.head_size()), rope_(rope) {
+  LlamaAttention(const LlamaConfig& c, RopeCache* rope, Generator* gen, const std::shared_ptr<Communicator>& tp)
+      : heads_(c.heads), kv_heads_(c.kv_heads), head_dim_(c.head_size()), rope_(rope), tp_(tp) {
+    if (tp) {
+      // This rank's query heads and the key/value heads they share (heads / t of each).
+      heads_ /= tp->world_size(), kv_heads_ /= tp->world_size();
+      auto column = [&](const char* name, int64_t out) {
+        return register_module(name, std::make_shared<dist::ColumnParallelLinear>(c.dim, out, c.attention_bias, tp));
+      };
+      tp_q_ = column("q_proj", c.heads * head_dim_);
+      tp_k_ = column("k_proj", c.kv_heads * head_dim_);
+      tp_v_ = column("v_proj", c.kv_heads * head_dim_);
+      tp_o_ =
+          register_module("o_proj", std::make_shared<dist::RowParallelLinear>(c.heads * head_dim_, c.dim, false, tp));
+      return;
+    }
     q_proj = register_module("q_proj", std::make_shared<Linear>(c.dim, heads_ * head_dim_, c.attention_bias, gen));
     k_proj = register_module("k_proj", std::make_shared<Linear>(c.dim, kv_heads_ * head_dim_, c.attention_bias, gen));
     v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, kv_heads_ * head_dim_, c.attention_bias, gen));
@@ -54,40 +69,74 @@ class LlamaAttention : public UnaryModule {
     // rotary_embedding works on [B, T, H, D], the projections' own layout; attention reads the
     // [B, H, T, D] transposed views without a copy. K and V keep their kv_heads heads: attention
     // shares each among its group of query heads.
-    auto heads_of = [&](Linear& proj, int64_t h) { return proj(x).view({B, T, h, head_dim_}); };
-    const Tensor q = rotary_embedding(heads_of(*q_proj, heads_), cos, sin).transpose(1, 2);
-    const Tensor k = rotary_embedding(heads_of(*k_proj, kv_heads_), cos, sin).transpose(1, 2);
-    const Tensor v = heads_of(*v_proj, kv_heads_).transpose(1, 2);
-    const Tensor y = scaled_dot_product_attention(q, k, v, /*causal=*/true);
-    return (*o_proj)(y.transpose(1, 2).reshape({B, T, heads_ * head_dim_}));
+    Tensor q, k, v;
+    if (tp_) {
+      // One f for the three projections: the input's gradient is all-reduced once, not thrice.
+      const Tensor in = dist::copy_to_tensor_group(x, tp_);
+      auto heads_of = [&](const dist::ColumnParallelLinear& proj, int64_t h) {
+        return linear(in, proj.weight, proj.bias).view({B, T, h, head_dim_});
+      };
+      q = rotary_embedding(heads_of(*tp_q_, heads_), cos, sin).transpose(1, 2);
+      k = rotary_embedding(heads_of(*tp_k_, kv_heads_), cos, sin).transpose(1, 2);
+      v = heads_of(*tp_v_, kv_heads_).transpose(1, 2);
+    } else {
+      auto heads_of = [&](Linear& proj, int64_t h) { return proj(x).view({B, T, h, head_dim_}); };
+      q = rotary_embedding(heads_of(*q_proj, heads_), cos, sin).transpose(1, 2);
+      k = rotary_embedding(heads_of(*k_proj, kv_heads_), cos, sin).transpose(1, 2);
+      v = heads_of(*v_proj, kv_heads_).transpose(1, 2);
+    }
+    const Tensor y =
+        scaled_dot_product_attention(q, k, v, /*causal=*/true).transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+    return tp_ ? (*tp_o_)(y) : (*o_proj)(y);
   }
   std::string type_name() const override { return "LlamaAttention"; }
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
 
  private:
-  int64_t heads_, kv_heads_, head_dim_;
+  int64_t heads_, kv_heads_, head_dim_;  // with a tensor group: this rank's heads
   RopeCache* rope_;
+  std::shared_ptr<Communicator> tp_;
+  std::shared_ptr<dist::ColumnParallelLinear> tp_q_, tp_k_, tp_v_;
+  std::shared_ptr<dist::RowParallelLinear> tp_o_;
 };
 
 class LlamaMLP : public UnaryModule {
  public:
-  LlamaMLP(const LlamaConfig& c, Generator* gen) {
+  LlamaMLP(const LlamaConfig& c, Generator* gen, const std::shared_ptr<Communicator>& tp) : tp_(tp) {
+    if (tp) {
+      tp_gate_ =
+          register_module("gate_proj", std::make_shared<dist::ColumnParallelLinear>(c.dim, c.ffn_dim, false, tp));
+      tp_up_ = register_module("up_proj", std::make_shared<dist::ColumnParallelLinear>(c.dim, c.ffn_dim, false, tp));
+      tp_down_ = register_module("down_proj", std::make_shared<dist::RowParallelLinear>(c.ffn_dim, c.dim, false, tp));
+      return;
+    }
     gate_proj = register_module("gate_proj", std::make_shared<Linear>(c.dim, c.ffn_dim, false, gen));
     up_proj = register_module("up_proj", std::make_shared<Linear>(c.dim, c.ffn_dim, false, gen));
     down_proj = register_module("down_proj", std::make_shared<Linear>(c.ffn_dim, c.dim, false, gen));
   }
-  Tensor forward(const Tensor& x) override { return (*down_proj)(silu_mul((*gate_proj)(x), (*up_proj)(x))); }
+  Tensor forward(const Tensor& x) override {
+    if (tp_) {  // this rank's ffn_dim / t features (one f for gate and up), summed by down's g
+      const Tensor in = dist::copy_to_tensor_group(x, tp_);
+      return (*tp_down_)(silu_mul(linear(in, tp_gate_->weight), linear(in, tp_up_->weight)));
+    }
+    return (*down_proj)(silu_mul((*gate_proj)(x), (*up_proj)(x)));
+  }
   std::string type_name() const override { return "LlamaMLP"; }
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
+
+ private:
+  std::shared_ptr<Communicator> tp_;
+  std::shared_ptr<dist::ColumnParallelLinear> tp_gate_, tp_up_;
+  std::shared_ptr<dist::RowParallelLinear> tp_down_;
 };
 
 class LlamaDecoderLayer : public CheckpointableBlock {
  public:
-  LlamaDecoderLayer(const LlamaConfig& c, RopeCache* rope, Generator* gen) {
+  LlamaDecoderLayer(const LlamaConfig& c, RopeCache* rope, Generator* gen, const std::shared_ptr<Communicator>& tp) {
     input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
-    self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, rope, gen));
+    self_attn = register_module("self_attn", std::make_shared<LlamaAttention>(c, rope, gen, tp));
     post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
-    mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, gen));
+    mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, gen, tp));
   }
   Tensor block_forward(const Tensor& x) override {
     // h = x + attn(input_layernorm(x)) and its norm in one pass (add_rms_norm).
@@ -103,18 +152,26 @@ class LlamaDecoderLayer : public CheckpointableBlock {
 // The "model" submodule of Hugging Face's LlamaForCausalLM; it owns the rotary tables.
 class LlamaModel : public Module {
  public:
-  LlamaModel(const LlamaConfig& c, Generator* gen) : rope(c) {
-    embed_tokens = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.dim, gen));
+  LlamaModel(const LlamaConfig& c, Generator* gen, const std::shared_ptr<Communicator>& tp) : rope(c) {
+    if (tp) {
+      auto split =
+          register_module("embed_tokens", std::make_shared<dist::VocabParallelEmbedding>(c.vocab_size, c.dim, tp));
+      embed_tokens = split, embed_weight = split->weight;
+    } else {
+      auto whole = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.dim, gen));
+      embed_tokens = whole, embed_weight = whole->weight;
+    }
     layers = register_module("layers", std::make_shared<ModuleList>());
     for (int64_t i = 0; i < c.layers; ++i) {
-      blocks.push_back(std::make_shared<LlamaDecoderLayer>(c, &rope, gen));
+      blocks.push_back(std::make_shared<LlamaDecoderLayer>(c, &rope, gen, tp));
       layers->push_back(blocks.back());
     }
     norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
   }
   std::string type_name() const override { return "LlamaModel"; }
   RopeCache rope;
-  std::shared_ptr<Embedding> embed_tokens;
+  std::shared_ptr<UnaryModule> embed_tokens;  // Embedding, or VocabParallelEmbedding (this rank's rows)
+  Tensor embed_weight;
   std::shared_ptr<ModuleList> layers;
   std::vector<std::shared_ptr<LlamaDecoderLayer>> blocks;  // layers' entries, typed
   std::shared_ptr<RMSNorm> norm;
@@ -171,12 +228,36 @@ int64_t LlamaConfig::num_parameters() const {
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + layers * per_layer + dim;
 }
 
-Llama::Llama(const LlamaConfig& cfg, Generator* gen) : cfg_(cfg) {
+Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicator> tensor_group) : cfg_(cfg) {
   cfg.validate();
-  model_ = register_module("model", std::make_shared<LlamaModel>(cfg, gen));
+  if (tensor_group && tensor_group->world_size() > 1) {
+    // Checked before anything communicates, from numbers every rank has: all refuse alike.
+    const int t = tensor_group->world_size();
+    FT_CHECK(cfg.heads % t == 0, "tensor parallelism: Llama's ", cfg.heads,
+             " attention heads are not divisible by tp = ", t);
+    FT_CHECK(cfg.kv_heads % t == 0, "tensor parallelism: Llama's ", cfg.kv_heads,
+             " key/value heads are not divisible by tp = ", t);
+    FT_CHECK(cfg.ffn_dim % t == 0, "tensor parallelism: Llama's MLP width (ffn_dim) ", cfg.ffn_dim,
+             " is not divisible by tp = ", t);
+    FT_CHECK(cfg.vocab_size % t == 0, "tensor parallelism: Llama's vocabulary of ", cfg.vocab_size,
+             " tokens is not divisible by tp = ", t);
+    tp_ = std::move(tensor_group);
+    // The single-process model, initialised exactly as one process would; this rank keeps its
+    // parts (GPT's scheme). The split layers' own initialisation draws from a scratch generator.
+    const Llama whole(cfg, gen);
+    Generator scratch(0);
+    model_ = register_module("model", std::make_shared<LlamaModel>(cfg, &scratch, tp_));
+    lm_head_ = register_module("lm_head",
+                               cfg.tie_embeddings
+                                   ? std::make_shared<dist::ColumnParallelLinear>(body(model_).embed_weight, tp_)
+                                   : std::make_shared<dist::ColumnParallelLinear>(cfg.dim, cfg.vocab_size, false, tp_));
+    load_state_dict(dist::shard_tensor_parallel_state(whole.state_dict(), *this));
+    return;
+  }
+  model_ = register_module("model", std::make_shared<LlamaModel>(cfg, gen, nullptr));
   LlamaModel& m = body(model_);
   lm_head_ =
-      register_module("lm_head", cfg.tie_embeddings ? std::make_shared<Linear>(m.embed_tokens->weight)
+      register_module("lm_head", cfg.tie_embeddings ? std::make_shared<Linear>(m.embed_weight)
                                                     : std::make_shared<Linear>(cfg.dim, cfg.vocab_size, false, gen));
   // Hugging Face's LlamaPreTrainedModel._init_weights: Linear and Embedding weights ~ N(0,
   // initializer_range), zero biases; the norms' weights stay ones.
@@ -191,6 +272,8 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen) : cfg_(cfg) {
   }
 }
 
+int64_t Llama::vocab_start() const { return tp_ ? tp_->rank() * (cfg_.vocab_size / tp_->world_size()) : 0; }
+
 Tensor Llama::forward(const Tensor& ids) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "Llama: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
@@ -198,6 +281,11 @@ Tensor Llama::forward(const Tensor& ids) {
   const int64_t T = ids.size(1);
   FT_CHECK(T >= 1 && T <= cfg_.context, "Llama: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
   LlamaModel& m = body(model_);
+  // A vocabulary-parallel embedding gives zeros for an id no rank holds: refused here instead.
+  if (tp_)
+    check_index_range(ids, cfg_.vocab_size, [v = cfg_.vocab_size](int64_t id, int64_t) {
+      return detail::concat("Llama: token id ", id, " is out of range for a vocabulary of ", v);
+    });
   Tensor x = (*m.embed_tokens)(ids);
   for (auto& block : m.blocks) x = (*block)(x);
   return (*lm_head_)((*m.norm)(x));

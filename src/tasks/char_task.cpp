@@ -11,6 +11,7 @@
 #include "fasttrain/hf_folder.h"
 #include "fasttrain/models.h"
 #include "fasttrain/ops.h"
+#include "fasttrain/process_groups.h"
 #include "fasttrain/tasks.h"
 #include "train/seeds.h"
 
@@ -19,8 +20,24 @@ namespace ft::train {
 Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch) {
   Tensor logits = model(batch.fields[0]);
   const int64_t v = logits.size(-1);
+  // A tensor-parallel model's logits are this rank's vocabulary columns: the loss is formed
+  // across the tensor group without gathering them.
+  const auto* split = dynamic_cast<const dist::VocabParallelOutput*>(&model);
+  if (split != nullptr && split->vocab_group() != nullptr)
+    return dist::vocab_parallel_cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}),
+                                              split->vocab_start(), split->vocab_group());
   return cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}));
 }
+
+namespace {
+
+// The tensor group a model of this run is split over (null without --tp).
+std::shared_ptr<dist::Communicator> tensor_group(const TrainerConfig& c) {
+  if (c.dist.tp == 1) return nullptr;
+  return dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).tensor;
+}
+
+}  // namespace
 
 std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
@@ -30,7 +47,7 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
   g.dim = c.model.dim;
   g.heads = c.model.heads;
   g.dropout = c.model.dropout;
-  return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true);
+  return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
 }
 
 std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
@@ -41,12 +58,16 @@ std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vo
     const int64_t model_vocab = h.type == nn::HfModelType::Llama ? h.llama.vocab_size : h.gpt.vocab_size;
     FT_CHECK(vocab_size <= model_vocab, "option init_from: ", c.model.init_from, " has a vocabulary of ", model_vocab,
              " tokens, fewer than the data's ", vocab_size);
+    // A Hugging Face folder is loaded whole (load_hf_folder): not cut into tensor-parallel parts yet.
+    FT_CHECK(c.dist.tp == 1, "option init_from: a Hugging Face folder (", c.model.init_from,
+             ") with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; convert it to a safetensors file");
     if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen);
     nn::GPTConfig g = h.gpt;
     g.dropout = c.model.dropout;
-    return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true);
+    return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
   }
-  if (is_llama(c.model.name)) return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen);
+  if (is_llama(c.model.name))
+    return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c));
   return make_gpt_model(c, vocab_size, gen);
 }
 

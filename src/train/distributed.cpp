@@ -89,6 +89,24 @@ void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm
 }
 
 void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
+  if (tensor) {
+    nn::Module& model = module->model();
+    FT_CHECK(dist::tensor_group_of(model) != nullptr, "option tp: ", c.dist.tp,
+             " tensor-parallel ranks, but the model (", model.type_name(),
+             ") has no tensor-parallel layers (built for GPT and Llama)");
+    FT_CHECK(dist::zero_stage(c.dist.strategy) == 0, "option strategy: ", name_of(c.dist.strategy),
+             " with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; use ddp over the data groups");
+    // DDP over this rank's data group: the replicas of the same parts of the model.
+    std::unique_ptr<GradSync> replicas;
+    if (world() > 1) {
+      dist::broadcast_module(model, *comm);
+      dist::DdpOptions o;
+      o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
+      replicas = std::make_unique<dist::DataParallel>(model, comm, o);
+    }
+    tp_sync = std::make_unique<dist::TensorParallelSync>(model, tensor, std::move(replicas));
+    return;
+  }
   if (world() == 1) return;
   // Replicas start equal whatever seed initialised them, before the optimizer takes copies.
   dist::broadcast_module(module->model(), *comm);
@@ -111,6 +129,80 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
   o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
   zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
   return zero->make_shard_optimizer();
+}
+
+void Trainer::Impl::save_model(const std::string& path) const {
+  const nn::Module& model = module->model();
+  if (!tensor) {
+    if (rank0()) model.save(path);
+    return;
+  }
+  const TensorMap whole = dist::gather_tensor_parallel_state(model);  // with the tensor group
+  if (rank0()) save_safetensors(path, whole, {{"format", "pt"}});     // as Module::save
+}
+
+namespace {
+
+// The parameter an optimizer state tensor "<group>.<index>.<state>" belongs to, with its split.
+struct StateOwner {
+  Tensor param;
+  dist::TensorShard shard;
+};
+
+std::vector<std::pair<std::string, StateOwner>> state_owners(const optim::Optimizer& optimizer, const nn::Module& model,
+                                                             const TensorMap& state) {
+  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(model);
+  std::map<const TensorImpl*, dist::TensorShard> by_tensor;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const auto it = shards.find(name);
+    if (it != shards.end()) by_tensor[p.impl()] = it->second;
+  }
+  std::vector<std::pair<std::string, StateOwner>> out;
+  for (const auto& [key, t] : state) {
+    StateOwner owner;
+    const size_t a = key.find('.'), b = a == std::string::npos ? a : key.find('.', a + 1);
+    if (b != std::string::npos) {
+      const size_t g = std::stoul(key.substr(0, a)), i = std::stoul(key.substr(a + 1, b - a - 1));
+      const auto& groups = optimizer.param_groups();
+      if (g < groups.size() && i < groups[g].params.size()) {
+        owner.param = groups[g].params[i];
+        const auto it = by_tensor.find(owner.param.impl());
+        if (it != by_tensor.end()) owner.shard = it->second;
+      }
+    }
+    out.emplace_back(key, owner);
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorMap Trainer::Impl::whole_optimizer_state() const {
+  TensorMap state = optimizer->state_tensors();
+  if (!tensor) return state;
+  // Per-element state (Adam's moments) has its parameter's shape and is split as it is; scalars
+  // (step counts) are the same on every rank. Every rank of the group holds the same keys.
+  const auto owners = state_owners(*optimizer, module->model(), state);
+  for (size_t k = 0; k < state.size(); ++k) {
+    const StateOwner& o = owners[k].second;
+    Tensor& t = state[k].second;
+    if (o.shard.sharded() && o.param.defined() && t.shape() == o.param.shape())
+      t = dist::unshard_tensor(t, o.shard, *tensor);
+  }
+  return state;
+}
+
+TensorMap Trainer::Impl::split_optimizer_state(const TensorMap& whole) const {
+  if (!tensor) return whole;
+  TensorMap state = whole;
+  const auto owners = state_owners(*optimizer, module->model(), state);
+  for (size_t k = 0; k < state.size(); ++k) {
+    const StateOwner& o = owners[k].second;
+    Tensor& t = state[k].second;
+    if (o.shard.sharded() && o.param.defined() && t.shape() != o.param.shape() && t.dim() == o.param.dim())
+      t = dist::shard_tensor(t, o.shard, tensor->rank(), tensor->world_size());
+  }
+  return state;
 }
 
 namespace {
@@ -158,6 +250,7 @@ SafetensorsFile Trainer::Impl::load_optimizer_state(const std::string& dir, cons
     state.tensors = zero->shard_state_from_full(state.tensors);
     state.metadata = zero->shard_metadata_from_full(state.metadata);
   }
+  if (tensor) state.tensors = split_optimizer_state(state.tensors);
   return state;
 }
 
@@ -172,7 +265,7 @@ data::IterableDatasetPtr Trainer::Impl::rank_stream(data::IterableDatasetPtr str
 }
 
 std::string Trainer::Impl::agreed(const std::string& rank0_value) const {
-  return world() == 1 ? rank0_value : dist::broadcast_string(*comm, rank0_value);
+  return job->world_size() == 1 ? rank0_value : dist::broadcast_string(*job, rank0_value);
 }
 
 void Trainer::Impl::reduce_log_sums() {
@@ -193,10 +286,10 @@ void Trainer::Impl::reduce_log_sums() {
 
 bool Trainer::Impl::stop_requested_anywhere() {
   const bool here = stop_requested.load();
-  if (world() == 1) return here;
-  // Every rank must leave the loop after the same step, wherever the signal arrived.
+  if (job->world_size() == 1) return here;
+  // Every rank of the job must leave the loop after the same step, wherever the signal arrived.
   Tensor flag = scalar_tensor(here ? 1 : 0, DType::I32);
-  comm->all_reduce(flag, dist::ReduceOp::Sum);
+  job->all_reduce(flag, dist::ReduceOp::Sum);
   return flag.item<int64_t>() > 0;
 }
 

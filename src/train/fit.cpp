@@ -135,7 +135,14 @@ struct Trainer::Run {
                   precision_name(im.runner->options().precision), get_num_threads(),
                   floor ? (", loss floor " + std::to_string(*floor).substr(0, 6)).c_str() : "", dir.c_str());
     progress->note(head);
-    if (im.world() > 1)
+    if (im.tensor)
+      progress->note("tensor parallel: " +
+                     dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).describe() + " (" +
+                     name_of(c.dist.strategy) + " over the data groups), global batch " +
+                     std::to_string(c.batch_size * im.world()) + " x " + std::to_string(c.accumulate) +
+                     "; this rank holds " + std::to_string(im.tp_sync->sharded_elements()) + " split and " +
+                     std::to_string(im.tp_sync->replicated_elements()) + " replicated parameter elements");
+    else if (im.world() > 1)
       progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.dist.strategy) +
                      "), global batch " + std::to_string(c.batch_size * im.world()) + " x " +
                      std::to_string(c.accumulate));
@@ -359,7 +366,8 @@ struct Trainer::Run {
     try {
       profiler::PhaseScope phase(profiler::Phase::Checkpoint);
       // DDP's replicas are identical: rank 0 writes; under ZeRO every rank writes its shard.
-      if (im.rank0() || im.zero) t.save_checkpoint(path);
+      // Tensor parallelism: rank 0's tensor group gathers the model with it.
+      if (im.rank0() || im.zero || im.writes_model()) t.save_checkpoint(path);
     } catch (const Error& e) {
       const std::string previous = last_good_checkpoint();
       throw Error("checkpoint " + path + " was not written: " + e.what() +
@@ -387,7 +395,7 @@ struct Trainer::Run {
     nn::Module& model = im.module->model();
     // ZeRO stage 3: every rank gathers (a collective); the model stays whole after fit().
     if (im.zero) im.zero->gather_all();
-    if (im.rank0()) model.save(dir + "/model.safetensors");
+    if (im.writes_model()) im.save_model(dir + "/model.safetensors");
     items_trained += im.items * im.world();
     result.steps = t.step_;
     result.seconds = elapsed();
@@ -473,7 +481,7 @@ TrainResult Trainer::fit(TrainModule& module, const DataModule& data) try {
 } catch (const std::exception& e) {
   // The other ranks would wait for this one in their next collective: the job ends here, with
   // this rank and its message on stderr (dist.h, abort_job).
-  if (impl_->comm && impl_->world() > 1) dist::abort_job(e.what(), 2);
+  if (impl_->job && impl_->job->world_size() > 1) dist::abort_job(e.what(), 2);
   throw;
 }
 

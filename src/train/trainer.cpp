@@ -304,11 +304,24 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   set_num_threads(config_.threads > 0 ? static_cast<int>(config_.threads) : default_num_threads());
   const int64_t limit = config_.memory_limit.bytes;
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
-  impl_->comm = dist::world();
-  // Dropout draws from the default generator: seeded here, each rank its own stream, saved (rank
-  // 0's) and restored by checkpoints.
+  impl_->job = impl_->comm = dist::world();
+  if (config_.dist.tp * config_.dist.pp > 1) {
+    // The groups of the layout (refused here, on every rank, when the world does not split).
+    const dist::ProcessGroups& g =
+        dist::process_groups(static_cast<int>(config_.dist.tp), static_cast<int>(config_.dist.pp));
+    impl_->comm = g.data;
+    if (g.tp > 1) impl_->tensor = g.tensor;
+  }
+  // Dropout draws from the default generator: seeded here, each data-parallel rank its own
+  // stream, saved (rank 0's) and restored by checkpoints. The ranks of a tensor group share one
+  // stream: their replicated activations must drop the same units.
   default_generator().set_state({rank_stream(derive_seed(config_.seed, SeedUse::Dropout), impl_->comm->rank()), 0});
-  apply_distributed_settings(config_, *impl_->comm);
+  apply_distributed_settings(config_, *impl_->job);
+  if (config_.dist.tp * config_.dist.pp > 1) {
+    const dist::ProcessGroups& g =
+        dist::process_groups(static_cast<int>(config_.dist.tp), static_cast<int>(config_.dist.pp));
+    for (const auto& group : {g.tensor, g.data, g.pipeline}) group->set_debug(config_.dist.debug);
+  }
 }
 
 // The memory budget is the run's: a later Trainer (or program) without one must not inherit it.
@@ -407,6 +420,14 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   const dist::GatheredParameters whole(impl_->zero.get());  // stage 3: the consolidated model
   // ZeRO: every rank writes its optimizer shard into rank 0's temporary folder (distributed.cpp).
   if (impl_->zero && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
+  // Tensor parallelism: rank 0's tensor group gathers the model and the optimizer state (the
+  // files one process would write: a checkpoint does not depend on the layout); rank 0 writes.
+  TensorMap whole_model, whole_optimizer;
+  if (impl_->tensor) {
+    whole_model = dist::gather_tensor_parallel_state(impl_->module->model());
+    whole_optimizer = impl_->whole_optimizer_state();
+    if (!impl_->rank0()) return;
+  }
   std::error_code ec;
   fs::remove_all(tmp, ec);
   // A half-written folder helps nobody (its name already says it is unfinished): gone on any error.
@@ -420,12 +441,17 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   } cleanup{tmp};
   FT_CHECK(impl_->module != nullptr, "save_checkpoint: no module yet (fit() or lr_find() attaches one)");
   make_dirs(tmp);
-  impl_->module->model().save(tmp + "/model.safetensors");
+  if (impl_->tensor) {
+    save_safetensors(tmp + "/model.safetensors", whole_model, {{"format", "pt"}});  // as Module::save
+  } else {
+    impl_->module->model().save(tmp + "/model.safetensors");
+  }
   fault::point("checkpoint-file", tmp + "/model.safetensors");
   if (impl_->zero) {
     impl_->save_optimizer_shard(tmp);  // returns once every rank's shard is in tmp
   } else {
-    save_safetensors(tmp + "/optimizer.safetensors", impl_->optimizer->state_tensors(),
+    save_safetensors(tmp + "/optimizer.safetensors",
+                     impl_->tensor ? whole_optimizer : impl_->optimizer->state_tensors(),
                      impl_->optimizer->state_metadata());
     fault::point("checkpoint-file", tmp + "/optimizer.safetensors");
   }
@@ -529,7 +555,9 @@ void Trainer::apply_resume() {
   Impl& im = *impl_;
   {
     const dist::GatheredParameters whole(im.zero.get());  // stage 3: memory to load into
-    im.module->model().load_state_dict(weights.tensors, /*strict=*/true);
+    im.module->model().load_state_dict(
+        im.tensor ? dist::shard_tensor_parallel_state(weights.tensors, im.module->model()) : weights.tensors,
+        /*strict=*/true);
     if (im.zero) im.zero->load_weights_from_model();  // the shards' master weights are the loaded ones
   }
   im.optimizer->load_state_tensors(opt_state.tensors);

@@ -15,6 +15,8 @@
 #include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
+#include "fasttrain/process_groups.h"
+#include "fasttrain/tensor_parallel.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
 #include "fasttrain/zero.h"
@@ -48,11 +50,17 @@ struct Trainer::Impl {
   // so a run resumed at its last step does not evaluate and log that step a second time.
   int64_t checkpoint_eval_step = -1;
   EvalResult checkpoint_eval;
-  // Data parallelism (distributed.cpp): the job's communicator (a world of one without a
-  // launcher) and, with several ranks, DDP's gradient synchronisation.
+  // Data parallelism (distributed.cpp): the data-parallel group's communicator (the whole job
+  // without model parallelism; a world of one without a launcher) and, with several ranks, DDP's
+  // gradient synchronisation.
   std::shared_ptr<dist::Communicator> comm;
   std::unique_ptr<dist::DataParallel> ddp;
   std::unique_ptr<dist::ZeroSharding> zero;  // strategy zero1 / zero2 / zero3 (then ddp is null)
+  // Model parallelism (--tp): the whole job (comm is one of its data groups), the tensor group
+  // (null without tensor parallelism) and its gradient synchronisation, which holds DDP's.
+  std::shared_ptr<dist::Communicator> job;
+  std::shared_ptr<dist::Communicator> tensor;
+  std::unique_ptr<dist::TensorParallelSync> tp_sync;
 
   bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
 
@@ -75,8 +83,19 @@ struct Trainer::Impl {
   double epoch_at(int64_t step, int64_t accumulate) const;
 
   // --- data parallelism (distributed.cpp); each a no-op with one rank ---
+  // Data-parallel replicas (ranks / (tp x pp)): the global batch is batch_size x world().
   int world() const { return comm->world_size(); }
-  bool rank0() const { return comm->rank() == 0; }  // the rank that prints and writes files
+  bool rank0() const { return job->rank() == 0; }  // the rank that prints and writes files
+  // Whether this rank takes part in writing the model: rank 0, and under tensor parallelism the
+  // other ranks of its tensor group (the first data-parallel replica), which gather with it.
+  bool writes_model() const { return rank0() || (tensor && comm->rank() == 0); }
+  // The whole model to `path` (a safetensors file, as one process saves it): call on every rank
+  // where writes_model(); under tensor parallelism they gather the parts, and rank 0 writes.
+  void save_model(const std::string& path) const;
+  // The optimizer's state_tensors() in the single-process layout (tensor parallelism: split
+  // parameters' state gathered over the tensor group, a collective of it), and the inverse.
+  TensorMap whole_optimizer_state() const;
+  TensorMap split_optimizer_state(const TensorMap& whole) const;
   // Every replica takes rank 0's weights and buffers, then DDP's gradient hooks are set.
   void start_data_parallel(const TrainerConfig& c);
   // `full` itself, or under ZeRO this rank's shard optimizer (the sharding rebuilt around it).
@@ -90,7 +109,10 @@ struct Trainer::Impl {
   // under ZeRO.
   SafetensorsFile load_optimizer_state(const std::string& dir, const TrainerConfig& c) const;
   // The gradient synchronisation of the strategy (null with one rank).
-  GradSync* grad_sync() const { return ddp ? static_cast<GradSync*>(ddp.get()) : zero.get(); }
+  GradSync* grad_sync() const {
+    if (tp_sync) return tp_sync.get();
+    return ddp ? static_cast<GradSync*>(ddp.get()) : zero.get();
+  }
   // This rank's share of every epoch of the training data (disjoint across ranks).
   data::SamplerPtr rank_sampler(data::SamplerPtr sampler) const;
   data::IterableDatasetPtr rank_stream(data::IterableDatasetPtr stream) const;

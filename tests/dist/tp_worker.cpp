@@ -1,0 +1,415 @@
+// The ranks of test_tensor_parallel's jobs (run under mpirun): each mode checks one part of model
+// parallelism against the single-process computation every rank can also do on its own, prints
+// "FAIL <what>" for each mismatch and "<mode> ok" at the end when there was none.
+//
+//   groups TP PP     the rank layout and each group's members, an all-reduce per group, a ring
+//                    of send/recv in the tensor group
+//   layers           column- and row-parallel Linear, vocabulary-parallel embedding and
+//                    cross-entropy (values and gradients) against the ordinary ops; the
+//                    cross-entropy's gradient against f64 finite differences; shard/unshard
+//   gpt              a tensor-parallel GPT against the single-process one built from the same
+//                    generator: the gathered weights (bit for bit), logits, loss and gradients
+//   debug            --dist-debug per group: with tp 2, world rank 3 all-reduces 2 elements in its
+//                    tensor group where rank 2 reduces 1; the other tensor group agrees
+//   llama            the same for a Llama (grouped-query attention; tied and untied head)
+//   refuse TP PP HEADS [KV]  catches the layout error on every rank and prints it ("rank R
+//                    refused: ..."); with KV a Llama of HEADS heads and KV key/value heads
+//   fail RANK STEP   a GPT trained with tp = world; RANK throws in step STEP (the job must end)
+//   hang RANK STEP   RANK stops communicating in step STEP (dist_timeout 3 s must end the job)
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fasttrain/fasttrain.h"
+
+namespace {
+
+using namespace ft;
+
+int g_failures = 0;
+int g_rank = 0;
+
+void fail(const std::string& what) {
+  ++g_failures;
+  std::printf("rank %d: FAIL %s\n", g_rank, what.c_str());
+}
+
+// |a - b| <= rel * max|b| element-wise, else a failure naming `what`.
+void expect_close(const Tensor& a, const Tensor& b, double rel, const std::string& what) {
+  if (a.shape() != b.shape()) return fail(what + ": shape " + a.shape().str() + " vs " + b.shape().str());
+  const std::vector<double> u = a.to_vector(), v = b.to_vector();
+  double scale = 1e-30, worst = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    scale = std::max(scale, std::abs(v[i]));
+    worst = std::max(worst, std::abs(u[i] - v[i]));
+  }
+  if (worst > rel * scale)
+    fail(what + ": differs by " + std::to_string(worst) + " (largest " + std::to_string(scale) + ")");
+}
+
+std::string members(const dist::Communicator& c) {
+  std::string s = "[";
+  for (int r = 0; r < c.world_size(); ++r) s += (r ? " " : "") + std::to_string(c.world_rank(r));
+  return s + "]";
+}
+
+int groups(int tp, int pp) {
+  const dist::ProcessGroups& g = dist::process_groups(tp, pp);
+  const int w = g.world->rank();
+  if (g.world_rank_of(g.tp_rank, g.dp_rank, g.pp_rank) != w) fail("coordinates do not give back the world rank");
+  // Each group's members follow the formula, and an all-reduce over it sums exactly them.
+  auto check = [&](dist::Communicator& c, const char* name, auto member) {
+    int64_t expected = 0;
+    for (int r = 0; r < c.world_size(); ++r) {
+      if (c.world_rank(r) != member(r)) fail(std::string(name) + " group member " + std::to_string(r));
+      expected += c.world_rank(r);
+    }
+    Tensor t = scalar_tensor(static_cast<int64_t>(w), DType::I64).reshape({1});
+    c.all_reduce_async(t, dist::ReduceOp::Sum)->wait();
+    if (t.item<int64_t>() != expected) fail(std::string(name) + " all-reduce");
+  };
+  check(*g.tensor, "tensor", [&](int r) { return g.world_rank_of(r, g.dp_rank, g.pp_rank); });
+  check(*g.data, "data", [&](int r) { return g.world_rank_of(g.tp_rank, r, g.pp_rank); });
+  check(*g.pipeline, "pipeline", [&](int r) { return g.world_rank_of(g.tp_rank, g.dp_rank, r); });
+  // A ring in the tensor group: rank 0 sends first, the others receive first (no two ranks both
+  // wait in a send).
+  if (g.tp > 1) {
+    dist::Communicator& c = *g.tensor;
+    const int next = (c.rank() + 1) % c.world_size(), prev = (c.rank() + c.world_size() - 1) % c.world_size();
+    Tensor out = scalar_tensor(static_cast<int64_t>(w), DType::I64).reshape({1}), in = empty({1}, DType::I64);
+    if (c.rank() == 0) {
+      c.send(out, next);
+      c.recv(in, prev);
+    } else {
+      c.recv(in, prev);
+      c.send(out, next);
+    }
+    if (in.item<int64_t>() != c.world_rank(prev)) fail("ring: received " + std::to_string(in.item<int64_t>()));
+  }
+  std::printf("rank %d: tp %d dp %d pp %d tensor %s data %s pipeline %s\n", w, g.tp_rank, g.dp_rank, g.pp_rank,
+              members(*g.tensor).c_str(), members(*g.data).c_str(), members(*g.pipeline).c_str());
+  return 0;
+}
+
+Tensor leaf(const Tensor& t) {
+  Tensor l = t.detach().clone();
+  l.requires_grad_(true);
+  return l;
+}
+
+int layers() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const dist::ProcessGroups& g = dist::process_groups(world->world_size(), 1);
+  const std::shared_ptr<dist::Communicator> tp = g.tensor;
+  const int r = tp->rank(), t = tp->world_size();
+  Generator gen(7);  // every rank draws the same numbers: each can compute the single-process result
+  const Tensor x = randn({3, 5, 8}, {}, &gen);
+
+  // Column-parallel: this rank's output features, the input's gradient summed by f.
+  {
+    const Tensor W = randn({12, 8}, {}, &gen), b = randn({12}, {}, &gen), R = randn({3, 5, 12}, {}, &gen);
+    Tensor xs = leaf(x), Ws = leaf(W), bs = leaf(b);
+    const Tensor y = linear(xs, Ws, bs);
+    sum(mul(y, R)).backward();
+    dist::ColumnParallelLinear col(8, 12, true, tp);
+    {
+      autograd::NoGradGuard ng;
+      col.weight.copy_(dist::shard_tensor(W, col.shard(), r, t));
+      col.bias.copy_(dist::shard_tensor(b, col.shard(), r, t));
+    }
+    Tensor xp = leaf(x);
+    const Tensor yp = col(xp);
+    // The loss one process would form: the sum over the ranks' parts (g; identity backward).
+    dist::reduce_from_tensor_group(sum(mul(yp, dist::shard_tensor(R, {2, 1}, r, t))), tp).backward();
+    expect_close(yp, dist::shard_tensor(y, {2, 1}, r, t), 1e-6, "column: output");
+    expect_close(xp.grad(), xs.grad(), 1e-6, "column: input gradient");
+    expect_close(col.weight.grad(), dist::shard_tensor(Ws.grad(), {0, 1}, r, t), 1e-6, "column: weight gradient");
+    expect_close(col.bias.grad(), dist::shard_tensor(bs.grad(), {0, 1}, r, t), 1e-6, "column: bias gradient");
+  }
+  // Row-parallel: this rank's input features, the output summed by g, the bias once.
+  {
+    const Tensor h = randn({3, 5, 12}, {}, &gen), W = randn({6, 12}, {}, &gen), b = randn({6}, {}, &gen);
+    const Tensor R = randn({3, 5, 6}, {}, &gen);
+    Tensor hs = leaf(h), Ws = leaf(W), bs = leaf(b);
+    const Tensor y = linear(hs, Ws, bs);
+    sum(mul(y, R)).backward();
+    dist::RowParallelLinear row(12, 6, true, tp);
+    {
+      autograd::NoGradGuard ng;
+      row.weight.copy_(dist::shard_tensor(W, {1, 1}, r, t));
+      row.bias.copy_(b);
+    }
+    Tensor hp = leaf(dist::shard_tensor(h, {2, 1}, r, t));
+    const Tensor yp = row(hp);
+    sum(mul(yp, R)).backward();  // replicated: every rank forms the whole loss
+    expect_close(yp, y, 1e-6, "row: output");
+    expect_close(hp.grad(), dist::shard_tensor(hs.grad(), {2, 1}, r, t), 1e-6, "row: input gradient");
+    expect_close(row.weight.grad(), dist::shard_tensor(Ws.grad(), {1, 1}, r, t), 1e-6, "row: weight gradient");
+    expect_close(row.bias.grad(), bs.grad(), 1e-6, "row: bias gradient");
+  }
+  // Vocabulary-parallel embedding: rows split, the lookups summed.
+  {
+    const int64_t V = 8 * t;
+    const Tensor E = randn({V, 4}, {}, &gen), R = randn({2, 7, 4}, {}, &gen);
+    const Tensor ids = randint(0, V, {2, 7}, DType::I64, &gen);
+    Tensor Es = leaf(E);
+    sum(mul(embedding(ids, Es), R)).backward();
+    dist::VocabParallelEmbedding emb(V, 4, tp);
+    {
+      autograd::NoGradGuard ng;
+      emb.weight.copy_(dist::shard_tensor(E, {0, 1}, r, t));
+    }
+    const Tensor yp = emb(ids);
+    sum(mul(yp, R)).backward();
+    expect_close(yp, embedding(ids, E), 0, "embedding: output");
+    expect_close(emb.weight.grad(), dist::shard_tensor(Es.grad(), {0, 1}, r, t), 1e-6, "embedding: weight gradient");
+  }
+  // Vocabulary-parallel cross-entropy against cross_entropy on the whole logits.
+  {
+    const int64_t N = 10, V = 6 * t;
+    const Tensor L = mul(randn({N, V}, {}, &gen), 3.0), targets = randint(0, V, {N}, DType::I64, &gen);
+    Tensor Ls = leaf(L);
+    const Tensor loss = cross_entropy(Ls, targets);
+    loss.backward();
+    Tensor Lp = leaf(dist::shard_tensor(L, {1, 1}, r, t));
+    const Tensor lp = dist::vocab_parallel_cross_entropy(Lp, targets, r * (V / t), tp);
+    lp.backward();
+    expect_close(lp, loss, 1e-6, "cross-entropy: loss");
+    expect_close(Lp.grad(), dist::shard_tensor(Ls.grad(), {1, 1}, r, t), 1e-6, "cross-entropy: gradient");
+  }
+  // ... and its f64 gradient against central differences: element k of rank q is perturbed by q
+  // alone while every rank evaluates the loss (a collective), so each rank checks its own.
+  {
+    const int64_t N = 3, V = 4 * t;
+    const Tensor L = randn({N, V}, TensorOptions(DType::F64), &gen), targets = randint(0, V, {N}, DType::I64, &gen);
+    Tensor Lp = leaf(dist::shard_tensor(L, {1, 1}, r, t));
+    dist::vocab_parallel_cross_entropy(Lp, targets, r * (V / t), tp).backward();
+    const std::vector<double> analytic = Lp.grad().to_vector();
+    const double eps = 1e-6;
+    double worst = 0;
+    for (int q = 0; q < t; ++q)
+      for (int64_t k = 0; k < N * (V / t); ++k) {
+        auto at = [&](double delta) {
+          autograd::NoGradGuard ng;
+          Tensor p = Lp.detach().clone();
+          if (q == r) {
+            Tensor element = p.reshape({-1}).narrow(0, k, 1);
+            add_(element, scalar_tensor(delta, DType::F64));
+          }
+          return dist::vocab_parallel_cross_entropy(p, targets, r * (V / t), tp).item<double>();
+        };
+        const double numeric = (at(eps) - at(-eps)) / (2 * eps);
+        if (q == r) worst = std::max(worst, std::abs(numeric - analytic[static_cast<size_t>(k)]));
+      }
+    if (worst > 1e-7) fail("cross-entropy f64 gradient vs finite differences: " + std::to_string(worst));
+  }
+  // q | k | v blocks: shard then unshard gives the tensor back.
+  {
+    const Tensor W = randn({3 * 4 * t, 5}, {}, &gen);
+    expect_close(dist::unshard_tensor(dist::shard_tensor(W, {0, 3}, r, t), {0, 3}, *tp), W, 0, "blocks round trip");
+    const Tensor q = dist::shard_tensor(W, {0, 3}, r, t).narrow(0, 0, 4);  // this rank's q rows
+    expect_close(q, W.narrow(0, r * 4, 4), 0, "blocks: q rows of this rank");
+  }
+  return 0;
+}
+
+nn::GPTConfig small_gpt(int64_t heads, int64_t vocab) {
+  nn::GPTConfig c;
+  c.vocab_size = vocab;
+  c.context = 16;
+  c.layers = 2;
+  c.dim = 32;
+  c.heads = heads;
+  return c;
+}
+
+int gpt() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const std::shared_ptr<dist::Communicator> tp = dist::process_groups(world->world_size(), 1).tensor;
+  const nn::GPTConfig cfg = small_gpt(4, 100);  // padded to 128 rows: the last rank's part ends in padding
+  Generator a(11), b(11);
+  nn::GPT whole(cfg, &a, true), split(cfg, &b, true, tp);
+  // Together the ranks hold exactly the single-process weights.
+  const TensorMap gathered = dist::gather_tensor_parallel_state(split), reference = whole.state_dict();
+  if (gathered.size() != reference.size()) fail("gathered state: " + std::to_string(gathered.size()) + " tensors");
+  for (size_t i = 0; i < std::min(gathered.size(), reference.size()); ++i) {
+    if (gathered[i].first != reference[i].first) fail("gathered state: name " + gathered[i].first);
+    expect_close(gathered[i].second, reference[i].second, 0, "initial weight " + reference[i].first);
+  }
+  Generator data(3);
+  const Tensor ids = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
+  const Tensor targets = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
+  const Tensor logits = whole(ids);
+  const Tensor loss = cross_entropy(logits.reshape({-1, cfg.vocab_size}), targets.reshape({-1}));
+  loss.backward();
+  // Bytes the tensor group moves for one micro-batch (ARCHITECTURE.md): forward, the embedding's
+  // and each block's two g's (B T C each) and the cross-entropy's three all-reduces of B T;
+  // backward, each block's two f's and the head's (B T C each).
+  const int64_t before = tp->bytes_issued();
+  const Tensor part = split(ids);
+  const int64_t start = split.vocab_start();
+  expect_close(part, logits.narrow(2, start, part.size(2)), 1e-5, "logits");
+  const Tensor lp = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}), start,
+                                                       split.vocab_group());
+  lp.backward();
+  {
+    const int64_t B = 4, T = 16, C = cfg.dim, L = cfg.layers;
+    const int64_t expected = 4 * (2 * (2 * L + 1) * B * T * C + 3 * B * T);
+    if (tp->bytes_issued() - before != expected)
+      fail("bytes of one micro-batch: " + std::to_string(tp->bytes_issued() - before) + ", formula " +
+           std::to_string(expected));
+    // Parameters per rank: the split ones' parts and the replicated ones whole.
+    const dist::TensorParallelSync sync(split, tp, nullptr);
+    const int64_t t = tp->world_size(), Vp = 128;
+    if (sync.sharded_elements() != (L * (12 * C * C + 7 * C) + Vp * C) / t)
+      fail("split parameter elements " + std::to_string(sync.sharded_elements()));
+    if (sync.replicated_elements() != L * 6 * C + cfg.context * C + 2 * C)
+      fail("replicated parameter elements " + std::to_string(sync.replicated_elements()));
+  }
+  expect_close(lp, loss, 1e-6, "loss");
+  // Gradients: the split parameters' parts gathered; the replicated ones equal on every rank.
+  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(split);
+  std::map<std::string, Tensor> want;
+  for (const auto& [name, p] : whole.named_parameters()) want[name] = p.grad();
+  for (const auto& [name, p] : split.named_parameters()) {
+    const auto it = shards.find(name);
+    const Tensor grad = it == shards.end() ? p.grad() : dist::unshard_tensor(p.grad(), it->second, *tp);
+    expect_close(grad, want.at(name), 2e-5, "gradient of " + name);
+  }
+  return 0;
+}
+
+// The split model against the whole one built from the same generator: gathered weights (bit for
+// bit), this rank's logits, the loss and every gradient.
+template <class Model, class Config>
+void compare_split(const Config& cfg, int64_t vocab, const std::shared_ptr<dist::Communicator>& tp) {
+  Generator a(11), b(11);
+  Model whole(cfg, &a), split(cfg, &b, tp);
+  const TensorMap gathered = dist::gather_tensor_parallel_state(split), reference = whole.state_dict();
+  if (gathered.size() != reference.size()) fail("gathered state: " + std::to_string(gathered.size()) + " tensors");
+  for (size_t i = 0; i < std::min(gathered.size(), reference.size()); ++i) {
+    if (gathered[i].first != reference[i].first) fail("gathered state: name " + gathered[i].first);
+    expect_close(gathered[i].second, reference[i].second, 0, "initial weight " + reference[i].first);
+  }
+  Generator data(3);
+  const Tensor ids = randint(0, vocab, {4, 16}, DType::I64, &data);
+  const Tensor targets = randint(0, vocab, {4, 16}, DType::I64, &data);
+  const Tensor logits = whole(ids);
+  const Tensor loss = cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}));
+  loss.backward();
+  const Tensor part = split(ids);
+  expect_close(part, logits.narrow(2, split.vocab_start(), part.size(2)), 1e-5, "logits");
+  const Tensor lp = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                       split.vocab_start(), split.vocab_group());
+  lp.backward();
+  expect_close(lp, loss, 1e-6, "loss");
+  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(split);
+  std::map<std::string, Tensor> want;
+  for (const auto& [name, p] : whole.named_parameters()) want[name] = p.grad();
+  for (const auto& [name, p] : split.named_parameters()) {
+    const auto it = shards.find(name);
+    const Tensor grad = it == shards.end() ? p.grad() : dist::unshard_tensor(p.grad(), it->second, *tp);
+    expect_close(grad, want.at(name), 2e-5, "gradient of " + name);
+  }
+}
+
+nn::LlamaConfig small_llama(int64_t heads, int64_t kv_heads, bool tied) {
+  nn::LlamaConfig c;
+  c.vocab_size = 64;
+  c.context = 16;
+  c.layers = 2;
+  c.dim = 32;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn_dim = 64;
+  c.tie_embeddings = tied;
+  c.attention_bias = !tied;  // Qwen2's q, k, v biases on the untied variant
+  return c;
+}
+
+int llama() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const std::shared_ptr<dist::Communicator> tp = dist::process_groups(world->world_size(), 1).tensor;
+  // 8 query heads sharing 4 key/value heads: every rank keeps whole groups.
+  for (bool tied : {true, false}) compare_split<nn::Llama>(small_llama(8, 4, tied), 64, tp);
+  return 0;
+}
+
+int debug() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  world->set_timeout(120);  // the comparison must fail long before
+  const dist::ProcessGroups& g = dist::process_groups(2, 1);
+  for (const auto& c : {g.world, g.tensor, g.data, g.pipeline}) c->set_debug(true);
+  Tensor t = ones({g.world->rank() == 3 ? 2 : 1});
+  g.tensor->all_reduce(t, dist::ReduceOp::Sum);
+  g.data->barrier();  // the groups that agreed go on; {2, 3} fails on both ranks
+  return 0;
+}
+
+int refuse(int tp, int pp, int64_t heads, int64_t kv_heads) {
+  try {
+    const dist::ProcessGroups& g = dist::process_groups(tp, pp);
+    if (kv_heads > 0) {
+      nn::Llama model(small_llama(heads, kv_heads, true), nullptr, g.tensor);
+    } else {
+      nn::GPT model(small_gpt(heads, 100), nullptr, true, g.tensor);
+    }
+    std::printf("rank %d: accepted\n", g_rank);
+  } catch (const Error& e) {
+    std::printf("rank %d refused: %s\n", g_rank, e.what());
+  }
+  return 0;
+}
+
+// A few steps of a GPT split over the whole world; rank `who` throws or sleeps in step `step`.
+int train_gpt(int who, int step, bool hang) {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  world->set_timeout(hang ? 3 : 60);
+  const std::shared_ptr<dist::Communicator> tp = dist::process_groups(world->world_size(), 1).tensor;
+  Generator gen(5), data(9);
+  nn::GPT model(small_gpt(4, 64), &gen, true, tp);
+  for (int s = 1; s <= 6; ++s) {
+    if (s == step && g_rank == who) {
+      if (!hang) throw Error("injected failure in training step " + std::to_string(s));
+      std::this_thread::sleep_for(std::chrono::seconds(60));
+    }
+    const Tensor ids = randint(0, 64, {2, 16}, DType::I64, &data), targets = randint(0, 64, {2, 16}, DType::I64, &data);
+    const Tensor logits = model(ids);
+    dist::vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(2)}), targets.reshape({-1}), model.vocab_start(),
+                                       model.vocab_group())
+        .backward();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|debug|refuse|fail|hang ...\n");
+    return 2;
+  }
+  try {
+    set_num_threads(1);
+    g_rank = dist::world()->rank();
+    const std::string& mode = args[0];
+    auto arg = [&](size_t i) { return std::stoi(args.at(i)); };
+    if (mode == "groups") groups(arg(1), arg(2));
+    if (mode == "layers") layers();
+    if (mode == "gpt") gpt();
+    if (mode == "debug") debug();
+    if (mode == "llama") llama();
+    if (mode == "refuse") return refuse(arg(1), arg(2), arg(3), args.size() > 4 ? arg(4) : 0);
+    if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
+    if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());
+    std::fflush(stdout);
+    return g_failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    dist::abort_job(e.what(), 2);
+  }
+}

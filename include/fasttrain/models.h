@@ -51,6 +51,11 @@ class GPT : public UnaryModule {
   explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false);
   // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size]
   Tensor forward(const Tensor& ids) override;
+  // The same with every attention layer under DocumentMask{doc_ids} (doc_ids [B, T], i32 or i64,
+  // on ids' device; undefined: plain causal): a token attends only to earlier tokens of its own
+  // packed document. Positions are not reset per document: token t keeps position t of the
+  // window, as Llama 3's pretraining keeps them.
+  Tensor forward(const Tensor& ids, const Tensor& doc_ids);
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return cfg_; }
   int64_t padded_vocab() const { return padded_vocab_; }  // rows of the embedding
@@ -62,6 +67,7 @@ class GPT : public UnaryModule {
   std::string explain_foreign_state(const TensorMap& state) const override;
 
  private:
+  Tensor run(const Tensor& ids, const Tensor& doc_ids);
   GPTConfig cfg_;
   int64_t padded_vocab_;
   std::shared_ptr<Module> transformer_;  // holds wte, wpe, h (ModuleList of blocks), ln_f
@@ -106,11 +112,15 @@ class Llama : public UnaryModule {
   explicit Llama(const LlamaConfig& cfg, Generator* gen = nullptr);
   // ids [B, T] integer in [0, vocab_size), T <= context -> logits [B, T, vocab_size]
   Tensor forward(const Tensor& ids) override;
+  // With document-masked attention in every layer, as GPT::forward(ids, doc_ids); rotary
+  // positions are the window's, not restarted per document (Llama 3's pretraining).
+  Tensor forward(const Tensor& ids, const Tensor& doc_ids);
   std::string type_name() const override { return "Llama"; }
   const LlamaConfig& config() const { return cfg_; }
   void set_activation_checkpointing(bool on);
 
  private:
+  Tensor run(const Tensor& ids, const Tensor& doc_ids);
   LlamaConfig cfg_;
   std::shared_ptr<Module> model_;  // embed_tokens, layers, norm
   std::shared_ptr<Linear> lm_head_;

@@ -38,8 +38,9 @@ class GPT2Block : public CheckpointableBlock {
     mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen));
   }
   Tensor block_forward(const Tensor& x) override {
-    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm).
-    const ResidualNorm h = ln_2->call_with_add(x, (*attn)((*ln_1)(x)));
+    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm). The side input is the
+    // window's document ids under a document mask (GPT::forward(ids, doc_ids)).
+    const ResidualNorm h = ln_2->call_with_add(x, attn->forward((*ln_1)(x), side_input()));
     return add(h.sum, (*mlp)(h.normed));
   }
   std::string type_name() const override { return "GPT2Block"; }
@@ -114,7 +115,14 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling) : cfg
   }
 }
 
-Tensor GPT::forward(const Tensor& ids) {
+Tensor GPT::forward(const Tensor& ids) { return run(ids, Tensor()); }
+
+// Called as this module here (operator() does that for forward(ids)).
+Tensor GPT::forward(const Tensor& ids, const Tensor& doc_ids) {
+  return call_as_this([&] { return run(ids, doc_ids); });
+}
+
+Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "GPT: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T], found shape ", ids.shape().str());
@@ -129,11 +137,15 @@ Tensor GPT::forward(const Tensor& ids) {
                             " (the embedding's rows past it are padding)");
     });
   }
+  FT_CHECK(!doc_ids.defined() || doc_ids.shape() == ids.shape(), "GPT: doc_ids must be shaped as the token ids ",
+           ids.shape().str(), ", found ", doc_ids.shape().str());
   GPT2Model& tr = body(transformer_);
   // Positions 0..T-1 are the first T rows of wpe: a view broadcast over the batch, no gather.
+  // Under a document mask too: positions run on across the window's documents rather than
+  // restarting at each (Llama 3's pretraining does the same; only attention is confined).
   Tensor x = add((*tr.wte)(ids), tr.wpe->weight.narrow(0, 0, T));
   x = dropout(x, cfg_.dropout, training_);
-  for (auto& block : tr.blocks) x = (*block)(x);
+  for (auto& block : tr.blocks) x = block->forward(x, doc_ids);
   x = (*tr.ln_f)(x);
   if (!padded) return (*lm_head_)(x);
   // Only the real vocabulary's rows make logits: the padding classes are absent rather than

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,22 @@ struct Bench {
   std::vector<Tensor> inputs;
   std::function<Tensor(const std::vector<Tensor>&)> fn;
 };
+
+// Document ids [B, T] for an attention case with "doc_len" L (micro_cases.json): each row packs
+// documents whose lengths cycle through L/2, 3L/2, 3L/4, 5L/4, L (mean L, boundaries at varied
+// offsets in the tiles), row b starting at entry b % 5 of the cycle. torch_micro.py builds the same.
+Tensor bench_doc_ids(int64_t B, int64_t T, int64_t L) {
+  const int64_t cycle[5] = {L / 2, 3 * L / 2, 3 * L / 4, 5 * L / 4, L};
+  std::vector<double> ids;
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t id = 0, k = b % 5, left = std::max<int64_t>(1, cycle[k]);
+    for (int64_t t = 0; t < T; ++t, --left) {
+      if (left == 0) left = std::max<int64_t>(1, cycle[++k % 5]), ++id;
+      ids.push_back(static_cast<double>(id));
+    }
+  }
+  return from_vector(ids, {B, T}, DType::I32);
+}
 
 Bench make(const json& c, DType dt, const std::string& layout) {
   Generator g(0);
@@ -90,7 +107,18 @@ Bench make(const json& c, DType dt, const std::string& layout) {
                 return scaled_dot_product_attention(part(0), part(1), part(2), causal);
               }};
     }
-    return {{r(s), r(s), r(s)}, [causal](const std::vector<Tensor>& in) {
+    // "Hkv": grouped-query attention (k and v with Hkv heads); "doc_len": the document mask of
+    // windows packed with documents of about that many tokens (bench_doc_ids).
+    const Shape kv = {c["B"], c.value("Hkv", c["H"].get<int64_t>()), c["T"], c["D"]};
+    if (c.contains("doc_len")) {
+      // The ids are data, not an input that gets a gradient: moved to the inputs' device once.
+      auto docs = std::make_shared<Tensor>(bench_doc_ids(c["B"], c["T"], c["doc_len"]));
+      return {{r(s), r(kv), r(kv)}, [docs](const std::vector<Tensor>& in) {
+                if (docs->device() != in[0].device()) *docs = docs->to(in[0].device());
+                return scaled_dot_product_attention(in[0], in[1], in[2], DocumentMask{*docs});
+              }};
+    }
+    return {{r(s), r(kv), r(kv)}, [causal](const std::vector<Tensor>& in) {
               return scaled_dot_product_attention(in[0], in[1], in[2], causal);
             }};
   }

@@ -29,6 +29,34 @@ def attention(q, k, v, causal):
     return torch.softmax(s, -1) @ v
 
 
+def doc_mask(B, T, L, device):
+    """[B, 1, T, T] bool, True where key j is visible to query i: j <= i in the same document, the
+    documents of micro_ops.cpp's bench_doc_ids (lengths cycling L/2, 3L/2, 3L/4, 5L/4, L; row b
+    from entry b % 5)."""
+    cycle = [L // 2, 3 * L // 2, 3 * L // 4, 5 * L // 4, L]
+    rows = []
+    for b in range(B):
+        ids, d, k = [], 0, b % 5
+        while len(ids) < T:
+            ids += [d] * max(1, cycle[k % 5])
+            d, k = d + 1, k + 1
+        rows.append(ids[:T])
+    docs = torch.tensor(rows)
+    same = docs[:, None, :, None] == docs[:, None, None, :]
+    return (same & torch.ones(T, T, dtype=torch.bool).tril()).to(device)
+
+
+def masked_attention(q, k, v, mask):
+    """Attention under an explicit boolean mask; k and v repeated over grouped query heads."""
+    if k.shape[1] != q.shape[1]:
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5)
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+
+
 def make(case, dtype, layout, device):
     g = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g).to(dtype).to(device)
@@ -69,6 +97,11 @@ def make(case, dtype, layout, device):
                 q, k, v = (qkv.select(2, i).permute(0, 2, 1, 3) for i in range(3))
                 return attention(q, k, v, case["causal"])
             return [r(case["B"], case["T"], 3, case["H"], case["D"])], views
+        kv = (case["B"], case.get("Hkv", case["H"]), case["T"], case["D"])
+        if "doc_len" in case or "Hkv" in case:
+            mask = doc_mask(case["B"], case["T"], case["doc_len"], device) if "doc_len" in case else \
+                torch.ones(case["T"], case["T"], dtype=torch.bool, device=device).tril()
+            return [r(*shape), r(*kv), r(*kv)], lambda q, k, v: masked_attention(q, k, v, mask)
         return [r(*shape), r(*shape), r(*shape)], lambda q, k, v: attention(q, k, v, case["causal"])
     if op == "cat":
         shape = (case["B"], case["H"], case["T"], case["D"])

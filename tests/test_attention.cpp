@@ -1,10 +1,12 @@
 // scaled_dot_product_attention: PyTorch parity (hand-written reference, since PyTorch 1.13 has
 // no F.scaled_dot_product_attention), f64 gradient checks with tiles smaller than T, dropout
 // reproducibility, memory that does not grow with T^2, grouped-query attention (k and v with fewer
-// heads than q) and argument validation.
+// heads than q), the document mask of packed windows (DocumentMask: parity with an explicit
+// boolean mask, gradients, tile skipping, one document = causal) and argument validation.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "backend/cpu/attention.h"
@@ -43,8 +45,10 @@ struct Reference {
   std::vector<double> out, dq, dk, dv;
 };
 
+// docs, when given, holds doc_ids [B, T] (flat): key j is then also masked for query i when their
+// documents differ (the document mask).
 Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout, bool causal, double p,
-                    double scale, uint64_t seed, uint64_t base) {
+                    double scale, uint64_t seed, uint64_t base, const std::vector<double>* docs = nullptr) {
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), group = H / Hkv;
   std::vector<double> Q = q.contiguous().to_vector(), K = k.contiguous().to_vector(), V = v.contiguous().to_vector(),
@@ -66,7 +70,9 @@ Reference reference(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       for (int64_t j = 0; j < Tk; ++j) {
         double s = 0;
         for (int64_t d = 0; d < D; ++d) s += q0[i * D + d] * k0[j * D + d];
-        P[j] = (causal && j > i) ? -INFINITY : s * scale;
+        const int64_t b = bh / H;
+        const bool other_doc = docs && (*docs)[b * Tq + i] != (*docs)[b * Tk + j];
+        P[j] = (causal && j > i) || other_doc ? -INFINITY : s * scale;
         mx = std::max(mx, P[j]);
       }
       double l = 0;
@@ -538,4 +544,251 @@ TEST(AttentionGqa, MatchesExplicitDropoutMask) {
       expect_near_vec(grads[1].to_vector(), r.dk, 1e-12, "dk");
       expect_near_vec(grads[2].to_vector(), r.dv, 1e-12, "dv");
     }
+}
+
+// --- document mask (DocumentMask: causal within the documents packed into a window) ----------
+
+namespace {
+
+// [B, T] i32 document ids from each row's document lengths (ids 0, 1, ... in order).
+Tensor doc_ids_of(const std::vector<std::vector<int64_t>>& lengths) {
+  std::vector<double> ids;
+  int64_t T = -1;
+  for (const auto& row : lengths) {
+    int64_t n = 0;
+    for (size_t d = 0; d < row.size(); ++d)
+      for (int64_t t = 0; t < row[d]; ++t, ++n) ids.push_back(static_cast<double>(d));
+    EXPECT_TRUE(T < 0 || n == T) << "rows of different lengths";
+    T = n;
+  }
+  return from_vector(ids, {static_cast<int64_t>(lengths.size()), T}, DType::I32);
+}
+
+// The oracle composed of simple ops: scores masked where j > i or the documents differ, the
+// [B, H, T, T] mask the fused kernel never forms.
+Tensor composed_doc_attention(const Tensor& q, const Tensor& k_in, const Tensor& v_in, const Tensor& docs,
+                              double scale) {
+  const Tensor k = repeat_kv(k_in, q.size(1)), v = repeat_kv(v_in, q.size(1));
+  const int64_t B = docs.size(0), T = docs.size(1);
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  Tensor above = gt(arange(0, T, 1, DType::I64).reshape({1, T}), arange(0, T, 1, DType::I64).reshape({T, 1}));
+  scores = masked_fill(scores, above, -INFINITY);
+  scores = masked_fill(scores, ne(docs.reshape({B, 1, T, 1}), docs.reshape({B, 1, 1, T})), -INFINITY);
+  return matmul(softmax(scores, -1), v);
+}
+
+std::vector<Tensor> forward_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& gout,
+                                     const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& f) {
+  Tensor ql = q.detach().requires_grad_(), kl = k.detach().requires_grad_(), vl = v.detach().requires_grad_();
+  Tensor y = f(ql, kl, vl);
+  std::vector<Tensor> r = autograd::grad({y}, {ql, kl, vl}, {gout});
+  r.insert(r.begin(), y);
+  return r;
+}
+
+}  // namespace
+
+// PyTorch 1.13 with an explicit boolean mask (causal & same document): values and gradients, f32,
+// f64, bf16 and f16, multi-head, grouped-query and multi-query heads, as GPT's fused qkv views
+// and as Llama's [B, T, H, D] projections; documents of different lengths per row, boundaries
+// inside and at the edges of the kernel's tiles, a row of a single document, one-token documents.
+TEST(AttentionParity, DocumentMaskCases) {
+  const std::vector<std::string> configs = {"doc", "doc_gqa", "doc_bthd", "doc_qkv"};
+  for (const char* dt : {"f32", "f64", "bf16", "f16"}) {
+    for (const std::string& cfg : configs) {
+      if (std::string(dt) == "f16" && cfg != "doc_gqa") continue;
+      const std::string name = "sdpa_" + cfg + "_" + dt;
+      SCOPED_TRACE(name);
+      FT_PARITY_CASE(c, name);
+      const Tensor docs = c.input("doc_ids");
+      ASSERT_EQ(docs.dtype(), DType::I32);
+      const std::string layout = c.param<std::string>("layout");
+      auto bhtd = [](const Tensor& t) { return t.permute({0, 2, 1, 3}); };
+      if (layout == "qkv") {
+        Tensor qkv = c.input("qkv", true);  // [B, T, 3, H, D]
+        auto part = [&](int i) { return bhtd(qkv.select(2, i)); };
+        Tensor y = scaled_dot_product_attention(part(0), part(1), part(2), DocumentMask{docs});
+        c.expect_output(y);
+        c.backward({y});
+        c.expect_grad("qkv", qkv);
+        continue;
+      }
+      Tensor q = c.input("q", true), k = c.input("k", true), v = c.input("v", true);
+      Tensor y = layout == "bthd" ? scaled_dot_product_attention(bhtd(q), bhtd(k), bhtd(v), DocumentMask{docs})
+                                  : scaled_dot_product_attention(q, k, v, DocumentMask{docs});
+      EXPECT_EQ(y.dtype(), c.dtype());
+      c.expect_output(y);
+      c.backward({y});
+      c.expect_grad("q", q);
+      c.expect_grad("k", k);
+      c.expect_grad("v", v);
+    }
+  }
+}
+
+// f64 finite differences with tiles of 3 queries and 4 keys: documents of 1 to 5 tokens put
+// boundaries inside tiles and on their edges, so the forward starts key walks past whole tiles and
+// the backward ends query walks early; multi-head, grouped-query and multi-query heads.
+TEST(AttentionDocumentMask, GradcheckMultiTileWithTileSkips) {
+  SmallBlocks blocks(3, 4);
+  const Tensor docs = doc_ids_of({{1, 3, 4, 5}, {8, 1, 4}});  // T = 13
+  for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {3, 1}}) {
+    SCOPED_TRACE(std::to_string(H) + "/" + std::to_string(Hkv));
+    Tensor q = randn64({2, H, 13, 4}, 90, 1.5).requires_grad_(), k = randn64({2, Hkv, 13, 4}, 91, 1.5).requires_grad_(),
+           v = randn64({2, Hkv, 13, 4}, 92).requires_grad_();
+    EXPECT_GRADCHECK(
+        [&](const std::vector<Tensor>& x) {
+          return scaled_dot_product_attention(x[0], x[1], x[2], DocumentMask{docs}, 0.0, 0.7);
+        },
+        {q, k, v});
+  }
+}
+
+// Against the composed masked softmax (forward and backward, f64) over block sizes that put the
+// same boundaries inside tiles, on tile edges and in single-row tiles, and with the default tiles
+// (one 64 x 128 tile: no skipping, every mask applied inside the tile).
+TEST(AttentionDocumentMask, MatchesComposedMaskAcrossTilings) {
+  const Tensor docs = doc_ids_of({{4, 4, 1, 7, 2}, {2, 10, 6}, {18}});  // T = 18
+  for (auto [bq, bk] : {std::pair<int64_t, int64_t>{0, 0}, {4, 4}, {3, 5}, {1, 2}, {8, 3}}) {
+    for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {6, 2}}) {
+      SCOPED_TRACE("blocks " + std::to_string(bq) + "x" + std::to_string(bk) + " H=" + std::to_string(H) +
+                   " Hkv=" + std::to_string(Hkv));
+      SmallBlocks blocks(bq, bk);
+      Tensor q = randn64({3, H, 18, 5}, 93, 1.5).requires_grad_(),
+             k = randn64({3, Hkv, 18, 5}, 94, 1.5).requires_grad_(), v = randn64({3, Hkv, 18, 5}, 95).requires_grad_();
+      EXPECT_MATCHES_REFERENCE(
+          [&](const std::vector<Tensor>& x) {
+            return scaled_dot_product_attention(x[0], x[1], x[2], DocumentMask{docs}, 0.0, 0.6);
+          },
+          [&](const std::vector<Tensor>& x) { return composed_doc_attention(x[0], x[1], x[2], docs, 0.6); }, {q, k, v});
+    }
+  }
+}
+
+// A window holding one document (a single id, whatever its value: the document may have begun in
+// an earlier window) is plain causal attention, bit for bit: the document's start is key 0 and
+// its end is T, so every kernel walks exactly the causal tiles. f32, f64 and bf16, default and
+// small tiles, grouped-query heads, dropout with the same counters.
+TEST(AttentionDocumentMask, OneDocumentIsCausalBitwise) {
+  for (DType dt : {DType::F32, DType::F64, DType::BF16})
+    for (int64_t bq : {int64_t{0}, int64_t{5}})
+      for (int32_t id : {0, 7}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " blocks " + std::to_string(bq) + " id " + std::to_string(id));
+        SmallBlocks blocks(bq, bq > 0 ? 3 : 0);
+        Generator init(12);
+        Tensor q = randn({2, 4, 70, 16}, {}, &init).to(dt), k = randn({2, 2, 70, 16}, {}, &init).to(dt),
+               v = randn({2, 2, 70, 16}, {}, &init).to(dt), gout = randn({2, 4, 70, 16}, {}, &init).to(dt);
+        const Tensor docs = full({2, 70}, id, DType::I32);
+        for (double p : {0.0, 0.25}) {
+          const auto causal = forward_backward(q, k, v, gout, [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+            Generator g(5);
+            return scaled_dot_product_attention(a, b, c, true, p, std::nullopt, &g);
+          });
+          const auto masked = forward_backward(q, k, v, gout, [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+            Generator g(5);
+            return scaled_dot_product_attention(a, b, c, DocumentMask{docs}, p, std::nullopt, &g);
+          });
+          for (int i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(causal[i], masked[i])) << "result " << i << " p " << p;
+        }
+      }
+}
+
+// The skipped tiles are really skipped: NaN keys and values in the first document poison every
+// tile that reads them (0 * NaN), so the later document's outputs and gradients are finite only
+// if no tile of it reads the first document's keys, forward and backward. They then equal
+// attention over the later document alone (its rows start on a tile edge here, so the tiles are
+// the same ones).
+TEST(AttentionDocumentMask, TilesOfEarlierDocumentsAreSkipped) {
+  SmallBlocks blocks(4, 4);
+  const int64_t T = 20, first = 8;  // document 0: rows [0, 8); document 1: rows [8, 20)
+  for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 1}}) {
+    SCOPED_TRACE(std::to_string(H) + "/" + std::to_string(Hkv));
+    Tensor q = randn64({1, H, T, 8}, 96), gout = randn64({1, H, T, 8}, 99);
+    Tensor k = randn64({1, Hkv, T, 8}, 97), v = randn64({1, Hkv, T, 8}, 98);
+    const Tensor nan_rows = lt(arange(0, T, 1, DType::I64).reshape({1, 1, T, 1}), int64_t{first});
+    k = masked_fill(k, nan_rows, NAN);
+    v = masked_fill(v, nan_rows, NAN);
+    const Tensor docs = doc_ids_of({{first, T - first}});
+    const auto got = forward_backward(q, k, v, gout, [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+      return scaled_dot_product_attention(a, b, c, DocumentMask{docs});
+    });
+    auto later = [&](const Tensor& t) { return t.narrow(2, first, T - first).contiguous(); };
+    const auto alone = forward_backward(
+        later(q), later(k), later(v), later(gout),
+        [](const Tensor& a, const Tensor& b, const Tensor& c) { return scaled_dot_product_attention(a, b, c, true); });
+    const char* names[] = {"out", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) {
+      const std::vector<double> g = later(got[i]).to_vector();
+      for (double x : g) ASSERT_TRUE(std::isfinite(x)) << names[i] << ": a skipped tile was read";
+      expect_near_vec(g, alone[i].to_vector(), 1e-12, names[i]);
+    }
+  }
+}
+
+// Dropout under the mask against the dense reference rebuilt from the Philox rule (the element
+// index is the full window's, masked or not), and bitwise independence of the thread count.
+TEST(AttentionDocumentMask, DropoutAndThreads) {
+  SmallBlocks blocks(3, 4);
+  const Tensor docs = doc_ids_of({{2, 5, 3}, {6, 4}});
+  const std::vector<double> ids = docs.to_vector();
+  Tensor q = randn64({2, 4, 10, 5}, 100, 1.5).requires_grad_(), k = randn64({2, 2, 10, 5}, 101, 1.5).requires_grad_(),
+         v = randn64({2, 2, 10, 5}, 102).requires_grad_();
+  Generator g(41);
+  const uint64_t base = g.state().offset;
+  Tensor y = scaled_dot_product_attention(q, k, v, DocumentMask{docs}, 0.3, 0.6, &g);
+  Tensor gout = randn64(y.shape(), 103);
+  std::vector<Tensor> grads = autograd::grad({y}, {q, k, v}, {gout});
+  Reference r = reference(q, k, v, gout, true, 0.3, 0.6, 41, base, &ids);
+  expect_near_vec(y.to_vector(), r.out, 1e-12, "out");
+  expect_near_vec(grads[0].to_vector(), r.dq, 1e-12, "dq");
+  expect_near_vec(grads[1].to_vector(), r.dk, 1e-12, "dk");
+  expect_near_vec(grads[2].to_vector(), r.dv, 1e-12, "dv");
+
+  // f32 and bf16 at a size the pool splits (several tasks per thread), 1 and 2 threads.
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator init(8);
+    Tensor q2 = randn({2, 8, 150, 32}, {}, &init).to(dt), k2 = randn({2, 2, 150, 32}, {}, &init).to(dt),
+           v2 = randn({2, 2, 150, 32}, {}, &init).to(dt), g2 = randn({2, 8, 150, 32}, {}, &init).to(dt);
+    const Tensor docs2 = doc_ids_of({{30, 64, 56}, {1, 99, 50}});
+    std::vector<Tensor> res[2];
+    for (int n : {1, 2}) {
+      Threads t(n);
+      res[n - 1] = forward_backward(q2, k2, v2, g2, [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        Generator gd(77);
+        return scaled_dot_product_attention(a, b, c, DocumentMask{docs2}, 0.1, std::nullopt, &gd);
+      });
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(bitwise_equal(res[0][i], res[1][i])) << "result " << i;
+  }
+}
+
+TEST(AttentionDocumentMask, IdsOfEitherIntegerTypeAndBadIdsRefused) {
+  Tensor q = randn64({2, 2, 6, 4}, 104), k = randn64({2, 2, 6, 4}, 105), v = randn64({2, 2, 6, 4}, 106);
+  const Tensor docs = doc_ids_of({{2, 4}, {3, 3}});
+  EXPECT_TRUE(bitwise_equal(scaled_dot_product_attention(q, k, v, DocumentMask{docs}),
+                            scaled_dot_product_attention(q, k, v, DocumentMask{docs.to(DType::I64)})));
+  auto masked = [&](const Tensor& qq, const Tensor& kk, const Tensor& ids) {
+    scaled_dot_product_attention(qq, kk, kk, DocumentMask{ids});
+  };
+  EXPECT_EQ(error_of([&] { masked(q, k, docs.to(DType::F32)); }),
+            "scaled_dot_product_attention: doc_ids must be an i32 or i64 tensor, found f32");
+  EXPECT_EQ(error_of([&] {
+              masked(q, k, zeros({2, 7}, DType::I32));
+            }),
+            "scaled_dot_product_attention: doc_ids must be [B, T] = [2, 6], found shape [2, 7]");
+  EXPECT_EQ(error_of([&] { masked(q, k, zeros({12}, DType::I32)); }),
+            "scaled_dot_product_attention: doc_ids must be [B, T] = [2, 6], found shape [12]");
+  EXPECT_EQ(error_of([&] {
+              masked(q, randn64({2, 2, 7, 4}, 107), zeros({2, 6}, DType::I32));
+            }),
+            "scaled_dot_product_attention: a document mask needs self-attention (as many keys as queries), found 6 "
+            "queries and 7 keys");
+  EXPECT_EQ(error_of([&] { masked(q, k, Tensor()); }),
+            "scaled_dot_product_attention: the document mask's doc_ids must be a defined tensor");
+  // Documents are runs of equal ids: an id below its predecessor is refused, naming both.
+  const Tensor back = from_vector({0, 0, 1, 1, 2, 2, 0, 1, 2, 1, 1, 3}, {2, 6}, DType::I32);
+  EXPECT_EQ(error_of([&] { masked(q, k, back); }),
+            "scaled_dot_product_attention: doc_ids must not decrease along T (each document a run of equal ids), "
+            "found doc_ids[1, 3] 1 below doc_ids[1, 2]");
 }

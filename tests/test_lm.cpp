@@ -1,7 +1,10 @@
 // The lm task from the command line, as a user runs it: text -> `fasttrain data` (char
 // vocabulary) -> `fasttrain train --task lm` -> `fasttrain sample` and `fasttrain eval`; and the
 // guard rails: data and model that do not fit together are refused before the first step, with
-// a message naming the file and nothing written.
+// a message naming the file and nothing written. --doc-mask: attention confined to the documents
+// packed into each window, for GPT and Llama, on shards made by `fasttrain data`.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -10,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fasttrain/autograd.h"
 #include "fasttrain/hf_folder.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
@@ -43,6 +47,28 @@ std::string corpus(int sentences) {
     text += s[(x >> 33) % 4];
   }
   return text;
+}
+
+// Documents of one to three sentences separated by GPT-2's "<|endoftext|>": `fasttrain data`
+// writes each as <|endoftext|> followed by its tokens, so a 32-token window holds several.
+std::string documents(int count) {
+  std::string text;
+  uint64_t x = 777;
+  for (int i = 0; i < count; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    text += corpus(1 + static_cast<int>((x >> 33) % 3) + i % 2) + "<|endoftext|>";
+  }
+  return text;
+}
+
+// The loss of a run's first logged step (metrics.csv: step,epoch,split,loss,...), as written.
+std::string first_loss_text(const std::string& run_dir) {
+  std::istringstream csv(slurp(run_dir + "/metrics.csv"));
+  std::string header, step, epoch, split, loss;
+  std::getline(csv, header);
+  std::getline(csv, step, ',') && std::getline(csv, epoch, ',') && std::getline(csv, split, ',') &&
+      std::getline(csv, loss, ',');
+  return loss;
 }
 
 class Lm : public ::testing::Test {
@@ -325,6 +351,122 @@ TEST_F(Lm, LlamaPresetsBringTheirSizes) {
                         "kv_heads = 2\nffn_dim = 688\n"),
             std::string::npos)
       << config;
+}
+
+// --doc-mask on GPT-2 BPE shards: windows of several documents train (the loss falls) and their
+// first step differs from the unmasked one; on a single long document (every window inside it)
+// the masked run's first loss is the unmasked one exactly; the Llama family takes the flag too.
+TEST_F(Lm, DocumentMaskTrainsGptAndLlamaOnPackedDocuments) {
+  test::write_toy_gpt2_vocab(dir_ + "/encoder.json", dir_ + "/vocab.bpe",
+                             {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"a", "t"}, {" ", "c"}, {" c", "at"}, {"a", "n"}});
+  std::ofstream(dir_ + "/docs.txt") << documents(600);
+  const std::string tok = "data --tokenizer gpt2 --encoder " + dir_ + "/encoder.json --merges " + dir_ + "/vocab.bpe ";
+  auto r = run_cli(tok + "--input " + dir_ + "/docs.txt --output " + dir_ + "/docs --val-tokens 4000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_cli(tok + "--input " + dir_ + "/corpus.txt --output " + dir_ + "/one --val-tokens 4000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto args = [&](const std::string& data, const std::string& run, int steps, const std::string& model) {
+    return "train --task lm --data '" + dir_ + "/" + data + "/*_train_*.bin' --val-data '" + dir_ + "/" + data +
+           "/*_val_*.bin' " + model + " --layers 1 --dim 32 --heads 2 --context 32 --batch-size 16 --max-steps " +
+           std::to_string(steps) +
+           " --warmup-steps 10 --lr 0.01 --eval-every 0 --threads 1 --progress false --log-every-n-steps 1 "
+           "--run-dir " +
+           dir_ + "/" + run;
+  };
+  const std::string gpt = "--model custom", llama = "--model llama --kv-heads 1 --ffn-dim 64";
+  for (const std::string& model : {gpt, llama}) {
+    SCOPED_TRACE(model);
+    const std::string tag = model == gpt ? "gpt" : "llama";
+    // Several documents per window: the mask changes the very first loss.
+    r = run_cli(args("docs", tag + "_plain", 1, model));
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = run_cli(args("docs", tag + "_masked", 1, model) + " --doc-mask");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(first_loss_text(dir_ + "/" + tag + "_plain"), first_loss_text(dir_ + "/" + tag + "_masked"));
+    EXPECT_NE(slurp(dir_ + "/" + tag + "_masked/config.toml").find("doc_mask = true"), std::string::npos);
+    // One document in every window: the mask is the causal one, the loss the same to the last digit.
+    r = run_cli(args("one", tag + "_one_plain", 1, model));
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = run_cli(args("one", tag + "_one_masked", 1, model) + " --doc-mask");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(first_loss_text(dir_ + "/" + tag + "_one_plain"), first_loss_text(dir_ + "/" + tag + "_one_masked"));
+  }
+  // Training with the mask: the validation loss (also masked) ends far below the first step's.
+  r = run_cli(args("docs", "trained", 150, gpt) + " --doc-mask");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const double first = std::stod(first_loss_text(dir_ + "/trained"));
+  const double final_val = nlohmann::json::parse(slurp(dir_ + "/trained/summary.json"))["final_val_loss"].get<double>();
+  EXPECT_LT(final_val, 0.3 * first) << r.output;
+  // eval reads the run's config: the same masked validation loss.
+  r = run_cli("eval --checkpoint " + dir_ + "/trained --data '" + dir_ + "/docs/*_val_*.bin'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "loss %.4f, perplexity", final_val);
+  EXPECT_NE(r.output.find(expected), std::string::npos) << r.output << " vs " << expected;
+}
+
+// Shards without a token that marks documents (characters here), and tasks other than lm, are
+// refused before anything is written.
+TEST_F(Lm, DocumentMaskNeedsDocumentMarkers) {
+  auto r = run_cli(train_args("char_vocab", 1) + " --doc-mask");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option doc_mask: the training shards have no end-of-text or begin-of-text token to find "
+                          "documents by (" +
+                          dir_ +
+                          "/shards/vocab.json has mode char); --doc-mask needs shards made by `fasttrain data` "
+                          "with a GPT-2 or tokenizer.json tokenizer"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/char_vocab"));
+  fs::remove(dir_ + "/shards/vocab.json");
+  r = run_cli(train_args("no_vocab", 1) + " --doc-mask --vocab-size 64");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("(no vocab.json beside " + dir_ + "/shards/tokens_000000.bin)"), std::string::npos)
+      << r.output;
+  r = run_cli("train --task char --doc-mask --max-steps 1 --progress false");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("option --doc-mask applies to the lm task, not char"), std::string::npos) << r.output;
+}
+
+// The decoders under a document mask: a token's logits depend on its own document only (the
+// earlier document's tokens can change without moving them), while positions keep counting
+// across documents: for GPT's learned positions the second document's logits differ from those
+// of the document run alone from position 0; for Llama's rotary ones, whose attention scores
+// depend on relative positions only, they are the same (up to rounding).
+TEST(DecoderDocumentMask, AttentionStaysInsideDocumentsAndPositionsRunOn) {
+  const int64_t T = 12, first = 5;
+  const std::vector<double> tokens = {1, 4, 3, 7, 2, 9, 3, 3, 5, 6, 1, 8};
+  const Tensor ids = from_vector(tokens, {1, T}, DType::I64);
+  std::vector<double> other = tokens;
+  for (int64_t t = 1; t < first; ++t) other[t] = 10 + t;  // the first document's tokens changed
+  const Tensor ids2 = from_vector(other, {1, T}, DType::I64);
+  const Tensor docs = from_vector({0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1}, {1, T}, DType::I32);
+  auto later = [&](const Tensor& logits) { return logits.narrow(1, first, T - first).contiguous().to_vector(); };
+  auto max_diff = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+    return m;
+  };
+  Generator g1(3), g2(3);
+  nn::GPTConfig gc;
+  gc.vocab_size = 16, gc.context = T, gc.layers = 2, gc.dim = 32, gc.heads = 4;
+  nn::LlamaConfig lc;
+  lc.vocab_size = 16, lc.context = T, lc.layers = 2, lc.dim = 32, lc.heads = 4, lc.kv_heads = 2, lc.ffn_dim = 64;
+  nn::GPT gpt(gc, &g1);
+  nn::Llama llama(lc, &g2);
+  autograd::NoGradGuard no_grad;
+  for (int m = 0; m < 2; ++m) {
+    SCOPED_TRACE(m == 0 ? "GPT" : "Llama");
+    auto run = [&](const Tensor& x, const Tensor& d) { return m == 0 ? gpt.forward(x, d) : llama.forward(x, d); };
+    EXPECT_EQ(later(run(ids, docs)), later(run(ids2, docs)));  // bit for bit: no path from document 0
+    EXPECT_GT(max_diff(later(run(ids, Tensor())), later(run(ids2, Tensor()))), 1e-3);  // causal: there is one
+    const Tensor alone = m == 0 ? gpt(ids.narrow(1, first, T - first)) : llama(ids.narrow(1, first, T - first));
+    const double moved = max_diff(later(run(ids, docs)), alone.contiguous().to_vector());
+    if (m == 0)
+      EXPECT_GT(moved, 1e-3) << "GPT's positions restarted at the document";
+    else
+      EXPECT_LT(moved, 1e-4) << "rotary attention depends on relative positions only";
+  }
 }
 
 }  // namespace

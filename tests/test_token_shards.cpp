@@ -354,3 +354,65 @@ TEST_F(TokenShards, CharVocabularyMustFitUint16) {
 }
 
 }  // namespace
+
+namespace {
+
+// A tokenizer with only the begin/end ids decided, for document_start_token.
+class FramedTokenizer : public Tokenizer {
+ public:
+  FramedTokenizer(int32_t bos, int32_t eos) : bos_(bos), eos_(eos) {}
+  void encode(std::string_view, std::vector<int32_t>&) const override {}
+  std::string decode(std::span<const int32_t>) const override { return {}; }
+  std::string_view token_bytes(int32_t) const override { return {}; }
+  int64_t vocab_size() const override { return 10; }
+  int32_t bos_token() const override { return bos_; }
+  int32_t eos_token() const override { return eos_; }
+
+ private:
+  int32_t bos_, eos_;
+};
+
+std::vector<int32_t> ids_of(const Tensor& t) {
+  std::vector<int32_t> v;
+  for (double x : t.to_vector()) v.push_back(static_cast<int32_t>(x));
+  return v;
+}
+
+}  // namespace
+
+// The boundary rule of document_ids (token_shards.h): a document begins at each start token, in
+// both layouts `fasttrain data` writes, and the tokens before a window's first start token
+// continue an earlier window's document (id 0).
+TEST_F(TokenShards, DocumentIdsOfPackedWindows) {
+  // GPT-2 (llm.c): <|endoftext|> (9 here) before each document; the start token opens its document.
+  const Tensor gpt2 = from_vector({9, 1, 2, 9, 3, 9, 4, 5}, {1, 8}, DType::I64);
+  EXPECT_EQ(ids_of(document_ids(gpt2, 9)), (std::vector<int32_t>{1, 1, 1, 2, 2, 3, 3, 3}));
+  // Llama 3: BOS (8) document EOS (9): cutting before each BOS is cutting after each EOS; a
+  // window starting inside a document (id 0) and a batch of two windows (rows are independent).
+  const Tensor llama = from_vector({4, 5, 9, 8, 1, 9, 8, 2, 8, 3, 3, 9, 9, 8, 7, 7}, {2, 8}, DType::I32);
+  EXPECT_EQ(ids_of(document_ids(llama, 8)), (std::vector<int32_t>{0, 0, 0, 1, 1, 1, 2, 2, 1, 1, 1, 1, 1, 2, 2, 2}));
+  const Tensor one_window = document_ids(llama.select(0, 0), 8);  // [T] alone
+  EXPECT_EQ(one_window.shape(), Shape({8}));
+  EXPECT_EQ(one_window.dtype(), DType::I32);
+  // No start token in the window: one document.
+  EXPECT_EQ(ids_of(document_ids(from_vector({1, 2, 3}, {3}, DType::I64), 8)), (std::vector<int32_t>{0, 0, 0}));
+  // Which token starts documents: BOS where there is one, else the end-of-text token.
+  EXPECT_EQ(document_start_token(FramedTokenizer(8, 9)), 8);
+  EXPECT_EQ(document_start_token(FramedTokenizer(-1, 9)), 9);
+  EXPECT_EQ(document_start_token(FramedTokenizer(5, 5)), 5);
+  EXPECT_EQ(document_start_token(FramedTokenizer(-1, -1)), -1);
+  expect_error([&] { document_ids(from_vector({1.5}, {1}, DType::F32), 8); },
+               "tokens must be an integer tensor, found f32");
+
+  // TokenWindowDataset with a start token: a third field, the window's ids.
+  write_token_shard(file("d.bin"), {9, 1, 2, 9, 3, 9, 4, 5, 9});
+  TokenWindowDataset ds(file("d.bin"), 4, 9);
+  const SampleSpec spec = ds.spec();
+  ASSERT_EQ(spec.size(), 3u);
+  EXPECT_EQ(spec[2].name, "doc_ids");
+  EXPECT_EQ(spec[2].dtype, DType::I32);
+  std::vector<Tensor> fields{empty(Shape{4}, DType::I64), empty(Shape{4}, DType::I64), empty(Shape{4}, DType::I32)};
+  ds.read(1, 0, fields);  // tokens 3 9 4 5
+  EXPECT_EQ(ids_of(fields[2]), (std::vector<int32_t>{0, 1, 1, 1}));
+  EXPECT_EQ(TokenWindowDataset(file("d.bin"), 4).spec().size(), 2u);
+}

@@ -65,6 +65,11 @@ class GPT : public UnaryModule, public dist::VocabParallelOutput {
   Tensor forward(const Tensor& ids) override;
   std::shared_ptr<dist::Communicator> vocab_group() const override { return tp_; }
   int64_t vocab_start() const override;
+  // The same with every attention layer under DocumentMask{doc_ids} (doc_ids [B, T], i32 or i64,
+  // on ids' device; undefined: plain causal): a token attends only to earlier tokens of its own
+  // packed document. Positions are not reset per document: token t keeps position t of the
+  // window, as Llama 3's pretraining keeps them.
+  Tensor forward(const Tensor& ids, const Tensor& doc_ids);
   std::string type_name() const override { return "GPT"; }
   const GPTConfig& config() const { return cfg_; }
   int64_t padded_vocab() const { return padded_vocab_; }  // rows of the embedding
@@ -76,6 +81,7 @@ class GPT : public UnaryModule, public dist::VocabParallelOutput {
   std::string explain_foreign_state(const TensorMap& state) const override;
 
  private:
+  Tensor run(const Tensor& ids, const Tensor& doc_ids);
   GPTConfig cfg_;
   int64_t padded_vocab_;
   std::shared_ptr<Module> transformer_;     // holds wte, wpe, h (ModuleList of blocks), ln_f
@@ -134,11 +140,15 @@ class Llama : public UnaryModule, public dist::VocabParallelOutput {
   Tensor forward(const Tensor& ids) override;
   std::shared_ptr<dist::Communicator> vocab_group() const override { return tp_; }
   int64_t vocab_start() const override;
+  // With document-masked attention in every layer, as GPT::forward(ids, doc_ids); rotary
+  // positions are the window's, not restarted per document (Llama 3's pretraining).
+  Tensor forward(const Tensor& ids, const Tensor& doc_ids);
   std::string type_name() const override { return "Llama"; }
   const LlamaConfig& config() const { return cfg_; }
   void set_activation_checkpointing(bool on);
 
  private:
+  Tensor run(const Tensor& ids, const Tensor& doc_ids);
   LlamaConfig cfg_;
   std::shared_ptr<Module> model_;           // embed_tokens, layers, norm
   std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group

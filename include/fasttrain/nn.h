@@ -123,6 +123,12 @@ class BlockHooks {
 class CheckpointableBlock : public UnaryModule {
  public:
   Tensor forward(const Tensor& x) final;
+  // forward(x) with a second input that is data, not differentiated: the decoders hand their
+  // blocks the document ids of packed windows this way (DocumentMask). block_forward reads it as
+  // side_input() (undefined under forward(x)). It is captured with the call, so the recomputation
+  // of activation checkpointing, which runs later inside backward, sees this call's tensor and
+  // not whatever a later forward left behind. Called as this module (profiler spans, hooks).
+  Tensor forward(const Tensor& x, const Tensor& side);
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   bool activation_checkpointing() const { return checkpointing_; }
   // At most one set of hooks (not owned; null removes them). The recomputation of activation
@@ -132,10 +138,13 @@ class CheckpointableBlock : public UnaryModule {
 
  protected:
   virtual Tensor block_forward(const Tensor& x) = 0;
+  const Tensor& side_input() const { return side_; }
 
  private:
+  Tensor run(const Tensor& x, const Tensor& side);
   bool checkpointing_ = false;
   BlockHooks* hooks_ = nullptr;
+  Tensor side_;  // the side input of the block_forward running now
 };
 
 // Turns activation checkpointing on or off for every CheckpointableBlock in `model` (itself
@@ -315,10 +324,16 @@ class CausalSelfAttention : public UnaryModule {
  public:
   CausalSelfAttention(int64_t dim, int64_t heads, double dropout = 0.0, Generator* gen = nullptr);
   Tensor forward(const Tensor& x) override;
+  // With doc_ids [B, T] defined, attention under DocumentMask{doc_ids} (causal within each
+  // packed document); undefined, forward(x).
+  Tensor forward(const Tensor& x, const Tensor& doc_ids);
   std::string type_name() const override { return "CausalSelfAttention"; }
   std::shared_ptr<Linear> c_attn, c_proj;
   int64_t heads;
   double dropout;
+
+ private:
+  Tensor attend(const Tensor& x, const Tensor& doc_ids);
 };
 
 }  // namespace ft::nn

@@ -42,6 +42,9 @@ struct DataOptions {
   int64_t val_images = 1000;
   double goal_gap = 0.05;    // char: final val loss within this many nats of the entropy floor
   double goal_accuracy = 0;  // images, classify: final validation accuracy to reach (0: no goal)
+  // lm: attention stays inside each document of a packed window (DocumentMask; documents found by
+  // data::document_ids from the start token vocab.json names). Positions are not reset.
+  bool doc_mask = false;
 };
 
 }  // namespace ft::train

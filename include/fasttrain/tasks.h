@@ -65,6 +65,10 @@ std::optional<Goal> accuracy_goal(const EvalResult& result, double goal, int64_t
 
 // The mean next-token cross-entropy of a batch of "tokens" and "targets" [B, T] (char and lm).
 Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch);
+// The mean cross-entropy of a decoder's logits [B, T, V] against targets [B, T]; for a
+// tensor-parallel model (dist::VocabParallelOutput) formed across its tensor group from this
+// rank's vocabulary columns, without gathering them.
+Tensor next_token_cross_entropy(const nn::UnaryModule& model, const Tensor& logits, const Tensor& targets);
 // Loads weights into a GPT from a .safetensors file (--init-from): fasttrain's layout or Hugging
 // Face GPT-2's (Conv1D [in, out] weights, with or without the "transformer." prefix).
 void load_gpt_weights(nn::GPT& model, const std::string& path);

@@ -118,11 +118,16 @@ class ParallelCausalSelfAttention : public nn::UnaryModule {
  public:
   ParallelCausalSelfAttention(int64_t dim, int64_t heads, double dropout, std::shared_ptr<Communicator> group);
   Tensor forward(const Tensor& x) override;
+  // Under DocumentMask{doc_ids} when doc_ids is defined (as CausalSelfAttention's).
+  Tensor forward(const Tensor& x, const Tensor& doc_ids);
   std::string type_name() const override { return "ParallelCausalSelfAttention"; }
   std::shared_ptr<ColumnParallelLinear> c_attn;
   std::shared_ptr<RowParallelLinear> c_proj;
   int64_t local_heads;
   double dropout;
+
+ private:
+  Tensor attend(const Tensor& x, const Tensor& doc_ids);
 };
 
 // A model that returns this rank's vocabulary columns of the logits (GPT built with a tensor

@@ -153,14 +153,39 @@ Gpt2Tokenizer read_gpt2_tokenizer(const std::string& vocab_json_path);
 // is wrong (not JSON, mode other than "char", vocab_size disagreeing with the token list).
 std::vector<std::string> read_char_vocabulary(const std::string& vocab_json_path);
 
+// --- documents inside packed windows (attention's DocumentMask, ops/attention.h) ---
+// The boundary rule: a document begins AT each document-start token, the token that `fasttrain
+// data` (and llm.c) writes before every document: GPT-2's <|endoftext|> (shards [EOT doc EOT doc
+// ...]), or a tokenizer.json's begin-of-text token (Llama 3's [BOS doc EOS BOS doc EOS ...], so a
+// boundary also falls right after each EOS), or its one token where it has only one (SmolLM). The
+// start token belongs to the document it opens: a document's first prediction (made at its start
+// token) sees that token alone, as a prompt that begins with <|endoftext|> or <|begin_of_text|>
+// does, and the end-of-text of Llama 3's layout closes its own document. Cutting before the start
+// token rather than after an end-of-text token is what makes one rule fit both layouts: in
+// GPT-2's, "after <|endoftext|>" would leave each document's first prediction looking at the
+// previous document.
+
+// The token that begins every document of shards written with tokenizer `t`: its begin-of-text
+// token where it has one, else its end-of-text token (GPT-2: 50256); -1 when it has neither.
+int32_t document_start_token(const Tokenizer& t);
+
+// Document ids of windows of tokens: id[..., t] = the number of doc_start tokens at positions
+// <= t of its window (the last dimension), so tokens before the window's first start token
+// continue a document begun in an earlier window (id 0) and ids never decrease along a window.
+// tokens: integer CPU tensor [..., T] (a batch [B, T] or one window [T]) -> i32 [..., T], CPU.
+Tensor document_ids(const Tensor& tokens, int64_t doc_start);
+// The same on n tokens in memory (what TokenWindowDataset writes into its batch rows).
+void document_ids(const int64_t* tokens, int64_t n, int64_t doc_start, int32_t* ids);
+
 // Next-token windows over shards: sample i is `context` tokens and the `context` tokens that
 // follow each of them, fields "tokens" [context] i64 and "targets" [context] i64. Windows never
 // straddle two shards: a shard of n tokens holds (n - 1) / context windows, non-overlapping,
-// numbered shard by shard.
+// numbered shard by shard. With doc_start >= 0 a third field "doc_ids" [context] i32 holds the
+// window's document_ids(tokens, doc_start) (the lm task's --doc-mask).
 class TokenWindowDataset : public Dataset {
  public:
-  TokenWindowDataset(std::vector<TokenShard> shards, int64_t context);
-  TokenWindowDataset(const std::string& pattern, int64_t context);
+  TokenWindowDataset(std::vector<TokenShard> shards, int64_t context, int64_t doc_start = -1);
+  TokenWindowDataset(const std::string& pattern, int64_t context, int64_t doc_start = -1);
 
   int64_t size() const override { return first_window_.back(); }
   SampleSpec spec() const override { return spec_; }
@@ -170,6 +195,7 @@ class TokenWindowDataset : public Dataset {
  private:
   std::vector<TokenShard> shards_;
   int64_t context_;
+  int64_t doc_start_;  // -1: no "doc_ids" field
   SampleSpec spec_;
   std::vector<int64_t> first_window_;  // first_window_[s] = windows in shards before s; back() = total
 };

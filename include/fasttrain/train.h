@@ -500,6 +500,12 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
        "classify: share of the training data held out for validation without val_data", locked);
   data("vocab_size", c.data.vocab_size, "lm: vocabulary size (0: from the tokenizer or vocab file beside the shards)",
        locked);
+  data("doc_mask", c.data.doc_mask,
+       "lm: document masking: a token attends only to earlier tokens of its own document in the packed window "
+       "(Llama 3's block-diagonal causal mask); a document begins at each document-start token the shards' vocab.json "
+       "names (GPT-2: <|endoftext|>; tokenizer.json: begin-of-text, else end-of-text). Positions (learned or "
+       "rotary) are not reset per document, as in Llama 3",
+       may_change);
   data("augment", c.data.augment, "classify: random crop with 4-pixel padding and horizontal flip of training images",
        may_change);
   data("train_chars", c.data.train_chars, "char: characters in the generated training text", locked);

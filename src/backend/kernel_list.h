@@ -85,6 +85,10 @@
   X(dropout_forward,                                                                                                   \
     void(const Tensor& x, float keep, double scale, const PhiloxDraw& mask_draw, const Tensor& y, const Tensor& mask)) \
   X(dropout_backward, void(const Tensor& dy, const Tensor& mask, double scale, const Tensor& dx))                      \
+  /* document mask bounds: doc_ids dense i32 [B, T] -> starts, ends dense i32 [B, T] (AttentionParams); an id */       \
+  /* below its predecessor raises decreasing(id - previous, flat position) (on a GPU at the next synchronisation) */   \
+  X(attention_document_bounds,                                                                                         \
+    void(const Tensor& doc_ids, const Tensor& starts, const Tensor& ends, const IndexErrorText& decreasing))           \
   X(attention_forward, void(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p,               \
                             const Tensor& out, const Tensor& lse, const Tensor& out_f32))                              \
   X(attention_backward,                                                                                                \

@@ -9,6 +9,7 @@
 #include "fasttrain/dtype.h"
 #include "fasttrain/ops/conv.h"  // Pair
 #include "fasttrain/random.h"    // PhiloxDraw
+#include "fasttrain/tensor.h"
 
 namespace ft::backend {
 
@@ -46,6 +47,12 @@ struct AttentionParams {
   double scale = 1.0;
   double dropout_p = 0.0;
   PhiloxDraw philox;  // the mask's counters: element e (flat b, h, i, j) from block base + e / 4
+  // Document mask (causal is then set too; Tq == Tk == T): dense i32 [B, T] on the inputs' device,
+  // doc_starts[b, i] the first and doc_ends[b, i] one past the last position of token i's document,
+  // so query i sees keys [doc_starts[b, i], i] and key j is seen by queries [j, doc_ends[b, j]).
+  // Both are non-decreasing along T, which is what lets a kernel bound a whole tile's key (or
+  // query) range by the start (end) of its first (last) row. Undefined: no document mask.
+  Tensor doc_starts, doc_ends;
 };
 
 struct BatchNormLayout {

@@ -122,11 +122,39 @@ void write_token_shard_u32(const std::string& path, const std::vector<uint32_t>&
   write_shard(path, tokens, kTokenShardMagic32, kTokenShardVersion32);
 }
 
-TokenWindowDataset::TokenWindowDataset(std::vector<TokenShard> shards, int64_t context)
-    : shards_(std::move(shards)), context_(context) {
+int32_t document_start_token(const Tokenizer& t) { return t.bos_token() >= 0 ? t.bos_token() : t.eos_token(); }
+
+void document_ids(const int64_t* tokens, int64_t n, int64_t doc_start, int32_t* ids) {
+  int32_t id = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    id += tokens[t] == doc_start;
+    ids[t] = id;
+  }
+}
+
+Tensor document_ids(const Tensor& tokens, int64_t doc_start) {
+  FT_CHECK(tokens.defined() && is_integral(tokens.dtype()) && tokens.dtype() != DType::Bool,
+           "document_ids: tokens must be an integer tensor, found ",
+           tokens.defined() ? dtype_name(tokens.dtype()) : "undefined");
+  FT_CHECK(tokens.device().is_cpu(),
+           "document_ids: tokens must be on the CPU (the loader's batches, before they move "
+           "to a device), found ",
+           tokens.device().str());
+  FT_CHECK(tokens.dim() >= 1, "document_ids: tokens must have a last dimension (the window), found a scalar");
+  const int64_t T = tokens.size(-1), rows = T > 0 ? tokens.numel() / T : 0;
+  const Tensor t64 = tokens.to(DType::I64).contiguous();
+  Tensor ids = empty(tokens.shape(), TensorOptions(DType::I32));
+  for (int64_t r = 0; r < rows; ++r)
+    document_ids(t64.data<int64_t>() + r * T, T, doc_start, ids.data<int32_t>() + r * T);
+  return ids;
+}
+
+TokenWindowDataset::TokenWindowDataset(std::vector<TokenShard> shards, int64_t context, int64_t doc_start)
+    : shards_(std::move(shards)), context_(context), doc_start_(doc_start) {
   FT_CHECK(context_ > 0, "TokenWindowDataset: context must be positive, found ", context_);
   FT_CHECK(!shards_.empty(), "TokenWindowDataset: expected at least one shard");
   spec_ = {{"tokens", Shape{context_}, DType::I64}, {"targets", Shape{context_}, DType::I64}};
+  if (doc_start_ >= 0) spec_.push_back({"doc_ids", Shape{context_}, DType::I32});
   first_window_.assign(1, 0);
   for (const auto& s : shards_) {
     // The last window needs one token past its end for the final target.
@@ -135,8 +163,8 @@ TokenWindowDataset::TokenWindowDataset(std::vector<TokenShard> shards, int64_t c
   }
 }
 
-TokenWindowDataset::TokenWindowDataset(const std::string& pattern, int64_t context)
-    : TokenWindowDataset(open_token_shards(pattern), context) {}
+TokenWindowDataset::TokenWindowDataset(const std::string& pattern, int64_t context, int64_t doc_start)
+    : TokenWindowDataset(open_token_shards(pattern), context, doc_start) {}
 
 void TokenWindowDataset::read(int64_t index, uint64_t, const std::vector<Tensor>& fields) const {
   FT_CHECK(index >= 0 && index < size(), "TokenWindowDataset: sample ", index, " out of range [0, ", size(), ")");
@@ -146,6 +174,7 @@ void TokenWindowDataset::read(int64_t index, uint64_t, const std::vector<Tensor>
   int64_t start = (index - first_window_[s]) * context_;
   shards_[s].copy_window(start, context_, fields[0].data<int64_t>());
   shards_[s].copy_window(start + 1, context_, fields[1].data<int64_t>());
+  if (doc_start_ >= 0) document_ids(fields[0].data<int64_t>(), context_, doc_start_, fields[2].data<int32_t>());
 }
 
 }  // namespace ft::data

@@ -234,7 +234,14 @@ ParallelCausalSelfAttention::ParallelCausalSelfAttention(int64_t dim, int64_t he
   c_proj = register_module("c_proj", std::make_shared<RowParallelLinear>(dim, dim, true, group));
 }
 
-Tensor ParallelCausalSelfAttention::forward(const Tensor& x) {
+Tensor ParallelCausalSelfAttention::forward(const Tensor& x) { return attend(x, Tensor()); }
+
+// Called as this module here (operator() does that for forward(x)).
+Tensor ParallelCausalSelfAttention::forward(const Tensor& x, const Tensor& doc_ids) {
+  return call_as_this([&] { return attend(x, doc_ids); });
+}
+
+Tensor ParallelCausalSelfAttention::attend(const Tensor& x, const Tensor& doc_ids) {
   const int64_t C = c_proj->weight.size(0), local = c_proj->weight.size(1);
   FT_CHECK(x.dim() == 3 && x.size(2) == C, "ParallelCausalSelfAttention: expected input [B, T, ", C, "], found shape ",
            x.shape().str());
@@ -242,8 +249,10 @@ Tensor ParallelCausalSelfAttention::forward(const Tensor& x) {
   // As CausalSelfAttention, over this rank's heads: [B, T, 3 C / t] = its q, k and v heads.
   std::vector<Tensor> qkv = split((*c_attn)(x).view({B, T, 3, local_heads, D}), 1, 2);
   auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };
-  Tensor y = scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true,
-                                          training_ ? dropout : 0.0);
+  const double p = training_ ? dropout : 0.0;
+  Tensor y = doc_ids.defined()
+                 ? scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), DocumentMask{doc_ids}, p)
+                 : scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true, p);
   y = y.transpose(1, 2).reshape({B, T, local});
   return ft::dropout((*c_proj)(y), dropout, training_);
 }

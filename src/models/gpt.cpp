@@ -54,23 +54,31 @@ class GPT2Block : public CheckpointableBlock {
   GPT2Block(const GPTConfig& cfg, Generator* gen, const std::shared_ptr<Communicator>& tp) {
     ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(cfg.dim));
     if (tp) {
-      attn = register_module("attn",
-                             std::make_shared<dist::ParallelCausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, tp));
+      parallel_attn_ = std::make_shared<dist::ParallelCausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, tp);
+      attn = register_module("attn", parallel_attn_);
     } else {
-      attn = register_module("attn", std::make_shared<CausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, gen));
+      plain_attn_ = std::make_shared<CausalSelfAttention>(cfg.dim, cfg.heads, cfg.dropout, gen);
+      attn = register_module("attn", plain_attn_);
     }
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.dim));
     mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen, tp));
   }
   Tensor block_forward(const Tensor& x) override {
-    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm).
-    const ResidualNorm h = ln_2->call_with_add(x, (*attn)((*ln_1)(x)));
+    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm). The side input is the
+    // window's document ids under a document mask (GPT::forward(ids, doc_ids)).
+    const Tensor a = (*ln_1)(x);
+    const ResidualNorm h = ln_2->call_with_add(
+        x, plain_attn_ ? plain_attn_->forward(a, side_input()) : parallel_attn_->forward(a, side_input()));
     return add(h.sum, (*mlp)(h.normed));
   }
   std::string type_name() const override { return "GPT2Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<UnaryModule> attn;  // CausalSelfAttention, or its heads on this rank
   std::shared_ptr<GPT2MLP> mlp;
+
+ private:
+  std::shared_ptr<CausalSelfAttention> plain_attn_;                  // attn without a tensor group
+  std::shared_ptr<dist::ParallelCausalSelfAttention> parallel_attn_;  // attn with one
 };
 
 // The "transformer" submodule of Hugging Face's GPT2LMHeadModel.
@@ -174,7 +182,14 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
 
 int64_t GPT::vocab_start() const { return tp_ ? tp_->rank() * (padded_vocab_ / tp_->world_size()) : 0; }
 
-Tensor GPT::forward(const Tensor& ids) {
+Tensor GPT::forward(const Tensor& ids) { return run(ids, Tensor()); }
+
+// Called as this module here (operator() does that for forward(ids)).
+Tensor GPT::forward(const Tensor& ids, const Tensor& doc_ids) {
+  return call_as_this([&] { return run(ids, doc_ids); });
+}
+
+Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "GPT: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T], found shape ", ids.shape().str());
@@ -190,11 +205,15 @@ Tensor GPT::forward(const Tensor& ids) {
                             " (the embedding's rows past it are padding)");
     });
   }
+  FT_CHECK(!doc_ids.defined() || doc_ids.shape() == ids.shape(), "GPT: doc_ids must be shaped as the token ids ",
+           ids.shape().str(), ", found ", doc_ids.shape().str());
   GPT2Model& tr = body(transformer_);
   // Positions 0..T-1 are the first T rows of wpe: a view broadcast over the batch, no gather.
+  // Under a document mask too: positions run on across the window's documents rather than
+  // restarting at each (Llama 3's pretraining does the same; only attention is confined).
   Tensor x = add((*tr.wte)(ids), tr.wpe->weight.narrow(0, 0, T));
   x = dropout(x, cfg_.dropout, training_);
-  for (auto& block : tr.blocks) x = (*block)(x);
+  for (auto& block : tr.blocks) x = block->forward(x, doc_ids);
   x = (*tr.ln_f)(x);
   if (tp_) {
     // This rank's real vocabulary rows [vocab_start, vocab_start + n) of its part of the head

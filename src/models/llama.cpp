@@ -62,7 +62,16 @@ class LlamaAttention : public UnaryModule {
     v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, kv_heads_ * head_dim_, c.attention_bias, gen));
     o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, c.dim, false, gen));
   }
-  Tensor forward(const Tensor& x) override {
+  Tensor forward(const Tensor& x) override { return attend(x, Tensor()); }
+  // Under DocumentMask{doc_ids} when doc_ids is defined; called as this module.
+  Tensor forward(const Tensor& x, const Tensor& doc_ids) {
+    return call_as_this([&] { return attend(x, doc_ids); });
+  }
+  std::string type_name() const override { return "LlamaAttention"; }
+  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
+
+ private:
+  Tensor attend(const Tensor& x, const Tensor& doc_ids) {
     const int64_t B = x.size(0), T = x.size(1);
     const RopeTables& rope = rope_->for_input(x);
     const Tensor cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
@@ -85,14 +94,14 @@ class LlamaAttention : public UnaryModule {
       k = rotary_embedding(heads_of(*k_proj, kv_heads_), cos, sin).transpose(1, 2);
       v = heads_of(*v_proj, kv_heads_).transpose(1, 2);
     }
-    const Tensor y =
-        scaled_dot_product_attention(q, k, v, /*causal=*/true).transpose(1, 2).reshape({B, T, heads_ * head_dim_});
+    // The rotary angles are the window's positions even under a document mask: a document
+    // packed at offset t starts at angle t, not 0, as in Llama 3's pretraining.
+    const Tensor attended = doc_ids.defined() ? scaled_dot_product_attention(q, k, v, DocumentMask{doc_ids})
+                                              : scaled_dot_product_attention(q, k, v, /*causal=*/true);
+    const Tensor y = attended.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
     return tp_ ? (*tp_o_)(y) : (*o_proj)(y);
   }
-  std::string type_name() const override { return "LlamaAttention"; }
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
 
- private:
   int64_t heads_, kv_heads_, head_dim_;  // with a tensor group: this rank's heads
   RopeCache* rope_;
   std::shared_ptr<Communicator> tp_;
@@ -140,7 +149,9 @@ class LlamaDecoderLayer : public CheckpointableBlock {
   }
   Tensor block_forward(const Tensor& x) override {
     // h = x + attn(input_layernorm(x)) and its norm in one pass (add_rms_norm).
-    const ResidualNorm h = post_attention_layernorm->call_with_add(x, (*self_attn)((*input_layernorm)(x)));
+    // The side input: the window's document ids under a document mask (Llama::forward(ids, doc_ids)).
+    const ResidualNorm h =
+        post_attention_layernorm->call_with_add(x, self_attn->forward((*input_layernorm)(x), side_input()));
     return add(h.sum, (*mlp)(h.normed));
   }
   std::string type_name() const override { return "LlamaDecoderLayer"; }
@@ -274,12 +285,21 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
 
 int64_t Llama::vocab_start() const { return tp_ ? tp_->rank() * (cfg_.vocab_size / tp_->world_size()) : 0; }
 
-Tensor Llama::forward(const Tensor& ids) {
+Tensor Llama::forward(const Tensor& ids) { return run(ids, Tensor()); }
+
+// Called as this module here (operator() does that for forward(ids)).
+Tensor Llama::forward(const Tensor& ids, const Tensor& doc_ids) {
+  return call_as_this([&] { return run(ids, doc_ids); });
+}
+
+Tensor Llama::run(const Tensor& ids, const Tensor& doc_ids) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "Llama: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "Llama: token ids must be [B, T], found shape ", ids.shape().str());
   const int64_t T = ids.size(1);
   FT_CHECK(T >= 1 && T <= cfg_.context, "Llama: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
+  FT_CHECK(!doc_ids.defined() || doc_ids.shape() == ids.shape(), "Llama: doc_ids must be shaped as the token ids ",
+           ids.shape().str(), ", found ", doc_ids.shape().str());
   LlamaModel& m = body(model_);
   // A vocabulary-parallel embedding gives zeros for an id no rank holds: refused here instead.
   if (tp_)
@@ -287,7 +307,7 @@ Tensor Llama::forward(const Tensor& ids) {
       return detail::concat("Llama: token id ", id, " is out of range for a vocabulary of ", v);
     });
   Tensor x = (*m.embed_tokens)(ids);
-  for (auto& block : m.blocks) x = (*block)(x);
+  for (auto& block : m.blocks) x = block->forward(x, doc_ids);
   return (*lm_head_)((*m.norm)(x));
 }
 

@@ -15,7 +15,14 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, double drop
   c_proj = register_module("c_proj", std::make_shared<Linear>(dim, dim, true, gen));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::forward(const Tensor& x) { return attend(x, Tensor()); }
+
+// Called as this module here (operator() does that for forward(x)).
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& doc_ids) {
+  return call_as_this([&] { return attend(x, doc_ids); });
+}
+
+Tensor CausalSelfAttention::attend(const Tensor& x, const Tensor& doc_ids) {
   const int64_t C = c_proj->weight.size(0);
   FT_CHECK(x.dim() == 3 && x.size(2) == C, "CausalSelfAttention: expected input [B, T, ", C, "], found shape ",
            x.shape().str());
@@ -26,8 +33,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   // the engine would add the three up.)
   std::vector<Tensor> qkv = split((*c_attn)(x).view({B, T, 3, heads, D}), 1, 2);
   auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };  // [B, H, T, D]
-  Tensor y = scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true,
-                                          training_ ? dropout : 0.0);
+  const double p = training_ ? dropout : 0.0;
+  Tensor y = doc_ids.defined()
+                 ? scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), DocumentMask{doc_ids}, p)
+                 : scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true, p);
   y = y.transpose(1, 2).reshape({B, T, C});
   return ft::dropout((*c_proj)(y), dropout, training_);
 }

@@ -5,6 +5,15 @@
 // kernels (and why they never materialise the [Tq, Tk] score matrix) are in
 // backend/cpu/attention.{h,cpp}. Forward saves only q, k, v, the output and the per-row
 // logsumexp; backward recomputes the probabilities tile by tile.
+//
+// Document mask (DocumentMask): query i sees key j iff j <= i and doc_ids[b, j] == doc_ids[b, i].
+// With ids that never decrease along T a document is a contiguous run, so the mask of row i is the
+// band [start_i, i] with start_i the first position of i's document, and of column j the band
+// [j, end_j). The op turns the ids into those bounds once per call (two i32 [B, T] tensors, the
+// kernel-table entry attention_document_bounds, which also refuses decreasing ids) and the
+// kernels compare positions with them: no [T, T] mask, and a tile whose keys all precede the
+// start of its first query's document (or whose queries all follow the end of its last key's
+// document) is skipped whole.
 #include "fasttrain/ops/attention.h"
 
 #include <cmath>
@@ -49,17 +58,36 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double drop
   if (scale) FT_CHECK(std::isfinite(*scale), kOp, ": scale must be finite, found ", *scale);
 }
 
-}  // namespace
+// The document mask's bounds (AttentionParams::doc_starts, doc_ends) from doc_ids [B, T].
+void set_document_bounds(const Tensor& q, const Tensor& k, const Tensor& doc_ids, backend::AttentionParams& p) {
+  FT_CHECK(doc_ids.defined(), kOp, ": the document mask's doc_ids must be a defined tensor");
+  FT_CHECK(doc_ids.dtype() == DType::I32 || doc_ids.dtype() == DType::I64, kOp,
+           ": doc_ids must be an i32 or i64 tensor, found ", dtype_name(doc_ids.dtype()));
+  ops::common_device({&q, &doc_ids}, kOp);
+  const int64_t B = q.size(0), T = q.size(2);
+  FT_CHECK(k.size(2) == T, kOp, ": a document mask needs self-attention (as many keys as queries), found ", T,
+           " queries and ", k.size(2), " keys");
+  FT_CHECK(doc_ids.dim() == 2 && doc_ids.size(0) == B && doc_ids.size(1) == T, kOp, ": doc_ids must be [B, T] = [", B,
+           ", ", T, "], found shape ", doc_ids.shape().str());
+  const Tensor ids = doc_ids.dtype() == DType::I32 ? doc_ids.contiguous() : doc_ids.to(DType::I32);
+  Tensor bounds = empty({2, B, T}, TensorOptions(DType::I32, q.device()));
+  p.doc_starts = bounds.select(0, 0);
+  p.doc_ends = bounds.select(0, 1);
+  if (B * T == 0) return;
+  kernels(q).attention_document_bounds(ids, p.doc_starts, p.doc_ends, [T](int64_t step, int64_t at) {
+    return detail::concat(kOp, ": doc_ids must not decrease along T (each document a run of equal ids), found doc_ids[",
+                          at / T, ", ", at % T, "] ", -step, " below doc_ids[", at / T, ", ", at % T - 1, "]");
+  });
+}
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
-                                    std::optional<double> scale, Generator* gen) {
-  if (auto c = ops::autocast_inputs(ops::AutocastOp::scaled_dot_product_attention, q, k, v))
-    return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], causal, dropout_p, scale, gen);
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* doc_ids,
+                 double dropout_p, std::optional<double> scale, Generator* gen) {
   check_inputs(q, k, v, dropout_p, scale);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
 
   backend::AttentionParams params;
   params.causal = causal;
+  if (doc_ids) set_document_bounds(q, k, *doc_ids, params);
   params.scale = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(D, 1)));
   params.dropout_p = dropout_p;
   if (dropout_p > 0) {
@@ -92,6 +120,22 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double dropout_p,
+                                    std::optional<double> scale, Generator* gen) {
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::scaled_dot_product_attention, q, k, v))
+    return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], causal, dropout_p, scale, gen);
+  return attention(q, k, v, causal, nullptr, dropout_p, scale, gen);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const DocumentMask& mask,
+                                    double dropout_p, std::optional<double> scale, Generator* gen) {
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::scaled_dot_product_attention, q, k, v))
+    return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], mask, dropout_p, scale, gen);
+  return attention(q, k, v, /*causal=*/true, &mask.doc_ids, dropout_p, scale, gen);
 }
 
 }  // namespace ft

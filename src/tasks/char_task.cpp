@@ -17,16 +17,19 @@
 
 namespace ft::train {
 
-Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch) {
-  Tensor logits = model(batch.fields[0]);
+Tensor next_token_cross_entropy(const nn::UnaryModule& model, const Tensor& logits, const Tensor& targets) {
   const int64_t v = logits.size(-1);
   // A tensor-parallel model's logits are this rank's vocabulary columns: the loss is formed
   // across the tensor group without gathering them.
   const auto* split = dynamic_cast<const dist::VocabParallelOutput*>(&model);
   if (split != nullptr && split->vocab_group() != nullptr)
-    return dist::vocab_parallel_cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}),
-                                              split->vocab_start(), split->vocab_group());
-  return cross_entropy(logits.reshape({-1, v}), batch.fields[1].reshape({-1}));
+    return dist::vocab_parallel_cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}), split->vocab_start(),
+                                              split->vocab_group());
+  return cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}));
+}
+
+Tensor next_token_loss(nn::UnaryModule& model, const data::Batch& batch) {
+  return next_token_cross_entropy(model, model(batch.fields[0]), batch.fields[1]);
 }
 
 namespace {

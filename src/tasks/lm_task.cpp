@@ -3,6 +3,9 @@
 // new random order every epoch; validation reads the validation shards' windows in order. The
 // vocabulary size comes from --vocab-size or from the vocabulary file `fasttrain data` wrote
 // beside the shards (vocab.json); every shard is checked against it before the first step.
+// With --doc-mask the windows also carry their document ids (data::document_ids, from the
+// document-start token vocab.json names) and every attention layer is confined to its document
+// (DocumentMask); positions are not reset per document.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -55,7 +58,20 @@ void check_tokens_below(const std::vector<data::TokenShard>& shards, int64_t voc
 struct LmVocabulary {
   int64_t size = 0;
   json tokenizer;
+  // The token `fasttrain data` wrote before every document (data::document_start_token's rule):
+  // GPT-2's end-of-text; a tokenizer.json's begin-of-text, else its end-of-text. -1: none known.
+  int64_t doc_start = -1;
 };
+
+int64_t document_start_of(const json& vocab) {
+  const std::string mode = vocab.value("mode", std::string());
+  auto id = [&](const char* key) {
+    return vocab.contains(key) && vocab[key].is_number_integer() ? vocab[key].get<int64_t>() : int64_t{-1};
+  };
+  if (mode == "gpt2") return id("eot_token");
+  if (mode == "tokenizer.json") return id("bos_token") >= 0 ? id("bos_token") : id("eos_token");
+  return -1;  // bytes, characters, or no vocabulary file: no token marks documents
+}
 
 LmVocabulary lm_vocabulary(const TrainerConfig& c) {
   LmVocabulary v;
@@ -79,13 +95,27 @@ LmVocabulary lm_vocabulary(const TrainerConfig& c) {
            "writes vocab.json beside them (none beside ",
            shards.front().path(), ")");
   if (v.tokenizer.is_null()) v.tokenizer = json{{"mode", "none"}, {"vocab_size", v.size}};
+  if (c.data.doc_mask) {
+    v.doc_start = document_start_of(v.tokenizer);
+    FT_CHECK(v.doc_start >= 0,
+             "option doc_mask: the training shards have no end-of-text or begin-of-text token to find "
+             "documents by (",
+             file.empty() ? "no vocab.json beside " + shards.front().path()
+                          : file + " has mode " + v.tokenizer.value("mode", std::string("?")),
+             "); --doc-mask needs shards made by `fasttrain data` with a GPT-2 or tokenizer.json tokenizer");
+    FT_CHECK(v.doc_start < v.size, "option doc_mask: the document-start token ", v.doc_start,
+             " is outside the vocabulary of ", v.size);
+  }
   return v;
 }
 
 class LmData : public DataModule {
  public:
-  LmData(const TrainerConfig& c, int64_t vocab)
-      : c_(c), train_(data::open_token_shards(c.data.train)), val_(data::open_token_shards(c.data.val)) {
+  LmData(const TrainerConfig& c, int64_t vocab, int64_t doc_start)
+      : c_(c),
+        doc_start_(doc_start),
+        train_(data::open_token_shards(c.data.train)),
+        val_(data::open_token_shards(c.data.val)) {
     check_tokens_below(train_, vocab, "training");
     check_tokens_below(val_, vocab, "validation");
     // Fail here, before the first step, rather than in the Trainer with a less specific message.
@@ -96,17 +126,26 @@ class LmData : public DataModule {
   }
   const std::vector<data::TokenShard>& train_shards() const { return train_; }
 
+  // With a document mask, the windows carry a third field: their document ids.
   TrainData train_data(int64_t) const override {
-    return {std::make_shared<data::TokenWindowDataset>(train_, c_.model.context), nullptr, nullptr};
+    return {std::make_shared<data::TokenWindowDataset>(train_, c_.model.context, doc_start_), nullptr, nullptr};
   }
   ValData val_data(int64_t) const override {
-    return {std::make_shared<data::TokenWindowDataset>(val_, c_.model.context), nullptr};
+    return {std::make_shared<data::TokenWindowDataset>(val_, c_.model.context, doc_start_), nullptr};
   }
 
  private:
   TrainerConfig c_;
+  int64_t doc_start_;  // -1: no document mask
   std::vector<data::TokenShard> train_, val_;
 };
+
+// The decoder's logits with every attention layer confined to its document (GPT and Llama are the
+// decoders make_decoder builds).
+Tensor forward_with_documents(nn::UnaryModule& model, const Tensor& ids, const Tensor& doc_ids) {
+  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) return gpt->forward(ids, doc_ids);
+  return dynamic_cast<nn::Llama&>(model).forward(ids, doc_ids);
+}
 
 class LmModule : public TrainModule {
  public:
@@ -120,8 +159,8 @@ class LmModule : public TrainModule {
   nn::Module& model() override { return *model_; }
   ItemUnit unit() const override { return ItemUnit::Tokens; }
   int64_t items_in(const data::Batch& b) const override { return b.rows * c_.model.context; }
-  StepOutput training_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
-  StepOutput validation_step(const data::Batch& b) override { return {next_token_loss(*model_, b), {}}; }
+  StepOutput training_step(const data::Batch& b) override { return {loss(b), {}}; }
+  StepOutput validation_step(const data::Batch& b) override { return {loss(b), {}}; }
 
   std::string description_json() const override {
     return json{{"task", "lm"}, {"vocab_size", vocab_}, {"model", c_.model.name}, {"tokenizer", tokenizer_}}.dump();
@@ -130,6 +169,12 @@ class LmModule : public TrainModule {
  private:
   TrainerConfig c_;
   json tokenizer_;
+  Tensor loss(const data::Batch& b) {
+    if (!c_.data.doc_mask) return next_token_loss(*model_, b);
+    return next_token_cross_entropy(*model_, forward_with_documents(*model_, b.field("tokens"), b.field("doc_ids")),
+                                    b.field("targets"));
+  }
+
   std::shared_ptr<nn::UnaryModule> model_;
   int64_t vocab_ = 0;
 };
@@ -150,7 +195,7 @@ void load_decoder_weights(nn::UnaryModule& model, const std::string& path) {
 
 BuiltinTask make_lm_task(const TrainerConfig& c) {
   const LmVocabulary vocab = lm_vocabulary(c);
-  auto data = std::make_unique<LmData>(c, vocab.size);
+  auto data = std::make_unique<LmData>(c, vocab.size, vocab.doc_start);
   return {std::make_unique<LmModule>(c, vocab.size, vocab.tokenizer), std::move(data)};
 }
 

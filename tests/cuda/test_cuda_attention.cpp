@@ -5,7 +5,9 @@
 // 128) and one padded into a wider kernel, f32/bf16/f16 (and f64), cross attention, strided and
 // broadcast operands, non-default scales and dropout (the same Philox mask on both devices);
 // bf16/f16 exercise the tensor-core kernels; grouped-query shapes (Hkv < H key/value heads)
-// on both kernel families, whose dK/dV sum a group's query heads.
+// on both kernel families, whose dK/dV sum a group's query heads; the document mask of packed
+// windows (documents of varied lengths, boundaries inside and on tile edges, GQA, dropout, both
+// kernel families), a one-document window equal to causal bit for bit, and decreasing ids refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,15 +32,33 @@ struct Case {
   std::optional<double> scale;
   double dropout = 0.0;
   int64_t Hkv = 0;  // key/value heads (grouped-query attention); 0: H
+  // > 0: a document mask (Tq == Tk) with documents of about this many tokens, varied per row.
+  int64_t doc_len = 0;
   int64_t kv_heads() const { return Hkv > 0 ? Hkv : H; }
 };
+
+// [B, T] i32 document ids: row b's documents are doc_len tokens give or take, varied by row and
+// document (so boundaries fall inside tiles and, for some, on their edges), the first of row 0
+// a single token.
+Tensor doc_ids_for(const Case& c) {
+  std::vector<double> ids;
+  for (int64_t b = 0; b < c.B; ++b) {
+    int64_t id = 0, left = b == 0 ? 1 : c.doc_len;
+    for (int64_t t = 0; t < c.Tq; ++t, --left) {
+      if (left == 0) left = std::max<int64_t>(1, c.doc_len + ((id * 37 + b * 11) % c.doc_len) - c.doc_len / 2), ++id;
+      ids.push_back(static_cast<double>(id));
+    }
+  }
+  return from_vector(ids, {c.B, c.Tq}, DType::I32);
+}
 
 std::string describe(const Case& c) {
   return "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.kv_heads()) +
          " Tq=" + std::to_string(c.Tq) + " Tk=" + std::to_string(c.Tk) + " D=" + std::to_string(c.D) +
          (c.causal ? " causal" : " full") + " " + dtype_name(c.dtype) +
          (c.scale ? " scale=" + std::to_string(*c.scale) : "") +
-         (c.dropout > 0 ? " dropout=" + std::to_string(c.dropout) : "");
+         (c.dropout > 0 ? " dropout=" + std::to_string(c.dropout) : "") +
+         (c.doc_len > 0 ? " documents of ~" + std::to_string(c.doc_len) : "");
 }
 
 // The tolerances by norm: f32 1e-5, bf16/f16 1e-2; f64 is exact up to summation order.
@@ -61,7 +81,9 @@ void compare(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& go
     kl.requires_grad_();
     vl.requires_grad_();
     Generator g(1234);  // the same seed and counter base on both devices: the same dropout mask
-    Tensor y = scaled_dot_product_attention(ql, kl, vl, c.causal, c.dropout, c.scale, &g);
+    Tensor y = c.doc_len > 0 ? scaled_dot_product_attention(ql, kl, vl, DocumentMask{doc_ids_for(c).to(qi.device())},
+                                                            c.dropout, c.scale, &g)
+                             : scaled_dot_product_attention(ql, kl, vl, c.causal, c.dropout, c.scale, &g);
     std::vector<Tensor> grads = autograd::grad({y}, {ql, kl, vl}, {gi});
     grads.insert(grads.begin(), y);
     return grads;
@@ -295,6 +317,76 @@ TEST(CudaAttention, GroupedQueryHeads) {
   compare(q.cpu, k.cpu, v.cpu, gout.cpu, q.cuda, k.cuda, v.cuda, gout.cuda, c);
   // deterministic: the group's sum is one block's, in a fixed order
   expect_deterministic_backward(q.cuda, k.cuda, v.cuda, gout.cuda);
+}
+
+// The document mask on both kernel families (tensor cores for bf16/f16 unless switched to FMA;
+// FMA for f32/f64): documents shorter than, around and longer than the 64-row tiles, GQA and MQA,
+// dropout, [B, T, H, D] views.
+TEST(CudaAttention, DocumentMask) {
+  REQUIRE_GPU();
+  for (bool fma : {false, true}) {
+    switches::Scoped path(switches::cuda_attention_fma, fma);
+    for (DType dt : {DType::F32, DType::F64, DType::BF16, DType::F16}) {
+      if (fma && dt != DType::BF16) continue;
+      for (int64_t doc : {5, 40, 64, 150})
+        for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {4, 1}}) {
+          check(
+              {.B = 3, .H = H, .Tq = 300, .Tk = 300, .D = 64, .causal = true, .dtype = dt, .Hkv = Hkv, .doc_len = doc});
+        }
+      check({.B = 2, .H = 2, .Tq = 257, .Tk = 257, .D = 32, .causal = true, .dtype = dt, .doc_len = 20});
+      check({.B = 2, .H = 2, .Tq = 130, .Tk = 130, .D = 128, .causal = true, .dtype = dt, .doc_len = 70});
+      check({.B = 2,
+             .H = 4,
+             .Tq = 200,
+             .Tk = 200,
+             .D = 64,
+             .causal = true,
+             .dtype = dt,
+             .dropout = 0.2,
+             .Hkv = 2,
+             .doc_len = 50});
+    }
+  }
+  const Case c{
+      .B = 2, .H = 8, .Tq = 256, .Tk = 256, .D = 32, .causal = true, .dtype = DType::BF16, .Hkv = 2, .doc_len = 128};
+  SCOPED_TRACE(describe(c));
+  Generator g(8);
+  const HeadsView q = heads_view(c.B, c.Tq, c.H, c.D, c.dtype, g), k = heads_view(c.B, c.Tq, 2, c.D, c.dtype, g),
+                  v = heads_view(c.B, c.Tq, 2, c.D, c.dtype, g), gout = heads_view(c.B, c.Tq, c.H, c.D, c.dtype, g);
+  compare(q.cpu, k.cpu, v.cpu, gout.cpu, q.cuda, k.cuda, v.cuda, gout.cuda, c);
+}
+
+// One document per window walks the causal tiles with the same arithmetic: bitwise equal to
+// causal attention on each kernel family. Decreasing ids are refused at the next synchronisation.
+TEST(CudaAttention, DocumentMaskOfOneDocumentIsCausalAndBadIdsAreRefused) {
+  REQUIRE_GPU();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator g(12);
+    Tensor q = gpu(random({2, 4, 150, 64}, dt, g)).requires_grad_(),
+           k = gpu(random({2, 2, 150, 64}, dt, g)).requires_grad_(),
+           v = gpu(random({2, 2, 150, 64}, dt, g)).requires_grad_();
+    Tensor gout = gpu(random({2, 4, 150, 64}, dt, g));
+    const Tensor docs = gpu(full({2, 150}, 3, DType::I32));
+    Tensor a = scaled_dot_product_attention(q, k, v, true);
+    Tensor b = scaled_dot_product_attention(q, k, v, DocumentMask{docs});
+    std::vector<Tensor> ga = autograd::grad({a}, {q, k, v}, {gout}), gb = autograd::grad({b}, {q, k, v}, {gout});
+    EXPECT_EQ(a.to(Device::cpu()).to_vector(), b.to(Device::cpu()).to_vector());
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(ga[i].to(Device::cpu()).to_vector(), gb[i].to(Device::cpu()).to_vector()) << "gradient " << i;
+  }
+  Tensor q = gpu(zeros({2, 1, 6, 32}));
+  const Tensor back = gpu(from_vector({0, 0, 1, 1, 2, 2, 0, 1, 2, 1, 1, 3}, {2, 6}, DType::I32));
+  try {
+    Tensor y = scaled_dot_product_attention(q, q, q, DocumentMask{back});
+    y.to(Device::cpu());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("doc_ids must not decrease along T (each document a run of equal ids), "
+                                         "found doc_ids[1, 3] 1 below doc_ids[1, 2]"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CudaAttention, EmptySequences) {

@@ -8,6 +8,11 @@ Grouped-query cases (k and v with Hkv < H heads) repeat K and V over each group 
 heads with repeat_interleave on dim 1 (torch 1.13 has no enable_gqa); autograd sums the repeated
 heads' gradients, which is what the fused kernel's dK/dV must equal.
 
+Document-mask cases (DocumentMask, Llama 3's packed-document mask) build the boolean mask
+explicitly: key j is visible to query i iff j <= i and doc_ids[b, j] == doc_ids[b, i], the [T, T]
+mask that the fused kernel never forms. Their documents have different lengths per batch row,
+with boundaries inside and at the kernel's 64-row tiles, and a row holding a single document.
+
 Low-precision references compute in f32 on the rounded inputs and round the output: that is
 what a fused attention kernel does (torch 2.x's CPU flash kernel accumulates bf16 in f32), and
 it keeps the comparison at the default bf16 tolerance instead of absorbing the rounding of a
@@ -21,7 +26,7 @@ import torch
 from parity_lib import case, randn, transposed
 
 
-def sdpa_ref(q, k, v, causal=False, scale=None):
+def sdpa_ref(q, k, v, causal=False, scale=None, doc_ids=None):
     dtype = q.dtype
     if dtype != torch.float64:
         q, k, v = q.float(), k.float(), v.float()
@@ -32,7 +37,18 @@ def sdpa_ref(q, k, v, causal=False, scale=None):
         tq, tk = s.shape[-2:]
         mask = torch.ones(tq, tk, dtype=torch.bool).triu(1)
         s = s.masked_fill(mask, float("-inf"))
+    if doc_ids is not None:
+        # visible iff j <= i (above) and the same document: [B, 1, T, T], broadcast over heads
+        same = doc_ids[:, None, :, None] == doc_ids[:, None, None, :]
+        s = s.masked_fill(~same, float("-inf"))
     return (torch.softmax(s, dim=-1) @ v).to(dtype)
+
+
+def doc_ids_of(lengths_per_row):
+    """[B, T] int32 document ids from each row's document lengths (ids count up from 0)."""
+    rows = [np.repeat(np.arange(len(ls), dtype=np.int32), ls) for ls in lengths_per_row]
+    assert len({len(r) for r in rows}) == 1, "every row must have T tokens"
+    return np.stack(rows).astype(np.int32)
 
 
 def repeat_kv(t, heads):
@@ -73,11 +89,20 @@ GQA_CONFIGS = {
     "gqa_kv1": (2, 4, 1, 20, 29, 16, True, None, "contig"),
     "gqa_bthd": (2, 8, 2, 45, 45, 16, True, None, "bthd"),
 }
+# document mask: name -> (H, Hkv, D, layout, document lengths of each batch row). T = 150 runs over
+# three 64-row tiles; boundaries fall inside tiles, at a tile edge (64, 128), at position 1 (a
+# one-token document first), and row 1 of "doc" is one document (the causal mask).
+DOC_CONFIGS = {
+    "doc": (3, 3, 16, "contig", [[20, 44, 1, 63, 22], [150], [1, 5, 58, 86]]),
+    "doc_gqa": (4, 2, 32, "contig", [[64, 64, 22], [37, 40, 3, 70]]),
+    "doc_bthd": (4, 1, 16, "bthd", [[10, 140], [128, 22]]),
+    "doc_qkv": (2, 2, 64, "qkv", [[70, 80], [1, 1, 148]]),
+}
 DTYPE_CONFIGS = {
-    "f32": list(CONFIGS) + list(GQA_CONFIGS),
-    "f64": list(CONFIGS) + list(GQA_CONFIGS),
-    "bf16": list(CONFIGS) + list(GQA_CONFIGS),
-    "f16": ["self", "cross_causal", "bthd", "gqa", "gqa_bthd"],
+    "f32": list(CONFIGS) + list(GQA_CONFIGS) + list(DOC_CONFIGS),
+    "f64": list(CONFIGS) + list(GQA_CONFIGS) + list(DOC_CONFIGS),
+    "bf16": list(CONFIGS) + list(GQA_CONFIGS) + list(DOC_CONFIGS),
+    "f16": ["self", "cross_causal", "bthd", "gqa", "gqa_bthd", "doc_gqa"],
 }
 
 
@@ -138,10 +163,47 @@ def make_gqa(name, dtype, cfg):
     return case(name, fn, {"q": q, "k": k, "v": v}, dtype=dtype, params=params)
 
 
+def make_doc(name, dtype, cfg):
+    H, Hkv, D, layout, lengths = cfg
+    docs = doc_ids_of(lengths)
+    B, T = docs.shape
+    params = {"causal": True, "scale": -1.0, "layout": layout}
+    # bf16: dK/dV of a key sum up to (document length) x H / Hkv terms, 560 in doc_bthd (a 140-token
+    # document, 4 query heads per KV head). Where the CPU multiplies bf16 tiles (oneDNN's path) the
+    # probabilities enter dV += Z^T dO rounded to bf16, and one such sum, cancelling to -0.049,
+    # came out 0.011 off: just past the default atol of 0.01.
+    tol = {"atol": 2e-2} if dtype == "bf16" else {}
+    amp = 1.5
+    if layout == "qkv":  # as GPT hands them over: one [B, T, 3, H, D] projection (H == Hkv)
+        qkv = amp * randn(name, B, T, 3, H, D)
+
+        def fn(qkv, doc_ids):
+            return sdpa_ref(bhtd(qkv[:, :, 0]), bhtd(qkv[:, :, 1]), bhtd(qkv[:, :, 2]), True, None, doc_ids)
+
+        return case(name, fn, {"qkv": qkv, "doc_ids": docs}, dtype=dtype, params=params, **tol)
+    if layout == "bthd":  # as Llama hands them over: [B, T, H, D] projections viewed as heads
+        q = amp * randn(name + "q", B, T, H, D)
+        k, v = (amp * randn(name + s, B, T, Hkv, D) for s in ("k", "v"))
+
+        def fn(q, k, v, doc_ids):
+            return sdpa_ref(bhtd(q), repeat_kv(bhtd(k), H), repeat_kv(bhtd(v), H), True, None, doc_ids)
+
+        return case(name, fn, {"q": q, "k": k, "v": v, "doc_ids": docs}, dtype=dtype, params=params, **tol)
+    q = amp * randn(name + "q", B, H, T, D)
+    k, v = (amp * randn(name + s, B, Hkv, T, D) for s in ("k", "v"))
+
+    def fn(q, k, v, doc_ids):
+        return sdpa_ref(q, repeat_kv(k, H), repeat_kv(v, H), True, None, doc_ids)
+
+    return case(name, fn, {"q": q, "k": k, "v": v, "doc_ids": docs}, dtype=dtype, params=params, **tol)
+
+
 def cases():
     for dtype, names in DTYPE_CONFIGS.items():
         for cfg_name in names:
-            if cfg_name in GQA_CONFIGS:
+            if cfg_name in DOC_CONFIGS:
+                yield make_doc(f"sdpa_{cfg_name}_{dtype}", dtype, DOC_CONFIGS[cfg_name])
+            elif cfg_name in GQA_CONFIGS:
                 yield make_gqa(f"sdpa_{cfg_name}_{dtype}", dtype, GQA_CONFIGS[cfg_name])
             else:
                 yield make(f"sdpa_{cfg_name}_{dtype}", dtype, CONFIGS[cfg_name])

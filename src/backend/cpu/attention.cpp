@@ -346,6 +346,8 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   const float keep_prob = static_cast<float>(1.0 - p.dropout_p);
   const C inv_keep = static_cast<C>(1.0 / (1.0 - p.dropout_p));
   constexpr C kNegInf = -std::numeric_limits<C>::infinity();
+  // Document mask: the first key each query sees (attention.h).
+  const int32_t* doc_start = p.doc_starts.defined() ? p.doc_starts.data<int32_t>() : nullptr;
 
   // Two GEMMs of bq x Tk x D per task (half of Tk under causal masking, on average).
   const int64_t task_flops = 4 * bq * D * (p.causal ? (Tk + 1) / 2 : Tk);
@@ -369,7 +371,12 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       std::fill(acc.begin(), acc.end(), C(0));
       // Keys past the last query of the block are masked for every row: skip those blocks.
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
-      for (int64_t k0 = 0; k0 < kend; k0 += bk) {
+      // Document mask: the rows' first visible keys, non-decreasing, so keys before the first
+      // row's are in earlier documents for every row: start at the key block holding it. (Blocks
+      // stay aligned to multiples of bk, so a window of one document runs exactly the causal path.)
+      const int32_t* rs = doc_start ? doc_start + b * Tq + i0 : nullptr;
+      const int64_t kbegin = rs ? rs[0] / bk * bk : 0;
+      for (int64_t k0 = kbegin; k0 < kend; k0 += bk) {
         const int64_t nk = std::min(bk, kend - k0);
         Tile<T, C> Kt, Vt;
         if (tiles16)
@@ -382,15 +389,27 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           for (int64_t r = 0; r < nq; ++r)
             for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
         const bool crosses_diagonal = p.causal && k0 + nk - 1 > i0;
+        // Some row's document starts after k0 (the last row's start is the largest).
+        const bool crosses_start = rs && rs[nq - 1] > k0;
         for (int64_t r = 0; r < nq; ++r) {
           C* row = s.data() + r * bk;
           if (crosses_diagonal) {
             const int64_t valid = std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk);
             for (int64_t j = valid; j < nk; ++j) row[j] = kNegInf;
           }
-          // The first key block always holds key 0, visible to every row, so m is finite
-          // from then on and exp(m - mx) never sees -inf - -inf.
+          if (crosses_start) {
+            const int64_t first = std::clamp<int64_t>(rs[r] - k0, 0, nk);
+            for (int64_t j = 0; j < first; ++j) row[j] = kNegInf;
+          }
+          // Without a document mask the first key block holds key 0, visible to every row, so m
+          // is finite from then on. With one, a row whose document starts in a later block sees
+          // nothing here: it adds nothing (a zero row of P, alpha 1), and m stays -inf rather
+          // than meeting exp(-inf - -inf). Every row sees itself, so l > 0 in the end.
           const C mx = std::max(m[r], row_max(row, nk));
+          if (mx == kNegInf) {
+            std::fill(row, row + nk, C(0));
+            continue;
+          }
           const C alpha = fast_exp(m[r] - mx);
           const C sum = exp_shift_sum(row, nk, mx);
           l[r] = l[r] * alpha + sum;
@@ -448,6 +467,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const float keep_prob = static_cast<float>(1.0 - p.dropout_p);
   const C inv_keep = static_cast<C>(1.0 / (1.0 - p.dropout_p));
   const DType cdt = std::is_same_v<C, double> ? DType::F64 : DType::F32;
+  // Document mask: each query's first visible key, each key's first query that no longer sees it.
+  const int32_t* doc_start = p.doc_starts.defined() ? p.doc_starts.data<int32_t>() : nullptr;
+  const int32_t* doc_end = p.doc_ends.defined() ? p.doc_ends.data<int32_t>() : nullptr;
 
   // Di = rowsum(dO * O) = rowsum(dP * P): the softmax backward's correction term, also with
   // dropout (sum_j dZ_ij Z_ij = dO_i . O_i where Z is the dropped P).
@@ -532,7 +554,10 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           C* dVa = dVacc.data() + k0 * D;
           // Query rows before k0 see none of these keys: start at the block holding row k0.
           const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
-          for (int64_t i0 = qstart; i0 < Tq; i0 += bq) {
+          // Document mask: queries from the end of the last key's document on are in later
+          // documents than every key of the block (ends never decrease): stop there.
+          const int64_t qend = doc_end ? doc_end[b * Tk + k0 + nk - 1] : Tq;
+          for (int64_t i0 = qstart; i0 < qend; i0 += bq) {
             const int64_t nq = std::min(bq, Tq - i0);
             Tile<T, C> Qt, dOt;
             Qt.c = Qc.rows(b, h, i0, nq, Qt.ldc);
@@ -548,8 +573,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             for (int64_t r = 0; r < nq; ++r) {
               C* row = P.data() + r * bk;
               const C li = L[bh * Tq + i0 + r];
+              // Visible keys of the row: [first, valid) of the block (the document's start to the diagonal).
               const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
-              for (int64_t j = 0; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
+              const int64_t first = doc_start ? std::clamp<int64_t>(doc_start[b * Tq + i0 + r] - k0, 0, valid) : 0;
+              for (int64_t j = 0; j < first; ++j) row[j] = C(0);
+              for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
               for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
               if (dropout) {
                 C* mr = M.data() + r * bk;
@@ -622,6 +650,25 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& dv) {
   FT_DISPATCH_FLOATING(q.dtype(), "scaled_dot_product_attention backward",
                        [&] { backward_typed<scalar_t>(q, k, v, out, lse, dout, p, dq, dk, dv); });
+}
+
+void attention_document_bounds(const Tensor& doc_ids, const Tensor& starts, const Tensor& ends,
+                               const IndexErrorText& decreasing) {
+  const int64_t B = doc_ids.size(0), T = doc_ids.size(1);
+  const int32_t* id = doc_ids.data<int32_t>();
+  int32_t* st = starts.data<int32_t>();
+  int32_t* en = ends.data<int32_t>();
+  // Serial and O(B * T): a few microseconds beside the attention it bounds.
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* row = id + b * T;
+    for (int64_t i = 1; i < T; ++i)
+      if (row[i] < row[i - 1]) throw Error(decreasing(int64_t{row[i]} - row[i - 1], b * T + i));
+    // Runs of equal ids: forwards for the starts, backwards for the ends.
+    for (int64_t i = 0; i < T; ++i)
+      st[b * T + i] = static_cast<int32_t>(i > 0 && row[i] == row[i - 1] ? st[b * T + i - 1] : i);
+    for (int64_t i = T - 1; i >= 0; --i)
+      en[b * T + i] = static_cast<int32_t>(i + 1 < T && row[i] == row[i + 1] ? en[b * T + i + 1] : i + 1);
+  }
 }
 
 void set_attention_block_sizes_for_testing(int64_t block_q, int64_t block_k) {

@@ -33,6 +33,10 @@
 // keys, D == 0), builds the argument block, runs the backward's stage 1 (Di, the same for both),
 // and picks the implementation and the compiled head dim.
 //
+// Document mask (AttentionParams::doc_starts/doc_ends): attention_document_bounds computes the
+// bounds from the ids here (one thread per token, two binary searches in its row); the kernels
+// skip whole tiles by them (attention.cuh).
+//
 // Head dims up to 128 run on the kernel for the next of 32, 64, 128, with the columns past D
 // zero-filled in shared memory (they add zeros to every dot product and are never stored).
 //
@@ -43,6 +47,8 @@
 // dV once: O(T * D) memory, O(T^2 * D / tile) traffic.
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "backend/cuda/attention.cuh"
@@ -139,7 +145,49 @@ Args<T> common_args(const Tensor& q, const Tensor& k, const Tensor& v, const Att
   a.seed = p.philox.key;
   a.base = p.philox.base;
   a.device_base = p.philox.device_base;
+  if (p.doc_starts.defined()) {
+    FT_CHECK(Tq == Tk && p.doc_starts.is_contiguous() && p.doc_ends.is_contiguous() &&
+                 p.doc_starts.dtype() == DType::I32 && p.doc_ends.dtype() == DType::I32,
+             name, ": the document bounds must be dense i32 [B, T] and Tq == Tk");
+    a.doc_start = reinterpret_cast<const int32_t*>(p.doc_starts.raw_data());
+    a.doc_end = reinterpret_cast<const int32_t*>(p.doc_ends.raw_data());
+  }
   return a;
+}
+
+// starts[b, i] and ends[b, i] of token i's document (the run of equal ids holding i) by binary
+// search in its row, which is sorted when the ids are valid; steps[b, i] = ids[b, i] - ids[b, i - 1]
+// (0 at i = 0), which the index check then requires to be >= 0. Bounds computed from unsorted ids
+// are meaningless but still hold i in [start, end), so the attention kernels that run before the
+// check's error is raised see every row's own key and produce no NaN.
+__global__ void attention_document_bounds_kernel(const int32_t* __restrict__ ids, int64_t n, int T,
+                                                 int32_t* __restrict__ starts, int32_t* __restrict__ ends,
+                                                 int32_t* __restrict__ steps) {
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(idx % T);
+    const int32_t* row = ids + (idx - i);
+    const int32_t v = row[i];
+    int lo = 0, hi = i;  // the first position in [0, i] holding v
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (row[mid] < v)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    starts[idx] = lo;
+    lo = i + 1, hi = T;  // the first position in (i, T) past v
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (row[mid] <= v)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    ends[idx] = lo;
+    steps[idx] = i > 0 ? v - row[i - 1] : 0;
+  }
 }
 
 template <class T>
@@ -256,6 +304,23 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 }  // namespace ft::cuda::attention
 
 namespace ft::cuda {
+
+void attention_document_bounds(const Tensor& doc_ids, const Tensor& starts, const Tensor& ends,
+                               const IndexErrorText& decreasing) {
+  constexpr const char* kName = "attention_document_bounds";
+  const int64_t n = doc_ids.numel(), T = doc_ids.size(1);
+  if (n == 0) return;
+  FT_CHECK(T <= INT32_MAX, kName, ": ", T, " positions exceed the kernel's 32-bit indices");
+  Tensor steps = empty(doc_ids.shape(), doc_ids.options());
+  cudaStream_t stream = stream_for(doc_ids);
+  attention::attention_document_bounds_kernel<<<grid_for(n), 256, 0, stream>>>(
+      reinterpret_cast<const int32_t*>(doc_ids.raw_data()), n, static_cast<int>(T),
+      reinterpret_cast<int32_t*>(starts.raw_data()), reinterpret_cast<int32_t*>(ends.raw_data()),
+      reinterpret_cast<int32_t*>(steps.raw_data()));
+  check_launch(kName);
+  // On the device, nothing waiting for it: a decrease is raised at the next host synchronisation.
+  check_index_range(steps, std::numeric_limits<int64_t>::max(), std::nullopt, decreasing);
+}
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionParams& p, const Tensor& out,
                        const Tensor& lse, const Tensor& out_f32) {

@@ -5,6 +5,11 @@
 // rule both apply to the score matrix, the launch helper, and the entry points of each
 // implementation that the dispatcher calls (defined and instantiated in its own file).
 //
+// Document mask: the forward and dQ kernels start their key loop at the tile holding the first
+// query row's document start (keys before it are in earlier documents for every row of the
+// tile), the dK/dV kernels end their query loop at the last key's document end; inside a tile,
+// each score also needs j >= its row's start. Without a mask the start is 0 and the end Tq.
+//
 // Dropout: score element (bh, i, j) has index idx = (bh * Tq + i) * Tk + j and is kept iff
 // uniform01(word idx % 4 of Philox counter block base + idx / 4) < keep, kept values scaled by
 // 1 / keep: the CPU's rule (backend/cpu/attention.cpp), so both devices drop the same elements.
@@ -55,6 +60,10 @@ struct Args {
   A scale, inv_keep;
   float keep;
   bool causal, dropout;
+  // Document mask (AttentionParams), or null: query i sees keys [doc_start[b * Tq + i], i], key j is
+  // seen by queries [j, doc_end[b * Tk + j]); both never decrease along T (Tq == Tk here).
+  const int32_t* doc_start;
+  const int32_t* doc_end;
   bool chunks;  // tensor-core path: every operand read is 16-byte chunks (tc_chunkable)
   uint64_t seed, base;
   const uint64_t* device_base;  // in a CUDA graph's replay: added to base (PhiloxDraw)
@@ -100,6 +109,26 @@ bool tc_chunkable(const Strided<T>& s, int D, int dact) {
   constexpr int64_t E = 16 / sizeof(T);
   return dact == D && s.sd == 1 && s.st % E == 0 && s.sh % E == 0 && s.sb % E == 0 &&
          reinterpret_cast<uintptr_t>(s.p) % 16 == 0;
+}
+
+// The first visible key of query row i of batch b: its document's start under a document mask,
+// else 0 (also for padded rows past Tq).
+template <class T>
+__device__ __forceinline__ int doc_row_start(const Args<T>& a, int b, int i) {
+  return a.doc_start != nullptr && i < a.Tq ? a.doc_start[static_cast<int64_t>(b) * a.Tq + i] : 0;
+}
+// Where the forward and dQ kernels start walking keys for the query tile at i0: the tile of BK keys
+// holding the first row's start (tiles stay aligned to multiples of BK, so a window of one document
+// runs the causal path exactly).
+template <int BK, class T>
+__device__ __forceinline__ int doc_first_key(const Args<T>& a, int b, int i0) {
+  return doc_row_start(a, b, i0) / BK * BK;
+}
+// One past the last query that sees any of the keys [j0, j0 + BK): the end of the last key's
+// document under a document mask, else Tq.
+template <int BK, class T>
+__device__ __forceinline__ int doc_query_end(const Args<T>& a, int b, int j0) {
+  return a.doc_end != nullptr ? a.doc_end[static_cast<int64_t>(b) * a.Tk + min(j0 + BK, a.Tk) - 1] : a.Tq;
 }
 
 // Query head h of a (b, h) pair reads KV head h / a.group; the dK/dV kernels run one block per

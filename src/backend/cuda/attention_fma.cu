@@ -11,6 +11,8 @@
 // tile, Z = P * M with M the dropout multipliers, dZ = dO V^T, dS = P * (dZ * M - Di)):
 //   dK, dV per (b, h, key tile), over the query tiles that see it: dV = Z^T dO, dK = scale * dS^T Q;
 //   dQ per (b, h, query tile), over the key tiles it sees: dQ = scale * dS K.
+// A document mask narrows the tiles each loop walks and masks scores below each row's document
+// start (attention.cuh).
 //
 // Each thread owns a register tile of rows ty + r*TY and columns tx + c*16, so a row's 16 owners
 // are half a warp and row reductions are 4 shuffles. Tile products read 16-byte vectors along
@@ -191,17 +193,20 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Arg
   load_rows<BQ, D, NT>(sQ, LDD, a.q.head(b, h), a.q.st, a.q.sd, i0, a.Tq, a.dact);
 
   A m[RQ], l[RQ], o[RQ][CD];
+  int rs[RQ];  // each row's first visible key (document mask; 0 without)
 #pragma unroll
   for (int r = 0; r < RQ; ++r) {
     m[r] = neg_inf<A>();
     l[r] = A(0);
+    rs[r] = doc_row_start(a, b, i0 + ty + r * TY);
 #pragma unroll
     for (int e = 0; e < CD; ++e) o[r][e] = A(0);
   }
 
-  // Keys from i0 + BQ on are above the diagonal for every query of the tile.
+  // Keys from i0 + BQ on are above the diagonal for every query of the tile; under a document
+  // mask, keys before the first row's document are in earlier documents for every row.
   const int kend = a.causal ? min(a.Tk, i0 + BQ) : a.Tk;
-  for (int k0 = 0; k0 < kend; k0 += BK) {
+  for (int k0 = doc_first_key<BK>(a, b, i0); k0 < kend; k0 += BK) {
     // Every thread has finished reading the previous sK, sV and sP (and sQ is complete on the
     // first pass).
     __syncthreads();
@@ -223,15 +228,16 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Arg
 #pragma unroll
       for (int c = 0; c < CK; ++c) {
         const int j = k0 + tx + c * kTX;
-        const bool visible = j < a.Tk && !(a.causal && j > i);
+        const bool visible = j < a.Tk && !(a.causal && j > i) && j >= rs[r];
         s[r][c] = visible ? s[r][c] * a.scale : neg_inf<A>();
         mx = fmax(mx, s[r][c]);
       }
       mx = row_max(mx);
       const A m_new = fmax(m[r], mx);
       // A row with no visible key yet keeps m = -inf; shifting by 0 then gives exp(-inf) = 0
-      // everywhere instead of exp(-inf - -inf) = NaN. (Key 0 is in the first tile and visible to
-      // every row, so this only guards padded rows and future changes.)
+      // everywhere instead of exp(-inf - -inf) = NaN. (Without a document mask key 0 is in the
+      // first tile and visible to every row; with one, a row whose document starts in a later
+      // tile sees nothing in the first.)
       const A shift = m_new == neg_inf<A>() ? A(0) : m_new;
       const A alpha = exp_acc(m[r] - shift);
       A sum = A(0);
@@ -277,7 +283,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_forward_kernel(const Arg
 template <class A, int D, int BK, int BQ>
 constexpr size_t backward_kv_smem() {
   constexpr int LDD = D + kVW<A>, LDS = BQ + kVW<A>;
-  return (static_cast<size_t>(2 * BK + 2 * BQ) * LDD + static_cast<size_t>(2 * BK) * LDS + 2 * BQ) * sizeof(A);
+  return (static_cast<size_t>(2 * BK + 2 * BQ) * LDD + static_cast<size_t>(2 * BK) * LDS + 3 * BQ) * sizeof(A);
 }
 
 // dK and dV of one (b, KV head, tile of BK keys): thread rows are keys, columns queries, so the
@@ -295,10 +301,11 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
   A* sV = sK + BK * LDD;
   A* sQ = sV + BK * LDD;
   A* sdO = sQ + BQ * LDD;
-  A* sZ = sdO + BQ * LDD;  // [BK][LDS]: Z^T = (P * M)^T
-  A* sdS = sZ + BK * LDS;  // [BK][LDS]: dS^T
-  A* sL = sdS + BK * LDS;  // [BQ]: lse of the tile's queries
-  A* sDi = sL + BQ;        // [BQ]: Di of the tile's queries
+  A* sZ = sdO + BQ * LDD;                       // [BK][LDS]: Z^T = (P * M)^T
+  A* sdS = sZ + BK * LDS;                       // [BK][LDS]: dS^T
+  A* sL = sdS + BK * LDS;                       // [BQ]: lse of the tile's queries
+  A* sDi = sL + BQ;                             // [BQ]: Di of the tile's queries
+  int* sSt = reinterpret_cast<int*>(sDi + BQ);  // [BQ]: each query's first visible key (document mask)
 
   const int tx = threadIdx.x % kTX, ty = threadIdx.x / kTX;
   const int bkv = blockIdx.x % a.BHkv;
@@ -316,12 +323,14 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
 #pragma unroll
     for (int e = 0; e < CD; ++e) dk[r][e] = dv[r][e] = A(0);
 
-  // Queries before j0 see none of these keys: start at the query tile holding row j0.
+  // Queries before j0 see none of these keys: start at the query tile holding row j0. Under a
+  // document mask, queries from the end of the last key's document on see none either.
   const int qstart = a.causal ? (j0 / BQ) * BQ : 0;
+  const int qend = doc_query_end<BK>(a, b, j0);
   for (int h = hk * a.group; h < (hk + 1) * a.group; ++h) {
     const int bh = b * a.H + h;
     const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
-    for (int i0 = qstart; i0 < a.Tq; i0 += BQ) {
+    for (int i0 = qstart; i0 < qend; i0 += BQ) {
       // The previous pass's reads of sQ, sdO, sZ, sdS, sL, sDi are done before they are replaced.
       __syncthreads();
       load_rows<BQ, D, NT>(sQ, LDD, a.q.head(b, h), a.q.st, a.q.sd, i0, a.Tq, a.dact);
@@ -330,6 +339,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
         const bool in = i0 + t < a.Tq;
         sL[t] = in ? a.lse[row0 + i0 + t] : A(0);
         sDi[t] = in ? a.delta[row0 + i0 + t] : A(0);
+        sSt[t] = doc_row_start(a, b, i0 + t);
       }
       // Also orders this block's sK, sV loads (before the loop) before their first reads.
       __syncthreads();
@@ -348,7 +358,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
 #pragma unroll
         for (int c = 0; c < CQ; ++c) {
           const int ic = tx + c * kTX, i = i0 + ic;
-          const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
+          const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i) && j >= sSt[ic];
           const A p = visible ? exp_acc(s[r][c] * a.scale - sL[ic]) : A(0);
           const A mult = (a.dropout && visible) ? dropout_mult(a, base, bh, i, j) : A(1);
           sZ[jr * LDS + ic] = p * mult;
@@ -380,7 +390,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_kv_kernel(const
 template <class A, int D, int BQ, int BK>
 constexpr size_t backward_q_smem() {
   constexpr int LDD = D + kVW<A>, LDS = BK + kVW<A>;
-  return (static_cast<size_t>(2 * BQ + 2 * BK) * LDD + static_cast<size_t>(BQ) * LDS) * sizeof(A);
+  return (static_cast<size_t>(2 * BQ + 2 * BK) * LDD + static_cast<size_t>(BQ) * LDS + BQ) * sizeof(A);
 }
 
 // dQ of one (b, h, tile of BQ queries), accumulated in registers over the key tiles it sees.
@@ -397,6 +407,8 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
   A* sK = sdO + BQ * LDD;
   A* sV = sK + BK * LDD;
   A* sdS = sV + BK * LDD;  // [BQ][LDS]
+  // [BQ]: each query's first visible key (document mask; 0 without).
+  int* sRs = reinterpret_cast<int*>(sdS + BQ * LDS);
 
   const int tx = threadIdx.x % kTX, ty = threadIdx.x / kTX;
   const int nqt = (a.Tq + BQ - 1) / BQ;
@@ -408,6 +420,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
 
   load_rows<BQ, D, NT>(sQ, LDD, a.q.head(b, h), a.q.st, a.q.sd, i0, a.Tq, a.dact);
   load_rows<BQ, D, NT>(sdO, LDD, a.dout.head(b, h), a.dout.st, a.dout.sd, i0, a.Tq, a.dact);
+  for (int t = threadIdx.x; t < BQ; t += NT) sRs[t] = doc_row_start(a, b, i0 + t);
 
   A lse[RQ], di[RQ], dq[RQ][CD];
 #pragma unroll
@@ -420,8 +433,13 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
   }
 
   const int kend = a.causal ? min(a.Tk, i0 + BQ) : a.Tk;
+  // Under a document mask the walk skips the tiles before the first row's document. (Skipped
+  // with `continue` from 0 rather than started at the first tile: with a variable start ptxas
+  // spilled this kernel, which runs at 254 registers.)
+  const int kfirst = doc_first_key<BK>(a, b, i0);
   for (int k0 = 0; k0 < kend; k0 += BK) {
-    // The previous pass's reads of sK and sdS are done (and sQ, sdO are complete on the first).
+    if (k0 < kfirst) continue;
+    // The previous pass's reads of sK and sdS are done (and sQ, sdO, sRs are complete on the first).
     __syncthreads();
     load_rows<BK, D, NT>(sK, LDD, a.k.head(b, hk), a.k.st, a.k.sd, k0, a.Tk, a.dact);
     load_rows<BK, D, NT>(sV, LDD, a.v.head(b, hk), a.v.st, a.v.sd, k0, a.Tk, a.dact);
@@ -441,7 +459,7 @@ __global__ void __launch_bounds__(TY* kTX, 1) attention_backward_q_kernel(const 
 #pragma unroll
       for (int c = 0; c < CK; ++c) {
         const int jc = tx + c * kTX, j = k0 + jc;
-        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
+        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i) && j >= sRs[ir];
         const A p = visible ? exp_acc(s[r][c] * a.scale - lse[r]) : A(0);
         const A mult = (a.dropout && visible) ? dropout_mult(a, base, bh, i, j) : A(1);
         sdS[ir * LDS + jc] = p * (dz[r][c] * mult - di[r]);

@@ -42,6 +42,9 @@
 // tensor-core attention does; the normaliser l sums the unrounded f32 P. Dropout multiplies
 // exactly as in the FMA kernels (dropout_mult, same element index, same keep test).
 //
+// A document mask (attention.cuh) moves where the forward's and dQ kernel's key walk starts and
+// where the dK/dV kernel's query walk ends, and masks scores below each row's document start.
+//
 // Memory traffic is the FMA kernels': the forward reads each K/V tile once per 64 queries, the
 // dK/dV kernel reads Q and dO once per 64 keys, the dQ kernel K and V once per 64 queries.
 #include <cstdint>
@@ -241,13 +244,18 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
   const int i0 = qt * BQ;
   const int wr = warp * 16;  // this warp's first row in the tile
   const int kend = a.causal ? min(a.Tk, i0 + BQ) : a.Tk;
-  const int ntiles = (kend + BK - 1) / BK;  // >= 1: Tk >= 1 and i0 + BQ >= 1
+  // Under a document mask the keys before the first row's document are in earlier documents for
+  // every row: the walk starts at the tile holding that start (0 without a mask).
+  const int kfirst = doc_first_key<BK>(a, b, i0);
+  const int ntiles = (kend - kfirst + BK - 1) / BK;  // >= 1: kfirst <= i0 < kend (Tk >= 1)
   // Keys this warp can see end before min(Tk, its last query + 1) (all of Tk without causal).
   const int wend = a.causal ? min(a.Tk, i0 + wr + 16) : a.Tk;
+  // First visible key of rows g and g + 8 (document mask; 0 without).
+  const int rs[2] = {doc_row_start(a, b, i0 + wr + g), doc_row_start(a, b, i0 + wr + g + 8)};
 
   tc_load_rows<BQ, D>(sQ, a.q, b, h, i0, a.Tq, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sK, a.k, b, hk, 0, a.Tk, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sV, a.v, b, hk, 0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sK, a.k, b, hk, kfirst, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sV, a.v, b, hk, kfirst, a.Tk, a.dact, a.chunks);
   cp_async_commit();
 
   const float sl2 = a.scale * kLog2e;  // scores in log2 units: exp(x * scale) = exp2(x * sl2)
@@ -258,7 +266,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
   for (int n = 0; n < ND; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
   for (int kt = 0; kt < ntiles; ++kt) {
-    const int k0 = kt * BK, buf = kt & 1;
+    const int k0 = kfirst + kt * BK, buf = kt & 1;
     if (kt + 1 < ntiles) {
       // Buffer buf ^ 1 was last read in iteration kt - 1, which ended with __syncthreads.
       tc_load_rows<BK, D>(sK + (buf ^ 1) * BK * LD, a.k, b, hk, k0 + BK, a.Tk, a.dact, a.chunks);
@@ -289,7 +297,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = i0 + wr + g + 8 * (e >> 1), j = k0 + n * 8 + 2 * t4 + (e & 1);
-        const bool visible = j < a.Tk && !(a.causal && j > i);
+        const bool visible = j < a.Tk && !(a.causal && j > i) && j >= rs[e >> 1];
         s[n][e] = visible ? s[n][e] * sl2 : neg_inf<float>();
         mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
       }
@@ -299,7 +307,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       const float m_new = fmaxf(m[r], mx[r]);
-      // A row with no visible key yet keeps m = -inf: shift by 0 so exp2(-inf) = 0, not NaN.
+      // A row with no visible key yet keeps m = -inf (under a document mask, a row whose
+      // document starts in a later tile): shift by 0 so exp2(-inf) = 0, not NaN.
       shift[r] = m_new == neg_inf<float>() ? 0.0f : m_new;
       alpha[r] = exp2f(m[r] - shift[r]);
       m[r] = m_new;
@@ -361,7 +370,8 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_forward_tc_kernel(con
 
 template <int D, int BQ>
 constexpr size_t tc_backward_kv_smem() {
-  return static_cast<size_t>(2 * kTcRows + 4 * BQ) * tc_ld<D>() * 2 + static_cast<size_t>(4 * BQ) * sizeof(float);
+  return static_cast<size_t>(2 * kTcRows + 4 * BQ) * tc_ld<D>() * 2 + static_cast<size_t>(4 * BQ) * sizeof(float) +
+         static_cast<size_t>(2 * BQ) * sizeof(int);
 }
 
 // dK and dV of one (b, KV head, 64 keys), each warp 16 keys, looping over the query tiles of BQ
@@ -381,6 +391,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
   T* sdO = sQ + 2 * BQ * LD;                                // [2][BQ][LD]
   float* sL = reinterpret_cast<float*>(sdO + 2 * BQ * LD);  // [2][BQ]: lse * log2(e)
   float* sDi = sL + 2 * BQ;                                 // [2][BQ]: Di
+  int* sSt = reinterpret_cast<int*>(sDi + 2 * BQ);          // [2][BQ]: first visible key (document mask)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -391,10 +402,12 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
   const int wr = warp * 16;
   const float sl2 = a.scale * kLog2e;
 
-  // Queries before j0 see none of these keys: start at the query tile holding row j0. Step `it`
+  // Queries before j0 see none of these keys: start at the query tile holding row j0; under a
+  // document mask, queries from the end of the last key's document on see none either. Step `it`
   // of the loop is query head hk * group + it / per_head, tile qstart + (it % per_head) * BQ.
   const int qstart = a.causal ? (j0 / BQ) * BQ : 0;
-  const int per_head = qstart < a.Tq ? (a.Tq - qstart + BQ - 1) / BQ : 0;
+  const int qend = doc_query_end<BK>(a, b, j0);
+  const int per_head = qstart < qend ? (qend - qstart + BQ - 1) / BQ : 0;
   const int steps = per_head * a.group;
   auto head_bh = [&](int it) { return b * a.H + hk * a.group + it / per_head; };
   auto tile_i0 = [&](int it) { return qstart + (it % per_head) * BQ; };
@@ -409,6 +422,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
       const bool in = i0 + t < a.Tq;
       sL[buf * BQ + t] = in ? a.lse[row0 + i0 + t] * kLog2e : 0.0f;
       sDi[buf * BQ + t] = in ? a.delta[row0 + i0 + t] : 0.0f;
+      sSt[buf * BQ + t] = doc_row_start(a, b, i0 + t);
     }
   };
 
@@ -435,6 +449,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
     const T* doS = sdO + buf * BQ * LD;
     const float* lS = sL + buf * BQ;
     const float* diS = sDi + buf * BQ;
+    const int* stS = sSt + buf * BQ;
 
     // S^T = K Q^T and dZ^T = V dO^T (16 keys x BQ queries per warp).
     float st[NT][4], dzt[NT][4];
@@ -452,7 +467,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_kv_tc_kernel
       for (int e = 0; e < 4; ++e) {
         const int ic = n * 8 + 2 * t4 + (e & 1), i = i0 + ic;
         const int j = j0 + wr + g + 8 * (e >> 1);
-        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
+        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i) && j >= stS[ic];
         const float p = visible ? exp2f(fmaf(st[n][e], sl2, -lS[ic])) : 0.0f;
         const float mult = (DROPOUT && visible) ? dropout_mult(a, base, bh, i, j) : 1.0f;
         st[n][e] = p * mult;
@@ -513,13 +528,15 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
   const int64_t row0 = static_cast<int64_t>(bh) * a.Tq;
   const float sl2 = a.scale * kLog2e;
   const int kend = a.causal ? min(a.Tk, i0 + BQ) : a.Tk;
-  const int ntiles = (kend + BK - 1) / BK;  // >= 1
+  const int kfirst = doc_first_key<BK>(a, b, i0);    // as in the forward
+  const int ntiles = (kend - kfirst + BK - 1) / BK;  // >= 1
   const int wend = a.causal ? min(a.Tk, i0 + wr + 16) : a.Tk;
+  const int rs[2] = {doc_row_start(a, b, i0 + wr + g), doc_row_start(a, b, i0 + wr + g + 8)};
 
   tc_load_rows<BQ, D>(sQ, a.q, b, h, i0, a.Tq, a.dact, a.chunks);
   tc_load_rows<BQ, D>(sdO, a.dout, b, h, i0, a.Tq, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sK, a.k, b, hk, 0, a.Tk, a.dact, a.chunks);
-  tc_load_rows<BK, D>(sV, a.v, b, hk, 0, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sK, a.k, b, hk, kfirst, a.Tk, a.dact, a.chunks);
+  tc_load_rows<BK, D>(sV, a.v, b, hk, kfirst, a.Tk, a.dact, a.chunks);
   cp_async_commit();
 
   // Rows g and g + 8 of the warp: lse (log2 units) and Di.
@@ -535,7 +552,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
   for (int n = 0; n < ND; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
   for (int kt = 0; kt < ntiles; ++kt) {
-    const int k0 = kt * BK, buf = kt & 1;
+    const int k0 = kfirst + kt * BK, buf = kt & 1;
     if (kt + 1 < ntiles) {
       // Buffer buf ^ 1 was last read in iteration kt - 1, which ended with __syncthreads.
       tc_load_rows<BK, D>(sK + (buf ^ 1) * BK * LD, a.k, b, hk, k0 + BK, a.Tk, a.dact, a.chunks);
@@ -566,7 +583,7 @@ __global__ void __launch_bounds__(kTcThreads, 1) attention_backward_q_tc_kernel(
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const int i = i0 + wr + g + 8 * r, j = k0 + n * 8 + 2 * t4 + (e & 1);
-        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i);
+        const bool visible = i < a.Tq && j < a.Tk && !(a.causal && j > i) && j >= rs[r];
         const float p = visible ? exp2f(fmaf(s[n][e], sl2, -lse2[r])) : 0.0f;
         const float mult = (DROPOUT && visible) ? dropout_mult(a, base, bh, i, j) : 1.0f;
         s[n][e] = p * (dz[n][e] * mult - di[r]);

@@ -24,6 +24,7 @@
   /* norms, softmax, cross-entropy (norm.cu, softmax.cu, loss.cu); attention (attention*.cu) */       \
   X(row_norm_forward) X(row_norm_backward) X(softmax_forward) X(softmax_backward)                     \
   X(cross_entropy_forward) X(cross_entropy_backward) X(attention_forward) X(attention_backward)       \
+  X(attention_document_bounds)                                                                        \
   /* rotary position embedding (rotary.cu) */                                                         \
   X(rotary_embedding)                                                                                 \
   /* optimizers, clipping, loss scaling (optim.cu) */                                                 \

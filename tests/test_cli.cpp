@@ -82,7 +82,8 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
     EXPECT_NE(r.output.find(extra), std::string::npos) << extra;
   CliRun s = run_cli("sample --help");
   EXPECT_EQ(s.code, 0);
-  for (const char* opt : {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"})
+  for (const char* opt :
+       {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--top-p", "--ignore-eos", "--seed"})
     EXPECT_NE(s.output.find(opt), std::string::npos) << opt;
 }
 
@@ -108,6 +109,12 @@ TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --task text", "option task: expected char, images, lm or classify, found 'text'");
   expect_error("train --config /nonexistent/run.toml", "cannot read the config file /nonexistent/run.toml");
   expect_error("train --resume /nonexistent/ckpt", "/nonexistent/ckpt: no such run or checkpoint folder");
+  // Sampling options are checked before the run is read.
+  expect_error("sample --checkpoint /nonexistent/run --top-p 1.5",
+               "sample: expected --top-p in (0, 1] (1: no nucleus filtering), found 1.5");
+  expect_error("sample --checkpoint /nonexistent/run --top-p 0",
+               "sample: expected --top-p in (0, 1] (1: no nucleus filtering), found 0");
+  expect_error("sample --checkpoint /nonexistent/run --top-p high", "--top-p");
   expect_error("sample", "--checkpoint is required");
   expect_error("sample --checkpoint /nonexistent/run", "/nonexistent/run: no such run or checkpoint folder");
   expect_error("sample --checkpoint . --tokens -1", "--tokens");

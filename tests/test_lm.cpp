@@ -116,9 +116,21 @@ TEST_F(Lm, TextToShardsToTrainingToSamplingAndEval) {
   EXPECT_NE(evaluated.output.find(expected), std::string::npos) << evaluated.output << " vs " << expected;
 
   // The sample continues the prompt with the corpus's words, decoded with the run's vocabulary.
+  // 40 tokens after the prompt's 8 pass the context of 32: the window slides.
   const auto sampled = run_cli("sample --checkpoint " + dir_ + "/run --prompt 'the cat ' --tokens 40 --temperature 0");
   ASSERT_EQ(sampled.code, 0) << sampled.output;
   EXPECT_EQ(sampled.output.rfind("the cat sat on the mat. ", 0), 0u) << sampled.output;
+  EXPECT_EQ(sampled.output.size(), 8u + 40u + 1u) << sampled.output;  // a char vocabulary has no end of text
+  // A nucleus of p = 0.01 is the most likely token alone, at any temperature: greedy decoding.
+  const auto nucleus = run_cli("sample --checkpoint " + dir_ +
+                               "/run --prompt 'the cat ' --tokens 40 --temperature 1.5 --top-p 0.01 --seed 4");
+  ASSERT_EQ(nucleus.code, 0) << nucleus.output;
+  EXPECT_EQ(nucleus.output, sampled.output);
+  // Without the nucleus the same seed samples the hot distribution's tail.
+  const auto hot =
+      run_cli("sample --checkpoint " + dir_ + "/run --prompt 'the cat ' --tokens 40 --temperature 1.5 --seed 4");
+  ASSERT_EQ(hot.code, 0) << hot.output;
+  EXPECT_NE(hot.output, sampled.output);
 }
 
 // GPT-2's byte-level BPE (a small vocabulary written here): text -> `fasttrain data --tokenizer

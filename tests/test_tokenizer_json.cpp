@@ -644,10 +644,17 @@ TEST_F(TokenizerJson, ShardsTrainAnLmAndSampleDecodesWithTheTokenizer) {
   EXPECT_EQ(task["tokenizer"]["mode"], "tokenizer.json");
   EXPECT_EQ(task["vocab_size"], JsonTokenizer::from_file(small_tokenizer()).vocab_size());
   // No trailing space in the prompt: Llama 3's pattern would make it a token of its own, which
-  // training never saw (" sat" is one word there). After the sentence comes the end-of-text token.
+  // training never saw (" sat" is one word there). After the sentence comes the end-of-text token,
+  // where generation stops (as Hugging Face's generate stops at eos_token_id), or, with
+  // --ignore-eos, which is written out and followed by the next document.
   r = ft::test::run_cli("sample --checkpoint " + file("run") + " --prompt 'the cat' --tokens 12 --temperature 0");
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output, "the cat sat on the mat.\n");
+  r = ft::test::run_cli("sample --checkpoint " + file("run") +
+                        " --prompt 'the cat' --tokens 12 --temperature 0 --ignore-eos");
+  ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("the cat sat on the mat.<|end_of_text|>", 0), 0u) << r.output;
+  EXPECT_GT(r.output.size(), std::string("the cat sat on the mat.<|end_of_text|>\n").size()) << r.output;
   r = ft::test::run_cli("export --format hf " + file("run") + " " + file("hf"));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(slurp(file("hf/tokenizer.json")), slurp(small_tokenizer()));

@@ -22,9 +22,12 @@
 #include "fasttrain/switches.h"
 #include "fasttrain/tensor.h"
 
-// Models (and their Hugging Face folders), optimizers, learning-rate schedules and mixed precision.
+// Models (their Hugging Face folders, generation with a key/value cache), optimizers, learning-rate
+// schedules and mixed precision.
 #include "fasttrain/amp.h"
+#include "fasttrain/generation.h"
 #include "fasttrain/hf_folder.h"
+#include "fasttrain/kv_cache.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fasttrain/kv_cache.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/ops/rotary.h"
 #include "fasttrain/safetensors.h"
@@ -56,7 +57,10 @@ struct GPTConfig {
 // exactly its weights (gather_tensor_parallel_state returns them). forward then returns this
 // rank's columns of the logits (VocabParallelOutput): [B, T, its real vocabulary rows]. Refused
 // unless heads and the padded vocabulary divide by t and every rank holds a real vocabulary row.
-class GPT : public UnaryModule, public dist::VocabParallelOutput {
+//
+// Decoding with a KvCache (kv_cache.h: forward_cached): position p adds row p of the position
+// embedding, as in forward. Single-process models only (refused with a tensor group).
+class GPT : public CausalDecoder, public dist::VocabParallelOutput {
  public:
   explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false,
                std::shared_ptr<dist::Communicator> tensor_group = nullptr);
@@ -71,6 +75,8 @@ class GPT : public UnaryModule, public dist::VocabParallelOutput {
   // window, as Llama 3's pretraining keeps them.
   Tensor forward(const Tensor& ids, const Tensor& doc_ids);
   std::string type_name() const override { return "GPT"; }
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t context_length() const override { return cfg_.context; }
   const GPTConfig& config() const { return cfg_; }
   int64_t padded_vocab() const { return padded_vocab_; }  // rows of the embedding
   // Checkpoints every transformer block (see CheckpointableBlock).
@@ -79,9 +85,12 @@ class GPT : public UnaryModule, public dist::VocabParallelOutput {
  protected:
   // Recognises Hugging Face's GPT-2 layout and points to load_gpt2_weights / gpt2_from_hf_state.
   std::string explain_foreign_state(const TensorMap& state) const override;
+  CacheShape cache_shape() const override { return {cfg_.layers, cfg_.heads, cfg_.dim / cfg_.heads}; }
+  Tensor decode(const Tensor& ids, KvCache& cache) override;
 
  private:
-  Tensor run(const Tensor& ids, const Tensor& doc_ids);
+  // forward and decode: the ids at positions cache->length() .. (0 without a cache).
+  Tensor run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache);
   GPTConfig cfg_;
   int64_t padded_vocab_;
   std::shared_ptr<Module> transformer_;     // holds wte, wpe, h (ModuleList of blocks), ln_f
@@ -131,7 +140,11 @@ struct LlamaConfig {
 // rows; the norms replicated. The parts are cut from the single-process model built with the same
 // generator; forward returns this rank's vocabulary columns of the logits. Refused unless heads,
 // kv_heads, ffn_dim and vocab_size divide by t.
-class Llama : public UnaryModule, public dist::VocabParallelOutput {
+//
+// Decoding with a KvCache (kv_cache.h: forward_cached): the cache holds kv_heads heads per layer,
+// and position p's q and k rotate by row p of the rotary tables, as in forward. Single-process
+// models only (refused with a tensor group).
+class Llama : public CausalDecoder, public dist::VocabParallelOutput {
  public:
   explicit Llama(const LlamaConfig& cfg, Generator* gen = nullptr,
                  std::shared_ptr<dist::Communicator> tensor_group = nullptr);
@@ -144,11 +157,17 @@ class Llama : public UnaryModule, public dist::VocabParallelOutput {
   // positions are the window's, not restarted per document (Llama 3's pretraining).
   Tensor forward(const Tensor& ids, const Tensor& doc_ids);
   std::string type_name() const override { return "Llama"; }
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t context_length() const override { return cfg_.context; }
   const LlamaConfig& config() const { return cfg_; }
   void set_activation_checkpointing(bool on);
 
+ protected:
+  CacheShape cache_shape() const override { return {cfg_.layers, cfg_.kv_heads, cfg_.head_size()}; }
+  Tensor decode(const Tensor& ids, KvCache& cache) override;
+
  private:
-  Tensor run(const Tensor& ids, const Tensor& doc_ids);
+  Tensor run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache);  // as GPT's
   LlamaConfig cfg_;
   std::shared_ptr<Module> model_;           // embed_tokens, layers, norm
   std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group

@@ -18,6 +18,8 @@
 
 namespace ft::nn {
 
+class KvCache;  // kv_cache.h
+
 class Module {
  public:
   virtual ~Module() = default;
@@ -139,6 +141,10 @@ class CheckpointableBlock : public UnaryModule {
  protected:
   virtual Tensor block_forward(const Tensor& x) = 0;
   const Tensor& side_input() const { return side_; }
+  // f(), a variant of block_forward for inference (a decoder block's cached step), called as the
+  // block is: its hooks around it (ZeRO-3 gathers the parameters) and under its profiler span.
+  // Never checkpointed: without a graph there is nothing to recompute. side_input() is undefined.
+  Tensor forward_variant(const std::function<Tensor()>& f);
 
  private:
   Tensor run(const Tensor& x, const Tensor& side);
@@ -327,13 +333,16 @@ class CausalSelfAttention : public UnaryModule {
   // With doc_ids [B, T] defined, attention under DocumentMask{doc_ids} (causal within each
   // packed document); undefined, forward(x).
   Tensor forward(const Tensor& x, const Tensor& doc_ids);
+  // x [B, T, C] at positions cache.length() .. +T-1 (kv_cache.h: cached_attention), keys and
+  // values stored in the cache's `layer`; no dropout.
+  Tensor forward_cached(const Tensor& x, KvCache& cache, int64_t layer);
   std::string type_name() const override { return "CausalSelfAttention"; }
   std::shared_ptr<Linear> c_attn, c_proj;
   int64_t heads;
   double dropout;
 
  private:
-  Tensor attend(const Tensor& x, const Tensor& doc_ids);
+  Tensor attend(const Tensor& x, const Tensor& doc_ids, KvCache* cache, int64_t layer);
 };
 
 }  // namespace ft::nn

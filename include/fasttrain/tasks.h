@@ -52,7 +52,7 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
 // The decoder of the char and lm tasks, ids [B, T] -> logits: the architecture of the Hugging Face
 // folder --init-from names (its config.json), else a Llama (is_llama(c.model.name)), else
 // make_gpt_model's GPT.
-std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
+std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen);
 // Classification steps of the images and classify tasks, for any classifier of one's own too:
 // field 0 the input, field 1 the integer labels. The training step's loss is the mean
 // cross-entropy; the validation step adds the batch's "accuracy".
@@ -88,13 +88,18 @@ void export_hf_folder(const std::string& run_dir, const std::string& out_dir, co
 
 struct SampleOptions {
   std::string prompt = "The ";
-  int64_t tokens = 200;      // characters to generate
-  double temperature = 0.8;  // 0: always the most likely character
-  int64_t top_k = 0;         // sample among the k most likely characters (0: all)
+  int64_t tokens = 200;      // tokens (characters for a char vocabulary) to generate, at most
+  double temperature = 0.8;  // 0: always the most likely token
+  int64_t top_k = 0;         // sample among the k most likely tokens (0: all)
+  double top_p = 1.0;        // then among the most likely tokens whose probabilities reach p (1: all)
   uint64_t seed = 0;
+  // Stop at the tokenizer's end-of-text token, as Hugging Face's generate stops at eos_token_id
+  // (it is not written out); a vocabulary without one never stops early.
+  bool stop_at_eos = true;
 };
-// Loads the char-level GPT of a run or checkpoint folder (config.toml, task.json with the
-// vocabulary, model.safetensors) and returns `prompt` continued by `tokens` characters.
+// Loads the decoder of a char or lm run or checkpoint folder (config.toml, task.json with the
+// vocabulary, model.safetensors) and returns `prompt` continued by up to `tokens` tokens, generated
+// with a key/value cache (generation.h: nn::generate) in the run's context window.
 std::string sample_text(const std::string& dir, const SampleOptions& options);
 
 }  // namespace ft::train

@@ -1,10 +1,12 @@
 // GPT-2 (pre-norm blocks, fused qkv, tanh-GELU MLP, tied head) with Hugging Face's module names,
-// and the conversions to and from Hugging Face's GPT-2 weight files.
+// its decoding with a key/value cache, and the conversions to and from Hugging Face's GPT-2 weight
+// files.
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
 #include "fasttrain/autograd.h"
+#include "fasttrain/kv_cache.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 
@@ -63,13 +65,11 @@ class GPT2Block : public CheckpointableBlock {
     ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(cfg.dim));
     mlp = register_module("mlp", std::make_shared<GPT2MLP>(cfg.dim, cfg.dropout, gen, tp));
   }
-  Tensor block_forward(const Tensor& x) override {
-    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm). The side input is the
-    // window's document ids under a document mask (GPT::forward(ids, doc_ids)).
-    const Tensor a = (*ln_1)(x);
-    const ResidualNorm h = ln_2->call_with_add(
-        x, plain_attn_ ? plain_attn_->forward(a, side_input()) : parallel_attn_->forward(a, side_input()));
-    return add(h.sum, (*mlp)(h.normed));
+  Tensor block_forward(const Tensor& x) override { return run(x, nullptr, 0); }
+  // The block at positions cache.length() .. with the cache's `layer` (kv_cache.h); a
+  // single-process model's (GPT::decode refuses a tensor group first).
+  Tensor forward_cached(const Tensor& x, KvCache& cache, int64_t layer) {
+    return forward_variant([&] { return run(x, &cache, layer); });
   }
   std::string type_name() const override { return "GPT2Block"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
@@ -77,8 +77,19 @@ class GPT2Block : public CheckpointableBlock {
   std::shared_ptr<GPT2MLP> mlp;
 
  private:
-  std::shared_ptr<CausalSelfAttention> plain_attn_;                  // attn without a tensor group
+  std::shared_ptr<CausalSelfAttention> plain_attn_;                   // attn without a tensor group
   std::shared_ptr<dist::ParallelCausalSelfAttention> parallel_attn_;  // attn with one
+
+  Tensor run(const Tensor& x, KvCache* cache, int64_t layer) {
+    // h = x + attn(ln_1(x)) and ln_2(h) in one pass (add_layer_norm). The side input is the
+    // window's document ids under a document mask (GPT::forward(ids, doc_ids)).
+    const Tensor a = (*ln_1)(x);
+    const Tensor attended = cache         ? plain_attn_->forward_cached(a, *cache, layer)
+                            : plain_attn_ ? plain_attn_->forward(a, side_input())
+                                          : parallel_attn_->forward(a, side_input());
+    const ResidualNorm h = ln_2->call_with_add(x, attended);
+    return add(h.sum, (*mlp)(h.normed));
+  }
 };
 
 // The "transformer" submodule of Hugging Face's GPT2LMHeadModel.
@@ -182,19 +193,28 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
 
 int64_t GPT::vocab_start() const { return tp_ ? tp_->rank() * (padded_vocab_ / tp_->world_size()) : 0; }
 
-Tensor GPT::forward(const Tensor& ids) { return run(ids, Tensor()); }
+Tensor GPT::forward(const Tensor& ids) { return run(ids, Tensor(), nullptr); }
 
 // Called as this module here (operator() does that for forward(ids)).
 Tensor GPT::forward(const Tensor& ids, const Tensor& doc_ids) {
-  return call_as_this([&] { return run(ids, doc_ids); });
+  return call_as_this([&] { return run(ids, doc_ids, nullptr); });
 }
 
-Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids) {
+Tensor GPT::decode(const Tensor& ids, KvCache& cache) {
+  FT_CHECK(!tp_,
+           "GPT::forward_cached: decoding with a key/value cache runs on a single-process model, not on one "
+           "split over a tensor group of ",
+           tp_ ? tp_->world_size() : 1, " ranks (gather_tensor_parallel_state gives the whole model's weights)");
+  return run(ids, Tensor(), &cache);
+}
+
+Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "GPT: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T], found shape ", ids.shape().str());
-  const int64_t T = ids.size(1);
-  FT_CHECK(T >= 1 && T <= cfg_.context, "GPT: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
+  const int64_t T = ids.size(1), position = cache ? cache->length() : 0;
+  FT_CHECK(T >= 1 && position + T <= cfg_.context, "GPT: sequence length ", position + T,
+           " must be in [1, context = ", cfg_.context, "]");
   const bool padded = padded_vocab_ != cfg_.vocab_size;
   if (padded || tp_) {
     // The embedding's own check stops at its padded size; an id in the padding is no token. On a
@@ -208,12 +228,13 @@ Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids) {
   FT_CHECK(!doc_ids.defined() || doc_ids.shape() == ids.shape(), "GPT: doc_ids must be shaped as the token ids ",
            ids.shape().str(), ", found ", doc_ids.shape().str());
   GPT2Model& tr = body(transformer_);
-  // Positions 0..T-1 are the first T rows of wpe: a view broadcast over the batch, no gather.
-  // Under a document mask too: positions run on across the window's documents rather than
-  // restarting at each (Llama 3's pretraining does the same; only attention is confined).
-  Tensor x = add((*tr.wte)(ids), tr.wpe->weight.narrow(0, 0, T));
-  x = dropout(x, cfg_.dropout, training_);
-  for (auto& block : tr.blocks) x = block->forward(x, doc_ids);
+  // Positions p..p+T-1 (p = 0 without a cache) are rows of wpe: a view broadcast over the batch,
+  // no gather. Under a document mask too: positions run on across the window's documents rather
+  // than restarting at each (Llama 3's pretraining does the same; only attention is confined).
+  Tensor x = add((*tr.wte)(ids), tr.wpe->weight.narrow(0, position, T));
+  if (!cache) x = dropout(x, cfg_.dropout, training_);  // decoding with a cache is inference
+  for (size_t i = 0; i < tr.blocks.size(); ++i)
+    x = cache ? tr.blocks[i]->forward_cached(x, *cache, static_cast<int64_t>(i)) : tr.blocks[i]->forward(x, doc_ids);
   x = (*tr.ln_f)(x);
   if (tp_) {
     // This rank's real vocabulary rows [vocab_start, vocab_start + n) of its part of the head

@@ -1,10 +1,12 @@
 // The Llama family (models.h: Llama): RMSNorm pre-norm blocks, rotary position embeddings,
-// grouped-query attention and the gated SiLU MLP, with Hugging Face's LlamaForCausalLM names.
+// grouped-query attention and the gated SiLU MLP, with Hugging Face's LlamaForCausalLM names, and
+// its decoding with a key/value cache.
 //   block(x) = h + mlp(rms_norm(h)),  h = x + o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))),
 //   n = rms_norm(x),  mlp(y) = down_proj(silu(gate_proj(y)) * up_proj(y))
 #include <cmath>
 #include <vector>
 
+#include "fasttrain/kv_cache.h"
 #include "fasttrain/models.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/ops.h"
@@ -62,22 +64,27 @@ class LlamaAttention : public UnaryModule {
     v_proj = register_module("v_proj", std::make_shared<Linear>(c.dim, kv_heads_ * head_dim_, c.attention_bias, gen));
     o_proj = register_module("o_proj", std::make_shared<Linear>(heads_ * head_dim_, c.dim, false, gen));
   }
-  Tensor forward(const Tensor& x) override { return attend(x, Tensor()); }
+  Tensor forward(const Tensor& x) override { return attend(x, Tensor(), nullptr, 0); }
   // Under DocumentMask{doc_ids} when doc_ids is defined; called as this module.
   Tensor forward(const Tensor& x, const Tensor& doc_ids) {
-    return call_as_this([&] { return attend(x, doc_ids); });
+    return call_as_this([&] { return attend(x, doc_ids, nullptr, 0); });
+  }
+  // x at positions cache.length() .. with the cache's `layer` (kv_cache.h); single-process only.
+  Tensor forward_cached(const Tensor& x, KvCache& cache, int64_t layer) {
+    return call_as_this([&] { return attend(x, Tensor(), &cache, layer); });
   }
   std::string type_name() const override { return "LlamaAttention"; }
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
 
  private:
-  Tensor attend(const Tensor& x, const Tensor& doc_ids) {
-    const int64_t B = x.size(0), T = x.size(1);
+  Tensor attend(const Tensor& x, const Tensor& doc_ids, KvCache* cache, int64_t layer) {
+    const int64_t B = x.size(0), T = x.size(1), position = cache ? cache->length() : 0;
+    // Positions p..p+T-1 (p = 0 without a cache) rotate by rows p..p+T-1 of the tables.
     const RopeTables& rope = rope_->for_input(x);
-    const Tensor cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
+    const Tensor cos = rope.cos.narrow(0, position, T), sin = rope.sin.narrow(0, position, T);
     // rotary_embedding works on [B, T, H, D], the projections' own layout; attention reads the
     // [B, H, T, D] transposed views without a copy. K and V keep their kv_heads heads: attention
-    // shares each among its group of query heads.
+    // shares each among its group of query heads, and a cache stores only those.
     Tensor q, k, v;
     if (tp_) {
       // One f for the three projections: the input's gradient is all-reduced once, not thrice.
@@ -96,8 +103,9 @@ class LlamaAttention : public UnaryModule {
     }
     // The rotary angles are the window's positions even under a document mask: a document
     // packed at offset t starts at angle t, not 0, as in Llama 3's pretraining.
-    const Tensor attended = doc_ids.defined() ? scaled_dot_product_attention(q, k, v, DocumentMask{doc_ids})
-                                              : scaled_dot_product_attention(q, k, v, /*causal=*/true);
+    const Tensor attended = cache               ? cached_attention(q, k, v, *cache, layer)
+                            : doc_ids.defined() ? scaled_dot_product_attention(q, k, v, DocumentMask{doc_ids})
+                                                : scaled_dot_product_attention(q, k, v, /*causal=*/true);
     const Tensor y = attended.transpose(1, 2).reshape({B, T, heads_ * head_dim_});
     return tp_ ? (*tp_o_)(y) : (*o_proj)(y);
   }
@@ -147,17 +155,24 @@ class LlamaDecoderLayer : public CheckpointableBlock {
     post_attention_layernorm = register_module("post_attention_layernorm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
     mlp = register_module("mlp", std::make_shared<LlamaMLP>(c, gen, tp));
   }
-  Tensor block_forward(const Tensor& x) override {
-    // h = x + attn(input_layernorm(x)) and its norm in one pass (add_rms_norm).
-    // The side input: the window's document ids under a document mask (Llama::forward(ids, doc_ids)).
-    const ResidualNorm h =
-        post_attention_layernorm->call_with_add(x, self_attn->forward((*input_layernorm)(x), side_input()));
-    return add(h.sum, (*mlp)(h.normed));
+  Tensor block_forward(const Tensor& x) override { return run(x, nullptr, 0); }
+  Tensor forward_cached(const Tensor& x, KvCache& cache, int64_t layer) {
+    return forward_variant([&] { return run(x, &cache, layer); });
   }
   std::string type_name() const override { return "LlamaDecoderLayer"; }
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<LlamaAttention> self_attn;
   std::shared_ptr<LlamaMLP> mlp;
+
+ private:
+  Tensor run(const Tensor& x, KvCache* cache, int64_t layer) {
+    // h = x + attn(input_layernorm(x)) and its norm in one pass (add_rms_norm).
+    // The side input: the window's document ids under a document mask (Llama::forward(ids, doc_ids)).
+    const Tensor n = (*input_layernorm)(x);
+    const Tensor attended = cache ? self_attn->forward_cached(n, *cache, layer) : self_attn->forward(n, side_input());
+    const ResidualNorm h = post_attention_layernorm->call_with_add(x, attended);
+    return add(h.sum, (*mlp)(h.normed));
+  }
 };
 
 // The "model" submodule of Hugging Face's LlamaForCausalLM; it owns the rotary tables.
@@ -285,19 +300,28 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
 
 int64_t Llama::vocab_start() const { return tp_ ? tp_->rank() * (cfg_.vocab_size / tp_->world_size()) : 0; }
 
-Tensor Llama::forward(const Tensor& ids) { return run(ids, Tensor()); }
+Tensor Llama::forward(const Tensor& ids) { return run(ids, Tensor(), nullptr); }
 
 // Called as this module here (operator() does that for forward(ids)).
 Tensor Llama::forward(const Tensor& ids, const Tensor& doc_ids) {
-  return call_as_this([&] { return run(ids, doc_ids); });
+  return call_as_this([&] { return run(ids, doc_ids, nullptr); });
 }
 
-Tensor Llama::run(const Tensor& ids, const Tensor& doc_ids) {
+Tensor Llama::decode(const Tensor& ids, KvCache& cache) {
+  FT_CHECK(!tp_,
+           "Llama::forward_cached: decoding with a key/value cache runs on a single-process model, not on "
+           "one split over a tensor group of ",
+           tp_ ? tp_->world_size() : 1, " ranks (gather_tensor_parallel_state gives the whole model's weights)");
+  return run(ids, Tensor(), &cache);
+}
+
+Tensor Llama::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "Llama: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "Llama: token ids must be [B, T], found shape ", ids.shape().str());
-  const int64_t T = ids.size(1);
-  FT_CHECK(T >= 1 && T <= cfg_.context, "Llama: sequence length ", T, " must be in [1, context = ", cfg_.context, "]");
+  const int64_t T = ids.size(1), position = cache ? cache->length() : 0;
+  FT_CHECK(T >= 1 && position + T <= cfg_.context, "Llama: sequence length ", position + T,
+           " must be in [1, context = ", cfg_.context, "]");
   FT_CHECK(!doc_ids.defined() || doc_ids.shape() == ids.shape(), "Llama: doc_ids must be shaped as the token ids ",
            ids.shape().str(), ", found ", doc_ids.shape().str());
   LlamaModel& m = body(model_);
@@ -307,7 +331,8 @@ Tensor Llama::run(const Tensor& ids, const Tensor& doc_ids) {
       return detail::concat("Llama: token id ", id, " is out of range for a vocabulary of ", v);
     });
   Tensor x = (*m.embed_tokens)(ids);
-  for (auto& block : m.blocks) x = block->forward(x, doc_ids);
+  for (size_t i = 0; i < m.blocks.size(); ++i)
+    x = cache ? m.blocks[i]->forward_cached(x, *cache, static_cast<int64_t>(i)) : m.blocks[i]->forward(x, doc_ids);
   return (*lm_head_)((*m.norm)(x));
 }
 

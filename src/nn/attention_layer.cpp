@@ -2,6 +2,7 @@
 // projection's output ([B, T, 3C] viewed as [B, H, T, D] each): no copies before the fused
 // attention kernel, which reads strided inputs. The one copy is the [B, H, T, D] -> [B, T, C]
 // merge of the heads that c_proj's GEMM needs as dense rows.
+#include "fasttrain/kv_cache.h"
 #include "fasttrain/nn.h"
 
 namespace ft::nn {
@@ -15,14 +16,18 @@ CausalSelfAttention::CausalSelfAttention(int64_t dim, int64_t heads, double drop
   c_proj = register_module("c_proj", std::make_shared<Linear>(dim, dim, true, gen));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) { return attend(x, Tensor()); }
+Tensor CausalSelfAttention::forward(const Tensor& x) { return attend(x, Tensor(), nullptr, 0); }
 
 // Called as this module here (operator() does that for forward(x)).
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& doc_ids) {
-  return call_as_this([&] { return attend(x, doc_ids); });
+  return call_as_this([&] { return attend(x, doc_ids, nullptr, 0); });
 }
 
-Tensor CausalSelfAttention::attend(const Tensor& x, const Tensor& doc_ids) {
+Tensor CausalSelfAttention::forward_cached(const Tensor& x, KvCache& cache, int64_t layer) {
+  return call_as_this([&] { return attend(x, Tensor(), &cache, layer); });
+}
+
+Tensor CausalSelfAttention::attend(const Tensor& x, const Tensor& doc_ids, KvCache* cache, int64_t layer) {
   const int64_t C = c_proj->weight.size(0);
   FT_CHECK(x.dim() == 3 && x.size(2) == C, "CausalSelfAttention: expected input [B, T, ", C, "], found shape ",
            x.shape().str());
@@ -33,12 +38,15 @@ Tensor CausalSelfAttention::attend(const Tensor& x, const Tensor& doc_ids) {
   // the engine would add the three up.)
   std::vector<Tensor> qkv = split((*c_attn)(x).view({B, T, 3, heads, D}), 1, 2);
   auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };  // [B, H, T, D]
-  const double p = training_ ? dropout : 0.0;
-  Tensor y = doc_ids.defined()
+  // Decoding with a cache is inference: no dropout.
+  const bool drop = training_ && !cache;
+  const double p = drop ? dropout : 0.0;
+  Tensor y = cache ? cached_attention(head_view(0), head_view(1), head_view(2), *cache, layer)
+             : doc_ids.defined()
                  ? scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), DocumentMask{doc_ids}, p)
                  : scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true, p);
   y = y.transpose(1, 2).reshape({B, T, C});
-  return ft::dropout((*c_proj)(y), dropout, training_);
+  return ft::dropout((*c_proj)(y), p, drop);
 }
 
 }  // namespace ft::nn

@@ -29,6 +29,14 @@ Tensor CheckpointableBlock::run(const Tensor& x, const Tensor& side) {
   return hooks_ ? hooks_->after_forward(*this, y) : y;
 }
 
+Tensor CheckpointableBlock::forward_variant(const std::function<Tensor()>& f) {
+  return call_as_this([&] {
+    if (hooks_) hooks_->before_forward(*this);
+    Tensor y = f();
+    return hooks_ ? hooks_->after_forward(*this, y) : y;
+  });
+}
+
 int64_t set_activation_checkpointing(Module& model, bool on) {
   int64_t blocks = 0;
   for (auto& [name, m] : model.named_modules()) {

@@ -53,7 +53,7 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
   return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
 }
 
-std::shared_ptr<nn::UnaryModule> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   if (is_hf_folder(c.model.init_from)) {
     // The folder's config.json is the architecture, as from_pretrained takes it: its vocabulary
     // too, which must hold the tokenizer's.

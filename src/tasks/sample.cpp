@@ -1,7 +1,7 @@
-// Text generation from a trained GPT (train.h, sample_text): the char task's model, or an lm run
+// Text generation from a trained decoder (tasks.h, sample_text): the char task's model, or an lm run
 // whose shards came with a vocabulary (task.json records the tokenizer: a char vocabulary, GPT-2's
-// BPE files or a Hugging Face tokenizer.json). The prompt is encoded
-// with the run's vocabulary and the continuation decoded with it.
+// BPE files or a Hugging Face tokenizer.json). The prompt is encoded with the run's vocabulary, the
+// continuation generated with the key/value cache (generation.h) and decoded with the vocabulary.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fasttrain/autograd.h"
 #include "fasttrain/data.h"
+#include "fasttrain/generation.h"
 #include "fasttrain/models.h"
 #include "fasttrain/random.h"
 #include "fasttrain/tasks.h"
@@ -30,6 +30,7 @@ struct Codec {
   int64_t vocab = 0;
   std::function<std::vector<int64_t>(const std::string&)> encode;
   std::vector<std::string> pieces;  // the text of each id
+  int64_t eos = -1;                 // the end-of-text token, -1 if the vocabulary has none
 };
 
 // Splits UTF-8 text into code points' byte sequences (a stray byte is one piece of its own).
@@ -69,6 +70,7 @@ template <class T>
 Codec bpe_codec(T t) {
   Codec c;
   c.vocab = t.vocab_size();
+  c.eos = t.eos_token();
   for (int64_t id = 0; id < c.vocab; ++id) c.pieces.emplace_back(t.token_bytes(static_cast<int32_t>(id)));
   c.encode = [t](const std::string& text) {
     std::vector<int32_t> ids;
@@ -111,6 +113,8 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
   FT_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "sample: expected a temperature >= 0, found ",
            o.temperature);
   FT_CHECK(o.top_k >= 0, "sample: expected --top-k >= 0, found ", o.top_k);
+  FT_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: expected --top-p in (0, 1] (1: no nucleus filtering), found ",
+           o.top_p);
   FT_CHECK(!o.prompt.empty(), "sample: the prompt must have at least one character");
   const TrainerConfig c = load_run_config(dir);
   FT_CHECK(c.task == "char" || c.task == "lm", "sample: ", dir, " holds a '", c.task,
@@ -123,41 +127,17 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
   auto model = make_decoder(c, V, &init);
   model->load(dir + "/model.safetensors", /*strict=*/true);
   model->eval();
-  autograd::InferenceMode guard;
 
-  std::vector<int64_t> ids = codec.encode(o.prompt);
+  nn::GenerationOptions g;
+  g.max_new_tokens = o.tokens;
+  g.sampling = {o.temperature, o.top_k, o.top_p};
+  g.seed = o.seed;
+  g.eos_token = o.stop_at_eos ? codec.eos : -1;
+  // The window the model was trained on (a Llama's rotary tables may have more positions).
+  g.window = std::min(c.model.context, model->context_length());
   std::string out = o.prompt;
-  std::vector<double> p(V);
-  for (int64_t i = 0; i < o.tokens; ++i) {
-    const int64_t t = std::min<int64_t>(c.model.context, static_cast<int64_t>(ids.size()));
-    std::vector<double> window(ids.end() - t, ids.end());
-    Tensor logits = model->forward(from_vector(window, {1, t}, DType::I64));
-    std::vector<double> row = logits.select(0, 0).select(0, t - 1).to_vector();  // [V]: no padded ids
-    int64_t next = 0;
-    if (o.temperature == 0) {
-      next = std::max_element(row.begin(), row.end()) - row.begin();
-    } else {
-      // Softmax at the temperature over the top k (or all) tokens, then one uniform draw.
-      double cutoff = -INFINITY;
-      if (o.top_k > 0) {
-        std::vector<double> sorted = row;
-        std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
-        cutoff = sorted[o.top_k - 1];
-      }
-      const double mx = *std::max_element(row.begin(), row.end());
-      double total = 0;
-      for (int64_t k = 0; k < V; ++k) total += p[k] = row[k] >= cutoff ? std::exp((row[k] - mx) / o.temperature) : 0.0;
-      double u = uniform_from_word(philox4x32(o.seed, static_cast<uint64_t>(i)).v[0]) * total;
-      // The last candidate catches u left over by rounding.
-      for (int64_t k = 0; k < V; ++k)
-        if (p[k] > 0) {
-          next = k;
-          if ((u -= p[k]) < 0) break;
-        }
-    }
-    ids.push_back(next);
-    out += codec.pieces[next];
-  }
+  for (int64_t id : nn::generate(*model, codec.encode(o.prompt), g).tokens)
+    if (id != g.eos_token) out += codec.pieces[id];  // the end of the text is no text
   return out;
 }
 

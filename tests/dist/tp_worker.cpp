@@ -217,6 +217,19 @@ int layers() {
   return 0;
 }
 
+// Every gradient of the split model (the split parameters' parts gathered; the replicated ones
+// as they are on this rank) against the whole model's.
+void expect_same_gradients(nn::Module& whole, nn::Module& split, const std::shared_ptr<dist::Communicator>& tp) {
+  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(split);
+  std::map<std::string, Tensor> want;
+  for (const auto& [name, p] : whole.named_parameters()) want[name] = p.grad();
+  for (const auto& [name, p] : split.named_parameters()) {
+    const auto it = shards.find(name);
+    const Tensor grad = it == shards.end() ? p.grad() : dist::unshard_tensor(p.grad(), it->second, *tp);
+    expect_close(grad, want.at(name), 2e-5, "gradient of " + name);
+  }
+}
+
 nn::GPTConfig small_gpt(int64_t heads, int64_t vocab) {
   nn::GPTConfig c;
   c.vocab_size = vocab;
@@ -271,15 +284,7 @@ int gpt() {
       fail("replicated parameter elements " + std::to_string(sync.replicated_elements()));
   }
   expect_close(lp, loss, 1e-6, "loss");
-  // Gradients: the split parameters' parts gathered; the replicated ones equal on every rank.
-  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(split);
-  std::map<std::string, Tensor> want;
-  for (const auto& [name, p] : whole.named_parameters()) want[name] = p.grad();
-  for (const auto& [name, p] : split.named_parameters()) {
-    const auto it = shards.find(name);
-    const Tensor grad = it == shards.end() ? p.grad() : dist::unshard_tensor(p.grad(), it->second, *tp);
-    expect_close(grad, want.at(name), 2e-5, "gradient of " + name);
-  }
+  expect_same_gradients(whole, split, tp);
   return 0;
 }
 
@@ -307,14 +312,19 @@ void compare_split(const Config& cfg, int64_t vocab, const std::shared_ptr<dist:
                                                        split.vocab_start(), split.vocab_group());
   lp.backward();
   expect_close(lp, loss, 1e-6, "loss");
-  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(split);
-  std::map<std::string, Tensor> want;
-  for (const auto& [name, p] : whole.named_parameters()) want[name] = p.grad();
-  for (const auto& [name, p] : split.named_parameters()) {
-    const auto it = shards.find(name);
-    const Tensor grad = it == shards.end() ? p.grad() : dist::unshard_tensor(p.grad(), it->second, *tp);
-    expect_close(grad, want.at(name), 2e-5, "gradient of " + name);
-  }
+  expect_same_gradients(whole, split, tp);
+  // Under a document mask (--doc-mask) the split attention keeps to each packed document too:
+  // documents of 5 tokens, the first one's start cut off by the window.
+  std::vector<double> starts;
+  for (int64_t i = 0; i < 4 * 16; ++i) starts.push_back(static_cast<double>((i % 16 + 2) / 5));
+  const Tensor docs = from_vector(starts, {4, 16}, DType::I64);
+  const Tensor masked = whole.forward(ids, docs);
+  expect_close(split.forward(ids, docs), masked.narrow(2, split.vocab_start(), part.size(2)), 1e-5,
+               "logits under a document mask");
+  const std::vector<double> with_mask = masked.to_vector(), without = logits.to_vector();
+  double changed = 0;
+  for (size_t i = 0; i < with_mask.size(); ++i) changed = std::max(changed, std::abs(with_mask[i] - without[i]));
+  if (changed < 1e-3) fail("the document mask changed no logit: the check says nothing");
 }
 
 nn::LlamaConfig small_llama(int64_t heads, int64_t kv_heads, bool tied) {

@@ -105,7 +105,7 @@ struct LlamaRun {
 };
 
 constexpr int64_t kLlamaContext = 64, kLlamaBatch = 4;
-constexpr double kLlamaLr = 1e-3, kLlamaClip = 1.0;
+constexpr double kLlamaLr = 3e-4, kLlamaClip = 1.0;
 
 void expect_llama_trains_as_hugging_face(const LlamaRun& run) {
   set_num_threads(1);

@@ -217,6 +217,16 @@ int layers() {
   return 0;
 }
 
+// Together the ranks hold exactly the single-process weights, bit for bit.
+void expect_same_initial_weights(nn::Module& whole, nn::Module& split) {
+  const TensorMap gathered = dist::gather_tensor_parallel_state(split), reference = whole.state_dict();
+  if (gathered.size() != reference.size()) fail("gathered state: " + std::to_string(gathered.size()) + " tensors");
+  for (size_t i = 0; i < std::min(gathered.size(), reference.size()); ++i) {
+    if (gathered[i].first != reference[i].first) fail("gathered state: name " + gathered[i].first);
+    expect_close(gathered[i].second, reference[i].second, 0, "initial weight " + reference[i].first);
+  }
+}
+
 // Every gradient of the split model (the split parameters' parts gathered; the replicated ones
 // as they are on this rank) against the whole model's.
 void expect_same_gradients(nn::Module& whole, nn::Module& split, const std::shared_ptr<dist::Communicator>& tp) {
@@ -262,13 +272,7 @@ int gpt() {
   const nn::GPTConfig cfg = small_gpt(4, 100);  // padded to 128 rows: the last rank's part ends in padding
   Generator a(11), b(11);
   nn::GPT whole(cfg, &a, true), split(cfg, &b, true, tp);
-  // Together the ranks hold exactly the single-process weights.
-  const TensorMap gathered = dist::gather_tensor_parallel_state(split), reference = whole.state_dict();
-  if (gathered.size() != reference.size()) fail("gathered state: " + std::to_string(gathered.size()) + " tensors");
-  for (size_t i = 0; i < std::min(gathered.size(), reference.size()); ++i) {
-    if (gathered[i].first != reference[i].first) fail("gathered state: name " + gathered[i].first);
-    expect_close(gathered[i].second, reference[i].second, 0, "initial weight " + reference[i].first);
-  }
+  expect_same_initial_weights(whole, split);
   Generator data(3);
   const Tensor ids = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
   const Tensor targets = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
@@ -311,12 +315,7 @@ template <class Model, class Config>
 void compare_split(const Config& cfg, int64_t vocab, const std::shared_ptr<dist::Communicator>& tp) {
   Generator a(11), b(11);
   Model whole(cfg, &a), split(cfg, &b, tp);
-  const TensorMap gathered = dist::gather_tensor_parallel_state(split), reference = whole.state_dict();
-  if (gathered.size() != reference.size()) fail("gathered state: " + std::to_string(gathered.size()) + " tensors");
-  for (size_t i = 0; i < std::min(gathered.size(), reference.size()); ++i) {
-    if (gathered[i].first != reference[i].first) fail("gathered state: name " + gathered[i].first);
-    expect_close(gathered[i].second, reference[i].second, 0, "initial weight " + reference[i].first);
-  }
+  expect_same_initial_weights(whole, split);
   Generator data(3);
   const Tensor ids = randint(0, vocab, {4, 16}, DType::I64, &data);
   const Tensor targets = randint(0, vocab, {4, 16}, DType::I64, &data);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "fasttrain/fasttrain.h"
 #include "support/mpi_job.h"
+#include "support/toy_gpt2_vocab.h"
 #include "support/trainer_configs.h"
 
 namespace ft {
@@ -260,6 +262,43 @@ TEST_F(TensorParallelCli, TwentyStepsOfALlamaWithTp2AndDp2xTp2EqualOneProcess) {
   train(4, 4, "dp2tp2", llama + " --tp 2");
   expect_losses_close(train_losses(dir_ + "/dp2tp2"), reference, 1e-6);
   expect_model_close(dir_ + "/dp2tp2", dir_ + "/one", 5e-6, 0);
+}
+
+TEST_F(TensorParallelCli, UnderADocumentMaskTp2EqualsOneProcess) {
+  // GPT-2 BPE shards (a toy vocabulary) of short documents, each begun by the end-of-text
+  // token: --doc-mask confines attention to the document, on every tensor rank's heads.
+  test::write_toy_gpt2_vocab(dir_ + "/encoder.json", dir_ + "/vocab.bpe", {{"t", "h"}, {"th", "e"}, {" ", "the"}});
+  std::string text;
+  uint64_t x = 5;
+  for (int doc = 0; doc < 400; ++doc) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    for (uint64_t w = 0; w < 3 + (x >> 60); ++w) text += (w + doc) % 3 ? "the cat " : "a hat ";
+    text += "<|endoftext|>";
+  }
+  std::ofstream(dir_ + "/docs.txt") << text;
+  const test::CliRun data =
+      run_command(std::string(FT_CLI_PATH) + " data --tokenizer gpt2 --encoder " + dir_ + "/encoder.json --merges " +
+                  dir_ + "/vocab.bpe --input " + dir_ + "/docs.txt --output " + dir_ + "/docs --val-tokens 2000");
+  ASSERT_EQ(data.code, 0) << data.output;
+  auto run = [&](int ranks, const std::string& name, const std::string& extra) {
+    const std::string command = (ranks == 1 ? std::string() : mpirun(ranks)) + FT_CLI_PATH +
+                                " train --task lm --data '" + dir_ + "/docs/*_train_*.bin' --val-data '" + dir_ +
+                                "/docs/*_val_*.bin' --layers 2 --dim 32 --heads 4 --context 32 --batch-size 4 "
+                                "--max-steps 6 --lr 0.01 --eval-every 0 --log-every-n-steps 1 --threads 1 "
+                                "--tensorboard false --progress false --run-dir " +
+                                dir_ + "/" + name + extra;
+    const test::CliRun r = run_command(command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+    return train_losses(dir_ + "/" + name);
+  };
+  for (const std::string model : {" --model custom", " --model llama --kv-heads 2 --ffn-dim 64"}) {
+    SCOPED_TRACE(model);
+    const std::vector<double> plain = run(1, "plain", model);
+    const std::vector<double> masked = run(1, "masked", model + " --doc-mask");
+    ASSERT_EQ(masked.size(), 6u);
+    EXPECT_NE(plain.front(), masked.front());  // windows hold several documents: the mask matters
+    expect_losses_close(run(2, "masked_tp2", model + " --doc-mask --tp 2"), masked, 1e-6);
+  }
 }
 
 TEST_F(TensorParallelCli, AProfiledJobWritesEveryRanksLanesIntoOneTrace) {

@@ -111,9 +111,10 @@ class VocabParallelEmbedding : public nn::UnaryModule {
 };
 
 // GPT-2's attention with rank r's heads [r H/t, (r+1) H/t): c_attn column-parallel in three
-// blocks (q, k, v), c_proj row-parallel; dropout on the attention probabilities (this rank's heads)
-// and on the output (after g: replicated, so the tensor group must draw the same mask: the
-// Trainer seeds dropout by data-parallel rank).
+// blocks (q, k, v), c_proj row-parallel; dropout on the attention probabilities (this rank's heads'
+// part of the whole layer's mask: src/ops/attention_heads.h) and on the output (after g: replicated, so the
+// tensor group must draw the same mask: the Trainer seeds dropout by data-parallel rank). Both
+// equal one process's masks, which is what makes a split GPT with dropout train like one.
 class ParallelCausalSelfAttention : public nn::UnaryModule {
  public:
   ParallelCausalSelfAttention(int64_t dim, int64_t heads, double dropout, std::shared_ptr<Communicator> group);

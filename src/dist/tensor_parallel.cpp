@@ -17,6 +17,7 @@
 #include "fasttrain/error.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/optim.h"
+#include "ops/attention_heads.h"
 
 namespace ft::dist {
 
@@ -250,9 +251,12 @@ Tensor ParallelCausalSelfAttention::attend(const Tensor& x, const Tensor& doc_id
   std::vector<Tensor> qkv = split((*c_attn)(x).view({B, T, 3, local_heads, D}), 1, 2);
   auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };
   const double p = training_ ? dropout : 0.0;
-  Tensor y = doc_ids.defined()
-                 ? scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), DocumentMask{doc_ids}, p)
-                 : scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true, p);
+  // The probabilities' dropout mask of this rank's heads is their part of the whole layer's (the
+  // tensor group draws from one generator stream): the numbers one process drops.
+  const ops::AttentionHeads heads{c_proj->group->rank() * local_heads, c_proj->group->world_size() * local_heads};
+  const DocumentMask mask{doc_ids};
+  Tensor y = ops::attention_of_heads(head_view(0), head_view(1), head_view(2), /*causal=*/true,
+                                     doc_ids.defined() ? &mask : nullptr, p, heads);
   y = y.transpose(1, 2).reshape({B, T, local});
   return ft::dropout((*c_proj)(y), dropout, training_);
 }

@@ -61,10 +61,9 @@ std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t 
     const int64_t model_vocab = h.type == nn::HfModelType::Llama ? h.llama.vocab_size : h.gpt.vocab_size;
     FT_CHECK(vocab_size <= model_vocab, "option init_from: ", c.model.init_from, " has a vocabulary of ", model_vocab,
              " tokens, fewer than the data's ", vocab_size);
-    // A Hugging Face folder is loaded whole (load_hf_folder): not cut into tensor-parallel parts yet.
-    FT_CHECK(c.dist.tp == 1, "option init_from: a Hugging Face folder (", c.model.init_from,
-             ") with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; convert it to a safetensors file");
-    if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen);
+    // With --tp the model is built split; load_hf_folder reads the whole folder on every rank and
+    // keeps this rank's parts (shard_tensor_parallel_state).
+    if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen, tensor_group(c));
     nn::GPTConfig g = h.gpt;
     g.dropout = c.model.dropout;
     return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));

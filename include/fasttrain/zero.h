@@ -92,8 +92,10 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   // others are replicated over it) and this sharding's communicator is the data group. Clipping
   // and found_inf then span both groups, and the replicated parameters' shard gradients are
   // averaged over the tensor group (equal in exact arithmetic; averaged so they stay equal in
-  // every bit, as TensorParallelSync does without ZeRO). Call before the first step.
-  void set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split);
+  // every bit, as TensorParallelSync does without ZeRO); under sequence parallelism, where each
+  // rank's are its positions' part, `replicated` is Sum. Call before the first step.
+  void set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split,
+                           ReduceOp replicated = ReduceOp::Avg);
 
   void before_forward() override;
   void before_backward(bool last) override;
@@ -207,7 +209,7 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   void round_grads_to_param_dtype();
   void check_views() const;
   bool is_split(const Tensor& param) const;  // a part over tensor_ (set_tensor_parallel)
-  // The replicated parameters' shard gradients averaged over tensor_.
+  // The replicated parameters' shard gradients averaged (summed) over tensor_.
   void average_replicated_over_tensor_group();
   // Writes `values`, elements [begin, begin + numel) of group g's flattened parameters, into them.
   static void scatter_to_params(Group& g, int64_t begin, const Tensor& values);
@@ -217,6 +219,7 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<Communicator> tensor_;         // set_tensor_parallel's group (null: none)
   std::vector<const TensorImpl*> split_params_;  // its split parameters, sorted
+  ReduceOp replicated_op_ = ReduceOp::Avg;
   int stage_;
   optim::OptimizerKind kind_;
   std::vector<Group> groups_;

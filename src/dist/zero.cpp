@@ -528,8 +528,10 @@ void ZeroSharding::finish() {
   copy_shards_to_pieces_grads(used);
 }
 
-void ZeroSharding::set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split) {
+void ZeroSharding::set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split,
+                                       ReduceOp replicated) {
   tensor_ = tensor && tensor->world_size() > 1 ? std::move(tensor) : nullptr;
+  replicated_op_ = replicated;
   split_params_.clear();
   for (const Tensor& p : split) split_params_.push_back(p.impl());
   std::sort(split_params_.begin(), split_params_.end());
@@ -558,7 +560,7 @@ void ZeroSharding::average_replicated_over_tensor_group() {
     flat.narrow(0, at, t.numel()).copy_(t);
     at += t.numel();
   }
-  tensor_->all_reduce(flat, ReduceOp::Avg);
+  tensor_->all_reduce(flat, replicated_op_);
   at = 0;
   for (Tensor t : parts) {
     t.copy_(flat.narrow(0, at, t.numel()));

@@ -40,9 +40,19 @@ std::shared_ptr<dist::Communicator> tensor_group(const TrainerConfig& c) {
   return dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).tensor;
 }
 
-}  // namespace
+// --sequence-parallel on a split model (tensor_parallel.h). The dropout masks of a GPT's
+// sequence-split activations are not yet drawn as one process's: refused with dropout.
+template <class Model>
+std::shared_ptr<Model> with_sequence_parallel(const TrainerConfig& c, std::shared_ptr<Model> model) {
+  if (c.dist.tp == 1 || !c.dist.sequence_parallel) return model;
+  FT_CHECK(c.model.dropout == 0 || dynamic_cast<const nn::GPT*>(model.get()) == nullptr,
+           "option sequence_parallel: with dropout (", c.model.dropout,
+           ") is not built yet (the sequence-split activations' masks would not be one process's); use dropout 0");
+  dist::set_sequence_parallel(*model, true);
+  return model;
+}
 
-std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+std::shared_ptr<nn::GPT> make_gpt(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
   g.vocab_size = vocab_size;
   g.context = c.model.context;
@@ -53,7 +63,7 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
   return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
 }
 
-std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+std::shared_ptr<nn::CausalDecoder> make_whole_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   if (is_hf_folder(c.model.init_from)) {
     // The folder's config.json is the architecture, as from_pretrained takes it: its vocabulary
     // too, which must hold the tokenizer's.
@@ -70,7 +80,17 @@ std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t 
   }
   if (is_llama(c.model.name))
     return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c));
-  return make_gpt_model(c, vocab_size, gen);
+  return make_gpt(c, vocab_size, gen);
+}
+
+}  // namespace
+
+std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  return with_sequence_parallel(c, make_gpt(c, vocab_size, gen));
+}
+
+std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  return with_sequence_parallel(c, make_whole_decoder(c, vocab_size, gen));
 }
 
 namespace {

@@ -89,6 +89,10 @@ void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm
 }
 
 void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
+  FT_CHECK(!c.dist.sequence_parallel || tensor,
+           "option sequence_parallel: splits the activations over a tensor group; "
+           "it needs --tp 2 or more, found tp = ",
+           c.dist.tp);
   if (tensor) {
     nn::Module& model = module->model();
     FT_CHECK(dist::tensor_group_of(model) != nullptr, "option tp: ", c.dist.tp,
@@ -130,7 +134,9 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
   zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
-  if (tensor) zero->set_tensor_parallel(tensor, split_parameters());
+  if (tensor)
+    zero->set_tensor_parallel(tensor, split_parameters(),
+                              dist::sequence_parallel(module->model()) ? dist::ReduceOp::Sum : dist::ReduceOp::Avg);
   return zero->make_shard_optimizer();
 }
 

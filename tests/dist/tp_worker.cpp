@@ -12,6 +12,8 @@
 //   debug            --dist-debug per group: with tp 2, world rank 3 all-reduces 2 elements in its
 //                    tensor group where rank 2 reduces 1; the other tensor group agrees
 //   llama            the same for a Llama (grouped-query attention; tied and untied head)
+//   sequence         GPT and Llama with sequence parallelism against the whole model and the split
+//                    one without it: logits, loss, gradients, tensor-group bytes, activations held
 //   refuse TP PP HEADS [KV]  catches the layout error on every rank and prints it ("rank R
 //                    refused: ..."); with KV a Llama of HEADS heads and KV key/value heads
 //   fail RANK STEP   a GPT trained with tp = world; RANK throws in step STEP (the job must end)
@@ -20,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -354,6 +357,85 @@ int llama() {
   return 0;
 }
 
+// Sequence parallelism: the split model with and without it against the whole one. With it the
+// logits, loss and (after TensorParallelSync, which sums the replicated parameters' partial
+// gradients) every gradient equal the whole model's; the tensor group's bytes follow the formula
+// (ARCHITECTURE.md) and the activations held between forward and backward are fewer.
+std::unique_ptr<nn::GPT> build(const nn::GPTConfig& c, Generator* gen, std::shared_ptr<dist::Communicator> tp = {}) {
+  return std::make_unique<nn::GPT>(c, gen, true, std::move(tp));
+}
+std::unique_ptr<nn::Llama> build(const nn::LlamaConfig& c, Generator* gen,
+                                 std::shared_ptr<dist::Communicator> tp = {}) {
+  return std::make_unique<nn::Llama>(c, gen, std::move(tp));
+}
+
+template <class Config>
+void compare_sequence_parallel(const Config& cfg, int64_t vocab, int64_t blocks_comm, int64_t extra_gathers,
+                               const std::shared_ptr<dist::Communicator>& tp, const char* what) {
+  Generator a(11), b(11), c(11);
+  const auto whole_model = build(cfg, &a), plain_model = build(cfg, &b, tp), split_model = build(cfg, &c, tp);
+  auto &whole = *whole_model, &plain = *plain_model, &split = *split_model;
+  dist::set_sequence_parallel(split, true);
+  Generator data(3);
+  const int64_t B = 4, T = 16, C = cfg.dim, t = tp->world_size();
+  const Tensor ids = randint(0, vocab, {B, T}, DType::I64, &data);
+  const Tensor targets = randint(0, vocab, {B, T}, DType::I64, &data);
+  const Tensor logits = whole(ids);
+  cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1})).backward();
+  Allocator& alloc = allocator_for(Device::cpu());
+  int64_t held[2] = {0, 0}, bytes[2] = {0, 0};
+  Tensor loss[2];
+  decltype(&plain) models[2] = {&plain, &split};
+  for (int k = 0; k < 2; ++k) {
+    const int64_t before = tp->bytes_issued(), allocated = alloc.stats().allocated_bytes;
+    const Tensor part = (*models[k])(ids);
+    expect_close(part, logits.narrow(2, models[k]->vocab_start(), part.size(2)), 1e-5,
+                 std::string(what) + " logits" + (k ? " (sequence parallel)" : ""));
+    loss[k] = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                 models[k]->vocab_start(), models[k]->vocab_group());
+    held[k] = alloc.stats().allocated_bytes - allocated;
+    loss[k].backward();
+    bytes[k] = tp->bytes_issued() - before;
+  }
+  expect_close(loss[1], loss[0], 1e-6, std::string(what) + " loss under sequence parallelism");
+  dist::TensorParallelSync sync(split, tp, nullptr);
+  sync.finish();  // the replicated parameters' partial gradients summed
+  expect_same_gradients(whole, split, tp);
+  // Per micro-batch, n = B T C f32 activations: without it 2 `blocks_comm` all-reduces of n
+  // (embedding and row-parallel outputs forward, column-parallel inputs backward) plus the loss's
+  // 3 of B T. With it each becomes a reduce-scatter (input n) and an all-gather (input n / t): a
+  // ring moves the same (t-1)/t n per rank for each half, so the wire traffic is unchanged, but
+  // bytes_issued counts inputs: n (1 + 1/t) per former all-reduce. `extra_gathers`: column-parallel
+  // entries that gather what another already gathered (none here).
+  const int64_t n = B * T * C;
+  const int64_t plain_bytes = 4 * (2 * blocks_comm * n + 3 * B * T);
+  const int64_t sp_bytes = 4 * (2 * blocks_comm * (n + n / t) + extra_gathers * (n + n / t) + 3 * B * T);
+  if (bytes[0] != plain_bytes)
+    fail(std::string(what) + " bytes without sequence parallelism: " + std::to_string(bytes[0]) + ", formula " +
+         std::to_string(plain_bytes));
+  if (bytes[1] != sp_bytes)
+    fail(std::string(what) + " bytes with sequence parallelism: " + std::to_string(bytes[1]) + ", formula " +
+         std::to_string(sp_bytes));
+  if (held[1] >= held[0])
+    fail(std::string(what) + " activations held with sequence parallelism: " + std::to_string(held[1]) +
+         " bytes, not fewer than without: " + std::to_string(held[0]));
+  std::printf("rank %d: %s activations held %lld -> %lld bytes, tensor-group bytes %lld -> %lld\n", g_rank, what,
+              static_cast<long long>(held[0]), static_cast<long long>(held[1]), static_cast<long long>(bytes[0]),
+              static_cast<long long>(bytes[1]));
+}
+
+int sequence() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const std::shared_ptr<dist::Communicator> tp = dist::process_groups(world->world_size(), 1).tensor;
+  // GPT: embedding + 2 per block + the head: 2L + 1 exchanges each way.
+  const nn::GPTConfig gpt = small_gpt(4, 100);
+  compare_sequence_parallel(gpt, 100, 2 * gpt.layers + 1, 0, tp, "gpt");
+  // Llama (untied head, q/k/v biases): the same count (q, k and v share one gather, gate and up one).
+  const nn::LlamaConfig llama = small_llama(8, 4, false);
+  compare_sequence_parallel(llama, 64, 2 * llama.layers + 1, 0, tp, "llama");
+  return 0;
+}
+
 int debug() {
   const std::shared_ptr<dist::Communicator> world = dist::world();
   world->set_timeout(120);  // the comparison must fail long before
@@ -406,7 +488,7 @@ int train_gpt(int who, int step, bool hang) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|debug|refuse|fail|hang ...\n");
+    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|sequence|debug|refuse|fail|hang ...\n");
     return 2;
   }
   try {
@@ -419,6 +501,7 @@ int main(int argc, char** argv) {
     if (mode == "gpt") gpt();
     if (mode == "debug") debug();
     if (mode == "llama") llama();
+    if (mode == "sequence") sequence();
     if (mode == "refuse") return refuse(arg(1), arg(2), arg(3), args.size() > 4 ? arg(4) : 0);
     if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
     if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());

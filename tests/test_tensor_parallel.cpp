@@ -82,6 +82,14 @@ TEST(TensorParallel, SequenceParallelismComputesTheWholeModelsNumbersHoldingFewe
   }
 }
 
+TEST(TensorParallel, BytesPerRankFollowTheFormulasUnderDdpAndEveryZeroStage) {
+  // dp 2 x tp 2: parameters, AdamW state and each group's bytes per step (ARCHITECTURE.md).
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    expect_worker_ok(4, "bytes " + std::to_string(stage));
+  }
+}
+
 TEST(TensorParallel, LayoutsThatCannotWorkAreRefusedOnEveryRankWithTheNumbers) {
   struct Case {
     int ranks, tp, pp, heads;

@@ -12,6 +12,8 @@
 //   debug            --dist-debug per group: with tp 2, world rank 3 all-reduces 2 elements in its
 //                    tensor group where rank 2 reduces 1; the other tensor group agrees
 //   llama            the same for a Llama (grouped-query attention; tied and untied head)
+//   bytes STAGE      dp 2 x tp 2: one step under DDP (0) or ZeRO STAGE over the data groups; the
+//                    bytes per rank (parameters, optimizer state, each group's traffic) = formulas
 //   sequence         GPT and Llama with sequence parallelism against the whole model and the split
 //                    one without it: logits, loss, gradients, tensor-group bytes, activations held
 //   refuse TP PP HEADS [KV]  catches the layout error on every rank and prints it ("rank R
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "fasttrain/fasttrain.h"
+#include "fasttrain/zero.h"
 
 namespace {
 
@@ -436,6 +439,103 @@ int sequence() {
   return 0;
 }
 
+// dp 2 x tp 2 (4 ranks): one AdamW step with clipping of the split GPT under DDP (stage 0) or
+// ZeRO stage 1, 2 or 3 over the data groups, its bytes per rank against ARCHITECTURE.md's
+// formulas ("Bytes per rank"). Ψ_s: the split parameters' elements (whole), Ψ_r: the replicated
+// ones', Ψ = Ψ_s / t + Ψ_r this rank's, P its parameter tensors, s its ZeRO shard.
+int bytes(int stage) {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const dist::ProcessGroups& g = dist::process_groups(2, 1);
+  const nn::GPTConfig cfg = small_gpt(4, 100);
+  Generator gen(11);
+  nn::GPT model(cfg, &gen, true, g.tensor);
+  const int64_t t = g.tp, d = g.dp, L = cfg.layers, C = cfg.dim, Vp = 128, B = 4, T = 16;
+  const int64_t psi_s = L * (12 * C * C + 7 * C) + Vp * C, psi_r = L * 6 * C + cfg.context * C + 2 * C;
+  const int64_t psi = psi_s / t + psi_r;
+  optim::GroupOptions o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.1;
+  auto full = optim::make_adamw(optim::decay_groups(model.named_parameters(), o));
+  std::unique_ptr<dist::ZeroSharding> zero;
+  std::unique_ptr<dist::TensorParallelSync> sync;
+  std::unique_ptr<optim::Optimizer> shard;
+  std::vector<Tensor> split;
+  const auto shards = dist::tensor_shards(model);
+  int64_t P = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    ++P;
+    if (shards.count(name) != 0) split.push_back(p);
+  }
+  if (stage == 0) {
+    sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
+                                                      std::make_unique<dist::DataParallel>(model, g.data));
+  } else {
+    zero = std::make_unique<dist::ZeroSharding>(model, *full, g.data, stage);
+    zero->set_tensor_parallel(g.tensor, split);
+    shard = zero->make_shard_optimizer();
+  }
+  train::StepOptions so;
+  so.clip = 0.5;
+  train::StepRunner runner(model, zero ? *shard : *full, so);
+  runner.set_grad_sync(zero ? static_cast<train::GradSync*>(zero.get()) : sync.get());
+  Generator data(3 + static_cast<uint64_t>(g.dp_rank));
+  int64_t tensor_bytes = 0, data_bytes = 0;
+  for (int step = 0; step < 2; ++step) {  // the second step's bytes (stage 3 learns its order in the first)
+    const Tensor ids = randint(0, cfg.vocab_size, {B, T}, DType::I64, &data);
+    const Tensor targets = randint(0, cfg.vocab_size, {B, T}, DType::I64, &data);
+    const int64_t tensor_before = g.tensor->bytes_issued(), data_before = g.data->bytes_issued();
+    runner.forward_backward([&] {
+      const Tensor part = model(ids);
+      return dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                model.vocab_start(), model.vocab_group());
+    });
+    runner.optimizer_step();
+    tensor_bytes = g.tensor->bytes_issued() - tensor_before;
+    data_bytes = g.data->bytes_issued() - data_before;
+  }
+  const optim::Optimizer& opt = zero ? *shard : *full;
+  int64_t moments = 0;
+  for (const auto& [name, st] : opt.state_tensors())
+    if (st.dim() > 0) moments += static_cast<int64_t>(st.nbytes());
+  int64_t param_bytes = 0;
+  for (const Tensor& p : model.parameters()) param_bytes += static_cast<int64_t>(p.nbytes());
+  const std::string what = "stage " + std::to_string(stage) + ": ";
+  auto expect_eq = [&](int64_t got, int64_t want, const std::string& name) {
+    if (got != want) fail(what + name + " " + std::to_string(got) + ", formula " + std::to_string(want));
+  };
+  // Activations: 2 (2L + 1) all-reduces of B T C per micro-batch and the loss's 3 of B T; then
+  // the clip's f64 sum of the split parameters' squares. Replicated gradients: all of them
+  // averaged (DDP), or this rank's shard's part of them (ZeRO: the data group's parts sum to Ψ_r).
+  const int64_t activations = 4 * (2 * (2 * L + 1) * B * T * C + 3 * B * T) + 8;
+  Tensor summed = scalar_tensor(tensor_bytes - activations, DType::I64).reshape({1});
+  g.data->all_reduce(summed, dist::ReduceOp::Sum);
+  expect_eq(zero ? summed.data<int64_t>()[0] : tensor_bytes - activations, 4 * psi_r,
+            "tensor-group bytes past the activations'");
+  if (!zero) {
+    expect_eq(sync->sharded_elements() + sync->replicated_elements(), psi, "parameter elements");
+    expect_eq(param_bytes, 4 * psi, "parameter bytes");
+    expect_eq(moments, 8 * psi, "AdamW moment bytes");
+    expect_eq(data_bytes, 4 * (psi + P), "data-group bytes");  // DDP: gradients and used flags
+  } else {
+    const int64_t s = zero->shard_count();
+    expect_eq(zero->parameter_count(), psi, "ZeRO's parameter elements");
+    expect_eq(zero->padded_count(), s * d, "padded elements");
+    Tensor state = scalar_tensor(moments, DType::I64).reshape({1});
+    g.data->all_reduce(state, dist::ReduceOp::Sum);
+    expect_eq(state.data<int64_t>()[0], 8 * psi, "AdamW moment bytes over the data group");
+    if (moments > 8 * s) fail(what + "moments " + std::to_string(moments) + " above 8 s = " + std::to_string(8 * s));
+    expect_eq(zero->parameter_bytes(model), stage == 3 ? 4 * s : 4 * psi, "parameter bytes held");
+    // Data group per step (zero.h): stage 1 all-reduce Ψ + flags, all-gather s; stage 2
+    // reduce-scatter s d, flags, all-gather s; both the clip's f64.
+    if (stage == 1) expect_eq(data_bytes, 4 * (psi + P) + 8 + 4 * s, "data-group bytes");
+    if (stage == 2) expect_eq(data_bytes, 4 * s * d + 4 * P + 8 + 4 * s, "data-group bytes");
+    if (stage == 3 && (data_bytes < 4 * s * d + 4 * P + 8 + 4 * s || data_bytes > 4 * (2 * s + s * d + P) + 8))
+      fail(what + "data-group bytes " + std::to_string(data_bytes) +
+           " outside [4 (s + s d + P) + 8, 4 (2 s + s d + P) + 8]");
+  }
+  return 0;
+}
+
 int debug() {
   const std::shared_ptr<dist::Communicator> world = dist::world();
   world->set_timeout(120);  // the comparison must fail long before
@@ -488,7 +588,7 @@ int train_gpt(int who, int step, bool hang) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|sequence|debug|refuse|fail|hang ...\n");
+    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|sequence|bytes|debug|refuse|fail|hang ...\n");
     return 2;
   }
   try {
@@ -502,6 +602,7 @@ int main(int argc, char** argv) {
     if (mode == "debug") debug();
     if (mode == "llama") llama();
     if (mode == "sequence") sequence();
+    if (mode == "bytes") bytes(arg(1));
     if (mode == "refuse") return refuse(arg(1), arg(2), arg(3), args.size() > 4 ? arg(4) : 0);
     if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
     if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());

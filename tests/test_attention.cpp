@@ -11,7 +11,7 @@
 
 #include "backend/cpu/attention.h"
 #include "fasttrain/fasttrain.h"
-#include "ops/attention_heads.h"
+#include "ops/mask_parts.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"

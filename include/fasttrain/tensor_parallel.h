@@ -111,6 +111,9 @@ class RowParallelLinear : public nn::UnaryModule {
   std::string type_name() const override { return "RowParallelLinear"; }
   // The partial sums' way out: g, or under sequence parallelism reduce_scatter_sequence.
   Tensor leave(const Tensor& partial) const;
+  // Dropout of this layer's output: under sequence parallelism (this rank's positions) that part
+  // of the mask one process draws for the whole output, else ft::dropout.
+  Tensor dropout(const Tensor& y, double p, bool training) const;
   Tensor weight, bias;
   std::shared_ptr<Communicator> group;
   bool sequence_parallel = false;
@@ -127,6 +130,8 @@ class VocabParallelEmbedding : public nn::UnaryModule {
   // The first position of this rank's part of a sequence of T (0 without sequence parallelism,
   // whose output is then [B, T / t, dim]).
   int64_t sequence_start(int64_t T) const { return sequence_parallel ? group->rank() * (T / group->world_size()) : 0; }
+  // Dropout of what follows the embedding (as RowParallelLinear::dropout).
+  Tensor dropout(const Tensor& y, double p, bool training) const;
   Tensor weight;
   std::shared_ptr<Communicator> group;
   bool sequence_parallel = false;
@@ -137,7 +142,7 @@ class VocabParallelEmbedding : public nn::UnaryModule {
 
 // GPT-2's attention with rank r's heads [r H/t, (r+1) H/t): c_attn column-parallel in three
 // blocks (q, k, v), c_proj row-parallel; dropout on the attention probabilities (this rank's heads'
-// part of the whole layer's mask: src/ops/attention_heads.h) and on the output (after g: replicated, so the
+// part of the whole layer's mask: src/ops/mask_parts.h) and on the output (after g: replicated, so the
 // tensor group must draw the same mask: the Trainer seeds dropout by data-parallel rank). Both
 // equal one process's masks, which is what makes a split GPT with dropout train like one.
 class ParallelCausalSelfAttention : public nn::UnaryModule {

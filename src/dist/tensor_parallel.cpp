@@ -17,7 +17,7 @@
 #include "fasttrain/error.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/optim.h"
-#include "ops/attention_heads.h"
+#include "ops/mask_parts.h"
 
 namespace ft::dist {
 
@@ -246,6 +246,25 @@ Tensor RowParallelLinear::leave(const Tensor& partial) const {
   return sequence_parallel ? reduce_scatter_sequence(partial, group) : reduce_from_tensor_group(partial, group);
 }
 
+namespace {
+
+// y: this rank's positions of a sequence split over `group` when `split`.
+Tensor dropout_in_sequence(const Tensor& y, double p, bool training, bool split, const Communicator& group) {
+  if (!split) return ft::dropout(y, p, training);
+  const int64_t n = y.size(1);
+  return ops::dropout_of_part(y, p, training, group.rank() * n, group.world_size() * n);
+}
+
+}  // namespace
+
+Tensor RowParallelLinear::dropout(const Tensor& y, double p, bool training) const {
+  return dropout_in_sequence(y, p, training, sequence_parallel, *group);
+}
+
+Tensor VocabParallelEmbedding::dropout(const Tensor& y, double p, bool training) const {
+  return dropout_in_sequence(y, p, training, sequence_parallel, *group);
+}
+
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, bool with_bias, std::shared_ptr<Communicator> g)
     : group(std::move(g)) {
   check_group(group, "RowParallelLinear");
@@ -340,7 +359,7 @@ Tensor ParallelCausalSelfAttention::attend(const Tensor& x, const Tensor& doc_id
   Tensor y = ops::attention_of_heads(head_view(0), head_view(1), head_view(2), /*causal=*/true,
                                      doc_ids.defined() ? &mask : nullptr, p, heads);
   y = y.transpose(1, 2).reshape({B, T, local});
-  return ft::dropout((*c_proj)(y), dropout, training_);
+  return c_proj->dropout((*c_proj)(y), dropout, training_);
 }
 
 // ---------------------------------------------------------------- models

@@ -36,7 +36,7 @@ class GPT2MLP : public UnaryModule {
     if (tp_) {
       const Tensor part =
           gelu_mlp(tp_fc_->enter(x), tp_fc_->weight, tp_fc_->bias, tp_proj_->weight, Tensor(), GeluApprox::Tanh);
-      return ft::dropout(add(tp_proj_->leave(part), tp_proj_->bias), dropout_, training_);
+      return tp_proj_->dropout(add(tp_proj_->leave(part), tp_proj_->bias), dropout_, training_);
     }
     const Tensor y = gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, GeluApprox::Tanh);
     return ft::dropout(y, dropout_, training_);
@@ -236,7 +236,8 @@ Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
   const auto* split = dynamic_cast<const dist::VocabParallelEmbedding*>(tr.wte.get());
   const int64_t first = split ? split->sequence_start(T) : 0;
   Tensor x = add(tokens, tr.wpe->weight.narrow(0, position + first, tokens.size(1)));
-  if (!cache) x = dropout(x, cfg_.dropout, training_);  // decoding with a cache is inference
+  // Decoding with a cache is inference. Split: this rank's positions' part of one process's mask.
+  if (!cache) x = split ? split->dropout(x, cfg_.dropout, training_) : dropout(x, cfg_.dropout, training_);
   for (size_t i = 0; i < tr.blocks.size(); ++i)
     x = cache ? tr.blocks[i]->forward_cached(x, *cache, static_cast<int64_t>(i)) : tr.blocks[i]->forward(x, doc_ids);
   x = (*tr.ln_f)(x);

@@ -20,7 +20,7 @@
 
 #include "backend/kernels.h"
 #include "fasttrain/ops/indexing.h"
-#include "ops/attention_heads.h"
+#include "ops/mask_parts.h"
 #include "ops/autocast_policy.h"
 #include "ops/common.h"
 

@@ -40,14 +40,10 @@ std::shared_ptr<dist::Communicator> tensor_group(const TrainerConfig& c) {
   return dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).tensor;
 }
 
-// --sequence-parallel on a split model (tensor_parallel.h). The dropout masks of a GPT's
-// sequence-split activations are not yet drawn as one process's: refused with dropout.
+// --sequence-parallel on a split model (tensor_parallel.h).
 template <class Model>
 std::shared_ptr<Model> with_sequence_parallel(const TrainerConfig& c, std::shared_ptr<Model> model) {
   if (c.dist.tp == 1 || !c.dist.sequence_parallel) return model;
-  FT_CHECK(c.model.dropout == 0 || dynamic_cast<const nn::GPT*>(model.get()) == nullptr,
-           "option sequence_parallel: with dropout (", c.model.dropout,
-           ") is not built yet (the sequence-split activations' masks would not be one process's); use dropout 0");
   dist::set_sequence_parallel(*model, true);
   return model;
 }

@@ -90,6 +90,13 @@ TEST(TensorParallel, BytesPerRankFollowTheFormulasUnderDdpAndEveryZeroStage) {
   }
 }
 
+TEST(TensorParallel, AnOverflowInOneRanksPartSkipsTheStepOnEveryRank) {
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    expect_worker_ok(4, "overflow " + std::to_string(stage));
+  }
+}
+
 TEST(TensorParallel, LayoutsThatCannotWorkAreRefusedOnEveryRankWithTheNumbers) {
   struct Case {
     int ranks, tp, pp, heads;
@@ -289,8 +296,7 @@ void expect_zero_within_data_groups(const TensorParallelCli& t, const std::strin
   for (const std::string stage : {"zero1", "zero2", "zero3"}) {
     SCOPED_TRACE(stage);
     const std::string extra = model + " --tp 2 --strategy " + stage +
-                              (stage == "zero3" ? " --checkpoint-blocks true" : "") +
-                              (stage == "zero2" ? " --checkpoint-every 10" : "");
+                              (stage == "zero3" ? " --checkpoint-blocks true" : "") + " --checkpoint-every 10";
     const std::string out = t.train(4, 4, stage, extra);
     EXPECT_NE(out.find("tensor parallel: tp 2 x dp 2 x pp 1 (world 4) (" + stage + " over the data groups)"),
               std::string::npos)
@@ -298,12 +304,17 @@ void expect_zero_within_data_groups(const TensorParallelCli& t, const std::strin
     expect_losses_close(train_losses(dir + "/" + stage), reference, 1e-6);
     expect_model_close(dir + "/" + stage, dir + "/one", 5e-6, C);
   }
+  // Every stage's checkpoint is one process's files; each resumes in one process.
+  for (const std::string stage : {"zero1", "zero2", "zero3"}) {
+    SCOPED_TRACE(stage + " checkpoint");
+    const std::string checkpoint = dir + "/" + stage + "/checkpoints/step-00000010";
+    ASSERT_TRUE(fs::exists(checkpoint + "/optimizer.safetensors"));
+    EXPECT_FALSE(fs::exists(checkpoint + "/optimizer-rank-0-of-2.safetensors"));
+    t.train(1, 8, "resumed_one_" + stage, model + " --tp 1 --strategy ddp --resume " + checkpoint);
+    expect_losses_close(train_losses(dir + "/resumed_one_" + stage), reference, 1e-6, 10);
+  }
   if (!resume) return;
   const std::string checkpoint = dir + "/zero2/checkpoints/step-00000010";
-  ASSERT_TRUE(fs::exists(checkpoint + "/optimizer.safetensors"));
-  EXPECT_FALSE(fs::exists(checkpoint + "/optimizer-rank-0-of-2.safetensors"));
-  t.train(1, 8, "resumed_one", model + " --tp 1 --strategy ddp --resume " + checkpoint);
-  expect_losses_close(train_losses(dir + "/resumed_one"), reference, 1e-6, 10);
   t.train(2, 8, "resumed_tp2", model + " --tp 2 --strategy ddp --resume " + checkpoint);
   expect_losses_close(train_losses(dir + "/resumed_tp2"), reference, 1e-6, 10);
   t.train(4, 4, "resumed_zero3", model + " --tp 2 --strategy zero3 --resume " + checkpoint);
@@ -318,7 +329,7 @@ TEST_F(TensorParallelCli, ZeroStagesWithinTheDataGroupsOfALlamaEqualOneProcess) 
   expect_zero_within_data_groups(*this, dir_, " --model llama --kv-heads 2 --ffn-dim 64 --rope-theta 10000", 0, false);
 }
 
-TEST_F(TensorParallelCli, Bf16MixedUnderTp2MatchesDdpAndOneProcess) {
+TEST_F(TensorParallelCli, Bf16AndFp16MixedUnderTpMatchDdpAndOneProcess) {
   // bf16 matmuls round their inputs to 8 bits of mantissa: the split matmuls' partial sums,
   // added in f32 by the all-reduce, differ from the whole one's in the last bf16 bits, so the
   // bound is bf16's (2^-8 relative) over 20 steps, not 1e-6. DDP at 2 ranks sees the same batch.
@@ -333,6 +344,11 @@ TEST_F(TensorParallelCli, Bf16MixedUnderTp2MatchesDdpAndOneProcess) {
     SCOPED_TRACE(run);
     expect_losses_close(train_losses(dir_ + "/" + run), reference, 1.0 / 256);
   }
+  // fp16-mixed with dynamic loss scaling (no overflow in these 20 steps: tp_worker overflow
+  // injects one into a single rank's part).
+  train(1, 8, "fp16_one", " --precision fp16-mixed");
+  train(4, 4, "fp16_dp2tp2", " --precision fp16-mixed --tp 2 --strategy zero2");
+  expect_losses_close(train_losses(dir_ + "/fp16_dp2tp2"), train_losses(dir_ + "/fp16_one"), 1.0 / 256);
   // And it is bf16: fp32's losses differ from these by more than the tolerance above allows
   // when the runs are the same (1e-6), so a run that fell back to fp32 would show here.
   train(2, 8, "tp2_fp32", " --tp 2");

@@ -14,6 +14,7 @@
 //   llama            the same for a Llama (grouped-query attention; tied and untied head)
 //   bytes STAGE      dp 2 x tp 2: one step under DDP (0) or ZeRO STAGE over the data groups; the
 //                    bytes per rank (parameters, optimizer state, each group's traffic) = formulas
+//   overflow STAGE   dp 2 x tp 2, fp16-mixed: an inf in one rank's part skips the step everywhere
 //   sequence         GPT and Llama with sequence parallelism against the whole model and the split
 //                    one without it: logits, loss, gradients, tensor-group bytes, activations held
 //   refuse TP PP HEADS [KV]  catches the layout error on every rank and prints it ("rank R
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -536,6 +538,76 @@ int bytes(int stage) {
   return 0;
 }
 
+// dp 2 x tp 2, fp16-mixed: in the second step world rank 1 (tensor rank 1 of data replica 0)
+// makes one element of its part of the embedding overflow. Only its ZeRO shard (or its DDP
+// replica pair) sees the inf; every rank must skip that step and halve its loss scale.
+int overflow(int stage) {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const dist::ProcessGroups& g = dist::process_groups(2, 1);
+  const nn::GPTConfig cfg = small_gpt(4, 100);
+  Generator gen(11);
+  nn::GPT model(cfg, &gen, true, g.tensor);
+  optim::GroupOptions o;
+  o.lr = 1e-3;
+  auto full = optim::make_adamw(optim::decay_groups(model.named_parameters(), o));
+  std::unique_ptr<dist::ZeroSharding> zero;
+  std::unique_ptr<dist::TensorParallelSync> sync;
+  std::unique_ptr<optim::Optimizer> shard;
+  std::vector<Tensor> split;
+  const auto shards = dist::tensor_shards(model);
+  Tensor target;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (shards.count(name) != 0) split.push_back(p);
+    if (name == "transformer.wte.weight") target = p;  // the root's: whole through the step under stage 3
+  }
+  if (stage == 0) {
+    sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
+                                                      std::make_unique<dist::DataParallel>(model, g.data));
+  } else {
+    zero = std::make_unique<dist::ZeroSharding>(model, *full, g.data, stage);
+    zero->set_tensor_parallel(g.tensor, split);
+    shard = zero->make_shard_optimizer();
+  }
+  train::StepOptions so;
+  so.clip = 0.5;
+  so.precision = train::Precision::FP16Mixed;
+  train::StepRunner runner(model, zero ? *shard : *full, so);
+  runner.set_grad_sync(zero ? static_cast<train::GradSync*>(zero.get()) : sync.get());
+  Generator data(3 + static_cast<uint64_t>(g.dp_rank));
+  for (int step = 0; step < 3; ++step) {
+    const Tensor ids = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
+    const Tensor targets = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
+    const double scale = runner.scaler().get_scale();
+    TensorMap before;
+    {
+      const dist::GatheredParameters whole(zero.get());
+      for (const auto& [name, t] : model.state_dict()) before.emplace_back(name, t.clone());
+    }
+    const bool inject = step == 1 && world->rank() == 1;
+    runner.forward_backward([&] {
+      const Tensor part = model(ids);
+      Tensor loss = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                       model.vocab_start(), model.vocab_group());
+      if (inject)
+        loss = add(loss, mul(sum(target.reshape({-1}).narrow(0, 7, 1)), std::numeric_limits<double>::infinity()));
+      return loss;
+    });
+    runner.optimizer_step();
+    const dist::GatheredParameters whole(zero.get());
+    bool changed = false;
+    const TensorMap after = model.state_dict();
+    for (size_t i = 0; i < after.size(); ++i)
+      changed = changed || after[i].second.to_vector() != before[i].second.to_vector();
+    const double now = runner.scaler().get_scale();
+    if (step == 1 && (changed || now != scale / 2))
+      fail("stage " + std::to_string(stage) + ": the overflow step was not skipped here (scale " +
+           std::to_string(scale) + " -> " + std::to_string(now) + (changed ? ", weights changed)" : ")"));
+    if (step != 1 && (!changed || now != scale))
+      fail("stage " + std::to_string(stage) + ": step " + std::to_string(step) + " did not update as a clean step");
+  }
+  return 0;
+}
+
 int debug() {
   const std::shared_ptr<dist::Communicator> world = dist::world();
   world->set_timeout(120);  // the comparison must fail long before
@@ -588,7 +660,8 @@ int train_gpt(int who, int step, bool hang) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|sequence|bytes|debug|refuse|fail|hang ...\n");
+    std::fprintf(stderr,
+                 "usage: tp_worker groups|layers|gpt|llama|sequence|bytes|overflow|debug|refuse|fail|hang ...\n");
     return 2;
   }
   try {
@@ -603,6 +676,7 @@ int main(int argc, char** argv) {
     if (mode == "llama") llama();
     if (mode == "sequence") sequence();
     if (mode == "bytes") bytes(arg(1));
+    if (mode == "overflow") overflow(arg(1));
     if (mode == "refuse") return refuse(arg(1), arg(2), arg(3), args.size() > 4 ? arg(4) : 0);
     if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
     if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());

@@ -102,10 +102,8 @@ void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
     // instead shards each tensor rank's parts over its data group: sharded() sets it up around
     // the optimizer, and it (not tp_sync, kept for its counts) synchronises the gradients.
     std::unique_ptr<GradSync> replicas;
-    if (world() > 1 && dist::zero_stage(c.dist.strategy) > 0) {
-      dist::broadcast_module(model, *comm);
-    } else if (world() > 1) {
-      dist::broadcast_module(model, *comm);
+    if (world() > 1) dist::broadcast_module(model, *comm);
+    if (world() > 1 && dist::zero_stage(c.dist.strategy) == 0) {
       dist::DdpOptions o;
       o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
       replicas = std::make_unique<dist::DataParallel>(model, comm, o);

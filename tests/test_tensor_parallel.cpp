@@ -428,6 +428,12 @@ TEST_F(TensorParallelCli, SequenceParallelismTrainsLikeOneProcess) {
   train(2, 8, "dropout_sp", " --dropout 0.1 --tp 2 --sequence-parallel true");
   expect_losses_close(train_losses(dir_ + "/dropout_sp"), train_losses(dir_ + "/dropout_one"), 1e-6);
   expect_model_close(dir_ + "/dropout_sp", dir_ + "/dropout_one", 5e-6, 32);
+  // Everything at once: dp 2 x tp 2, sequence parallel, zero3, checkpointed blocks, dropout; each
+  // data replica draws its own dropout stream, as DDP's ranks do, so the reference is DDP at 2.
+  train(2, 4, "dropout_ddp", " --dropout 0.1 --checkpoint-blocks true");
+  train(4, 4, "dropout_all",
+        " --dropout 0.1 --checkpoint-blocks true --tp 2 --sequence-parallel true --strategy zero3");
+  expect_losses_close(train_losses(dir_ + "/dropout_all"), train_losses(dir_ + "/dropout_ddp"), 1e-6);
   const std::string llama = " --model llama --kv-heads 2 --ffn-dim 64 --rope-theta 10000";
   train(1, 8, "llama_one", llama);
   train(2, 8, "llama_sp", llama + " --tp 2 --sequence-parallel true");

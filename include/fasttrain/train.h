@@ -459,7 +459,8 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
   // --- [dist] ---
   dist("strategy", c.dist.strategy,
        "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
-       "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank");
+       "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank; with tp, over each data group "
+       "(the replicas of one tensor rank's parts)");
   dist(
       "tp", c.dist.tp,
       "tensor-parallel ranks: each GPT or Llama block's heads and MLP and the vocabulary split over this many adjacent "

@@ -517,6 +517,10 @@ int bytes(int stage) {
     expect_eq(sync->sharded_elements() + sync->replicated_elements(), psi, "parameter elements");
     expect_eq(param_bytes, 4 * psi, "parameter bytes");
     expect_eq(moments, 8 * psi, "AdamW moment bytes");
+    int64_t grads = 0;
+    for (const Tensor& p : model.parameters())
+      if (p.grad().defined()) grads += static_cast<int64_t>(p.grad().nbytes());
+    expect_eq(grads, 4 * psi, "gradient bytes");
     expect_eq(data_bytes, 4 * (psi + P), "data-group bytes");  // DDP: gradients and used flags
   } else {
     const int64_t s = zero->shard_count();
@@ -527,6 +531,8 @@ int bytes(int stage) {
     expect_eq(state.data<int64_t>()[0], 8 * psi, "AdamW moment bytes over the data group");
     if (moments > 8 * s) fail(what + "moments " + std::to_string(moments) + " above 8 s = " + std::to_string(8 * s));
     expect_eq(zero->parameter_bytes(model), stage == 3 ? 4 * s : 4 * psi, "parameter bytes held");
+    // Gradients held after the step: the shard's (stage 1 also DDP's buckets: Ψ and P flags).
+    expect_eq(zero->gradient_bytes(model), stage == 1 ? 4 * (psi + P) + 4 * s : 4 * s, "gradient bytes held");
     // Data group per step (zero.h): stage 1 all-reduce Ψ + flags, all-gather s; stage 2
     // reduce-scatter s d, flags, all-gather s; both the clip's f64.
     if (stage == 1) expect_eq(data_bytes, 4 * (psi + P) + 8 + 4 * s, "data-group bytes");

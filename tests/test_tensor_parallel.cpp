@@ -304,6 +304,13 @@ void expect_zero_within_data_groups(const TensorParallelCli& t, const std::strin
     expect_losses_close(train_losses(dir + "/" + stage), reference, 1e-6);
     expect_model_close(dir + "/" + stage, dir + "/one", 5e-6, C);
   }
+  // A run of any layout is evaluated and exported by one process (its files are the whole model).
+  for (const std::string command :
+       {" eval --checkpoint " + dir + "/zero3", " export " + dir + "/zero3 " + dir + "/zero3_hf"}) {
+    const test::CliRun r = run_command(FT_CLI_PATH + command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+  }
+  EXPECT_TRUE(fs::exists(dir + "/zero3_hf/config.json"));
   // Every stage's checkpoint is one process's files; each resumes in one process.
   for (const std::string stage : {"zero1", "zero2", "zero3"}) {
     SCOPED_TRACE(stage + " checkpoint");

@@ -20,9 +20,9 @@
 
 #include "backend/kernels.h"
 #include "fasttrain/ops/indexing.h"
-#include "ops/mask_parts.h"
 #include "ops/autocast_policy.h"
 #include "ops/common.h"
+#include "ops/mask_parts.h"
 
 namespace ft {
 

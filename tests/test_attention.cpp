@@ -11,6 +11,7 @@
 
 #include "backend/cpu/attention.h"
 #include "fasttrain/fasttrain.h"
+#include "ops/mask_parts.h"
 #include "support/expect_error.h"
 #include "support/gradcheck.h"
 #include "support/parity.h"
@@ -246,6 +247,38 @@ TEST(AttentionDropout, MatchesExplicitPhiloxMaskForwardAndBackward) {
     expect_near_vec(grads[1].to_vector(), r.dk, 1e-12, "dk");
     expect_near_vec(grads[2].to_vector(), r.dv, 1e-12, "dv");
   }
+}
+
+TEST(AttentionDropout, APartOfALayersHeadsDrawsItsPartOfTheWholeMask) {
+  // Tensor parallelism's split attention: heads [2, 4) of 6 (grouped-query: their KV head 1 of 3)
+  // with ops::AttentionHeads{2, 6} give heads 2 and 3 of the whole layer's output and gradients, and
+  // advance the generator by the whole mask, as one process does.
+  SmallBlocks blocks(5, 6);
+  Tensor q = randn64({2, 6, 12, 8}, 40), k = randn64({2, 3, 12, 8}, 41), v = randn64({2, 3, 12, 8}, 42);
+  Tensor gout = randn64({2, 6, 12, 8}, 43);
+  Generator whole_gen(9), part_gen(9);
+  Tensor qw = q.clone().requires_grad_(), kw = k.clone().requires_grad_(), vw = v.clone().requires_grad_();
+  Tensor y = scaled_dot_product_attention(qw, kw, vw, true, 0.3, std::nullopt, &whole_gen);
+  const std::vector<Tensor> g = autograd::grad({y}, {qw, kw, vw}, {gout});
+  Tensor qp = q.narrow(1, 2, 2).contiguous().requires_grad_(), kp = k.narrow(1, 1, 1).contiguous().requires_grad_(),
+         vp = v.narrow(1, 1, 1).contiguous().requires_grad_();
+  Tensor yp = ops::attention_of_heads(qp, kp, vp, true, nullptr, 0.3, {2, 6}, &part_gen);
+  const std::vector<Tensor> gp = autograd::grad({yp}, {qp, kp, vp}, {gout.narrow(1, 2, 2).contiguous()});
+  EXPECT_EQ(part_gen.state().offset, whole_gen.state().offset);
+  expect_near_vec(yp.to_vector(), y.narrow(1, 2, 2).contiguous().to_vector(), 1e-12, "out");
+  expect_near_vec(gp[0].to_vector(), g[0].narrow(1, 2, 2).contiguous().to_vector(), 1e-12, "dq");
+  // KV head 1 serves query heads 2 and 3 only: its whole-layer gradient is theirs alone.
+  expect_near_vec(gp[1].to_vector(), g[1].narrow(1, 1, 1).contiguous().to_vector(), 1e-12, "dk");
+  expect_near_vec(gp[2].to_vector(), g[2].narrow(1, 1, 1).contiguous().to_vector(), 1e-12, "dv");
+  // Without the window the part draws a mask of its own: different numbers.
+  Generator plain_gen(9);
+  Tensor yo = scaled_dot_product_attention(q.narrow(1, 2, 2).contiguous(), k.narrow(1, 1, 1).contiguous(),
+                                           v.narrow(1, 1, 1).contiguous(), true, 0.3, std::nullopt, &plain_gen);
+  EXPECT_FALSE(bitwise_equal(yo, yp));
+  EXPECT_THROW(ops::attention_of_heads(qp, kp, vp, true, nullptr, 0.3, {5, 6}, &part_gen), Error);
+  // 11 x 11 scores per head: the part's first element would fall inside a counter block.
+  const Tensor q11 = randn64({2, 2, 11, 8}, 44), kv11 = randn64({2, 1, 11, 8}, 45);
+  EXPECT_THROW(ops::attention_of_heads(q11, kv11, kv11, true, nullptr, 0.3, {2, 6}, &part_gen), Error);
 }
 
 TEST(AttentionDropout, SameResultOnOneAndTwoThreads) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fasttrain/fasttrain.h"
+#include "ops/mask_parts.h"
 #include "support/gradcheck.h"
 
 using namespace ft;
@@ -92,6 +93,27 @@ TEST(Dropout, NonContiguousInputUsesLogicalOrder) {
   Tensor b = dropout(xt.contiguous(), 0.5, true, &g2);
   EXPECT_EQ(a.shape(), xt.shape());
   EXPECT_EQ(a.to_vector(), b.to_vector());
+}
+
+TEST(Dropout, APartOfTheSequenceDrawsItsPartOfTheWholeMask) {
+  // Sequence parallelism: positions [4, 8) of 12 (each of 6 values) drop what dropout of the
+  // whole [2, 12, 6] tensor drops there, gradients included, and the generator advances alike.
+  const Tensor x = randn({2, 12, 6}, {}, nullptr);
+  Generator whole_gen(5), part_gen(5);
+  Tensor xw = x.clone().requires_grad_();
+  const Tensor y = dropout(xw, 0.3, true, &whole_gen);
+  Tensor xp = x.narrow(1, 4, 4).contiguous().requires_grad_();
+  const Tensor yp = ops::dropout_of_part(xp, 0.3, true, 4, 12, &part_gen);
+  EXPECT_EQ(yp.to_vector(), y.narrow(1, 4, 4).contiguous().to_vector());
+  EXPECT_EQ(part_gen.state().offset, whole_gen.state().offset);
+  sum(y).backward();
+  sum(yp).backward();
+  EXPECT_EQ(xp.grad().to_vector(), xw.grad().narrow(1, 4, 4).contiguous().to_vector());
+  // Plain dropout of the part draws a mask of its own; a part not starting on a counter block
+  // (position 1 of 3 values: element 3) is refused.
+  Generator plain_gen(5);
+  EXPECT_NE(dropout(x.narrow(1, 4, 4).contiguous(), 0.3, true, &plain_gen).to_vector(), yp.to_vector());
+  EXPECT_THROW(ops::dropout_of_part(randn({2, 2, 3}, {}, nullptr), 0.3, true, 1, 4), Error);
 }
 
 TEST(Dropout, IdentityZerosAndErrors) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fasttrain/fasttrain.h"
+#include "fasttrain/hf_folder.h"
 #include "support/mpi_job.h"
 #include "support/toy_gpt2_vocab.h"
 #include "support/trainer_configs.h"
@@ -78,6 +79,28 @@ TEST(TensorParallel, ASplitLlamaHoldsTheWholeModelsWeightsAndComputesItsLossAndG
   for (int ranks : {2, 4}) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
     expect_worker_ok(ranks, "llama");
+  }
+}
+
+TEST(TensorParallel, SequenceParallelismComputesTheWholeModelsNumbersHoldingFewerActivations) {
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    expect_worker_ok(ranks, "sequence");
+  }
+}
+
+TEST(TensorParallel, BytesPerRankFollowTheFormulasUnderDdpAndEveryZeroStage) {
+  // dp 2 x tp 2: parameters, AdamW state and each group's bytes per step (ARCHITECTURE.md).
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    expect_worker_ok(4, "bytes " + std::to_string(stage));
+  }
+}
+
+TEST(TensorParallel, AnOverflowInOneRanksPartSkipsTheStepOnEveryRank) {
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    expect_worker_ok(4, "overflow " + std::to_string(stage));
   }
 }
 
@@ -166,6 +189,8 @@ class TensorParallelCli : public ::testing::Test {
            "--eval-batches 2 --log-every-n-steps 1 --threads 1 --tensorboard false --run-dir " +
            dir_ + "/" + run + extra;
   }
+  // Public for the helpers below the fixture.
+ public:
   std::string train(int ranks, int64_t batch, const std::string& run, const std::string& extra = "") const {
     const std::string command = (ranks == 1 ? std::string() : mpirun(ranks)) + FT_CLI_PATH + flags(batch, run, extra);
     const test::CliRun r = run_command(command);
@@ -173,6 +198,7 @@ class TensorParallelCli : public ::testing::Test {
     return r.output;
   }
 
+ protected:
   std::string dir_;
 };
 
@@ -360,6 +386,171 @@ TEST_F(TensorParallelCli, AProfiledJobWritesEveryRanksLanesIntoOneTrace) {
   }
 }
 
+// ZeRO within the data groups of dp 2 x tp 2: each tensor rank's parts sharded over its data
+// group. The losses and the saved (whole) model equal one process's; stage 3 with checkpointed
+// blocks too. The checkpoint of a ZeRO x tp run is one process's files (the model whole, the
+// optimizer state consolidated in optimizer.safetensors, no per-rank shards): it resumes at one
+// process, at tp 2 with DDP and at dp 2 x tp 2 under ZeRO stage 3, continuing the losses.
+void expect_zero_within_data_groups(const TensorParallelCli& t, const std::string& dir, const std::string& model,
+                                    int64_t C, bool resume) {
+  t.train(1, 8, "one", model);
+  const std::vector<double> reference = train_losses(dir + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  for (const std::string stage : {"zero1", "zero2", "zero3"}) {
+    SCOPED_TRACE(stage);
+    const std::string extra = model + " --tp 2 --strategy " + stage +
+                              (stage == "zero3" ? " --checkpoint-blocks true" : "") + " --checkpoint-every 10";
+    const std::string out = t.train(4, 4, stage, extra);
+    EXPECT_NE(out.find("tensor parallel: tp 2 x dp 2 x pp 1 (world 4) (" + stage + " over the data groups)"),
+              std::string::npos)
+        << out;
+    expect_losses_close(train_losses(dir + "/" + stage), reference, 1e-6);
+    expect_model_close(dir + "/" + stage, dir + "/one", 5e-6, C);
+  }
+  // A run of any layout is evaluated and exported by one process (its files are the whole model).
+  for (const std::string command :
+       {" eval --checkpoint " + dir + "/zero3", " export " + dir + "/zero3 " + dir + "/zero3_hf"}) {
+    const test::CliRun r = run_command(FT_CLI_PATH + command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+  }
+  EXPECT_TRUE(fs::exists(dir + "/zero3_hf/config.json"));
+  // Every stage's checkpoint is one process's files; each resumes in one process.
+  for (const std::string stage : {"zero1", "zero2", "zero3"}) {
+    SCOPED_TRACE(stage + " checkpoint");
+    const std::string checkpoint = dir + "/" + stage + "/checkpoints/step-00000010";
+    ASSERT_TRUE(fs::exists(checkpoint + "/optimizer.safetensors"));
+    EXPECT_FALSE(fs::exists(checkpoint + "/optimizer-rank-0-of-2.safetensors"));
+    t.train(1, 8, "resumed_one_" + stage, model + " --tp 1 --strategy ddp --resume " + checkpoint);
+    expect_losses_close(train_losses(dir + "/resumed_one_" + stage), reference, 1e-6, 10);
+  }
+  if (!resume) return;
+  const std::string checkpoint = dir + "/zero2/checkpoints/step-00000010";
+  t.train(2, 8, "resumed_tp2", model + " --tp 2 --strategy ddp --resume " + checkpoint);
+  expect_losses_close(train_losses(dir + "/resumed_tp2"), reference, 1e-6, 10);
+  t.train(4, 4, "resumed_zero3", model + " --tp 2 --strategy zero3 --resume " + checkpoint);
+  expect_losses_close(train_losses(dir + "/resumed_zero3"), reference, 1e-6, 10);
+}
+
+TEST_F(TensorParallelCli, ZeroStagesWithinTheDataGroupsOfDp2xTp2EqualOneProcess) {
+  expect_zero_within_data_groups(*this, dir_, "", 32, true);
+}
+
+TEST_F(TensorParallelCli, ZeroStagesWithinTheDataGroupsOfALlamaEqualOneProcess) {
+  expect_zero_within_data_groups(*this, dir_, " --model llama --kv-heads 2 --ffn-dim 64 --rope-theta 10000", 0, false);
+}
+
+TEST_F(TensorParallelCli, Bf16AndFp16MixedUnderTpMatchDdpAndOneProcess) {
+  // bf16 matmuls round their inputs to 8 bits of mantissa: the split matmuls' partial sums,
+  // added in f32 by the all-reduce, differ from the whole one's in the last bf16 bits, so the
+  // bound is bf16's (2^-8 relative) over 20 steps, not 1e-6. DDP at 2 ranks sees the same batch.
+  train(1, 8, "one", " --precision bf16-mixed");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  EXPECT_LT(reference.back(), reference.front());
+  train(2, 4, "ddp", " --precision bf16-mixed");
+  train(2, 8, "tp2", " --precision bf16-mixed --tp 2");
+  train(4, 4, "dp2tp2", " --precision bf16-mixed --tp 2 --strategy zero2");
+  for (const char* run : {"ddp", "tp2", "dp2tp2"}) {
+    SCOPED_TRACE(run);
+    expect_losses_close(train_losses(dir_ + "/" + run), reference, 1.0 / 256);
+  }
+  // fp16-mixed with dynamic loss scaling (no overflow in these 20 steps: tp_worker overflow
+  // injects one into a single rank's part).
+  train(1, 8, "fp16_one", " --precision fp16-mixed");
+  train(4, 4, "fp16_dp2tp2", " --precision fp16-mixed --tp 2 --strategy zero2");
+  expect_losses_close(train_losses(dir_ + "/fp16_dp2tp2"), train_losses(dir_ + "/fp16_one"), 1.0 / 256);
+  // And it is bf16: fp32's losses differ from these by more than the tolerance above allows
+  // when the runs are the same (1e-6), so a run that fell back to fp32 would show here.
+  train(2, 8, "tp2_fp32", " --tp 2");
+  const std::vector<double> fp32 = train_losses(dir_ + "/tp2_fp32");
+  double largest = 0;
+  for (size_t i = 0; i < fp32.size(); ++i) largest = std::max(largest, std::abs(fp32[i] - reference[i]));
+  EXPECT_GT(largest, 1e-5) << "bf16-mixed gave fp32's losses";
+}
+
+TEST_F(TensorParallelCli, TheBatchSizeFinderRunsTheSplitModelAndAgreesOnOneSize) {
+  // Every rank runs the split model's trials (their collectives within each tensor group) under
+  // one agreed budget; the job agrees on one per-rank batch. 256 MiB holds batches of these
+  // sizes up to the cap of 16, so the finder's answer is the cap.
+  std::string command = mpirun(4) + FT_CLI_PATH + flags(0, "auto", " --tp 2 --memory-limit 256M --max-batch-size 16");
+  command.replace(command.find("--batch-size 0"), 14, "--batch-size auto");
+  command.replace(command.find("--max-steps 20"), 14, "--max-steps 3");
+  const test::CliRun r = run_command(command);
+  ASSERT_EQ(r.code, 0) << command << "\n" << r.output;
+  EXPECT_NE(r.output.find("-> batch size 16 per rank"), std::string::npos) << r.output;
+  EXPECT_EQ(train_losses(dir_ + "/auto").size(), 3u);
+}
+
+TEST_F(TensorParallelCli, AHuggingFaceFolderInitialisesASplitModel) {
+  // Every rank reads the whole folder and keeps its parts: the split Llama (untied head, as
+  // transformers saves by default) starts where one process does and trains alike.
+  nn::LlamaConfig cfg;
+  cfg.vocab_size = 96, cfg.context = 16, cfg.layers = 2, cfg.dim = 32, cfg.heads = 4, cfg.kv_heads = 2;
+  cfg.ffn_dim = 64, cfg.tie_embeddings = false;
+  Generator gen(11);
+  nn::Llama model(cfg, &gen);
+  nn::save_hf_folder(model, dir_ + "/hf", {.max_shard_bytes = 20'000});
+  // The folder is the architecture: the fixture's size options go.
+  auto run = [&](int ranks, const std::string& name, const std::string& extra) {
+    std::string command = (ranks == 1 ? std::string() : mpirun(ranks)) + FT_CLI_PATH +
+                          flags(8, name, " --model llama --init-from " + dir_ + "/hf" + extra);
+    command.erase(command.find(" --layers 2 --dim 32 --heads 4"), 30);
+    const test::CliRun r = run_command(command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+  };
+  run(1, "one", "");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  run(2, "tp2", " --tp 2");
+  expect_losses_close(train_losses(dir_ + "/tp2"), reference, 1e-6);
+  expect_model_close(dir_ + "/tp2", dir_ + "/one", 5e-6, 0);
+}
+
+TEST_F(TensorParallelCli, DropoutUnderTp2DropsWhatOneProcessDrops) {
+  // Dropout 0.1 on the embeddings, the attention probabilities (each rank's heads: its part of the
+  // whole layer's mask) and the residual branches (replicated: one stream per tensor group).
+  train(1, 8, "one", " --dropout 0.1");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  train(1, 8, "none", "");
+  EXPECT_NE(train_losses(dir_ + "/none"), reference);  // the dropout is in use
+  train(2, 8, "tp2", " --dropout 0.1 --tp 2");
+  expect_losses_close(train_losses(dir_ + "/tp2"), reference, 1e-6);
+  expect_model_close(dir_ + "/tp2", dir_ + "/one", 5e-6, 32);
+}
+
+TEST_F(TensorParallelCli, SequenceParallelismTrainsLikeOneProcess) {
+  // GPT at tp 2 and at dp 2 x tp 2 under zero2 (the replicated parameters' partial gradients
+  // summed over the tensor group inside ZeRO's shards), and a Llama at tp 2: 20 steps within 1e-6
+  // of one process, as without sequence parallelism.
+  train(1, 8, "one");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  train(2, 8, "sp", " --tp 2 --sequence-parallel true");
+  expect_losses_close(train_losses(dir_ + "/sp"), reference, 1e-6);
+  expect_model_close(dir_ + "/sp", dir_ + "/one", 5e-6, 32);
+  train(4, 4, "sp_zero2", " --tp 2 --sequence-parallel true --strategy zero2");
+  expect_losses_close(train_losses(dir_ + "/sp_zero2"), reference, 1e-6);
+  expect_model_close(dir_ + "/sp_zero2", dir_ + "/one", 5e-6, 32);
+  // With dropout: the sequence-split activations (embeddings, residual branches) draw this
+  // rank's positions' part of one process's masks, the attention probabilities its heads' part.
+  train(1, 8, "dropout_one", " --dropout 0.1");
+  train(2, 8, "dropout_sp", " --dropout 0.1 --tp 2 --sequence-parallel true");
+  expect_losses_close(train_losses(dir_ + "/dropout_sp"), train_losses(dir_ + "/dropout_one"), 1e-6);
+  expect_model_close(dir_ + "/dropout_sp", dir_ + "/dropout_one", 5e-6, 32);
+  // Everything at once: dp 2 x tp 2, sequence parallel, zero3, checkpointed blocks, dropout; each
+  // data replica draws its own dropout stream, as DDP's ranks do, so the reference is DDP at 2.
+  train(2, 4, "dropout_ddp", " --dropout 0.1 --checkpoint-blocks true");
+  train(4, 4, "dropout_all",
+        " --dropout 0.1 --checkpoint-blocks true --tp 2 --sequence-parallel true --strategy zero3");
+  expect_losses_close(train_losses(dir_ + "/dropout_all"), train_losses(dir_ + "/dropout_ddp"), 1e-6);
+  const std::string llama = " --model llama --kv-heads 2 --ffn-dim 64 --rope-theta 10000";
+  train(1, 8, "llama_one", llama);
+  train(2, 8, "llama_sp", llama + " --tp 2 --sequence-parallel true");
+  expect_losses_close(train_losses(dir_ + "/llama_sp"), train_losses(dir_ + "/llama_one"), 1e-6);
+  expect_model_close(dir_ + "/llama_sp", dir_ + "/llama_one", 5e-6, 0);
+}
+
 TEST_F(TensorParallelCli, LayoutErrorsStopTheProgramBeforeTheFirstStep) {
   struct Case {
     int ranks;
@@ -370,9 +561,9 @@ TEST_F(TensorParallelCli, LayoutErrorsStopTheProgramBeforeTheFirstStep) {
        {Case{3, " --tp 2", "the world size 3 is not divisible by tp x pp = 2 x 1 = 2"},
         Case{2, " --tp 2", "GPT's 1 attention heads are not divisible by tp = 2", 1},
         Case{4, " --tp 4", "leaves the last of tp = 4 ranks (embedding rows 96 to 127) only padding rows"},
-        Case{2, " --tp 2 --strategy zero2", "option strategy: zero2 with tensor parallelism (tp = 2) is not built yet"},
         Case{1, " --tp 2", "the world size 1 is not divisible by tp x pp = 2 x 1 = 2"},
-        Case{1, " --pp 2", "option pp: expected 1 (pipeline parallelism is not built yet), found 2"}}) {
+        Case{1, " --pp 2", "option pp: expected 1 (pipeline parallelism is not built yet), found 2"},
+        Case{1, " --sequence-parallel true", "option sequence_parallel: splits the activations over a tensor group"}}) {
     SCOPED_TRACE(c.extra);
     const std::string command = (c.ranks == 1 ? std::string() : mpirun(c.ranks)) + FT_CLI_PATH +
                                 flags(8, "refused", c.extra + " --dist-timeout 60", c.heads);

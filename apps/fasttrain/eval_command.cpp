@@ -37,6 +37,9 @@ int run_eval(const std::vector<std::string>& args) {
   if (!cli::parse_command_line(app, args, "eval")) return 0;
 
   TrainerConfig c = load_run_config(dir);
+  // The run's model.safetensors is the whole model whatever its layout (--tp included): this
+  // process evaluates it alone.
+  c.dist.tp = c.dist.pp = 1, c.dist.sequence_parallel = false;
   if (!data.empty()) {
     FT_CHECK(c.task == "lm" || c.task == "classify",
              "eval: --data needs a run on data of one's own (task lm or "

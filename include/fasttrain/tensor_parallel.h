@@ -60,6 +60,20 @@ Tensor copy_to_tensor_group(const Tensor& x, const std::shared_ptr<Communicator>
 // g: all-reduce (sum) forward, identity backward.
 Tensor reduce_from_tensor_group(const Tensor& x, const std::shared_ptr<Communicator>& group);
 
+// Sequence parallelism (Korthikanti et al. 2022, Megatron-LM's --sequence-parallel): between
+// the parallel regions (norms, dropout, residual adds) the activations [B, T, C] are split along
+// the sequence, rank r holding positions [r T/t, (r+1) T/t), so their memory is 1/t. f and g
+// become the pair
+//   gather_sequence:         forward all-gather along T;      backward reduce-scatter (sum) along T
+//   reduce_scatter_sequence: forward reduce-scatter along T;  backward all-gather along T
+// each the other's transpose. A ring's all-reduce is a reduce-scatter then an all-gather, so the
+// bytes moved per step are the same as without it; the norms and the rest run on T/t positions.
+// The replicated parameters' gradients are then partial sums over each rank's positions: the
+// tensor group sums them (TensorParallelSync) instead of averaging equal values. T must be a
+// multiple of t.
+Tensor gather_sequence(const Tensor& x, const std::shared_ptr<Communicator>& group);
+Tensor reduce_scatter_sequence(const Tensor& x, const std::shared_ptr<Communicator>& group);
+
 // Mean cross-entropy of logits [N, V_r] (this rank's vocabulary columns [vocab_start,
 // vocab_start + V_r)) against targets [N] (ids of the whole vocabulary), as cross_entropy over
 // the gathered [N, V] would give, without gathering them. f32 or f64 logits (others computed in
@@ -79,9 +93,13 @@ class ColumnParallelLinear : public nn::UnaryModule {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "ColumnParallelLinear"; }
   TensorShard shard() const { return {0, blocks}; }
+  // What enters the layer: f(x), or under sequence parallelism gather_sequence(x) (x is then
+  // this rank's positions). Layers sharing one input (q, k and v) call it once.
+  Tensor enter(const Tensor& x) const;
   Tensor weight, bias;
   std::shared_ptr<Communicator> group;
   int64_t blocks;
+  bool sequence_parallel = false;  // set_sequence_parallel
 };
 
 // A Linear split by input features: weight [out, in / t], bias [out] (replicated, added once
@@ -91,8 +109,14 @@ class RowParallelLinear : public nn::UnaryModule {
   RowParallelLinear(int64_t in, int64_t out, bool bias, std::shared_ptr<Communicator> group);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "RowParallelLinear"; }
+  // The partial sums' way out: g, or under sequence parallelism reduce_scatter_sequence.
+  Tensor leave(const Tensor& partial) const;
+  // Dropout of this layer's output: under sequence parallelism (this rank's positions) that part
+  // of the mask one process draws for the whole output, else ft::dropout.
+  Tensor dropout(const Tensor& y, double p, bool training) const;
   Tensor weight, bias;
   std::shared_ptr<Communicator> group;
+  bool sequence_parallel = false;
 };
 
 // An Embedding split by rows: weight [num / t, dim], rank r's rows [r num / t, (r+1) num / t).
@@ -103,17 +127,24 @@ class VocabParallelEmbedding : public nn::UnaryModule {
   Tensor forward(const Tensor& ids) override;
   std::string type_name() const override { return "VocabParallelEmbedding"; }
   int64_t first_row() const { return start_; }
+  // The first position of this rank's part of a sequence of T (0 without sequence parallelism,
+  // whose output is then [B, T / t, dim]).
+  int64_t sequence_start(int64_t T) const { return sequence_parallel ? group->rank() * (T / group->world_size()) : 0; }
+  // Dropout of what follows the embedding (as RowParallelLinear::dropout).
+  Tensor dropout(const Tensor& y, double p, bool training) const;
   Tensor weight;
   std::shared_ptr<Communicator> group;
+  bool sequence_parallel = false;
 
  private:
   int64_t start_ = 0;
 };
 
 // GPT-2's attention with rank r's heads [r H/t, (r+1) H/t): c_attn column-parallel in three
-// blocks (q, k, v), c_proj row-parallel; dropout on the attention probabilities (this rank's heads)
-// and on the output (after g: replicated, so the tensor group must draw the same mask: the
-// Trainer seeds dropout by data-parallel rank).
+// blocks (q, k, v), c_proj row-parallel; dropout on the attention probabilities (this rank's heads'
+// part of the whole layer's mask: src/ops/mask_parts.h) and on the output (after g: replicated, so the
+// tensor group must draw the same mask: the Trainer seeds dropout by data-parallel rank). Both
+// equal one process's masks, which is what makes a split GPT with dropout train like one.
 class ParallelCausalSelfAttention : public nn::UnaryModule {
  public:
   ParallelCausalSelfAttention(int64_t dim, int64_t heads, double dropout, std::shared_ptr<Communicator> group);
@@ -151,9 +182,16 @@ TensorMap gather_tensor_parallel_state(const nn::Module& model);
 // This rank's parts of a whole state (for load_state_dict): the inverse of the above.
 TensorMap shard_tensor_parallel_state(const TensorMap& full, const nn::Module& model);
 
+// Turns sequence parallelism on or off for every parallel layer of `model` (the model's code
+// sees it through them: enter, leave, sequence_start). Refused for a model without a tensor group.
+void set_sequence_parallel(nn::Module& model, bool on);
+// Whether `model`'s parallel layers run sequence parallel.
+bool sequence_parallel(const nn::Module& model);
+
 // The gradient synchronisation of a tensor-parallel model (wrapping the data-parallel one, if
 // any, over the data group): after the data-parallel average, the replicated parameters'
-// gradients are averaged over the tensor group; clipping by global norm counts each split
+// gradients are averaged over the tensor group (summed under sequence parallelism: each rank's
+// are its positions' part of the whole); clipping by global norm counts each split
 // parameter's parts once (||g||^2 = sum over the tensor group of the parts' squares, plus the
 // replicated parameters' squares once); fp16's found-inf flag is agreed over the tensor group.
 class TensorParallelSync : public train::GradSync {
@@ -178,6 +216,7 @@ class TensorParallelSync : public train::GradSync {
   std::unique_ptr<train::GradSync> inner_;
   std::vector<Tensor> sharded_, replicated_;  // unique parameters requiring grad
   bool last_ = false;
+  ReduceOp replicated_op_ = ReduceOp::Avg;  // Sum under sequence parallelism
 };
 
 }  // namespace ft::dist

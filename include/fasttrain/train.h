@@ -241,8 +241,9 @@ struct CheckpointOptions {
 // then batch_size x (world / (tp x pp)).
 struct DistOptions {
   dist::Strategy strategy = dist::Strategy::Ddp;
-  int64_t tp = 1;             // --tp: tensor-parallel ranks (adjacent world ranks)
-  int64_t pp = 1;             // --pp: pipeline stages (1: pipeline parallelism is not built yet)
+  int64_t tp = 1;                  // --tp: tensor-parallel ranks (adjacent world ranks)
+  int64_t pp = 1;                  // --pp: pipeline stages (1: pipeline parallelism is not built yet)
+  bool sequence_parallel = false;  // --sequence-parallel: with tp, activations split along the sequence
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double timeout = 300;       // --dist-timeout: seconds a collective may wait before the job is aborted (0: never)
   bool debug = false;         // --dist-debug: compare every collective across ranks first (dist.h set_debug)
@@ -458,11 +459,19 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
   // --- [dist] ---
   dist("strategy", c.dist.strategy,
        "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
-       "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank");
-  dist("tp", c.dist.tp,
-       "tensor-parallel ranks: each GPT block's heads and MLP and the vocabulary split over this many adjacent ranks "
-       "(Megatron-LM); the world size must be a multiple of tp x pp; data parallel over world / (tp x pp)");
+       "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank; with tp, over each data group "
+       "(the replicas of one tensor rank's parts)");
+  dist(
+      "tp", c.dist.tp,
+      "tensor-parallel ranks: each GPT or Llama block's heads and MLP and the vocabulary split over this many adjacent "
+      "ranks (Megatron-LM); the world size must be a multiple of tp x pp; data parallel (ddp, zero1-3) over world / "
+      "(tp x pp)");
   dist("pp", c.dist.pp, "pipeline-parallel stages (only 1 for now: pipeline parallelism is not built yet)");
+  dist("sequence_parallel", c.dist.sequence_parallel,
+       "with tp: sequence parallelism (Megatron-LM's): the norms, residual adds and embeddings between the parallel "
+       "layers run on this rank's 1/tp of the positions (all-gather and reduce-scatter instead of all-reduce: the "
+       "same bytes, 1/tp of those activations' memory); the same numbers as without it",
+       may_change);
   dist("bucket_cap_mb", c.dist.bucket_cap_mb,
        "ddp: gradients are averaged in buckets of at most this many MiB (the first at most 1 MiB; 0: one bucket)");
   dist("dist_timeout", c.dist.timeout,

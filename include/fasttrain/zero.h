@@ -48,6 +48,15 @@
 // A parameter no rank produced a gradient for gets none (as in one process and DDP): one used
 // flag per parameter travels with the gradients (stage 1 in DDP's buckets, stages 2 and 3 in one
 // small all-reduce), and the optimizer skips its pieces.
+//
+// Under tensor parallelism (set_tensor_parallel) the N ranks are a data group: the replicas of
+// one tensor rank's parts, so every formula above holds with Ψ = this tensor rank's elements
+// (its parts of the split parameters plus the replicated ones). The ranks of a tensor group
+// flatten parameters of equal shapes in one order, so their shards line up element for element;
+// what changes is the global norm: ||g||^2 = sum over the data group of
+//   (sum over the tensor group of the split parameters' shard squares) + the replicated ones'
+// (the replicated parameters are the same on every tensor rank: counted once), and found_inf,
+// agreed over both groups.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -78,6 +87,15 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
 
   // The optimizer of this rank's shard (same kind and group options as `full`).
   std::unique_ptr<optim::Optimizer> make_shard_optimizer() const;
+
+  // The model is tensor-parallel: `split` are its parameters that are parts over `tensor` (the
+  // others are replicated over it) and this sharding's communicator is the data group. Clipping
+  // and found_inf then span both groups, and the replicated parameters' shard gradients are
+  // averaged over the tensor group (equal in exact arithmetic; averaged so they stay equal in
+  // every bit, as TensorParallelSync does without ZeRO); under sequence parallelism, where each
+  // rank's are its positions' part, `replicated` is Sum. Call before the first step.
+  void set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split,
+                           ReduceOp replicated = ReduceOp::Avg);
 
   void before_forward() override;
   void before_backward(bool last) override;
@@ -129,6 +147,11 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   // optimizer group), so checkpoints hold the unsharded form whatever the stage.
   std::map<std::string, std::string> full_metadata(const std::map<std::string, std::string>& shard) const;
   std::map<std::string, std::string> shard_metadata_from_full(const std::map<std::string, std::string>& full) const;
+  // The optimizer state in the unsharded layout from every rank's `shard_state` (this rank's
+  // optimizer's state_tensors()): a collective of the sharding's communicator (each rank's shard
+  // and metadata broadcast to all, then consolidate_zero_state over `groups`, the unsharded
+  // optimizer's). For checkpoints that must be one file whatever the layout (tensor parallelism).
+  TensorMap full_state(const TensorMap& shard_state, const std::vector<optim::ParamGroup>& groups) const;
 
  private:
   struct Piece {
@@ -185,12 +208,18 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   void copy_shards_to_pieces_grads(const std::vector<float>& used);
   void round_grads_to_param_dtype();
   void check_views() const;
+  bool is_split(const Tensor& param) const;  // a part over tensor_ (set_tensor_parallel)
+  // The replicated parameters' shard gradients averaged (summed) over tensor_.
+  void average_replicated_over_tensor_group();
   // Writes `values`, elements [begin, begin + numel) of group g's flattened parameters, into them.
   static void scatter_to_params(Group& g, int64_t begin, const Tensor& values);
   // The inverse: `out` = those elements (zeros past the group's end: the padding).
   static void gather_from_params(const Group& g, int64_t begin, const Tensor& out);
 
   std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> tensor_;         // set_tensor_parallel's group (null: none)
+  std::vector<const TensorImpl*> split_params_;  // its split parameters, sorted
+  ReduceOp replicated_op_ = ReduceOp::Avg;
   int stage_;
   optim::OptimizerKind kind_;
   std::vector<Group> groups_;

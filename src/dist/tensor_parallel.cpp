@@ -17,6 +17,7 @@
 #include "fasttrain/error.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/optim.h"
+#include "ops/mask_parts.h"
 
 namespace ft::dist {
 
@@ -101,6 +102,75 @@ Tensor reduce_from_tensor_group(const Tensor& x, const std::shared_ptr<Communica
   return y;
 }
 
+// ---------------------------------------------------------------- sequence parallelism
+
+namespace {
+
+// [B, T, ...] -> [T, B, ...] contiguous: rank r's positions are then the r-th of t equal
+// contiguous chunks, which is what all-gather and reduce-scatter exchange.
+Tensor sequence_major(const Tensor& x) {
+  autograd::NoGradGuard no_grad;
+  const bool native = x.dtype() == DType::F32 || x.dtype() == DType::F64;  // MPI reduces these
+  const Tensor y = x.detach().transpose(0, 1).contiguous();
+  return native ? y : y.to(DType::F32);
+}
+
+Tensor batch_major(const Tensor& y, DType dtype) {
+  autograd::NoGradGuard no_grad;
+  const Tensor x = y.transpose(0, 1).contiguous();
+  return x.dtype() == dtype ? x : x.to(dtype);
+}
+
+void check_sequence(const Tensor& x, int t, const char* who) {
+  FT_CHECK(x.dim() >= 2 && x.size(1) % t == 0, who, ": sequence parallelism needs the sequence length (dimension 1 of ",
+           x.shape().str(), ") to be a multiple of tp = ", t);
+}
+
+Tensor all_gather_sequence(const Tensor& x, Communicator& group) {
+  const int t = group.world_size();
+  const Tensor part = sequence_major(x);
+  Shape whole = part.shape();
+  whole[0] *= t;
+  Tensor out = empty(whole, TensorOptions(part.dtype()));
+  group.all_gather(part.reshape({-1}), out.reshape({-1}));
+  return batch_major(out, x.dtype());
+}
+
+Tensor reduce_scatter_sequence_sum(const Tensor& x, Communicator& group) {
+  const int t = group.world_size();
+  check_sequence(x, t, "reduce_scatter_sequence");
+  const Tensor whole = sequence_major(x);
+  Shape part = whole.shape();
+  part[0] /= t;
+  Tensor out = empty(part, TensorOptions(whole.dtype()));
+  group.reduce_scatter(whole.reshape({-1}), out.reshape({-1}), ReduceOp::Sum);
+  return batch_major(out, x.dtype());
+}
+
+}  // namespace
+
+Tensor gather_sequence(const Tensor& x, const std::shared_ptr<Communicator>& group) {
+  check_group(group, "gather_sequence");
+  if (group->world_size() == 1) return x;
+  Tensor y = all_gather_sequence(x, *group);
+  if (autograd::any_requires_grad({&x}))
+    autograd::record_function("GatherSequence", {&x}, {&y}, [group](std::vector<Tensor>& grads) {
+      return std::vector<Tensor>{reduce_scatter_sequence_sum(grads[0], *group)};
+    });
+  return y;
+}
+
+Tensor reduce_scatter_sequence(const Tensor& x, const std::shared_ptr<Communicator>& group) {
+  check_group(group, "reduce_scatter_sequence");
+  if (group->world_size() == 1) return x;
+  Tensor y = reduce_scatter_sequence_sum(x, *group);
+  if (autograd::any_requires_grad({&x}))
+    autograd::record_function("ReduceScatterSequence", {&x}, {&y}, [group](std::vector<Tensor>& grads) {
+      return std::vector<Tensor>{all_gather_sequence(grads[0], *group)};
+    });
+  return y;
+}
+
 // ---------------------------------------------------------------- cross-entropy
 
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
@@ -166,7 +236,34 @@ ColumnParallelLinear::ColumnParallelLinear(Tensor w, std::shared_ptr<Communicato
   weight = register_parameter("weight", w);
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x) { return linear(copy_to_tensor_group(x, group), weight, bias); }
+Tensor ColumnParallelLinear::forward(const Tensor& x) { return linear(enter(x), weight, bias); }
+
+Tensor ColumnParallelLinear::enter(const Tensor& x) const {
+  return sequence_parallel ? gather_sequence(x, group) : copy_to_tensor_group(x, group);
+}
+
+Tensor RowParallelLinear::leave(const Tensor& partial) const {
+  return sequence_parallel ? reduce_scatter_sequence(partial, group) : reduce_from_tensor_group(partial, group);
+}
+
+namespace {
+
+// y: this rank's positions of a sequence split over `group` when `split`.
+Tensor dropout_in_sequence(const Tensor& y, double p, bool training, bool split, const Communicator& group) {
+  if (!split) return ft::dropout(y, p, training);
+  const int64_t n = y.size(1);
+  return ops::dropout_of_part(y, p, training, group.rank() * n, group.world_size() * n);
+}
+
+}  // namespace
+
+Tensor RowParallelLinear::dropout(const Tensor& y, double p, bool training) const {
+  return dropout_in_sequence(y, p, training, sequence_parallel, *group);
+}
+
+Tensor VocabParallelEmbedding::dropout(const Tensor& y, double p, bool training) const {
+  return dropout_in_sequence(y, p, training, sequence_parallel, *group);
+}
 
 RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, bool with_bias, std::shared_ptr<Communicator> g)
     : group(std::move(g)) {
@@ -179,7 +276,7 @@ RowParallelLinear::RowParallelLinear(int64_t in, int64_t out, bool with_bias, st
 
 Tensor RowParallelLinear::forward(const Tensor& x) {
   // The bias once, after the sum: added on every rank before it, it would count t times.
-  const Tensor y = reduce_from_tensor_group(linear(x, weight), group);
+  const Tensor y = leave(linear(x, weight));
   return bias.defined() ? add(y, bias) : y;
 }
 
@@ -218,7 +315,10 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids) {
       keep.data<float>()[i] = mine ? 1.0f : 0.0f;
     }
   }
-  return reduce_from_tensor_group(mul(embedding(local, weight), keep), group);
+  // Under sequence parallelism each rank keeps the sum at its positions only (what follows, up
+  // to the next column-parallel layer, runs on them).
+  const Tensor part = mul(embedding(local, weight), keep);
+  return sequence_parallel ? reduce_scatter_sequence(part, group) : reduce_from_tensor_group(part, group);
 }
 
 ParallelCausalSelfAttention::ParallelCausalSelfAttention(int64_t dim, int64_t heads, double dropout_,
@@ -245,16 +345,21 @@ Tensor ParallelCausalSelfAttention::attend(const Tensor& x, const Tensor& doc_id
   const int64_t C = c_proj->weight.size(0), local = c_proj->weight.size(1);
   FT_CHECK(x.dim() == 3 && x.size(2) == C, "ParallelCausalSelfAttention: expected input [B, T, ", C, "], found shape ",
            x.shape().str());
-  const int64_t B = x.size(0), T = x.size(1), D = local / local_heads;
-  // As CausalSelfAttention, over this rank's heads: [B, T, 3 C / t] = its q, k and v heads.
-  std::vector<Tensor> qkv = split((*c_attn)(x).view({B, T, 3, local_heads, D}), 1, 2);
+  // As CausalSelfAttention, over this rank's heads: [B, T, 3 C / t] = its q, k and v heads (all
+  // T positions: under sequence parallelism c_attn gathers them).
+  const Tensor projected = (*c_attn)(x);
+  const int64_t B = x.size(0), T = projected.size(1), D = local / local_heads;
+  std::vector<Tensor> qkv = split(projected.view({B, T, 3, local_heads, D}), 1, 2);
   auto head_view = [&](int64_t i) { return qkv[i].squeeze(2).transpose(1, 2); };
   const double p = training_ ? dropout : 0.0;
-  Tensor y = doc_ids.defined()
-                 ? scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), DocumentMask{doc_ids}, p)
-                 : scaled_dot_product_attention(head_view(0), head_view(1), head_view(2), /*causal=*/true, p);
+  // The probabilities' dropout mask of this rank's heads is their part of the whole layer's (the
+  // tensor group draws from one generator stream): the numbers one process drops.
+  const ops::AttentionHeads heads{c_proj->group->rank() * local_heads, c_proj->group->world_size() * local_heads};
+  const DocumentMask mask{doc_ids};
+  Tensor y = ops::attention_of_heads(head_view(0), head_view(1), head_view(2), /*causal=*/true,
+                                     doc_ids.defined() ? &mask : nullptr, p, heads);
   y = y.transpose(1, 2).reshape({B, T, local});
-  return ft::dropout((*c_proj)(y), dropout, training_);
+  return c_proj->dropout((*c_proj)(y), dropout, training_);
 }
 
 // ---------------------------------------------------------------- models
@@ -283,6 +388,22 @@ std::shared_ptr<Communicator> tensor_group_of(const nn::Module& model) {
     if (g && g->world_size() > 1) return g;
   }
   return nullptr;
+}
+
+void set_sequence_parallel(nn::Module& model, bool on) {
+  FT_CHECK(!on || tensor_group_of(model) != nullptr, "sequence parallelism: the model (", model.type_name(),
+           ") is not split over a tensor group (it needs --tp of 2 or more)");
+  for (const auto& [prefix, m] : model.named_modules()) {
+    if (auto* c = dynamic_cast<ColumnParallelLinear*>(m.get())) c->sequence_parallel = on;
+    if (auto* r = dynamic_cast<RowParallelLinear*>(m.get())) r->sequence_parallel = on;
+    if (auto* e = dynamic_cast<VocabParallelEmbedding*>(m.get())) e->sequence_parallel = on;
+  }
+}
+
+bool sequence_parallel(const nn::Module& model) {
+  for (const auto& [prefix, m] : const_cast<nn::Module&>(model).named_modules())
+    if (const auto* r = dynamic_cast<const RowParallelLinear*>(m.get()); r && r->sequence_parallel) return true;
+  return false;
 }
 
 TensorMap gather_tensor_parallel_state(const nn::Module& model) {
@@ -325,6 +446,7 @@ TensorParallelSync::TensorParallelSync(nn::Module& model, std::shared_ptr<Commun
     if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
     (shards.count(name) != 0 ? sharded_ : replicated_).push_back(p);
   }
+  if (sequence_parallel(model)) replicated_op_ = ReduceOp::Sum;
 }
 
 void TensorParallelSync::before_forward() {
@@ -363,7 +485,7 @@ void TensorParallelSync::finish() {
     flat.narrow(0, at, g.numel()).view(g.shape()).copy_(g);
     at += g.numel();
   }
-  group_->all_reduce(flat, ReduceOp::Avg);
+  group_->all_reduce(flat, replicated_op_);
   at = 0;
   for (Tensor g : grads) {
     g.copy_(flat.narrow(0, at, g.numel()).view(g.shape()));

@@ -523,8 +523,49 @@ void ZeroSharding::finish() {
     }
     flags_ = Tensor();
   }
+  average_replicated_over_tensor_group();
   round_grads_to_param_dtype();
   copy_shards_to_pieces_grads(used);
+}
+
+void ZeroSharding::set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split,
+                                       ReduceOp replicated) {
+  tensor_ = tensor && tensor->world_size() > 1 ? std::move(tensor) : nullptr;
+  replicated_op_ = replicated;
+  split_params_.clear();
+  for (const Tensor& p : split) split_params_.push_back(p.impl());
+  std::sort(split_params_.begin(), split_params_.end());
+}
+
+bool ZeroSharding::is_split(const Tensor& param) const {
+  return std::binary_search(split_params_.begin(), split_params_.end(), param.impl());
+}
+
+void ZeroSharding::average_replicated_over_tensor_group() {
+  if (!tensor_) return;
+  // The ranks of a tensor group flattened parameters of equal shapes in one order: their
+  // shards hold the same elements, so the replicated pieces line up in one f32 buffer.
+  std::vector<Tensor> parts;
+  int64_t total = 0;
+  for (Group& g : groups_)
+    for (const Piece& p : g.pieces) {
+      if (p.param < 0 || is_split(g.params[p.param])) continue;
+      parts.push_back(g.grad.narrow(0, p.at, p.numel));
+      total += p.numel;
+    }
+  if (total == 0) return;
+  Tensor flat = empty({total}, DType::F32);
+  int64_t at = 0;
+  for (const Tensor& t : parts) {
+    flat.narrow(0, at, t.numel()).copy_(t);
+    at += t.numel();
+  }
+  tensor_->all_reduce(flat, replicated_op_);
+  at = 0;
+  for (Tensor t : parts) {
+    t.copy_(flat.narrow(0, at, t.numel()));
+    at += t.numel();
+  }
 }
 
 void ZeroSharding::round_grads_to_param_dtype() {
@@ -553,12 +594,27 @@ Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm)
   // ||g||^2 of the whole gradient = the sum over ranks of their shards' ||g_r||^2 (padding and
   // unused parameters hold zeros), reduced in f64 so the ranks agree on every bit. Summed on the
   // host: the shards are CPU tensors, as the MPI communicator's are (a device communicator
-  // would keep this on the device).
+  // would keep this on the device). Under tensor parallelism the split parameters' squares are
+  // first summed over the tensor group (each holds other parts), the replicated ones' counted
+  // once (every tensor rank holds the same values), so every rank adds the same numbers.
   autograd::NoGradGuard no_grad;
-  double local = 0;
+  double local = 0, split = 0;
   for (const Group& g : groups_) {
     const float* v = g.grad.data<float>();
-    for (int64_t i = 0; i < g.shard; ++i) local += static_cast<double>(v[i]) * v[i];
+    if (!tensor_) {
+      for (int64_t i = 0; i < g.shard; ++i) local += static_cast<double>(v[i]) * v[i];
+      continue;
+    }
+    for (const Piece& p : g.pieces) {
+      if (p.param < 0) continue;
+      double& sum = is_split(g.params[p.param]) ? split : local;
+      for (int64_t i = p.at; i < p.at + p.numel; ++i) sum += static_cast<double>(v[i]) * v[i];
+    }
+  }
+  if (tensor_) {
+    Tensor parts = scalar_tensor(split, DType::F64).reshape({1});
+    tensor_->all_reduce(parts, ReduceOp::Sum);
+    local += parts.data<double>()[0];
   }
   Tensor total = scalar_tensor(local, DType::F64).reshape({1});
   comm_->all_reduce(total, ReduceOp::Sum);
@@ -592,7 +648,8 @@ void ZeroSharding::agree_found_inf(const Tensor& found_inf) {
   autograd::NoGradGuard no_grad;
   Tensor any = found_inf.to(DType::F32).reshape({1}).clone();
   comm_->all_reduce(any, ReduceOp::Sum);
-  Tensor shared = found_inf;  // the scaler's tensor: written in place
+  if (tensor_) tensor_->all_reduce(any, ReduceOp::Sum);  // a split parameter's inf: its owner's alone
+  Tensor shared = found_inf;                             // the scaler's tensor: written in place
   shared.fill_(any.data<float>()[0] > 0 ? 1 : 0);
 }
 
@@ -815,6 +872,50 @@ std::map<std::string, std::string> ZeroSharding::shard_metadata_from_full(
     for (const auto& [rest, value] : per_group[groups_[gi].full_group]) out[std::to_string(gi) + "." + rest] = value;
   out["groups"] = std::to_string(groups_.size());
   return out;
+}
+
+TensorMap ZeroSharding::full_state(const TensorMap& shard_state, const std::vector<optim::ParamGroup>& groups) const {
+  // Each rank in turn broadcasts a text header (one line per tensor: name, dtype, shape; then
+  // the metadata) and its tensors; every rank ends up with every shard, as the files of a ZeRO
+  // checkpoint would hold them.
+  std::map<std::string, std::string> metadata = shard_metadata();
+  std::vector<SafetensorsFile> shards(static_cast<size_t>(comm_->world_size()));
+  for (int root = 0; root < comm_->world_size(); ++root) {
+    std::string header;
+    if (root == comm_->rank()) {
+      for (const auto& [name, t] : shard_state) {
+        header += "t\t" + name + "\t" + std::to_string(static_cast<int>(t.dtype()));
+        for (int64_t d : t.shape()) header += "\t" + std::to_string(d);
+        header += "\n";
+      }
+      for (const auto& [key, value] : metadata) header += "m\t" + key + "\t" + value + "\n";
+    }
+    header = broadcast_string(*comm_, header, root);
+    SafetensorsFile& f = shards[static_cast<size_t>(root)];
+    size_t k = 0;  // the root's tensors in order
+    for (size_t begin = 0; begin < header.size();) {
+      const size_t end = header.find('\n', begin);
+      std::vector<std::string> fields;
+      for (size_t a = begin; a <= end;) {
+        const size_t b = std::min(header.find('\t', a), end);
+        fields.push_back(header.substr(a, b - a));
+        a = b + 1;
+      }
+      begin = end + 1;
+      if (fields[0] == "m") {
+        f.metadata[fields[1]] = fields.size() > 2 ? fields[2] : "";
+        continue;
+      }
+      Shape shape;
+      for (size_t i = 3; i < fields.size(); ++i) shape.push_back(std::stoll(fields[i]));
+      Tensor t = root == comm_->rank() ? shard_state[k].second.contiguous().clone()
+                                       : empty(shape, TensorOptions(static_cast<DType>(std::stoi(fields[2]))));
+      comm_->broadcast(t, root);
+      f.tensors.emplace_back(fields[1], t);
+      ++k;
+    }
+  }
+  return consolidate_zero_state(shards, groups);
 }
 
 TensorMap consolidate_zero_state(const std::vector<SafetensorsFile>& shards,

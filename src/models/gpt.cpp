@@ -34,9 +34,9 @@ class GPT2MLP : public UnaryModule {
   // then g sums the ranks' parts and the bias is added once.
   Tensor forward(const Tensor& x) override {
     if (tp_) {
-      const Tensor part = gelu_mlp(dist::copy_to_tensor_group(x, tp_), tp_fc_->weight, tp_fc_->bias, tp_proj_->weight,
-                                   Tensor(), GeluApprox::Tanh);
-      return ft::dropout(add(dist::reduce_from_tensor_group(part, tp_), tp_proj_->bias), dropout_, training_);
+      const Tensor part =
+          gelu_mlp(tp_fc_->enter(x), tp_fc_->weight, tp_fc_->bias, tp_proj_->weight, Tensor(), GeluApprox::Tanh);
+      return tp_proj_->dropout(add(tp_proj_->leave(part), tp_proj_->bias), dropout_, training_);
     }
     const Tensor y = gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, GeluApprox::Tanh);
     return ft::dropout(y, dropout_, training_);
@@ -231,8 +231,13 @@ Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
   // Positions p..p+T-1 (p = 0 without a cache) are rows of wpe: a view broadcast over the batch,
   // no gather. Under a document mask too: positions run on across the window's documents rather
   // than restarting at each (Llama 3's pretraining does the same; only attention is confined).
-  Tensor x = add((*tr.wte)(ids), tr.wpe->weight.narrow(0, position, T));
-  if (!cache) x = dropout(x, cfg_.dropout, training_);  // decoding with a cache is inference
+  // Sequence parallelism: the embedding gives this rank's positions only (sequence_start).
+  const Tensor tokens = (*tr.wte)(ids);
+  const auto* split = dynamic_cast<const dist::VocabParallelEmbedding*>(tr.wte.get());
+  const int64_t first = split ? split->sequence_start(T) : 0;
+  Tensor x = add(tokens, tr.wpe->weight.narrow(0, position + first, tokens.size(1)));
+  // Decoding with a cache is inference. Split: this rank's positions' part of one process's mask.
+  if (!cache) x = split ? split->dropout(x, cfg_.dropout, training_) : dropout(x, cfg_.dropout, training_);
   for (size_t i = 0; i < tr.blocks.size(); ++i)
     x = cache ? tr.blocks[i]->forward_cached(x, *cache, static_cast<int64_t>(i)) : tr.blocks[i]->forward(x, doc_ids);
   x = (*tr.ln_f)(x);
@@ -242,7 +247,7 @@ Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
     // rank's columns' contributions.
     const int64_t rows = padded_vocab_ / tp_->world_size();
     const int64_t real = std::min(rows, cfg_.vocab_size - vocab_start());
-    return linear(dist::copy_to_tensor_group(x, tp_), head_weight_.narrow(0, 0, real));
+    return linear(static_cast<const dist::ColumnParallelLinear&>(*lm_head_).enter(x), head_weight_.narrow(0, 0, real));
   }
   if (!padded) return (*lm_head_)(x);
   // Only the real vocabulary's rows make logits: the padding classes are absent rather than

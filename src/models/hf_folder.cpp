@@ -22,6 +22,7 @@
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/error.h"
+#include "fasttrain/tensor_parallel.h"
 
 namespace ft::nn {
 namespace {
@@ -522,7 +523,7 @@ void load_llama_state(Llama& model, TensorMap w, const std::string& source) {
   std::erase_if(w, [](const auto& e) { return e.first.ends_with(".rotary_emb.inv_freq"); });
   if (model.config().tie_embeddings) complete_tied_head(w, source);
   try {
-    model.load_state_dict(w);
+    model.load_state_dict(dist::shard_tensor_parallel_state(w, model));  // a split model: its parts
   } catch (const Error& e) {
     FT_FAIL(source, ": ", e.what());
   }
@@ -541,7 +542,7 @@ void load_hf_folder(GPT& model, const std::string& dir) {
   check_same(config_of_type(dir, HfModelType::Gpt2).gpt, model.config(), path_in(dir, kConfigFile));
   const TensorMap w = read_hf_weights(dir);
   try {
-    model.load_state_dict(gpt2_from_hf_state(w, model));
+    model.load_state_dict(dist::shard_tensor_parallel_state(gpt2_from_hf_state(w, model), model));
   } catch (const Error& e) {
     FT_FAIL(dir, ": ", e.what());
   }

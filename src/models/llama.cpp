@@ -78,7 +78,10 @@ class LlamaAttention : public UnaryModule {
 
  private:
   Tensor attend(const Tensor& x, const Tensor& doc_ids, KvCache* cache, int64_t layer) {
-    const int64_t B = x.size(0), T = x.size(1), position = cache ? cache->length() : 0;
+    // Split: one f for the three projections (the input's gradient all-reduced once, not
+    // thrice); under sequence parallelism it gathers the positions of every rank.
+    const Tensor in = tp_ ? tp_q_->enter(x) : x;
+    const int64_t B = in.size(0), T = in.size(1), position = cache ? cache->length() : 0;
     // Positions p..p+T-1 (p = 0 without a cache) rotate by rows p..p+T-1 of the tables.
     const RopeTables& rope = rope_->for_input(x);
     const Tensor cos = rope.cos.narrow(0, position, T), sin = rope.sin.narrow(0, position, T);
@@ -87,8 +90,6 @@ class LlamaAttention : public UnaryModule {
     // shares each among its group of query heads, and a cache stores only those.
     Tensor q, k, v;
     if (tp_) {
-      // One f for the three projections: the input's gradient is all-reduced once, not thrice.
-      const Tensor in = dist::copy_to_tensor_group(x, tp_);
       auto heads_of = [&](const dist::ColumnParallelLinear& proj, int64_t h) {
         return linear(in, proj.weight, proj.bias).view({B, T, h, head_dim_});
       };
@@ -133,7 +134,7 @@ class LlamaMLP : public UnaryModule {
   }
   Tensor forward(const Tensor& x) override {
     if (tp_) {  // this rank's ffn_dim / t features (one f for gate and up), summed by down's g
-      const Tensor in = dist::copy_to_tensor_group(x, tp_);
+      const Tensor in = tp_gate_->enter(x);
       return (*tp_down_)(silu_mul(linear(in, tp_gate_->weight), linear(in, tp_up_->weight)));
     }
     return (*down_proj)(silu_mul((*gate_proj)(x), (*up_proj)(x)));

@@ -19,8 +19,10 @@
 #include <cmath>
 
 #include "backend/kernels.h"
+#include "fasttrain/ops/indexing.h"
 #include "ops/autocast_policy.h"
 #include "ops/common.h"
+#include "ops/mask_parts.h"
 
 namespace ft {
 
@@ -80,8 +82,9 @@ void set_document_bounds(const Tensor& q, const Tensor& k, const Tensor& doc_ids
   });
 }
 
+// `counters`: the dropout mask's counters when given (attention_of_heads), else drawn from gen.
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor* doc_ids,
-                 double dropout_p, std::optional<double> scale, Generator* gen) {
+                 double dropout_p, std::optional<double> scale, Generator* gen, const PhiloxDraw* counters = nullptr) {
   check_inputs(q, k, v, dropout_p, scale);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
 
@@ -94,7 +97,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
     // One counter block per 4 score elements, reserved once; the kernels derive each element's
     // counter from its flat (b, h, i, j) index, so backward regenerates the same mask.
     Generator& g = gen ? *gen : default_generator();
-    params.philox = g.draw(static_cast<uint64_t>((B * H * Tq * Tk + 3) / 4), q.device());
+    params.philox = counters ? *counters : g.draw(static_cast<uint64_t>((B * H * Tq * Tk + 3) / 4), q.device());
   }
 
   const DType compute_dtype = q.dtype() == DType::F64 ? DType::F64 : DType::F32;
@@ -136,6 +139,34 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (auto c = ops::autocast_inputs(ops::AutocastOp::scaled_dot_product_attention, q, k, v))
     return scaled_dot_product_attention((*c)[0], (*c)[1], (*c)[2], mask, dropout_p, scale, gen);
   return attention(q, k, v, /*causal=*/true, &mask.doc_ids, dropout_p, scale, gen);
+}
+
+Tensor ops::attention_of_heads(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const DocumentMask* mask,
+                               double dropout_p, AttentionHeads heads, Generator* gen) {
+  if (auto c = ops::autocast_inputs(ops::AutocastOp::scaled_dot_product_attention, q, k, v))
+    return attention_of_heads((*c)[0], (*c)[1], (*c)[2], causal, mask, dropout_p, heads, gen);
+  check_inputs(q, k, v, dropout_p, std::nullopt);
+  const Tensor* doc_ids = mask ? &mask->doc_ids : nullptr;
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2);
+  if (dropout_p == 0 || heads.total == 0 || heads.total == H)
+    return attention(q, k, v, causal || mask, doc_ids, dropout_p, std::nullopt, gen);
+  FT_CHECK(heads.first >= 0 && heads.first + H <= heads.total, kOp, ": heads [", heads.first, ", ", heads.first + H,
+           ") are not heads of a layer of ", heads.total);
+  const int64_t per_head = Tq * Tk;
+  FT_CHECK((heads.total * per_head) % 4 == 0 && (heads.first * per_head) % 4 == 0, kOp, ": dropout on heads [",
+           heads.first, ", ", heads.first + H, ") of ", heads.total, " needs ", Tq, " x ", Tk,
+           " scores per head times the heads before them to be a multiple of 4 (the mask's counter blocks)");
+  Generator& g = gen ? *gen : default_generator();
+  const PhiloxDraw whole = g.draw(static_cast<uint64_t>((B * heads.total * per_head + 3) / 4), q.device());
+  std::vector<Tensor> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    PhiloxDraw row = whole;
+    row.base += static_cast<uint64_t>((b * heads.total + heads.first) * per_head / 4);
+    const Tensor ids = doc_ids ? doc_ids->narrow(0, b, 1) : Tensor();
+    rows.push_back(attention(q.narrow(0, b, 1), k.narrow(0, b, 1), v.narrow(0, b, 1), causal || mask,
+                             doc_ids ? &ids : nullptr, dropout_p, std::nullopt, gen, &row));
+  }
+  return cat(rows, 0);
 }
 
 }  // namespace ft

@@ -40,9 +40,15 @@ std::shared_ptr<dist::Communicator> tensor_group(const TrainerConfig& c) {
   return dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).tensor;
 }
 
-}  // namespace
+// --sequence-parallel on a split model (tensor_parallel.h).
+template <class Model>
+std::shared_ptr<Model> with_sequence_parallel(const TrainerConfig& c, std::shared_ptr<Model> model) {
+  if (c.dist.tp == 1 || !c.dist.sequence_parallel) return model;
+  dist::set_sequence_parallel(*model, true);
+  return model;
+}
 
-std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+std::shared_ptr<nn::GPT> make_gpt(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
   g.vocab_size = vocab_size;
   g.context = c.model.context;
@@ -53,7 +59,7 @@ std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_si
   return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
 }
 
-std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+std::shared_ptr<nn::CausalDecoder> make_whole_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   if (is_hf_folder(c.model.init_from)) {
     // The folder's config.json is the architecture, as from_pretrained takes it: its vocabulary
     // too, which must hold the tokenizer's.
@@ -61,17 +67,26 @@ std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t 
     const int64_t model_vocab = h.type == nn::HfModelType::Llama ? h.llama.vocab_size : h.gpt.vocab_size;
     FT_CHECK(vocab_size <= model_vocab, "option init_from: ", c.model.init_from, " has a vocabulary of ", model_vocab,
              " tokens, fewer than the data's ", vocab_size);
-    // A Hugging Face folder is loaded whole (load_hf_folder): not cut into tensor-parallel parts yet.
-    FT_CHECK(c.dist.tp == 1, "option init_from: a Hugging Face folder (", c.model.init_from,
-             ") with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; convert it to a safetensors file");
-    if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen);
+    // With --tp the model is built split; load_hf_folder reads the whole folder on every rank and
+    // keeps this rank's parts (shard_tensor_parallel_state).
+    if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen, tensor_group(c));
     nn::GPTConfig g = h.gpt;
     g.dropout = c.model.dropout;
     return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
   }
   if (is_llama(c.model.name))
     return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c));
-  return make_gpt_model(c, vocab_size, gen);
+  return make_gpt(c, vocab_size, gen);
+}
+
+}  // namespace
+
+std::shared_ptr<nn::GPT> make_gpt_model(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  return with_sequence_parallel(c, make_gpt(c, vocab_size, gen));
+}
+
+std::shared_ptr<nn::CausalDecoder> make_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  return with_sequence_parallel(c, make_whole_decoder(c, vocab_size, gen));
 }
 
 namespace {

@@ -36,7 +36,9 @@ std::string tokenizer_json_of(const json& task) {
 }  // namespace
 
 void export_hf_folder(const std::string& dir, const std::string& out_dir, const nn::HfSaveOptions& options) {
-  const TrainerConfig c = load_run_config(dir);
+  TrainerConfig c = load_run_config(dir);
+  // The run's model.safetensors is the whole model whatever its layout: one process exports it.
+  c.dist.tp = c.dist.pp = 1, c.dist.sequence_parallel = false;
   FT_CHECK(c.task == "char" || c.task == "lm", "export: ", dir, " holds a '", c.task,
            "' run; a Hugging Face folder holds a GPT or a Llama (task char or lm)");
   const json task = read_task_description(dir);

@@ -188,9 +188,7 @@ void load_decoder_weights(nn::UnaryModule& model, const std::string& path) {
   if (gpt != nullptr) return is_hf_folder(path) ? nn::load_hf_folder(*gpt, path) : load_gpt_weights(*gpt, path);
   auto& llama = dynamic_cast<nn::Llama&>(model);
   if (is_hf_folder(path)) return nn::load_hf_folder(llama, path);
-  FT_CHECK(llama.vocab_group() == nullptr, "option init_from: a Llama weight file (", path,
-           ") with tensor parallelism is not built yet (it is loaded whole)");
-  nn::load_llama_weights(llama, path);
+  nn::load_llama_weights(llama, path);  // a split Llama keeps its parts of the file
 }
 
 BuiltinTask make_lm_task(const TrainerConfig& c) {

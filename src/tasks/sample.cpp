@@ -116,7 +116,9 @@ std::string sample_text(const std::string& dir, const SampleOptions& o) {
   FT_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: expected --top-p in (0, 1] (1: no nucleus filtering), found ",
            o.top_p);
   FT_CHECK(!o.prompt.empty(), "sample: the prompt must have at least one character");
-  const TrainerConfig c = load_run_config(dir);
+  TrainerConfig c = load_run_config(dir);
+  // The run's model.safetensors is the whole model whatever its layout: one process samples it.
+  c.dist.tp = c.dist.pp = 1, c.dist.sequence_parallel = false;
   FT_CHECK(c.task == "char" || c.task == "lm", "sample: ", dir, " holds a '", c.task,
            "' run; sample needs a GPT (task char or lm)");
   const Codec codec = codec_of_run(dir, c);

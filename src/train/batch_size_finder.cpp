@@ -7,6 +7,14 @@
 // hooks are not registered yet), under a budget that is the user's per-process limit or its share
 // of the machine's memory (the ranks on one machine share it), and then the ranks agree on the
 // smallest batch any of them found, so the per-rank batch is the same everywhere.
+//
+// A tensor-parallel model's trials communicate within its tensor group (the parallel layers' f
+// and g, the vocabulary-parallel loss): the ranks of a group must run the same trials and leave
+// a failed one together, or one would wait in a collective for a rank that gave up. They hold
+// parts of equal shapes and allocate in the same order, so under the same limit they run out of
+// memory at the same allocation; the limit is therefore agreed over the job (the smallest
+// rank's budget) and every trial's outcome agreed over the tensor group (failed if it failed
+// on any rank), which also keeps the searches in step.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -15,6 +23,7 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
+#include "fasttrain/tensor_parallel.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
 #include "train/run_setup.h"
@@ -56,6 +65,12 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   const std::shared_ptr<dist::Communicator> comm = dist::world();
   const int64_t user_limit = config.memory_limit.bytes;
   out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget(comm->local_size());
+  const std::shared_ptr<dist::Communicator> tensor = dist::tensor_group_of(module.model());
+  if (tensor) {
+    Tensor budget = scalar_tensor(-out.memory_limit, DType::I64).reshape({1});  // the smallest: max of -b
+    comm->all_reduce(budget, dist::ReduceOp::Max);
+    out.memory_limit = -budget.data<int64_t>()[0];
+  }
   alloc.set_memory_limit(static_cast<size_t>(out.memory_limit));
 
   // The trials train: the module's weights are put back afterwards (clones, since state_dict
@@ -95,6 +110,11 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
       runner.optimizer_step();
     } catch (const OutOfMemoryError&) {
       ok = false;  // everything the trial allocated has been released by the unwinding
+    }
+    if (tensor) {
+      Tensor failed = scalar_tensor(ok ? 0 : 1, DType::I32).reshape({1});
+      tensor->all_reduce(failed, dist::ReduceOp::Max);
+      ok = failed.data<int32_t>()[0] == 0;
     }
     out.trials.emplace_back(b, ok);
     return ok;

@@ -188,10 +188,6 @@ void TrainerConfig::validate() const {
         dist.timeout);
   check(dist.tp >= 1, "tp", "1 or more tensor-parallel ranks", dist.tp);
   check(dist.pp == 1, "pp", "1 (pipeline parallelism is not built yet)", dist.pp);
-  // The batch-size finder's trials run each rank alone; a split model's forward communicates.
-  FT_CHECK(dist.tp == 1 || batch_size > 0,
-           "option batch_size: auto (the batch-size finder) with tensor parallelism (tp = ", dist.tp,
-           ") is not built yet; give a batch size");
 }
 
 std::string config_to_toml(const TrainerConfig& c) {

@@ -89,17 +89,21 @@ void apply_distributed_settings(const TrainerConfig& c, dist::Communicator& comm
 }
 
 void Trainer::Impl::start_data_parallel(const TrainerConfig& c) {
+  FT_CHECK(!c.dist.sequence_parallel || tensor,
+           "option sequence_parallel: splits the activations over a tensor group; "
+           "it needs --tp 2 or more, found tp = ",
+           c.dist.tp);
   if (tensor) {
     nn::Module& model = module->model();
     FT_CHECK(dist::tensor_group_of(model) != nullptr, "option tp: ", c.dist.tp,
              " tensor-parallel ranks, but the model (", model.type_name(),
              ") has no tensor-parallel layers (built for GPT and Llama)");
-    FT_CHECK(dist::zero_stage(c.dist.strategy) == 0, "option strategy: ", name_of(c.dist.strategy),
-             " with tensor parallelism (tp = ", c.dist.tp, ") is not built yet; use ddp over the data groups");
-    // DDP over this rank's data group: the replicas of the same parts of the model.
+    // DDP over this rank's data group: the replicas of the same parts of the model. ZeRO
+    // instead shards each tensor rank's parts over its data group: sharded() sets it up around
+    // the optimizer, and it (not tp_sync, kept for its counts) synchronises the gradients.
     std::unique_ptr<GradSync> replicas;
-    if (world() > 1) {
-      dist::broadcast_module(model, *comm);
+    if (world() > 1) dist::broadcast_module(model, *comm);
+    if (world() > 1 && dist::zero_stage(c.dist.strategy) == 0) {
       dist::DdpOptions o;
       o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
       replicas = std::make_unique<dist::DataParallel>(model, comm, o);
@@ -128,6 +132,9 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
   zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
+  if (tensor)
+    zero->set_tensor_parallel(tensor, split_parameters(),
+                              dist::sequence_parallel(module->model()) ? dist::ReduceOp::Sum : dist::ReduceOp::Avg);
   return zero->make_shard_optimizer();
 }
 
@@ -177,12 +184,27 @@ std::vector<std::pair<std::string, StateOwner>> state_owners(const optim::Optimi
 
 }  // namespace
 
-TensorMap Trainer::Impl::whole_optimizer_state() const {
-  TensorMap state = optimizer->state_tensors();
-  if (!tensor) return state;
+std::vector<Tensor> Trainer::Impl::split_parameters() const {
+  const std::map<std::string, dist::TensorShard> shards = dist::tensor_shards(module->model());
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : module->model().named_parameters())
+    if (shards.count(name) != 0) out.push_back(p);
+  return out;
+}
+
+TensorMap Trainer::Impl::whole_optimizer_state(const TrainerConfig& c) const {
+  if (!tensor) return optimizer->state_tensors();
+  if (!zero) return whole_optimizer_state(*optimizer, optimizer->state_tensors());
+  // ZeRO over the data group: this tensor rank's state consolidated first (a collective of the
+  // data group), in the layout of the optimizer one process of this tensor rank would have.
+  const std::unique_ptr<optim::Optimizer> full = make_optimizer(c, *module);
+  return whole_optimizer_state(*full, zero->full_state(optimizer->state_tensors(), full->param_groups()));
+}
+
+TensorMap Trainer::Impl::whole_optimizer_state(const optim::Optimizer& owner, TensorMap state) const {
   // Per-element state (Adam's moments) has its parameter's shape and is split as it is; scalars
   // (step counts) are the same on every rank. Every rank of the group holds the same keys.
-  const auto owners = state_owners(*optimizer, module->model(), state);
+  const auto owners = state_owners(owner, module->model(), state);
   for (size_t k = 0; k < state.size(); ++k) {
     const StateOwner& o = owners[k].second;
     Tensor& t = state[k].second;
@@ -192,10 +214,10 @@ TensorMap Trainer::Impl::whole_optimizer_state() const {
   return state;
 }
 
-TensorMap Trainer::Impl::split_optimizer_state(const TensorMap& whole) const {
+TensorMap Trainer::Impl::split_optimizer_state(const optim::Optimizer& owner, const TensorMap& whole) const {
   if (!tensor) return whole;
   TensorMap state = whole;
-  const auto owners = state_owners(*optimizer, module->model(), state);
+  const auto owners = state_owners(owner, module->model(), state);
   for (size_t k = 0; k < state.size(); ++k) {
     const StateOwner& o = owners[k].second;
     Tensor& t = state[k].second;
@@ -246,11 +268,18 @@ SafetensorsFile Trainer::Impl::load_optimizer_state(const std::string& dir, cons
     for (const auto& [key, value] : files.front().metadata)
       if (key.rfind("zero.", 0) != 0) state.metadata[key] = value;
   }
+  if (tensor && zero) {
+    // The whole model's state cut to this tensor rank's parts (the layout of its unsharded
+    // optimizer), then to its ZeRO shard.
+    const std::unique_ptr<optim::Optimizer> full = make_optimizer(c, *module);
+    state.tensors = split_optimizer_state(*full, state.tensors);
+  }
   if (zero) {
     state.tensors = zero->shard_state_from_full(state.tensors);
     state.metadata = zero->shard_metadata_from_full(state.metadata);
+  } else if (tensor) {
+    state.tensors = split_optimizer_state(*optimizer, state.tensors);
   }
-  if (tensor) state.tensors = split_optimizer_state(state.tensors);
   return state;
 }
 

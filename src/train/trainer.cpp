@@ -419,13 +419,14 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   const std::string tmp = dir + ".tmp";
   const dist::GatheredParameters whole(impl_->zero.get());  // stage 3: the consolidated model
   // ZeRO: every rank writes its optimizer shard into rank 0's temporary folder (distributed.cpp).
-  if (impl_->zero && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
+  if (impl_->zero && !impl_->tensor && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
   // Tensor parallelism: rank 0's tensor group gathers the model and the optimizer state (the
   // files one process would write: a checkpoint does not depend on the layout); rank 0 writes.
+  // Under ZeRO every rank takes part: each data group consolidates its shards first.
   TensorMap whole_model, whole_optimizer;
   if (impl_->tensor) {
     whole_model = dist::gather_tensor_parallel_state(impl_->module->model());
-    whole_optimizer = impl_->whole_optimizer_state();
+    whole_optimizer = impl_->whole_optimizer_state(config_);
     if (!impl_->rank0()) return;
   }
   std::error_code ec;
@@ -447,12 +448,13 @@ void Trainer::save_checkpoint(const std::string& dir) const {
     impl_->module->model().save(tmp + "/model.safetensors");
   }
   fault::point("checkpoint-file", tmp + "/model.safetensors");
-  if (impl_->zero) {
+  if (impl_->zero && !impl_->tensor) {
     impl_->save_optimizer_shard(tmp);  // returns once every rank's shard is in tmp
   } else {
     save_safetensors(tmp + "/optimizer.safetensors",
                      impl_->tensor ? whole_optimizer : impl_->optimizer->state_tensors(),
-                     impl_->optimizer->state_metadata());
+                     impl_->zero ? impl_->zero->full_metadata(impl_->optimizer->state_metadata())
+                                 : impl_->optimizer->state_metadata());
     fault::point("checkpoint-file", tmp + "/optimizer.safetensors");
   }
   save_safetensors(tmp + "/loss_scaler.safetensors", impl_->runner->scaler().state_tensors());

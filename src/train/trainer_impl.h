@@ -94,8 +94,14 @@ struct Trainer::Impl {
   void save_model(const std::string& path) const;
   // The optimizer's state_tensors() in the single-process layout (tensor parallelism: split
   // parameters' state gathered over the tensor group, a collective of it), and the inverse.
-  TensorMap whole_optimizer_state() const;
-  TensorMap split_optimizer_state(const TensorMap& whole) const;
+  // Under ZeRO (over the data group) the shards are consolidated first: a collective of the
+  // data group too.
+  TensorMap whole_optimizer_state(const TrainerConfig& c) const;
+  // `state` of `owner` (an optimizer of this rank's parts, unsharded) gathered, and the inverse.
+  TensorMap whole_optimizer_state(const optim::Optimizer& owner, TensorMap state) const;
+  TensorMap split_optimizer_state(const optim::Optimizer& owner, const TensorMap& whole) const;
+  // The model's parameters that are parts over the tensor group (tensor_shards).
+  std::vector<Tensor> split_parameters() const;
   // Every replica takes rank 0's weights and buffers, then DDP's gradient hooks are set.
   void start_data_parallel(const TrainerConfig& c);
   // `full` itself, or under ZeRO this rank's shard optimizer (the sharding rebuilt around it).
@@ -110,8 +116,9 @@ struct Trainer::Impl {
   SafetensorsFile load_optimizer_state(const std::string& dir, const TrainerConfig& c) const;
   // The gradient synchronisation of the strategy (null with one rank).
   GradSync* grad_sync() const {
+    if (zero) return zero.get();  // under tensor parallelism too: it spans both groups
     if (tp_sync) return tp_sync.get();
-    return ddp ? static_cast<GradSync*>(ddp.get()) : zero.get();
+    return ddp.get();
   }
   // This rank's share of every epoch of the training data (disjoint across ranks).
   data::SamplerPtr rank_sampler(data::SamplerPtr sampler) const;

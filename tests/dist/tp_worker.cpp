@@ -12,6 +12,11 @@
 //   debug            --dist-debug per group: with tp 2, world rank 3 all-reduces 2 elements in its
 //                    tensor group where rank 2 reduces 1; the other tensor group agrees
 //   llama            the same for a Llama (grouped-query attention; tied and untied head)
+//   bytes STAGE      dp 2 x tp 2: one step under DDP (0) or ZeRO STAGE over the data groups; the
+//                    bytes per rank (parameters, optimizer state, each group's traffic) = formulas
+//   overflow STAGE   dp 2 x tp 2, fp16-mixed: an inf in one rank's part skips the step everywhere
+//   sequence         GPT and Llama with sequence parallelism against the whole model and the split
+//                    one without it: logits, loss, gradients, tensor-group bytes, activations held
 //   refuse TP PP HEADS [KV]  catches the layout error on every rank and prints it ("rank R
 //                    refused: ..."); with KV a Llama of HEADS heads and KV key/value heads
 //   fail RANK STEP   a GPT trained with tp = world; RANK throws in step STEP (the job must end)
@@ -20,11 +25,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "fasttrain/fasttrain.h"
+#include "fasttrain/zero.h"
 
 namespace {
 
@@ -354,6 +362,258 @@ int llama() {
   return 0;
 }
 
+// Sequence parallelism: the split model with and without it against the whole one. With it the
+// logits, loss and (after TensorParallelSync, which sums the replicated parameters' partial
+// gradients) every gradient equal the whole model's; the tensor group's bytes follow the formula
+// (ARCHITECTURE.md) and the activations held between forward and backward are fewer.
+std::unique_ptr<nn::GPT> build(const nn::GPTConfig& c, Generator* gen, std::shared_ptr<dist::Communicator> tp = {}) {
+  return std::make_unique<nn::GPT>(c, gen, true, std::move(tp));
+}
+std::unique_ptr<nn::Llama> build(const nn::LlamaConfig& c, Generator* gen,
+                                 std::shared_ptr<dist::Communicator> tp = {}) {
+  return std::make_unique<nn::Llama>(c, gen, std::move(tp));
+}
+
+template <class Config>
+void compare_sequence_parallel(const Config& cfg, int64_t vocab, int64_t blocks_comm, int64_t extra_gathers,
+                               const std::shared_ptr<dist::Communicator>& tp, const char* what) {
+  Generator a(11), b(11), c(11);
+  const auto whole_model = build(cfg, &a), plain_model = build(cfg, &b, tp), split_model = build(cfg, &c, tp);
+  auto &whole = *whole_model, &plain = *plain_model, &split = *split_model;
+  dist::set_sequence_parallel(split, true);
+  Generator data(3);
+  const int64_t B = 4, T = 16, C = cfg.dim, t = tp->world_size();
+  const Tensor ids = randint(0, vocab, {B, T}, DType::I64, &data);
+  const Tensor targets = randint(0, vocab, {B, T}, DType::I64, &data);
+  const Tensor logits = whole(ids);
+  cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1})).backward();
+  Allocator& alloc = allocator_for(Device::cpu());
+  int64_t held[2] = {0, 0}, bytes[2] = {0, 0};
+  Tensor loss[2];
+  decltype(&plain) models[2] = {&plain, &split};
+  for (int k = 0; k < 2; ++k) {
+    const int64_t before = tp->bytes_issued(), allocated = alloc.stats().allocated_bytes;
+    const Tensor part = (*models[k])(ids);
+    expect_close(part, logits.narrow(2, models[k]->vocab_start(), part.size(2)), 1e-5,
+                 std::string(what) + " logits" + (k ? " (sequence parallel)" : ""));
+    loss[k] = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                 models[k]->vocab_start(), models[k]->vocab_group());
+    held[k] = alloc.stats().allocated_bytes - allocated;
+    loss[k].backward();
+    bytes[k] = tp->bytes_issued() - before;
+  }
+  expect_close(loss[1], loss[0], 1e-6, std::string(what) + " loss under sequence parallelism");
+  dist::TensorParallelSync sync(split, tp, nullptr);
+  sync.finish();  // the replicated parameters' partial gradients summed
+  expect_same_gradients(whole, split, tp);
+  // Per micro-batch, n = B T C f32 activations: without it 2 `blocks_comm` all-reduces of n
+  // (embedding and row-parallel outputs forward, column-parallel inputs backward) plus the loss's
+  // 3 of B T. With it each becomes a reduce-scatter (input n) and an all-gather (input n / t): a
+  // ring moves the same (t-1)/t n per rank for each half, so the wire traffic is unchanged, but
+  // bytes_issued counts inputs: n (1 + 1/t) per former all-reduce. `extra_gathers`: column-parallel
+  // entries that gather what another already gathered (none here).
+  const int64_t n = B * T * C;
+  const int64_t plain_bytes = 4 * (2 * blocks_comm * n + 3 * B * T);
+  const int64_t sp_bytes = 4 * (2 * blocks_comm * (n + n / t) + extra_gathers * (n + n / t) + 3 * B * T);
+  if (bytes[0] != plain_bytes)
+    fail(std::string(what) + " bytes without sequence parallelism: " + std::to_string(bytes[0]) + ", formula " +
+         std::to_string(plain_bytes));
+  if (bytes[1] != sp_bytes)
+    fail(std::string(what) + " bytes with sequence parallelism: " + std::to_string(bytes[1]) + ", formula " +
+         std::to_string(sp_bytes));
+  if (held[1] >= held[0])
+    fail(std::string(what) + " activations held with sequence parallelism: " + std::to_string(held[1]) +
+         " bytes, not fewer than without: " + std::to_string(held[0]));
+  std::printf("rank %d: %s activations held %lld -> %lld bytes, tensor-group bytes %lld -> %lld\n", g_rank, what,
+              static_cast<long long>(held[0]), static_cast<long long>(held[1]), static_cast<long long>(bytes[0]),
+              static_cast<long long>(bytes[1]));
+}
+
+int sequence() {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const std::shared_ptr<dist::Communicator> tp = dist::process_groups(world->world_size(), 1).tensor;
+  // GPT: embedding + 2 per block + the head: 2L + 1 exchanges each way.
+  const nn::GPTConfig gpt = small_gpt(4, 100);
+  compare_sequence_parallel(gpt, 100, 2 * gpt.layers + 1, 0, tp, "gpt");
+  // Llama (untied head, q/k/v biases): the same count (q, k and v share one gather, gate and up one).
+  const nn::LlamaConfig llama = small_llama(8, 4, false);
+  compare_sequence_parallel(llama, 64, 2 * llama.layers + 1, 0, tp, "llama");
+  return 0;
+}
+
+// dp 2 x tp 2 (4 ranks): one AdamW step with clipping of the split GPT under DDP (stage 0) or
+// ZeRO stage 1, 2 or 3 over the data groups, its bytes per rank against ARCHITECTURE.md's
+// formulas ("Bytes per rank"). Ψ_s: the split parameters' elements (whole), Ψ_r: the replicated
+// ones', Ψ = Ψ_s / t + Ψ_r this rank's, P its parameter tensors, s its ZeRO shard.
+int bytes(int stage) {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const dist::ProcessGroups& g = dist::process_groups(2, 1);
+  const nn::GPTConfig cfg = small_gpt(4, 100);
+  Generator gen(11);
+  nn::GPT model(cfg, &gen, true, g.tensor);
+  const int64_t t = g.tp, d = g.dp, L = cfg.layers, C = cfg.dim, Vp = 128, B = 4, T = 16;
+  const int64_t psi_s = L * (12 * C * C + 7 * C) + Vp * C, psi_r = L * 6 * C + cfg.context * C + 2 * C;
+  const int64_t psi = psi_s / t + psi_r;
+  optim::GroupOptions o;
+  o.lr = 1e-3;
+  o.weight_decay = 0.1;
+  auto full = optim::make_adamw(optim::decay_groups(model.named_parameters(), o));
+  std::unique_ptr<dist::ZeroSharding> zero;
+  std::unique_ptr<dist::TensorParallelSync> sync;
+  std::unique_ptr<optim::Optimizer> shard;
+  std::vector<Tensor> split;
+  const auto shards = dist::tensor_shards(model);
+  int64_t P = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    ++P;
+    if (shards.count(name) != 0) split.push_back(p);
+  }
+  if (stage == 0) {
+    sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
+                                                      std::make_unique<dist::DataParallel>(model, g.data));
+  } else {
+    zero = std::make_unique<dist::ZeroSharding>(model, *full, g.data, stage);
+    zero->set_tensor_parallel(g.tensor, split);
+    shard = zero->make_shard_optimizer();
+  }
+  train::StepOptions so;
+  so.clip = 0.5;
+  train::StepRunner runner(model, zero ? *shard : *full, so);
+  runner.set_grad_sync(zero ? static_cast<train::GradSync*>(zero.get()) : sync.get());
+  Generator data(3 + static_cast<uint64_t>(g.dp_rank));
+  int64_t tensor_bytes = 0, data_bytes = 0;
+  for (int step = 0; step < 2; ++step) {  // the second step's bytes (stage 3 learns its order in the first)
+    const Tensor ids = randint(0, cfg.vocab_size, {B, T}, DType::I64, &data);
+    const Tensor targets = randint(0, cfg.vocab_size, {B, T}, DType::I64, &data);
+    const int64_t tensor_before = g.tensor->bytes_issued(), data_before = g.data->bytes_issued();
+    runner.forward_backward([&] {
+      const Tensor part = model(ids);
+      return dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                model.vocab_start(), model.vocab_group());
+    });
+    runner.optimizer_step();
+    tensor_bytes = g.tensor->bytes_issued() - tensor_before;
+    data_bytes = g.data->bytes_issued() - data_before;
+  }
+  const optim::Optimizer& opt = zero ? *shard : *full;
+  int64_t moments = 0;
+  for (const auto& [name, st] : opt.state_tensors())
+    if (st.dim() > 0) moments += static_cast<int64_t>(st.nbytes());
+  int64_t param_bytes = 0;
+  for (const Tensor& p : model.parameters()) param_bytes += static_cast<int64_t>(p.nbytes());
+  const std::string what = "stage " + std::to_string(stage) + ": ";
+  auto expect_eq = [&](int64_t got, int64_t want, const std::string& name) {
+    if (got != want) fail(what + name + " " + std::to_string(got) + ", formula " + std::to_string(want));
+  };
+  // Activations: 2 (2L + 1) all-reduces of B T C per micro-batch and the loss's 3 of B T; then
+  // the clip's f64 sum of the split parameters' squares. Replicated gradients: all of them
+  // averaged (DDP), or this rank's shard's part of them (ZeRO: the data group's parts sum to Ψ_r).
+  const int64_t activations = 4 * (2 * (2 * L + 1) * B * T * C + 3 * B * T) + 8;
+  Tensor summed = scalar_tensor(tensor_bytes - activations, DType::I64).reshape({1});
+  g.data->all_reduce(summed, dist::ReduceOp::Sum);
+  expect_eq(zero ? summed.data<int64_t>()[0] : tensor_bytes - activations, 4 * psi_r,
+            "tensor-group bytes past the activations'");
+  if (!zero) {
+    expect_eq(sync->sharded_elements() + sync->replicated_elements(), psi, "parameter elements");
+    expect_eq(param_bytes, 4 * psi, "parameter bytes");
+    expect_eq(moments, 8 * psi, "AdamW moment bytes");
+    int64_t grads = 0;
+    for (const Tensor& p : model.parameters())
+      if (p.grad().defined()) grads += static_cast<int64_t>(p.grad().nbytes());
+    expect_eq(grads, 4 * psi, "gradient bytes");
+    expect_eq(data_bytes, 4 * (psi + P), "data-group bytes");  // DDP: gradients and used flags
+  } else {
+    const int64_t s = zero->shard_count();
+    expect_eq(zero->parameter_count(), psi, "ZeRO's parameter elements");
+    expect_eq(zero->padded_count(), s * d, "padded elements");
+    Tensor state = scalar_tensor(moments, DType::I64).reshape({1});
+    g.data->all_reduce(state, dist::ReduceOp::Sum);
+    expect_eq(state.data<int64_t>()[0], 8 * psi, "AdamW moment bytes over the data group");
+    if (moments > 8 * s) fail(what + "moments " + std::to_string(moments) + " above 8 s = " + std::to_string(8 * s));
+    expect_eq(zero->parameter_bytes(model), stage == 3 ? 4 * s : 4 * psi, "parameter bytes held");
+    // Gradients held after the step: the shard's (stage 1 also DDP's buckets: Ψ and P flags).
+    expect_eq(zero->gradient_bytes(model), stage == 1 ? 4 * (psi + P) + 4 * s : 4 * s, "gradient bytes held");
+    // Data group per step (zero.h): stage 1 all-reduce Ψ + flags, all-gather s; stage 2
+    // reduce-scatter s d, flags, all-gather s; both the clip's f64.
+    if (stage == 1) expect_eq(data_bytes, 4 * (psi + P) + 8 + 4 * s, "data-group bytes");
+    if (stage == 2) expect_eq(data_bytes, 4 * s * d + 4 * P + 8 + 4 * s, "data-group bytes");
+    if (stage == 3 && (data_bytes < 4 * s * d + 4 * P + 8 + 4 * s || data_bytes > 4 * (2 * s + s * d + P) + 8))
+      fail(what + "data-group bytes " + std::to_string(data_bytes) +
+           " outside [4 (s + s d + P) + 8, 4 (2 s + s d + P) + 8]");
+  }
+  return 0;
+}
+
+// dp 2 x tp 2, fp16-mixed: in the second step world rank 1 (tensor rank 1 of data replica 0)
+// makes one element of its part of the embedding overflow. Only its ZeRO shard (or its DDP
+// replica pair) sees the inf; every rank must skip that step and halve its loss scale.
+int overflow(int stage) {
+  const std::shared_ptr<dist::Communicator> world = dist::world();
+  const dist::ProcessGroups& g = dist::process_groups(2, 1);
+  const nn::GPTConfig cfg = small_gpt(4, 100);
+  Generator gen(11);
+  nn::GPT model(cfg, &gen, true, g.tensor);
+  optim::GroupOptions o;
+  o.lr = 1e-3;
+  auto full = optim::make_adamw(optim::decay_groups(model.named_parameters(), o));
+  std::unique_ptr<dist::ZeroSharding> zero;
+  std::unique_ptr<dist::TensorParallelSync> sync;
+  std::unique_ptr<optim::Optimizer> shard;
+  std::vector<Tensor> split;
+  const auto shards = dist::tensor_shards(model);
+  Tensor target;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (shards.count(name) != 0) split.push_back(p);
+    if (name == "transformer.wte.weight") target = p;  // the root's: whole through the step under stage 3
+  }
+  if (stage == 0) {
+    sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
+                                                      std::make_unique<dist::DataParallel>(model, g.data));
+  } else {
+    zero = std::make_unique<dist::ZeroSharding>(model, *full, g.data, stage);
+    zero->set_tensor_parallel(g.tensor, split);
+    shard = zero->make_shard_optimizer();
+  }
+  train::StepOptions so;
+  so.clip = 0.5;
+  so.precision = train::Precision::FP16Mixed;
+  train::StepRunner runner(model, zero ? *shard : *full, so);
+  runner.set_grad_sync(zero ? static_cast<train::GradSync*>(zero.get()) : sync.get());
+  Generator data(3 + static_cast<uint64_t>(g.dp_rank));
+  for (int step = 0; step < 3; ++step) {
+    const Tensor ids = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
+    const Tensor targets = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);
+    const double scale = runner.scaler().get_scale();
+    TensorMap before;
+    {
+      const dist::GatheredParameters whole(zero.get());
+      for (const auto& [name, t] : model.state_dict()) before.emplace_back(name, t.clone());
+    }
+    const bool inject = step == 1 && world->rank() == 1;
+    runner.forward_backward([&] {
+      const Tensor part = model(ids);
+      Tensor loss = dist::vocab_parallel_cross_entropy(part.reshape({-1, part.size(2)}), targets.reshape({-1}),
+                                                       model.vocab_start(), model.vocab_group());
+      if (inject)
+        loss = add(loss, mul(sum(target.reshape({-1}).narrow(0, 7, 1)), std::numeric_limits<double>::infinity()));
+      return loss;
+    });
+    runner.optimizer_step();
+    const dist::GatheredParameters whole(zero.get());
+    bool changed = false;
+    const TensorMap after = model.state_dict();
+    for (size_t i = 0; i < after.size(); ++i)
+      changed = changed || after[i].second.to_vector() != before[i].second.to_vector();
+    const double now = runner.scaler().get_scale();
+    if (step == 1 && (changed || now != scale / 2))
+      fail("stage " + std::to_string(stage) + ": the overflow step was not skipped here (scale " +
+           std::to_string(scale) + " -> " + std::to_string(now) + (changed ? ", weights changed)" : ")"));
+    if (step != 1 && (!changed || now != scale))
+      fail("stage " + std::to_string(stage) + ": step " + std::to_string(step) + " did not update as a clean step");
+  }
+  return 0;
+}
+
 int debug() {
   const std::shared_ptr<dist::Communicator> world = dist::world();
   world->set_timeout(120);  // the comparison must fail long before
@@ -406,7 +666,8 @@ int train_gpt(int who, int step, bool hang) {
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fprintf(stderr, "usage: tp_worker groups|layers|gpt|llama|debug|refuse|fail|hang ...\n");
+    std::fprintf(stderr,
+                 "usage: tp_worker groups|layers|gpt|llama|sequence|bytes|overflow|debug|refuse|fail|hang ...\n");
     return 2;
   }
   try {
@@ -419,6 +680,9 @@ int main(int argc, char** argv) {
     if (mode == "gpt") gpt();
     if (mode == "debug") debug();
     if (mode == "llama") llama();
+    if (mode == "sequence") sequence();
+    if (mode == "bytes") bytes(arg(1));
+    if (mode == "overflow") overflow(arg(1));
     if (mode == "refuse") return refuse(arg(1), arg(2), arg(3), args.size() > 4 ? arg(4) : 0);
     if (mode == "fail" || mode == "hang") train_gpt(arg(1), arg(2), mode == "hang");
     if (g_failures == 0) std::printf("rank %d: %s ok\n", g_rank, mode.c_str());

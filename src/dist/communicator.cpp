@@ -64,6 +64,9 @@ class SingleProcessCommunicator : public Communicator {
   WorkPtr recv_async(const Tensor&, int peer) override {
     FT_FAIL("recv: a group of one process has no peer (rank ", peer, " asked for)");
   }
+  WorkPtr send_recv_async(const Tensor&, int send_peer, const Tensor&, int) override {
+    FT_FAIL("send_recv: a group of one process has no peer (rank ", send_peer, " asked for)");
+  }
   int64_t bytes_issued() const override { return 0; }
   void set_timeout(double) override {}
   void set_debug(bool) override {}  // one rank: nothing to disagree with

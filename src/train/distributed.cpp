@@ -133,11 +133,11 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
 
 void Trainer::Impl::save_model(const std::string& path) const {
   const nn::Module& model = module->model();
-  if (!tensor) {
+  if (!tensor && !pipeline) {
     if (rank0()) model.save(path);
     return;
   }
-  const TensorMap whole = dist::gather_tensor_parallel_state(model);  // with the tensor group
+  const TensorMap whole = whole_model_state();  // with the tensor and pipeline groups
   if (rank0()) save_safetensors(path, whole, {{"format", "pt"}});     // as Module::save
 }
 
@@ -179,7 +179,7 @@ std::vector<std::pair<std::string, StateOwner>> state_owners(const optim::Optimi
 
 TensorMap Trainer::Impl::whole_optimizer_state() const {
   TensorMap state = optimizer->state_tensors();
-  if (!tensor) return state;
+  if (!tensor) return whole_over_stages(state);
   // Per-element state (Adam's moments) has its parameter's shape and is split as it is; scalars
   // (step counts) are the same on every rank. Every rank of the group holds the same keys.
   const auto owners = state_owners(*optimizer, module->model(), state);
@@ -189,7 +189,7 @@ TensorMap Trainer::Impl::whole_optimizer_state() const {
     if (o.shard.sharded() && o.param.defined() && t.shape() == o.param.shape())
       t = dist::unshard_tensor(t, o.shard, *tensor);
   }
-  return state;
+  return whole_over_stages(state);  // the stages' entries renumbered and gathered (--pp)
 }
 
 TensorMap Trainer::Impl::split_optimizer_state(const TensorMap& whole) const {
@@ -250,6 +250,7 @@ SafetensorsFile Trainer::Impl::load_optimizer_state(const std::string& dir, cons
     state.tensors = zero->shard_state_from_full(state.tensors);
     state.metadata = zero->shard_metadata_from_full(state.metadata);
   }
+  state.tensors = stage_part_of_optimizer_state(state.tensors);  // this stage's entries (--pp)
   if (tensor) state.tensors = split_optimizer_state(state.tensors);
   return state;
 }

@@ -109,7 +109,7 @@ class GPT : public CausalDecoder, public dist::VocabParallelOutput, public dist:
                   const dist::PipelinePart& part);
   GPTConfig cfg_;
   int64_t padded_vocab_;
-  dist::PipelineStage stage_;  // the whole model unless built for a pipeline stage
+  dist::PipelineStage stage_;               // the whole model unless built for a pipeline stage
   std::shared_ptr<Module> transformer_;     // holds wte, wpe, h (ModuleList of blocks), ln_f
   std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group
   Tensor head_weight_;                      // lm_head's weight: the (local) embedding

@@ -76,8 +76,8 @@ struct PipelineMessage {
 // One step of a stage's program: an action, or communication (a send, a receive, or both at once).
 struct PipelineOp {
   bool compute = false;
-  PipelineAction action;              // when compute
-  PipelineMessage send, recv;         // otherwise: peer -1 where there is none
+  PipelineAction action;       // when compute
+  PipelineMessage send, recv;  // otherwise: peer -1 where there is none
 };
 
 // The schedule with its communication: each forward preceded by the receive of its input (not on
@@ -98,9 +98,9 @@ std::vector<int64_t> stage_layers(const std::vector<int64_t>& block_params, int6
 
 // Which part of a decoder this process holds.
 struct PipelineStage {
-  int index = 0, count = 1;               // this stage and the number of stages
+  int index = 0, count = 1;                // this stage and the number of stages
   int64_t first_block = 0, end_block = 0;  // the blocks [first_block, end_block) (global indices)
-  std::shared_ptr<Communicator> group;    // the pipeline group (rank = stage); null when count is 1
+  std::shared_ptr<Communicator> group;     // the pipeline group (rank = stage); null when count is 1
   bool first() const { return index == 0; }
   bool last() const { return index == count - 1; }
   bool split() const { return count > 1; }
@@ -152,9 +152,9 @@ class PipelineStateIndex {
   std::string to_stage(const std::string& key) const;
 
  private:
-  std::vector<std::vector<int64_t>> whole_;  // [g][i] -> whole index (-1: the head copy)
-  std::vector<int64_t> offset_;              // [g]: this stage's first whole index
-  std::vector<int64_t> count_;               // [g]: this stage's own entries
+  std::vector<std::vector<int64_t>> whole_;                      // [g][i] -> whole index (-1: the head copy)
+  std::vector<int64_t> offset_;                                  // [g]: this stage's first whole index
+  std::vector<int64_t> count_;                                   // [g]: this stage's own entries
   int64_t tied_group_ = -1, tied_whole_ = -1, tied_local_ = -1;  // the head copy <- the embedding's entry
 };
 
@@ -203,8 +203,8 @@ class PipelineExecutor {
  public:
   // loss(output, micro-batch): the last stage's loss of a micro-batch from its logits.
   using StageLoss = std::function<Tensor(const Tensor& logits, const data::Batch& micro)>;
-  PipelineExecutor(nn::Module& model, StepRunner& runner, dist::PipelineSync& sync,
-                   dist::PipelineSchedule schedule, StageLoss loss);
+  PipelineExecutor(nn::Module& model, StepRunner& runner, dist::PipelineSync& sync, dist::PipelineSchedule schedule,
+                   StageLoss loss);
   // One step over these micro-batches (fields: tokens, targets, optionally doc_ids; the same on
   // every stage): the sum of the micro-batch losses, on every rank of the pipeline group.
   Tensor run(const std::vector<data::Batch>& micro_batches);

@@ -136,9 +136,8 @@ struct Collective {
 static_assert(sizeof(Collective) == 5 * sizeof(int64_t), "exchanged as 5 int64 per rank");
 
 std::string describe(const Collective& c) {
-  static constexpr const char* kNames[] = {"broadcast", "all_reduce", "reduce_scatter", "all_gather",
-                                           "barrier",   "split",      "send",           "recv",
-                                           "send_recv"};
+  static constexpr const char* kNames[] = {"broadcast", "all_reduce", "reduce_scatter", "all_gather", "barrier",
+                                           "split",     "send",       "recv",           "send_recv"};
   static_assert(std::size(kNames) == Collective::SendRecv + 1, "one name per kind");
   const bool known = c.kind >= 0 && c.kind <= Collective::SendRecv;
   std::string s = known ? kNames[c.kind] : "unknown collective " + std::to_string(c.kind);

@@ -71,10 +71,12 @@ std::vector<PipelineOp> pipeline_program(const std::vector<PipelineAction>& acti
   for (const PipelineAction& a : actions) {
     PipelineMessage recv = none;
     if (a.kind == PipelineAction::Forward && stage > 0) recv = {PipelineMessage::Activation, a.micro, stage - 1};
-    if (a.kind == PipelineAction::Backward && stage + 1 < stages) recv = {PipelineMessage::Gradient, a.micro, stage + 1};
+    if (a.kind == PipelineAction::Backward && stage + 1 < stages)
+      recv = {PipelineMessage::Gradient, a.micro, stage + 1};
     communicate(recv);
     out.push_back({true, a, none, none});
-    if (a.kind == PipelineAction::Forward && stage + 1 < stages) pending = {PipelineMessage::Activation, a.micro, stage + 1};
+    if (a.kind == PipelineAction::Forward && stage + 1 < stages)
+      pending = {PipelineMessage::Activation, a.micro, stage + 1};
     if (a.kind == PipelineAction::Backward && stage > 0) pending = {PipelineMessage::Gradient, a.micro, stage - 1};
   }
   communicate(none);
@@ -157,8 +159,8 @@ TensorMap gather_pipeline_state(const TensorMap& stage_state, Communicator& pipe
       std::vector<int64_t> dims;
       std::istringstream shape(line.substr(b + 1));
       for (std::string d; std::getline(shape, d, ',');) dims.push_back(std::stoll(d));
-      Tensor t = pipeline.rank() == s ? stage_state[k].second.to(Device::cpu()).contiguous()
-                                      : empty(Shape(dims), dtype);
+      Tensor t =
+          pipeline.rank() == s ? stage_state[k].second.to(Device::cpu()).contiguous() : empty(Shape(dims), dtype);
       if (pipeline.rank() == s && t.impl() == stage_state[k].second.impl()) t = t.clone();  // not a live view
       pipeline.broadcast(t, s);
       whole.emplace_back(name, t);

@@ -170,9 +170,9 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
              " tokens leaves the last of tp = ", t, " ranks (embedding rows ", (t - 1) * (padded_vocab_ / t), " to ",
              padded_vocab_ - 1, ") only padding rows; use fewer tp ranks");
     if (pipeline.count > 1) {
-    make_stage(gen, gpt2_residual_scaling, std::move(tensor_group), pipeline);
-    return;
-  }
+      make_stage(gen, gpt2_residual_scaling, std::move(tensor_group), pipeline);
+      return;
+    }
     tp_ = std::move(tensor_group);
     // The single-process model, initialised exactly as one process would (same generator, same
     // order of draws); this rank keeps its parts. Costs the whole model's memory once, at start.

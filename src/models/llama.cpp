@@ -279,9 +279,9 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
     FT_CHECK(cfg.vocab_size % t == 0, "tensor parallelism: Llama's vocabulary of ", cfg.vocab_size,
              " tokens is not divisible by tp = ", t);
     if (pipeline.count > 1) {
-    make_stage(gen, std::move(tensor_group), pipeline);
-    return;
-  }
+      make_stage(gen, std::move(tensor_group), pipeline);
+      return;
+    }
     tp_ = std::move(tensor_group);
     // The single-process model, initialised exactly as one process would; this rank keeps its
     // parts (GPT's scheme). The split layers' own initialisation draws from a scratch generator.

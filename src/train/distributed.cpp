@@ -137,8 +137,8 @@ void Trainer::Impl::save_model(const std::string& path) const {
     if (rank0()) model.save(path);
     return;
   }
-  const TensorMap whole = whole_model_state();  // with the tensor and pipeline groups
-  if (rank0()) save_safetensors(path, whole, {{"format", "pt"}});     // as Module::save
+  const TensorMap whole = whole_model_state();                     // with the tensor and pipeline groups
+  if (rank0()) save_safetensors(path, whole, {{"format", "pt"}});  // as Module::save
 }
 
 namespace {

@@ -58,8 +58,8 @@ DType PipelineExecutor::wire_dtype() const {
 Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
   const dist::PipelineStage& st = stage_.pipeline_stage();
   const auto m = static_cast<int64_t>(micro.size());
-  FT_CHECK(m == runner_->options().accumulate, "pipeline: ", m, " micro-batches for a step of accumulate = ",
-           runner_->options().accumulate);
+  FT_CHECK(m == runner_->options().accumulate, "pipeline: ", m,
+           " micro-batches for a step of accumulate = ", runner_->options().accumulate);
   const std::vector<dist::PipelineAction> actions = dist::pipeline_schedule(schedule_, st.index, st.count, m);
   const std::vector<dist::PipelineOp> program = dist::pipeline_program(actions, st.index, st.count);
   // Gradients are communicated by the data-parallel sync during the stage's final backward only.

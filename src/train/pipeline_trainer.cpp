@@ -17,9 +17,8 @@ namespace ft::train {
 void Trainer::Impl::start_pipeline(const TrainerConfig& c) {
   if (!pipeline) return;
   nn::Module& model = module->model();
-  FT_CHECK(dist::pipeline_stage_of(model) != nullptr, "option pp: ", c.dist.pp,
-           " pipeline stages, but the model (", model.type_name(),
-           ") is not built as a pipeline stage (built for GPT and Llama)");
+  FT_CHECK(dist::pipeline_stage_of(model) != nullptr, "option pp: ", c.dist.pp, " pipeline stages, but the model (",
+           model.type_name(), ") is not built as a pipeline stage (built for GPT and Llama)");
   GradSync* inner = tp_sync ? static_cast<GradSync*>(tp_sync.get()) : ddp.get();
   pp_sync = std::make_unique<dist::PipelineSync>(model, inner);
 }
@@ -113,13 +112,13 @@ std::string Trainer::Impl::pipeline_report(const TrainerConfig& c) const {
   const auto p = static_cast<double>(pipeline->world_size());
   const auto m = static_cast<double>(pp_total.micro_batches);
   const dist::PipelineStageModel& stage = *dist::pipeline_stage_of(module->model());
-  const double bytes_per = static_cast<double>(c.batch_size) * static_cast<double>(c.model.context) *
-                           static_cast<double>(stage.hidden_size()) *
-                           static_cast<double>(dtype_size(c.precision.mode == Precision::BF16True ? DType::BF16
-                                                                                                  : DType::F32));
-  std::string s = "pipeline bubble (" + std::string(name_of(c.dist.pp_schedule)) + ", p = " +
-                  std::to_string(pipeline->world_size()) + ", m = " + std::to_string(pp_total.micro_batches) +
-                  "): formula (p-1)/(m+p-1) = ";
+  const double bytes_per =
+      static_cast<double>(c.batch_size) * static_cast<double>(c.model.context) *
+      static_cast<double>(stage.hidden_size()) *
+      static_cast<double>(dtype_size(c.precision.mode == Precision::BF16True ? DType::BF16 : DType::F32));
+  std::string s = "pipeline bubble (" + std::string(name_of(c.dist.pp_schedule)) +
+                  ", p = " + std::to_string(pipeline->world_size()) +
+                  ", m = " + std::to_string(pp_total.micro_batches) + "): formula (p-1)/(m+p-1) = ";
   char buf[160];
   std::snprintf(buf, sizeof buf, "%.3f; measured idle fraction per stage:", (p - 1) / (m + p - 1));
   s += buf;

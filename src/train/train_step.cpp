@@ -131,7 +131,8 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
 }
 
 void StepRunner::run_micro_batches(const std::function<void()>& schedule) {
-  FT_CHECK(micro_ == 0, "StepRunner: ", micro_, " micro-batches already run for this step; call optimizer_step() first");
+  FT_CHECK(micro_ == 0, "StepRunner: ", micro_,
+           " micro-batches already run for this step; call optimizer_step() first");
   optimizer_.zero_grad(/*set_to_none=*/true);
   const AllowTf32Guard tf32(options_.precision == Precision::TF32);
   schedule();

@@ -253,8 +253,8 @@ class PipelineCli : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
     return r.output;
   }
-  // The grad_norm column of the training rows (the norm before clipping).
-  std::vector<double> grad_norms(const std::string& run) const {
+  // Column `col` of the rows of `split` (train, val) in a run's metrics.csv.
+  std::vector<double> column(const std::string& run, const std::string& split, size_t col) const {
     std::ifstream f(dir_ + "/" + run + "/metrics.csv");
     std::vector<double> out;
     std::string line;
@@ -262,10 +262,14 @@ class PipelineCli : public ::testing::Test {
       std::vector<std::string> cols;
       std::stringstream ss(line);
       for (std::string c; std::getline(ss, c, ',');) cols.push_back(c);
-      if (cols.size() > 7 && cols[2] == "train") out.push_back(std::stod(cols[7]));
+      if (cols.size() > col && cols[2] == split) out.push_back(std::stod(cols[col]));
     }
     return out;
   }
+  // The gradient norm before clipping, per step.
+  std::vector<double> grad_norms(const std::string& run) const { return column(run, "train", 7); }
+  // The validation losses (steps 10 and 20), evaluated forward through the stages under --pp.
+  std::vector<double> val_losses(const std::string& run) const { return column(run, "val", 3); }
 
   std::string dir_;
 };
@@ -325,14 +329,19 @@ TEST_F(PipelineCli, TwentyGptStepsWithPp2Tp2xPp2AndDp2xPp2EqualOneProcessAndResu
       << gpipe;
   EXPECT_NE(gpipe.find("pipeline bubble (gpipe, p = 2, m = 4): formula (p-1)/(m+p-1) = 0.200"), std::string::npos)
       << gpipe;
+  // Each step 4 activations of 8 x 16 x 32 f32 one way and their gradients back: 2 m B T C 4 bytes.
+  EXPECT_NE(gpipe.find("bytes per step per stage boundary 131072 (formula 2 m B T C bytes = 131072)"),
+            std::string::npos)
+      << gpipe;
   expect_losses_close(train_losses(dir_ + "/gpipe"), reference, 1e-6);
   expect_model_close(dir_ + "/gpipe", dir_ + "/one", 5e-6, 32);
   expect_tied_copies_equal(dir_ + "/gpipe", "transformer.wte.weight");
+  expect_losses_close(val_losses("gpipe"), val_losses("one"), 1e-6);
   const std::vector<double> pp_norms = grad_norms("gpipe");  // the global norm over the stages
   for (size_t i = 0; i < norms.size() && i < pp_norms.size(); ++i)
     EXPECT_NEAR(pp_norms[i], norms[i], 1e-5 * norms[i]) << "step " << i + 1;
 
-  train(2, 8, "1f1b", " --pp 2 --pp-schedule 1f1b");
+  train(2, 8, "1f1b", " --pp 2 --pp-schedule 1f1b --checkpoint-blocks true");  // blocks recomputed in backward
   expect_losses_close(train_losses(dir_ + "/1f1b"), reference, 1e-6);
   expect_model_close(dir_ + "/1f1b", dir_ + "/one", 5e-6, 32);
 

@@ -269,7 +269,7 @@ TEST_F(TensorParallelCli, LayoutErrorsStopTheProgramBeforeTheFirstStep) {
         Case{4, " --tp 4", "leaves the last of tp = 4 ranks (embedding rows 96 to 127) only padding rows"},
         Case{2, " --tp 2 --strategy zero2", "option strategy: zero2 with tensor parallelism (tp = 2) is not built yet"},
         Case{1, " --tp 2", "the world size 1 is not divisible by tp x pp = 2 x 1 = 2"},
-        Case{1, " --pp 2", "the world size 1 is not divisible by tp x pp = 1 x 2 = 2"}}) {
+        Case{1, " --pp 2 --pp-schedule gpipe", "the world size 1 is not divisible by tp x pp = 1 x 2 = 2"}}) {
     SCOPED_TRACE(c.extra);
     const std::string command = (c.ranks == 1 ? std::string() : mpirun(c.ranks)) + FT_CLI_PATH +
                                 flags(8, "refused", c.extra + " --dist-timeout 60", c.heads);

@@ -355,6 +355,10 @@ TEST_F(PipelineCli, TwentyGptStepsWithPp2Tp2xPp2AndDp2xPp2EqualOneProcessAndResu
   expect_model_close(dir_ + "/tp2pp2", dir_ + "/tp2", 5e-6, 32);
   expect_tied_copies_equal(dir_ + "/tp2pp2", "transformer.wte.weight");
 
+  train(4, 8, "pp4", " --pp 4");  // a block per stage: the middle stages receive and send both ways
+  expect_losses_close(train_losses(dir_ + "/pp4"), reference, 1e-6);
+  expect_model_close(dir_ + "/pp4", dir_ + "/one", 5e-6, 32);
+
   train(4, 4, "dp2pp2", " --pp 2");  // global batch 4 x 2 replicas
   expect_losses_close(train_losses(dir_ + "/dp2pp2"), reference, 1e-6);
 

@@ -41,6 +41,13 @@ Tensor Trainer::Impl::pipeline_step(const std::vector<data::Batch>& micro) {
   Tensor loss = pp_executor->run(micro);
   runner->optimizer_step();
   const PipelineStats& s = pp_executor->stats();
+  // The first step (allocations, first touches of every buffer) is not the steady state the
+  // bubble formula describes: it is measured only when it is the only one.
+  if (pp_first_only) {
+    pp_total = PipelineStats{}, pp_steps = 0, pp_first_only = false;
+  } else if (pp_steps == 0) {
+    pp_first_only = true;
+  }
   pp_total.busy_s += s.busy_s, pp_total.wait_s += s.wait_s, pp_total.bytes_sent += s.bytes_sent;
   pp_total.micro_batches = s.micro_batches;
   ++pp_steps;

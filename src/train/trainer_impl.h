@@ -69,8 +69,9 @@ struct Trainer::Impl {
   std::unique_ptr<dist::PipelineSync> pp_sync;
   std::unique_ptr<PipelineExecutor> pp_executor;
   std::unique_ptr<dist::PipelineStateIndex> pp_state_index;
-  PipelineStats pp_total;  // summed over the steps run
+  PipelineStats pp_total;  // summed over the steps run (the first left out once there are others)
   int64_t pp_steps = 0;
+  bool pp_first_only = false;  // pp_total holds the first step alone
 
   bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
 

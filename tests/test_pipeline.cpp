@@ -396,6 +396,23 @@ TEST_F(PipelineCli, TwentyLlamaStepsWithPipelineStagesEqualOneProcess) {
   expect_model_close(dir_ + "/pp2_untied", dir_ + "/one_untied", 5e-6, 0);
 }
 
+TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
+  // Token 5 starts a document (vocab.json as `fasttrain data` writes it for GPT-2's tokenizer):
+  // the windows carry document ids, which every stage's attention must see.
+  {
+    std::ofstream v(dir_ + "/vocab.json");
+    v << R"({"vocab_size": 96, "mode": "gpt2", "eot_token": 5})";
+  }
+  train(1, 8, "one", " --doc-mask true");
+  train(1, 8, "unmasked", " --doc-mask false");
+  const std::vector<double> reference = train_losses(dir_ + "/one"), unmasked = train_losses(dir_ + "/unmasked");
+  ASSERT_EQ(reference.size(), 20u);
+  ASSERT_EQ(unmasked.size(), 20u);
+  EXPECT_GT(std::abs(reference.back() - unmasked.back()), 1e-3);  // the mask changes the run: the check says something
+  train(2, 8, "pp2", " --doc-mask true --pp 2");
+  expect_losses_close(train_losses(dir_ + "/pp2"), reference, 1e-6);
+}
+
 TEST_F(PipelineCli, Bf16MixedUnderPipelineMatchesOneProcessInBf16) {
   train(1, 8, "one", " --precision bf16-mixed");
   const std::vector<double> reference = train_losses(dir_ + "/one");

@@ -413,7 +413,7 @@ TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
   expect_losses_close(train_losses(dir_ + "/pp2"), reference, 1e-6);
 }
 
-TEST_F(PipelineCli, Bf16MixedUnderPipelineMatchesOneProcessInBf16) {
+TEST_F(PipelineCli, MixedPrecisionUnderPipelineMatchesOneProcess) {
   train(1, 8, "one", " --precision bf16-mixed");
   const std::vector<double> reference = train_losses(dir_ + "/one");
   ASSERT_EQ(reference.size(), 20u);
@@ -421,6 +421,13 @@ TEST_F(PipelineCli, Bf16MixedUnderPipelineMatchesOneProcessInBf16) {
   // bf16 products round to 8 bits of mantissa; the stages add the same products in the same
   // order, so the differences stay far below bf16's 2^-8 step.
   expect_losses_close(train_losses(dir_ + "/pp2"), reference, 4e-3);
+  // fp16 with dynamic loss scaling: the scale (updated from the found-inf flag every stage
+  // agrees on) follows one process's.
+  train(1, 8, "one_fp16", " --precision fp16-mixed");
+  train(2, 8, "pp2_fp16", " --precision fp16-mixed --pp 2");
+  expect_losses_close(train_losses(dir_ + "/pp2_fp16"), train_losses(dir_ + "/one_fp16"), 4e-3);
+  EXPECT_EQ(column("pp2_fp16", "train", 8), column("one_fp16", "train", 8));
+  EXPECT_EQ(column("pp2_fp16", "train", 8).size(), 20u);
 }
 
 TEST_F(PipelineCli, LayoutsThatCannotWorkAreRefusedBeforeTheFirstStep) {

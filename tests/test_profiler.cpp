@@ -196,6 +196,45 @@ TEST(Profiler, OneSessionAtATime) {
   EXPECT_TRUE(c.running());
 }
 
+// A job's trace: each rank's document as its own process, shifted onto the job's time origin,
+// then merged (what ProfileRun does under mpirun; the CLI case is in test_tensor_parallel).
+TEST(Profiler, ATraceBecomesOneProcessOfAJobsTraceOnItsTimeOrigin) {
+  profiler::Session session;
+  {
+    profiler::Range span("work");
+    relu(ones({64}));
+  }
+  session.stop();
+  profiler::TraceProcess process;
+  process.pid = 3;
+  process.name = "rank 3 (tp 1, dp 0, pp 1)";
+  process.origin_unix_ns = session.start_unix_ns() - 2'000'000;  // the job began 2 ms earlier
+  const nlohmann::json own = nlohmann::json::parse(session.chrome_trace_json());
+  const nlohmann::json shifted = nlohmann::json::parse(session.chrome_trace_json(process));
+  auto user_span = [](const nlohmann::json& doc) {
+    for (const auto& e : doc["traceEvents"])
+      if (e["ph"] == "X" && e["name"] == "work") return e;
+    return nlohmann::json();
+  };
+  ASSERT_FALSE(user_span(own).is_null());
+  EXPECT_EQ(user_span(shifted)["pid"], 3);
+  EXPECT_NEAR(user_span(shifted)["ts"].get<double>(), user_span(own)["ts"].get<double>() + 2000.0, 1e-6);
+
+  process.pid = 0;
+  process.name = "rank 0";
+  const nlohmann::json merged =
+      nlohmann::json::parse(profiler::merge_chrome_traces({session.chrome_trace_json(process), shifted.dump()}));
+  std::map<int, std::string> names;
+  int spans = 0;
+  for (const auto& e : merged["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") names[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "X" && e["name"] == "work") ++spans;
+  }
+  EXPECT_EQ(names, (std::map<int, std::string>{{0, "rank 0"}, {3, "rank 3 (tp 1, dp 0, pp 1)"}}));
+  EXPECT_EQ(spans, 2);
+  EXPECT_THROW(profiler::merge_chrome_traces({"{\"events\": []}"}), Error);
+}
+
 // FLOPs against the formulas written out by hand (a multiply-add is 2).
 TEST(Profiler, FlopsOfLinearConvAttentionAndElementwise) {
   Generator gen(3);

@@ -4,13 +4,20 @@
 // through `fasttrain train --tp` against one process with the same global batch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fasttrain/fasttrain.h"
 #include "support/mpi_job.h"
+#include "support/toy_gpt2_vocab.h"
 #include "support/trainer_configs.h"
 
 namespace ft {
@@ -255,6 +262,102 @@ TEST_F(TensorParallelCli, TwentyStepsOfALlamaWithTp2AndDp2xTp2EqualOneProcess) {
   train(4, 4, "dp2tp2", llama + " --tp 2");
   expect_losses_close(train_losses(dir_ + "/dp2tp2"), reference, 1e-6);
   expect_model_close(dir_ + "/dp2tp2", dir_ + "/one", 5e-6, 0);
+}
+
+TEST_F(TensorParallelCli, UnderADocumentMaskTp2EqualsOneProcess) {
+  // GPT-2 BPE shards (a toy vocabulary) of short documents, each begun by the end-of-text
+  // token: --doc-mask confines attention to the document, on every tensor rank's heads.
+  test::write_toy_gpt2_vocab(dir_ + "/encoder.json", dir_ + "/vocab.bpe", {{"t", "h"}, {"th", "e"}, {" ", "the"}});
+  std::string text;
+  uint64_t x = 5;
+  for (int doc = 0; doc < 400; ++doc) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    for (uint64_t w = 0; w < 3 + (x >> 60); ++w) text += (w + doc) % 3 ? "the cat " : "a hat ";
+    text += "<|endoftext|>";
+  }
+  std::ofstream(dir_ + "/docs.txt") << text;
+  const test::CliRun data =
+      run_command(std::string(FT_CLI_PATH) + " data --tokenizer gpt2 --encoder " + dir_ + "/encoder.json --merges " +
+                  dir_ + "/vocab.bpe --input " + dir_ + "/docs.txt --output " + dir_ + "/docs --val-tokens 2000");
+  ASSERT_EQ(data.code, 0) << data.output;
+  auto run = [&](int ranks, const std::string& name, const std::string& extra) {
+    const std::string command = (ranks == 1 ? std::string() : mpirun(ranks)) + FT_CLI_PATH +
+                                " train --task lm --data '" + dir_ + "/docs/*_train_*.bin' --val-data '" + dir_ +
+                                "/docs/*_val_*.bin' --layers 2 --dim 32 --heads 4 --context 32 --batch-size 4 "
+                                "--max-steps 6 --lr 0.01 --eval-every 0 --log-every-n-steps 1 --threads 1 "
+                                "--tensorboard false --progress false --run-dir " +
+                                dir_ + "/" + name + extra;
+    const test::CliRun r = run_command(command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+    return train_losses(dir_ + "/" + name);
+  };
+  for (const std::string model : {" --model custom", " --model llama --kv-heads 2 --ffn-dim 64"}) {
+    SCOPED_TRACE(model);
+    const std::vector<double> plain = run(1, "plain", model);
+    const std::vector<double> masked = run(1, "masked", model + " --doc-mask");
+    ASSERT_EQ(masked.size(), 6u);
+    EXPECT_NE(plain.front(), masked.front());  // windows hold several documents: the mask matters
+    expect_losses_close(run(2, "masked_tp2", model + " --doc-mask --tp 2"), masked, 1e-6);
+  }
+}
+
+TEST_F(TensorParallelCli, AProfiledJobWritesEveryRanksLanesIntoOneTrace) {
+  // --profile under tp 2: each rank traces its own steps; rank 0 writes one trace with a process
+  // per rank, each with its training thread and its communication thread, whose collective
+  // spans overlap the other rank's in time (one clock origin for the job).
+  train(2, 8, "profiled", " --tp 2 --profile 2:3");
+  const std::string path = dir_ + "/profiled/profile/trace.json";
+  ASSERT_TRUE(fs::exists(path));
+  const nlohmann::json trace = nlohmann::json::parse(test::slurp(path));
+  std::map<int, std::string> process_names;
+  std::map<int, std::set<std::string>> lanes;
+  std::map<int, std::vector<std::pair<double, double>>> collectives;  // per rank: [start, end) us
+  std::map<int, int> steps;
+  for (const auto& e : trace.at("traceEvents")) {
+    const int pid = e.at("pid").get<int>();
+    const std::string ph = e.at("ph"), name = e.at("name");
+    if (ph == "M" && name == "process_name") process_names[pid] = e.at("args").at("name");
+    if (ph == "M" && name == "thread_name") lanes[pid].insert(e.at("args").at("name").get<std::string>());
+    // The layers' all-reduces run in the tensor group (the world's own collectives, such as the
+    // stop flag's, name no group).
+    if (ph == "X" && e.at("cat") == "communication" && name.find("in the tensor group") != std::string::npos) {
+      const double ts = e.at("ts"), dur = e.at("dur");
+      collectives[pid].emplace_back(ts, ts + dur);
+    }
+    if (ph == "X" && e.at("cat") == "step") ++steps[pid];
+  }
+  ASSERT_EQ(process_names.size(), 2u) << "one process per rank";
+  EXPECT_EQ(process_names[0], "rank 0 (tp 0, dp 0, pp 0)");
+  EXPECT_EQ(process_names[1], "rank 1 (tp 1, dp 0, pp 0)");
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    EXPECT_TRUE(lanes[rank].count("train"));
+    EXPECT_TRUE(lanes[rank].count("communication"));
+    EXPECT_EQ(steps[rank], 2);                     // steps 2 and 3
+    EXPECT_GT(collectives[rank].size(), 2u * 4u);  // 2 layers x (2 forward + 2 backward) all-reduces per step
+  }
+  // A collective of the tensor group completes on both ranks together: rank 1's first
+  // all-reduce of step 2 overlaps one of rank 0's in the common time axis.
+  std::sort(collectives[0].begin(), collectives[0].end());
+  std::sort(collectives[1].begin(), collectives[1].end());
+  const auto [s1, e1] = collectives[1].front();
+  const bool overlaps = std::any_of(collectives[0].begin(), collectives[0].end(),
+                                    [&](const auto& c) { return c.first <= e1 && s1 <= c.second; });
+  EXPECT_TRUE(overlaps) << "rank 1's first collective [" << s1 << ", " << e1 << ") us meets none of rank 0's";
+
+  // summary.json gives every rank's memory and communication: the two halves of the model hold
+  // about the same bytes, and each rank sent its all-reduces.
+  const nlohmann::json summary = nlohmann::json::parse(test::slurp(dir_ + "/profiled/summary.json"));
+  ASSERT_TRUE(summary.contains("ranks")) << summary.dump(2);
+  ASSERT_EQ(summary["ranks"].size(), 2u);
+  for (int rank : {0, 1}) {
+    const auto& r = summary["ranks"][rank];
+    EXPECT_EQ(r["rank"].get<int>(), rank);
+    EXPECT_GT(r["peak_allocated_bytes"].get<int64_t>(), 0);
+    EXPECT_GT(r["max_rss_bytes"].get<int64_t>(), r["peak_allocated_bytes"].get<int64_t>());
+    EXPECT_GT(r["bytes_communicated"].get<int64_t>(), 3 * 2 * 4 * 8 * 16 * 32 * 4)  // 3 steps' activations
+        << "rank " << rank;
+  }
 }
 
 TEST_F(TensorParallelCli, LayoutErrorsStopTheProgramBeforeTheFirstStep) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fasttrain/names.h"
 #include "fasttrain/tensor.h"
@@ -125,6 +126,8 @@ std::shared_ptr<Communicator> single_process();
 
 // root's string on every rank.
 std::string broadcast_string(Communicator& comm, const std::string& s, int root = 0);
+// Every rank's string, in rank order, on every rank (a collective of `comm`).
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& s);
 
 // Ends a failed job: prints "fasttrain: rank R of N: error: <message>" on stderr, then, when
 // this process is part of an MPI job, aborts every rank (MPI_Abort) so that none waits forever

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/memory_history.h"
 #include "fasttrain/nn.h"
@@ -46,9 +47,17 @@ void label_batch(const data::Batch& batch);
 class ProfileRun {
  public:
   // nullptr when neither --profile nor --memory-history is set. `note` prints a line.
+  // In a job of several processes every rank creates one with the job's communicator `job` and
+  // a label for its process in the trace ("rank 2 (tp 0, dp 1, pp 0)"): every rank traces its
+  // own steps (pipeline stages and tensor ranks do different work), and at the end rank 0
+  // writes one trace.json holding every rank's lanes (a Chrome trace process per rank, with
+  // its training, loader and communication threads), on a common time axis. Rank 0 alone writes
+  // the summary, the advice and the memory history, from its own steps.
   static std::unique_ptr<ProfileRun> create(const TrainerConfig& c, std::string run_dir, nn::Module& model,
                                             const optim::Optimizer& optimizer,
-                                            std::function<void(const std::string&)> note);
+                                            std::function<void(const std::string&)> note,
+                                            std::shared_ptr<dist::Communicator> job = nullptr,
+                                            std::string rank_label = {});
   ~ProfileRun();
   void before_step(int64_t step);  // the 1-based number of the step about to run
   void after_step(int64_t step);
@@ -58,6 +67,9 @@ class ProfileRun {
   ProfileRun() = default;
   void start();
   void stop_and_write();
+  bool writes() const { return !job_ || job_->rank() == 0; }  // rank 0 (or a single process) writes the files
+  // This rank's trace, or (rank 0) every rank's merged: a collective of the job.
+  std::string job_trace() const;
 
   std::string dir_;
   TrainerConfig config_;  // what the advisor judges
@@ -70,6 +82,8 @@ class ProfileRun {
   profiler::PeakFlops peak_;
   std::unique_ptr<profiler::Session> session_;
   std::unique_ptr<profiler::StepScope> step_scope_;
+  std::shared_ptr<dist::Communicator> job_;  // null: one process
+  std::string rank_label_;
 };
 
 }  // namespace ft::train

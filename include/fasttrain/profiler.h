@@ -62,13 +62,16 @@ class PhaseScope {
 class Range {
  public:
   explicit Range(const char* name);
-  explicit Range(std::string name);
+  // `category`: the span's trace category (a static string), "user" unless given: the
+  // communication thread's collectives are "communication".
+  explicit Range(std::string name, const char* category = "user");
   ~Range();
   Range(const Range&) = delete;
   Range& operator=(const Range&) = delete;
 
  private:
   std::string name_;
+  const char* category_ = "user";
   int64_t start_ns_ = -1;
 };
 
@@ -115,6 +118,15 @@ struct CounterSample {
   int64_t allocated_bytes = 0, reserved_bytes = 0;
 };
 
+// Where one process's trace sits in a job's combined trace (merge_chrome_traces): its Chrome
+// trace "process" (pid and name; Perfetto shows one group of lanes per process) and the job's
+// common time origin on the system clock, so that the ranks' spans line up.
+struct TraceProcess {
+  int pid = 1;
+  std::string name = "fasttrain";
+  int64_t origin_unix_ns = -1;  // <0: this session's own start
+};
+
 // Records while open; one Session at a time in a process (a second one is an ft::Error).
 class Session {
  public:
@@ -134,13 +146,21 @@ class Session {
 
   // The trace as Chrome trace-event JSON text ({"traceEvents": [...], ...}), and written to a
   // file atomically.
-  std::string chrome_trace_json() const;
+  std::string chrome_trace_json(const TraceProcess& process = {}) const;
   void write_chrome_trace(const std::string& path) const;
+  // When the session started, in nanoseconds since the Unix epoch (the system clock): the ranks of
+  // a job take the earliest of theirs as the origin of the combined trace.
+  int64_t start_unix_ns() const { return start_unix_ns_; }
 
  private:
   bool running_ = false;
   uint64_t generation_ = 0;
+  int64_t start_unix_ns_ = 0;
 };
+
+// One trace-event document holding the events of every document in `traces` (each a
+// chrome_trace_json, of a different pid): a job's ranks side by side in one file.
+std::string merge_chrome_traces(const std::vector<std::string>& traces);
 
 // The peak arithmetic rate of this machine for a run's matrix products, measured (not looked up).
 // GFLOP/s counting a multiply-add as 2 FLOPs, for `threads` threads (0: get_num_threads()),

@@ -309,13 +309,13 @@ Range::Range(const char* name) {  // no string is made unless tracing
   name_ = name;
   start_ns_ = detail::now_ns();
 }
-Range::Range(std::string name) {
+Range::Range(std::string name, const char* category) : category_(category) {
   if (!tracing()) return;
   name_ = std::move(name);
   start_ns_ = detail::now_ns();
 }
 Range::~Range() {
-  if (start_ns_ >= 0 && tracing()) emit(std::move(name_), "user", start_ns_);
+  if (start_ns_ >= 0 && tracing()) emit(std::move(name_), category_, start_ns_);
 }
 
 StepScope::StepScope(int64_t step) : step_(step) {
@@ -342,6 +342,8 @@ Session::Session() {
   s.buffers.clear();
   s.next_tid = 1;
   g_t0_ns.store(steady_ns(), std::memory_order_relaxed);
+  start_unix_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   generation_ = g_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
   detail::g_flags.fetch_or(detail::kTracing, std::memory_order_release);
   running_ = true;
@@ -395,17 +397,25 @@ std::vector<std::pair<int, std::string>> Session::thread_names() const {
   return out;
 }
 
-std::string Session::chrome_trace_json() const {
+std::string Session::chrome_trace_json(const TraceProcess& process) const {
   using nlohmann::json;
   const double us = 1e-3;
+  const int pid = process.pid;
+  // Times are relative to this session's start; a job's common origin shifts them by the
+  // difference (the ranks' sessions start within a step of each other).
+  const double shift_us =
+      process.origin_unix_ns < 0 ? 0.0 : static_cast<double>(start_unix_ns_ - process.origin_unix_ns) * us;
   json events = json::array();
-  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"tid", 0}, {"args", {{"name", "fasttrain"}}}});
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", process.name}}}});
+  events.push_back(
+      {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
   for (const auto& [tid, name] : thread_names()) {
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", tid}, {"args", {{"name", name}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
     // The training thread first, then the workers, in Perfetto's lane order.
     events.push_back({{"ph", "M"},
                       {"name", "thread_sort_index"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", tid},
                       {"args", {{"sort_index", name == "train" ? 0 : tid}}}});
   }
@@ -427,24 +437,42 @@ std::string Session::chrome_trace_json() const {
     events.push_back({{"ph", "X"},
                       {"name", s.name},
                       {"cat", s.category},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", s.tid},
-                      {"ts", static_cast<double>(s.start_ns) * us},
+                      {"ts", static_cast<double>(s.start_ns) * us + shift_us},
                       {"dur", static_cast<double>(s.duration_ns) * us},
                       {"args", args}});
   }
   for (const CounterSample& c : counters())
     events.push_back({{"ph", "C"},
                       {"name", "cpu memory"},
-                      {"pid", 1},
+                      {"pid", pid},
                       {"tid", 0},
-                      {"ts", static_cast<double>(c.time_ns) * us},
+                      {"ts", static_cast<double>(c.time_ns) * us + shift_us},
                       {"args", {{"allocated_bytes", c.allocated_bytes}, {"reserved_bytes", c.reserved_bytes}}}});
   json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"producer", "fasttrain"}}}};
   return doc.dump() + "\n";
 }
 
 void Session::write_chrome_trace(const std::string& path) const { write_file_atomically(path, chrome_trace_json()); }
+
+std::string merge_chrome_traces(const std::vector<std::string>& traces) {
+  using nlohmann::json;
+  json events = json::array();
+  for (const std::string& text : traces) {
+    json doc;
+    try {
+      doc = json::parse(text);
+    } catch (const json::exception& e) {
+      FT_FAIL("merge_chrome_traces: expected trace-event JSON, found text that does not parse (", e.what(), ")");
+    }
+    FT_CHECK(doc.contains("traceEvents") && doc["traceEvents"].is_array(),
+             "merge_chrome_traces: expected a document with a traceEvents array, found none");
+    for (auto& e : doc["traceEvents"]) events.push_back(std::move(e));
+  }
+  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", {{"producer", "fasttrain"}}}};
+  return doc.dump() + "\n";
+}
 
 // --- measured peak ---
 

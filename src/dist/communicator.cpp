@@ -1,5 +1,6 @@
 // The launch environment, the world of one process, and the helpers of dist.h shared by every
 // backend. A process nobody launched never touches MPI: its collectives return at once.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -130,6 +131,25 @@ std::string broadcast_string(Communicator& comm, const std::string& s, int root)
   comm.broadcast(bytes, root);
   const char* p = reinterpret_cast<const char*>(bytes.data<uint8_t>());
   return std::string(p, p + n);
+}
+
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& s) {
+  const int n = comm.world_size();
+  if (n == 1) return {s};
+  Tensor mine = scalar_tensor(static_cast<int64_t>(s.size()), DType::I64).reshape({1});
+  Tensor lengths = empty({n}, DType::I64);
+  comm.all_gather(mine, lengths);
+  const int64_t* len = lengths.data<int64_t>();
+  // all_gather moves equal parts: every string padded to the longest.
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(len, len + n));
+  Tensor part = zeros({longest}, DType::U8);
+  std::copy(s.begin(), s.end(), part.data<uint8_t>());
+  Tensor all = empty({n * longest}, DType::U8);
+  comm.all_gather(part, all);
+  std::vector<std::string> out;
+  const char* p = reinterpret_cast<const char*>(all.data<uint8_t>());
+  for (int r = 0; r < n; ++r) out.emplace_back(p + r * longest, p + r * longest + len[r]);
+  return out;
 }
 
 std::string rank_prefix() {

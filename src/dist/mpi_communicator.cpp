@@ -19,11 +19,13 @@
 #include <functional>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "dist/mpi_communicator.h"
 #include "fasttrain/error.h"
+#include "fasttrain/profiler.h"
 
 namespace ft::dist {
 
@@ -218,6 +220,7 @@ class Engine {
 
  private:
   void work_loop() {
+    profiler::set_thread_name("communication");
     for (;;) {
       std::shared_ptr<MpiWork> work;
       {
@@ -230,7 +233,13 @@ class Engine {
         started_ = Clock::now();
         cv_.notify_all();  // the watchdog starts timing this one
       }
-      work->run();
+      {
+        // A profiled run shows each collective as a span on this thread's lane ("communication"),
+        // beside the training thread's wait for it.
+        std::optional<profiler::Range> span;
+        if (profiler::tracing()) span.emplace(work->what(), "communication");
+        work->run();
+      }
       {
         std::lock_guard<std::mutex> lock(m_);
         current_ = nullptr;

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <optional>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
 
 #include "core/fault_injection.h"
@@ -59,6 +61,14 @@ struct Trainer::Run {
 
   double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
   std::string unit() const { return item_unit_name(im.module->unit()); }
+  // This process in a job's profile trace: "rank 3", with its coordinates under model parallelism.
+  std::string rank_label() const {
+    std::string label = "rank " + std::to_string(im.job->rank());
+    if (c.dist.tp * c.dist.pp == 1) return label;
+    const dist::ProcessGroups& g = dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp));
+    return label + " (tp " + std::to_string(g.tp_rank) + ", dp " + std::to_string(g.dp_rank) + ", pp " +
+           std::to_string(g.pp_rank) + ")";
+  }
   // The checkpoint a failed run can resume from ("" if none).
   std::string last_good_checkpoint() const {
     return result.last_checkpoint.empty() ? im.resumed_from : result.last_checkpoint;
@@ -82,10 +92,13 @@ struct Trainer::Run {
     }
     progress = std::make_unique<ProgressLine>(c.progress && im.rank0(), first_step, end, unit());
     print_header();
-    // Rank 0 profiles (its folder is the run's); the other ranks' steps are the same work.
-    if (im.rank0())
-      profile = ProfileRun::create(c, dir, im.module->model(), *im.optimizer,
-                                   [this](const std::string& line) { progress->result(line); });
+    // Every rank profiles its own steps (stages and tensor ranks differ); rank 0 writes the files.
+    profile = ProfileRun::create(
+        c, dir, im.module->model(), *im.optimizer,
+        [this](const std::string& line) {
+          if (im.rank0()) progress->result(line);
+        },
+        im.job, rank_label());
   }
 
   void open_files() {
@@ -421,11 +434,47 @@ struct Trainer::Run {
       result.goal = goal->sentence;
       result.goal_met = goal->met;
     }
-    if (im.rank0()) write_summary();
+    const json ranks = per_rank_figures();  // a collective of the job: before rank 0 alone goes on
+    if (im.rank0()) write_summary(ranks);
     return result;
   }
 
-  void write_summary() {
+  // Each rank's memory and communication, for summary.json's "ranks" (a job of several processes
+  // only: ranks of a pipeline or tensor-parallel layout hold different parts of the model, so rank
+  // 0's figures do not stand for the others').
+  json per_rank_figures() const {
+    if (im.job->world_size() == 1) return json();
+    std::vector<std::shared_ptr<dist::Communicator>> groups{im.job};
+    if (c.dist.tp * c.dist.pp > 1) {
+      const dist::ProcessGroups& g = dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp));
+      groups = {g.world, g.tensor, g.data, g.pipeline};
+    } else if (im.comm != im.job) {
+      groups.push_back(im.comm);
+    }
+    int64_t sent = 0;
+    for (const auto& g : groups) sent += g->bytes_issued();
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    constexpr int64_t kFields = 3;
+    Tensor mine = empty({kFields}, DType::I64);
+    int64_t* m = mine.data<int64_t>();
+    m[0] = allocator_for(Device::cpu()).stats().peak_allocated_bytes;
+    m[1] = static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+    m[2] = sent;
+    const int n = im.job->world_size();
+    Tensor all = empty({n * kFields}, DType::I64);
+    im.job->all_gather(mine, all);
+    json out = json::array();
+    const int64_t* v = all.data<int64_t>();
+    for (int r = 0; r < n; ++r)
+      out.push_back({{"rank", r},
+                     {"peak_allocated_bytes", v[r * kFields]},
+                     {"max_rss_bytes", v[r * kFields + 1]},
+                     {"bytes_communicated", v[r * kFields + 2]}});
+    return out;
+  }
+
+  void write_summary(const json& ranks) {
     const int64_t steps_run = t.step_ - first_step;
     json summary = {{"task", c.task},
                     {"model", result.model},
@@ -461,6 +510,7 @@ struct Trainer::Run {
       summary["loss_floor"] = *result.floor;
       summary["gap"] = result.final_val_loss - *result.floor;
     }
+    if (!ranks.is_null()) summary["ranks"] = ranks;
     write_file_atomically(dir + "/summary.json", summary.dump(2) + "\n");
   }
 };

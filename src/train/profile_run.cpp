@@ -270,17 +270,22 @@ void label_batch(const data::Batch& batch) {
 
 std::unique_ptr<ProfileRun> ProfileRun::create(const TrainerConfig& c, std::string run_dir, nn::Module& model,
                                                const optim::Optimizer& optimizer,
-                                               std::function<void(const std::string&)> note) {
+                                               std::function<void(const std::string&)> note,
+                                               std::shared_ptr<dist::Communicator> job, std::string rank_label) {
   const StepRange& steps = c.profile.steps;
   if (steps.empty() && !c.profile.memory_history) return nullptr;
   std::unique_ptr<ProfileRun> r(new ProfileRun());
+  if (job && job->world_size() > 1) {
+    r->job_ = std::move(job);
+    r->rank_label_ = std::move(rank_label);
+  }
   r->dir_ = std::move(run_dir);
   r->config_ = c;
   r->model_ = &model;
   r->optimizer_ = &optimizer;
   r->note_ = std::move(note);
   r->trace_ = !steps.empty();
-  r->memory_ = c.profile.memory_history;
+  r->memory_ = c.profile.memory_history && r->writes();
   r->first_ = steps.empty() ? 1 : steps.first;
   r->last_ = steps.empty() ? 3 : steps.last;
   profiler::set_thread_name("train");
@@ -330,8 +335,29 @@ void ProfileRun::finish() {
   }
 }
 
+std::string ProfileRun::job_trace() const {
+  if (!job_) return session_->chrome_trace_json();
+  // The earliest session start is the common origin (-max(-t): the reductions have no min).
+  Tensor start = scalar_tensor(-session_->start_unix_ns(), DType::I64);
+  job_->all_reduce(start, dist::ReduceOp::Max);
+  profiler::TraceProcess process;
+  process.pid = job_->rank();
+  process.name = rank_label_.empty() ? "rank " + std::to_string(job_->rank()) : rank_label_;
+  process.origin_unix_ns = -start.item<int64_t>();
+  const std::vector<std::string> all = dist::all_gather_strings(*job_, session_->chrome_trace_json(process));
+  return writes() ? profiler::merge_chrome_traces(all) : std::string();
+}
+
 void ProfileRun::stop_and_write() {
   done_ = true;
+  if (!writes()) {  // another rank: its trace goes to rank 0, which writes every file
+    if (trace_) {
+      session_->stop();
+      job_trace();
+    }
+    profiler::forget_module_names();
+    return;
+  }
   const std::string folder = dir_ + "/profile";
   make_dirs(folder);
   std::optional<memory::PeakReport> mem;
@@ -343,7 +369,7 @@ void ProfileRun::stop_and_write() {
   }
   if (trace_) {
     session_->stop();
-    session_->write_chrome_trace(folder + "/trace.json");
+    write_file_atomically(folder + "/trace.json", job_trace());
     const ProfileSummary s = summarize(session_->spans(), peak_);
     write_file_atomically(folder + "/summary.json", summary_json(s, mem ? &*mem : nullptr));
     note_(summary_table(s));

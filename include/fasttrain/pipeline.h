@@ -162,8 +162,7 @@ class PipelineStateIndex {
 // after the inner finish(), the tied embedding's gradient and the head copy's are added over the
 // first and last stages; clipping by the global norm sums the stages' squared norms (the head
 // copy counted once, split parameters' parts over the tensor group as TensorParallelSync counts
-// them); fp16's found-inf flag is agreed over the pipeline group. Records the time each backward
-// and the communication took for the bubble measurement (PipelineStats).
+// them); fp16's found-inf flag is agreed over the pipeline group.
 class PipelineSync : public train::GradSync {
  public:
   // `inner` (not owned; null: none) is the tensor- or data-parallel synchronisation.

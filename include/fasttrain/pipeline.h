@@ -133,8 +133,9 @@ class PipelineStageModel {
 PipelineStageModel* pipeline_stage_of(nn::Module& model);
 
 // The state of the whole model from every stage's (each rank passes its stage's state, tensor
-// parallel parts already gathered): every stage's tensors in stage order on every rank of the
-// pipeline group (a collective of it: one string and one broadcast per tensor).
+// parallel parts already gathered), on stage 0 only: every stage's tensors in stage order (the
+// other stages send theirs point to point and get an empty map). A collective of the pipeline
+// group; no stage but the first ever holds more than its own part.
 TensorMap gather_pipeline_state(const TensorMap& stage_state, Communicator& pipeline);
 // The entries of `whole` that `model` holds (by its state_dict names).
 TensorMap stage_part_of_state(const TensorMap& whole, const nn::Module& model);

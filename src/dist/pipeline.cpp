@@ -139,32 +139,41 @@ PipelineStageModel* pipeline_stage_of(nn::Module& model) {
 TensorMap gather_pipeline_state(const TensorMap& stage_state, Communicator& pipeline) {
   if (pipeline.world_size() == 1) return stage_state;
   autograd::NoGradGuard no_grad;
-  TensorMap whole;
-  for (int s = 0; s < pipeline.world_size(); ++s) {
-    // The stage's names, dtypes and shapes first (one line each), then its tensors' bytes.
+  if (pipeline.rank() != 0) {
+    // To stage 0, point to point: the names, dtypes and shapes (one line each, its length first),
+    // then the tensors. Stage 0 receives the stages in order, so no two sends wait on each other.
     std::ostringstream desc;
-    if (pipeline.rank() == s)
-      for (const auto& [name, t] : stage_state) {
-        desc << name << '\t' << static_cast<int>(t.dtype()) << '\t';
-        for (int64_t d = 0; d < t.dim(); ++d) desc << (d ? "," : "") << t.size(d);
-        desc << '\n';
-      }
-    std::istringstream lines(broadcast_string(pipeline, desc.str(), s));
-    std::string line;
-    size_t k = 0;
-    while (std::getline(lines, line)) {
+    for (const auto& [name, t] : stage_state) {
+      desc << name << '\t' << static_cast<int>(t.dtype()) << '\t';
+      for (int64_t d = 0; d < t.dim(); ++d) desc << (d ? "," : "") << t.size(d);
+      desc << '\n';
+    }
+    const std::string text = desc.str();
+    pipeline.send(scalar_tensor(static_cast<int64_t>(text.size()), DType::I64).reshape({1}), 0);
+    Tensor bytes = empty({std::max<int64_t>(static_cast<int64_t>(text.size()), 1)}, DType::U8);
+    std::copy(text.begin(), text.end(), bytes.data<uint8_t>());
+    pipeline.send(bytes, 0);
+    for (const auto& [name, t] : stage_state) pipeline.send(t.to(Device::cpu()).contiguous(), 0);
+    return {};
+  }
+  TensorMap whole = stage_state;
+  for (int s = 1; s < pipeline.world_size(); ++s) {
+    Tensor length = empty({1}, DType::I64);
+    pipeline.recv(length, s);
+    const int64_t n = length.data<int64_t>()[0];
+    Tensor bytes = empty({std::max<int64_t>(n, 1)}, DType::U8);
+    pipeline.recv(bytes, s);
+    const char* p = reinterpret_cast<const char*>(bytes.data<uint8_t>());
+    std::istringstream lines(std::string(p, p + n));
+    for (std::string line; std::getline(lines, line);) {
       const size_t a = line.find('\t'), b = line.find('\t', a + 1);
-      const std::string name = line.substr(0, a);
       const auto dtype = static_cast<DType>(std::stoi(line.substr(a + 1, b - a - 1)));
       std::vector<int64_t> dims;
       std::istringstream shape(line.substr(b + 1));
       for (std::string d; std::getline(shape, d, ',');) dims.push_back(std::stoll(d));
-      Tensor t =
-          pipeline.rank() == s ? stage_state[k].second.to(Device::cpu()).contiguous() : empty(Shape(dims), dtype);
-      if (pipeline.rank() == s && t.impl() == stage_state[k].second.impl()) t = t.clone();  // not a live view
-      pipeline.broadcast(t, s);
-      whole.emplace_back(name, t);
-      ++k;
+      Tensor t = empty(Shape(dims), dtype);
+      pipeline.recv(t, s);
+      whole.emplace_back(line.substr(0, a), t);
     }
   }
   return whole;

@@ -86,8 +86,9 @@ class Communicator {
   virtual WorkPtr recv_async(const Tensor& t, int peer) = 0;
   // Both at once (MPI_Sendrecv): `send` to rank `send_peer` while `recv` is filled from
   // `recv_peer`, so two neighbours that send to each other at the same moment (1F1B's steady
-  // state) cannot both wait for the other's receive.
-  virtual WorkPtr send_recv_async(const Tensor& send, int send_peer, const Tensor& recv, int recv_peer) = 0;
+  // state) cannot both wait for the other's receive. (Not pure: a communicator without point to
+  // point, a test's fake, need not have it; the default refuses.)
+  virtual WorkPtr send_recv_async(const Tensor& send, int send_peer, const Tensor& recv, int recv_peer);
 
   void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   void all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }

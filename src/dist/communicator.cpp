@@ -121,6 +121,11 @@ std::shared_ptr<Communicator> world() {
   return w;
 }
 
+WorkPtr Communicator::send_recv_async(const Tensor&, int send_peer, const Tensor&, int recv_peer) {
+  FT_FAIL("send_recv: the ", backend(), " communicator has no point-to-point exchange (to rank ", send_peer,
+          ", from rank ", recv_peer, ")");
+}
+
 std::string broadcast_string(Communicator& comm, const std::string& s, int root) {
   if (comm.world_size() == 1) return s;
   Tensor length = scalar_tensor(static_cast<int64_t>(s.size()), DType::I64);

@@ -428,6 +428,10 @@ TEST_F(PipelineCli, MixedPrecisionUnderPipelineMatchesOneProcess) {
   expect_losses_close(train_losses(dir_ + "/pp2_fp16"), train_losses(dir_ + "/one_fp16"), 4e-3);
   EXPECT_EQ(column("pp2_fp16", "train", 8), column("one_fp16", "train", 8));
   EXPECT_EQ(column("pp2_fp16", "train", 8).size(), 20u);
+  // bf16-true: bf16 weights, so the activations and their gradients travel in bf16.
+  train(1, 8, "one_bf16_true", " --precision bf16-true");
+  train(2, 8, "pp2_bf16_true", " --precision bf16-true --pp 2");
+  expect_losses_close(train_losses(dir_ + "/pp2_bf16_true"), train_losses(dir_ + "/one_bf16_true"), 4e-3);
 }
 
 TEST_F(PipelineCli, LayoutsThatCannotWorkAreRefusedBeforeTheFirstStep) {

@@ -464,7 +464,8 @@ TEST_F(PipelineCli, ARankThatFailsOrHangsEndsTheJob) {
   // The last stage runs out of memory in its third backward (an ft::Error thrown there): the
   // job ends at once with its message, the first stage waiting in a receive or not.
   const std::string one = FT_CLI_PATH + flags(8, "failed", " --pp 2 --dist-timeout 60");
-  const std::string launch = std::string(FT_MPIEXEC) + " --allow-run-as-root --oversubscribe --timeout 240 -np 1 ";
+  // Two programs (mpirun's MPMD form): rank 1 alone gets the fault.
+  const std::string launch = mpirun(1);
   const test::CliRun f = run_command(launch + one + " : -np 1 env FASTTRAIN_FAULT=oom@backward:3 " + one);
   EXPECT_NE(f.code, 0) << f.output;
   EXPECT_NE(f.output.find("fasttrain: rank 1 of 2: error: "), std::string::npos) << f.output;

@@ -84,6 +84,11 @@ class Communicator {
   // (order them, e.g. the earlier stage sends first). Not compared by the debug mode.
   virtual WorkPtr send_async(const Tensor& t, int peer) = 0;
   virtual WorkPtr recv_async(const Tensor& t, int peer) = 0;
+  // Both at once (MPI_Sendrecv): `send` to rank `send_peer` while `recv` is filled from
+  // `recv_peer`, so two neighbours that send to each other at the same moment (1F1B's steady
+  // state) cannot both wait for the other's receive. (Not pure: a communicator without point to
+  // point, a test's fake, need not have it; the default refuses.)
+  virtual WorkPtr send_recv_async(const Tensor& send, int send_peer, const Tensor& recv, int recv_peer);
 
   void broadcast(const Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   void all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op)->wait(); }
@@ -94,6 +99,9 @@ class Communicator {
   void barrier() { barrier_async()->wait(); }
   void send(const Tensor& t, int peer) { send_async(t, peer)->wait(); }
   void recv(const Tensor& t, int peer) { recv_async(t, peer)->wait(); }
+  void send_recv(const Tensor& send, int send_peer, const Tensor& recv, int recv_peer) {
+    send_recv_async(send, send_peer, recv, recv_peer)->wait();
+  }
 
   // Payload bytes of the collectives issued so far (each collective counts its input tensor's
   // bytes once), for accounting in tests and benchmarks.

@@ -10,6 +10,7 @@
 #include "fasttrain/kv_cache.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/ops/rotary.h"
+#include "fasttrain/pipeline.h"
 #include "fasttrain/safetensors.h"
 #include "fasttrain/tensor_parallel.h"
 
@@ -60,10 +61,21 @@ struct GPTConfig {
 //
 // Decoding with a KvCache (kv_cache.h: forward_cached): position p adds row p of the position
 // embedding, as in forward. Single-process models only (refused with a tensor group).
-class GPT : public CausalDecoder, public dist::VocabParallelOutput {
+//
+// Pipeline parallelism (pipeline.h): built with a PipelinePart of p > 1 stages, the model holds
+// its stage's blocks (split by stage_layers: balanced by parameters or --pp-layers) under their
+// single-process names ("transformer.h.5..."), the embeddings on the first stage, ln_f and the
+// head on the last, which holds its own copy of the tied embedding ("lm_head.weight"). All cut
+// from the single-process model built with the same generator. It runs through stage_forward;
+// forward(ids) is refused.
+class GPT : public CausalDecoder, public dist::VocabParallelOutput, public dist::PipelineStageModel {
  public:
   explicit GPT(const GPTConfig& cfg, Generator* gen = nullptr, bool gpt2_residual_scaling = false,
-               std::shared_ptr<dist::Communicator> tensor_group = nullptr);
+               std::shared_ptr<dist::Communicator> tensor_group = nullptr, const dist::PipelinePart& pipeline = {});
+  const dist::PipelineStage& pipeline_stage() const override { return stage_; }
+  Tensor stage_forward(const Tensor& input, const Tensor& doc_ids) override;
+  int64_t hidden_size() const override { return cfg_.dim; }
+  Tensor tied_weight() const override;
   // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size] (with a tensor group:
   // this rank's columns of them)
   Tensor forward(const Tensor& ids) override;
@@ -91,8 +103,13 @@ class GPT : public CausalDecoder, public dist::VocabParallelOutput {
  private:
   // forward and decode: the ids at positions cache->length() .. (0 without a cache).
   Tensor run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache);
+  Tensor embed(const Tensor& ids, const Tensor& doc_ids, KvCache* cache);  // token + position embeddings
+  Tensor head(const Tensor& hidden);                                       // ln_f, then the logits
+  void make_stage(Generator* gen, bool gpt2_residual_scaling, std::shared_ptr<dist::Communicator> tensor_group,
+                  const dist::PipelinePart& part);
   GPTConfig cfg_;
   int64_t padded_vocab_;
+  dist::PipelineStage stage_;               // the whole model unless built for a pipeline stage
   std::shared_ptr<Module> transformer_;     // holds wte, wpe, h (ModuleList of blocks), ln_f
   std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group
   Tensor head_weight_;                      // lm_head's weight: the (local) embedding
@@ -144,10 +161,17 @@ struct LlamaConfig {
 // Decoding with a KvCache (kv_cache.h: forward_cached): the cache holds kv_heads heads per layer,
 // and position p's q and k rotate by row p of the rotary tables, as in forward. Single-process
 // models only (refused with a tensor group).
-class Llama : public CausalDecoder, public dist::VocabParallelOutput {
+//
+// Pipeline parallelism, as GPT's: "model.layers.5..." on its stage, embed_tokens on the first,
+// norm and lm_head on the last (a tied head there holds its own copy of the embedding).
+class Llama : public CausalDecoder, public dist::VocabParallelOutput, public dist::PipelineStageModel {
  public:
   explicit Llama(const LlamaConfig& cfg, Generator* gen = nullptr,
-                 std::shared_ptr<dist::Communicator> tensor_group = nullptr);
+                 std::shared_ptr<dist::Communicator> tensor_group = nullptr, const dist::PipelinePart& pipeline = {});
+  const dist::PipelineStage& pipeline_stage() const override { return stage_; }
+  Tensor stage_forward(const Tensor& input, const Tensor& doc_ids) override;
+  int64_t hidden_size() const override { return cfg_.dim; }
+  Tensor tied_weight() const override;
   // ids [B, T] integer in [0, vocab_size), T <= context -> logits [B, T, vocab_size] (with a
   // tensor group: this rank's columns of them)
   Tensor forward(const Tensor& ids) override;
@@ -168,7 +192,9 @@ class Llama : public CausalDecoder, public dist::VocabParallelOutput {
 
  private:
   Tensor run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache);  // as GPT's
+  void make_stage(Generator* gen, std::shared_ptr<dist::Communicator> tensor_group, const dist::PipelinePart& part);
   LlamaConfig cfg_;
+  dist::PipelineStage stage_;
   std::shared_ptr<Module> model_;           // embed_tokens, layers, norm
   std::shared_ptr<UnaryModule> lm_head_;    // Linear, or ColumnParallelLinear with a tensor group
   std::shared_ptr<dist::Communicator> tp_;  // null: one process holds the whole model

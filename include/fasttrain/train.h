@@ -18,6 +18,7 @@
 #include "fasttrain/lr_finder.h"
 #include "fasttrain/names.h"
 #include "fasttrain/optim.h"
+#include "fasttrain/pipeline.h"
 #include "fasttrain/schedule.h"
 #include "fasttrain/task_options.h"
 #include "fasttrain/tensor.h"
@@ -53,6 +54,11 @@ struct StepRange {  // "START:END" or "N" (1-based, inclusive); "": none (first 
   std::string text;
   bool empty() const { return first == 0; }
   static StepRange parse(const char* option, const std::string& text);
+};
+struct StageLayers {  // "3,3,2": blocks per pipeline stage (--pp-layers); "": balanced by parameters
+  std::vector<int64_t> layers;
+  std::string text;
+  static StageLayers parse(const char* option, const std::string& text);
 };
 // A type of the above: what visit_fields' users treat as text at the edges.
 template <class T>
@@ -235,14 +241,17 @@ struct CheckpointOptions {
 // backward); "zero1" (optimizer state sharded over the ranks), "zero2" (gradients too), "zero3"
 // or its alias "fsdp" (parameters too, gathered block by block for forward and backward).
 // batch_size is per rank: the global batch is batch_size x ranks.
-// Model parallelism (process_groups.h, tensor_parallel.h): tp ranks split each layer (Megatron-LM's
-// tensor parallelism), pp ranks would hold consecutive stages of blocks (not built yet: pp must be
-// 1), and the world / (tp x pp) data-parallel replicas use the strategy above; the global batch is
-// then batch_size x (world / (tp x pp)).
+// Model parallelism (process_groups.h, tensor_parallel.h, pipeline.h): tp ranks split each layer
+// (Megatron-LM's tensor parallelism), pp ranks hold consecutive stages of blocks (GPipe or 1F1B
+// over the accumulate micro-batches), and the world / (tp x pp) data-parallel replicas use the
+// strategy above (ddp under model parallelism); the global batch is then batch_size x (world /
+// (tp x pp)).
 struct DistOptions {
   dist::Strategy strategy = dist::Strategy::Ddp;
   int64_t tp = 1;                  // --tp: tensor-parallel ranks (adjacent world ranks)
-  int64_t pp = 1;                  // --pp: pipeline stages (1: pipeline parallelism is not built yet)
+  int64_t pp = 1;                  // --pp: pipeline stages (the outermost world ranks)
+  dist::PipelineSchedule pp_schedule = dist::PipelineSchedule::OneFOneB;  // --pp-schedule
+  StageLayers pp_layers;                                                  // --pp-layers
   bool sequence_parallel = false;  // --sequence-parallel: with tp, activations split along the sequence
   double bucket_cap_mb = 25;  // ddp: gradient bucket size in MiB (the first bucket is at most 1 MiB); 0: one bucket
   double timeout = 300;       // --dist-timeout: seconds a collective may wait before the job is aborted (0: never)
@@ -466,7 +475,14 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
       "tensor-parallel ranks: each GPT or Llama block's heads and MLP and the vocabulary split over this many adjacent "
       "ranks (Megatron-LM); the world size must be a multiple of tp x pp; data parallel (ddp, zero1-3) over world / "
       "(tp x pp)");
-  dist("pp", c.dist.pp, "pipeline-parallel stages (only 1 for now: pipeline parallelism is not built yet)");
+  dist("pp", c.dist.pp,
+       "pipeline-parallel stages: GPT's and Llama's blocks cut into this many consecutive stages (balanced by "
+       "parameters, or --pp-layers), the micro-batches (accumulate) flowing through them by --pp-schedule; idle "
+       "fraction (pp - 1) / (accumulate + pp - 1)");
+  dist("pp_schedule", c.dist.pp_schedule,
+       "pipeline schedule: 1f1b (at most pp - stage micro-batches' activations held; needs accumulate >= pp) or "
+       "gpipe (all forwards, then all backwards)");
+  dist("pp_layers", c.dist.pp_layers, "blocks per pipeline stage, e.g. 3,3,2 (\"\": balanced by parameters)");
   dist("sequence_parallel", c.dist.sequence_parallel,
        "with tp: sequence parallelism (Megatron-LM's): the norms, residual adds and embeddings between the parallel "
        "layers run on this rank's 1/tp of the positions (all-gather and reduce-scatter instead of all-reduce: the "

@@ -128,6 +128,11 @@ class StepRunner {
   Tensor forward_backward(const Tensor& input, const Tensor& target);
   // The same with the forward given as a closure, run under the precision's autocast.
   Tensor forward_backward(const LossOf& loss_of);
+  // Pipeline parallelism (pipeline.h): all `accumulate` micro-batches of a step run by `schedule`,
+  // which interleaves their forwards and backwards itself (applying autocast and the loss
+  // division and scaling as forward_backward does); the gradients are cleared first and TF32 is
+  // on as the precision says. optimizer_step() follows as after forward_backward.
+  void run_micro_batches(const std::function<void()>& schedule);
   // After `accumulate` micro-batches: unscale (fp16), clip, optimizer step (skipped on overflow),
   // scaler update. Throws ft::Error when called after a different number of micro-batches.
   void optimizer_step();

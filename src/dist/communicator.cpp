@@ -65,6 +65,9 @@ class SingleProcessCommunicator : public Communicator {
   WorkPtr recv_async(const Tensor&, int peer) override {
     FT_FAIL("recv: a group of one process has no peer (rank ", peer, " asked for)");
   }
+  WorkPtr send_recv_async(const Tensor&, int send_peer, const Tensor&, int) override {
+    FT_FAIL("send_recv: a group of one process has no peer (rank ", send_peer, " asked for)");
+  }
   int64_t bytes_issued() const override { return 0; }
   void set_timeout(double) override {}
   void set_debug(bool) override {}  // one rank: nothing to disagree with
@@ -116,6 +119,11 @@ std::shared_ptr<Communicator> world() {
   static std::shared_ptr<Communicator> w;
   std::call_once(once, [] { w = launched() ? make_mpi_world() : single_process(); });
   return w;
+}
+
+WorkPtr Communicator::send_recv_async(const Tensor&, int send_peer, const Tensor&, int recv_peer) {
+  FT_FAIL("send_recv: the ", backend(), " communicator has no point-to-point exchange (to rank ", send_peer,
+          ", from rank ", recv_peer, ")");
 }
 
 std::string broadcast_string(Communicator& comm, const std::string& s, int root) {

@@ -122,9 +122,12 @@ void divide(const Tensor& t, int n) {
 // MPI counts are ints: large buffers go in pieces of at most 2^30 elements.
 constexpr int64_t kMaxCount = int64_t{1} << 30;
 
+// send_recv's two peers in one Collective::argument: to * kPeerRadix + from.
+constexpr int64_t kPeerRadix = int64_t{1} << 24;
+
 // What a rank is about to run, as the debug mode compares it across ranks.
 struct Collective {
-  enum Kind : int64_t { Broadcast, AllReduce, ReduceScatter, AllGather, Barrier, Split, Send, Recv };
+  enum Kind : int64_t { Broadcast, AllReduce, ReduceScatter, AllGather, Barrier, Split, Send, Recv, SendRecv };
   int64_t sequence = 0;  // 1 for the first collective of this communicator
   int64_t kind = Barrier;
   int64_t dtype = 0;     // the input's DType
@@ -135,10 +138,10 @@ struct Collective {
 static_assert(sizeof(Collective) == 5 * sizeof(int64_t), "exchanged as 5 int64 per rank");
 
 std::string describe(const Collective& c) {
-  static constexpr const char* kNames[] = {"broadcast", "all_reduce", "reduce_scatter", "all_gather",
-                                           "barrier",   "split",      "send",           "recv"};
-  static_assert(std::size(kNames) == Collective::Recv + 1, "one name per kind");
-  const bool known = c.kind >= 0 && c.kind <= Collective::Recv;
+  static constexpr const char* kNames[] = {"broadcast", "all_reduce", "reduce_scatter", "all_gather", "barrier",
+                                           "split",     "send",       "recv",           "send_recv"};
+  static_assert(std::size(kNames) == Collective::SendRecv + 1, "one name per kind");
+  const bool known = c.kind >= 0 && c.kind <= Collective::SendRecv;
   std::string s = known ? kNames[c.kind] : "unknown collective " + std::to_string(c.kind);
   if (c.kind == Collective::Barrier) return s;
   if (c.kind == Collective::Split) return s + detail::concat(" (colour ", c.argument, ")");
@@ -146,6 +149,8 @@ std::string describe(const Collective& c) {
   if (c.kind == Collective::Broadcast) s += detail::concat(" from root ", c.argument);
   if (c.kind == Collective::Send) s += detail::concat(" to rank ", c.argument);
   if (c.kind == Collective::Recv) s += detail::concat(" from rank ", c.argument);
+  if (c.kind == Collective::SendRecv)
+    s += detail::concat(" to rank ", c.argument / kPeerRadix, " and from rank ", c.argument % kPeerRadix);
   if (c.kind == Collective::AllReduce || c.kind == Collective::ReduceScatter) {
     const auto op = static_cast<ReduceOp>(c.argument);
     s += op == ReduceOp::Avg ? " (avg)" : op == ReduceOp::Max ? " (max)" : " (sum)";
@@ -465,6 +470,29 @@ class MpiCommunicator : public Communicator {
     });
   }
 
+  // One MPI_Sendrecv: the send and the receive progress together.
+  WorkPtr send_recv_async(const Tensor& send, int send_peer, const Tensor& recv, int recv_peer) override {
+    check_cpu_contiguous(send, "send_recv");
+    check_cpu_contiguous(recv, "send_recv");
+    check_peer(send_peer, "send_recv");
+    check_peer(recv_peer, "send_recv");
+    FT_CHECK(send.nbytes() <= static_cast<size_t>(INT_MAX) && recv.nbytes() <= static_cast<size_t>(INT_MAX),
+             "send_recv: expected at most ", INT_MAX, " bytes each way, found ", send.nbytes(), " and ", recv.nbytes());
+    return enqueue({0, Collective::SendRecv, static_cast<int64_t>(send.dtype()), send.numel(),
+                    static_cast<int64_t>(send_peer) * kPeerRadix + recv_peer},
+                   send.nbytes(), [this, send, send_peer, recv, recv_peer] {
+                     MPI_Status status;
+                     check_mpi(MPI_Sendrecv(send.raw_data(), static_cast<int>(send.nbytes()), MPI_BYTE, send_peer, 0,
+                                            recv.raw_data(), static_cast<int>(recv.nbytes()), MPI_BYTE, recv_peer, 0,
+                                            comm_, &status),
+                               "MPI_Sendrecv");
+                     int got = 0;
+                     MPI_Get_count(&status, MPI_BYTE, &got);
+                     FT_CHECK(static_cast<size_t>(got) == recv.nbytes(), "send_recv: expected ", recv.nbytes(),
+                              " bytes from rank ", recv_peer, " of the ", name_, " group, found ", got);
+                   });
+  }
+
   int64_t bytes_issued() const override {
     std::lock_guard<std::mutex> lock(engine_->mutex());
     return bytes_;
@@ -509,7 +537,7 @@ class MpiCommunicator : public Communicator {
     // Whether to compare is decided here, in the caller's order, so every rank decides alike for
     // the same collective even when set_debug() races with the communication thread. Point to
     // point has no group-wide moment to compare at.
-    const bool p2p = c.kind == Collective::Send || c.kind == Collective::Recv;
+    const bool p2p = c.kind == Collective::Send || c.kind == Collective::Recv || c.kind == Collective::SendRecv;
     if (debug_ && counted && !p2p) run = [this, c, run = std::move(run)] { agree_on(c), run(); };
     const std::string group = name_ == "world" ? "" : " in the " + name_ + " group";
     auto work = std::make_shared<MpiWork>(

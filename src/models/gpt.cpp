@@ -95,21 +95,29 @@ class GPT2Block : public CheckpointableBlock {
 // The "transformer" submodule of Hugging Face's GPT2LMHeadModel.
 class GPT2Model : public Module {
  public:
-  GPT2Model(const GPTConfig& cfg, int64_t padded_vocab, Generator* gen, const std::shared_ptr<Communicator>& tp) {
-    if (tp) {
+  // With a pipeline stage: the embeddings on the first stage only, the stage's blocks under their
+  // global indices ("h.5"), the final norm on the last stage only.
+  GPT2Model(const GPTConfig& cfg, int64_t padded_vocab, Generator* gen, const std::shared_ptr<Communicator>& tp,
+            const dist::PipelineStage* stage = nullptr) {
+    const bool first = stage == nullptr || stage->first(), last = stage == nullptr || stage->last();
+    if (first && tp) {
       auto split = register_module("wte", std::make_shared<dist::VocabParallelEmbedding>(padded_vocab, cfg.dim, tp));
       wte = split, wte_weight = split->weight;
-    } else {
+    } else if (first) {
       auto whole = register_module("wte", std::make_shared<Embedding>(padded_vocab, cfg.dim, gen));
       wte = whole, wte_weight = whole->weight;
     }
-    wpe = register_module("wpe", std::make_shared<Embedding>(cfg.context, cfg.dim, gen));
+    if (first) wpe = register_module("wpe", std::make_shared<Embedding>(cfg.context, cfg.dim, gen));
     h = register_module("h", std::make_shared<ModuleList>());
-    for (int64_t i = 0; i < cfg.layers; ++i) {
+    const int64_t begin = stage ? stage->first_block : 0, end = stage ? stage->end_block : cfg.layers;
+    for (int64_t i = begin; i < end; ++i) {
       blocks.push_back(std::make_shared<GPT2Block>(cfg, gen, tp));
-      h->push_back(blocks.back());
+      if (stage)
+        h->register_module(std::to_string(i), blocks.back());
+      else
+        h->push_back(blocks.back());
     }
-    ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.dim));
+    if (last) ln_f = register_module("ln_f", std::make_shared<LayerNorm>(cfg.dim));
   }
   std::string type_name() const override { return "GPT2Model"; }
   std::shared_ptr<UnaryModule> wte;  // Embedding, or VocabParallelEmbedding (this rank's rows)
@@ -142,7 +150,8 @@ GPTConfig GPTConfig::preset(const std::string& name) {
           "\"; known: gpt-mini, gpt2 (gpt2-124m), gpt2-medium, gpt2-large");
 }
 
-GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::shared_ptr<Communicator> tensor_group)
+GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::shared_ptr<Communicator> tensor_group,
+         const dist::PipelinePart& pipeline)
     : cfg_(cfg) {
   FT_CHECK(cfg.vocab_size > 0 && cfg.context > 0 && cfg.layers > 0 && cfg.dim > 0 && cfg.heads > 0,
            "GPT: vocab_size, context, layers, dim and heads must be positive, found ", cfg.vocab_size, ", ",
@@ -160,6 +169,10 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
     FT_CHECK(cfg.vocab_size > (t - 1) * (padded_vocab_ / t), "tensor parallelism: GPT's vocabulary of ", cfg.vocab_size,
              " tokens leaves the last of tp = ", t, " ranks (embedding rows ", (t - 1) * (padded_vocab_ / t), " to ",
              padded_vocab_ - 1, ") only padding rows; use fewer tp ranks");
+    if (pipeline.count > 1) {
+      make_stage(gen, gpt2_residual_scaling, std::move(tensor_group), pipeline);
+      return;
+    }
     tp_ = std::move(tensor_group);
     // The single-process model, initialised exactly as one process would (same generator, same
     // order of draws); this rank keeps its parts. Costs the whole model's memory once, at start.
@@ -171,6 +184,10 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
     head_weight_ = body(transformer_).wte_weight;
     lm_head_ = register_module("lm_head", std::make_shared<dist::ColumnParallelLinear>(head_weight_, tp_));
     load_state_dict(dist::shard_tensor_parallel_state(whole.state_dict(), *this));
+    return;
+  }
+  if (pipeline.count > 1) {
+    make_stage(gen, gpt2_residual_scaling, nullptr, pipeline);
     return;
   }
   transformer_ = register_module("transformer", std::make_shared<GPT2Model>(cfg, padded_vocab_, gen, nullptr));
@@ -191,6 +208,54 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
   }
 }
 
+void GPT::make_stage(Generator* gen, bool gpt2_residual_scaling, std::shared_ptr<Communicator> tensor_group,
+                     const dist::PipelinePart& part) {
+  // The single-process model, initialised exactly as one process would (the same draws from
+  // `gen`); this stage keeps its blocks (and, with a tensor group, its parts of them).
+  const GPT whole(cfg_, gen, gpt2_residual_scaling);
+  const GPT2Model& w = body(whole.transformer_);
+  std::vector<int64_t> block_params;
+  for (const auto& b : w.blocks) block_params.push_back(b->num_parameters());
+  // Stage 0 holds the embeddings, the last stage the final norm and a head of the embedding's size.
+  const int64_t embeddings = w.wte_weight.numel() + w.wpe->weight.numel();
+  const int64_t head = w.ln_f->num_parameters() + w.wte_weight.numel();
+  const std::vector<int64_t> layers =
+      dist::stage_layers(block_params, embeddings, head, part.count, part.layers, "GPT");
+  stage_.index = part.index, stage_.count = part.count, stage_.group = part.group;
+  for (int k = 0; k < part.index; ++k) stage_.first_block += layers[k];
+  stage_.end_block = stage_.first_block + layers[part.index];
+  if (tensor_group && tensor_group->world_size() > 1) tp_ = std::move(tensor_group);
+  Generator scratch(0);  // overwritten below: the default generator stays as one process leaves it
+  transformer_ =
+      register_module("transformer", std::make_shared<GPT2Model>(cfg_, padded_vocab_, &scratch, tp_, &stage_));
+  if (stage_.last()) {
+    // The tied head's own copy of the embedding (Megatron-LM's): equal at the start, kept equal
+    // by PipelineSync adding the two gradients.
+    const int64_t rows = tp_ ? padded_vocab_ / tp_->world_size() : padded_vocab_;
+    head_weight_ = zeros({rows, cfg_.dim});
+    if (tp_)
+      lm_head_ = register_module("lm_head", std::make_shared<dist::ColumnParallelLinear>(head_weight_, tp_));
+    else
+      lm_head_ = register_module("lm_head", std::make_shared<Linear>(head_weight_));
+    head_weight_ = lm_head_->named_parameters().front().second;
+  }
+  load_state_dict(dist::shard_tensor_parallel_state(dist::stage_part_of_state(whole.state_dict(), *this), *this));
+}
+
+Tensor GPT::tied_weight() const {
+  if (!stage_.split()) return Tensor();
+  return stage_.first() ? body(transformer_).wte_weight : stage_.last() ? head_weight_ : Tensor();
+}
+
+Tensor GPT::stage_forward(const Tensor& input, const Tensor& doc_ids) {
+  return call_as_this([&] {
+    GPT2Model& tr = body(transformer_);
+    Tensor x = stage_.first() ? embed(input, doc_ids, nullptr) : input;
+    for (auto& block : tr.blocks) x = block->forward(x, doc_ids);
+    return stage_.last() ? head(x) : x;
+  });
+}
+
 int64_t GPT::vocab_start() const { return tp_ ? tp_->rank() * (padded_vocab_ / tp_->world_size()) : 0; }
 
 Tensor GPT::forward(const Tensor& ids) { return run(ids, Tensor(), nullptr); }
@@ -209,6 +274,16 @@ Tensor GPT::decode(const Tensor& ids, KvCache& cache) {
 }
 
 Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
+  FT_CHECK(!stage_.split(), "GPT: this model is pipeline ", stage_.describe(),
+           " and runs through the pipeline executor (stage_forward), not forward(ids)");
+  Tensor x = embed(ids, doc_ids, cache);
+  GPT2Model& tr = body(transformer_);
+  for (size_t i = 0; i < tr.blocks.size(); ++i)
+    x = cache ? tr.blocks[i]->forward_cached(x, *cache, static_cast<int64_t>(i)) : tr.blocks[i]->forward(x, doc_ids);
+  return head(x);
+}
+
+Tensor GPT::embed(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "GPT: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T], found shape ", ids.shape().str());
@@ -238,9 +313,12 @@ Tensor GPT::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
   Tensor x = add(tokens, tr.wpe->weight.narrow(0, position + first, tokens.size(1)));
   // Decoding with a cache is inference. Split: this rank's positions' part of one process's mask.
   if (!cache) x = split ? split->dropout(x, cfg_.dropout, training_) : dropout(x, cfg_.dropout, training_);
-  for (size_t i = 0; i < tr.blocks.size(); ++i)
-    x = cache ? tr.blocks[i]->forward_cached(x, *cache, static_cast<int64_t>(i)) : tr.blocks[i]->forward(x, doc_ids);
-  x = (*tr.ln_f)(x);
+  return x;
+}
+
+Tensor GPT::head(const Tensor& hidden) {
+  const Tensor x = (*body(transformer_).ln_f)(hidden);
+  const bool padded = padded_vocab_ != cfg_.vocab_size;
   if (tp_) {
     // This rank's real vocabulary rows [vocab_start, vocab_start + n) of its part of the head
     // (the rest is padding): its columns of the logits. f: the gradient of x is the sum of every

@@ -179,21 +179,30 @@ class LlamaDecoderLayer : public CheckpointableBlock {
 // The "model" submodule of Hugging Face's LlamaForCausalLM; it owns the rotary tables.
 class LlamaModel : public Module {
  public:
-  LlamaModel(const LlamaConfig& c, Generator* gen, const std::shared_ptr<Communicator>& tp) : rope(c) {
-    if (tp) {
+  // With a pipeline stage: embed_tokens on the first stage only, the stage's layers under their
+  // global indices ("layers.5"), the final norm on the last stage only.
+  LlamaModel(const LlamaConfig& c, Generator* gen, const std::shared_ptr<Communicator>& tp,
+             const dist::PipelineStage* stage = nullptr)
+      : rope(c) {
+    const bool first = stage == nullptr || stage->first(), last = stage == nullptr || stage->last();
+    if (first && tp) {
       auto split =
           register_module("embed_tokens", std::make_shared<dist::VocabParallelEmbedding>(c.vocab_size, c.dim, tp));
       embed_tokens = split, embed_weight = split->weight;
-    } else {
+    } else if (first) {
       auto whole = register_module("embed_tokens", std::make_shared<Embedding>(c.vocab_size, c.dim, gen));
       embed_tokens = whole, embed_weight = whole->weight;
     }
     layers = register_module("layers", std::make_shared<ModuleList>());
-    for (int64_t i = 0; i < c.layers; ++i) {
+    const int64_t begin = stage ? stage->first_block : 0, end = stage ? stage->end_block : c.layers;
+    for (int64_t i = begin; i < end; ++i) {
       blocks.push_back(std::make_shared<LlamaDecoderLayer>(c, &rope, gen, tp));
-      layers->push_back(blocks.back());
+      if (stage)
+        layers->register_module(std::to_string(i), blocks.back());
+      else
+        layers->push_back(blocks.back());
     }
-    norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
+    if (last) norm = register_module("norm", std::make_shared<RMSNorm>(c.dim, c.rms_eps));
   }
   std::string type_name() const override { return "LlamaModel"; }
   RopeCache rope;
@@ -255,7 +264,9 @@ int64_t LlamaConfig::num_parameters() const {
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + layers * per_layer + dim;
 }
 
-Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicator> tensor_group) : cfg_(cfg) {
+Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicator> tensor_group,
+             const dist::PipelinePart& pipeline)
+    : cfg_(cfg) {
   cfg.validate();
   if (tensor_group && tensor_group->world_size() > 1) {
     // Checked before anything communicates, from numbers every rank has: all refuse alike.
@@ -268,6 +279,10 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
              " is not divisible by tp = ", t);
     FT_CHECK(cfg.vocab_size % t == 0, "tensor parallelism: Llama's vocabulary of ", cfg.vocab_size,
              " tokens is not divisible by tp = ", t);
+    if (pipeline.count > 1) {
+      make_stage(gen, std::move(tensor_group), pipeline);
+      return;
+    }
     tp_ = std::move(tensor_group);
     // The single-process model, initialised exactly as one process would; this rank keeps its
     // parts (GPT's scheme). The split layers' own initialisation draws from a scratch generator.
@@ -279,6 +294,10 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
                                    ? std::make_shared<dist::ColumnParallelLinear>(body(model_).embed_weight, tp_)
                                    : std::make_shared<dist::ColumnParallelLinear>(cfg.dim, cfg.vocab_size, false, tp_));
     load_state_dict(dist::shard_tensor_parallel_state(whole.state_dict(), *this));
+    return;
+  }
+  if (pipeline.count > 1) {
+    make_stage(gen, nullptr, pipeline);
     return;
   }
   model_ = register_module("model", std::make_shared<LlamaModel>(cfg, gen, nullptr));
@@ -299,6 +318,57 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
   }
 }
 
+void Llama::make_stage(Generator* gen, std::shared_ptr<Communicator> tensor_group, const dist::PipelinePart& part) {
+  // The single-process model built with the same generator; this stage keeps its part (GPT's scheme).
+  const Llama whole(cfg_, gen);
+  const LlamaModel& w = body(whole.model_);
+  std::vector<int64_t> block_params;
+  for (const auto& b : w.blocks) block_params.push_back(b->num_parameters());
+  const int64_t head = w.norm->num_parameters() + cfg_.vocab_size * cfg_.dim;  // a tied head's copy too
+  const std::vector<int64_t> layers =
+      dist::stage_layers(block_params, w.embed_weight.numel(), head, part.count, part.layers, "Llama");
+  stage_.index = part.index, stage_.count = part.count, stage_.group = part.group;
+  for (int k = 0; k < part.index; ++k) stage_.first_block += layers[k];
+  stage_.end_block = stage_.first_block + layers[part.index];
+  if (tensor_group && tensor_group->world_size() > 1) tp_ = std::move(tensor_group);
+  Generator scratch(0);  // overwritten below
+  model_ = register_module("model", std::make_shared<LlamaModel>(cfg_, &scratch, tp_, &stage_));
+  if (stage_.last()) {
+    // A tied head holds its own copy of the embedding here (kept equal by PipelineSync).
+    const int64_t rows = tp_ ? cfg_.vocab_size / tp_->world_size() : cfg_.vocab_size;
+    if (tp_)
+      lm_head_ = register_module("lm_head", std::make_shared<dist::ColumnParallelLinear>(zeros({rows, cfg_.dim}), tp_));
+    else
+      lm_head_ = register_module("lm_head", std::make_shared<Linear>(zeros({rows, cfg_.dim})));
+  }
+  load_state_dict(dist::shard_tensor_parallel_state(dist::stage_part_of_state(whole.state_dict(), *this), *this));
+}
+
+Tensor Llama::tied_weight() const {
+  if (!stage_.split() || !cfg_.tie_embeddings) return Tensor();
+  if (stage_.first()) return body(model_).embed_weight;
+  return stage_.last() ? lm_head_->named_parameters().front().second : Tensor();
+}
+
+Tensor Llama::stage_forward(const Tensor& input, const Tensor& doc_ids) {
+  return call_as_this([&] {
+    LlamaModel& m = body(model_);
+    Tensor x = input;
+    if (stage_.first()) {
+      FT_CHECK(input.defined() && input.dim() == 2 && is_integral(input.dtype()),
+               "Llama: the first pipeline stage takes token ids [B, T], found ",
+               input.defined() ? input.shape().str() : std::string("none"));
+      if (tp_)
+        check_index_range(input, cfg_.vocab_size, [v = cfg_.vocab_size](int64_t id, int64_t) {
+          return detail::concat("Llama: token id ", id, " is out of range for a vocabulary of ", v);
+        });
+      x = (*m.embed_tokens)(input);
+    }
+    for (auto& block : m.blocks) x = block->forward(x, doc_ids);
+    return stage_.last() ? (*lm_head_)((*m.norm)(x)) : x;
+  });
+}
+
 int64_t Llama::vocab_start() const { return tp_ ? tp_->rank() * (cfg_.vocab_size / tp_->world_size()) : 0; }
 
 Tensor Llama::forward(const Tensor& ids) { return run(ids, Tensor(), nullptr); }
@@ -317,6 +387,8 @@ Tensor Llama::decode(const Tensor& ids, KvCache& cache) {
 }
 
 Tensor Llama::run(const Tensor& ids, const Tensor& doc_ids, KvCache* cache) {
+  FT_CHECK(!stage_.split(), "Llama: this model is pipeline ", stage_.describe(),
+           " and runs through the pipeline executor (stage_forward), not forward(ids)");
   FT_CHECK(ids.defined() && is_integral(ids.dtype()) && ids.dtype() != DType::Bool,
            "Llama: token ids must be an integer tensor, found ", ids.defined() ? dtype_name(ids.dtype()) : "undefined");
   FT_CHECK(ids.dim() == 2, "Llama: token ids must be [B, T], found shape ", ids.shape().str());

@@ -48,6 +48,16 @@ std::shared_ptr<Model> with_sequence_parallel(const TrainerConfig& c, std::share
   return model;
 }
 
+// This rank's pipeline stage (count 1 without --pp).
+dist::PipelinePart pipeline_part(const TrainerConfig& c) {
+  dist::PipelinePart part;
+  if (c.dist.pp == 1) return part;
+  const dist::ProcessGroups& g = dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp));
+  part.index = g.pp_rank, part.count = g.pp, part.group = g.pipeline;
+  part.layers = c.dist.pp_layers.layers;
+  return part;
+}
+
 std::shared_ptr<nn::GPT> make_gpt(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
   nn::GPTConfig g;
   g.vocab_size = vocab_size;
@@ -56,10 +66,13 @@ std::shared_ptr<nn::GPT> make_gpt(const TrainerConfig& c, int64_t vocab_size, Ge
   g.dim = c.model.dim;
   g.heads = c.model.heads;
   g.dropout = c.model.dropout;
-  return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
+  return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c), pipeline_part(c));
 }
 
 std::shared_ptr<nn::CausalDecoder> make_whole_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
+  // A weight file is loaded whole into the model: not cut into pipeline stages yet.
+  FT_CHECK(c.dist.pp == 1 || c.model.init_from.empty(), "option init_from: initial weights (", c.model.init_from,
+           ") with pipeline parallelism (pp = ", c.dist.pp, ") are not built yet");
   if (is_hf_folder(c.model.init_from)) {
     // The folder's config.json is the architecture, as from_pretrained takes it: its vocabulary
     // too, which must hold the tokenizer's.
@@ -75,7 +88,7 @@ std::shared_ptr<nn::CausalDecoder> make_whole_decoder(const TrainerConfig& c, in
     return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
   }
   if (is_llama(c.model.name))
-    return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c));
+    return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c), pipeline_part(c));
   return make_gpt(c, vocab_size, gen);
 }
 

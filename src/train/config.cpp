@@ -109,6 +109,35 @@ bool option_applies(const std::string& name, const std::string& task) {
   return false;
 }
 
+namespace {
+
+// Pipeline parallelism's own checks, from numbers every rank has (each refuses alike, before any
+// communication). The stage count against the blocks is checked where the model is cut.
+void check_pipeline_options(const TrainerConfig& c) {
+  const int64_t pp = c.dist.pp;
+  FT_CHECK(c.dist.pp_layers.layers.empty() || static_cast<int64_t>(c.dist.pp_layers.layers.size()) == pp,
+           "option pp_layers: ", c.dist.pp_layers.layers.size(), " stages given ('", c.dist.pp_layers.text,
+           "') for pp = ", pp);
+  if (pp == 1) return;
+  FT_CHECK(c.dist.pp_schedule != dist::PipelineSchedule::OneFOneB || c.accumulate >= pp,
+           "option pp_schedule: 1f1b with ", c.accumulate, " micro-batches (accumulate) is fewer than the ", pp,
+           " pipeline stages (pp); use accumulate >= ", pp, " or --pp-schedule gpipe");
+  FT_CHECK(dist::zero_stage(c.dist.strategy) == 0, "option strategy: ", name_of(c.dist.strategy),
+           " with pipeline parallelism (pp = ", pp, ") is not built yet; use ddp over the data groups");
+  FT_CHECK(c.batch_size > 0, "option batch_size: auto (the batch-size finder) with pipeline parallelism (pp = ", pp,
+           ") is not built yet; give a batch size");
+  // The stages exchange whole [b, T, C] activations; under sequence parallelism each tensor rank
+  // would hold T / tp positions of them.
+  FT_CHECK(!c.dist.sequence_parallel, "option sequence_parallel: with pipeline parallelism (pp = ", pp,
+           ") is not built yet; use --tp without --pp for it");
+  FT_CHECK(c.task == "lm" || c.task == "char",
+           "option pp: pipeline parallelism is built for the lm and char tasks' "
+           "decoders (GPT, Llama), not the ",
+           c.task, " task");
+}
+
+}  // namespace
+
 void TrainerConfig::validate() const {
   auto check = [](bool ok, const char* name, const char* expected, const auto& found) {
     FT_CHECK(ok, "option ", name, ": expected ", expected, ", found ", found);
@@ -187,7 +216,8 @@ void TrainerConfig::validate() const {
   check(std::isfinite(dist.timeout) && dist.timeout >= 0, "dist_timeout", "0 (never) or a positive number of seconds",
         dist.timeout);
   check(dist.tp >= 1, "tp", "1 or more tensor-parallel ranks", dist.tp);
-  check(dist.pp == 1, "pp", "1 (pipeline parallelism is not built yet)", dist.pp);
+  check(dist.pp >= 1, "pp", "1 or more pipeline stages", dist.pp);
+  check_pipeline_options(*this);
 }
 
 std::string config_to_toml(const TrainerConfig& c) {
@@ -452,6 +482,29 @@ StepRange StepRange::parse(const char* option, const std::string& text) {
   const int64_t last = colon == std::string::npos ? first : number(text.substr(colon + 1));
   FT_CHECK(last >= first, "option ", option, ": expected START <= END, found '", text, "'");
   return StepRange{first, last, text};
+}
+
+StageLayers StageLayers::parse(const char* option, const std::string& text) {
+  StageLayers r;
+  r.text = text;
+  if (text.empty()) return r;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string part = text.substr(start, comma - start);
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FT_CHECK(used == part.size() && !part.empty() && v >= 1, "option ", option,
+             ": expected positive block counts per stage separated by commas (e.g. 3,3,2), found '", text, "'");
+    r.layers.push_back(v);
+    start = comma + 1;
+  }
+  return r;
 }
 
 }  // namespace ft::train

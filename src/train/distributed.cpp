@@ -140,12 +140,12 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
 
 void Trainer::Impl::save_model(const std::string& path) const {
   const nn::Module& model = module->model();
-  if (!tensor) {
+  if (!tensor && !pipeline) {
     if (rank0()) model.save(path);
     return;
   }
-  const TensorMap whole = dist::gather_tensor_parallel_state(model);  // with the tensor group
-  if (rank0()) save_safetensors(path, whole, {{"format", "pt"}});     // as Module::save
+  const TensorMap whole = whole_model_state();                     // with the tensor and pipeline groups
+  if (rank0()) save_safetensors(path, whole, {{"format", "pt"}});  // as Module::save
 }
 
 namespace {
@@ -193,7 +193,7 @@ std::vector<Tensor> Trainer::Impl::split_parameters() const {
 }
 
 TensorMap Trainer::Impl::whole_optimizer_state(const TrainerConfig& c) const {
-  if (!tensor) return optimizer->state_tensors();
+  if (!tensor) return whole_over_stages(optimizer->state_tensors());  // the stages' entries (--pp)
   if (!zero) return whole_optimizer_state(*optimizer, optimizer->state_tensors());
   // ZeRO over the data group: this tensor rank's state consolidated first (a collective of the
   // data group), in the layout of the optimizer one process of this tensor rank would have.
@@ -211,7 +211,7 @@ TensorMap Trainer::Impl::whole_optimizer_state(const optim::Optimizer& owner, Te
     if (o.shard.sharded() && o.param.defined() && t.shape() == o.param.shape())
       t = dist::unshard_tensor(t, o.shard, *tensor);
   }
-  return state;
+  return whole_over_stages(state);  // the stages' entries renumbered and gathered (--pp)
 }
 
 TensorMap Trainer::Impl::split_optimizer_state(const optim::Optimizer& owner, const TensorMap& whole) const {
@@ -268,6 +268,7 @@ SafetensorsFile Trainer::Impl::load_optimizer_state(const std::string& dir, cons
     for (const auto& [key, value] : files.front().metadata)
       if (key.rfind("zero.", 0) != 0) state.metadata[key] = value;
   }
+  state.tensors = stage_part_of_optimizer_state(state.tensors);  // this stage's entries (--pp)
   if (tensor && zero) {
     // The whole model's state cut to this tensor rank's parts (the layout of its unsharded
     // optimizer), then to its ZeRO shard.

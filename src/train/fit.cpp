@@ -155,7 +155,14 @@ struct Trainer::Run {
                      std::to_string(c.batch_size * im.world()) + " x " + std::to_string(c.accumulate) +
                      "; this rank holds " + std::to_string(im.tp_sync->sharded_elements()) + " split and " +
                      std::to_string(im.tp_sync->replicated_elements()) + " replicated parameter elements");
-    else if (im.world() > 1)
+    if (im.pipeline) {
+      const dist::PipelineStage& st = dist::pipeline_stage_of(im.module->model())->pipeline_stage();
+      progress->note("pipeline parallel: " +
+                     dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).describe() +
+                     ", schedule " + name_of(c.dist.pp_schedule) + " over " + std::to_string(c.accumulate) +
+                     " micro-batches, global batch " + std::to_string(c.batch_size * im.world()) + " x " +
+                     std::to_string(c.accumulate) + "; rank 0 holds " + st.describe());
+    } else if (!im.tensor && im.world() > 1)
       progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.dist.strategy) +
                      "), global batch " + std::to_string(c.batch_size * im.world()) + " x " +
                      std::to_string(c.accumulate));
@@ -409,6 +416,8 @@ struct Trainer::Run {
     // ZeRO stage 3: every rank gathers (a collective); the model stays whole after fit().
     if (im.zero) im.zero->gather_all();
     if (im.writes_model()) im.save_model(dir + "/model.safetensors");
+    const std::string bubble = im.pipeline_report(c);  // every rank: a collective of the pipeline group
+    if (!bubble.empty()) progress->note(bubble);
     items_trained += im.items * im.world();
     result.steps = t.step_;
     result.seconds = elapsed();

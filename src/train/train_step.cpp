@@ -130,6 +130,15 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
   return loss.dtype() == DType::F32 ? loss.detach() : loss.detach().to(DType::F32);
 }
 
+void StepRunner::run_micro_batches(const std::function<void()>& schedule) {
+  FT_CHECK(micro_ == 0, "StepRunner: ", micro_,
+           " micro-batches already run for this step; call optimizer_step() first");
+  optimizer_.zero_grad(/*set_to_none=*/true);
+  const AllowTf32Guard tf32(options_.precision == Precision::TF32);
+  schedule();
+  micro_ = options_.accumulate;
+}
+
 void StepRunner::optimizer_step() {
   FT_CHECK(micro_ == options_.accumulate, "StepRunner: optimizer_step() after ", micro_, " micro-batches, expected ",
            options_.accumulate, " (accumulate)");

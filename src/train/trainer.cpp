@@ -108,6 +108,7 @@ const data::Batch& Trainer::Impl::next_batch() {
 void Trainer::Impl::make_runner(const TrainerConfig& c) {
   runner = std::make_unique<StepRunner>(module->model(), *optimizer, step_options(c));
   runner->set_grad_sync(grad_sync());  // none with one rank
+  make_pipeline_executor(c);           // none without --pp
 }
 
 namespace {
@@ -241,6 +242,17 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
   auto add_metrics = [&](const std::vector<Tensor>& values) {
     for (size_t i = 0; i < values.size(); ++i) accumulate_metric(metric_sums, metric_names[i], values[i].detach());
   };
+  if (pp_executor) {
+    // Pipeline: the step's micro-batches all at once, for the schedule to interleave (copies: a
+    // fetched batch is valid until the next fetch).
+    std::vector<data::Batch> micro;
+    for (int64_t k = 0; k < accumulate; ++k) {
+      data::Batch b = fetch();
+      for (Tensor& f : b.fields) f = f.clone();
+      micro.push_back(std::move(b));
+    }
+    return pipeline_step(micro);
+  }
   if (accumulate == 1) {
     // One batch a step: StepRunner's step, which a CUDA graph can capture and replay.
     const data::Batch batch = fetch();
@@ -263,6 +275,7 @@ Tensor Trainer::Impl::train_step(int64_t accumulate, double* data_wait) {
 }
 
 EvalResult Trainer::Impl::evaluate(const TrainerConfig& c) {
+  if (pp_executor) return evaluate_pipeline(c);
   if (!zero) return evaluate_module(*module, *val_batches, c, runner->options().precision);
   // ZeRO stage 3: the root's parameters for the whole evaluation, each block's around its forward.
   zero->before_forward();
@@ -311,6 +324,7 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
         dist::process_groups(static_cast<int>(config_.dist.tp), static_cast<int>(config_.dist.pp));
     impl_->comm = g.data;
     if (g.tp > 1) impl_->tensor = g.tensor;
+    if (g.pp > 1) impl_->pipeline = g.pipeline;
   }
   // Dropout draws from the default generator: seeded here, each data-parallel rank its own
   // stream, saved (rank 0's) and restored by checkpoints. The ranks of a tensor group share one
@@ -357,6 +371,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
   im.module = &module;
   im.data = &data;
   im.start_data_parallel(config_);
+  im.start_pipeline(config_);
   im.optimizer = im.sharded(make_optimizer(config_, module), config_);
   make_loaders();
   size_steps_from_epochs();  // before the schedule, which spans max_steps
@@ -424,8 +439,9 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   // files one process would write: a checkpoint does not depend on the layout); rank 0 writes.
   // Under ZeRO every rank takes part: each data group consolidates its shards first.
   TensorMap whole_model, whole_optimizer;
-  if (impl_->tensor) {
-    whole_model = dist::gather_tensor_parallel_state(impl_->module->model());
+  const bool model_parallel = impl_->tensor || impl_->pipeline;
+  if (model_parallel) {
+    whole_model = impl_->whole_model_state();  // the stages' and tensor parts, on rank 0
     whole_optimizer = impl_->whole_optimizer_state(config_);
     if (!impl_->rank0()) return;
   }
@@ -442,7 +458,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   } cleanup{tmp};
   FT_CHECK(impl_->module != nullptr, "save_checkpoint: no module yet (fit() or lr_find() attaches one)");
   make_dirs(tmp);
-  if (impl_->tensor) {
+  if (model_parallel) {
     save_safetensors(tmp + "/model.safetensors", whole_model, {{"format", "pt"}});  // as Module::save
   } else {
     impl_->module->model().save(tmp + "/model.safetensors");
@@ -452,7 +468,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
     impl_->save_optimizer_shard(tmp);  // returns once every rank's shard is in tmp
   } else {
     save_safetensors(tmp + "/optimizer.safetensors",
-                     impl_->tensor ? whole_optimizer : impl_->optimizer->state_tensors(),
+                     model_parallel ? whole_optimizer : impl_->optimizer->state_tensors(),
                      impl_->zero ? impl_->zero->full_metadata(impl_->optimizer->state_metadata())
                                  : impl_->optimizer->state_metadata());
     fault::point("checkpoint-file", tmp + "/optimizer.safetensors");
@@ -557,9 +573,7 @@ void Trainer::apply_resume() {
   Impl& im = *impl_;
   {
     const dist::GatheredParameters whole(im.zero.get());  // stage 3: memory to load into
-    im.module->model().load_state_dict(
-        im.tensor ? dist::shard_tensor_parallel_state(weights.tensors, im.module->model()) : weights.tensors,
-        /*strict=*/true);
+    im.module->model().load_state_dict(im.model_part_of(weights.tensors), /*strict=*/true);
     if (im.zero) im.zero->load_weights_from_model();  // the shards' master weights are the loaded ones
   }
   im.optimizer->load_state_tensors(opt_state.tensors);

@@ -15,6 +15,7 @@
 #include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
 #include "fasttrain/optim.h"
+#include "fasttrain/pipeline.h"
 #include "fasttrain/process_groups.h"
 #include "fasttrain/tensor_parallel.h"
 #include "fasttrain/train.h"
@@ -61,6 +62,16 @@ struct Trainer::Impl {
   std::shared_ptr<dist::Communicator> job;
   std::shared_ptr<dist::Communicator> tensor;
   std::unique_ptr<dist::TensorParallelSync> tp_sync;
+  // Pipeline parallelism (--pp, pipeline_trainer.cpp): the pipeline group (null without), the
+  // stage's gradient synchronisation (around tp_sync or ddp), the executor of the schedule, the
+  // optimizer state's numbering across stages, and the bubble measured over the run.
+  std::shared_ptr<dist::Communicator> pipeline;
+  std::unique_ptr<dist::PipelineSync> pp_sync;
+  std::unique_ptr<PipelineExecutor> pp_executor;
+  std::unique_ptr<dist::PipelineStateIndex> pp_state_index;
+  PipelineStats pp_total;  // summed over the steps run (the first left out once there are others)
+  int64_t pp_steps = 0;
+  bool pp_first_only = false;  // pp_total holds the first step alone
 
   bool channels_last = false;  // the model's 4-d weights are NHWC: so are the image batches
 
@@ -88,7 +99,7 @@ struct Trainer::Impl {
   bool rank0() const { return job->rank() == 0; }  // the rank that prints and writes files
   // Whether this rank takes part in writing the model: rank 0, and under tensor parallelism the
   // other ranks of its tensor group (the first data-parallel replica), which gather with it.
-  bool writes_model() const { return rank0() || (tensor && comm->rank() == 0); }
+  bool writes_model() const { return rank0() || ((tensor || pipeline) && comm->rank() == 0); }
   // The whole model to `path` (a safetensors file, as one process saves it): call on every rank
   // where writes_model(); under tensor parallelism they gather the parts, and rank 0 writes.
   void save_model(const std::string& path) const;
@@ -114,9 +125,28 @@ struct Trainer::Impl {
   // the shards of a ZeRO run of any number of ranks, consolidated, then cut to this rank's shard
   // under ZeRO.
   SafetensorsFile load_optimizer_state(const std::string& dir, const TrainerConfig& c) const;
+  // --- pipeline parallelism (pipeline_trainer.cpp); each a no-op without --pp ---
+  // The stage's PipelineSync around the tensor/data-parallel sync; refuses what is not built.
+  void start_pipeline(const TrainerConfig& c);
+  // The executor and the optimizer-state numbering for the current runner and optimizer.
+  void make_pipeline_executor(const TrainerConfig& c);
+  // One step of `micro` micro-batches through the schedule (the optimizer step included).
+  Tensor pipeline_step(const std::vector<data::Batch>& micro);
+  EvalResult evaluate_pipeline(const TrainerConfig& c);
+  // The single-process model state: tensor parts and stages gathered (collectives of the groups).
+  TensorMap whole_model_state() const;
+  // The weights of a whole state that this rank holds (its stage, its tensor parts).
+  TensorMap model_part_of(const TensorMap& whole) const;
+  // Optimizer state across stages: this stage's entries renumbered as the single-process
+  // optimizer's and gathered (a collective of the pipeline group), and the inverse.
+  TensorMap whole_over_stages(const TensorMap& stage_state) const;
+  TensorMap stage_part_of_optimizer_state(const TensorMap& whole) const;
+  // "pipeline bubble: ..." (a collective of the pipeline group), or "" without --pp.
+  std::string pipeline_report(const TrainerConfig& c) const;
   // The gradient synchronisation of the strategy (null with one rank).
   GradSync* grad_sync() const {
-    if (zero) return zero.get();  // under tensor parallelism too: it spans both groups
+    if (pp_sync) return pp_sync.get();  // wraps the tensor- or data-parallel one (ZeRO is refused under pp)
+    if (zero) return zero.get();        // under tensor parallelism too: it spans both groups
     if (tp_sync) return tp_sync.get();
     return ddp.get();
   }

@@ -5,6 +5,11 @@
 //   slower (docs/PERF.md). f64 (used for checking) goes through cblas_dgemm. Inside the parallel_for both
 //   run single-threaded on the calling pool thread (nested OpenMP regions are serialised, and
 //   the tiles are below OpenBLAS's threading threshold), so threads never oversubscribe cores.
+// - On AVX-512 CPUs the f32 tile products (f32 inputs; on the bf16 path the ones that stay f32)
+//   run on attention_tiles.h's register-blocked kernels instead: at these sizes a library GEMM
+//   spends a large share of each call outside the multiply. Those kernels read their right operand
+//   as dense rows, so Q K^T and dO V^T take K and V transposed into key blocks of [D, Bk]
+//   (TransposedBlocks below), built once per (b, KV head) and thread, or task.
 // - f32/f64 operands whose last dimension is dense are handed to the GEMM in place (any B/H/T
 //   strides: the row stride becomes the leading dimension); other layouts and bf16/f16 are
 //   packed tile by tile into a dense compute-type buffer (bf16/f16 widened to f32).
@@ -34,9 +39,11 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/copy.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/linalg.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
@@ -179,6 +186,21 @@ void tile_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, C alpha, co
   gemm(ta, tb, M, N, K, alpha, a.c, a.ldc, b.c, b.ldc, accumulate ? C(1) : C(0), out, ldo);
 }
 
+// Whether the f32 tile products run on attention_tiles.h (top of the file). Read per call: tests
+// lower the selected level in-process to check the dnnl_sgemm path on the same machine.
+template <class C>
+bool avx512_tiles() {
+  if constexpr (std::is_same_v<C, float>) return selected_cpu_isa() >= CpuIsa::Avx512;
+  return false;
+}
+
+// C[M, N] (+)= alpha op(A) B on attention_tiles.h, op(A) = A (row stride lda) or A^T (`ta`: A is
+// [K, M] with leading dimension lda); B dense rows [K, N] with ldb.
+inline void avx512_product(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                           const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  attention_tiles::product(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, accumulate, C, ldc);
+}
+
 template <class C>
 C row_max(const C* x, int64_t n) {
   C part[8];
@@ -209,6 +231,22 @@ C exp_shift_sum(C* x, int64_t n, C shift) {
     s += x[j];
   }
   return s;
+}
+
+// row_max and exp_shift_sum on attention_tiles.h's 16-lane passes when `fast` (f32 on AVX-512).
+template <class C>
+C tile_row_max(const C* x, int64_t n, bool fast) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (fast) return attention_tiles::row_max(x, n);
+  }
+  return row_max(x, n);
+}
+template <class C>
+C tile_exp_shift_sum(C* x, int64_t n, C shift, bool fast) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (fast) return attention_tiles::exp_affine_sum(x, n, 1.0f, -shift);
+  }
+  return exp_shift_sum(x, n, shift);
 }
 
 // mult[j] = 1/(1-p) if element idx0 + j is kept, else 0 (see attention.h for the rule).
@@ -312,6 +350,47 @@ class RowsOf {
   int64_t b_ = -1, h_ = -1, done_ = 0;
 };
 
+// One (b, h)'s rows of K or V transposed into blocks of `bk` rows: block kb is [D, bk] (leading
+// dimension bk) holding rows [kb * bk, kb * bk + bk) as columns, the right operand of Q K^T or
+// dO V^T on attention_tiles.h. Each block is made when first asked for and kept until another
+// (b, h) is asked for.
+template <class T>
+class TransposedBlocks {
+ public:
+  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used) : op_(op), T_(T_), bk_(bk) {
+    if (!used) return;
+    nkb_ = (T_ + bk - 1) / bk;
+    buf_.resize(static_cast<size_t>(nkb_ * bk * op.D));
+    made_.assign(static_cast<size_t>(nkb_), false);
+  }
+
+  const float* block(int64_t b, int64_t h, int64_t kb) {
+    if (b != b_ || h != h_) {
+      b_ = b, h_ = h;
+      std::fill(made_.begin(), made_.end(), false);
+    }
+    float* dst = buf_.data() + kb * bk_ * op_.D;
+    if (!made_[kb]) {
+      const int64_t k0 = kb * bk_, nk = std::min(bk_, T_ - k0), D = op_.D;
+      const T* src = op_.row(b, h, k0);
+      // Row by row: each source row is read once, its D values scattered down one column.
+      for (int64_t j = 0; j < nk; ++j) {
+        const T* r = src + j * op_.st;
+        for (int64_t d = 0; d < D; ++d) dst[d * bk_ + j] = static_cast<float>(r[d * op_.sd]);
+      }
+      made_[kb] = true;
+    }
+    return dst;
+  }
+
+ private:
+  const Operand<T>& op_;
+  int64_t T_, bk_, nkb_ = 0;
+  std::vector<float> buf_;
+  std::vector<bool> made_;
+  int64_t b_ = -1, h_ = -1;
+};
+
 // Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
 // parallel_for hands each thread one contiguous range, so pair cheap and expensive blocks (0,
 // n-1, 1, n-2, ...) and a range's work grows evenly with its length.
@@ -356,13 +435,16 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   // the second thread to be scheduled).
   const int64_t task_flops = 4 * std::min(bq, Tq) * D * (p.causal ? (Tk + 1) / 2 : Tk);
   const bool tiles16 = bf16_tile_products<T>();
+  const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> qbuf(bq * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
     std::vector<T> q16(n16 * bq * D);
-    // K in the form Q K^T takes, V in the compute type (P V is f32 on both paths).
-    RowsOf<T, C> Kc(K, tiles16 ? 0 : Tk), Vc(V, Tk);
+    // K in the form Q K^T takes (transposed key blocks for attention_tiles.h), V in the compute
+    // type (P V is f32 on both paths).
+    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk), Vc(V, Tk);
     RowsOf<T, T> K16(K, tiles16 ? Tk : 0);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16);
     for (int64_t t = t0; t < t1; ++t) {
       // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run (and the query
       // heads sharing a KV head, which are neighbours, meet its keys and values in one run too).
@@ -383,12 +465,21 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       for (int64_t k0 = kbegin; k0 < kend; k0 += bk) {
         const int64_t nk = std::min(bk, kend - k0);
         Tile<T, C> Kt, Vt;
-        if (tiles16)
-          Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
-        else
-          Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
         Vt.c = Vc.rows(b, hk, k0, nk, Vt.ldc);
-        tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        if (tiles16) {
+          Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        } else if constexpr (std::is_same_v<C, float>) {
+          if (fast) {
+            avx512_product(false, nq, nk, D, scale, Qt.c, Qt.ldc, KT.block(b, hk, k0 / bk), bk, false, s.data(), bk);
+          } else {
+            Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
+            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+          }
+        } else {
+          Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        }
         if (tiles16)  // the bf16 product is unscaled
           for (int64_t r = 0; r < nq; ++r)
             for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
@@ -409,13 +500,13 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           // is finite from then on. With one, a row whose document starts in a later block sees
           // nothing here: it adds nothing (a zero row of P, alpha 1), and m stays -inf rather
           // than meeting exp(-inf - -inf). Every row sees itself, so l > 0 in the end.
-          const C mx = std::max(m[r], row_max(row, nk));
+          const C mx = std::max(m[r], tile_row_max(row, nk, fast));
           if (mx == kNegInf) {
             std::fill(row, row + nk, C(0));
             continue;
           }
           const C alpha = fast_exp(m[r] - mx);
-          const C sum = exp_shift_sum(row, nk, mx);
+          const C sum = tile_exp_shift_sum(row, nk, mx, fast);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
           if (dropout) {
@@ -425,7 +516,17 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           }
           if (alpha != C(1)) {
             C* a = acc.data() + r * D;
-            for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast) attention_tiles::scale_row(a, D, alpha);
+            }
+            if (!std::is_same_v<C, float> || !fast)
+              for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
+          }
+        }
+        if constexpr (std::is_same_v<C, float>) {
+          if (fast) {
+            avx512_product(false, nq, D, nk, 1.0f, s.data(), bk, Vt.c, Vt.ldc, true, acc.data(), D);
+            continue;
           }
         }
         tile_product(false, false, nq, D, nk, C(1), Tile<T, C>{s.data(), bk}, Vt, true, acc.data(), D);
@@ -527,6 +628,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   // Five GEMMs of Tq x (Tk / G) x D per query head of a task (half under causal masking).
   const int64_t task_flops = group * 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
   const bool tiles16 = bf16_tile_products<T>();
+  const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, BHkv * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> kbuf(bk * D), vbuf(bk * D), P(bq * bk), Z(dropout ? bq * bk : 0), dS(bq * bk),
@@ -536,6 +638,8 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     // dV += Z^T dO and dO V^T take.
     RowsOf<T, C> Qc(Q, Tq), dOc(dO, tiles16 ? 0 : Tq);
     RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0), dO16(dO, tiles16 ? Tq : 0);
+    // K and V transposed for Q K^T and dO V^T on attention_tiles.h.
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16), VT(V, Tk, bk, fast && !tiles16);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;
       // Interleaved key blocks per group: under causal masking early key blocks have more
@@ -553,7 +657,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
           const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
           // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
           const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf.data(), k16.data());
-          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16, tiles16, vbuf.data(), v16.data());
+          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16 && !fast, tiles16, vbuf.data(), v16.data());
           C* dKa = dKacc.data() + k0 * D;
           C* dVa = dVacc.data() + k0 * D;
           // Query rows before k0 see none of these keys: start at the block holding row k0.
@@ -571,7 +675,13 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             } else {
               dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
             }
-            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
+            // f32 on attention_tiles.h: Q K^T and dO V^T from the transposed blocks.
+            const bool fast32 = fast && !tiles16;
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast32)
+                avx512_product(false, nq, nk, D, scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), bk, false, P.data(), bk);
+            }
+            if (!fast32) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
             // The bf16 product is unscaled: the scale goes into the exponent.
             const C pre = tiles16 ? scale : C(1);
             for (int64_t r = 0; r < nq; ++r) {
@@ -581,7 +691,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
               const int64_t first = doc_start ? std::clamp<int64_t>(doc_start[b * Tq + i0 + r] - k0, 0, valid) : 0;
               for (int64_t j = 0; j < first; ++j) row[j] = C(0);
-              for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
+              if constexpr (std::is_same_v<C, float>) {
+                if (fast) attention_tiles::exp_affine_sum(row + first, valid - first, pre, -li);
+              }
+              if (!std::is_same_v<C, float> || !fast)
+                for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
               for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
               if (dropout) {
                 C* mr = M.data() + r * bk;
@@ -596,10 +710,17 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               round_tile(Zt.c, nq, nk, bk, C(1), z16.data());
               Zt = {nullptr, 0, z16.data(), bk};
             }
-            // dV += Z^T dO
-            tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
-            // dZ = dO V^T, then dS = P * (dZ * mask - Di)
-            tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
+            // dV += Z^T dO; dZ = dO V^T, then dS = P * (dZ * mask - Di)
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast32) {
+                avx512_product(true, nk, D, nq, 1.0f, Zt.c, bk, dOt.c, dOt.ldc, true, dVa, D);
+                avx512_product(false, nq, nk, D, 1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), bk, false, dS.data(), bk);
+              }
+            }
+            if (!fast32) {
+              tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
+              tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
+            }
             for (int64_t r = 0; r < nq; ++r) {
               C* ds = dS.data() + r * bk;
               const C* pr = P.data() + r * bk;
@@ -607,11 +728,20 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               if (dropout) {
                 const C* mr = M.data() + r * bk;
                 for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] * mr[j] - di);
+              } else if (std::is_same_v<C, float> && fast) {
+                if constexpr (std::is_same_v<C, float>) attention_tiles::softmax_grad_row(ds, pr, nk, di);
               } else {
                 for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di);
               }
             }
             // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast) {
+                avx512_product(true, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, true, dKa, D);
+                avx512_product(false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, true, dqg + i0 * D, D);
+                continue;
+              }
+            }
             gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, C(1), dKa, D);
             gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
           }

@@ -609,7 +609,26 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   // Group 0 accumulates straight into dq when dq is in the compute type. With one group a task
   // owns its query heads' dq rows: it zeroes them itself, or (dq in bf16/f16) sums them in its own
   // compute-type rows and rounds them into dq at a head's end, with no pass over dq before or after.
-  const int64_t G = std::min(nkb, std::max<int64_t>(1, (kMinBackwardTasks + BHkv - 1) / BHkv));
+  // The task count is also made a multiple of 4 where the key blocks allow, so that 2 or 4 threads
+  // get equal shares of it (parallel_for hands each thread one contiguous range of tasks, and the
+  // snake order below gives every group of a (b, KV head) the same work): smollm-135m's 3 KV heads
+  // in 9 tasks left one of 2 threads a third more work than the other.
+  int64_t G = std::max<int64_t>(1, (kMinBackwardTasks + BHkv - 1) / BHkv);
+  if (G > 1)
+    for (int64_t more = G; more < G + 4; ++more)
+      if ((BHkv * more) % 4 == 0) {
+        G = more;
+        break;
+      }
+  G = std::min(G, nkb);
+  // Key block kb belongs to group group_of(kb): in rounds of G blocks, dealt forwards in even rounds
+  // and backwards in odd ones. Under causal masking early key blocks have more queries, and the
+  // snake order gives every group nearly the same number of query rows (equal when nkb is a
+  // multiple of 2 G).
+  auto group_of = [G](int64_t kb) {
+    const int64_t round = kb / G, pos = kb % G;
+    return round % 2 == 0 ? pos : G - 1 - pos;
+  };
   constexpr bool in_place = std::is_same_v<T, C>;
   const bool own_dq = !in_place && G == 1;
   const int64_t per_group = BH * Tq * D;
@@ -640,11 +659,13 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0), dO16(dO, tiles16 ? Tq : 0);
     // K and V transposed for Q K^T and dO V^T on attention_tiles.h.
     TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16), VT(V, Tk, bk, fast && !tiles16);
+    std::vector<int64_t> blocks;  // the key blocks of the task's group
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;
-      // Interleaved key blocks per group: under causal masking early key blocks have more
-      // queries, and interleaving spreads them evenly across groups.
-      for (int64_t kb = g; kb < nkb; kb += G) {
+      blocks.clear();
+      for (int64_t kb = 0; kb < nkb; ++kb)
+        if (group_of(kb) == g) blocks.push_back(kb);
+      for (const int64_t kb : blocks) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
         std::fill(dKacc.begin() + k0 * D, dKacc.begin() + (k0 + nk) * D, C(0));
         std::fill(dVacc.begin() + k0 * D, dVacc.begin() + (k0 + nk) * D, C(0));
@@ -653,7 +674,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         const int64_t bh = b * H + h;
         C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
         if (own_dq || (in_place && G == 1)) std::fill(dqg, dqg + Tq * D, C(0));
-        for (int64_t kb = g; kb < nkb; kb += G) {
+        for (const int64_t kb : blocks) {
           const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
           // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
           const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf.data(), k16.data());
@@ -748,7 +769,7 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         }
         if (own_dq) convert_run(dq_own.data(), dQ + bh * Tq * D, Tq * D);
       }
-      for (int64_t kb = g; kb < nkb; kb += G) {
+      for (const int64_t kb : blocks) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
         convert_run(dKacc.data() + k0 * D, dK + (bkv * Tk + k0) * D, nk * D);
         convert_run(dVacc.data() + k0 * D, dV + (bkv * Tk + k0) * D, nk * D);

@@ -26,8 +26,7 @@ namespace detail {
 // on the stack and stored all of it on every step of the depth loop, at half the FMA rate.
 // p[0, 16) under mask m (+)= alpha * v.
 FT_AVX512_KERNEL inline void put(float* p, __mmask16 m, __m512 v, __m512 alpha, bool accumulate) {
-  __m512 out = _mm512_mul_ps(v, alpha);
-  if (accumulate) out = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), out);
+  const __m512 out = accumulate ? _mm512_fmadd_ps(v, alpha, _mm512_maskz_loadu_ps(m, p)) : _mm512_mul_ps(v, alpha);
   _mm512_mask_storeu_ps(p, m, out);
 }
 

@@ -233,22 +233,6 @@ C exp_shift_sum(C* x, int64_t n, C shift) {
   return s;
 }
 
-// row_max and exp_shift_sum on attention_tiles.h's 16-lane passes when `fast` (f32 on AVX-512).
-template <class C>
-C tile_row_max(const C* x, int64_t n, bool fast) {
-  if constexpr (std::is_same_v<C, float>) {
-    if (fast) return attention_tiles::row_max(x, n);
-  }
-  return row_max(x, n);
-}
-template <class C>
-C tile_exp_shift_sum(C* x, int64_t n, C shift, bool fast) {
-  if constexpr (std::is_same_v<C, float>) {
-    if (fast) return attention_tiles::exp_affine_sum(x, n, 1.0f, -shift);
-  }
-  return exp_shift_sum(x, n, shift);
-}
-
 // mult[j] = 1/(1-p) if element idx0 + j is kept, else 0 (see attention.h for the rule).
 template <class C>
 void dropout_multipliers(uint64_t key, uint64_t base, uint64_t idx0, int64_t n, float keep_prob, C inv_keep, C* mult) {
@@ -439,6 +423,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> qbuf(bq * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
+    std::vector<float> lanes(fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
     std::vector<T> q16(n16 * bq * D);
     // K in the form Q K^T takes (transposed key blocks for attention_tiles.h), V in the compute
     // type (P V is f32 on both paths).
@@ -455,6 +440,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), C(0));
       std::fill(acc.begin(), acc.end(), C(0));
+      std::fill(lanes.begin(), lanes.end(), 0.0f);
       // Keys past the last query of the block are masked for every row: skip those blocks.
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
       // Document mask: the rows' first visible keys, non-decreasing, so keys before the first
@@ -496,17 +482,18 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             const int64_t first = std::clamp<int64_t>(rs[r] - k0, 0, nk);
             for (int64_t j = 0; j < first; ++j) row[j] = kNegInf;
           }
+          if (fast) continue;  // masks only: the tile's softmax step follows, 16 rows at a time
           // Without a document mask the first key block holds key 0, visible to every row, so m
           // is finite from then on. With one, a row whose document starts in a later block sees
           // nothing here: it adds nothing (a zero row of P, alpha 1), and m stays -inf rather
           // than meeting exp(-inf - -inf). Every row sees itself, so l > 0 in the end.
-          const C mx = std::max(m[r], tile_row_max(row, nk, fast));
+          const C mx = std::max(m[r], row_max(row, nk));
           if (mx == kNegInf) {
             std::fill(row, row + nk, C(0));
             continue;
           }
           const C alpha = fast_exp(m[r] - mx);
-          const C sum = tile_exp_shift_sum(row, nk, mx, fast);
+          const C sum = exp_shift_sum(row, nk, mx);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
           if (dropout) {
@@ -516,11 +503,19 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           }
           if (alpha != C(1)) {
             C* a = acc.data() + r * D;
-            if constexpr (std::is_same_v<C, float>) {
-              if (fast) attention_tiles::scale_row(a, D, alpha);
+            for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
+          }
+        }
+        // The tile's softmax step on AVX-512, 16 rows at a time (attention_tiles.h), then dropout.
+        if constexpr (std::is_same_v<C, float>) {
+          if (fast) {
+            attention_tiles::online_softmax_tile(s.data(), bk, nq, nk, m.data(), lanes.data(), acc.data(), D);
+            for (int64_t r = 0; dropout && r < nq; ++r) {
+              const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
+              dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult.data());
+              C* row = s.data() + r * bk;
+              for (int64_t j = 0; j < nk; ++j) row[j] *= mult[j];
             }
-            if (!std::is_same_v<C, float> || !fast)
-              for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
           }
         }
         if constexpr (std::is_same_v<C, float>) {
@@ -530,6 +525,10 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           }
         }
         tile_product(false, false, nq, D, nk, C(1), Tile<T, C>{s.data(), bk}, Vt, true, acc.data(), D);
+      }
+      if constexpr (std::is_same_v<C, float>) {
+        if (fast)
+          for (int64_t r = 0; r < nq; ++r) l[r] = attention_tiles::lanes_sum(lanes.data() + r * 16);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const C inv = l[r] > 0 ? C(1) / l[r] : C(0);

@@ -142,12 +142,15 @@ FT_AVX512_KERNEL inline void product(int64_t M, int64_t N, int64_t K, float alph
 // The softmax passes over a score row, on 16 lanes (GCC vectorises the generic loops to 8 lanes
 // under this build's tuning, and they took as long as the products).
 
-// fast_exp (fast_exp.h) on 16 lanes: the same polynomial and range handling.
+// fast_exp (fast_exp.h) on 16 lanes: the same reduction and polynomial, with 2^n applied by
+// vscalefps, which also gives inf past the top of the range (so only the top needs a clamp, for
+// the rounding trick); below -87.3 the result is exactly 0, as in fast_exp (never a subnormal,
+// which would slow the products that read it), and NaN propagates.
 FT_AVX512_KERNEL inline __m512 exp16(__m512 x) {
-  // max(c, x) and min(c, x) return x when x is NaN, so NaN propagates as in fast_exp.
-  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(88.3f), _mm512_max_ps(_mm512_set1_ps(-87.3f), x));
-  const __m512 t = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f));
-  const __m512 n = _mm512_sub_ps(t, _mm512_set1_ps(12582912.0f));
+  // min(c, x) returns x when x is NaN.
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(100.0f), x);
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f)),
+                                 _mm512_set1_ps(12582912.0f));
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -156,12 +159,11 @@ FT_AVX512_KERNEL inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  const __m512i bits = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(static_cast<int>(127u - 0x4B400000u))), 23);
-  __m512 res = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
-  res = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ), res, _mm512_setzero_ps());
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(88.72f), _CMP_GT_OQ), res, _mm512_set1_ps(INFINITY));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  // Lanes with x < -87.3 (-inf included, whose n and r are infinite and NaN) are zeroed; NaN
+  // compares unordered and is kept.
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(keep, y, n);
 }
 
 inline __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
@@ -202,6 +204,65 @@ FT_AVX512_KERNEL inline float exp_affine_sum(float* x, int64_t n, float mul, flo
   return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
+// The forward's online-softmax step for one score tile, rows [0, nq) of s (leading dimension
+// lds) over keys [0, nk), masked entries already -inf: with m[r] the row's running maximum and
+// lanes[16 r, 16 r + 16) its running sum of exponentials kept as 16 partial sums (added up once,
+// at the end, by lanes_sum), each row becomes exp(s - m') with m' = max(m, rowmax s), its
+// partial sums lanes * exp(m - m') + that row's, and row r of acc (leading dimension D)
+// is scaled by exp(m - m'). A row whose maximum is still -inf (nothing visible yet) is zeroed and
+// left otherwise alone. The per-row rescale factors are computed 16 rows at a time and applied
+// without a branch: per-row scalar exponentials and mispredicted "did the maximum move" tests
+// cost as much as the exponentials of the tile.
+FT_AVX512_KERNEL inline void online_softmax_tile(float* s, int64_t lds, int64_t nq, int64_t nk, float* m, float* lanes,
+                                                 float* acc, int64_t D) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t r0 = 0; r0 < nq; r0 += 16) {
+    const int64_t rows = std::min<int64_t>(16, nq - r0);
+    const __mmask16 rm = first_lanes(rows);
+    alignas(64) float mnew[16], alpha[16];
+    for (int64_t i = 0; i < rows; ++i) mnew[i] = std::max(m[r0 + i], row_max(s + (r0 + i) * lds, nk));
+    const __m512 vold = _mm512_mask_loadu_ps(ninf, rm, m + r0), vnew = _mm512_load_ps(mnew);
+    const __mmask16 none = _mm512_cmp_ps_mask(vnew, ninf, _CMP_EQ_OQ);
+    _mm512_store_ps(alpha, _mm512_mask_blend_ps(none, exp16(_mm512_sub_ps(vold, vnew)), _mm512_set1_ps(1.0f)));
+    _mm512_mask_storeu_ps(m + r0, rm, vnew);
+    for (int64_t i = 0; i < rows; ++i) {
+      float* row = s + (r0 + i) * lds;
+      if (mnew[i] == -INFINITY) {
+        for (int64_t j = 0; j < nk; j += 16)
+          _mm512_mask_storeu_ps(row + j, first_lanes(std::min<int64_t>(16, nk - j)), _mm512_setzero_ps());
+        continue;
+      }
+      const __m512 shift = _mm512_set1_ps(-mnew[i]), a = _mm512_set1_ps(alpha[i]);
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+      int64_t j = 0;
+      for (; j + 32 <= nk; j += 32) {
+        const __m512 e0 = exp16(_mm512_add_ps(_mm512_loadu_ps(row + j), shift));
+        const __m512 e1 = exp16(_mm512_add_ps(_mm512_loadu_ps(row + j + 16), shift));
+        _mm512_storeu_ps(row + j, e0);
+        _mm512_storeu_ps(row + j + 16, e1);
+        s0 = _mm512_add_ps(s0, e0);
+        s1 = _mm512_add_ps(s1, e1);
+      }
+      for (; j < nk; j += 16) {
+        const __mmask16 mk = first_lanes(std::min<int64_t>(16, nk - j));
+        const __m512 e = exp16(_mm512_add_ps(_mm512_maskz_loadu_ps(mk, row + j), shift));
+        _mm512_mask_storeu_ps(row + j, mk, e);
+        s0 = _mm512_add_ps(s0, _mm512_maskz_mov_ps(mk, e));
+      }
+      float* lr = lanes + (r0 + i) * 16;
+      _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_loadu_ps(lr), a, _mm512_add_ps(s0, s1)));
+      float* ar = acc + (r0 + i) * D;
+      for (int64_t d = 0; d < D; d += 16) {
+        const __mmask16 mk = first_lanes(std::min<int64_t>(16, D - d));
+        _mm512_mask_storeu_ps(ar + d, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, ar + d), a));
+      }
+    }
+  }
+}
+
+// The sum of 16 partial sums (online_softmax_tile's lanes of one row).
+FT_AVX512_KERNEL inline float lanes_sum(const float* lanes) { return _mm512_reduce_add_ps(_mm512_loadu_ps(lanes)); }
+
 // ds[j] = p[j] * (ds[j] - di) for j in [0, n): the softmax backward without dropout.
 FT_AVX512_KERNEL inline void softmax_grad_row(float* ds, const float* p, int64_t n, float di) {
   const __m512 vd = _mm512_set1_ps(di);
@@ -209,15 +270,6 @@ FT_AVX512_KERNEL inline void softmax_grad_row(float* ds, const float* p, int64_t
     const __mmask16 m = first_lanes(std::min<int64_t>(16, n - j));
     const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, ds + j), vd);
     _mm512_mask_storeu_ps(ds + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + j), g));
-  }
-}
-
-// x[j] *= a for j in [0, n).
-FT_AVX512_KERNEL inline void scale_row(float* x, int64_t n, float a) {
-  const __m512 va = _mm512_set1_ps(a);
-  for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = first_lanes(std::min<int64_t>(16, n - j));
-    _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), va));
   }
 }
 

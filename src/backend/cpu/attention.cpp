@@ -638,10 +638,6 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     if constexpr (in_place) return g == 0 ? reinterpret_cast<C*>(dQ) : buf + (g - 1) * per_group;
     return buf + g * per_group;
   };
-  for (int64_t g = 0; G > 1 && g < G; ++g) {
-    C* z = dq_group(g);
-    parallel_for(0, per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
-  }
 
   // Five GEMMs of Tq x (Tk / G) x D per query head of a task (half under causal masking).
   const int64_t task_flops = group * 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
@@ -672,7 +668,10 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         const int64_t bh = b * H + h;
         C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
-        if (own_dq || (in_place && G == 1)) std::fill(dqg, dqg + Tq * D, C(0));
+        // Each task zeroes the dQ rows it sums into (its own rows, or its group's partial of this
+        // head): every (group, head) pair is one task's, and zeroing them here, just before they
+        // are summed into, keeps them in cache rather than a pass over all G partials first.
+        std::fill(dqg, dqg + Tq * D, C(0));
         for (const int64_t kb : blocks) {
           const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
           // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.

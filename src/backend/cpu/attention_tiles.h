@@ -168,6 +168,29 @@ FT_AVX512_KERNEL inline __m512 exp16(__m512 x) {
 
 inline __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
 
+// Sum and maximum of the 16 lanes. The shuffles are the masked forms with every lane selected:
+// the plain intrinsics (and _mm512_reduce_add_ps / _mm512_reduce_max_ps, built on them) start
+// from an undefined register in GCC 12, which warns (-Wuninitialized) where the file is not built
+// for AVX-512 as a whole.
+FT_AVX512_KERNEL inline __m512 swap_halves(__m512 v) { return _mm512_mask_shuffle_f32x4(v, 0xFFFF, v, v, 0x4E); }
+FT_AVX512_KERNEL inline __m512 swap_quarters(__m512 v) { return _mm512_mask_shuffle_f32x4(v, 0xFFFF, v, v, 0xB1); }
+FT_AVX512_KERNEL inline __m512 swap_pairs(__m512 v) { return _mm512_mask_permute_ps(v, 0xFFFF, v, 0x4E); }
+FT_AVX512_KERNEL inline __m512 swap_lanes(__m512 v) { return _mm512_mask_permute_ps(v, 0xFFFF, v, 0xB1); }
+FT_AVX512_KERNEL inline float lanes_add(__m512 v) {
+  v = _mm512_add_ps(v, swap_halves(v));
+  v = _mm512_add_ps(v, swap_quarters(v));
+  v = _mm512_add_ps(v, swap_pairs(v));
+  v = _mm512_add_ps(v, swap_lanes(v));
+  return _mm512_cvtss_f32(v);
+}
+FT_AVX512_KERNEL inline float lanes_max(__m512 v) {
+  v = _mm512_max_ps(v, swap_halves(v));
+  v = _mm512_max_ps(v, swap_quarters(v));
+  v = _mm512_max_ps(v, swap_pairs(v));
+  v = _mm512_max_ps(v, swap_lanes(v));
+  return _mm512_cvtss_f32(v);
+}
+
 // max of x[0, n) (-inf when n == 0).
 FT_AVX512_KERNEL inline float row_max(const float* x, int64_t n) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -179,7 +202,7 @@ FT_AVX512_KERNEL inline float row_max(const float* x, int64_t n) {
   }
   for (; j < n; j += 16)
     m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(ninf, first_lanes(std::min<int64_t>(16, n - j)), x + j));
-  return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+  return lanes_max(_mm512_max_ps(m0, m1));
 }
 
 // x[j] = exp(x[j] * mul + add) for j in [0, n); returns the sum of the results.
@@ -201,7 +224,7 @@ FT_AVX512_KERNEL inline float exp_affine_sum(float* x, int64_t n, float mul, flo
     _mm512_mask_storeu_ps(x + j, m, e);
     s0 = _mm512_add_ps(s0, _mm512_maskz_mov_ps(m, e));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  return lanes_add(_mm512_add_ps(s0, s1));
 }
 
 // The forward's online-softmax step for one score tile, rows [0, nq) of s (leading dimension
@@ -261,7 +284,7 @@ FT_AVX512_KERNEL inline void online_softmax_tile(float* s, int64_t lds, int64_t 
 }
 
 // The sum of 16 partial sums (online_softmax_tile's lanes of one row).
-FT_AVX512_KERNEL inline float lanes_sum(const float* lanes) { return _mm512_reduce_add_ps(_mm512_loadu_ps(lanes)); }
+FT_AVX512_KERNEL inline float lanes_sum(const float* lanes) { return lanes_add(_mm512_loadu_ps(lanes)); }
 
 // ds[j] = p[j] * (ds[j] - di) for j in [0, n): the softmax backward without dropout.
 FT_AVX512_KERNEL inline void softmax_grad_row(float* ds, const float* p, int64_t n, float di) {

@@ -717,9 +717,34 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             }
             // f32 on attention_tiles.h: Q K^T and dO V^T from the transposed blocks.
             const bool fast32 = fast && !tiles16;
+            // On that path a tile crossing the causal diagonal is multiplied in groups of 16 rows
+            // (Q K^T, dO V^T, dS K: each over the keys its last row sees) or 16 keys (Z^T dO, dS^T Q:
+            // each over the rows from the first that sees its first key), as in the forward.
+            const bool diag = fast32 && p.causal && k0 + nk - 1 > i0;
+            const int64_t step = diag ? kDiagonalRows : std::max(nq, nk);
+            auto keys_seen = [&](int64_t r1) { return diag ? std::clamp<int64_t>(i0 + r1 - k0, 0, nk) : nk; };
+            auto first_row = [&](int64_t c0) { return diag ? std::clamp<int64_t>(k0 + c0 - i0, 0, nq) : 0; };
+            // C[rows, keys] = alpha A B^T in row groups, B^T a transposed key block; columns past a
+            // group's keys are zeroed (dS reads them, and the masked P there is zero).
+            auto row_groups = [&](float alpha, const float* a, int64_t lda, const float* bt, float* c) {
+              for (int64_t r0 = 0; r0 < nq; r0 += step) {
+                const int64_t r1 = std::min(nq, r0 + step), nc = keys_seen(r1);
+                if (nc > 0)
+                  avx512_product(false, r1 - r0, nc, D, alpha, a + r0 * lda, lda, bt, bk, false, c + r0 * bk, bk);
+                for (int64_t r = r0; nc < nk && r < r1; ++r) std::fill(c + r * bk + nc, c + r * bk + nk, 0.0f);
+              }
+            };
+            // acc[keys, D] += alpha A^T B (A [rows, keys] with leading dimension bk, B rows) in key groups.
+            auto key_groups = [&](float alpha, const float* a, const float* b_rows, int64_t ldb, float* acc) {
+              for (int64_t c0 = 0; c0 < nk; c0 += step) {
+                const int64_t c1 = std::min(nk, c0 + step), rs = first_row(c0);
+                if (rs < nq)
+                  avx512_product(true, c1 - c0, D, nq - rs, alpha, a + rs * bk + c0, bk, b_rows + rs * ldb, ldb, true,
+                                 acc + c0 * D, D);
+              }
+            };
             if constexpr (std::is_same_v<C, float>) {
-              if (fast32)
-                avx512_product(false, nq, nk, D, scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), bk, false, P.data(), bk);
+              if (fast32) row_groups(scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), P.data());
             }
             if (!fast32) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
             // The bf16 product is unscaled: the scale goes into the exponent.
@@ -753,8 +778,8 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             // dV += Z^T dO; dZ = dO V^T, then dS = P * (dZ * mask - Di)
             if constexpr (std::is_same_v<C, float>) {
               if (fast32) {
-                avx512_product(true, nk, D, nq, 1.0f, Zt.c, bk, dOt.c, dOt.ldc, true, dVa, D);
-                avx512_product(false, nq, nk, D, 1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), bk, false, dS.data(), bk);
+                key_groups(1.0f, Zt.c, dOt.c, dOt.ldc, dVa);
+                row_groups(1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), dS.data());
               }
             }
             if (!fast32) {
@@ -777,8 +802,13 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
             if constexpr (std::is_same_v<C, float>) {
               if (fast) {
-                avx512_product(true, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, true, dKa, D);
-                avx512_product(false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, true, dqg + i0 * D, D);
+                key_groups(scale, dS.data(), Qt.c, Qt.ldc, dKa);
+                for (int64_t r0 = 0; r0 < nq; r0 += step) {
+                  const int64_t r1 = std::min(nq, r0 + step), nc = keys_seen(r1);
+                  if (nc > 0)
+                    avx512_product(false, r1 - r0, D, nc, scale, dS.data() + r0 * bk, bk, Kt.c, Kt.ldc, true,
+                                   dqg + (i0 + r0) * D, D);
+                }
                 continue;
               }
             }

@@ -59,7 +59,8 @@ inline int64_t grain_for(int64_t flops_per_task) {
   return std::max<int64_t>(1, kMinChunkFlops / std::max<int64_t>(flops_per_task, 1));
 }
 
-// Rows per group of a tile that crosses the causal diagonal, on the AVX-512 path (forward_typed).
+// Rows (or keys) per group of a tile that crosses the causal diagonal, on the AVX-512 path: each
+// group is multiplied over only the part of the tile its rows see (forward_typed, backward_typed).
 constexpr int64_t kDiagonalRows = 16;
 
 // Backward splits each (b, h)'s key blocks into groups until there are this many tasks.

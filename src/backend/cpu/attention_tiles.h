@@ -15,21 +15,17 @@
 
 namespace ft::cpu::attention_tiles {
 
-// C[M, N] (+)= alpha * A' B with A'(m, k) = a[m * sam + k * sak] (sam = lda, sak = 1 for A;
-// sam = 1, sak = lda for A^T), B [K, N] dense rows with leading dimension ldb, C with ldc.
-// Accumulates into C when `accumulate`, otherwise overwrites it. Any M, N, K >= 0.
-
 namespace detail {
 
-// One register block: MR rows of C by NV vectors of 16 columns (the last one masked by `tail`).
-// The accumulators are named variables, not an array: GCC 12 kept an __m512 array of this size
-// on the stack and stored all of it on every step of the depth loop, at half the FMA rate.
 // p[0, 16) under mask m (+)= alpha * v.
 FT_AVX512_KERNEL inline void put(float* p, __mmask16 m, __m512 v, __m512 alpha, bool accumulate) {
   const __m512 out = accumulate ? _mm512_fmadd_ps(v, alpha, _mm512_maskz_loadu_ps(m, p)) : _mm512_mul_ps(v, alpha);
   _mm512_mask_storeu_ps(p, m, out);
 }
 
+// One register block: MR rows of C by NV vectors of 16 columns (the last one masked by `tail`).
+// The accumulators are named variables, not an array: GCC 12 kept an __m512 array of this size
+// on the stack and stored all of it on every step of the depth loop, at half the FMA rate.
 #define FT_ATTN_ACC_ROW(r) __m512 c##r##_0, c##r##_1, c##r##_2, c##r##_3;
 #define FT_ATTN_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 template <int MR, int NV>
@@ -80,7 +76,7 @@ FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64
 #undef FT_ATTN_ACC_ROW
 #undef FT_ATTN_FOR_ROWS
 
-// Rows of C in blocks of MR (24 accumulators for NV vectors), the last block smaller.
+// Rows of C in blocks of MR (MR x NV accumulators: 24, or 16 for one vector), the last block smaller.
 template <int NV>
 FT_AVX512_KERNEL inline void rows(int64_t M, int64_t K, float alpha, const float* a, int64_t sam, int64_t sak,
                                   const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc, __mmask16 tail) {
@@ -120,6 +116,9 @@ FT_AVX512_KERNEL inline void rows(int64_t M, int64_t K, float alpha, const float
 
 }  // namespace detail
 
+// C[M, N] (+)= alpha * A' B with A'(m, k) = a[m * sam + k * sak] (sam = lda, sak = 1 for A;
+// sam = 1, sak = lda for A^T), B [K, N] dense rows with leading dimension ldb, C with ldc.
+// Accumulates into C when `accumulate`, otherwise overwrites it. Any M, N, K >= 0.
 FT_AVX512_KERNEL inline void product(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
                                      int64_t sak, const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   if (M <= 0 || N <= 0) return;

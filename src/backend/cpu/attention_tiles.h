@@ -242,6 +242,7 @@ FT_AVX512_KERNEL inline void online_softmax_tile(float* s, int64_t lds, int64_t 
     const int64_t rows = std::min<int64_t>(16, nq - r0);
     const __mmask16 rm = first_lanes(rows);
     alignas(64) float mnew[16], alpha[16];
+    std::fill(mnew + rows, mnew + 16, -INFINITY);  // lanes past the last row: defined, unused
     for (int64_t i = 0; i < rows; ++i) mnew[i] = std::max(m[r0 + i], row_max(s + (r0 + i) * lds, nk));
     const __m512 vold = _mm512_mask_loadu_ps(ninf, rm, m + r0), vnew = _mm512_load_ps(mnew);
     const __mmask16 none = _mm512_cmp_ps_mask(vnew, ninf, _CMP_EQ_OQ);

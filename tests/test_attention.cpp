@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
+#include <random>
 #include <set>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/isa.h"
 #include "core/switches.h"
 #include "fasttrain/fasttrain.h"
@@ -857,5 +860,40 @@ TEST(AttentionF32Paths, Avx512AndGenericTilesMatchF64) {
         EXPECT_LE(err, 2e-5 * std::max(norm, 1.0));
       }
     }
+  }
+}
+
+// The AVX-512 tile product alone against a plain loop, on buffers of exactly the size each
+// operand needs (so a read or write past an operand shows under the sanitizer builds): every
+// remainder of the register blocks (M, N, K from 1 to 80), A read directly and transposed,
+// padded leading dimensions, overwriting and accumulating.
+TEST(AttentionTiles, ProductMatchesPlainLoops) {
+  if (cpu::detected_cpu_isa() < cpu::CpuIsa::Avx512) GTEST_SKIP() << "the tile kernels need AVX-512";
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<int> dim(1, 80);
+  std::normal_distribution<float> normal;
+  for (int it = 0; it < 400; ++it) {
+    const int64_t M = dim(gen), N = dim(gen), K = dim(gen);
+    const bool ta = it % 2, accumulate = (it / 2) % 2;
+    const int64_t lda = (ta ? M : K) + it % 3, ldb = N + it % 4, ldc = N + it % 2;
+    const size_t na = static_cast<size_t>(ta ? (K - 1) * lda + M : (M - 1) * lda + K);
+    const size_t nb = static_cast<size_t>((K - 1) * ldb + N), nc = static_cast<size_t>((M - 1) * ldc + N);
+    std::unique_ptr<float[]> a(new float[na]), b(new float[nb]), c(new float[nc]);
+    for (size_t i = 0; i < na; ++i) a[i] = normal(gen);
+    for (size_t i = 0; i < nb; ++i) b[i] = normal(gen);
+    for (size_t i = 0; i < nc; ++i) c[i] = normal(gen);
+    std::vector<double> want(static_cast<size_t>(M * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += double{ta ? a[k * lda + m] : a[m * lda + k]} * b[k * ldb + n];
+        want[m * N + n] = 0.7 * sum + (accumulate ? c[m * ldc + n] : 0.0);
+      }
+    cpu::attention_tiles::product(M, N, K, 0.7f, a.get(), ta ? 1 : lda, ta ? lda : 1, b.get(), ldb, accumulate, c.get(),
+                                  ldc);
+    double worst = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) worst = std::max(worst, std::fabs(c[m * ldc + n] - want[m * N + n]));
+    ASSERT_LE(worst, 1e-5 * (1 + std::sqrt(static_cast<double>(K)))) << M << "x" << N << "x" << K << " ta " << ta;
   }
 }

@@ -4,11 +4,17 @@
 // and bf16) and prints one JSON line per case, in the same format as bench/torch_micro.py so the
 // two can be compared line by line. With --device cuda the inputs live on the GPU and each timed
 // run ends with a wait for the device.
+// With --clock cpu (CPU only) each run is timed by the process's CPU time instead of the wall
+// clock: with --threads 1 that is the op's own time even while other processes share the cores
+// (a loaded machine stretches wall-clock times by whole scheduler slices); with more threads it
+// also counts threads waiting at barriers, so use it with one.
 // Usage: micro_ops [--threads N] [--iters N] [--filter S] [--cases PATH] [--device cpu|cuda[:N]]
+//                  [--clock wall|cpu]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -176,6 +182,17 @@ Bench make(const json& c, DType dt, const std::string& layout) {
   FT_FAIL("micro_ops: unknown op ", op);
 }
 
+bool g_cpu_clock = false;  // --clock cpu
+
+double now_ms() {
+  if (g_cpu_clock) {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 double time_case(const json& c, DType dt, const std::string& layout, bool backward, int iters, Device device) {
   Bench b = make(c, dt, layout);
   for (auto& t : b.inputs) t = t.to(device);
@@ -188,7 +205,7 @@ double time_case(const json& c, DType dt, const std::string& layout, bool backwa
   for (int i = 0; i < 3 + iters; ++i) {
     zero_grad(b.inputs);
     wait();
-    auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_ms();
     if (backward) {
       Tensor out = b.fn(b.inputs);
       out.backward(ones_like(out));
@@ -197,7 +214,7 @@ double time_case(const json& c, DType dt, const std::string& layout, bool backwa
       Tensor out = b.fn(b.inputs);
     }
     wait();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms = now_ms() - t0;
     if (i >= 3) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
@@ -230,11 +247,23 @@ int main(int argc, char** argv) {
       cases_path = value();
     else if (a == "--device")
       device = Device::parse(value());
-    else {
-      std::fprintf(stderr, "micro_ops: unknown option %s (options: --threads --iters --filter --cases --device)\n",
+    else if (a == "--clock") {
+      const std::string clock = value();
+      if (clock != "wall" && clock != "cpu") {
+        std::fprintf(stderr, "micro_ops: --clock takes wall or cpu, found %s\n", clock.c_str());
+        return 2;
+      }
+      g_cpu_clock = clock == "cpu";
+    } else {
+      std::fprintf(stderr,
+                   "micro_ops: unknown option %s (options: --threads --iters --filter --cases --device --clock)\n",
                    a.c_str());
       return 2;
     }
+  }
+  if (g_cpu_clock && !device.is_cpu()) {
+    std::fprintf(stderr, "micro_ops: --clock cpu times CPU work only, not a device's\n");
+    return 2;
   }
   set_num_threads(threads);
   std::ifstream f(cases_path);
@@ -254,6 +283,7 @@ int main(int argc, char** argv) {
         for (const auto& mode : spec["modes"]) {
           json line = {{"impl", "fasttrain"}, {"op", op},     {"case", name},       {"layout", layout},
                        {"dtype", dt},         {"mode", mode}, {"threads", threads}, {"device", device.str()}};
+          if (g_cpu_clock) line["clock"] = "cpu";  // not comparable with wall-clock lines
           try {
             line["ms"] =
                 std::round(time_case(c, dtype_from_name(dt), layout, mode == "fwd+bwd", iters, device) * 1e4) / 1e4;

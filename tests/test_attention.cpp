@@ -5,11 +5,17 @@
 // boolean mask, gradients, tile skipping, one document = causal) and argument validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
+#include <random>
 #include <set>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/attention_tiles.h"
+#include "backend/cpu/isa.h"
+#include "core/switches.h"
 #include "fasttrain/fasttrain.h"
 #include "ops/mask_parts.h"
 #include "support/expect_error.h"
@@ -824,4 +830,103 @@ TEST(AttentionDocumentMask, IdsOfEitherIntegerTypeAndBadIdsRefused) {
   EXPECT_EQ(error_of([&] { masked(q, k, back); }),
             "scaled_dot_product_attention: doc_ids must not decrease along T (each document a run of equal ids), "
             "found doc_ids[1, 3] 1 below doc_ids[1, 2]");
+}
+
+// --- the f32 kernels' two paths ----------------------------------------------------------------
+
+// f32 attention multiplies its tiles on attention_tiles.h's AVX-512 kernels where the CPU has
+// AVX-512 and on dnnl_sgemm otherwise (FASTTRAIN_CPU_ISA lowered to avx2 here). Both, forward
+// and backward, stay within f32 rounding of the f64 computation on the same inputs: head sizes
+// of one, partial and several 16-lane vectors (5, 16, 24, 32, 64, 80), sequence lengths that
+// leave partial tiles and register blocks, default and small tiles (odd sizes put every
+// remainder of the 6/8/12/16-row register blocks in play), query heads per KV head 1, 3 and 4,
+// the document mask and dropout. And each path gives the same bits on one and two threads.
+TEST(AttentionF32Paths, Avx512AndGenericTilesMatchF64) {
+  const Tensor docs = doc_ids_of({{30, 17, 50, 3}, {100}});  // B = 2, T = 100
+  struct Case {
+    int64_t H, Hkv, Tq, Tk, D, bq, bk;
+    bool causal, doc;
+    double p;
+  };
+  const std::vector<Case> cases = {
+      {2, 2, 100, 100, 64, 0, 0, true, false, 0.0},   {3, 1, 100, 100, 64, 0, 0, true, true, 0.0},
+      {8, 2, 100, 100, 32, 0, 0, true, false, 0.2},   {4, 1, 37, 83, 80, 0, 0, false, false, 0.0},
+      {6, 2, 100, 100, 24, 13, 29, true, true, 0.1},  {3, 3, 61, 45, 5, 7, 11, false, false, 0.0},
+      {4, 4, 100, 100, 16, 17, 20, true, false, 0.0}, {9, 3, 100, 100, 64, 64, 64, true, false, 0.0},
+  };
+  // A level above the detected one is refused, so the dnnl_sgemm run asks for at most what the CPU has.
+  const std::vector<cpu::CpuIsa> levels = {std::min(cpu::CpuIsa::Avx2, cpu::detected_cpu_isa()),
+                                           cpu::detected_cpu_isa()};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("H=" + std::to_string(c.H) + " Hkv=" + std::to_string(c.Hkv) + " " + std::to_string(c.Tq) + "x" +
+                 std::to_string(c.Tk) + " D=" + std::to_string(c.D) + " blocks " + std::to_string(c.bq) + "x" +
+                 std::to_string(c.bk) + (c.causal ? " causal" : "") + (c.doc ? " docs" : "") +
+                 " p=" + std::to_string(c.p));
+    SmallBlocks blocks(c.bq, c.bk);
+    Generator init(31);
+    Tensor q = randn({2, c.H, c.Tq, c.D}, {}, &init), k = randn({2, c.Hkv, c.Tk, c.D}, {}, &init),
+           v = randn({2, c.Hkv, c.Tk, c.D}, {}, &init), gout = randn({2, c.H, c.Tq, c.D}, {}, &init);
+    auto attend = [&](const Tensor& a, const Tensor& b, const Tensor& d) {
+      Generator g(8);
+      if (c.doc) return scaled_dot_product_attention(a, b, d, DocumentMask{docs}, c.p, std::nullopt, &g);
+      return scaled_dot_product_attention(a, b, d, c.causal, c.p, std::nullopt, &g);
+    };
+    const std::vector<Tensor> want =
+        forward_backward(q.to(DType::F64), k.to(DType::F64), v.to(DType::F64), gout.to(DType::F64), attend);
+    for (cpu::CpuIsa isa : levels) {
+      SCOPED_TRACE(cpu::cpu_isa_name(isa));
+      switches::Scoped level(switches::cpu_isa, isa);
+      std::vector<Tensor> got[2];
+      for (int n : {1, 2}) {
+        Threads t(n);
+        got[n - 1] = forward_backward(q, k, v, gout, attend);
+      }
+      for (int i = 0; i < 4; ++i) {
+        SCOPED_TRACE(i == 0 ? "out" : i == 1 ? "dq" : i == 2 ? "dk" : "dv");
+        EXPECT_TRUE(bitwise_equal(got[0][i], got[1][i])) << "one and two threads differ";
+        const std::vector<double> a = got[0][i].to_vector(), b = want[i].to_vector();
+        double err = 0, norm = 0;
+        for (size_t j = 0; j < a.size(); ++j) {
+          err = std::max(err, std::fabs(a[j] - b[j]));
+          norm = std::max(norm, std::fabs(b[j]));
+        }
+        EXPECT_LE(err, 2e-5 * std::max(norm, 1.0));
+      }
+    }
+  }
+}
+
+// The AVX-512 tile product alone against a plain loop, on buffers of exactly the size each
+// operand needs (so a read or write past an operand shows under the sanitizer builds): every
+// remainder of the register blocks (M, N, K from 1 to 80), A read directly and transposed,
+// padded leading dimensions, overwriting and accumulating.
+TEST(AttentionTiles, ProductMatchesPlainLoops) {
+  if (cpu::detected_cpu_isa() < cpu::CpuIsa::Avx512) GTEST_SKIP() << "the tile kernels need AVX-512";
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<int> dim(1, 80);
+  std::normal_distribution<float> normal;
+  for (int it = 0; it < 400; ++it) {
+    const int64_t M = dim(gen), N = dim(gen), K = dim(gen);
+    const bool ta = it % 2, accumulate = (it / 2) % 2;
+    const int64_t lda = (ta ? M : K) + it % 3, ldb = N + it % 4, ldc = N + it % 2;
+    const size_t na = static_cast<size_t>(ta ? (K - 1) * lda + M : (M - 1) * lda + K);
+    const size_t nb = static_cast<size_t>((K - 1) * ldb + N), nc = static_cast<size_t>((M - 1) * ldc + N);
+    std::unique_ptr<float[]> a(new float[na]), b(new float[nb]), c(new float[nc]);
+    for (size_t i = 0; i < na; ++i) a[i] = normal(gen);
+    for (size_t i = 0; i < nb; ++i) b[i] = normal(gen);
+    for (size_t i = 0; i < nc; ++i) c[i] = normal(gen);
+    std::vector<double> want(static_cast<size_t>(M * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += double{ta ? a[k * lda + m] : a[m * lda + k]} * b[k * ldb + n];
+        want[m * N + n] = 0.7 * sum + (accumulate ? c[m * ldc + n] : 0.0);
+      }
+    cpu::attention_tiles::product(M, N, K, 0.7f, a.get(), ta ? 1 : lda, ta ? lda : 1, b.get(), ldb, accumulate, c.get(),
+                                  ldc);
+    double worst = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) worst = std::max(worst, std::fabs(c[m * ldc + n] - want[m * N + n]));
+    ASSERT_LE(worst, 1e-5 * (1 + std::sqrt(static_cast<double>(K)))) << M << "x" << N << "x" << K << " ta " << ta;
+  }
 }

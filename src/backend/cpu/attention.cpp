@@ -5,6 +5,11 @@
 //   slower (docs/PERF.md). f64 (used for checking) goes through cblas_dgemm. Inside the parallel_for both
 //   run single-threaded on the calling pool thread (nested OpenMP regions are serialised, and
 //   the tiles are below OpenBLAS's threading threshold), so threads never oversubscribe cores.
+// - On AVX-512 CPUs the f32 tile products (f32 inputs; on the bf16 path the ones that stay f32)
+//   run on attention_tiles.h's register-blocked kernels instead: at these sizes a library GEMM
+//   spends a large share of each call outside the multiply. Those kernels read their right operand
+//   as dense rows, so Q K^T and dO V^T take K and V transposed into key blocks of [D, Bk]
+//   (TransposedBlocks below), built once per (b, KV head) and thread, or task.
 // - f32/f64 operands whose last dimension is dense are handed to the GEMM in place (any B/H/T
 //   strides: the row stride becomes the leading dimension); other layouts and bf16/f16 are
 //   packed tile by tile into a dense compute-type buffer (bf16/f16 widened to f32).
@@ -34,9 +39,11 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/copy.h"
 #include "backend/cpu/dispatch.h"
 #include "backend/cpu/fast_exp.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/linalg.h"
 #include "fasttrain/parallel.h"
 #include "fasttrain/random.h"
@@ -51,6 +58,10 @@ constexpr int64_t kMinChunkFlops = 1 << 18;
 inline int64_t grain_for(int64_t flops_per_task) {
   return std::max<int64_t>(1, kMinChunkFlops / std::max<int64_t>(flops_per_task, 1));
 }
+
+// Rows (or keys) per group of a tile that crosses the causal diagonal, on the AVX-512 path: each
+// group is multiplied over only the part of the tile its rows see (forward_typed, backward_typed).
+constexpr int64_t kDiagonalRows = 16;
 
 // Backward splits each (b, h)'s key blocks into groups until there are this many tasks.
 constexpr int64_t kMinBackwardTasks = 8;
@@ -177,6 +188,21 @@ void tile_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, C alpha, co
     if (a.h && b.h) return bf16_tiles().gemm(ta, tb, M, N, K, a.h, a.ldh, b.h, b.ldh, accumulate, out, ldo);
   }
   gemm(ta, tb, M, N, K, alpha, a.c, a.ldc, b.c, b.ldc, accumulate ? C(1) : C(0), out, ldo);
+}
+
+// Whether the f32 tile products run on attention_tiles.h (top of the file). Read per call: tests
+// lower the selected level in-process to check the dnnl_sgemm path on the same machine.
+template <class C>
+bool avx512_tiles() {
+  if constexpr (std::is_same_v<C, float>) return selected_cpu_isa() >= CpuIsa::Avx512;
+  return false;
+}
+
+// C[M, N] (+)= alpha op(A) B on attention_tiles.h, op(A) = A (row stride lda) or A^T (`ta`: A is
+// [K, M] with leading dimension lda); B dense rows [K, N] with ldb.
+inline void avx512_product(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                           const float* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) {
+  attention_tiles::product(M, N, K, alpha, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, accumulate, C, ldc);
 }
 
 template <class C>
@@ -312,6 +338,47 @@ class RowsOf {
   int64_t b_ = -1, h_ = -1, done_ = 0;
 };
 
+// One (b, h)'s rows of K or V transposed into blocks of `bk` rows: block kb is [D, bk] (leading
+// dimension bk) holding rows [kb * bk, kb * bk + bk) as columns, the right operand of Q K^T or
+// dO V^T on attention_tiles.h. Each block is made when first asked for and kept until another
+// (b, h) is asked for.
+template <class T>
+class TransposedBlocks {
+ public:
+  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used) : op_(op), T_(T_), bk_(bk) {
+    if (!used) return;
+    nkb_ = (T_ + bk - 1) / bk;
+    buf_.resize(static_cast<size_t>(nkb_ * bk * op.D));
+    made_.assign(static_cast<size_t>(nkb_), false);
+  }
+
+  const float* block(int64_t b, int64_t h, int64_t kb) {
+    if (b != b_ || h != h_) {
+      b_ = b, h_ = h;
+      std::fill(made_.begin(), made_.end(), false);
+    }
+    float* dst = buf_.data() + kb * bk_ * op_.D;
+    if (!made_[kb]) {
+      const int64_t k0 = kb * bk_, nk = std::min(bk_, T_ - k0), D = op_.D;
+      const T* src = op_.row(b, h, k0);
+      // Row by row: each source row is read once, its D values scattered down one column.
+      for (int64_t j = 0; j < nk; ++j) {
+        const T* r = src + j * op_.st;
+        for (int64_t d = 0; d < D; ++d) dst[d * bk_ + j] = static_cast<float>(r[d * op_.sd]);
+      }
+      made_[kb] = true;
+    }
+    return dst;
+  }
+
+ private:
+  const Operand<T>& op_;
+  int64_t T_, bk_, nkb_ = 0;
+  std::vector<float> buf_;
+  std::vector<bool> made_;
+  int64_t b_ = -1, h_ = -1;
+};
+
 // Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
 // parallel_for hands each thread one contiguous range, so pair cheap and expensive blocks (0,
 // n-1, 1, n-2, ...) and a range's work grows evenly with its length.
@@ -356,13 +423,17 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   // the second thread to be scheduled).
   const int64_t task_flops = 4 * std::min(bq, Tq) * D * (p.causal ? (Tk + 1) / 2 : Tk);
   const bool tiles16 = bf16_tile_products<T>();
+  const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> qbuf(bq * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
+    std::vector<float> lanes(fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
     std::vector<T> q16(n16 * bq * D);
-    // K in the form Q K^T takes, V in the compute type (P V is f32 on both paths).
-    RowsOf<T, C> Kc(K, tiles16 ? 0 : Tk), Vc(V, Tk);
+    // K in the form Q K^T takes (transposed key blocks for attention_tiles.h), V in the compute
+    // type (P V is f32 on both paths).
+    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk), Vc(V, Tk);
     RowsOf<T, T> K16(K, tiles16 ? Tk : 0);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16);
     for (int64_t t = t0; t < t1; ++t) {
       // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run (and the query
       // heads sharing a KV head, which are neighbours, meet its keys and values in one run too).
@@ -373,6 +444,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       std::fill(m.begin(), m.end(), kNegInf);
       std::fill(l.begin(), l.end(), C(0));
       std::fill(acc.begin(), acc.end(), C(0));
+      std::fill(lanes.begin(), lanes.end(), 0.0f);
       // Keys past the last query of the block are masked for every row: skip those blocks.
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
       // Document mask: the rows' first visible keys, non-decreasing, so keys before the first
@@ -383,16 +455,38 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
       for (int64_t k0 = kbegin; k0 < kend; k0 += bk) {
         const int64_t nk = std::min(bk, kend - k0);
         Tile<T, C> Kt, Vt;
-        if (tiles16)
-          Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
-        else
-          Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
         Vt.c = Vc.rows(b, hk, k0, nk, Vt.ldc);
-        tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        const bool crosses_diagonal = p.causal && k0 + nk - 1 > i0;
+        // On the AVX-512 path a tile crossing the diagonal is multiplied in groups of rows, each
+        // over the keys its last row sees (visible_keys), so the masked triangle is mostly not
+        // computed: at T = 256 it was a fifth of the products. The columns left out are masked
+        // below like the rest of the triangle.
+        auto visible_keys = [&](int64_t r1) {
+          return crosses_diagonal ? std::clamp<int64_t>(i0 + r1 - k0, 0, nk) : nk;
+        };
+        if (tiles16) {
+          Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        } else if constexpr (std::is_same_v<C, float>) {
+          if (fast) {
+            const float* kt = KT.block(b, hk, k0 / bk);
+            for (int64_t r0 = 0; r0 < nq; r0 += kDiagonalRows) {
+              const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
+              if (nc > 0)
+                avx512_product(false, r1 - r0, nc, D, scale, Qt.c + r0 * Qt.ldc, Qt.ldc, kt, bk, false,
+                               s.data() + r0 * bk, bk);
+            }
+          } else {
+            Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
+            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+          }
+        } else {
+          Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+        }
         if (tiles16)  // the bf16 product is unscaled
           for (int64_t r = 0; r < nq; ++r)
             for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
-        const bool crosses_diagonal = p.causal && k0 + nk - 1 > i0;
         // Some row's document starts after k0 (the last row's start is the largest).
         const bool crosses_start = rs && rs[nq - 1] > k0;
         for (int64_t r = 0; r < nq; ++r) {
@@ -405,6 +499,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             const int64_t first = std::clamp<int64_t>(rs[r] - k0, 0, nk);
             for (int64_t j = 0; j < first; ++j) row[j] = kNegInf;
           }
+          if (fast) continue;  // masks only: the tile's softmax step follows, 16 rows at a time
           // Without a document mask the first key block holds key 0, visible to every row, so m
           // is finite from then on. With one, a row whose document starts in a later block sees
           // nothing here: it adds nothing (a zero row of P, alpha 1), and m stays -inf rather
@@ -428,7 +523,34 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
           }
         }
+        // The tile's softmax step on AVX-512, 16 rows at a time (attention_tiles.h), then dropout.
+        if constexpr (std::is_same_v<C, float>) {
+          if (fast) {
+            attention_tiles::online_softmax_tile(s.data(), bk, nq, nk, m.data(), lanes.data(), acc.data(), D);
+            for (int64_t r = 0; dropout && r < nq; ++r) {
+              const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
+              dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult.data());
+              C* row = s.data() + r * bk;
+              for (int64_t j = 0; j < nk; ++j) row[j] *= mult[j];
+            }
+          }
+        }
+        if constexpr (std::is_same_v<C, float>) {
+          if (fast) {
+            for (int64_t r0 = 0; r0 < nq; r0 += kDiagonalRows) {
+              const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
+              if (nc > 0)
+                avx512_product(false, r1 - r0, D, nc, 1.0f, s.data() + r0 * bk, bk, Vt.c, Vt.ldc, true,
+                               acc.data() + r0 * D, D);
+            }
+            continue;
+          }
+        }
         tile_product(false, false, nq, D, nk, C(1), Tile<T, C>{s.data(), bk}, Vt, true, acc.data(), D);
+      }
+      if constexpr (std::is_same_v<C, float>) {
+        if (fast)
+          for (int64_t r = 0; r < nq; ++r) l[r] = attention_tiles::lanes_sum(lanes.data() + r * 16);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const C inv = l[r] > 0 ? C(1) / l[r] : C(0);
@@ -508,7 +630,26 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   // Group 0 accumulates straight into dq when dq is in the compute type. With one group a task
   // owns its query heads' dq rows: it zeroes them itself, or (dq in bf16/f16) sums them in its own
   // compute-type rows and rounds them into dq at a head's end, with no pass over dq before or after.
-  const int64_t G = std::min(nkb, std::max<int64_t>(1, (kMinBackwardTasks + BHkv - 1) / BHkv));
+  // The task count is also made a multiple of 4 where the key blocks allow, so that 2 or 4 threads
+  // get equal shares of it (parallel_for hands each thread one contiguous range of tasks, and the
+  // snake order below gives every group of a (b, KV head) the same work): smollm-135m's 3 KV heads
+  // in 9 tasks left one of 2 threads a third more work than the other.
+  int64_t G = std::max<int64_t>(1, (kMinBackwardTasks + BHkv - 1) / BHkv);
+  if (G > 1)
+    for (int64_t more = G; more < G + 4; ++more)
+      if ((BHkv * more) % 4 == 0) {
+        G = more;
+        break;
+      }
+  G = std::min(G, nkb);
+  // Key block kb belongs to group group_of(kb): in rounds of G blocks, dealt forwards in even rounds
+  // and backwards in odd ones. Under causal masking early key blocks have more queries, and the
+  // snake order gives every group nearly the same number of query rows (equal when nkb is a
+  // multiple of 2 G).
+  auto group_of = [G](int64_t kb) {
+    const int64_t round = kb / G, pos = kb % G;
+    return round % 2 == 0 ? pos : G - 1 - pos;
+  };
   constexpr bool in_place = std::is_same_v<T, C>;
   const bool own_dq = !in_place && G == 1;
   const int64_t per_group = BH * Tq * D;
@@ -519,14 +660,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     if constexpr (in_place) return g == 0 ? reinterpret_cast<C*>(dQ) : buf + (g - 1) * per_group;
     return buf + g * per_group;
   };
-  for (int64_t g = 0; G > 1 && g < G; ++g) {
-    C* z = dq_group(g);
-    parallel_for(0, per_group, 1 << 16, [&](int64_t a, int64_t e) { std::fill(z + a, z + e, C(0)); });
-  }
 
   // Five GEMMs of Tq x (Tk / G) x D per query head of a task (half under causal masking).
   const int64_t task_flops = group * 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
   const bool tiles16 = bf16_tile_products<T>();
+  const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, BHkv * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     std::vector<C> kbuf(bk * D), vbuf(bk * D), P(bq * bk), Z(dropout ? bq * bk : 0), dS(bq * bk),
@@ -536,11 +674,15 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     // dV += Z^T dO and dO V^T take.
     RowsOf<T, C> Qc(Q, Tq), dOc(dO, tiles16 ? 0 : Tq);
     RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0), dO16(dO, tiles16 ? Tq : 0);
+    // K and V transposed for Q K^T and dO V^T on attention_tiles.h.
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16), VT(V, Tk, bk, fast && !tiles16);
+    std::vector<int64_t> blocks;  // the key blocks of the task's group
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;
-      // Interleaved key blocks per group: under causal masking early key blocks have more
-      // queries, and interleaving spreads them evenly across groups.
-      for (int64_t kb = g; kb < nkb; kb += G) {
+      blocks.clear();
+      for (int64_t kb = 0; kb < nkb; ++kb)
+        if (group_of(kb) == g) blocks.push_back(kb);
+      for (const int64_t kb : blocks) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
         std::fill(dKacc.begin() + k0 * D, dKacc.begin() + (k0 + nk) * D, C(0));
         std::fill(dVacc.begin() + k0 * D, dVacc.begin() + (k0 + nk) * D, C(0));
@@ -548,12 +690,15 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         const int64_t bh = b * H + h;
         C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
-        if (own_dq || (in_place && G == 1)) std::fill(dqg, dqg + Tq * D, C(0));
-        for (int64_t kb = g; kb < nkb; kb += G) {
+        // Each task zeroes the dQ rows it sums into (its own rows, or its group's partial of this
+        // head): every (group, head) pair is one task's, and zeroing them here, just before they
+        // are summed into, keeps them in cache rather than a pass over all G partials first.
+        std::fill(dqg, dqg + Tq * D, C(0));
+        for (const int64_t kb : blocks) {
           const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
           // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
           const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf.data(), k16.data());
-          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16, tiles16, vbuf.data(), v16.data());
+          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16 && !fast, tiles16, vbuf.data(), v16.data());
           C* dKa = dKacc.data() + k0 * D;
           C* dVa = dVacc.data() + k0 * D;
           // Query rows before k0 see none of these keys: start at the block holding row k0.
@@ -571,7 +716,38 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             } else {
               dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
             }
-            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
+            // f32 on attention_tiles.h: Q K^T and dO V^T from the transposed blocks.
+            const bool fast32 = fast && !tiles16;
+            // On that path a tile crossing the causal diagonal is multiplied in groups of 16 rows
+            // (Q K^T, dO V^T, dS K: each over the keys its last row sees) or 16 keys (Z^T dO, dS^T Q:
+            // each over the rows from the first that sees its first key), as in the forward.
+            const bool diag = fast32 && p.causal && k0 + nk - 1 > i0;
+            const int64_t step = diag ? kDiagonalRows : std::max(nq, nk);
+            auto keys_seen = [&](int64_t r1) { return diag ? std::clamp<int64_t>(i0 + r1 - k0, 0, nk) : nk; };
+            auto first_row = [&](int64_t c0) { return diag ? std::clamp<int64_t>(k0 + c0 - i0, 0, nq) : 0; };
+            // C[rows, keys] = alpha A B^T in row groups, B^T a transposed key block; columns past a
+            // group's keys are zeroed (dS reads them, and the masked P there is zero).
+            auto row_groups = [&](float alpha, const float* a, int64_t lda, const float* bt, float* c) {
+              for (int64_t r0 = 0; r0 < nq; r0 += step) {
+                const int64_t r1 = std::min(nq, r0 + step), nc = keys_seen(r1);
+                if (nc > 0)
+                  avx512_product(false, r1 - r0, nc, D, alpha, a + r0 * lda, lda, bt, bk, false, c + r0 * bk, bk);
+                for (int64_t r = r0; nc < nk && r < r1; ++r) std::fill(c + r * bk + nc, c + r * bk + nk, 0.0f);
+              }
+            };
+            // acc[keys, D] += alpha A^T B (A [rows, keys] with leading dimension bk, B rows) in key groups.
+            auto key_groups = [&](float alpha, const float* a, const float* b_rows, int64_t ldb, float* acc) {
+              for (int64_t c0 = 0; c0 < nk; c0 += step) {
+                const int64_t c1 = std::min(nk, c0 + step), rs = first_row(c0);
+                if (rs < nq)
+                  avx512_product(true, c1 - c0, D, nq - rs, alpha, a + rs * bk + c0, bk, b_rows + rs * ldb, ldb, true,
+                                 acc + c0 * D, D);
+              }
+            };
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast32) row_groups(scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), P.data());
+            }
+            if (!fast32) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
             // The bf16 product is unscaled: the scale goes into the exponent.
             const C pre = tiles16 ? scale : C(1);
             for (int64_t r = 0; r < nq; ++r) {
@@ -581,7 +757,11 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
               const int64_t first = doc_start ? std::clamp<int64_t>(doc_start[b * Tq + i0 + r] - k0, 0, valid) : 0;
               for (int64_t j = 0; j < first; ++j) row[j] = C(0);
-              for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
+              if constexpr (std::is_same_v<C, float>) {
+                if (fast) attention_tiles::exp_affine_sum(row + first, valid - first, pre, -li);
+              }
+              if (!std::is_same_v<C, float> || !fast)
+                for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
               for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
               if (dropout) {
                 C* mr = M.data() + r * bk;
@@ -596,10 +776,17 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               round_tile(Zt.c, nq, nk, bk, C(1), z16.data());
               Zt = {nullptr, 0, z16.data(), bk};
             }
-            // dV += Z^T dO
-            tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
-            // dZ = dO V^T, then dS = P * (dZ * mask - Di)
-            tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
+            // dV += Z^T dO; dZ = dO V^T, then dS = P * (dZ * mask - Di)
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast32) {
+                key_groups(1.0f, Zt.c, dOt.c, dOt.ldc, dVa);
+                row_groups(1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), dS.data());
+              }
+            }
+            if (!fast32) {
+              tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
+              tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
+            }
             for (int64_t r = 0; r < nq; ++r) {
               C* ds = dS.data() + r * bk;
               const C* pr = P.data() + r * bk;
@@ -607,18 +794,32 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               if (dropout) {
                 const C* mr = M.data() + r * bk;
                 for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] * mr[j] - di);
+              } else if (std::is_same_v<C, float> && fast) {
+                if constexpr (std::is_same_v<C, float>) attention_tiles::softmax_grad_row(ds, pr, nk, di);
               } else {
                 for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] - di);
               }
             }
             // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
+            if constexpr (std::is_same_v<C, float>) {
+              if (fast) {
+                key_groups(scale, dS.data(), Qt.c, Qt.ldc, dKa);
+                for (int64_t r0 = 0; r0 < nq; r0 += step) {
+                  const int64_t r1 = std::min(nq, r0 + step), nc = keys_seen(r1);
+                  if (nc > 0)
+                    avx512_product(false, r1 - r0, D, nc, scale, dS.data() + r0 * bk, bk, Kt.c, Kt.ldc, true,
+                                   dqg + (i0 + r0) * D, D);
+                }
+                continue;
+              }
+            }
             gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, C(1), dKa, D);
             gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
           }
         }
         if (own_dq) convert_run(dq_own.data(), dQ + bh * Tq * D, Tq * D);
       }
-      for (int64_t kb = g; kb < nkb; kb += G) {
+      for (const int64_t kb : blocks) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
         convert_run(dKacc.data() + k0 * D, dK + (bkv * Tk + k0) * D, nk * D);
         convert_run(dVacc.data() + k0 * D, dV + (bkv * Tk + k0) * D, nk * D);
@@ -630,10 +831,18 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     std::vector<const C*> parts(G);
     for (int64_t g = 0; g < G; ++g) parts[g] = dq_group(g);
     parallel_for(0, per_group, 1 << 14, [&](int64_t a, int64_t e) {
-      for (int64_t i = a; i < e; ++i) {
-        C s = parts[0][i];
-        for (int64_t g = 1; g < G; ++g) s += parts[g][i];
-        dQ[i] = static_cast<T>(s);
+      // In runs, one partial after another into a small sum: the same additions in the same order
+      // as a loop over the groups per element, but vectorised (that loop ran scalar).
+      constexpr int64_t kRun = 1024;
+      C sum[kRun];
+      for (int64_t i0 = a; i0 < e; i0 += kRun) {
+        const int64_t n = std::min(kRun, e - i0);
+        std::copy(parts[0] + i0, parts[0] + i0 + n, sum);
+        for (int64_t g = 1; g < G; ++g) {
+          const C* part = parts[g] + i0;
+          for (int64_t j = 0; j < n; ++j) sum[j] += part[j];
+        }
+        for (int64_t j = 0; j < n; ++j) dQ[i0 + j] = static_cast<T>(sum[j]);
       }
     });
   }

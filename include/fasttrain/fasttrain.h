@@ -69,9 +69,11 @@
 #include "fasttrain/profiler.h"
 #include "fasttrain/report.h"
 #include "fasttrain/tune.h"
-// Data-parallel jobs: the communicator (MPI when launched by mpirun or srun).
+// Data- and model-parallel jobs: the communicator (MPI when launched by mpirun or srun), process
+// groups, tensor and pipeline parallelism, ZeRO.
 #include "fasttrain/ddp.h"
 #include "fasttrain/dist.h"
+#include "fasttrain/pipeline.h"
 #include "fasttrain/process_groups.h"
 #include "fasttrain/tensor_parallel.h"
 #include "fasttrain/zero.h"

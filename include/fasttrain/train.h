@@ -248,8 +248,8 @@ struct CheckpointOptions {
 // (tp x pp)).
 struct DistOptions {
   dist::Strategy strategy = dist::Strategy::Ddp;
-  int64_t tp = 1;                  // --tp: tensor-parallel ranks (adjacent world ranks)
-  int64_t pp = 1;                  // --pp: pipeline stages (the outermost world ranks)
+  int64_t tp = 1;  // --tp: tensor-parallel ranks (adjacent world ranks)
+  int64_t pp = 1;  // --pp: pipeline stages (the outermost world ranks)
   dist::PipelineSchedule pp_schedule = dist::PipelineSchedule::OneFOneB;  // --pp-schedule
   StageLayers pp_layers;                                                  // --pp-layers
   bool sequence_parallel = false;  // --sequence-parallel: with tp, activations split along the sequence

@@ -396,6 +396,54 @@ TEST_F(PipelineCli, TwentyLlamaStepsWithPipelineStagesEqualOneProcess) {
   expect_model_close(dir_ + "/pp2_untied", dir_ + "/one_untied", 5e-6, 0);
 }
 
+TEST_F(PipelineCli, ZeroWithinTheDataGroupsOfPipelineStagesEqualsOneProcess) {
+  // dp 2 x pp 2: each stage's parameters sharded over its data group of 2; the tied embedding's
+  // two copies (first and last stage) have shards of their own, added over the pair.
+  train(1, 8, "one");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  const std::vector<double> norms = grad_norms("one");
+  // DDP at the same layout: its per-rank validation batches (4 rows, not one process's 8) and
+  // its weights, whose sums over the data group round unlike one process's, are what ZeRO's follow.
+  train(4, 4, "dp2pp2_ddp", " --pp 2");
+  expect_losses_close(train_losses(dir_ + "/dp2pp2_ddp"), reference, 1e-6);
+  for (const char* strategy : {"zero1", "zero2", "zero3"}) {
+    SCOPED_TRACE(strategy);
+    const std::string run = std::string("dp2pp2_") + strategy;
+    // zero2 also saves at step 10 (the whole model and the consolidated optimizer state).
+    const std::string save = std::string(strategy) == "zero2" ? " --checkpoint-every 10" : "";
+    train(4, 4, run, " --pp 2 --strategy " + std::string(strategy) + save);
+    expect_losses_close(train_losses(dir_ + "/" + run), reference, 1e-6);
+    expect_model_close(dir_ + "/" + run, dir_ + "/dp2pp2_ddp", 5e-6, 32);
+    expect_tied_copies_equal(dir_ + "/" + run, "transformer.wte.weight");
+    expect_losses_close(val_losses(run), val_losses("dp2pp2_ddp"), 1e-6);
+    const std::vector<double> got = grad_norms(run);  // the global norm over stages and shards
+    ASSERT_EQ(got.size(), norms.size());
+    for (size_t i = 0; i < norms.size(); ++i) EXPECT_NEAR(got[i], norms[i], 1e-5 * norms[i]) << "step " << i + 1;
+  }
+  // The zero2 checkpoint is one file per kind whatever the layout: one process resumes it, and so
+  // does zero3 at dp 2 x pp 2 with the 1f1b schedule.
+  const std::string checkpoint = dir_ + "/dp2pp2_zero2/checkpoints/step-00000010";
+  ASSERT_TRUE(fs::exists(checkpoint + "/optimizer.safetensors"));
+  train(1, 8, "resumed_one", " --pp 1 --strategy ddp --resume " + checkpoint);
+  expect_losses_close(train_losses(dir_ + "/resumed_one"), reference, 1e-6, 10);
+  train(4, 4, "resumed_zero3", " --pp 2 --pp-schedule 1f1b --strategy zero3 --resume " + checkpoint);
+  expect_losses_close(train_losses(dir_ + "/resumed_zero3"), reference, 1e-6, 10);
+}
+
+TEST_F(PipelineCli, ZeroUnderPipelineStagesEqualsOneProcessForLlama) {
+  const std::string tied = " --model llama --kv-heads 2 --ffn-dim 64 --rope-theta 10000";
+  train(1, 8, "one", tied);
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  train(4, 4, "dp2pp2", tied + " --pp 2 --strategy zero3 --pp-layers 1,3");
+  expect_losses_close(train_losses(dir_ + "/dp2pp2"), reference, 1e-6);
+  expect_tied_copies_equal(dir_ + "/dp2pp2", "model.embed_tokens.weight");
+  // The weights against DDP's at the layout (its data-group sums round as ZeRO's do).
+  train(4, 4, "dp2pp2_ddp", tied + " --pp 2 --pp-layers 1,3");
+  expect_model_close(dir_ + "/dp2pp2", dir_ + "/dp2pp2_ddp", 5e-6, 0);
+}
+
 TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
   // Token 5 starts a document (vocab.json as `fasttrain data` writes it for GPT-2's tokenizer):
   // the windows carry document ids, which every stage's attention must see.
@@ -446,9 +494,7 @@ TEST_F(PipelineCli, LayoutsThatCannotWorkAreRefusedBeforeTheFirstStep) {
              "option pp_schedule: 1f1b with 1 micro-batches (accumulate) is fewer than the 2 pipeline stages (pp)", 4,
              1},
         Case{3, " --pp 2", "the world size 3 is not divisible by tp x pp = 1 x 2 = 2"},
-        Case{2, " --pp 2 --pp-layers 3,3", "option pp_layers: expected 2 positive block counts"},
-        Case{2, " --pp 2 --strategy zero1",
-             "option strategy: zero1 with pipeline parallelism (pp = 2) is not built"}}) {
+        Case{2, " --pp 2 --pp-layers 3,3", "option pp_layers: expected 2 positive block counts"}}) {
     SCOPED_TRACE(c.extra);
     const std::string command =
         mpirun(c.ranks) + FT_CLI_PATH + flags(8, "refused", c.extra + " --dist-timeout 60", c.layers, c.accumulate);

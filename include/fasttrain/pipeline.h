@@ -46,6 +46,8 @@
 
 namespace ft::dist {
 
+class ZeroSharding;
+
 // --pp-schedule.
 enum class PipelineSchedule { GPipe, OneFOneB };
 inline constexpr size_t kPipelineScheduleCount = 2;
@@ -164,6 +166,17 @@ class PipelineStateIndex {
 // first and last stages; clipping by the global norm sums the stages' squared norms (the head
 // copy counted once, split parameters' parts over the tensor group as TensorParallelSync counts
 // them); fp16's found-inf flag is agreed over the pipeline group.
+//
+// Wrapping ZeRO (1-3 over each stage's data group): each stage's parameters are sharded over its
+// own data group. The tied embedding has a ZeRO group of its own on the first and the last stage
+// (ZeroSharding's `tied`), so data rank d of both stages holds the same elements of it; inside
+// ZeRO's finish(), after the data group's reduction, those two shards of the mean gradient are
+// added over the (first, last) pair: (mean of the embedding's) + (mean of the head's) is the
+// mean of their sum, which is what one process's gradient is. Both copies' optimizer states
+// start equal (the state index maps both to the embedding's entry) and see the same gradient, so
+// the copies stay equal in every bit. Clipping takes each stage's sharded ||g||^2 from ZeRO
+// (already summed over the data and tensor groups; the last stage's tied shard left out) and adds
+// the stages'.
 class PipelineSync : public train::GradSync {
  public:
   // `inner` (not owned; null: none) is the tensor- or data-parallel synchronisation.
@@ -182,6 +195,7 @@ class PipelineSync : public train::GradSync {
   nn::Module& model_;
   PipelineStageModel& stage_model_;
   train::GradSync* inner_;
+  ZeroSharding* zero_ = nullptr;          // inner_ when it is ZeRO
   std::shared_ptr<Communicator> tensor_;  // null without tensor parallelism
 };
 

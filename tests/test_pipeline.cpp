@@ -444,6 +444,31 @@ TEST_F(PipelineCli, ZeroUnderPipelineStagesEqualsOneProcessForLlama) {
   expect_model_close(dir_ + "/dp2pp2", dir_ + "/dp2pp2_ddp", 5e-6, 0);
 }
 
+TEST_F(PipelineCli, DropoutUnderPipelineStagesDrawsOneProcesssMasks) {
+  // Each stage draws its blocks' masks at the counters one process's forward of that micro-batch
+  // would use (the stages before it skipped), in GPipe's order and in 1F1B's interleaving, and
+  // with blocks recomputed in backward.
+  train(1, 8, "one", " --dropout 0.1");
+  train(1, 8, "plain", "");
+  const std::vector<double> reference = train_losses(dir_ + "/one"), plain = train_losses(dir_ + "/plain");
+  ASSERT_EQ(reference.size(), 20u);
+  ASSERT_EQ(plain.size(), 20u);
+  EXPECT_GT(std::abs(reference.front() - plain.front()), 1e-3);  // dropout changes the run: the check says something
+  train(2, 8, "gpipe", " --dropout 0.1 --pp 2 --pp-schedule gpipe");
+  expect_losses_close(train_losses(dir_ + "/gpipe"), reference, 1e-6);
+  expect_losses_close(val_losses("gpipe"), val_losses("one"), 1e-6);  // evaluation draws nothing
+  train(2, 8, "1f1b", " --dropout 0.1 --pp 2 --pp-schedule 1f1b --checkpoint-blocks true --pp-layers 1,3");
+  expect_losses_close(train_losses(dir_ + "/1f1b"), reference, 1e-6);
+  train(4, 8, "pp4", " --dropout 0.1 --pp 4 --pp-schedule 1f1b");
+  expect_losses_close(train_losses(dir_ + "/pp4"), reference, 1e-6);
+  // Under tensor parallelism each rank draws its heads' part of the whole attention mask and
+  // advances by all of it: the stages' counts are one process's. Compared with tp 2's run, whose
+  // split products round unlike one process's (by a few 1e-6 after some steps with dropout).
+  train(2, 8, "tp2", " --dropout 0.1 --tp 2");
+  train(4, 8, "tp2pp2", " --dropout 0.1 --tp 2 --pp 2");
+  expect_losses_close(train_losses(dir_ + "/tp2pp2"), train_losses(dir_ + "/tp2"), 1e-6);
+}
+
 TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
   // Token 5 starts a document (vocab.json as `fasttrain data` writes it for GPT-2's tokenizer):
   // the windows carry document ids, which every stage's attention must see.

@@ -129,6 +129,14 @@ class PipelineStageModel {
   // The tied embedding's parameter on the first stage, the head's copy of it on the last stage;
   // undefined on other stages, without a tied head, or with one stage.
   virtual Tensor tied_weight() const = 0;
+  // The Philox counter blocks this stage's training forward of one micro-batch of `batch` rows of
+  // `length` positions draws from the default generator (its dropout masks; 0 without dropout).
+  // The executor places each stage's draws where one process's forward of that micro-batch makes
+  // them, so the masks equal one process's; it checks the count against what the forward drew.
+  virtual int64_t dropout_blocks(int64_t batch, int64_t length) const {
+    (void)batch, (void)length;
+    return 0;
+  }
 };
 
 // The pipeline stage of `model` (null when it is not a split stage model).
@@ -236,6 +244,10 @@ class PipelineExecutor {
   dist::PipelineSchedule schedule_;
   StageLoss loss_;
   PipelineStats stats_;
+  // The stages' dropout counter blocks per micro-batch (dropout_blocks, gathered over the
+  // pipeline group) for the micro-batch shape they were gathered for.
+  Shape dropout_shape_;
+  std::vector<int64_t> dropout_blocks_;
   DType wire_dtype() const;
 };
 

@@ -14,6 +14,7 @@
 #include "fasttrain/ops.h"
 #include "fasttrain/pipeline.h"
 #include "fasttrain/profiler.h"
+#include "fasttrain/random.h"
 
 namespace ft::train {
 
@@ -82,6 +83,29 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
   stats_ = PipelineStats{};
   stats_.micro_batches = m;
 
+  // Dropout as one process draws it: one process's forward of micro-batch j draws D counter
+  // blocks (every stage's, in stage order) starting at start + j D, so stage s draws micro-batch
+  // j's masks from start + j D + (the blocks of stages before s), whatever order the schedule
+  // runs the forwards in; after the step every stage's generator is at start + m D, as one
+  // process's. (Activation checkpointing saves the generator state at a block's forward and
+  // replays it in the recomputation, so it draws the same masks.)
+  const Shape shape = micro[0].fields[0].shape();
+  if (shape != dropout_shape_) {
+    Tensor mine = scalar_tensor(stage_.dropout_blocks(shape[0], shape[1]), DType::I64).reshape({1});
+    Tensor all = empty({st.count}, DType::I64);
+    st.group->all_gather(mine, all);
+    dropout_blocks_.assign(all.data<int64_t>(), all.data<int64_t>() + st.count);
+    dropout_shape_ = shape;
+  }
+  uint64_t per_micro = 0, before = 0;  // D, and the blocks of the stages before this one
+  for (int s = 0; s < st.count; ++s) {
+    if (s < st.index) before += static_cast<uint64_t>(dropout_blocks_[s]);
+    per_micro += static_cast<uint64_t>(dropout_blocks_[s]);
+  }
+  Generator& gen = default_generator();
+  const GeneratorState step_start = gen.state();
+  const bool dropout = per_micro > 0 && model_.is_training();
+
   auto communicate = [&](const dist::PipelineOp& op) {
     using Msg = dist::PipelineMessage;
     Tensor out, in;
@@ -115,12 +139,22 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
       inputs[j] = input;
     }
     sync_.before_forward();
+    const uint64_t draws_at = step_start.offset + static_cast<uint64_t>(j) * per_micro + before;
+    if (dropout) gen.set_state({step_start.seed, draws_at});
+    const uint64_t drawn_from = gen.state().offset;
     Tensor out, loss;
     {
       autocast::AutocastGuard amp(amp_dtype, mixed);  // forward and loss under autocast, backward outside
       profiler::PhaseScope phase(profiler::Phase::Forward);
       out = stage_.stage_forward(input, doc_ids_of(micro[j]));
       if (st.last()) loss = loss_(out, micro[j]);
+    }
+    if (model_.is_training()) {
+      const uint64_t drawn = gen.state().offset - drawn_from;
+      const auto expected = static_cast<uint64_t>(dropout_blocks_[st.index]);
+      FT_CHECK(drawn == expected, "pipeline: ", st.describe(), " drew ", drawn,
+               " random counter blocks in a forward, its model (dropout_blocks) says ", expected,
+               "; the stages' dropout masks would not be one process's");
     }
     if (!st.last()) {
       outputs[j] = out;
@@ -169,6 +203,7 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
       stats_.busy_s += seconds_since(start);
     }
   });
+  if (dropout) gen.set_state({step_start.seed, step_start.offset + static_cast<uint64_t>(m) * per_micro});
   // Every stage reports the step's loss (logging, early stopping and the LR finder must agree):
   // the last stage's, broadcast over the pipeline group.
   Tensor loss = st.last() ? loss_sum.to(Device::cpu()).contiguous().clone().reshape({1}) : zeros({1}, DType::F32);

@@ -469,6 +469,64 @@ TEST_F(PipelineCli, DropoutUnderPipelineStagesDrawsOneProcesssMasks) {
   expect_losses_close(train_losses(dir_ + "/tp2pp2"), train_losses(dir_ + "/tp2"), 1e-6);
 }
 
+TEST_F(PipelineCli, InitialWeightsLoadIntoEveryStage) {
+  // A fasttrain weight file (a finished run's model) and a Hugging Face folder (a Llama with a
+  // tied head, whose file holds the embedding only): every stage reads the whole and keeps its
+  // blocks, the last stage its copy of the embedding; the stages train as one process does.
+  train(1, 8, "base");
+  const std::string file = " --init-from " + dir_ + "/base/model.safetensors";
+  train(1, 8, "one", file);
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  EXPECT_LT(reference.front(), train_losses(dir_ + "/base").front());  // it starts from the trained weights
+  train(2, 8, "pp2", file + " --pp 2");
+  expect_losses_close(train_losses(dir_ + "/pp2"), reference, 1e-6);
+  expect_tied_copies_equal(dir_ + "/pp2", "transformer.wte.weight");
+
+  nn::LlamaConfig cfg;
+  cfg.vocab_size = 96, cfg.context = 16, cfg.layers = 4, cfg.dim = 32, cfg.heads = 4, cfg.kv_heads = 2;
+  cfg.ffn_dim = 64, cfg.tie_embeddings = true;
+  Generator gen(11);
+  nn::Llama model(cfg, &gen);
+  nn::save_hf_folder(model, dir_ + "/hf", {.max_shard_bytes = 20'000});
+  auto run = [&](int ranks, const std::string& name, const std::string& extra) {
+    std::string command = (ranks == 1 ? std::string() : mpirun(ranks)) + FT_CLI_PATH +
+                          flags(8, name, " --model llama --init-from " + dir_ + "/hf" + extra);
+    command.erase(command.find(" --layers 4 --dim 32 --heads 4"), 30);  // the folder is the architecture
+    const test::CliRun r = run_command(command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+  };
+  run(1, "hf_one", "");
+  const std::vector<double> hf_reference = train_losses(dir_ + "/hf_one");
+  ASSERT_EQ(hf_reference.size(), 20u);
+  run(4, "hf_tp2pp2", " --tp 2 --pp 2");
+  expect_losses_close(train_losses(dir_ + "/hf_tp2pp2"), hf_reference, 1e-6);
+  expect_tied_copies_equal(dir_ + "/hf_tp2pp2", "model.embed_tokens.weight");
+}
+
+TEST_F(PipelineCli, TheBatchSizeFinderRunsThePipelineOnEveryStage) {
+  // Each stage tries a whole step of its part (4 micro-batches held by GPipe) under one agreed
+  // budget, the outcome agreed over the job. 256 MiB holds batches up to the cap of 16.
+  std::string command =
+      mpirun(2) + FT_CLI_PATH + flags(0, "auto", " --pp 2 --pp-schedule gpipe --memory-limit 256M --max-batch-size 16");
+  command.replace(command.find("--batch-size 0"), 14, "--batch-size auto");
+  command.replace(command.find("--max-steps 20"), 14, "--max-steps 3");
+  const test::CliRun r = run_command(command);
+  ASSERT_EQ(r.code, 0) << command << "\n" << r.output;
+  EXPECT_NE(r.output.find("-> batch size 16 per rank"), std::string::npos) << r.output;
+  EXPECT_EQ(train_losses(dir_ + "/auto").size(), 3u);
+  // A budget too small for batches of 16 on some stage: every rank leaves the failed trial and
+  // the job agrees on a smaller batch rather than waiting in a receive.
+  std::string small = command;
+  small.replace(small.find("--memory-limit 256M"), 19, "--memory-limit 3M  ");
+  small.replace(small.find(dir_ + "/auto"), dir_.size() + 5, dir_ + "/smal");
+  const test::CliRun s = run_command(small);
+  ASSERT_EQ(s.code, 0) << small << "\n" << s.output;
+  EXPECT_NE(s.output.find("out of memory"), std::string::npos) << s.output;
+  EXPECT_EQ(s.output.find("-> batch size 16 per rank"), std::string::npos) << s.output;
+  EXPECT_EQ(train_losses(dir_ + "/smal").size(), 3u);
+}
+
 TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
   // Token 5 starts a document (vocab.json as `fasttrain data` writes it for GPT-2's tokenizer):
   // the windows carry document ids, which every stage's attention must see.

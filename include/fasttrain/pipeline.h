@@ -251,4 +251,13 @@ class PipelineExecutor {
   DType wire_dtype() const;
 };
 
+// The batch-size finder's trial on one stage: the stage's part of a step of `micro_batches`
+// copies of `batch` in the schedule's order, holding what the executor holds (GPipe: every
+// micro-batch's activations; 1F1B: at most p - s), but without communicating: the input from
+// the previous stage and the gradient from the next are zeros of their shapes, so a stage that
+// runs out of memory leaves no peer waiting in a receive. The caller agrees the outcome over the
+// job and runs runner.optimizer_step() (the trial's optimizer state counts too).
+void pipeline_trial_step(nn::Module& model, StepRunner& runner, dist::PipelineSchedule schedule, int64_t micro_batches,
+                         const data::Batch& batch, const PipelineExecutor::StageLoss& loss);
+
 }  // namespace ft::train

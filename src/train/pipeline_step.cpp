@@ -211,6 +211,47 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
   return loss.reshape({}).to(device);
 }
 
+void pipeline_trial_step(nn::Module& model, StepRunner& runner, dist::PipelineSchedule schedule, int64_t m,
+                         const data::Batch& batch, const PipelineExecutor::StageLoss& loss) {
+  dist::PipelineStageModel* stage = dist::pipeline_stage_of(model);
+  FT_CHECK(stage != nullptr, "pipeline trial: the model (", model.type_name(), ") is not a pipeline stage");
+  const dist::PipelineStage& st = stage->pipeline_stage();
+  const std::vector<dist::PipelineAction> actions = dist::pipeline_schedule(schedule, st.index, st.count, m);
+  const Tensor& ids = batch.fields[0];
+  const Tensor first_param = model.parameters().front();
+  const Shape hidden{ids.size(0), ids.size(1), stage->hidden_size()};
+  const bool mixed = precision_is_mixed(runner.options().precision);
+  const DType amp_dtype = mixed ? runner.autocast_dtype() : DType::BF16;
+  std::vector<Tensor> outputs(m), roots(m);
+  runner.run_micro_batches([&] {
+    for (const dist::PipelineAction& a : actions) {
+      const int64_t j = a.micro;
+      if (a.kind == dist::PipelineAction::Forward) {
+        Tensor input = ids;
+        if (!st.first()) {
+          input = zeros(hidden, TensorOptions(first_param.dtype(), first_param.device()));
+          input.requires_grad_(true);
+        }
+        autocast::AutocastGuard amp(amp_dtype, mixed);
+        Tensor out = stage->stage_forward(input, doc_ids_of(batch));
+        if (!st.last()) {
+          outputs[j] = out;
+          continue;
+        }
+        Tensor l = loss(out, batch);
+        if (m > 1) l = div(l, static_cast<double>(m));
+        roots[j] = runner.scaler().enabled() ? runner.scaler().scale(l) : l;
+        continue;
+      }
+      if (st.last())
+        roots[j].backward();
+      else
+        autograd::backward({outputs[j]}, {zeros_like(outputs[j])});
+      outputs[j] = roots[j] = Tensor();
+    }
+  });
+}
+
 Tensor PipelineExecutor::evaluate(const data::Batch& batch) {
   const dist::PipelineStage& st = stage_.pipeline_stage();
   autograd::InferenceMode no_grad;

@@ -527,6 +527,27 @@ TEST_F(PipelineCli, TheBatchSizeFinderRunsThePipelineOnEveryStage) {
   EXPECT_EQ(train_losses(dir_ + "/smal").size(), 3u);
 }
 
+TEST_F(PipelineCli, SequenceParallelStagesExchangeTheirPartOfTheSequence) {
+  // tp 2 x pp 2 with sequence parallelism: each tensor rank's stages send its 8 of the 16
+  // positions; with dropout (its parts of one process's masks, placed per stage), and without it
+  // under ZeRO stage 2 over the data groups of dp 2 x tp 2 x pp 2 (8 ranks).
+  train(1, 8, "one", " --dropout 0.1");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  train(2, 8, "tp2", " --dropout 0.1 --tp 2 --sequence-parallel true");  // the split products' rounding
+  const std::string out = train(4, 8, "sp", " --dropout 0.1 --tp 2 --pp 2 --sequence-parallel true");
+  // Each step 4 activations of 8 x 8 x 32 f32 one way and their gradients back.
+  EXPECT_NE(out.find("bytes per step per stage boundary 65536 (formula 2 m B T C bytes = 65536)"), std::string::npos)
+      << out;
+  expect_losses_close(train_losses(dir_ + "/sp"), train_losses(dir_ + "/tp2"), 1e-6);
+  expect_losses_close(train_losses(dir_ + "/sp"), reference, 2e-5);
+  expect_tied_copies_equal(dir_ + "/sp", "transformer.wte.weight");
+  train(1, 8, "plain");
+  train(8, 4, "sp_zero2", " --tp 2 --pp 2 --sequence-parallel true --strategy zero2");
+  expect_losses_close(train_losses(dir_ + "/sp_zero2"), train_losses(dir_ + "/plain"), 1e-6);
+  expect_tied_copies_equal(dir_ + "/sp_zero2", "transformer.wte.weight");
+}
+
 TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
   // Token 5 starts a document (vocab.json as `fasttrain data` writes it for GPT-2's tokenizer):
   // the windows carry document ids, which every stage's attention must see.

@@ -15,6 +15,7 @@
 #include "fasttrain/pipeline.h"
 #include "fasttrain/profiler.h"
 #include "fasttrain/random.h"
+#include "fasttrain/tensor_parallel.h"
 
 namespace ft::train {
 
@@ -30,6 +31,15 @@ Tensor doc_ids_of(const data::Batch& b) {
   for (size_t f = 0; f < b.spec->size(); ++f)
     if ((*b.spec)[f].name == "doc_ids") return b.fields[f];
   return Tensor();
+}
+
+// The positions of a [b, T, C] activation a stage sends: under sequence parallelism each tensor
+// rank holds its T / tp positions between blocks (the embedding gives them, the head gathers the
+// whole sequence), so the stages exchange the rank's part, not the whole.
+int64_t stage_positions(const nn::Module& model, int64_t T) {
+  if (!dist::sequence_parallel(model)) return T;
+  const std::shared_ptr<dist::Communicator> tensor = dist::tensor_group_of(model);
+  return tensor ? T / tensor->world_size() : T;
 }
 
 }  // namespace
@@ -73,7 +83,7 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
   const DType amp_dtype = mixed ? runner_->autocast_dtype() : DType::BF16;
   auto hidden_shape = [&](int64_t j) {
     const Tensor& ids = micro[j].fields[0];
-    return Shape{ids.size(0), ids.size(1), stage_.hidden_size()};
+    return Shape{ids.size(0), stage_positions(model_, ids.size(1)), stage_.hidden_size()};
   };
 
   // Per micro-batch: input leaf, output (or the last stage's loss to backpropagate), and the
@@ -219,7 +229,7 @@ void pipeline_trial_step(nn::Module& model, StepRunner& runner, dist::PipelineSc
   const std::vector<dist::PipelineAction> actions = dist::pipeline_schedule(schedule, st.index, st.count, m);
   const Tensor& ids = batch.fields[0];
   const Tensor first_param = model.parameters().front();
-  const Shape hidden{ids.size(0), ids.size(1), stage->hidden_size()};
+  const Shape hidden{ids.size(0), stage_positions(model, ids.size(1)), stage->hidden_size()};
   const bool mixed = precision_is_mixed(runner.options().precision);
   const DType amp_dtype = mixed ? runner.autocast_dtype() : DType::BF16;
   std::vector<Tensor> outputs(m), roots(m);
@@ -261,7 +271,7 @@ Tensor PipelineExecutor::evaluate(const data::Batch& batch) {
   Tensor input = batch.fields[0];
   if (!st.first()) {
     const Tensor& ids = batch.fields[0];
-    Tensor in = empty({ids.size(0), ids.size(1), stage_.hidden_size()}, wire_dtype());
+    Tensor in = empty({ids.size(0), stage_positions(model_, ids.size(1)), stage_.hidden_size()}, wire_dtype());
     st.group->recv(in, st.index - 1);  // one micro-batch down the stages: no two neighbours send at once
     input = in.to(device);
   }

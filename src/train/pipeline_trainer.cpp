@@ -10,6 +10,7 @@
 #include "fasttrain/autograd.h"
 #include "fasttrain/profiler.h"
 #include "fasttrain/tasks.h"
+#include "fasttrain/tensor_parallel.h"
 #include "train/run_setup.h"
 #include "train/trainer_impl.h"
 
@@ -126,7 +127,8 @@ std::string Trainer::Impl::pipeline_report(const TrainerConfig& c) const {
   const auto m = static_cast<double>(pp_total.micro_batches);
   const dist::PipelineStageModel& stage = *dist::pipeline_stage_of(module->model());
   const double bytes_per =
-      static_cast<double>(c.batch_size) * static_cast<double>(c.model.context) *
+      static_cast<double>(c.batch_size) *
+      static_cast<double>(dist::sequence_parallel(module->model()) ? c.model.context / c.dist.tp : c.model.context) *
       static_cast<double>(stage.hidden_size()) *
       static_cast<double>(dtype_size(c.precision.mode == Precision::BF16True ? DType::BF16 : DType::F32));
   std::string s = "pipeline bubble (" + std::string(name_of(c.dist.pp_schedule)) +

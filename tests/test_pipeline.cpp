@@ -415,7 +415,8 @@ TEST_F(PipelineCli, ZeroWithinTheDataGroupsOfPipelineStagesEqualsOneProcess) {
     const std::string extra = std::string(strategy) == "zero2"   ? " --checkpoint-every 10"
                               : std::string(strategy) == "zero3" ? " --checkpoint-blocks true"
                                                                  : "";
-    train(4, 4, run, " --pp 2 --strategy " + std::string(strategy) + extra);
+    const std::string out = train(4, 4, run, " --pp 2 --strategy " + std::string(strategy) + extra);
+    EXPECT_NE(out.find("micro-batches (" + std::string(strategy) + " over the data groups)"), std::string::npos) << out;
     expect_losses_close(train_losses(dir_ + "/" + run), reference, 1e-6);
     expect_model_close(dir_ + "/" + run, dir_ + "/dp2pp2_ddp", 5e-6, 32);
     expect_tied_copies_equal(dir_ + "/" + run, "transformer.wte.weight");

@@ -396,6 +396,162 @@ TEST_F(PipelineCli, TwentyLlamaStepsWithPipelineStagesEqualOneProcess) {
   expect_model_close(dir_ + "/pp2_untied", dir_ + "/one_untied", 5e-6, 0);
 }
 
+TEST_F(PipelineCli, ZeroWithinTheDataGroupsOfPipelineStagesEqualsOneProcess) {
+  // dp 2 x pp 2: each stage's parameters sharded over its data group of 2; the tied embedding's
+  // two copies (first and last stage) have shards of their own, added over the pair.
+  train(1, 8, "one");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  const std::vector<double> norms = grad_norms("one");
+  // DDP at the same layout: its per-rank validation batches (4 rows, not one process's 8) and
+  // its weights, whose sums over the data group round unlike one process's, are what ZeRO's follow.
+  train(4, 4, "dp2pp2_ddp", " --pp 2");
+  expect_losses_close(train_losses(dir_ + "/dp2pp2_ddp"), reference, 1e-6);
+  for (const char* strategy : {"zero1", "zero2", "zero3"}) {
+    SCOPED_TRACE(strategy);
+    const std::string run = std::string("dp2pp2_") + strategy;
+    // zero2 also saves at step 10 (the whole model and the consolidated optimizer state).
+    // zero3 recomputes its blocks in backward (after its block's parameters are gathered again).
+    const std::string extra = std::string(strategy) == "zero2"   ? " --checkpoint-every 10"
+                              : std::string(strategy) == "zero3" ? " --checkpoint-blocks true"
+                                                                 : "";
+    const std::string out = train(4, 4, run, " --pp 2 --strategy " + std::string(strategy) + extra);
+    EXPECT_NE(out.find("micro-batches (" + std::string(strategy) + " over the data groups)"), std::string::npos) << out;
+    expect_losses_close(train_losses(dir_ + "/" + run), reference, 1e-6);
+    expect_model_close(dir_ + "/" + run, dir_ + "/dp2pp2_ddp", 5e-6, 32);
+    expect_tied_copies_equal(dir_ + "/" + run, "transformer.wte.weight");
+    expect_losses_close(val_losses(run), val_losses("dp2pp2_ddp"), 1e-6);
+    const std::vector<double> got = grad_norms(run);  // the global norm over stages and shards
+    ASSERT_EQ(got.size(), norms.size());
+    for (size_t i = 0; i < norms.size(); ++i) EXPECT_NEAR(got[i], norms[i], 1e-5 * norms[i]) << "step " << i + 1;
+  }
+  // The zero2 checkpoint is one file per kind whatever the layout: one process resumes it, and so
+  // does zero3 at dp 2 x pp 2 with the 1f1b schedule.
+  const std::string checkpoint = dir_ + "/dp2pp2_zero2/checkpoints/step-00000010";
+  ASSERT_TRUE(fs::exists(checkpoint + "/optimizer.safetensors"));
+  train(1, 8, "resumed_one", " --pp 1 --strategy ddp --resume " + checkpoint);
+  expect_losses_close(train_losses(dir_ + "/resumed_one"), reference, 1e-6, 10);
+  train(4, 4, "resumed_zero3", " --pp 2 --pp-schedule 1f1b --strategy zero3 --resume " + checkpoint);
+  expect_losses_close(train_losses(dir_ + "/resumed_zero3"), reference, 1e-6, 10);
+}
+
+TEST_F(PipelineCli, ZeroUnderPipelineStagesEqualsOneProcessForLlama) {
+  const std::string tied = " --model llama --kv-heads 2 --ffn-dim 64 --rope-theta 10000";
+  train(1, 8, "one", tied);
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  train(4, 4, "dp2pp2", tied + " --pp 2 --strategy zero3 --pp-layers 1,3");
+  expect_losses_close(train_losses(dir_ + "/dp2pp2"), reference, 1e-6);
+  expect_tied_copies_equal(dir_ + "/dp2pp2", "model.embed_tokens.weight");
+  // The weights against DDP's at the layout (its data-group sums round as ZeRO's do).
+  train(4, 4, "dp2pp2_ddp", tied + " --pp 2 --pp-layers 1,3");
+  expect_model_close(dir_ + "/dp2pp2", dir_ + "/dp2pp2_ddp", 5e-6, 0);
+}
+
+TEST_F(PipelineCli, DropoutUnderPipelineStagesDrawsOneProcesssMasks) {
+  // Each stage draws its blocks' masks at the counters one process's forward of that micro-batch
+  // would use (the stages before it skipped), in GPipe's order and in 1F1B's interleaving, and
+  // with blocks recomputed in backward.
+  train(1, 8, "one", " --dropout 0.1");
+  train(1, 8, "plain", "");
+  const std::vector<double> reference = train_losses(dir_ + "/one"), plain = train_losses(dir_ + "/plain");
+  ASSERT_EQ(reference.size(), 20u);
+  ASSERT_EQ(plain.size(), 20u);
+  EXPECT_GT(std::abs(reference.front() - plain.front()), 1e-3);  // dropout changes the run: the check says something
+  train(2, 8, "gpipe", " --dropout 0.1 --pp 2 --pp-schedule gpipe");
+  expect_losses_close(train_losses(dir_ + "/gpipe"), reference, 1e-6);
+  expect_losses_close(val_losses("gpipe"), val_losses("one"), 1e-6);  // evaluation draws nothing
+  train(2, 8, "1f1b", " --dropout 0.1 --pp 2 --pp-schedule 1f1b --checkpoint-blocks true --pp-layers 1,3");
+  expect_losses_close(train_losses(dir_ + "/1f1b"), reference, 1e-6);
+  train(4, 8, "pp4", " --dropout 0.1 --pp 4 --pp-schedule 1f1b");
+  expect_losses_close(train_losses(dir_ + "/pp4"), reference, 1e-6);
+  // Under tensor parallelism each rank draws its heads' part of the whole attention mask and
+  // advances by all of it: the stages' counts are one process's. Compared with tp 2's run, whose
+  // split products round unlike one process's (by a few 1e-6 after some steps with dropout).
+  train(2, 8, "tp2", " --dropout 0.1 --tp 2");
+  train(4, 8, "tp2pp2", " --dropout 0.1 --tp 2 --pp 2");
+  expect_losses_close(train_losses(dir_ + "/tp2pp2"), train_losses(dir_ + "/tp2"), 1e-6);
+}
+
+TEST_F(PipelineCli, InitialWeightsLoadIntoEveryStage) {
+  // A fasttrain weight file (a finished run's model) and a Hugging Face folder (a Llama with a
+  // tied head, whose file holds the embedding only): every stage reads the whole and keeps its
+  // blocks, the last stage its copy of the embedding; the stages train as one process does.
+  train(1, 8, "base");
+  const std::string file = " --init-from " + dir_ + "/base/model.safetensors";
+  train(1, 8, "one", file);
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  EXPECT_LT(reference.front(), train_losses(dir_ + "/base").front());  // it starts from the trained weights
+  train(2, 8, "pp2", file + " --pp 2");
+  expect_losses_close(train_losses(dir_ + "/pp2"), reference, 1e-6);
+  expect_tied_copies_equal(dir_ + "/pp2", "transformer.wte.weight");
+
+  nn::LlamaConfig cfg;
+  cfg.vocab_size = 96, cfg.context = 16, cfg.layers = 4, cfg.dim = 32, cfg.heads = 4, cfg.kv_heads = 2;
+  cfg.ffn_dim = 64, cfg.tie_embeddings = true;
+  Generator gen(11);
+  nn::Llama model(cfg, &gen);
+  nn::save_hf_folder(model, dir_ + "/hf", {.max_shard_bytes = 20'000});
+  auto run = [&](int ranks, const std::string& name, const std::string& extra) {
+    std::string command = (ranks == 1 ? std::string() : mpirun(ranks)) + FT_CLI_PATH +
+                          flags(8, name, " --model llama --init-from " + dir_ + "/hf" + extra);
+    command.erase(command.find(" --layers 4 --dim 32 --heads 4"), 30);  // the folder is the architecture
+    const test::CliRun r = run_command(command);
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.output;
+  };
+  run(1, "hf_one", "");
+  const std::vector<double> hf_reference = train_losses(dir_ + "/hf_one");
+  ASSERT_EQ(hf_reference.size(), 20u);
+  run(4, "hf_tp2pp2", " --tp 2 --pp 2");
+  expect_losses_close(train_losses(dir_ + "/hf_tp2pp2"), hf_reference, 1e-6);
+  expect_tied_copies_equal(dir_ + "/hf_tp2pp2", "model.embed_tokens.weight");
+}
+
+TEST_F(PipelineCli, TheBatchSizeFinderRunsThePipelineOnEveryStage) {
+  // Each stage tries a whole step of its part (4 micro-batches held by GPipe) under one agreed
+  // budget, the outcome agreed over the job. 256 MiB holds batches up to the cap of 16.
+  std::string command =
+      mpirun(2) + FT_CLI_PATH + flags(0, "auto", " --pp 2 --pp-schedule gpipe --memory-limit 256M --max-batch-size 16");
+  command.replace(command.find("--batch-size 0"), 14, "--batch-size auto");
+  command.replace(command.find("--max-steps 20"), 14, "--max-steps 3");
+  const test::CliRun r = run_command(command);
+  ASSERT_EQ(r.code, 0) << command << "\n" << r.output;
+  EXPECT_NE(r.output.find("-> batch size 16 per rank"), std::string::npos) << r.output;
+  EXPECT_EQ(train_losses(dir_ + "/auto").size(), 3u);
+  // A budget too small for batches of 16 on some stage: every rank leaves the failed trial and
+  // the job agrees on a smaller batch rather than waiting in a receive.
+  std::string small = command;
+  small.replace(small.find("--memory-limit 256M"), 19, "--memory-limit 3M  ");
+  small.replace(small.find(dir_ + "/auto"), dir_.size() + 5, dir_ + "/smal");
+  const test::CliRun s = run_command(small);
+  ASSERT_EQ(s.code, 0) << small << "\n" << s.output;
+  EXPECT_NE(s.output.find("out of memory"), std::string::npos) << s.output;
+  EXPECT_EQ(s.output.find("-> batch size 16 per rank"), std::string::npos) << s.output;
+  EXPECT_EQ(train_losses(dir_ + "/smal").size(), 3u);
+}
+
+TEST_F(PipelineCli, SequenceParallelStagesExchangeTheirPartOfTheSequence) {
+  // tp 2 x pp 2 with sequence parallelism: each tensor rank's stages send its 8 of the 16
+  // positions; with dropout (its parts of one process's masks, placed per stage), and without it
+  // under ZeRO stage 2 over the data groups of dp 2 x tp 2 x pp 2 (8 ranks).
+  train(1, 8, "one", " --dropout 0.1");
+  const std::vector<double> reference = train_losses(dir_ + "/one");
+  ASSERT_EQ(reference.size(), 20u);
+  train(2, 8, "tp2", " --dropout 0.1 --tp 2 --sequence-parallel true");  // the split products' rounding
+  const std::string out = train(4, 8, "sp", " --dropout 0.1 --tp 2 --pp 2 --sequence-parallel true");
+  // Each step 4 activations of 8 x 8 x 32 f32 one way and their gradients back.
+  EXPECT_NE(out.find("bytes per step per stage boundary 65536 (formula 2 m B T C bytes = 65536)"), std::string::npos)
+      << out;
+  expect_losses_close(train_losses(dir_ + "/sp"), train_losses(dir_ + "/tp2"), 1e-6);
+  expect_losses_close(train_losses(dir_ + "/sp"), reference, 2e-5);
+  expect_tied_copies_equal(dir_ + "/sp", "transformer.wte.weight");
+  train(1, 8, "plain");
+  train(8, 4, "sp_zero2", " --tp 2 --pp 2 --sequence-parallel true --strategy zero2");
+  expect_losses_close(train_losses(dir_ + "/sp_zero2"), train_losses(dir_ + "/plain"), 1e-6);
+  expect_tied_copies_equal(dir_ + "/sp_zero2", "transformer.wte.weight");
+}
+
 TEST_F(PipelineCli, TheDocumentMaskReachesEveryStage) {
   // Token 5 starts a document (vocab.json as `fasttrain data` writes it for GPT-2's tokenizer):
   // the windows carry document ids, which every stage's attention must see.
@@ -446,9 +602,7 @@ TEST_F(PipelineCli, LayoutsThatCannotWorkAreRefusedBeforeTheFirstStep) {
              "option pp_schedule: 1f1b with 1 micro-batches (accumulate) is fewer than the 2 pipeline stages (pp)", 4,
              1},
         Case{3, " --pp 2", "the world size 3 is not divisible by tp x pp = 1 x 2 = 2"},
-        Case{2, " --pp 2 --pp-layers 3,3", "option pp_layers: expected 2 positive block counts"},
-        Case{2, " --pp 2 --strategy zero1",
-             "option strategy: zero1 with pipeline parallelism (pp = 2) is not built"}}) {
+        Case{2, " --pp 2 --pp-layers 3,3", "option pp_layers: expected 2 positive block counts"}}) {
     SCOPED_TRACE(c.extra);
     const std::string command =
         mpirun(c.ranks) + FT_CLI_PATH + flags(8, "refused", c.extra + " --dist-timeout 60", c.layers, c.accumulate);

@@ -76,6 +76,7 @@ class GPT : public CausalDecoder, public dist::VocabParallelOutput, public dist:
   Tensor stage_forward(const Tensor& input, const Tensor& doc_ids) override;
   int64_t hidden_size() const override { return cfg_.dim; }
   Tensor tied_weight() const override;
+  int64_t dropout_blocks(int64_t batch, int64_t length) const override;
   // ids [B, T] integer in [0, vocab_size) -> logits [B, T, vocab_size] (with a tensor group:
   // this rank's columns of them)
   Tensor forward(const Tensor& ids) override;

@@ -46,6 +46,8 @@
 
 namespace ft::dist {
 
+class ZeroSharding;
+
 // --pp-schedule.
 enum class PipelineSchedule { GPipe, OneFOneB };
 inline constexpr size_t kPipelineScheduleCount = 2;
@@ -127,6 +129,14 @@ class PipelineStageModel {
   // The tied embedding's parameter on the first stage, the head's copy of it on the last stage;
   // undefined on other stages, without a tied head, or with one stage.
   virtual Tensor tied_weight() const = 0;
+  // The Philox counter blocks this stage's training forward of one micro-batch of `batch` rows of
+  // `length` positions draws from the default generator (its dropout masks; 0 without dropout).
+  // The executor places each stage's draws where one process's forward of that micro-batch makes
+  // them, so the masks equal one process's; it checks the count against what the forward drew.
+  virtual int64_t dropout_blocks(int64_t batch, int64_t length) const {
+    (void)batch, (void)length;
+    return 0;
+  }
 };
 
 // The pipeline stage of `model` (null when it is not a split stage model).
@@ -164,6 +174,17 @@ class PipelineStateIndex {
 // first and last stages; clipping by the global norm sums the stages' squared norms (the head
 // copy counted once, split parameters' parts over the tensor group as TensorParallelSync counts
 // them); fp16's found-inf flag is agreed over the pipeline group.
+//
+// Wrapping ZeRO (1-3 over each stage's data group): each stage's parameters are sharded over its
+// own data group. The tied embedding has a ZeRO group of its own on the first and the last stage
+// (ZeroSharding's `tied`), so data rank d of both stages holds the same elements of it; inside
+// ZeRO's finish(), after the data group's reduction, those two shards of the mean gradient are
+// added over the (first, last) pair: (mean of the embedding's) + (mean of the head's) is the
+// mean of their sum, which is what one process's gradient is. Both copies' optimizer states
+// start equal (the state index maps both to the embedding's entry) and see the same gradient, so
+// the copies stay equal in every bit. Clipping takes each stage's sharded ||g||^2 from ZeRO
+// (already summed over the data and tensor groups; the last stage's tied shard left out) and adds
+// the stages'.
 class PipelineSync : public train::GradSync {
  public:
   // `inner` (not owned; null: none) is the tensor- or data-parallel synchronisation.
@@ -182,6 +203,7 @@ class PipelineSync : public train::GradSync {
   nn::Module& model_;
   PipelineStageModel& stage_model_;
   train::GradSync* inner_;
+  ZeroSharding* zero_ = nullptr;          // inner_ when it is ZeRO
   std::shared_ptr<Communicator> tensor_;  // null without tensor parallelism
 };
 
@@ -222,7 +244,20 @@ class PipelineExecutor {
   dist::PipelineSchedule schedule_;
   StageLoss loss_;
   PipelineStats stats_;
+  // The stages' dropout counter blocks per micro-batch (dropout_blocks, gathered over the
+  // pipeline group) for the micro-batch shape they were gathered for.
+  Shape dropout_shape_;
+  std::vector<int64_t> dropout_blocks_;
   DType wire_dtype() const;
 };
+
+// The batch-size finder's trial on one stage: the stage's part of a step of `micro_batches`
+// copies of `batch` in the schedule's order, holding what the executor holds (GPipe: every
+// micro-batch's activations; 1F1B: at most p - s), but without communicating: the input from
+// the previous stage and the gradient from the next are zeros of their shapes, so a stage that
+// runs out of memory leaves no peer waiting in a receive. The caller agrees the outcome over the
+// job and runs runner.optimizer_step() (the trial's optimizer state counts too).
+void pipeline_trial_step(nn::Module& model, StepRunner& runner, dist::PipelineSchedule schedule, int64_t micro_batches,
+                         const data::Batch& batch, const PipelineExecutor::StageLoss& loss);
 
 }  // namespace ft::train

@@ -179,8 +179,9 @@ std::shared_ptr<Communicator> tensor_group_of(const nn::Module& model);
 // The state one process would hold: every split tensor gathered (a collective of the model's
 // tensor group; every rank gets the whole state). state_dict() itself without a tensor group.
 TensorMap gather_tensor_parallel_state(const nn::Module& model);
-// This rank's parts of a whole state (for load_state_dict): the inverse of the above.
-TensorMap shard_tensor_parallel_state(const TensorMap& full, const nn::Module& model);
+// This rank's parts of a whole state (for load_state_dict): the inverse of the above. On a
+// pipeline stage (pipeline.h) only the stage's entries, so a whole file loads into any stage.
+TensorMap shard_tensor_parallel_state(const TensorMap& whole, const nn::Module& model);
 
 // Turns sequence parallelism on or off for every parallel layer of `model` (the model's code
 // sees it through them: enter, leave, sequence_start). Refused for a model without a tensor group.

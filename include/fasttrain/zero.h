@@ -59,6 +59,7 @@
 // agreed over both groups.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,8 +80,10 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   // and its kind are taken; the parameters must be `model`'s. Starts from the model's current
   // weights (broadcast them first); stage 3 then releases the parameters' memory (gather_all()
   // brings it back). Throws for LAMB / LARS.
+  // `tied` (optional): a parameter given a group of its own (pipeline parallelism's tied embedding,
+  // whose first-stage and last-stage copies must shard alike: see set_tied_exchange).
   ZeroSharding(nn::Module& model, const optim::Optimizer& full, std::shared_ptr<Communicator> comm, int stage,
-               DdpOptions ddp = {});
+               DdpOptions ddp = {}, const Tensor& tied = Tensor());
   ~ZeroSharding() override;
   ZeroSharding(const ZeroSharding&) = delete;
   ZeroSharding& operator=(const ZeroSharding&) = delete;
@@ -96,6 +99,20 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   // rank's are its positions' part, `replicated` is Sum. Call before the first step.
   void set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split,
                            ReduceOp replicated = ReduceOp::Avg);
+
+  // Pipeline parallelism: the tied parameter's two copies (first and last stage) are one
+  // parameter of one process, whose gradient is the sum of both. Their groups hold only that
+  // parameter, so rank r of the data group holds the same elements [r s, (r + 1) s) of it on both
+  // stages; `exchange` is called in finish() with that shard's mean gradient (f32 [s]), after the
+  // data group's reduction and before clipping, and replaces it in place by the two copies' sum.
+  // A no-op without `tied`.
+  void set_tied_exchange(std::function<void(const Tensor& shard_grad)> exchange);
+  // ||g||^2 of the gradient after finish(), summed over the data group (and the tensor group's
+  // split parts): the same f64 on every rank of both groups. skip_tied: the tied group left out
+  // (the last stage's copy, counted on the first stage).
+  double grad_squares(bool skip_tied) const;
+  // Every shard gradient times `factor` (clipping), rounded to the parameters' dtype.
+  void scale_grads(float factor);
 
   void before_forward() override;
   void before_backward(bool last) override;
@@ -217,6 +234,9 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   static void gather_from_params(const Group& g, int64_t begin, const Tensor& out);
 
   std::shared_ptr<Communicator> comm_;
+  const TensorImpl* tied_ = nullptr;  // the constructor's `tied`
+  int64_t tied_group_ = -1;           // its own group's index in groups_
+  std::function<void(const Tensor&)> tied_exchange_;
   std::shared_ptr<Communicator> tensor_;         // set_tensor_parallel's group (null: none)
   std::vector<const TensorImpl*> split_params_;  // its split parameters, sorted
   ReduceOp replicated_op_ = ReduceOp::Avg;

@@ -15,6 +15,7 @@
 #include "fasttrain/ops.h"
 #include "fasttrain/optim.h"
 #include "fasttrain/tensor_parallel.h"
+#include "fasttrain/zero.h"
 
 namespace ft::dist {
 
@@ -271,7 +272,22 @@ PipelineSync::PipelineSync(nn::Module& model, train::GradSync* inner)
         return *s;
       }()),
       inner_(inner),
-      tensor_(tensor_group_of(model)) {}
+      zero_(dynamic_cast<ZeroSharding*>(inner)),
+      tensor_(tensor_group_of(model)) {
+  const PipelineStage& st = stage_model_.pipeline_stage();
+  if (zero_ == nullptr || !stage_model_.tied_weight().defined() || !(st.first() || st.last())) return;
+  // The two copies' shards of the mean gradient summed in one order (first + last) on both
+  // stages, inside ZeRO's finish (see the class comment).
+  zero_->set_tied_exchange([&st](const Tensor& shard) {
+    autograd::NoGradGuard no_grad;
+    const Tensor mine = shard.contiguous().clone();
+    Tensor theirs = empty_like(mine);
+    const int peer = st.first() ? st.count - 1 : 0;
+    st.group->send_recv(mine, peer, theirs, peer);
+    Tensor out = shard;  // the shard's gradient buffer, written in place
+    out.copy_(st.first() ? add(mine, theirs) : add(theirs, mine));
+  });
+}
 
 void PipelineSync::before_forward() {
   if (inner_) inner_->before_forward();
@@ -287,6 +303,7 @@ void PipelineSync::after_backward(bool last) {
 
 void PipelineSync::finish() {
   if (inner_) inner_->finish();
+  if (zero_) return;  // the tied copies were added inside ZeRO's finish, on their shards
   const PipelineStage& st = stage_model_.pipeline_stage();
   const Tensor tied = stage_model_.tied_weight();
   if (!tied.defined() || !(st.first() || st.last())) return;
@@ -309,6 +326,20 @@ Tensor PipelineSync::clip_grad_norm(const std::vector<Tensor>& params, double ma
   FT_CHECK(max_norm > 0, "clip_grad_norm_: expected a positive max_norm, found ", max_norm);
   autograd::NoGradGuard no_grad;
   const PipelineStage& st = stage_model_.pipeline_stage();
+  if (zero_) {
+    // The stage's ||g||^2 over its data and tensor groups from ZeRO's shards (the last stage's
+    // tied copy left out: the first stage counts it), then the stages' in stage order.
+    const bool skip = stage_model_.tied_weight().defined() && st.last();
+    const Tensor stage_total = scalar_tensor(zero_->grad_squares(skip), DType::F64).reshape({1});
+    Tensor stages = empty({st.count}, DType::F64);
+    st.group->all_gather(stage_total, stages);
+    double total = 0;
+    for (int s = 0; s < st.count; ++s) total += stages.data<double>()[s];
+    const auto norm = static_cast<float>(std::sqrt(total));
+    const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
+    if (coef < 1.0) zero_->scale_grads(static_cast<float>(coef));
+    return scalar_tensor(norm, DType::F32);
+  }
   std::unordered_set<const TensorImpl*> is_split;
   if (tensor_) {
     const std::map<std::string, TensorShard> shards = tensor_shards(model_);
@@ -357,7 +388,8 @@ Tensor PipelineSync::clip_grad_norm(const std::vector<Tensor>& params, double ma
 }
 
 void PipelineSync::clip_grad_value(const std::vector<Tensor>& params, double clip_value) {
-  optim::clip_grad_value_(params, clip_value);  // element-wise: each stage clips its own
+  if (zero_) return zero_->clip_grad_value(params, clip_value);  // its shards, rounded to their dtype
+  optim::clip_grad_value_(params, clip_value);                   // element-wise: each stage clips its own
 }
 
 void PipelineSync::agree_found_inf(const Tensor& found_inf) {

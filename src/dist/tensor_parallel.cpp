@@ -17,6 +17,7 @@
 #include "fasttrain/error.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/optim.h"
+#include "fasttrain/pipeline.h"
 #include "ops/mask_parts.h"
 
 namespace ft::dist {
@@ -422,7 +423,12 @@ TensorMap gather_tensor_parallel_state(const nn::Module& model) {
   return state;
 }
 
-TensorMap shard_tensor_parallel_state(const TensorMap& full, const nn::Module& model) {
+TensorMap shard_tensor_parallel_state(const TensorMap& whole, const nn::Module& model) {
+  // A pipeline stage takes its entries of the whole model's first (every loader of whole files,
+  // --init-from's included, goes through here).
+  const auto* stage = dynamic_cast<const PipelineStageModel*>(&model);
+  const TensorMap full =
+      stage != nullptr && stage->pipeline_stage().split() ? stage_part_of_state(whole, model) : whole;
   const std::shared_ptr<Communicator> group = tensor_group_of(model);
   if (!group) return full;
   const std::map<std::string, TensorShard> shards = tensor_shards(model);

@@ -93,8 +93,8 @@ void restore_memory(const Tensor& p) {
 }  // namespace
 
 ZeroSharding::ZeroSharding(nn::Module& model, const optim::Optimizer& full, std::shared_ptr<Communicator> comm,
-                           int stage, DdpOptions ddp)
-    : comm_(std::move(comm)), stage_(stage), kind_(full.kind()) {
+                           int stage, DdpOptions ddp, const Tensor& tied)
+    : comm_(std::move(comm)), tied_(tied.defined() ? tied.impl() : nullptr), stage_(stage), kind_(full.kind()) {
   FT_CHECK(comm_ != nullptr, "ZeRO: expected a communicator, found none");
   FT_CHECK(stage >= 1 && stage <= 3, "ZeRO: expected stage 1, 2 or 3, found ", stage);
   FT_CHECK(kind_ != optim::OptimizerKind::LAMB && kind_ != optim::OptimizerKind::LARS, "strategy zero", stage,
@@ -160,58 +160,66 @@ void ZeroSharding::build_groups(nn::Module& model, const optim::Optimizer& full)
   autograd::NoGradGuard no_grad;
   int64_t flag = 0;
   // Stages 1 and 2: one group per optimizer group (empty ones too: the indices are the
-  // optimizer's). Stage 3: one per unit and optimizer group, empty ones left out.
+  // optimizer's). Stage 3: one per unit and optimizer group, empty ones left out. Either way the
+  // tied parameter (if any) gets a group of its own after its optimizer group's (the metadata's
+  // "zero.group.<g>" maps every group to its optimizer group).
   for (size_t u = 0; u < units_.size(); ++u) {
-    size_t k = 0;  // position in `all`
-    for (size_t fg = 0; fg < full_groups.size(); ++fg) {
-      const optim::ParamGroup& pg = full_groups[fg];
-      Group g;
-      g.options = pg.options;
-      g.name = pg.name;
-      g.full_group = static_cast<int64_t>(fg);
-      g.unit = u;
-      for (size_t i = 0; i < pg.params.size(); ++i, ++k) {
-        if (unit_of_param[k] != u) continue;
-        const Tensor& p = pg.params[i];
-        FT_CHECK(g.params.empty() || p.dtype() == g.params.front().dtype(), "ZeRO: parameter group '", g.name,
-                 "' mixes dtypes (", dtype_name(g.params.front().dtype()), " and ", dtype_name(p.dtype()),
-                 "); expected one dtype per group, as its shards are gathered as one buffer");
-        g.params.push_back(p);
-        g.full_index.push_back(static_cast<int64_t>(i));
-        g.offsets.push_back(g.total);
-        g.total += p.numel();
+    size_t first_k = 0;  // the optimizer group's first position in `all`
+    for (size_t fg = 0; fg < full_groups.size(); first_k += full_groups[fg].params.size(), ++fg)
+      // Pass 1: the tied parameter alone (when it is in this unit and optimizer group), so that its
+      // elements are split over the ranks alike whatever else a stage holds.
+      for (int pass = 0; pass < 2; ++pass) {
+        const optim::ParamGroup& pg = full_groups[fg];
+        Group g;
+        g.options = pg.options;
+        g.name = pg.name;
+        g.full_group = static_cast<int64_t>(fg);
+        g.unit = u;
+        size_t k = first_k;
+        for (size_t i = 0; i < pg.params.size(); ++i, ++k) {
+          if (unit_of_param[k] != u) continue;
+          const Tensor& p = pg.params[i];
+          if ((p.impl() == tied_) != (pass == 1)) continue;
+          FT_CHECK(g.params.empty() || p.dtype() == g.params.front().dtype(), "ZeRO: parameter group '", g.name,
+                   "' mixes dtypes (", dtype_name(g.params.front().dtype()), " and ", dtype_name(p.dtype()),
+                   "); expected one dtype per group, as its shards are gathered as one buffer");
+          g.params.push_back(p);
+          g.full_index.push_back(static_cast<int64_t>(i));
+          g.offsets.push_back(g.total);
+          g.total += p.numel();
+        }
+        if ((stage_ == 3 || pass == 1) && g.params.empty()) continue;
+        if (pass == 1) tied_group_ = static_cast<int64_t>(groups_.size());
+        g.shard = (g.total + n - 1) / n;  // P_g = N s_g >= T_g: the last shard is padded with zeros
+        g.grad = zeros({std::max<int64_t>(g.shard, 1)}, DType::F32);
+        g.first_flag = flag;
+        flag += static_cast<int64_t>(g.params.size());
+        if (stage_ == 3) g.data = zeros({std::max<int64_t>(g.shard, 1)}, g.params.front().dtype());
+        const int64_t lo = r * g.shard, hi = lo + g.shard;
+        for (size_t i = 0; i < g.params.size(); ++i) {
+          const Tensor& param = g.params[i];
+          const int64_t begin = std::max(lo, g.offsets[i]), end = std::min(hi, g.offsets[i] + param.numel());
+          if (begin >= end) continue;
+          Piece piece{static_cast<int64_t>(i), begin - g.offsets[i], end - begin, begin - lo, Tensor()};
+          // Stages 1 and 2: the piece is the parameter's own memory, so the optimizer updates the
+          // model in place and no second copy of the weights exists (a bf16 parameter gets its f32
+          // master in the optimizer's state, as in one process). A parameter in another memory
+          // order (channels-last) gets a buffer of its own, refreshed after every all-gather.
+          // Stage 3: the shard's buffer, the only copy kept between uses.
+          Tensor data = param.detach();
+          if (stage_ == 3)
+            piece.view = g.data.narrow(0, piece.at, piece.numel);
+          else
+            piece.view = data.is_contiguous() ? data.reshape({-1}).narrow(0, piece.offset, piece.numel)
+                                              : empty({piece.numel}, data.dtype());
+          g.pieces.push_back(std::move(piece));
+        }
+        // A rank whose range holds only padding still gives the optimizer one tensor, which never
+        // has a gradient (so it is never updated and has no state): optimizers refuse empty lists.
+        if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, zeros({1}, DType::F32)});
+        units_[u].groups.push_back(groups_.size());
+        groups_.push_back(std::move(g));
       }
-      if (stage_ == 3 && g.params.empty()) continue;
-      g.shard = (g.total + n - 1) / n;  // P_g = N s_g >= T_g: the last shard is padded with zeros
-      g.grad = zeros({std::max<int64_t>(g.shard, 1)}, DType::F32);
-      g.first_flag = flag;
-      flag += static_cast<int64_t>(g.params.size());
-      if (stage_ == 3) g.data = zeros({std::max<int64_t>(g.shard, 1)}, g.params.front().dtype());
-      const int64_t lo = r * g.shard, hi = lo + g.shard;
-      for (size_t i = 0; i < g.params.size(); ++i) {
-        const Tensor& param = g.params[i];
-        const int64_t begin = std::max(lo, g.offsets[i]), end = std::min(hi, g.offsets[i] + param.numel());
-        if (begin >= end) continue;
-        Piece piece{static_cast<int64_t>(i), begin - g.offsets[i], end - begin, begin - lo, Tensor()};
-        // Stages 1 and 2: the piece is the parameter's own memory, so the optimizer updates the
-        // model in place and no second copy of the weights exists (a bf16 parameter gets its f32
-        // master in the optimizer's state, as in one process). A parameter in another memory
-        // order (channels-last) gets a buffer of its own, refreshed after every all-gather.
-        // Stage 3: the shard's buffer, the only copy kept between uses.
-        Tensor data = param.detach();
-        if (stage_ == 3)
-          piece.view = g.data.narrow(0, piece.at, piece.numel);
-        else
-          piece.view = data.is_contiguous() ? data.reshape({-1}).narrow(0, piece.offset, piece.numel)
-                                            : empty({piece.numel}, data.dtype());
-        g.pieces.push_back(std::move(piece));
-      }
-      // A rank whose range holds only padding still gives the optimizer one tensor, which never
-      // has a gradient (so it is never updated and has no state): optimizers refuse empty lists.
-      if (g.pieces.empty()) g.pieces.push_back({-1, 0, 1, 0, zeros({1}, DType::F32)});
-      units_[u].groups.push_back(groups_.size());
-      groups_.push_back(std::move(g));
-    }
   }
 }
 
@@ -523,9 +531,20 @@ void ZeroSharding::finish() {
     }
     flags_ = Tensor();
   }
+  if (tied_group_ >= 0 && tied_exchange_) {
+    // The other stage's copy's mean gradient added (pipeline.h): before clipping and rounding, as
+    // one process adds both uses of the parameter into one gradient. A tied embedding is a split
+    // parameter under tensor parallelism, so the tensor group's averaging below does not touch it.
+    Group& g = groups_[static_cast<size_t>(tied_group_)];
+    tied_exchange_(g.grad.narrow(0, 0, g.shard));
+  }
   average_replicated_over_tensor_group();
   round_grads_to_param_dtype();
   copy_shards_to_pieces_grads(used);
+}
+
+void ZeroSharding::set_tied_exchange(std::function<void(const Tensor&)> exchange) {
+  tied_exchange_ = std::move(exchange);
 }
 
 void ZeroSharding::set_tensor_parallel(std::shared_ptr<Communicator> tensor, const std::vector<Tensor>& split,
@@ -591,6 +610,16 @@ void ZeroSharding::copy_shards_to_pieces_grads(const std::vector<float>& used) {
 }
 
 Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm) {
+  // As optim::clip_grad_norm_ does it (f32 gradients): the norm rounded to f32, the factor
+  // max_norm / (norm + 1e-6) from it, applied in f32; so the clipped gradients are DDP's bits
+  // whenever the f64 sums round to the same f32 norm.
+  const float norm = static_cast<float>(std::sqrt(grad_squares(false)));
+  const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
+  if (coef < 1.0) scale_grads(static_cast<float>(coef));
+  return scalar_tensor(norm, DType::F32);
+}
+
+double ZeroSharding::grad_squares(bool skip_tied) const {
   // ||g||^2 of the whole gradient = the sum over ranks of their shards' ||g_r||^2 (padding and
   // unused parameters hold zeros), reduced in f64 so the ranks agree on every bit. Summed on the
   // host: the shards are CPU tensors, as the MPI communicator's are (a device communicator
@@ -599,7 +628,9 @@ Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm)
   // once (every tensor rank holds the same values), so every rank adds the same numbers.
   autograd::NoGradGuard no_grad;
   double local = 0, split = 0;
-  for (const Group& g : groups_) {
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Group& g = groups_[gi];
+    if (skip_tied && static_cast<int64_t>(gi) == tied_group_) continue;
     const float* v = g.grad.data<float>();
     if (!tensor_) {
       for (int64_t i = 0; i < g.shard; ++i) local += static_cast<double>(v[i]) * v[i];
@@ -618,20 +649,15 @@ Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm)
   }
   Tensor total = scalar_tensor(local, DType::F64).reshape({1});
   comm_->all_reduce(total, ReduceOp::Sum);
-  // As optim::clip_grad_norm_ does it (f32 gradients): the norm rounded to f32, the factor
-  // max_norm / (norm + 1e-6) from it, applied in f32; so the clipped gradients are DDP's bits
-  // whenever the f64 sums round to the same f32 norm.
-  const float norm = static_cast<float>(std::sqrt(total.data<double>()[0]));
-  const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
-  if (coef < 1.0) {
-    const float factor = static_cast<float>(coef);
-    for (Group& g : groups_) {
-      float* v = g.grad.data<float>();
-      for (int64_t i = 0; i < g.shard; ++i) v[i] *= factor;
-    }
-    round_grads_to_param_dtype();
+  return total.data<double>()[0];
+}
+
+void ZeroSharding::scale_grads(float factor) {
+  for (Group& g : groups_) {
+    float* v = g.grad.data<float>();
+    for (int64_t i = 0; i < g.shard; ++i) v[i] *= factor;
   }
-  return scalar_tensor(norm, DType::F32);
+  round_grads_to_param_dtype();
 }
 
 void ZeroSharding::clip_grad_value(const std::vector<Tensor>&, double clip_value) {

@@ -242,6 +242,18 @@ void GPT::make_stage(Generator* gen, bool gpt2_residual_scaling, std::shared_ptr
   load_state_dict(dist::shard_tensor_parallel_state(dist::stage_part_of_state(whole.state_dict(), *this), *this));
 }
 
+int64_t GPT::dropout_blocks(int64_t batch, int64_t length) const {
+  if (cfg_.dropout == 0) return 0;
+  // One block per 4 elements of each mask (the dropout and attention kernels' rule): the
+  // embedding's [B, T, C] on the first stage; per block the attention probabilities'
+  // [B, H, T, T] (all heads: a tensor rank draws its heads' part of the whole mask and advances
+  // by all of it), the attention output's and the MLP output's [B, T, C].
+  const auto blocks = [](int64_t n) { return (n + 3) / 4; };
+  const int64_t BTC = batch * length * cfg_.dim, scores = batch * cfg_.heads * length * length;
+  const int64_t n = stage_.split() ? stage_.end_block - stage_.first_block : cfg_.layers;
+  return (stage_.first() ? blocks(BTC) : 0) + n * (blocks(scores) + 2 * blocks(BTC));
+}
+
 Tensor GPT::tied_weight() const {
   if (!stage_.split()) return Tensor();
   return stage_.first() ? body(transformer_).wte_weight : stage_.last() ? head_weight_ : Tensor();

@@ -70,9 +70,6 @@ std::shared_ptr<nn::GPT> make_gpt(const TrainerConfig& c, int64_t vocab_size, Ge
 }
 
 std::shared_ptr<nn::CausalDecoder> make_whole_decoder(const TrainerConfig& c, int64_t vocab_size, Generator* gen) {
-  // A weight file is loaded whole into the model: not cut into pipeline stages yet.
-  FT_CHECK(c.dist.pp == 1 || c.model.init_from.empty(), "option init_from: initial weights (", c.model.init_from,
-           ") with pipeline parallelism (pp = ", c.dist.pp, ") are not built yet");
   if (is_hf_folder(c.model.init_from)) {
     // The folder's config.json is the architecture, as from_pretrained takes it: its vocabulary
     // too, which must hold the tokenizer's.
@@ -80,12 +77,13 @@ std::shared_ptr<nn::CausalDecoder> make_whole_decoder(const TrainerConfig& c, in
     const int64_t model_vocab = h.type == nn::HfModelType::Llama ? h.llama.vocab_size : h.gpt.vocab_size;
     FT_CHECK(vocab_size <= model_vocab, "option init_from: ", c.model.init_from, " has a vocabulary of ", model_vocab,
              " tokens, fewer than the data's ", vocab_size);
-    // With --tp the model is built split; load_hf_folder reads the whole folder on every rank and
-    // keeps this rank's parts (shard_tensor_parallel_state).
-    if (h.type == nn::HfModelType::Llama) return std::make_shared<nn::Llama>(h.llama, gen, tensor_group(c));
+    // With --tp or --pp the model is built split; load_hf_folder reads the whole folder on every
+    // rank and keeps this rank's stage and parts (shard_tensor_parallel_state).
+    if (h.type == nn::HfModelType::Llama)
+      return std::make_shared<nn::Llama>(h.llama, gen, tensor_group(c), pipeline_part(c));
     nn::GPTConfig g = h.gpt;
     g.dropout = c.model.dropout;
-    return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c));
+    return std::make_shared<nn::GPT>(g, gen, /*gpt2_residual_scaling=*/true, tensor_group(c), pipeline_part(c));
   }
   if (is_llama(c.model.name))
     return std::make_shared<nn::Llama>(llama_config(c.model, vocab_size), gen, tensor_group(c), pipeline_part(c));

@@ -15,6 +15,12 @@
 // memory at the same allocation; the limit is therefore agreed over the job (the smallest
 // rank's budget) and every trial's outcome agreed over the tensor group (failed if it failed
 // on any rank), which also keeps the searches in step.
+//
+// Under pipeline parallelism a trial is the stage's part of a whole step (accumulate
+// micro-batches in the schedule's order: GPipe holds all of their activations), run without
+// communicating between stages (pipeline_trial_step), since stages hold different parts and run
+// out of memory at different sizes: a stage's receive would wait for a peer that gave up. The
+// outcome is agreed over the whole job after each trial, keeping every rank's search in step.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +29,8 @@
 #include "fasttrain/allocator.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/loader.h"
+#include "fasttrain/pipeline.h"
+#include "fasttrain/tasks.h"
 #include "fasttrain/tensor_parallel.h"
 #include "fasttrain/train.h"
 #include "fasttrain/train_step.h"
@@ -66,7 +74,8 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   const int64_t user_limit = config.memory_limit.bytes;
   out.memory_limit = user_limit > 0 ? user_limit : default_cpu_budget(comm->local_size());
   const std::shared_ptr<dist::Communicator> tensor = dist::tensor_group_of(module.model());
-  if (tensor) {
+  const bool pipeline = dist::pipeline_stage_of(module.model()) != nullptr;
+  if (tensor || pipeline) {
     Tensor budget = scalar_tensor(-out.memory_limit, DType::I64).reshape({1});  // the smallest: max of -b
     comm->all_reduce(budget, dist::ReduceOp::Max);
     out.memory_limit = -budget.data<int64_t>()[0];
@@ -83,7 +92,8 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
   if (checkpointing) set_block_checkpointing(model, true);
   std::unique_ptr<optim::Optimizer> optimizer = make_optimizer(c, module);
   StepOptions so = step_options(c);
-  so.accumulate = 1;  // memory is set by the micro-batch
+  // Memory is set by the micro-batch; under a pipeline by the schedule's micro-batches in flight.
+  so.accumulate = pipeline ? config.accumulate : 1;
   StepRunner runner(model, *optimizer, so);
   int64_t cap = config.max_batch_size;
   if (const TrainData one = data.train_data(1); one.dataset) {
@@ -106,14 +116,23 @@ BatchSizeSearch find_batch_size(const TrainerConfig& config, TrainModule& module
                " samples; set --max-batch-size below that");
       data::Batch batch = *next;
       for (Tensor& f : batch.fields) f = runner.model_input(f);  // bf16 inputs for bf16-true
-      runner.forward_backward([&] { return module.training_step(batch).loss; });
+      if (pipeline) {
+        auto* decoder = dynamic_cast<nn::UnaryModule*>(&model);
+        FT_CHECK(decoder != nullptr, "batch-size finder: the pipeline stage is not a decoder");
+        pipeline_trial_step(model, runner, c.dist.pp_schedule, so.accumulate, batch,
+                            [decoder](const Tensor& logits, const data::Batch& mb) {
+                              return next_token_cross_entropy(*decoder, logits, mb.fields[1]);
+                            });
+      } else {
+        runner.forward_backward([&] { return module.training_step(batch).loss; });
+      }
       runner.optimizer_step();
     } catch (const OutOfMemoryError&) {
       ok = false;  // everything the trial allocated has been released by the unwinding
     }
-    if (tensor) {
+    if (tensor || pipeline) {
       Tensor failed = scalar_tensor(ok ? 0 : 1, DType::I32).reshape({1});
-      tensor->all_reduce(failed, dist::ReduceOp::Max);
+      (pipeline ? *comm : *tensor).all_reduce(failed, dist::ReduceOp::Max);
       ok = failed.data<int32_t>()[0] == 0;
     }
     out.trials.emplace_back(b, ok);

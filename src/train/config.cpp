@@ -122,14 +122,6 @@ void check_pipeline_options(const TrainerConfig& c) {
   FT_CHECK(c.dist.pp_schedule != dist::PipelineSchedule::OneFOneB || c.accumulate >= pp,
            "option pp_schedule: 1f1b with ", c.accumulate, " micro-batches (accumulate) is fewer than the ", pp,
            " pipeline stages (pp); use accumulate >= ", pp, " or --pp-schedule gpipe");
-  FT_CHECK(dist::zero_stage(c.dist.strategy) == 0, "option strategy: ", name_of(c.dist.strategy),
-           " with pipeline parallelism (pp = ", pp, ") is not built yet; use ddp over the data groups");
-  FT_CHECK(c.batch_size > 0, "option batch_size: auto (the batch-size finder) with pipeline parallelism (pp = ", pp,
-           ") is not built yet; give a batch size");
-  // The stages exchange whole [b, T, C] activations; under sequence parallelism each tensor rank
-  // would hold T / tp positions of them.
-  FT_CHECK(!c.dist.sequence_parallel, "option sequence_parallel: with pipeline parallelism (pp = ", pp,
-           ") is not built yet; use --tp without --pp for it");
   FT_CHECK(c.task == "lm" || c.task == "char",
            "option pp: pipeline parallelism is built for the lm and char tasks' "
            "decoders (GPT, Llama), not the ",

@@ -131,10 +131,15 @@ std::unique_ptr<optim::Optimizer> Trainer::Impl::sharded(std::unique_ptr<optim::
   if (c.precision.mode == Precision::BF16True) module->model().to(DType::BF16);
   dist::DdpOptions o;
   o.bucket_cap_bytes = static_cast<int64_t>(c.dist.bucket_cap_mb * 1024 * 1024);
-  zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o);
+  // Under --pp the tied embedding's two copies (first and last stage) shard alike (pipeline.h).
+  const dist::PipelineStageModel* stage_model = pipeline ? dist::pipeline_stage_of(module->model()) : nullptr;
+  const Tensor tied = stage_model ? stage_model->tied_weight() : Tensor();
+  zero = std::make_unique<dist::ZeroSharding>(module->model(), *full, comm, stage, o, tied);
   if (tensor)
     zero->set_tensor_parallel(tensor, split_parameters(),
                               dist::sequence_parallel(module->model()) ? dist::ReduceOp::Sum : dist::ReduceOp::Avg);
+  // The stage's synchronisation wraps ZeRO (over this stage's data group) instead of DDP.
+  if (pipeline) pp_sync = std::make_unique<dist::PipelineSync>(module->model(), zero.get());
   return zero->make_shard_optimizer();
 }
 
@@ -193,6 +198,11 @@ std::vector<Tensor> Trainer::Impl::split_parameters() const {
 }
 
 TensorMap Trainer::Impl::whole_optimizer_state(const TrainerConfig& c) const {
+  if (!tensor && zero) {
+    // --pp with ZeRO: the stage's shards consolidated over its data group, then the stages'.
+    const std::unique_ptr<optim::Optimizer> full = make_optimizer(c, *module);
+    return whole_over_stages(zero->full_state(optimizer->state_tensors(), full->param_groups()));
+  }
   if (!tensor) return whole_over_stages(optimizer->state_tensors());  // the stages' entries (--pp)
   if (!zero) return whole_optimizer_state(*optimizer, optimizer->state_tensors());
   // ZeRO over the data group: this tensor rank's state consolidated first (a collective of the

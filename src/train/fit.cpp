@@ -160,7 +160,9 @@ struct Trainer::Run {
       progress->note("pipeline parallel: " +
                      dist::process_groups(static_cast<int>(c.dist.tp), static_cast<int>(c.dist.pp)).describe() +
                      ", schedule " + name_of(c.dist.pp_schedule) + " over " + std::to_string(c.accumulate) +
-                     " micro-batches, global batch " + std::to_string(c.batch_size * im.world()) + " x " +
+                     " micro-batches" +
+                     (im.world() > 1 ? std::string(" (") + name_of(c.dist.strategy) + " over the data groups)" : "") +
+                     ", global batch " + std::to_string(c.batch_size * im.world()) + " x " +
                      std::to_string(c.accumulate) + "; rank 0 holds " + st.describe());
     } else if (!im.tensor && im.world() > 1)
       progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.dist.strategy) +

@@ -14,6 +14,8 @@
 #include "fasttrain/ops.h"
 #include "fasttrain/pipeline.h"
 #include "fasttrain/profiler.h"
+#include "fasttrain/random.h"
+#include "fasttrain/tensor_parallel.h"
 
 namespace ft::train {
 
@@ -29,6 +31,15 @@ Tensor doc_ids_of(const data::Batch& b) {
   for (size_t f = 0; f < b.spec->size(); ++f)
     if ((*b.spec)[f].name == "doc_ids") return b.fields[f];
   return Tensor();
+}
+
+// The positions of a [b, T, C] activation a stage sends: under sequence parallelism each tensor
+// rank holds its T / tp positions between blocks (the embedding gives them, the head gathers the
+// whole sequence), so the stages exchange the rank's part, not the whole.
+int64_t stage_positions(const nn::Module& model, int64_t T) {
+  if (!dist::sequence_parallel(model)) return T;
+  const std::shared_ptr<dist::Communicator> tensor = dist::tensor_group_of(model);
+  return tensor ? T / tensor->world_size() : T;
 }
 
 }  // namespace
@@ -72,7 +83,7 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
   const DType amp_dtype = mixed ? runner_->autocast_dtype() : DType::BF16;
   auto hidden_shape = [&](int64_t j) {
     const Tensor& ids = micro[j].fields[0];
-    return Shape{ids.size(0), ids.size(1), stage_.hidden_size()};
+    return Shape{ids.size(0), stage_positions(model_, ids.size(1)), stage_.hidden_size()};
   };
 
   // Per micro-batch: input leaf, output (or the last stage's loss to backpropagate), and the
@@ -81,6 +92,29 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
   Tensor loss_sum;
   stats_ = PipelineStats{};
   stats_.micro_batches = m;
+
+  // Dropout as one process draws it: one process's forward of micro-batch j draws D counter
+  // blocks (every stage's, in stage order) starting at start + j D, so stage s draws micro-batch
+  // j's masks from start + j D + (the blocks of stages before s), whatever order the schedule
+  // runs the forwards in; after the step every stage's generator is at start + m D, as one
+  // process's. (Activation checkpointing saves the generator state at a block's forward and
+  // replays it in the recomputation, so it draws the same masks.)
+  const Shape shape = micro[0].fields[0].shape();
+  if (shape != dropout_shape_) {
+    Tensor mine = scalar_tensor(stage_.dropout_blocks(shape[0], shape[1]), DType::I64).reshape({1});
+    Tensor all = empty({st.count}, DType::I64);
+    st.group->all_gather(mine, all);
+    dropout_blocks_.assign(all.data<int64_t>(), all.data<int64_t>() + st.count);
+    dropout_shape_ = shape;
+  }
+  uint64_t per_micro = 0, before = 0;  // D, and the blocks of the stages before this one
+  for (int s = 0; s < st.count; ++s) {
+    if (s < st.index) before += static_cast<uint64_t>(dropout_blocks_[s]);
+    per_micro += static_cast<uint64_t>(dropout_blocks_[s]);
+  }
+  Generator& gen = default_generator();
+  const GeneratorState step_start = gen.state();
+  const bool dropout = per_micro > 0 && model_.is_training();
 
   auto communicate = [&](const dist::PipelineOp& op) {
     using Msg = dist::PipelineMessage;
@@ -115,12 +149,22 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
       inputs[j] = input;
     }
     sync_.before_forward();
+    const uint64_t draws_at = step_start.offset + static_cast<uint64_t>(j) * per_micro + before;
+    if (dropout) gen.set_state({step_start.seed, draws_at});
+    const uint64_t drawn_from = gen.state().offset;
     Tensor out, loss;
     {
       autocast::AutocastGuard amp(amp_dtype, mixed);  // forward and loss under autocast, backward outside
       profiler::PhaseScope phase(profiler::Phase::Forward);
       out = stage_.stage_forward(input, doc_ids_of(micro[j]));
       if (st.last()) loss = loss_(out, micro[j]);
+    }
+    if (model_.is_training()) {
+      const uint64_t drawn = gen.state().offset - drawn_from;
+      const auto expected = static_cast<uint64_t>(dropout_blocks_[st.index]);
+      FT_CHECK(drawn == expected, "pipeline: ", st.describe(), " drew ", drawn,
+               " random counter blocks in a forward, its model (dropout_blocks) says ", expected,
+               "; the stages' dropout masks would not be one process's");
     }
     if (!st.last()) {
       outputs[j] = out;
@@ -169,11 +213,53 @@ Tensor PipelineExecutor::run(const std::vector<data::Batch>& micro) {
       stats_.busy_s += seconds_since(start);
     }
   });
+  if (dropout) gen.set_state({step_start.seed, step_start.offset + static_cast<uint64_t>(m) * per_micro});
   // Every stage reports the step's loss (logging, early stopping and the LR finder must agree):
   // the last stage's, broadcast over the pipeline group.
   Tensor loss = st.last() ? loss_sum.to(Device::cpu()).contiguous().clone().reshape({1}) : zeros({1}, DType::F32);
   st.group->broadcast(loss, st.count - 1);
   return loss.reshape({}).to(device);
+}
+
+void pipeline_trial_step(nn::Module& model, StepRunner& runner, dist::PipelineSchedule schedule, int64_t m,
+                         const data::Batch& batch, const PipelineExecutor::StageLoss& loss) {
+  dist::PipelineStageModel* stage = dist::pipeline_stage_of(model);
+  FT_CHECK(stage != nullptr, "pipeline trial: the model (", model.type_name(), ") is not a pipeline stage");
+  const dist::PipelineStage& st = stage->pipeline_stage();
+  const std::vector<dist::PipelineAction> actions = dist::pipeline_schedule(schedule, st.index, st.count, m);
+  const Tensor& ids = batch.fields[0];
+  const Tensor first_param = model.parameters().front();
+  const Shape hidden{ids.size(0), stage_positions(model, ids.size(1)), stage->hidden_size()};
+  const bool mixed = precision_is_mixed(runner.options().precision);
+  const DType amp_dtype = mixed ? runner.autocast_dtype() : DType::BF16;
+  std::vector<Tensor> outputs(m), roots(m);
+  runner.run_micro_batches([&] {
+    for (const dist::PipelineAction& a : actions) {
+      const int64_t j = a.micro;
+      if (a.kind == dist::PipelineAction::Forward) {
+        Tensor input = ids;
+        if (!st.first()) {
+          input = zeros(hidden, TensorOptions(first_param.dtype(), first_param.device()));
+          input.requires_grad_(true);
+        }
+        autocast::AutocastGuard amp(amp_dtype, mixed);
+        Tensor out = stage->stage_forward(input, doc_ids_of(batch));
+        if (!st.last()) {
+          outputs[j] = out;
+          continue;
+        }
+        Tensor l = loss(out, batch);
+        if (m > 1) l = div(l, static_cast<double>(m));
+        roots[j] = runner.scaler().enabled() ? runner.scaler().scale(l) : l;
+        continue;
+      }
+      if (st.last())
+        roots[j].backward();
+      else
+        autograd::backward({outputs[j]}, {zeros_like(outputs[j])});
+      outputs[j] = roots[j] = Tensor();
+    }
+  });
 }
 
 Tensor PipelineExecutor::evaluate(const data::Batch& batch) {
@@ -185,7 +271,7 @@ Tensor PipelineExecutor::evaluate(const data::Batch& batch) {
   Tensor input = batch.fields[0];
   if (!st.first()) {
     const Tensor& ids = batch.fields[0];
-    Tensor in = empty({ids.size(0), ids.size(1), stage_.hidden_size()}, wire_dtype());
+    Tensor in = empty({ids.size(0), stage_positions(model_, ids.size(1)), stage_.hidden_size()}, wire_dtype());
     st.group->recv(in, st.index - 1);  // one micro-batch down the stages: no two neighbours send at once
     input = in.to(device);
   }

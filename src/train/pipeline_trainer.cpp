@@ -10,6 +10,8 @@
 #include "fasttrain/autograd.h"
 #include "fasttrain/profiler.h"
 #include "fasttrain/tasks.h"
+#include "fasttrain/tensor_parallel.h"
+#include "train/run_setup.h"
 #include "train/trainer_impl.h"
 
 namespace ft::train {
@@ -33,8 +35,10 @@ void Trainer::Impl::make_pipeline_executor(const TrainerConfig& c) {
   };
   pp_executor = std::make_unique<PipelineExecutor>(module->model(), *runner, *pp_sync, c.dist.pp_schedule, loss);
   const dist::PipelineStageModel& stage = *dist::pipeline_stage_of(module->model());
-  pp_state_index = std::make_unique<dist::PipelineStateIndex>(optimizer->param_groups(), stage.tied_weight(),
-                                                              stage.pipeline_stage());
+  // Numbered by the unsharded optimizer's groups (under ZeRO the Trainer's optimizer holds pieces).
+  const std::unique_ptr<optim::Optimizer> full = zero ? make_optimizer(c, *module) : nullptr;
+  pp_state_index = std::make_unique<dist::PipelineStateIndex>((full ? *full : *optimizer).param_groups(),
+                                                              stage.tied_weight(), stage.pipeline_stage());
 }
 
 Tensor Trainer::Impl::pipeline_step(const std::vector<data::Batch>& micro) {
@@ -58,6 +62,8 @@ EvalResult Trainer::Impl::evaluate_pipeline(const TrainerConfig& c) {
   nn::Module& model = module->model();
   model.eval();
   val_batches->load_state({0, 0, c.seed});  // the same batches at every evaluation
+  // ZeRO stage 3: the root's parameters for the whole evaluation, each block's around its forward.
+  if (zero) zero->before_forward();
   double loss_sum = 0;
   int64_t rows = 0;
   for (int64_t k = 0; c.eval_batches == 0 || k < c.eval_batches; ++k) {
@@ -67,6 +73,7 @@ EvalResult Trainer::Impl::evaluate_pipeline(const TrainerConfig& c) {
     loss_sum += pp_executor->evaluate(model_batch(*next)).item<double>() * static_cast<double>(next->rows);
     rows += next->rows;
   }
+  if (zero) zero->release_all();
   model.train();
   FT_CHECK(rows > 0, "Trainer: the validation data is empty (no batch to evaluate)");
   EvalResult r;
@@ -120,7 +127,8 @@ std::string Trainer::Impl::pipeline_report(const TrainerConfig& c) const {
   const auto m = static_cast<double>(pp_total.micro_batches);
   const dist::PipelineStageModel& stage = *dist::pipeline_stage_of(module->model());
   const double bytes_per =
-      static_cast<double>(c.batch_size) * static_cast<double>(c.model.context) *
+      static_cast<double>(c.batch_size) *
+      static_cast<double>(dist::sequence_parallel(module->model()) ? c.model.context / c.dist.tp : c.model.context) *
       static_cast<double>(stage.hidden_size()) *
       static_cast<double>(dtype_size(c.precision.mode == Precision::BF16True ? DType::BF16 : DType::F32));
   std::string s = "pipeline bubble (" + std::string(name_of(c.dist.pp_schedule)) +

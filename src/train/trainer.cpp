@@ -434,7 +434,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   const std::string tmp = dir + ".tmp";
   const dist::GatheredParameters whole(impl_->zero.get());  // stage 3: the consolidated model
   // ZeRO: every rank writes its optimizer shard into rank 0's temporary folder (distributed.cpp).
-  if (impl_->zero && !impl_->tensor && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
+  if (impl_->zero && !impl_->tensor && !impl_->pipeline && !impl_->rank0()) return impl_->save_optimizer_shard(tmp);
   // Tensor parallelism: rank 0's tensor group gathers the model and the optimizer state (the
   // files one process would write: a checkpoint does not depend on the layout); rank 0 writes.
   // Under ZeRO every rank takes part: each data group consolidates its shards first.
@@ -464,7 +464,7 @@ void Trainer::save_checkpoint(const std::string& dir) const {
     impl_->module->model().save(tmp + "/model.safetensors");
   }
   fault::point("checkpoint-file", tmp + "/model.safetensors");
-  if (impl_->zero && !impl_->tensor) {
+  if (impl_->zero && !model_parallel) {
     impl_->save_optimizer_shard(tmp);  // returns once every rank's shard is in tmp
   } else {
     save_safetensors(tmp + "/optimizer.safetensors",

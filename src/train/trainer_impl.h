@@ -145,7 +145,7 @@ struct Trainer::Impl {
   std::string pipeline_report(const TrainerConfig& c) const;
   // The gradient synchronisation of the strategy (null with one rank).
   GradSync* grad_sync() const {
-    if (pp_sync) return pp_sync.get();  // wraps the tensor- or data-parallel one (ZeRO is refused under pp)
+    if (pp_sync) return pp_sync.get();  // wraps the tensor- or data-parallel one, or ZeRO
     if (zero) return zero.get();        // under tensor parallelism too: it spans both groups
     if (tp_sync) return tp_sync.get();
     return ddp.get();

@@ -313,6 +313,43 @@ TEST(AttentionDropout, SameResultOnOneAndTwoThreads) {
   }
 }
 
+// Tensor parallelism gives each rank some of the heads (and their key/value heads): a head's
+// output and gradients must not depend on which other heads share the call, or a split model
+// drifts from the whole one. The first half of the heads alone against the same heads of the
+// whole call, bit for bit, causal, grouped-query, at head sizes that take the tile kernels'
+// ragged paths. (Not where B x KV heads is below 8: the backward then also splits each head's key
+// blocks into groups, as many as keep the threads busy, and sums their dQ partials; the count
+// depends on B x KV heads, so a head's dQ rounds differently in a call of fewer heads.)
+TEST(Attention, AHeadsResultDoesNotDependOnTheOtherHeadsInTheCall) {
+  for (auto [B, H, Hkv, T, D] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{8, 4, 2, 16, 8},
+                                 {8, 8, 2, 70, 32},
+                                 {2, 8, 8, 130, 64}}) {
+    SCOPED_TRACE(testing::Message() << "B " << B << " H " << H << " Hkv " << Hkv << " T " << T << " D " << D);
+    Generator init(3);
+    // [B, T, heads, D] projections viewed as [B, heads, T, D], as the models hand them over.
+    const Tensor q = randn({B, T, H, D}, {}, &init), k = randn({B, T, Hkv, D}, {}, &init),
+                 v = randn({B, T, Hkv, D}, {}, &init), gout = randn({B, T, H, D}, {}, &init);
+    auto run = [&](int64_t heads, int64_t kv_heads) {
+      Tensor qs = q.narrow(2, 0, heads).contiguous().requires_grad_(),
+             ks = k.narrow(2, 0, kv_heads).contiguous().requires_grad_(),
+             vs = v.narrow(2, 0, kv_heads).contiguous().requires_grad_();
+      Tensor y = scaled_dot_product_attention(qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), true);
+      // The output's gradient arrives as the output projection's backward leaves it: [B, T, heads, D].
+      std::vector<Tensor> out =
+          autograd::grad({y}, {qs, ks, vs}, {gout.narrow(2, 0, heads).contiguous().transpose(1, 2)});
+      out[0] = out[0].transpose(1, 2), out[1] = out[1].transpose(1, 2), out[2] = out[2].transpose(1, 2);
+      out.insert(out.begin(), y);
+      return out;
+    };
+    const std::vector<Tensor> whole = run(H, Hkv), half = run(H / 2, Hkv / 2);
+    const char* names[] = {"output", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) {
+      const int64_t n = half[i].size(1);
+      EXPECT_TRUE(bitwise_equal(whole[i].narrow(1, 0, n).contiguous(), half[i])) << names[i];
+    }
+  }
+}
+
 // bf16 attention on whichever tile path this process takes (FT_BF16_GEMM: oneDNN's bf16 products
 // where the CPU has them, ctest runs this suite under both): the result does not depend on the
 // thread count, and forward and gradients stay within bf16 rounding of the f64 computation on the

@@ -503,7 +503,11 @@ TEST_F(TensorParallelCli, AHuggingFaceFolderInitialisesASplitModel) {
   ASSERT_EQ(reference.size(), 20u);
   run(2, "tp2", " --tp 2");
   expect_losses_close(train_losses(dir_ + "/tp2"), reference, 1e-6);
-  expect_model_close(dir_ + "/tp2", dir_ + "/one", 5e-6, 0);
+  // The losses agree to 1e-6 at every step. The weights are held to 1e-4 here rather than 5e-6:
+  // with this model and seed the row-parallel sums' rounding, amplified by 20 Adam steps at lr
+  // 0.01 on elements whose gradients are near zero (see expect_model_close), reached 3.4e-5 of
+  // layer 1's MLP weights' norm once the attention's tile kernels changed their own rounding.
+  expect_model_close(dir_ + "/tp2", dir_ + "/one", 1e-4, 0);
 }
 
 TEST_F(TensorParallelCli, DropoutUnderTp2DropsWhatOneProcessDrops) {

@@ -221,15 +221,7 @@ class PipelineCli : public ::testing::Test {
   void SetUp() override {
     dir_ = test::scratch_dir("pp", ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
-    // A noisy cycle over a 96-token vocabulary (as test_tensor_parallel's), padded to 128 rows.
-    Generator gen(4);
-    for (const char* name : {"train", "val"}) {
-      const int64_t n = std::string(name) == "train" ? 20000 : 3000;
-      const Tensor noise = randint(0, 5, {n}, DType::I64, &gen);
-      std::vector<uint16_t> tokens(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + noise.data<int64_t>()[i]) % 96);
-      data::write_token_shard(dir_ + "/" + name + ".bin", tokens);
-    }
+    test::write_noisy_cycle_shards(dir_);  // 96 tokens, padded to 128 rows
   }
   void TearDown() override { fs::remove_all(dir_); }
 

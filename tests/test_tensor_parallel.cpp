@@ -164,18 +164,10 @@ class TensorParallelCli : public ::testing::Test {
   void SetUp() override {
     dir_ = test::scratch_dir("tp", ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
-    // Tokens with structure to learn (a noisy cycle over the 96-token vocabulary), one shard for
-    // training and one for validation. Vocabulary 96 pads to 128 rows: with tp 2 the second
+    // Tokens with structure to learn, vocabulary 96: it pads to 128 rows, so with tp 2 the second
     // rank's 64 rows hold 32 tokens and 32 padding rows, with tp 4 the last rank's only padding...
     // so tp 4 is refused for it (see below) and the runs here use tp 2.
-    Generator gen(4);
-    for (const char* name : {"train", "val"}) {
-      const int64_t n = std::string(name) == "train" ? 20000 : 3000;
-      const Tensor noise = randint(0, 5, {n}, DType::I64, &gen);
-      std::vector<uint16_t> tokens(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + noise.data<int64_t>()[i]) % 96);
-      data::write_token_shard(dir_ + "/" + name + ".bin", tokens);
-    }
+    test::write_noisy_cycle_shards(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

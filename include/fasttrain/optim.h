@@ -149,6 +149,21 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 // Clamps every gradient element to [-clip_value, clip_value] in one pass.
 void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
+// Clipping by a global norm summed elsewhere: a model split over ranks (tensor, pipeline, ZeRO)
+// adds its parts' squared norms across them. norm_clip gives the norm rounded to f32 and the
+// factor max_norm / (norm + 1e-6) computed from that, as clip_grad_norm_ does, so a split model
+// clips by one process's bits whenever its f64 sum rounds to the same f32 norm.
+struct NormClip {
+  float norm = 0;
+  double factor = 1;
+  bool clips() const { return factor < 1.0; }
+};
+NormClip norm_clip(double total_squares, double max_norm);
+// The sum of the squares of `g`'s elements, in f64 on the host (every rank gets the same bits).
+double grad_squares(const Tensor& g);
+// Every defined gradient of `params` times `factor`, in place.
+void scale_grads_(const std::vector<Tensor>& params, float factor);
+
 // Splits named parameters into a "decay" group and a "no_decay" group: biases (1-d tensors)
 // and norm weights get no weight decay (the Trainer's default, as in GPT-2/nanoGPT practice).
 std::vector<ParamGroup> decay_groups(const std::vector<std::pair<std::string, Tensor>>& named_params,

@@ -335,10 +335,9 @@ Tensor PipelineSync::clip_grad_norm(const std::vector<Tensor>& params, double ma
     st.group->all_gather(stage_total, stages);
     double total = 0;
     for (int s = 0; s < st.count; ++s) total += stages.data<double>()[s];
-    const auto norm = static_cast<float>(std::sqrt(total));
-    const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
-    if (coef < 1.0) zero_->scale_grads(static_cast<float>(coef));
-    return scalar_tensor(norm, DType::F32);
+    const optim::NormClip c = optim::norm_clip(total, max_norm);
+    if (c.clips()) zero_->scale_grads(static_cast<float>(c.factor));
+    return scalar_tensor(c.norm, DType::F32);
   }
   std::unordered_set<const TensorImpl*> is_split;
   if (tensor_) {
@@ -349,18 +348,11 @@ Tensor PipelineSync::clip_grad_norm(const std::vector<Tensor>& params, double ma
   // The head copy's gradient equals the embedding's (finish()): counted once, on the first stage.
   const Tensor tied = stage_model_.tied_weight();
   const TensorImpl* skip = tied.defined() && st.last() ? tied.impl() : nullptr;
-  auto squares = [](const Tensor& g) {
-    const Tensor v = g.to(Device::cpu()).to(DType::F64).contiguous();
-    const double* d = v.data<double>();
-    double s = 0;
-    for (int64_t i = 0, n = v.numel(); i < n; ++i) s += d[i] * d[i];
-    return s;
-  };
   double parts = 0, replicated = 0;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined() || p.impl() == skip) continue;
-    (is_split.count(p.impl()) != 0 ? parts : replicated) += squares(g);
+    (is_split.count(p.impl()) != 0 ? parts : replicated) += optim::grad_squares(g);
   }
   // ||g||^2 of the stage: split parameters' parts summed over the tensor group, replicated ones
   // once (TensorParallelSync's rule); then the stages' sums, gathered and added in stage order so
@@ -372,19 +364,9 @@ Tensor PipelineSync::clip_grad_norm(const std::vector<Tensor>& params, double ma
   st.group->all_gather(stage_total, stages);
   double total = 0;
   for (int s = 0; s < st.count; ++s) total += stages.data<double>()[s];
-  // As optim::clip_grad_norm_ (f32 gradients): the norm rounded to f32, the factor
-  // max_norm / (norm + 1e-6) from it.
-  const auto norm = static_cast<float>(std::sqrt(total));
-  const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
-  if (coef < 1.0) {
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      mul_(g, static_cast<float>(coef));
-      g.bump_version();
-    }
-  }
-  return scalar_tensor(norm, DType::F32);
+  const optim::NormClip c = optim::norm_clip(total, max_norm);
+  if (c.clips()) optim::scale_grads_(params, static_cast<float>(c.factor));
+  return scalar_tensor(c.norm, DType::F32);
 }
 
 void PipelineSync::clip_grad_value(const std::vector<Tensor>& params, double clip_value) {

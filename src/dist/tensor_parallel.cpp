@@ -508,34 +508,17 @@ Tensor TensorParallelSync::clip_grad_norm(const std::vector<Tensor>& params, dou
   for (const Tensor& p : sharded_) is_split.insert(p.impl());
   // ||g||^2 = sum over the group of the split parameters' parts + the replicated ones once; in
   // f64 on the host (MPI's tensors are host tensors), so every rank gets the same bits.
-  auto squares = [](const Tensor& g) {
-    const Tensor v = g.to(DType::F64).contiguous();
-    const double* d = v.data<double>();
-    double s = 0;
-    for (int64_t i = 0, n = v.numel(); i < n; ++i) s += d[i] * d[i];
-    return s;
-  };
   double parts = 0, replicated = 0;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    (is_split.count(p.impl()) != 0 ? parts : replicated) += squares(g);
+    (is_split.count(p.impl()) != 0 ? parts : replicated) += optim::grad_squares(g);
   }
   Tensor total = scalar_tensor(parts, DType::F64).reshape({1});
   group_->all_reduce(total, ReduceOp::Sum);
-  // As optim::clip_grad_norm_ (f32 gradients): the norm rounded to f32, the factor
-  // max_norm / (norm + 1e-6) from it.
-  const float norm = static_cast<float>(std::sqrt(total.data<double>()[0] + replicated));
-  const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
-  if (coef < 1.0) {
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      mul_(g, static_cast<float>(coef));
-      g.bump_version();
-    }
-  }
-  return scalar_tensor(norm, DType::F32);
+  const optim::NormClip c = optim::norm_clip(total.data<double>()[0] + replicated, max_norm);
+  if (c.clips()) optim::scale_grads_(params, static_cast<float>(c.factor));
+  return scalar_tensor(c.norm, DType::F32);
 }
 
 void TensorParallelSync::clip_grad_value(const std::vector<Tensor>& params, double clip_value) {

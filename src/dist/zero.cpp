@@ -610,13 +610,11 @@ void ZeroSharding::copy_shards_to_pieces_grads(const std::vector<float>& used) {
 }
 
 Tensor ZeroSharding::clip_grad_norm(const std::vector<Tensor>&, double max_norm) {
-  // As optim::clip_grad_norm_ does it (f32 gradients): the norm rounded to f32, the factor
-  // max_norm / (norm + 1e-6) from it, applied in f32; so the clipped gradients are DDP's bits
-  // whenever the f64 sums round to the same f32 norm.
-  const float norm = static_cast<float>(std::sqrt(grad_squares(false)));
-  const double coef = max_norm / (static_cast<double>(norm) + 1e-6);
-  if (coef < 1.0) scale_grads(static_cast<float>(coef));
-  return scalar_tensor(norm, DType::F32);
+  // As optim::clip_grad_norm_ does it, applied in f32 to the shards: the clipped gradients are
+  // DDP's bits whenever the f64 sums round to the same f32 norm.
+  const optim::NormClip c = optim::norm_clip(grad_squares(false), max_norm);
+  if (c.clips()) scale_grads(static_cast<float>(c.factor));
+  return scalar_tensor(c.norm, DType::F32);
 }
 
 double ZeroSharding::grad_squares(bool skip_tied) const {

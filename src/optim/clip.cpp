@@ -4,8 +4,11 @@
 // factor min(1, max_norm/(norm + 1e-6)) is computed by the scaling pass itself from the norm
 // tensor, so the host never reads it.
 #include <algorithm>
+#include <cmath>
 
 #include "backend/kernels.h"
+#include "fasttrain/autograd.h"
+#include "fasttrain/ops.h"
 #include "fasttrain/optim.h"
 #include "optim/grad_list.h"
 
@@ -32,6 +35,31 @@ void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
   backend::kernels(gl.device).clip_grad_value(gl.grads, clip_value);
   for (const Tensor& g : gl.grads) g.bump_version();
   gl.grads.clear();
+}
+
+NormClip norm_clip(double total_squares, double max_norm) {
+  NormClip c;
+  c.norm = static_cast<float>(std::sqrt(total_squares));
+  c.factor = max_norm / (static_cast<double>(c.norm) + 1e-6);
+  return c;
+}
+
+double grad_squares(const Tensor& g) {
+  const Tensor v = g.to(Device::cpu()).to(DType::F64).contiguous();
+  const double* d = v.data<double>();
+  double s = 0;
+  for (int64_t i = 0, n = v.numel(); i < n; ++i) s += d[i] * d[i];
+  return s;
+}
+
+void scale_grads_(const std::vector<Tensor>& params, float factor) {
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    mul_(g, factor);
+    g.bump_version();
+  }
 }
 
 }  // namespace ft::optim

@@ -10,13 +10,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "fasttrain/ops.h"
+#include "fasttrain/random.h"
 #include "fasttrain/safetensors.h"
+#include "fasttrain/token_shards.h"
 #include "support/run_cli.h"
 
 namespace ft::test {
@@ -41,6 +45,20 @@ inline std::string mpirun(int ranks) {
 #endif
   return env + FT_MPIEXEC + forward + " --allow-run-as-root --oversubscribe --timeout 240 -np " +
          std::to_string(ranks) + " ";
+}
+
+// <dir>/train.bin (20000 tokens) and <dir>/val.bin (3000): token shards of a noisy cycle over a
+// 96-token vocabulary (token i is 7 i + noise in [0, 5), mod 96): structure a small model learns
+// in a few steps, for the model-parallel CLI tests.
+inline void write_noisy_cycle_shards(const std::string& dir) {
+  Generator gen(4);
+  for (const char* name : {"train", "val"}) {
+    const int64_t n = std::string(name) == "train" ? 20000 : 3000;
+    const Tensor noise = randint(0, 5, {n}, DType::I64, &gen);
+    std::vector<uint16_t> tokens(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + noise.data<int64_t>()[i]) % 96);
+    data::write_token_shard(dir + "/" + name + ".bin", tokens);
+  }
 }
 
 // The training losses of a run folder's metrics.csv, in step order.

@@ -212,6 +212,8 @@ TEST(PipelineStages, BlocksAreSplitToBalanceParametersOrAsGiven) {
 
 // --- the program ---
 
+using test::expect_losses_close;
+using test::expect_model_close;
 using test::mpirun;
 using test::run_command;
 using test::train_losses;
@@ -266,28 +268,6 @@ class PipelineCli : public ::testing::Test {
   std::string dir_;
 };
 
-// Each weight of `dir`'s model within `rel` of the reference's in the 2-norm (as in
-// test_tensor_parallel: the keys' biases, whose gradient is rounding noise, are left out).
-void expect_model_close(const std::string& dir, const std::string& reference, double rel, int64_t C) {
-  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
-  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
-  ASSERT_EQ(a.tensors.size(), b.tensors.size()) << dir;
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const auto& [name, x] = a.tensors[i];
-    ASSERT_EQ(name, b.tensors[i].first);
-    Tensor u = x, v = b.tensors[i].second;
-    ASSERT_EQ(u.shape(), v.shape()) << name;
-    if (name.ends_with(".attn.c_attn.bias")) {  // q and v only
-      u = cat({x.narrow(0, 0, C), x.narrow(0, 2 * C, C)});
-      v = cat({v.narrow(0, 0, C), v.narrow(0, 2 * C, C)});
-    }
-    const std::vector<double> p = u.to_vector(), q = v.to_vector();
-    double norm = 0, diff = 0;
-    for (size_t k = 0; k < q.size(); ++k) norm += q[k] * q[k], diff += (p[k] - q[k]) * (p[k] - q[k]);
-    EXPECT_LE(std::sqrt(diff), rel * std::sqrt(norm)) << dir << ": " << name << " differs by " << std::sqrt(diff);
-  }
-}
-
 // The tied head's copy on the last stage and the embedding of the first: equal in every bit.
 void expect_tied_copies_equal(const std::string& dir, const std::string& embedding) {
   const SafetensorsFile f = load_safetensors(dir + "/model.safetensors");
@@ -298,13 +278,6 @@ void expect_tied_copies_equal(const std::string& dir, const std::string& embeddi
   }
   ASSERT_TRUE(e.defined() && h.defined()) << dir;
   EXPECT_EQ(e.to_vector(), h.to_vector()) << dir << ": the head's copy of the embedding drifted";
-}
-
-void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
-                         size_t offset = 0) {
-  ASSERT_EQ(got.size() + offset, want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i + offset], rel * std::abs(want[i + offset])) << "step " << i + offset + 1;
 }
 
 TEST_F(PipelineCli, TwentyGptStepsWithPp2Tp2xPp2AndDp2xPp2EqualOneProcessAndResumeAtOtherLayouts) {

@@ -26,6 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using test::expect_losses_close;
+using test::expect_model_close;
 using test::mpirun;
 using test::run_command;
 using test::train_losses;
@@ -193,46 +195,6 @@ class TensorParallelCli : public ::testing::Test {
  protected:
   std::string dir_;
 };
-
-// Every weight tensor of `dir`'s model.safetensors within `rel` of the reference's in the 2-norm
-// (||a - b|| <= rel ||b||, per tensor), but the keys' biases: the loss does not depend on them
-// (softmax is invariant to adding q . b_k to a whole row of scores), so their gradient is zero in
-// exact arithmetic and rounding noise in float, which Adam scales up to full-size updates in
-// whatever direction the noise points. A different summation order (the split matmuls) gives
-// other noise; no layout can reproduce those elements, and nothing else depends on them. (The
-// same effect, milder, on elements whose gradient is near zero is why the bound is on the norm,
-// at 5e-6: after 20 Adam steps the small biases differ by up to 1.5e-6 of their norm, single
-// elements by up to 1.4e-5 of the tensor's largest; the losses agree to 1e-6.)
-void expect_model_close(const std::string& dir, const std::string& reference, double rel, int64_t C) {
-  const SafetensorsFile a = load_safetensors(dir + "/model.safetensors");
-  const SafetensorsFile b = load_safetensors(reference + "/model.safetensors");
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const auto& [name, x] = a.tensors[i];
-    ASSERT_EQ(name, b.tensors[i].first);
-    Tensor u = x, v = b.tensors[i].second;
-    ASSERT_EQ(u.shape(), v.shape()) << name;
-    if (name.ends_with(".attn.c_attn.bias")) {  // q and v only
-      u = cat({x.narrow(0, 0, C), x.narrow(0, 2 * C, C)});
-      v = cat({v.narrow(0, 0, C), v.narrow(0, 2 * C, C)});
-    }
-    const std::vector<double> p = u.to_vector(), q = v.to_vector();
-    double norm = 0, diff = 0;
-    for (size_t k = 0; k < q.size(); ++k) {
-      norm += q[k] * q[k];
-      diff += (p[k] - q[k]) * (p[k] - q[k]);
-    }
-    EXPECT_LE(std::sqrt(diff), rel * std::sqrt(norm))
-        << dir << ": " << name << " differs by " << std::sqrt(diff) << " in norm (its norm " << std::sqrt(norm) << ")";
-  }
-}
-
-void expect_losses_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
-                         size_t offset = 0) {
-  ASSERT_EQ(got.size() + offset, want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i + offset], rel * std::abs(want[i + offset])) << "step " << i + offset + 1;
-}
 
 TEST_F(TensorParallelCli, TwentyStepsWithTp2AndDp2xTp2EqualOneProcessWithTheGlobalBatch) {
   // AdamW with weight decay, cosine schedule with warmup, clipping by global norm at 0.5; global

@@ -10,9 +10,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "fasttrain/fasttrain.h"
 #include "fasttrain/pipeline.h"
@@ -553,6 +556,37 @@ TEST_F(PipelineCli, MixedPrecisionUnderPipelineMatchesOneProcess) {
   train(1, 8, "one_bf16_true", " --precision bf16-true");
   train(2, 8, "pp2_bf16_true", " --precision bf16-true --pp 2");
   expect_losses_close(train_losses(dir_ + "/pp2_bf16_true"), train_losses(dir_ + "/one_bf16_true"), 4e-3);
+}
+
+TEST_F(PipelineCli, AProfiledPipelineShowsEachStagesWaitsAndTransfers) {
+  // --profile under pp 2: rank 0's trace.json holds both stages, each with its training lane's
+  // "pipeline wait" spans (the bubble: blocked on a neighbour) and its communication lane's
+  // transfers in the pipeline group; the last stage waits for stage 0 to fill the pipeline.
+  train(2, 8, "profiled", " --pp 2 --pp-schedule gpipe --profile 2:3");
+  const nlohmann::json trace = nlohmann::json::parse(test::slurp(dir_ + "/profiled/profile/trace.json"));
+  std::map<int, std::map<int, std::string>> lane_names;  // pid -> tid -> name
+  for (const auto& e : trace.at("traceEvents"))
+    if (e.at("ph") == "M" && e.at("name") == "thread_name")
+      lane_names[e.at("pid").get<int>()][e.at("tid").get<int>()] = e.at("args").at("name");
+  std::map<int, int> waits, transfers;
+  std::map<int, double> wait_us;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const int pid = e.at("pid").get<int>();
+    const std::string name = e.at("name"), lane = lane_names[pid][e.at("tid").get<int>()];
+    if (name == "pipeline wait" && lane == "train") ++waits[pid], wait_us[pid] += e.at("dur").get<double>();
+    if (e.at("cat") == "communication" && name.find("in the pipeline group") != std::string::npos &&
+        (name.rfind("send", 0) == 0 || name.rfind("recv", 0) == 0))
+      ++transfers[pid];
+  }
+  ASSERT_EQ(lane_names.size(), 2u) << "one process per stage";
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE(rank);
+    // 2 steps x 4 micro-batches, each an activation one way and a gradient back.
+    EXPECT_GE(waits[rank], 2 * 4);
+    EXPECT_GE(transfers[rank], 2 * 4);
+    EXPECT_GT(wait_us[rank], 0.0);
+  }
 }
 
 TEST_F(PipelineCli, LayoutsThatCannotWorkAreRefusedBeforeTheFirstStep) {

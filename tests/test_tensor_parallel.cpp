@@ -320,7 +320,8 @@ TEST_F(TensorParallelCli, AProfiledJobWritesEveryRanksLanesIntoOneTrace) {
   // all-reduce of step 2 overlaps one of rank 0's in the common time axis.
   std::sort(collectives[0].begin(), collectives[0].end());
   std::sort(collectives[1].begin(), collectives[1].end());
-  const auto [s1, e1] = collectives[1].front();
+  // (Plain variables: clang 14 cannot capture structured bindings in a lambda.)
+  const double s1 = collectives[1].front().first, e1 = collectives[1].front().second;
   const bool overlaps = std::any_of(collectives[0].begin(), collectives[0].end(),
                                     [&](const auto& c) { return c.first <= e1 && s1 <= c.second; });
   EXPECT_TRUE(overlaps) << "rank 1's first collective [" << s1 << ", " << e1 << ") us meets none of rank 0's";

@@ -441,6 +441,30 @@ int sequence() {
   return 0;
 }
 
+// The split model's synchronisation over its data group: DDP (stage 0) inside TensorParallelSync,
+// or ZeRO stage 1-3 told which parameters are split.
+struct DataGroupSync {
+  std::unique_ptr<dist::ZeroSharding> zero;
+  std::unique_ptr<dist::TensorParallelSync> sync;
+  std::unique_ptr<optim::Optimizer> shard;
+  optim::Optimizer& optimizer(optim::Optimizer& full) const { return zero ? *shard : full; }
+  train::GradSync* grad_sync() const { return zero ? static_cast<train::GradSync*>(zero.get()) : sync.get(); }
+};
+
+DataGroupSync sync_over_data_group(nn::Module& model, optim::Optimizer& full, const dist::ProcessGroups& g, int stage,
+                                   const std::vector<Tensor>& split) {
+  DataGroupSync d;
+  if (stage == 0) {
+    d.sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
+                                                        std::make_unique<dist::DataParallel>(model, g.data));
+  } else {
+    d.zero = std::make_unique<dist::ZeroSharding>(model, full, g.data, stage);
+    d.zero->set_tensor_parallel(g.tensor, split);
+    d.shard = d.zero->make_shard_optimizer();
+  }
+  return d;
+}
+
 // dp 2 x tp 2 (4 ranks): one AdamW step with clipping of the split GPT under DDP (stage 0) or
 // ZeRO stage 1, 2 or 3 over the data groups, its bytes per rank against ARCHITECTURE.md's
 // formulas ("Bytes per rank"). Ψ_s: the split parameters' elements (whole), Ψ_r: the replicated
@@ -458,9 +482,6 @@ int bytes(int stage) {
   o.lr = 1e-3;
   o.weight_decay = 0.1;
   auto full = optim::make_adamw(optim::decay_groups(model.named_parameters(), o));
-  std::unique_ptr<dist::ZeroSharding> zero;
-  std::unique_ptr<dist::TensorParallelSync> sync;
-  std::unique_ptr<optim::Optimizer> shard;
   std::vector<Tensor> split;
   const auto shards = dist::tensor_shards(model);
   int64_t P = 0;
@@ -468,18 +489,14 @@ int bytes(int stage) {
     ++P;
     if (shards.count(name) != 0) split.push_back(p);
   }
-  if (stage == 0) {
-    sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
-                                                      std::make_unique<dist::DataParallel>(model, g.data));
-  } else {
-    zero = std::make_unique<dist::ZeroSharding>(model, *full, g.data, stage);
-    zero->set_tensor_parallel(g.tensor, split);
-    shard = zero->make_shard_optimizer();
-  }
+  const DataGroupSync ds = sync_over_data_group(model, *full, g, stage, split);
+  const auto& zero = ds.zero;
+  const auto& sync = ds.sync;
+  const auto& shard = ds.shard;
   train::StepOptions so;
   so.clip = 0.5;
-  train::StepRunner runner(model, zero ? *shard : *full, so);
-  runner.set_grad_sync(zero ? static_cast<train::GradSync*>(zero.get()) : sync.get());
+  train::StepRunner runner(model, ds.optimizer(*full), so);
+  runner.set_grad_sync(ds.grad_sync());
   Generator data(3 + static_cast<uint64_t>(g.dp_rank));
   int64_t tensor_bytes = 0, data_bytes = 0;
   for (int step = 0; step < 2; ++step) {  // the second step's bytes (stage 3 learns its order in the first)
@@ -556,9 +573,6 @@ int overflow(int stage) {
   optim::GroupOptions o;
   o.lr = 1e-3;
   auto full = optim::make_adamw(optim::decay_groups(model.named_parameters(), o));
-  std::unique_ptr<dist::ZeroSharding> zero;
-  std::unique_ptr<dist::TensorParallelSync> sync;
-  std::unique_ptr<optim::Optimizer> shard;
   std::vector<Tensor> split;
   const auto shards = dist::tensor_shards(model);
   Tensor target;
@@ -566,19 +580,13 @@ int overflow(int stage) {
     if (shards.count(name) != 0) split.push_back(p);
     if (name == "transformer.wte.weight") target = p;  // the root's: whole through the step under stage 3
   }
-  if (stage == 0) {
-    sync = std::make_unique<dist::TensorParallelSync>(model, g.tensor,
-                                                      std::make_unique<dist::DataParallel>(model, g.data));
-  } else {
-    zero = std::make_unique<dist::ZeroSharding>(model, *full, g.data, stage);
-    zero->set_tensor_parallel(g.tensor, split);
-    shard = zero->make_shard_optimizer();
-  }
+  const DataGroupSync ds = sync_over_data_group(model, *full, g, stage, split);
+  const auto& zero = ds.zero;
   train::StepOptions so;
   so.clip = 0.5;
   so.precision = train::Precision::FP16Mixed;
-  train::StepRunner runner(model, zero ? *shard : *full, so);
-  runner.set_grad_sync(zero ? static_cast<train::GradSync*>(zero.get()) : sync.get());
+  train::StepRunner runner(model, ds.optimizer(*full), so);
+  runner.set_grad_sync(ds.grad_sync());
   Generator data(3 + static_cast<uint64_t>(g.dp_rank));
   for (int step = 0; step < 3; ++step) {
     const Tensor ids = randint(0, cfg.vocab_size, {4, 16}, DType::I64, &data);

@@ -8,7 +8,11 @@
 // run many ticks; on a loaded machine compare paths within one run. "onednn_bf16" against
 // "gemm_half_fma" is the comparison behind FT_BF16_GEMM=auto (backend/cpu/linalg.h): oneDNN's
 // bf16 matmul against the packed GEMM that dispatch would otherwise take.
-// Usage: gemm_paths [--threads N] [--iters N]
+// With --f32 WORKLOAD (gpt-mini, gpt2-124m, llama-mini, smollm-135m) it measures instead the two
+// f32 paths (OpenBLAS's sgemm and oneDNN's f32 matmul, the choice of FT_F32_GEMM) at the linear
+// layers of that BENCH.md workload's step (batch x context tokens; the attention's batched
+// products are not linear layers and are left out).
+// Usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -50,25 +54,89 @@ Timing median_times(const std::function<void()>& f, int iters) {
   return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
+struct Linear {
+  int64_t in, out;
+};
+
+struct F32Workload {
+  const char* name;
+  int64_t tokens;  // batch x context of BENCH.md's CPU row
+  std::vector<Linear> layers;
+};
+
+// The distinct linear layers of each workload's step, at BENCH.md's CPU batch.
+const F32Workload kF32Workloads[] = {
+    {"gpt-mini", 16 * 128, {{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 512}}},
+    {"gpt2-124m", 1024, {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50304}}},
+    {"llama-mini", 8 * 256, {{256, 256}, {256, 64}, {256, 688}, {688, 256}, {256, 1000}}},
+    {"smollm-135m", 1024, {{576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}}},
+};
+
+void print_row(const char* bench, const char* name, int64_t M, int64_t N, int64_t K, const char* path, int threads,
+               const Timing& t) {
+  const double flop = 2.0 * M * N * K;
+  std::printf(
+      "{\"bench\": \"%s\", \"case\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"path\": \"%s\", "
+      "\"threads\": %d, \"ms\": %.4f, \"cpu_ms\": %.4f, \"gflops\": %.1f, \"gflop_per_cpu_s\": %.1f}\n",
+      bench, name, (long long)M, (long long)N, (long long)K, path, threads, t.wall_ms, t.cpu_ms,
+      flop * 1e-6 / t.wall_ms, flop * 1e-6 / t.cpu_ms);
+  std::fflush(stdout);
+}
+
+// OpenBLAS against oneDNN for f32, each product of each layer in the layout linear uses. The
+// whole list runs twice and only the second pass prints: the first products of a process (thread
+// teams starting, pages first touched) measured up to 3x slower than the same product later.
+int run_f32(const F32Workload& w, int threads, int iters) {
+  for (int pass = 0; pass < 2; ++pass) {
+    Generator g(0);
+    for (const Linear& l : w.layers) {
+      Tensor x = randn({w.tokens, l.in}, DType::F32, &g), wt = randn({l.out, l.in}, DType::F32, &g);
+      Tensor dy = randn({w.tokens, l.out}, DType::F32, &g);
+      struct Case {
+        const char* name;
+        Tensor a, b;
+      };
+      const Case cases[] = {{"fwd x@W^T", x, wt.t()}, {"bwd dY@W", dy, wt}, {"bwd dY^T@X", dy.t(), x}};
+      for (const Case& c : cases) {
+        const int64_t M = c.a.size(0), K = c.a.size(1), N = c.b.size(1);
+        Tensor o = empty({M, N}, DType::F32);
+        for (switches::F32Gemm path : {switches::F32Gemm::Blas, switches::F32Gemm::Onednn}) {
+          switches::Scoped on(switches::f32_gemm, path);
+          const Timing t = median_times([&] { cpu::matmul(c.a, c.b, o, false, Tensor()); }, iters);
+          if (pass == 1)
+            print_row("gemm_f32", c.name, M, N, K, path == switches::F32Gemm::Blas ? "blas" : "onednn", threads, t);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2, iters = 9;
+  const char* f32 = nullptr;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads"))
       threads = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--iters"))
       iters = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--f32"))
+      f32 = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: gemm_paths [--threads N] [--iters N]\n");
+      std::fprintf(stderr, "usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD]\n");
       return 2;
     }
   }
   set_num_threads(threads);
+  if (f32) {
+    for (const F32Workload& w : kF32Workloads)
+      if (!std::strcmp(w.name, f32)) return run_f32(w, threads, iters);
+    std::fprintf(stderr, "gemm_paths: --f32 expects gpt-mini, gpt2-124m, llama-mini or smollm-135m, found %s\n", f32);
+    return 2;
+  }
   const int64_t T = 2048;
-  struct Linear {
-    int64_t in, out;
-  };
   const Linear layers[] = {{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 512}};
   Generator g(0);
   for (const Linear& l : layers) {
@@ -108,16 +176,7 @@ int main(int argc, char** argv) {
       dot.c_half = true;
       dot.kernel = cpu::GemmHalfKernel::Dot;
       if (cpu::gemm_half_available(dot.kernel)) paths.push_back({"gemm_half_dot", [&] { cpu::gemm_half(dot); }});
-      for (auto& [path, fn] : paths) {
-        const Timing t = median_times(fn, iters);
-        const double flop = 2.0 * M * N * K;
-        std::printf(
-            "{\"bench\": \"gemm\", \"case\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"path\": \"%s\", "
-            "\"threads\": %d, \"ms\": %.4f, \"cpu_ms\": %.4f, \"gflops\": %.1f, \"gflop_per_cpu_s\": %.1f}\n",
-            c.name, (long long)M, (long long)N, (long long)K, path, threads, t.wall_ms, t.cpu_ms,
-            flop * 1e-6 / t.wall_ms, flop * 1e-6 / t.cpu_ms);
-        std::fflush(stdout);
-      }
+      for (auto& [path, fn] : paths) print_row("gemm", c.name, M, N, K, path, threads, median_times(fn, iters));
     }
   }
   return 0;

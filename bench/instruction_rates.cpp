@@ -7,17 +7,26 @@
 // XCR0, and Linux granting this process the tile data permission (arch_prctl). Last, the
 // library's own short measurement that `fasttrain bench` divides by (backend/cpu/peak_rate.h:
 // per-thread CPU time, on --threads threads, with the AMX tile rate where AMX is usable).
+// Between the two, the f32 GEMM ceiling: a register-blocked 14 x 32 kernel (28 accumulators, per
+// k two loads of B and 14 broadcasts of A, the shape OpenBLAS's and oneDNN's AVX-512 sgemm kernels
+// take) on packed operands that stay in L1, on every thread at once. No GEMM outruns its inner
+// kernel with operands in L1, so this, not the register-only FMA rate the peak fraction divides
+// by, is the most a whole product can reach on this machine.
 // Usage: instruction_rates [--iters N] [--threads T]   (N x 12 instructions each, default 2e7; T default 1)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "backend/cpu/peak_rate.h"
 #include "fasttrain/parallel.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -53,6 +62,42 @@ const Case kCases[] = {
     {"vdpbf16ps", [] { return __builtin_cpu_supports("avx512bf16") != 0; }, 64, FT_CHAIN_LOOP(FT_DP_BF16)},
     {"vfmadd231ph", [] { return __builtin_cpu_supports("avx512fp16") != 0; }, 64, FT_CHAIN_LOOP(FT_FMA_PH)},
 };
+
+// C[14 x 32] += A[14 x K] B[K x 32], A packed k-major (14 values per k), B packed (32 per k).
+constexpr int kMr = 14, kKc = 256;
+__attribute__((target("avx512f"), noinline)) void gemm_kernel_14x32(int K, const float* a, const float* b, float* c) {
+  __m512 lo[kMr], hi[kMr];
+  for (int i = 0; i < kMr; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
+  for (int k = 0; k < K; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(b + 32 * k), b1 = _mm512_loadu_ps(b + 32 * k + 16);
+#pragma GCC unroll 14
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 av = _mm512_set1_ps(a[kMr * k + i]);
+      lo[i] = _mm512_fmadd_ps(av, b0, lo[i]);
+      hi[i] = _mm512_fmadd_ps(av, b1, hi[i]);
+    }
+  }
+  for (int i = 0; i < kMr; ++i) {
+    _mm512_storeu_ps(c + 32 * i, _mm512_add_ps(_mm512_loadu_ps(c + 32 * i), lo[i]));
+    _mm512_storeu_ps(c + 32 * i + 16, _mm512_add_ps(_mm512_loadu_ps(c + 32 * i + 16), hi[i]));
+  }
+}
+
+// GFLOP/s of all threads together, each running the kernel on its own L1-resident panels.
+double gemm_kernel_gflops(long iters, int threads) {
+  const long calls = std::max(1L, iters / kKc);
+  auto work = [calls] {
+    std::vector<float> a(kMr * kKc, 0.5f), b(32 * kKc, 0.25f), c(kMr * 32, 0.f);
+    for (long n = 0; n < calls; ++n) gemm_kernel_14x32(kKc, a.data(), b.data(), c.data());
+  };
+  work();  // warm-up, as for the chains
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> team;
+  for (int t = 0; t < threads; ++t) team.emplace_back(work);
+  for (std::thread& t : team) t.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return 2.0 * kMr * 32 * kKc * static_cast<double>(calls) * threads / s / 1e9;
+}
 
 void report_amx() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -114,6 +159,9 @@ int main(int argc, char** argv) {
         "{\"instruction\": \"%s\", \"supported\": true, \"g_instructions_per_s\": %.2f, \"gflop_per_s\": %.1f}\n",
         c.name, instructions / s / 1e9, instructions * c.flops_per_instruction / s / 1e9);
   }
+  if (__builtin_cpu_supports("avx512f"))
+    std::printf("{\"kernel\": \"f32 GEMM 14x32, operands in L1\", \"threads\": %d, \"gflop_per_s\": %.1f}\n", threads,
+                gemm_kernel_gflops(iters, threads));
   report_amx();
   ft::set_num_threads(threads);
   const ft::cpu::PeakRates& p = ft::cpu::measured_peak_rates(threads);

@@ -417,17 +417,29 @@ TEST(Linalg, F32PathsAgreeAndDoNotDependOnTheThreadCount) {
 
 TEST(Linalg, F32GemmPathChoice) {
   using cpu::F32GemmPath;
-  // Forced paths; auto takes oneDNN only where OpenBLAS runs below AVX-512 and oneDNN does not.
   using S = switches::F32Gemm;
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Onednn, true, false), F32GemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Blas, false, true), F32GemmPath::Blas);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, true), F32GemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true), F32GemmPath::Blas);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, false), F32GemmPath::Blas);
+  const cpu::GemmShape narrow{1, 2048, 256, 1024}, wide{1, 1024, 3072, 768}, long_sum{1, 1024, 768, 3072},
+      tall{1, 4096, 768, 1024}, batched{8, 256, 256, 64};
+  // Forced paths, whatever the shape.
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Onednn, true, false, wide), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Blas, false, true, narrow), F32GemmPath::Blas);
+  // OpenBLAS below AVX-512 and oneDNN on it: oneDNN for every shape; oneDNN without AVX-512: BLAS.
+  for (const cpu::GemmShape& s : {narrow, wide, long_sum, tall, batched}) {
+    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, true, s), F32GemmPath::Onednn);
+    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, false, s), F32GemmPath::Blas);
+    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, false, s), F32GemmPath::Blas);
+  }
+  // Both on AVX-512: oneDNN inside the measured boundary (N <= 1024, K <= 2048, M <= 2048, one
+  // product), BLAS outside it on each side.
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true, narrow), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true, {1, 2048, 1024, 2048}), F32GemmPath::Onednn);
+  for (const cpu::GemmShape& s : {wide, long_sum, tall, batched})
+    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true, s), F32GemmPath::Blas);
   // A forced path is the process's path (the variable's names: tests/test_switches.cpp).
   for (const S forced : {S::Onednn, S::Blas}) {
     switches::Scoped guard(switches::f32_gemm, forced);
-    EXPECT_EQ(cpu::f32_gemm_path(), forced == S::Onednn ? F32GemmPath::Onednn : F32GemmPath::Blas);
+    for (const cpu::GemmShape& s : {narrow, wide})
+      EXPECT_EQ(cpu::f32_gemm_path(s), forced == S::Onednn ? F32GemmPath::Onednn : F32GemmPath::Blas);
   }
 }
 

@@ -290,14 +290,16 @@ const char* half_gemm_path_name(HalfGemmPath p) { return p == HalfGemmPath::Oned
 
 const char* f32_gemm_path_name(F32GemmPath p) { return p == F32GemmPath::Onednn ? "onednn" : "blas"; }
 
-F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512) {
+F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512,
+                                 const GemmShape& shape) {
   if (setting == switches::F32Gemm::Blas) return F32GemmPath::Blas;
   if (setting == switches::F32Gemm::Onednn) return F32GemmPath::Onednn;
-  // OpenBLAS's sgemm stays the default: oneDNN is taken only where OpenBLAS runs kernels below the
-  // CPU's AVX-512 (OPENBLAS_CORETYPE chose them, or it did not recognise the CPU) and oneDNN has
-  // AVX-512. (docs/PERF.md has both paths measured; oneDNN was also faster on a Zen 4 CPU whose
-  // OpenBLAS runs AVX-512 kernels, a case this rule leaves to FT_F32_GEMM=onednn.)
-  return !blas_avx512 && onednn_avx512 ? F32GemmPath::Onednn : F32GemmPath::Blas;
+  if (!onednn_avx512) return F32GemmPath::Blas;
+  if (!blas_avx512) return F32GemmPath::Onednn;  // OpenBLAS below the CPU's AVX-512 (linalg.h)
+  // Both on AVX-512: oneDNN's brgemm wins on the narrow products of small models and loses where
+  // the output is wide or the sum long (the measured boundary, linalg.h).
+  const bool small = shape.batches == 1 && shape.N <= 1024 && shape.K <= 2048 && shape.M <= 2048;
+  return small ? F32GemmPath::Onednn : F32GemmPath::Blas;
 }
 
 bool onednn_isa_has_avx512() {
@@ -306,12 +308,11 @@ bool onednn_isa_has_avx512() {
   return (isa & avx512) == avx512;
 }
 
-F32GemmPath f32_gemm_path() {
+F32GemmPath f32_gemm_path(const GemmShape& shape) {
   const switches::F32Gemm setting = switches::f32_gemm.get();
-  if (setting != switches::F32Gemm::Auto) return choose_f32_gemm_path(setting, false, false);  // skips the probes
-  static const F32GemmPath automatic =
-      choose_f32_gemm_path(setting, blas_has_avx512_kernels(), onednn_isa_has_avx512());
-  return automatic;
+  if (setting != switches::F32Gemm::Auto) return choose_f32_gemm_path(setting, false, false, shape);  // no probes
+  static const bool blas_avx512 = blas_has_avx512_kernels(), onednn_avx512 = onednn_isa_has_avx512();
+  return choose_f32_gemm_path(setting, blas_avx512, onednn_avx512, shape);
 }
 
 HalfGemmPath choose_half_gemm_path(switches::HalfGemm setting, bool amx, bool bf16_dot_outruns_fma) {
@@ -381,7 +382,10 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
     case DType::F32:
       // The one place that picks the f32 GEMM (f32_gemm_path, linalg.h); oneDNN declines aliased
       // (broadcast-gradient) outputs, which OpenBLAS then accumulates batch by batch.
-      if (f32_gemm_path() == F32GemmPath::Onednn && matmul_onednn(a, b, out, accumulate, bias)) return;
+      if (f32_gemm_path({out.numel() / (out.size(nd - 2) * out.size(nd - 1)), out.size(nd - 2), out.size(nd - 1), K}) ==
+              F32GemmPath::Onednn &&
+          matmul_onednn(a, b, out, accumulate, bias))
+        return;
       blas_matmul<float>(a, b, out, accumulate, bias);
       return;
     case DType::F64: blas_matmul<double>(a, b, out, accumulate, bias); return;

@@ -52,13 +52,24 @@ bool onednn_isa_has_avx512_bf16();
 
 // The GEMM behind f32 matrix products: OpenBLAS's sgemm, or oneDNN's f32 matmul primitive
 // (brgemm kernels; bias and accumulation fused as above). The switch FT_F32_GEMM = blas | onednn
-// forces a path; auto takes oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where
-// oneDNN has AVX-512 (an OPENBLAS_CORETYPE that chose AVX2 kernels, say), BLAS otherwise
-// (docs/PERF.md measures both). The automatic choice is made once per process.
+// forces a path; auto decides per product shape, from the shape alone (so a run and its resume
+// take the same path and the same bits):
+//   - oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where oneDNN has AVX-512 (an
+//     OPENBLAS_CORETYPE that chose AVX2 kernels, say);
+//   - where both run AVX-512: oneDNN for a single product (no batch) with N <= 1024, K <= 2048
+//     and M <= 2048, OpenBLAS otherwise. bench/gemm_paths --f32 measured oneDNN 1.05-1.8x faster
+//     at every such linear-layer product of gpt-mini, llama-mini, smollm-135m and gpt2-124m (one
+//     at 0.99), and OpenBLAS up to 2x faster outside it (N = 3072, K >= 2304), on the Xeon with
+//     AMX at 2 threads (docs/PERF.md); batched products were not measured and stay with OpenBLAS.
 enum class F32GemmPath { Blas, Onednn };
 const char* f32_gemm_path_name(F32GemmPath p);  // "blas", "onednn"
-F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512);
-F32GemmPath f32_gemm_path();
+// One product's shape as the GEMM sees it: out [batches x M x N] from a [M x K] and b [K x N].
+struct GemmShape {
+  int64_t batches = 1, M = 0, N = 0, K = 0;
+};
+F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512,
+                                 const GemmShape& shape);
+F32GemmPath f32_gemm_path(const GemmShape& shape);
 // Whether OpenBLAS runs its AVX-512 kernels (blas_setup.h: why it might not), and whether
 // oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AVX-512.
 bool blas_has_avx512_kernels();

@@ -19,6 +19,7 @@ packages=(
   clang                            # libFuzzer builds of the file parsers (test fuzz_parsers)
   libclang-rt-14-dev               # clang's sanitizer and libFuzzer runtimes (not pulled in without recommends; the clean room showed it)
   libomp-dev                       # clang's OpenMP runtime and Archer, for the TSan build (scripts/sanitizers.sh)
+  lld                              # LLVM's linker for the two clang sanitizer builds: a test links in a fifth of ld.bfd's time (CI time)
   clang-format                     # the format check (test clang_format, scripts/check-format.sh)
   chromium                         # headless rendering check of the run report (test_report)
   libopenmpi-dev openmpi-bin       # Open MPI: data-parallel jobs (src/dist), mpirun for their tests

@@ -154,7 +154,9 @@ const PeakRates& remeasure_peak_rates(int threads) {
 std::string cpu_isa_flags() {
   std::string s;
   auto add = [&](bool on, const char* name) {
-    if (on) s += (s.empty() ? "" : "+") + std::string(name);
+    if (!on) return;
+    if (!s.empty()) s += '+';  // appended piecewise: GCC 12 warned (-Wrestrict, falsely) on "+" + string
+    s += name;
   };
 #if defined(__x86_64__)
   // CPUID directly: the bits /proc/cpuinfo shows, and compilers' __builtin_cpu_supports does not

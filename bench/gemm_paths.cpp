@@ -14,6 +14,7 @@
 // products are not linear layers and are left out).
 // Usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD]
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -58,6 +59,18 @@ struct Linear {
   int64_t in, out;
 };
 
+// A linear layer's three products in the layouts linear uses: forward x W^T, input gradient
+// dY W, weight gradient dY^T X, for `tokens` rows of input.
+struct Product {
+  const char* name;
+  Tensor a, b;
+};
+std::array<Product, 3> linear_products(const Linear& l, int64_t tokens, Generator& g) {
+  Tensor x = randn({tokens, l.in}, DType::F32, &g), w = randn({l.out, l.in}, DType::F32, &g);
+  Tensor dy = randn({tokens, l.out}, DType::F32, &g);
+  return {Product{"fwd x@W^T", x, w.t()}, Product{"bwd dY@W", dy, w}, Product{"bwd dY^T@X", dy.t(), x}};
+}
+
 struct F32Workload {
   const char* name;
   int64_t tokens;  // batch x context of BENCH.md's CPU row
@@ -90,14 +103,7 @@ int run_f32(const F32Workload& w, int threads, int iters) {
   for (int pass = 0; pass < 2; ++pass) {
     Generator g(0);
     for (const Linear& l : w.layers) {
-      Tensor x = randn({w.tokens, l.in}, DType::F32, &g), wt = randn({l.out, l.in}, DType::F32, &g);
-      Tensor dy = randn({w.tokens, l.out}, DType::F32, &g);
-      struct Case {
-        const char* name;
-        Tensor a, b;
-      };
-      const Case cases[] = {{"fwd x@W^T", x, wt.t()}, {"bwd dY@W", dy, wt}, {"bwd dY^T@X", dy.t(), x}};
-      for (const Case& c : cases) {
+      for (const Product& c : linear_products(l, w.tokens, g)) {
         const int64_t M = c.a.size(0), K = c.a.size(1), N = c.b.size(1);
         Tensor o = empty({M, N}, DType::F32);
         for (switches::F32Gemm path : {switches::F32Gemm::Blas, switches::F32Gemm::Onednn}) {
@@ -140,14 +146,7 @@ int main(int argc, char** argv) {
   const Linear layers[] = {{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 512}};
   Generator g(0);
   for (const Linear& l : layers) {
-    Tensor x = randn({T, l.in}, DType::F32, &g), w = randn({l.out, l.in}, DType::F32, &g);
-    Tensor dy = randn({T, l.out}, DType::F32, &g);
-    struct Case {
-      const char* name;
-      Tensor a, b;
-    };
-    const Case cases[] = {{"fwd x@W^T", x, w.t()}, {"bwd dY@W", dy, w}, {"bwd dY^T@X", dy.t(), x}};
-    for (const Case& c : cases) {
+    for (const Product& c : linear_products(l, T, g)) {
       const int64_t M = c.a.size(0), K = c.a.size(1), N = c.b.size(1);
       Tensor a16 = c.a.to(DType::BF16), b16 = c.b.to(DType::BF16);
       // to() keeps the layout of a transposed view only if it copies strides; rebuild them so

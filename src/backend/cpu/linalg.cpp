@@ -368,8 +368,9 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
   FT_CHECK(nd >= 2 && a.dim() == nd && b.dim() == nd, "matmul: internal error, operands must have equal rank >= 2");
   FT_CHECK(!(accumulate && bias.defined()), "matmul: internal error, bias with accumulate");
   FT_CHECK(accumulate || !batch_aliases(out), "matmul: internal error, aliased output batches need accumulate");
-  const int64_t K = a.size(nd - 1);
+  const int64_t M = out.size(nd - 2), N = out.size(nd - 1), K = a.size(nd - 1);
   if (out.numel() == 0) return;
+  const int64_t batches = out.numel() / (M * N);
   if (K == 0) {  // empty sum: out = bias (or 0), or unchanged when accumulating
     if (accumulate) return;
     if (bias.defined())
@@ -382,8 +383,7 @@ void matmul_impl(const Tensor& a, const Tensor& b, const Tensor& out, bool accum
     case DType::F32:
       // The one place that picks the f32 GEMM (f32_gemm_path, linalg.h); oneDNN declines aliased
       // (broadcast-gradient) outputs, which OpenBLAS then accumulates batch by batch.
-      if (f32_gemm_path({out.numel() / (out.size(nd - 2) * out.size(nd - 1)), out.size(nd - 2), out.size(nd - 1), K}) ==
-              F32GemmPath::Onednn &&
+      if (f32_gemm_path(GemmShape{batches, M, N, K}) == F32GemmPath::Onednn &&
           matmul_onednn(a, b, out, accumulate, bias))
         return;
       blas_matmul<float>(a, b, out, accumulate, bias);

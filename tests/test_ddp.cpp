@@ -14,8 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "core/switches.h"
+#include "dist/host_staging.h"
 #include "fasttrain/ddp.h"
 #include "fasttrain/fasttrain.h"
+#include "support/expect_error.h"
 #include "support/mpi_job.h"
 #include "support/trainer_configs.h"
 
@@ -67,6 +70,23 @@ TEST(Ddp, TwoAndThreeRanksTrainLikeOneProcessWithTheGlobalBatch) {
   // The parameter no forward uses got no gradient on any rank: AdamW's decay never touched it,
   // as in the single process (checked by the weights above); and it trained (loss fell).
   EXPECT_LT(reference.back(), reference.front());
+  fs::remove_all(root);
+}
+
+// The staged path of GPU jobs (host_staging.h: device -> host -> MPI -> device), run on the CPU:
+// FT_DIST_STAGING=always sends every collective of DDP (the broadcast of rank 0's weights, the
+// buckets, the logged loss) through host copies. Copies change no bit: the run must equal the
+// unstaged one exactly.
+TEST(Ddp, CollectivesThroughHostCopiesChangeNoBit) {
+  const std::string root = test::scratch_dir("ddp", "staged");
+  const std::string plain = train(root, "plain", 2, "0.004");
+  const std::string dir = root + "/staged";
+  const test::CliRun r = run_command(mpirun(2) + "-x FT_DIST_STAGING=always " + FT_DDP_WORKER + " train " + dir +
+                                     " 12 0.004 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(train_losses(dir), train_losses(plain));
+  EXPECT_TRUE(slurp(dir + "/model.safetensors") == slurp(plain + "/model.safetensors")) << "weights differ";
+  expect_replicas_identical(dir);
   fs::remove_all(root);
 }
 
@@ -315,6 +335,122 @@ TEST(Ddp, AWorldOfOneLeavesGradientsAsBackwardMadeThem) {
       EXPECT_EQ(params[i].grad().to_vector(), expected[i]) << "parameter " << i;
     }
   }
+}
+
+// A communicator of two pretend ranks that records the tensors it is handed. Its collectives
+// complete only at wait(), as an MPI collective on the communication thread may: an all-reduce
+// doubles (the other rank holds the same values), a broadcast from rank 1 writes 7s, a gather or
+// a receive writes 1, 2, 3, ...; `fail` makes wait() throw.
+class RecordingCommunicator : public dist::Communicator {
+ public:
+  std::vector<const void*> seen;  // data pointers, in issue order
+  bool fail = false;
+
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 2; }
+  std::string backend() const override { return "recording"; }
+  std::string name() const override { return "world"; }
+  int world_rank(int r) const override { return r; }
+  std::shared_ptr<Communicator> split(int, int, const std::string&) override { return nullptr; }
+  dist::WorkPtr broadcast_async(const Tensor& t, int root) override {
+    return later(t, [t, root] {
+      if (root != 0) t.detach().fill_(7);
+    });
+  }
+  dist::WorkPtr all_reduce_async(const Tensor& t, dist::ReduceOp) override {
+    return later(t, [t] { t.detach().copy_(mul(t, 2.0)); });
+  }
+  dist::WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, dist::ReduceOp) override {
+    seen.push_back(input.raw_data());
+    return later(output, [input, output] { output.detach().copy_(mul(input.narrow(0, 0, output.numel()), 2.0)); });
+  }
+  dist::WorkPtr all_gather_async(const Tensor& input, const Tensor& output) override {
+    seen.push_back(input.raw_data());
+    return later(output, [output] { output.detach().copy_(count_up(output)); });
+  }
+  dist::WorkPtr barrier_async() override { return later(Tensor(), [] {}); }
+  dist::WorkPtr send_async(const Tensor& t, int) override { return later(t, [] {}); }
+  dist::WorkPtr recv_async(const Tensor& t, int) override {
+    return later(t, [t] { t.detach().copy_(count_up(t)); });
+  }
+  int64_t bytes_issued() const override { return 0; }
+  void set_timeout(double) override {}
+  void set_debug(bool) override {}
+
+ private:
+  struct Later : dist::Work {
+    std::function<void()> run;
+    bool fail = false, finished = false;
+    void wait() override {
+      if (fail) FT_FAIL("the collective failed");
+      if (!finished) run();
+      finished = true;
+    }
+    bool done() const override { return finished; }
+  };
+  static Tensor count_up(const Tensor& t) { return arange(1, static_cast<double>(t.numel()) + 1, 1, t.dtype()); }
+  dist::WorkPtr later(const Tensor& t, std::function<void()> run) {
+    if (t.defined()) seen.push_back(t.raw_data());
+    auto w = std::make_shared<Later>();
+    w->run = std::move(run);
+    w->fail = fail;
+    return w;
+  }
+};
+
+// The staging wrapper: with FT_DIST_STAGING=always a CPU tensor is handed to the inner
+// communicator as a host copy, is left alone until wait(), and gets the result then, once;
+// without it, CPU tensors go straight through.
+TEST(HostStaging, CollectivesRunOnHostCopiesAndResultsArriveAtWait) {
+  auto inner = std::make_shared<RecordingCommunicator>();
+  const auto staged = dist::with_host_staging(inner);
+  {
+    Tensor t = from_vector({1.0, 2.0, 3.0}, {3}, DType::F32);
+    const dist::WorkPtr direct = staged->all_reduce_async(t, dist::ReduceOp::Sum);  // the default: not staged
+    EXPECT_EQ(inner->seen.back(), t.raw_data());
+    direct->wait();
+    EXPECT_EQ(t.to_vector(), (std::vector<double>{2, 4, 6}));
+  }
+  switches::Scoped always(switches::dist_staging, switches::DistStaging::Always);
+  Tensor t = from_vector({1.0, 2.0, 3.0}, {3}, DType::F32);
+  dist::WorkPtr w = staged->all_reduce_async(t, dist::ReduceOp::Sum);
+  EXPECT_NE(inner->seen.back(), t.raw_data());
+  t.fill_(5);  // the staged copy was taken at issue: later writes do not travel
+  w->wait();
+  EXPECT_EQ(t.to_vector(), (std::vector<double>{2, 4, 6}));
+  t.fill_(9);
+  w->wait();  // a second wait copies nothing over
+  EXPECT_EQ(t.to_vector(), (std::vector<double>{9, 9, 9}));
+
+  Tensor whole = from_vector({1.0, 2.0, 3.0, 4.0}, {4}, DType::F32), part = zeros({2});
+  staged->reduce_scatter_async(whole, part, dist::ReduceOp::Sum)->wait();
+  EXPECT_EQ(part.to_vector(), (std::vector<double>{2, 4}));
+  EXPECT_EQ(whole.to_vector(), (std::vector<double>{1, 2, 3, 4}));  // inputs are never written back
+  Tensor gathered = zeros({4}, DType::I64);
+  staged->all_gather_async(from_vector({0.0, 0.0}, {2}, DType::I64), gathered)->wait();
+  EXPECT_EQ(gathered.to_vector(), (std::vector<double>{1, 2, 3, 4}));
+  Tensor b = zeros({2});
+  staged->broadcast_async(b, 1)->wait();
+  EXPECT_EQ(b.to_vector(), (std::vector<double>{7, 7}));
+  Tensor received = zeros({3});
+  staged->recv_async(received, 1)->wait();
+  EXPECT_EQ(received.to_vector(), (std::vector<double>{1, 2, 3}));
+  const Tensor sent = from_vector({4.0, 5.0}, {2}, DType::F32);
+  staged->send_async(sent, 1)->wait();
+  EXPECT_NE(inner->seen.back(), sent.raw_data());
+  EXPECT_EQ(sent.to_vector(), (std::vector<double>{4, 5}));
+
+  // A collective that fails rethrows at wait() and leaves the tensor as it was.
+  inner->fail = true;
+  Tensor kept = from_vector({1.0}, {1}, DType::F32);
+  w = staged->all_reduce_async(kept, dist::ReduceOp::Sum);
+  test::expect_error([&] { w->wait(); }, "the collective failed");
+  EXPECT_EQ(kept.to_vector(), (std::vector<double>{1}));
+  // The wrapper answers for the inner communicator.
+  EXPECT_EQ(staged->backend(), "recording");
+  EXPECT_EQ(staged->world_size(), 2);
 }
 
 TEST(Ddp, UnknownStrategiesAreClearErrors) {

@@ -108,6 +108,8 @@ TEST(Switches, EachSwitchRefusesAnUnknownName) {
                  "FT_CUDA_GELU_EPILOGUE: expected forward, on, backward or off, found 'both'");
   expect_refused("FT_CUDA_NORM_BACKWARD", switches::kCudaNormBackwardNames, "one",
                  "FT_CUDA_NORM_BACKWARD: expected fused or split, found 'one'");
+  expect_refused("FT_DIST_STAGING", switches::kDistStagingNames, "never",
+                 "FT_DIST_STAGING: expected auto or always, found 'never'");
 }
 
 // A guard overrides the variable and the default for its scope; guards nest and each restores
@@ -164,9 +166,9 @@ TEST(Switches, OneListAndTheCommandThatPrintsIt) {
   }
   for (const char* v : {"FASTTRAIN_CPU_ISA", "FT_F32_GEMM", "FT_BF16_GEMM", "FT_CONV_ALGO", "FT_CONV_WEIGHT_GRAD",
                         "FT_FUSED_ADD_NORM", "FT_CUDA_BGRADB", "FT_CUDA_NORM_BACKWARD", "FT_CUDA_GELU_EPILOGUE",
-                        "FT_CUDA_ATTENTION_FMA", "FT_CUDA_EXPANDABLE_SEGMENTS", "FASTTRAIN_FAULT"})
+                        "FT_CUDA_ATTENTION_FMA", "FT_CUDA_EXPANDABLE_SEGMENTS", "FT_DIST_STAGING", "FASTTRAIN_FAULT"})
     EXPECT_EQ(variables.count(v), 1u) << v;
-  EXPECT_EQ(variables.size(), 12u);
+  EXPECT_EQ(variables.size(), 13u);
 
   test::CliRun r = test::run_cli("switches");
   ASSERT_EQ(r.code, 0) << r.output;

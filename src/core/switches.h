@@ -33,6 +33,7 @@ enum class ConvAlgo { Auto, Direct, Winograd };
 enum class ConvWeightGrad { Auto, Paired, Onednn, Matmul };
 enum class CudaNormBackward { Fused, Split };
 enum class CudaGeluEpilogue { Forward, On, Backward, Off };
+enum class DistStaging { Auto, Always };
 
 // What a switch says about itself (`fasttrain switches`, the tests of the list).
 using Info = SwitchInfo;
@@ -132,6 +133,8 @@ inline constexpr detail::EnvChoice<CudaGeluEpilogue> kCudaGeluEpilogueNames[] = 
     {CudaGeluEpilogue::On, "on"},
     {CudaGeluEpilogue::Backward, "backward"},
     {CudaGeluEpilogue::Off, "off"}};
+inline constexpr detail::EnvChoice<DistStaging> kDistStagingNames[] = {{DistStaging::Auto, "auto"},
+                                                                       {DistStaging::Always, "always"}};
 
 // --- the switches ------------------------------------------------------------------------------
 
@@ -162,6 +165,9 @@ inline Switch<bool> cuda_attention_fma{"FT_CUDA_ATTENTION_FMA", detail::kYesNo, 
                                        "CUDA: bf16/f16 attention on the FMA kernels instead of tensor cores"};
 inline Switch<bool> cuda_expandable_segments{"FT_CUDA_EXPANDABLE_SEGMENTS", detail::kYesNo, false,
                                              "CUDA: device memory in growable virtual-memory segments"};
+inline Switch<DistStaging> dist_staging{
+    "FT_DIST_STAGING", kDistStagingNames, DistStaging::Auto,
+    "collectives through host copies: of device tensors (auto) or of every tensor (always; tests the staging on CPUs)"};
 
 // process_switches() (fasttrain/switches.h) lists every switch above, in this order, and
 // FASTTRAIN_FAULT (fault injection, core/fault_injection.h: a specification, not a choice, read

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "dist/host_staging.h"
 #include "dist/mpi_communicator.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/error.h"
@@ -14,7 +15,8 @@ namespace ft::dist {
 
 namespace {
 
-// Rank 0 of 1: a broadcast or a reduction over one rank leaves the tensor as it is.
+// Rank 0 of 1: a broadcast or a reduction over one rank leaves the tensor as it is, on whatever
+// device it lives (nothing moves).
 class DoneWork : public Work {
  public:
   void wait() override {}
@@ -40,11 +42,11 @@ class SingleProcessCommunicator : public Communicator {
   }
   WorkPtr broadcast_async(const Tensor& t, int root) override {
     FT_CHECK(root == 0, "broadcast: expected root 0 in a world of one process, found ", root);
-    check_cpu_contiguous(t, "broadcast");
+    check_contiguous(t, "broadcast");
     return done();
   }
   WorkPtr all_reduce_async(const Tensor& t, ReduceOp) override {
-    check_cpu_contiguous(t, "all_reduce");
+    check_contiguous(t, "all_reduce");
     return done();
   }
   WorkPtr reduce_scatter_async(const Tensor& input, const Tensor& output, ReduceOp) override {
@@ -78,11 +80,12 @@ class SingleProcessCommunicator : public Communicator {
     return work;
   }
   static void check_sizes(const Tensor& whole, const Tensor& part, const char* who) {
-    check_cpu_contiguous(whole, who);
-    check_cpu_contiguous(part, who);
-    FT_CHECK(whole.numel() == part.numel() && whole.dtype() == part.dtype(), who,
-             ": expected input and output of the same size and dtype in a world of one process, found ", whole.numel(),
-             " ", dtype_name(whole.dtype()), " and ", part.numel(), " ", dtype_name(part.dtype()));
+    check_contiguous(whole, who);
+    check_contiguous(part, who);
+    FT_CHECK(whole.numel() == part.numel() && whole.dtype() == part.dtype() && whole.device() == part.device(), who,
+             ": expected input and output of the same size, dtype and device in a world of one process, found ",
+             whole.numel(), " ", dtype_name(whole.dtype()), " on ", whole.device().str(), " and ", part.numel(), " ",
+             dtype_name(part.dtype()), " on ", part.device().str());
   }
   std::string name_;
 };
@@ -94,11 +97,15 @@ int env_int(const char* name) {
 
 }  // namespace
 
-void check_cpu_contiguous(const Tensor& t, const char* who) {
+void check_contiguous(const Tensor& t, const char* who) {
   FT_CHECK(t.defined(), who, ": expected a tensor, found an undefined one");
+  FT_CHECK(t.is_contiguous(), who, ": expected a contiguous tensor, found a strided view of shape ", t.shape().str());
+}
+
+void check_cpu_contiguous(const Tensor& t, const char* who) {
+  check_contiguous(t, who);
   FT_CHECK(t.device().is_cpu(), who, ": expected a CPU tensor (MPI moves host memory), found one on ",
            t.device().str());
-  FT_CHECK(t.is_contiguous(), who, ": expected a contiguous tensor, found a strided view of shape ", t.shape().str());
 }
 
 bool launched() {
@@ -117,7 +124,8 @@ std::shared_ptr<Communicator> single_process() {
 std::shared_ptr<Communicator> world() {
   static std::once_flag once;
   static std::shared_ptr<Communicator> w;
-  std::call_once(once, [] { w = launched() ? make_mpi_world() : single_process(); });
+  // Device tensors reach MPI through host copies (host_staging.h); CPU tensors go straight.
+  std::call_once(once, [] { w = launched() ? with_host_staging(make_mpi_world()) : single_process(); });
   return w;
 }
 

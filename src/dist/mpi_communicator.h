@@ -11,7 +11,8 @@ namespace ft::dist {
 std::shared_ptr<Communicator> make_mpi_world();
 // MPI_Abort on the world when MPI is initialised; otherwise returns.
 void mpi_abort(int exit_code);
-// A check shared by the backends: `t` is a defined, contiguous CPU tensor.
+// Checks shared by the backends: `t` is a defined, contiguous tensor (on a CPU, for MPI).
+void check_contiguous(const Tensor& t, const char* who);
 void check_cpu_contiguous(const Tensor& t, const char* who);
 
 }  // namespace ft::dist

@@ -453,6 +453,18 @@ TEST(HostStaging, CollectivesRunOnHostCopiesAndResultsArriveAtWait) {
   EXPECT_EQ(staged->world_size(), 2);
 }
 
+// "cuda" under a launcher: each local rank its own GPU, round robin when there are more ranks
+// than GPUs (two ranks sharing one GPU: the staged path's check on a one-GPU machine).
+TEST(Ddp, EachLocalRankTakesItsOwnGpu) {
+  EXPECT_EQ(dist::local_device("cuda", 0, 8), Device::cuda(0));
+  EXPECT_EQ(dist::local_device("cuda", 5, 8), Device::cuda(5));
+  EXPECT_EQ(dist::local_device("cuda", 1, 1), Device::cuda(0));
+  EXPECT_EQ(dist::local_device("cuda", 3, 2), Device::cuda(1));
+  EXPECT_EQ(dist::local_device("cuda:1", 0, 2), Device::cuda(1));  // an index given is kept
+  EXPECT_EQ(dist::local_device("cpu", 3, 0), Device::cpu());
+  test::expect_error([] { dist::local_device("cuda", 0, 0); }, "expected a CUDA device on this machine, found none");
+}
+
 TEST(Ddp, UnknownStrategiesAreClearErrors) {
   train::TrainerConfig c;  // the ZeRO stages: test_zero.cpp
   try {

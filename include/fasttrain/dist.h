@@ -125,6 +125,11 @@ std::shared_ptr<Communicator> world();
 // The single-process communicator (rank 0 of 1), for runs that must not communicate.
 std::shared_ptr<Communicator> single_process();
 
+// The device a rank of a job computes on: "cuda" without an index names this rank's own GPU,
+// local_rank mod the `gpus` of its machine (torchrun's LOCAL_RANK convention), so `mpirun -np 8`
+// on an 8-GPU node gives each rank one; "cpu" and "cuda:N" are kept as given.
+Device local_device(const std::string& device, int local_rank, int gpus);
+
 // root's string on every rank.
 std::string broadcast_string(Communicator& comm, const std::string& s, int root = 0);
 // Every rank's string, in rank order, on every rank (a collective of `comm`).

@@ -129,6 +129,14 @@ std::shared_ptr<Communicator> world() {
   return w;
 }
 
+Device local_device(const std::string& device, int local_rank, int gpus) {
+  const Device parsed = Device::parse(device);
+  if (device != "cuda") return parsed;  // cpu, or an index chosen by the user
+  FT_CHECK(gpus > 0, "device cuda: expected a CUDA device on this machine, found none");
+  FT_CHECK(local_rank >= 0, "device cuda: expected a local rank >= 0, found ", local_rank);
+  return Device::cuda(local_rank % gpus);
+}
+
 WorkPtr Communicator::send_recv_async(const Tensor&, int send_peer, const Tensor&, int recv_peer) {
   FT_FAIL("send_recv: the ", backend(), " communicator has no point-to-point exchange (to rank ", send_peer,
           ", from rank ", recv_peer, ")");

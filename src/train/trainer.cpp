@@ -204,10 +204,10 @@ data::Batch Trainer::Impl::model_batch(const data::Batch& b) const {
 EvalResult Trainer::validate(TrainModule& module, const DataModule& data) {
   FT_CHECK(config_.batch_size > 0, "validate: expected a batch size, found auto (0)");
   const Precision precision = config_.precision.mode;
-  module.model().to(Device::parse(config_.device));
+  module.model().to(impl_->device);
   if (precision == Precision::BF16True) module.model().to(DType::BF16);
   std::unique_ptr<data::DataLoader> loader = make_val_loader(data, config_);
-  data::DevicePrefetcher batches(*loader, Device::parse(config_.device));
+  data::DevicePrefetcher batches(*loader, impl_->device);
   return evaluate_module(module, batches, config_, precision);
 }
 
@@ -318,6 +318,8 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   const int64_t limit = config_.memory_limit.bytes;
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
   impl_->job = impl_->comm = dist::world();
+  impl_->device = dist::local_device(config_.device, impl_->job->local_rank(),
+                                     config_.device == "cpu" ? 0 : cuda_device_count());
   if (config_.dist.tp * config_.dist.pp > 1) {
     // The groups of the layout (refused here, on every rank, when the world does not split).
     const dist::ProcessGroups& g =
@@ -359,7 +361,7 @@ void Trainer::attach(TrainModule& module, const DataModule& data) {
     batch_size_report_ = found.report;
   }
   nn::Module& model = module.model();
-  model.to(Device::parse(config_.device));  // before the optimizer: its state follows the parameters
+  model.to(im.device);  // before the optimizer: its state follows the parameters
   // The GPU libraries' switches (Lightning's `deterministic` and `benchmark`); the CPU's kernels are
   // deterministic whatever they say.
   set_deterministic_algorithms(config_.deterministic);
@@ -400,7 +402,7 @@ void Trainer::size_steps_from_epochs() {
 
 void Trainer::make_loaders() {
   Impl& im = *impl_;
-  const Device device = Device::parse(config_.device);
+  const Device device = im.device;
   data::LoaderOptions lo;
   lo.batch_size = config_.batch_size;
   lo.num_workers = static_cast<int>(config_.workers);

@@ -25,6 +25,9 @@
 namespace ft::train {
 
 struct Trainer::Impl {
+  // Where this rank computes: the device option, with "cuda" resolved to the local rank's GPU
+  // under a launcher (dist::local_device).
+  Device device = Device::cpu();
   TrainModule* module = nullptr;
   const DataModule* data = nullptr;
   std::unique_ptr<optim::Optimizer> optimizer;

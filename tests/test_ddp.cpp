@@ -465,6 +465,36 @@ TEST(Ddp, EachLocalRankTakesItsOwnGpu) {
   test::expect_error([] { dist::local_device("cuda", 0, 0); }, "expected a CUDA device on this machine, found none");
 }
 
+// mpi unless nccl is asked for (auto picks nccl only once it is verified on a GPU, and then only
+// for a CUDA job of several ranks without model parallelism); nccl asked for where it cannot
+// run is refused with the reason.
+TEST(Ddp, TheBackendIsMpiUnlessNcclIsAskedForAndCanRun) {
+  using dist::Backend;
+  EXPECT_EQ(dist::choose_backend(Backend::Auto, true, 8, 1, 1, true, false), Backend::Mpi);
+  EXPECT_EQ(dist::choose_backend(Backend::Auto, true, 8, 1, 1, true, true), Backend::Nccl);
+  EXPECT_EQ(dist::choose_backend(Backend::Auto, true, 1, 1, 1, true, true), Backend::Mpi);
+  EXPECT_EQ(dist::choose_backend(Backend::Auto, false, 8, 1, 1, true, true), Backend::Mpi);
+  EXPECT_EQ(dist::choose_backend(Backend::Auto, true, 8, 2, 1, true, true), Backend::Mpi);
+  EXPECT_EQ(dist::choose_backend(Backend::Auto, true, 8, 1, 1, false, true), Backend::Mpi);
+  EXPECT_EQ(dist::choose_backend(Backend::Mpi, true, 8, 1, 1, true, true), Backend::Mpi);
+  EXPECT_EQ(dist::choose_backend(Backend::Nccl, true, 1, 1, 1, true, false), Backend::Nccl);  // world of one too
+  test::expect_error([] { dist::choose_backend(Backend::Nccl, false, 2, 1, 1, true, false); },
+                     "nccl moves GPU memory; expected --device cuda, found a CPU run");
+  test::expect_error([] { dist::choose_backend(Backend::Nccl, true, 4, 2, 1, true, false); },
+                     "nccl with tensor or pipeline parallelism (tp 2, pp 1) is not built yet; use mpi");
+  test::expect_error([] { dist::choose_backend(Backend::Nccl, true, 2, 1, 1, false, false); },
+                     "this build has no NCCL communicator; use mpi");
+  // The program: refused before anything is written, with the option named.
+  const std::string dir = test::scratch_dir("ddp", "nccl_cpu");
+  const test::CliRun r = test::run_cli("train --max-steps 2 --dist-backend nccl --run-dir " + dir + "/run");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("option dist_backend: nccl moves GPU memory"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl"));
+  test::CliRun bad = test::run_cli("train --max-steps 2 --dist-backend gloo --run-dir " + dir + "/bad");
+  EXPECT_NE(bad.output.find("expected auto, mpi or nccl, found 'gloo'"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
+
 TEST(Ddp, UnknownStrategiesAreClearErrors) {
   train::TrainerConfig c;  // the ZeRO stages: test_zero.cpp
   try {

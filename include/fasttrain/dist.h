@@ -25,6 +25,19 @@ std::span<const NamedValue<Strategy>> option_names(Strategy);  // names.h: ddp, 
 // The ZeRO stage of a strategy: 0 (DDP), 1, 2 or 3 (zero3 and fsdp).
 int zero_stage(Strategy strategy);
 
+// Which library moves a job's tensors (TrainerConfig's dist_backend): MPI (host memory; device
+// tensors staged through host copies: dist/host_staging.h) or NCCL (GPU to GPU; dist/nccl.h).
+// Auto is MPI until NCCL has been verified on a GPU machine (choose_backend).
+enum class Backend { Auto, Mpi, Nccl };
+std::span<const NamedValue<Backend>> option_names(Backend);  // names.h: auto, mpi, nccl
+
+// The backend a job's data-parallel group uses, from what was asked and the job: NCCL needs CUDA
+// devices, a build with NCCL, and no model parallelism yet (its groups stay on MPI); asked for
+// without them, it is refused with the reason. `nccl_by_default`: whether auto picks NCCL for a
+// CUDA job of several ranks (false until a GPU run has verified the NCCL communicator).
+Backend choose_backend(Backend asked, bool cuda_device, int world_size, int64_t tp, int64_t pp, bool nccl_built,
+                       bool nccl_by_default);
+
 // Max: the element-wise maximum (tensor parallelism's cross-entropy takes the largest logit of
 // the whole vocabulary from every rank's part of it).
 enum class ReduceOp { Sum, Avg, Max };

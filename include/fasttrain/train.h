@@ -248,6 +248,7 @@ struct CheckpointOptions {
 // (tp x pp)).
 struct DistOptions {
   dist::Strategy strategy = dist::Strategy::Ddp;
+  dist::Backend backend = dist::Backend::Auto;  // --dist-backend: mpi, nccl (auto: mpi until NCCL is verified)
   int64_t tp = 1;  // --tp: tensor-parallel ranks (adjacent world ranks)
   int64_t pp = 1;  // --pp: pipeline stages (the outermost world ranks)
   dist::PipelineSchedule pp_schedule = dist::PipelineSchedule::OneFOneB;  // --pp-schedule
@@ -470,6 +471,10 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
        "data parallelism when launched by mpirun/srun with several ranks: ddp, zero1 (optimizer state sharded), "
        "zero2 (gradients too), zero3 or fsdp (parameters too); batch_size is per rank; with tp, over each data group "
        "(the replicas of one tensor rank's parts)");
+  dist("dist_backend", c.dist.backend,
+       "what moves the tensors of a job of several ranks: mpi (host memory; GPU tensors staged through host copies) "
+       "or nccl (GPU to GPU, one GPU per rank; no tp or pp yet); auto: mpi (nccl is not yet verified on a GPU)",
+       may_change, "backend");
   dist(
       "tp", c.dist.tp,
       "tensor-parallel ranks: each GPT or Llama block's heads and MLP and the vocabulary split over this many adjacent "

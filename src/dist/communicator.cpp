@@ -6,8 +6,10 @@
 #include <mutex>
 #include <string>
 
+#include "core/name_table.h"
 #include "dist/host_staging.h"
 #include "dist/mpi_communicator.h"
+#include "dist/nccl.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/error.h"
 
@@ -127,6 +129,37 @@ std::shared_ptr<Communicator> world() {
   // Device tensors reach MPI through host copies (host_staging.h); CPU tensors go straight.
   std::call_once(once, [] { w = launched() ? with_host_staging(make_mpi_world()) : single_process(); });
   return w;
+}
+
+#ifndef FASTTRAIN_WITH_NCCL
+// A build without NCCL (no CUDA, or a toolkit without it): the communicator is refused by name.
+bool nccl_compiled() { return false; }
+std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicator>, Device) {
+  FT_FAIL("NCCL: this build has no NCCL communicator (",
+          cuda_compiled() ? "the CUDA toolkit it was built with has no nccl.h" : "it has no CUDA support",
+          "); use --dist-backend mpi");
+}
+#endif
+
+namespace {
+constexpr NamedValue<Backend> kBackends[] = {{Backend::Auto, "auto"}, {Backend::Mpi, "mpi"}, {Backend::Nccl, "nccl"}};
+static_assert(ft::detail::rows_start_in_enum_order(kBackends, std::size(kBackends)), "in enum order");
+}  // namespace
+
+std::span<const NamedValue<Backend>> option_names(Backend) { return kBackends; }
+
+Backend choose_backend(Backend asked, bool cuda_device, int world_size, int64_t tp, int64_t pp, bool nccl_built,
+                       bool nccl_by_default) {
+  if (asked == Backend::Mpi) return Backend::Mpi;
+  if (asked == Backend::Nccl) {
+    FT_CHECK(cuda_device, "option dist_backend: nccl moves GPU memory; expected --device cuda, found a CPU run");
+    FT_CHECK(tp * pp == 1, "option dist_backend: nccl with tensor or pipeline parallelism (tp ", tp, ", pp ", pp,
+             ") is not built yet; use mpi, which stages device tensors through host memory");
+    FT_CHECK(nccl_built, "option dist_backend: nccl: this build has no NCCL communicator; use mpi");
+    return Backend::Nccl;
+  }
+  const bool nccl = nccl_by_default && cuda_device && world_size > 1 && tp * pp == 1 && nccl_built;
+  return nccl ? Backend::Nccl : Backend::Mpi;
 }
 
 Device local_device(const std::string& device, int local_rank, int gpus) {

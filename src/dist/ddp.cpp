@@ -65,9 +65,13 @@ DataParallel::DataParallel(nn::Module& model, std::shared_ptr<Communicator> comm
     b.slots.push_back({p, b.elements, false});
     b.elements += p.numel();
   }
+  // Buckets live where the communicator reduces: on the GPU for NCCL, in host memory otherwise
+  // (MPI; a device gradient is staged into the host bucket by the copy that fills it).
+  const Device bucket_device =
+      comm_->backend() == "nccl" && !params.empty() ? params.front().device() : Device::cpu();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];
-    b.buffer = zeros({b.elements + static_cast<int64_t>(b.slots.size())}, DType::F32);
+    b.buffer = zeros({b.elements + static_cast<int64_t>(b.slots.size())}, TensorOptions(DType::F32, bucket_device));
     for (size_t si = 0; si < b.slots.size(); ++si) {
       std::weak_ptr<bool> alive = alive_;
       b.slots[si].param.register_post_accumulate_grad_hook([this, alive, bi, si](Tensor&) {
@@ -117,7 +121,7 @@ void DataParallel::launch_ready() {
 
 void DataParallel::launch(Bucket& b) {
   autograd::NoGradGuard no_grad;
-  float* flags = b.buffer.data<float>() + b.elements;
+  std::vector<double> flags(b.slots.size());
   for (size_t i = 0; i < b.slots.size(); ++i) {
     const Slot& s = b.slots[i];
     Tensor slice = b.buffer.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
@@ -130,6 +134,8 @@ void DataParallel::launch(Bucket& b) {
       flags[i] = 0;
     }
   }
+  const int64_t n = static_cast<int64_t>(flags.size());
+  b.buffer.narrow(0, b.elements, n).copy_(from_vector(flags, {n}, DType::F32));
   b.work = comm_->all_reduce_async(b.buffer, ReduceOp::Avg);
 }
 
@@ -151,7 +157,9 @@ void DataParallel::finish() {
   for (Bucket& b : buckets_) {
     if (!b.work) continue;  // not sent this step (finish() without a synchronised backward)
     b.work.reset();
-    const float* flags = b.buffer.data<float>() + b.elements;
+    // Read on the host (from a device bucket: one small copy, which waits for the reduction).
+    const Tensor flag_values = b.buffer.narrow(0, b.elements, static_cast<int64_t>(b.slots.size())).to(Device::cpu());
+    const float* flags = flag_values.data<float>();
     for (size_t i = 0; i < b.slots.size(); ++i) {
       const Slot& s = b.slots[i];
       if (flags[i] == 0) continue;  // no rank had a gradient: the parameter keeps none
@@ -160,7 +168,7 @@ void DataParallel::finish() {
       if (g.defined() && g.is_contiguous()) {  // written in place: no allocation per step
         g.copy_(mean);
       } else {
-        s.param.set_grad(mean.to(s.param.dtype()).clone());
+        s.param.set_grad(mean.to(s.param.device(), s.param.dtype()).clone());
       }
     }
   }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/fault_injection.h"
+#include "dist/nccl.h"
 #include "fasttrain/atomic_file.h"
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
@@ -320,6 +321,12 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   impl_->job = impl_->comm = dist::world();
   impl_->device = dist::local_device(config_.device, impl_->job->local_rank(),
                                      config_.device == "cpu" ? 0 : cuda_device_count());
+  // NCCL when asked for (auto stays on MPI until a GPU run has verified the NCCL communicator:
+  // docs/ARCHITECTURE.md, "Data parallelism on GPUs"). MPI stays the host channel under it.
+  constexpr bool kNcclByDefault = false;
+  if (dist::choose_backend(config_.dist.backend, impl_->device.is_cuda(), impl_->job->world_size(), config_.dist.tp,
+                           config_.dist.pp, dist::nccl_compiled(), kNcclByDefault) == dist::Backend::Nccl)
+    impl_->job = impl_->comm = dist::make_nccl_communicator(impl_->job, impl_->device);
   if (config_.dist.tp * config_.dist.pp > 1) {
     // The groups of the layout (refused here, on every rank, when the world does not split).
     const dist::ProcessGroups& g =

@@ -60,11 +60,6 @@ Bench make(const json& c, DType dt, const std::string& layout) {
     int64_t M = c["M"], K = c["K"], N = c["N"];
     return {{r({M, K}), r({K, N})}, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }};
   }
-  if (op == "linear_ce") {  // TEMP experiment
-    int64_t M = c["M"], K = c["K"], N = c["N"];
-    Tensor tgt = from_vector(std::vector<double>(M, 7.0), {M}, DType::I64);
-    return {{r({M, K}), r({N, K}, 0.02)}, [tgt](const std::vector<Tensor>& in) { return cross_entropy(linear(in[0], in[1]), tgt); }};
-  }
   if (op == "conv2d") {
     Tensor x = r({c["N"], c["C"], c["H"], c["W"]});
     Tensor w = r({c["O"], c["C"], c["k"], c["k"]}, 0.1);

@@ -43,6 +43,13 @@ if [ -f build/gpu-carry/bundle.tar.xz ]; then
   rm -rf "$root" && mkdir -p "$root" && tar -C "$root" -xJf build/gpu-carry/bundle.tar.xz
   bin="$root/bin" tests_dir="$root/bin"
   export LD_LIBRARY_PATH="$root/lib:${LD_LIBRARY_PATH:-}"
+  # The bundle's Open MPI (gpu-bundle.sh's pack_mpi), relocated: its components and help files
+  # under mpi/usr, PMIx's too.
+  if [ -d "$root/mpi/usr" ]; then
+    pmix="$root/mpi/usr/lib/x86_64-linux-gnu/pmix2"
+    export OPAL_PREFIX="$root/mpi/usr" PMIX_PREFIX="$pmix" PMIX_MCA_mca_base_component_path="$pmix/lib/pmix" \
+      PATH="$root/mpi/usr/bin:$PATH"
+  fi
 else
   build=build/gpu
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DFASTTRAIN_CUDA=ON -DFASTTRAIN_FUZZ=OFF >"$out/configure.log" ||
@@ -50,8 +57,8 @@ else
   cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
   bin="$build" tests_dir="$build/tests"
 fi
-# cuBLASLt and cuDNN: the toolkit's, else the copies PyTorch's wheels carry.
-for lib in cublas:libcublasLt.so.13 cudnn:libcudnn.so.9; do
+# cuBLASLt, cuDNN and NCCL: the toolkit's, else the copies PyTorch's wheels carry.
+for lib in cublas:libcublasLt.so.13 cudnn:libcudnn.so.9 nccl:libnccl.so.2; do
   IFS=: read -r pkg so <<<"$lib"
   if ! ldconfig -p | grep -q "$so" && [ ! -e "/usr/local/cuda/lib64/$so" ]; then
     dir=$(python3 -c "import nvidia.$pkg, os; print(os.path.join(list(nvidia.$pkg.__path__)[0], 'lib'))" 2>/dev/null) &&
@@ -80,6 +87,38 @@ if [ "$what" != bench ]; then
     echo "=== $t with $setting" >>"$out/tests.txt"
     env "$setting" timeout 100 "$tests_dir/$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
   done
+  # Data parallelism on the GPU (issue 44). Two ranks sharing this one GPU on the staged MPI path
+  # (device -> host -> MPI -> device) against one process with the global batch, ddp and zero3;
+  # and --dist-backend nccl at world size 1 (NCCL set up through the program) against mpi. The
+  # logged training losses of 20 steps must agree within 1e-5 relative (dp.txt).
+  if command -v mpirun >/dev/null; then
+    dp="train --device cuda --max-steps 20 --context 32 --layers 2 --dim 64 --heads 4 --train-chars 40000 \
+--val-chars 4000 --eval-every 20 --eval-batches 2 --log-every-n-steps 1"
+    losses() { awk -F, '$3 == "train" { print $4 }' "$1/metrics.csv"; }
+    same() {  # same DIR_A DIR_B LABEL: every logged loss within 1e-5 relative
+      paste -d' ' <(losses "$1") <(losses "$2") | awk -v what="$3" '
+        { n++; d = $1 - $2; if (d < 0) d = -d; r = $1 < 0 ? -$1 : $1; if (d > 1e-5 * r) bad++ }
+        END { printf "%s: %d losses compared, %d differ\n", what, n, bad; exit !(n == 20 && bad == 0) }'
+    }
+    : >"$out/dp.txt"
+    rm -rf /tmp/ft-dp-*
+    (cd /tmp && "$bin/fasttrain" $dp --batch-size 16 --run-dir /tmp/ft-dp-one >>"$out/dp.txt" 2>&1) ||
+      { echo "gpu-check: the one-process reference run failed"; status=1; }
+    for s in ddp zero3; do
+      (cd /tmp && timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$bin/fasttrain" $dp --batch-size 8 \
+        --strategy $s --dist-backend mpi --run-dir /tmp/ft-dp-$s >>"$out/dp.txt" 2>&1) ||
+        { echo "gpu-check: 2 staged ranks ($s) failed"; status=1; }
+      same /tmp/ft-dp-one /tmp/ft-dp-$s "2 staged GPU ranks ($s) vs 1 rank" >>"$out/dp.txt" || status=1
+    done
+    (cd /tmp && "$bin/fasttrain" $dp --batch-size 16 --dist-backend nccl --run-dir /tmp/ft-dp-nccl1 >>"$out/dp.txt" 2>&1) ||
+      { echo "gpu-check: --dist-backend nccl at world size 1 failed"; status=1; }
+    same /tmp/ft-dp-one /tmp/ft-dp-nccl1 "nccl at world size 1 vs mpi" >>"$out/dp.txt" || status=1
+    grep -E "losses compared|error" "$out/dp.txt" >>"$out/tests.txt"
+  else
+    echo "gpu-check: no mpirun on this machine (bundle without mpi/?): the 2-rank GPU checks did not run" |
+      tee -a "$out/tests.txt"
+    status=1
+  fi
   # A skip here means the binary saw no GPU, which on this machine is a failure.
   grep -q "no CUDA device" "$out/tests.txt" && { echo "gpu-check: CUDA tests were skipped: no GPU seen"; status=1; }
 fi
@@ -193,7 +232,7 @@ fi
 
 echo "--- summary"
 if [ -f "$out/tests.txt" ] && [ "$what" != bench ]; then
-  grep -E "^=== |\[  PASSED  \]|\[  FAILED  \]|tests? ran|FAILED TEST" "$out/tests.txt" | grep -v "^\[  FAILED  \] .*\.$" | head -80
+  grep -E "^=== |\[  PASSED  \]|\[  FAILED  \]|tests? ran|FAILED TEST|losses compared|no mpirun" "$out/tests.txt" | grep -v "^\[  FAILED  \] .*\.$" | head -80
 fi
 [ -f "$out/bench.txt" ] && [ "$what" != tests ] && cat "$out/bench.txt"
 [ -f "$out/syncs.txt" ] && [ "$what" != tests ] && cat "$out/syncs.txt"

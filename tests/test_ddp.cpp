@@ -81,8 +81,8 @@ TEST(Ddp, CollectivesThroughHostCopiesChangeNoBit) {
   const std::string root = test::scratch_dir("ddp", "staged");
   const std::string plain = train(root, "plain", 2, "0.004");
   const std::string dir = root + "/staged";
-  const test::CliRun r = run_command(mpirun(2) + "-x FT_DIST_STAGING=always " + FT_DDP_WORKER + " train " + dir +
-                                     " 12 0.004 1");
+  const test::CliRun r =
+      run_command(mpirun(2) + "-x FT_DIST_STAGING=always " + FT_DDP_WORKER + " train " + dir + " 12 0.004 1");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(train_losses(dir), train_losses(plain));
   EXPECT_TRUE(slurp(dir + "/model.safetensors") == slurp(plain + "/model.safetensors")) << "weights differ";
@@ -370,8 +370,12 @@ class RecordingCommunicator : public dist::Communicator {
     seen.push_back(input.raw_data());
     return later(output, [output] { output.detach().copy_(count_up(output)); });
   }
-  dist::WorkPtr barrier_async() override { return later(Tensor(), [] {}); }
-  dist::WorkPtr send_async(const Tensor& t, int) override { return later(t, [] {}); }
+  dist::WorkPtr barrier_async() override {
+    return later(Tensor(), [] {});
+  }
+  dist::WorkPtr send_async(const Tensor& t, int) override {
+    return later(t, [] {});
+  }
   dist::WorkPtr recv_async(const Tensor& t, int) override {
     return later(t, [t] { t.detach().copy_(count_up(t)); });
   }

@@ -249,8 +249,8 @@ struct CheckpointOptions {
 struct DistOptions {
   dist::Strategy strategy = dist::Strategy::Ddp;
   dist::Backend backend = dist::Backend::Auto;  // --dist-backend: mpi, nccl (auto: mpi until NCCL is verified)
-  int64_t tp = 1;  // --tp: tensor-parallel ranks (adjacent world ranks)
-  int64_t pp = 1;  // --pp: pipeline stages (the outermost world ranks)
+  int64_t tp = 1;                               // --tp: tensor-parallel ranks (adjacent world ranks)
+  int64_t pp = 1;                               // --pp: pipeline stages (the outermost world ranks)
   dist::PipelineSchedule pp_schedule = dist::PipelineSchedule::OneFOneB;  // --pp-schedule
   StageLayers pp_layers;                                                  // --pp-layers
   bool sequence_parallel = false;  // --sequence-parallel: with tp, activations split along the sequence

@@ -67,8 +67,7 @@ DataParallel::DataParallel(nn::Module& model, std::shared_ptr<Communicator> comm
   }
   // Buckets live where the communicator reduces: on the GPU for NCCL, in host memory otherwise
   // (MPI; a device gradient is staged into the host bucket by the copy that fills it).
-  const Device bucket_device =
-      comm_->backend() == "nccl" && !params.empty() ? params.front().device() : Device::cpu();
+  const Device bucket_device = comm_->backend() == "nccl" && !params.empty() ? params.front().device() : Device::cpu();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];
     b.buffer = zeros({b.elements + static_cast<int64_t>(b.slots.size())}, TensorOptions(DType::F32, bucket_device));

@@ -319,8 +319,8 @@ Trainer::Trainer(TrainerConfig config) : config_(std::move(config)), impl_(std::
   const int64_t limit = config_.memory_limit.bytes;
   if (limit > 0) allocator_for(Device::cpu()).set_memory_limit(static_cast<size_t>(limit));
   impl_->job = impl_->comm = dist::world();
-  impl_->device = dist::local_device(config_.device, impl_->job->local_rank(),
-                                     config_.device == "cpu" ? 0 : cuda_device_count());
+  impl_->device =
+      dist::local_device(config_.device, impl_->job->local_rank(), config_.device == "cpu" ? 0 : cuda_device_count());
   // NCCL when asked for (auto stays on MPI until a GPU run has verified the NCCL communicator:
   // docs/ARCHITECTURE.md, "Data parallelism on GPUs"). MPI stays the host channel under it.
   constexpr bool kNcclByDefault = false;

@@ -235,11 +235,9 @@ class NcclCommunicator : public Communicator {
   WorkPtr all_gather_async(const Tensor& input, const Tensor& output) override {
     if (on_host(input, output, "all_gather")) return host_->all_gather_async(input, output);
     check_parts(output, input, "all_gather");
-    return issue(detail::concat("all_gather ", describe(input)), {input, output}, input.nbytes(),
-                 [&](cudaStream_t s) {
-                   return nccl().ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_,
-                                               s);
-                 });
+    return issue(detail::concat("all_gather ", describe(input)), {input, output}, input.nbytes(), [&](cudaStream_t s) {
+      return nccl().ncclAllGather(input.raw_data(), output.raw_data(), input.nbytes(), ncclUint8, comm_, s);
+    });
   }
   WorkPtr barrier_async() override {
     // NCCL has no barrier: a one-element sum on the device, after which the host waits for it.
@@ -252,32 +250,30 @@ class NcclCommunicator : public Communicator {
   WorkPtr send_async(const Tensor& t, int peer) override {
     if (on_host(t, "send")) return host_->send_async(t, peer);
     check_peer(peer, "send");
-    return issue(detail::concat("send ", describe(t), " to ", peer), {t}, t.nbytes(), [&](cudaStream_t s) {
-      return nccl().ncclSend(t.raw_data(), t.nbytes(), ncclUint8, peer, comm_, s);
-    });
+    return issue(detail::concat("send ", describe(t), " to ", peer), {t}, t.nbytes(),
+                 [&](cudaStream_t s) { return nccl().ncclSend(t.raw_data(), t.nbytes(), ncclUint8, peer, comm_, s); });
   }
   WorkPtr recv_async(const Tensor& t, int peer) override {
     if (on_host(t, "recv")) return host_->recv_async(t, peer);
     check_peer(peer, "recv");
-    return issue(detail::concat("recv ", describe(t), " from ", peer), {t}, 0, [&](cudaStream_t s) {
-      return nccl().ncclRecv(t.raw_data(), t.nbytes(), ncclUint8, peer, comm_, s);
-    });
+    return issue(detail::concat("recv ", describe(t), " from ", peer), {t}, 0,
+                 [&](cudaStream_t s) { return nccl().ncclRecv(t.raw_data(), t.nbytes(), ncclUint8, peer, comm_, s); });
   }
   WorkPtr send_recv_async(const Tensor& send, int send_peer, const Tensor& recv, int recv_peer) override {
     if (on_host(send, recv, "send_recv")) return host_->send_recv_async(send, send_peer, recv, recv_peer);
     check_peer(send_peer, "send_recv");
     check_peer(recv_peer, "send_recv");
-    return issue(detail::concat("send_recv ", describe(send), " to ", send_peer, ", ", describe(recv), " from ",
-                                recv_peer),
-                 {send, recv}, send.nbytes(), [&](cudaStream_t s) {
-                   // One group: both are posted before either waits (MPI_Sendrecv's guarantee).
-                   ncclResult_t r = nccl().ncclGroupStart();
-                   if (r != ncclSuccess) return r;
-                   r = nccl().ncclSend(send.raw_data(), send.nbytes(), ncclUint8, send_peer, comm_, s);
-                   const ncclResult_t r2 = nccl().ncclRecv(recv.raw_data(), recv.nbytes(), ncclUint8, recv_peer, comm_, s);
-                   const ncclResult_t r3 = nccl().ncclGroupEnd();
-                   return r != ncclSuccess ? r : r2 != ncclSuccess ? r2 : r3;
-                 });
+    return issue(
+        detail::concat("send_recv ", describe(send), " to ", send_peer, ", ", describe(recv), " from ", recv_peer),
+        {send, recv}, send.nbytes(), [&](cudaStream_t s) {
+          // One group: both are posted before either waits (MPI_Sendrecv's guarantee).
+          ncclResult_t r = nccl().ncclGroupStart();
+          if (r != ncclSuccess) return r;
+          r = nccl().ncclSend(send.raw_data(), send.nbytes(), ncclUint8, send_peer, comm_, s);
+          const ncclResult_t r2 = nccl().ncclRecv(recv.raw_data(), recv.nbytes(), ncclUint8, recv_peer, comm_, s);
+          const ncclResult_t r3 = nccl().ncclGroupEnd();
+          return r != ncclSuccess ? r : r2 != ncclSuccess ? r2 : r3;
+        });
   }
 
   int64_t bytes_issued() const override { return bytes_.load() + host_->bytes_issued(); }
@@ -297,8 +293,7 @@ class NcclCommunicator : public Communicator {
     if (t.device().is_cpu()) return true;
     FT_CHECK(t.device() == shared_->device(), who, ": expected a tensor on ", shared_->device().str(),
              " (this rank's GPU) or the CPU, found one on ", t.device().str());
-    FT_CHECK(t.is_contiguous(), who, ": expected a contiguous tensor, found a strided view of shape ",
-             t.shape().str());
+    FT_CHECK(t.is_contiguous(), who, ": expected a contiguous tensor, found a strided view of shape ", t.shape().str());
     return false;
   }
   bool on_host(const Tensor& a, const Tensor& b, const char* who) const {
@@ -382,7 +377,8 @@ std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Communicato
   for (size_t a = 0; a < placed.size(); ++a)
     for (size_t b = a + 1; b < placed.size(); ++b)
       FT_CHECK(placed[a] != placed[b], "NCCL: ranks ", a, " and ", b, " of group ", host->name(), " share one GPU (",
-               placed[a], "), which NCCL does not run; give each local rank its own GPU (--device cuda) or use "
+               placed[a],
+               "), which NCCL does not run; give each local rank its own GPU (--device cuda) or use "
                "--dist-backend mpi, which stages through host memory");
   int version = 0;
   check_nccl(nccl().ncclGetVersion(&version), "ncclGetVersion");

@@ -52,7 +52,8 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
-// Collectives over contiguous CPU tensors. Every rank must issue the same collectives, with the
+// Collectives over contiguous tensors: CPU tensors on MPI; device tensors GPU to GPU on NCCL
+// (dist/nccl.h) or, on MPI, through host copies (dist/host_staging.h). Every rank must issue the same collectives, with the
 // same sizes and dtypes, in the same order (as with MPI and NCCL). A communicator spans a group
 // of the job's processes: the world, or a sub-group made by split() (process_groups.h: the
 // tensor-, data- and pipeline-parallel groups), and every collective runs over the group of the
@@ -67,7 +68,7 @@ class Communicator {
   virtual int world_size() const = 0;
   virtual int local_rank() const = 0;       // rank among the processes of this machine
   virtual int local_size() const = 0;       // processes of this job on this machine
-  virtual std::string backend() const = 0;  // "mpi" or "single"
+  virtual std::string backend() const = 0;  // "mpi", "nccl" or "single"
   // "world" for the job's communicator, the name given to split() for a sub-group ("tensor",
   // "data", "pipeline"); error messages name the group.
   virtual std::string name() const = 0;

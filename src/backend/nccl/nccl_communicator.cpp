@@ -323,7 +323,7 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
     const auto caller = static_cast<cudaStream_t>(current_stream(device).handle);
     auto p = std::make_shared<Pending>();
-    p->what = rank_prefix() + what;
+    p->what = what;  // abort_job names the rank
     p->comm = comm_;
     cudaEvent_t ready = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -331,7 +331,8 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaEventRecord(ready, caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(shared_->stream(), ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);  // released once reached; the wait above is already queued
-    for (const Tensor& t : tensors) allocator_for(device).record_stream(t.raw_data(), {device, shared_->stream()});
+    for (const Tensor& t : tensors)
+      if (t.numel() > 0) allocator_for(device).record_stream(t.raw_data(), {device, shared_->stream()});
     check_nccl(run(shared_->stream()), what.c_str());
     check_cuda(cudaEventRecord(p->done, shared_->stream()), "cudaEventRecord");
     p->issued = Clock::now();

@@ -1,5 +1,5 @@
 // Communication between the processes of a data-parallel job: the communicator interface (what
-// a collective engine offers — MPI on CPUs now, NCCL on GPUs later), the process-wide world
+// a collective engine offers: MPI, and NCCL on GPUs), the process-wide world
 // communicator and the launch environment it is read from. Implemented in src/dist/.
 //
 // One process started without a launcher is a world of one: no MPI is initialised, and every

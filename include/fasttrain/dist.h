@@ -53,12 +53,12 @@ class Work {
 using WorkPtr = std::shared_ptr<Work>;
 
 // Collectives over contiguous tensors: CPU tensors on MPI; device tensors GPU to GPU on NCCL
-// (dist/nccl.h) or, on MPI, through host copies (dist/host_staging.h). Every rank must issue the same collectives, with the
-// same sizes and dtypes, in the same order (as with MPI and NCCL). A communicator spans a group
-// of the job's processes: the world, or a sub-group made by split() (process_groups.h: the
-// tensor-, data- and pipeline-parallel groups), and every collective runs over the group of the
-// communicator it is issued on. The asynchronous forms queue
-// the collective on the communicator's own thread and return at once, so callers overlap it
+// (dist/nccl.h) or, on MPI, through host copies (dist/host_staging.h). Every rank must issue the
+// same collectives, with the same sizes and dtypes, in the same order (as with MPI and NCCL). A
+// communicator spans a group of the job's processes: the world, or a sub-group made by split()
+// (process_groups.h: the tensor-, data- and pipeline-parallel groups), and every collective runs
+// over the group of the communicator it is issued on. The asynchronous forms queue the collective
+// on the communicator's own thread (NCCL: its stream) and return at once, so callers overlap it
 // with computation; collectives run in the order they were issued. Reductions take f32, f64, i32
 // and i64 tensors; broadcast and all_gather take any dtype (they move bytes).
 class Communicator {

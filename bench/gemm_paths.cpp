@@ -11,8 +11,10 @@
 // With --f32 WORKLOAD (gpt-mini, gpt2-124m, llama-mini, smollm-135m) it measures instead the two
 // f32 paths (OpenBLAS's sgemm and oneDNN's f32 matmul, the choice of FT_F32_GEMM) at the linear
 // layers of that BENCH.md workload's step (batch x context tokens; the attention's batched
-// products are not linear layers and are left out).
-// Usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD]
+// products are not linear layers and are left out). With --cold, 256 MiB of other memory is
+// written before each timed product (untimed), so its operands come from memory, as in a training
+// step, where the other layers' work has evicted them, instead of from the caches of the last run.
+// Usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD [--cold]]
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -41,9 +43,11 @@ struct Timing {
   double wall_ms, cpu_ms;
 };
 
-Timing median_times(const std::function<void()>& f, int iters) {
+// `before` runs untimed ahead of every run.
+Timing median_times(const std::function<void()>& f, int iters, const std::function<void()>& before = {}) {
   std::vector<double> wall, cpu;
   for (int i = 0; i < 2 + iters; ++i) {
+    if (before) before();
     const double c0 = cpu_ms();
     auto t0 = std::chrono::steady_clock::now();
     f();
@@ -100,7 +104,10 @@ void print_row(const char* bench, const char* name, int64_t M, int64_t N, int64_
 // whole list runs twice, the first pass with one timed run per product, and only the second
 // pass prints: the first products of a process (thread
 // teams starting, pages first touched) measured up to 3x slower than the same product later.
-int run_f32(const F32Workload& w, int threads, int iters) {
+int run_f32(const F32Workload& w, int threads, int iters, bool cold) {
+  Tensor other = cold ? zeros({64 << 20}, DType::F32) : Tensor();  // 256 MiB
+  double fills = 0;
+  const std::function<void()> evict = [&] { other.fill_(++fills); };
   for (int pass = 0; pass < 2; ++pass) {
     Generator g(0);
     for (const Linear& l : w.layers) {
@@ -109,9 +116,11 @@ int run_f32(const F32Workload& w, int threads, int iters) {
         Tensor o = empty({M, N}, DType::F32);
         for (switches::F32Gemm path : {switches::F32Gemm::Blas, switches::F32Gemm::Onednn}) {
           switches::Scoped on(switches::f32_gemm, path);
-          const Timing t = median_times([&] { cpu::matmul(c.a, c.b, o, false, Tensor()); }, pass == 0 ? 1 : iters);
+          const Timing t = median_times([&] { cpu::matmul(c.a, c.b, o, false, Tensor()); }, pass == 0 ? 1 : iters,
+                                        cold ? evict : std::function<void()>{});
           if (pass == 1)
-            print_row("gemm_f32", c.name, M, N, K, path == switches::F32Gemm::Blas ? "blas" : "onednn", threads, t);
+            print_row(cold ? "gemm_f32_cold" : "gemm_f32", c.name, M, N, K,
+                      path == switches::F32Gemm::Blas ? "blas" : "onednn", threads, t);
         }
       }
     }
@@ -124,22 +133,30 @@ int run_f32(const F32Workload& w, int threads, int iters) {
 int main(int argc, char** argv) {
   int threads = 2, iters = 9;
   const char* f32 = nullptr;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads"))
-      threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--iters"))
-      iters = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--f32"))
-      f32 = argv[i + 1];
-    else {
-      std::fprintf(stderr, "usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD]\n");
-      return 2;
+  bool cold = false;
+  auto usage = [] {
+    std::fprintf(stderr, "usage: gemm_paths [--threads N] [--iters N] [--f32 WORKLOAD [--cold]]\n");
+    return 2;
+  };
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--cold")) {
+      cold = true;
+      continue;
     }
+    if (i + 1 >= argc) return usage();
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--iters"))
+      iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--f32"))
+      f32 = argv[++i];
+    else
+      return usage();
   }
   set_num_threads(threads);
   if (f32) {
     for (const F32Workload& w : kF32Workloads)
-      if (!std::strcmp(w.name, f32)) return run_f32(w, threads, iters);
+      if (!std::strcmp(w.name, f32)) return run_f32(w, threads, iters, cold);
     std::fprintf(stderr, "gemm_paths: --f32 expects gpt-mini, gpt2-124m, llama-mini or smollm-135m, found %s\n", f32);
     return 2;
   }

@@ -20,6 +20,7 @@
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
 #include "support/mpi_job.h"
+#include "support/pretend_communicator.h"
 #include "support/trainer_configs.h"
 
 namespace ft {
@@ -341,19 +342,12 @@ TEST(Ddp, AWorldOfOneLeavesGradientsAsBackwardMadeThem) {
 // complete only at wait(), as an MPI collective on the communication thread may: an all-reduce
 // doubles (the other rank holds the same values), a broadcast from rank 1 writes 7s, a gather or
 // a receive writes 1, 2, 3, ...; `fail` makes wait() throw.
-class RecordingCommunicator : public dist::Communicator {
+class RecordingCommunicator : public test::PretendTwoRanks {
  public:
   std::vector<const void*> seen;  // data pointers, in issue order
   bool fail = false;
 
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  int local_rank() const override { return 0; }
-  int local_size() const override { return 2; }
   std::string backend() const override { return "recording"; }
-  std::string name() const override { return "world"; }
-  int world_rank(int r) const override { return r; }
-  std::shared_ptr<Communicator> split(int, int, const std::string&) override { return nullptr; }
   dist::WorkPtr broadcast_async(const Tensor& t, int root) override {
     return later(t, [t, root] {
       if (root != 0) t.detach().fill_(7);
@@ -379,9 +373,6 @@ class RecordingCommunicator : public dist::Communicator {
   dist::WorkPtr recv_async(const Tensor& t, int) override {
     return later(t, [t] { t.detach().copy_(count_up(t)); });
   }
-  int64_t bytes_issued() const override { return 0; }
-  void set_timeout(double) override {}
-  void set_debug(bool) override {}
 
  private:
   struct Later : dist::Work {

@@ -20,3 +20,26 @@ void* open_shared_library(const char* what, std::initializer_list<const char*> f
 void* library_symbol(void* library, const char* what, const char* symbol);
 
 }  // namespace ft::backend
+
+// A library's table of functions from its list macro LIST(X), which names each function once: one
+// pointer per name, typed as the library's own header declares it, so a call with the wrong
+// arguments fails to compile as a direct call would (cuda/cublaslt_library.h, cuda/cudnn_library.h,
+// nccl/nccl_library.h).
+#define FT_LIBRARY_TABLE(Name, LIST) \
+  struct Name {                      \
+    LIST(FT_LIBRARY_TABLE_ENTRY)     \
+  }
+#define FT_LIBRARY_TABLE_ENTRY(f) decltype(&::f) f = nullptr;
+
+// The table Name filled from the first of the files (open_shared_library's list) that loads, every
+// entry looked up by its name; throws ft::Error naming `what` when a file or a name is missing.
+#define FT_LIBRARY_LOAD(Name, LIST, what, ...)                                \
+  [] {                                                                        \
+    const char* what_ = what;                                                 \
+    void* handle_ = ::ft::backend::open_shared_library(what_, {__VA_ARGS__}); \
+    Name table_;                                                              \
+    LIST(FT_LIBRARY_LOAD_ENTRY)                                               \
+    return table_;                                                            \
+  }()
+#define FT_LIBRARY_LOAD_ENTRY(f) \
+  table_.f = reinterpret_cast<decltype(table_.f)>(::ft::backend::library_symbol(handle_, what_, #f));

@@ -909,7 +909,8 @@ TensorMap ZeroSharding::full_state(const TensorMap& shard_state, const std::vect
     if (root == comm_->rank()) {
       for (const auto& [name, t] : shard_state) {
         header += "t\t" + name + "\t" + std::to_string(static_cast<int>(t.dtype()));
-        for (int64_t d : t.shape()) header += "\t" + std::to_string(d);
+        // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) about "\t" + to_string(d).
+        for (int64_t d : t.shape()) header.append("\t").append(std::to_string(d));
         header += "\n";
       }
       for (const auto& [key, value] : metadata) header += "m\t" + key + "\t" + value + "\n";

@@ -15,6 +15,7 @@
 #include "fasttrain/ddp.h"
 #include "fasttrain/fasttrain.h"
 #include "support/expect_error.h"
+#include "support/pretend_communicator.h"
 #include "support/require_gpu.h"
 
 namespace ft {
@@ -118,16 +119,9 @@ TEST(NcclWorldOfOne, DdpBucketsOnTheGpuLeaveGradientsAsTheyWere) {
 
 // Two pretend ranks holding the same values: an all-reduce doubles, a gather repeats. It checks
 // that the staging wrapper hands it host tensors only.
-class DoublingCommunicator : public dist::Communicator {
+class DoublingCommunicator : public test::PretendTwoRanks {
  public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 2; }
-  int local_rank() const override { return 0; }
-  int local_size() const override { return 2; }
   std::string backend() const override { return "doubling"; }
-  std::string name() const override { return "world"; }
-  int world_rank(int r) const override { return r; }
-  std::shared_ptr<Communicator> split(int, int, const std::string&) override { return nullptr; }
   dist::WorkPtr broadcast_async(const Tensor& t, int) override { return done(t); }
   dist::WorkPtr all_reduce_async(const Tensor& t, dist::ReduceOp) override {
     done(t);
@@ -150,9 +144,6 @@ class DoublingCommunicator : public dist::Communicator {
     t.detach().fill_(5);
     return done(t);
   }
-  int64_t bytes_issued() const override { return 0; }
-  void set_timeout(double) override {}
-  void set_debug(bool) override {}
 
  private:
   struct Done : dist::Work {

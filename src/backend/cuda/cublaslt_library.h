@@ -5,6 +5,8 @@
 #pragma once
 #include <cublasLt.h>
 
+#include "backend/shared_library.h"
+
 #define FT_CUBLASLT_FUNCTIONS(X)          \
   X(cublasLtCreate)                       \
   X(cublasLtGetStatusName)                \
@@ -21,11 +23,7 @@
 
 namespace ft::cuda {
 
-struct CublasLtLibrary {
-#define FT_LIBRARY_ENTRY(f) decltype(&::f) f = nullptr;
-  FT_CUBLASLT_FUNCTIONS(FT_LIBRARY_ENTRY)
-#undef FT_LIBRARY_ENTRY
-};
+FT_LIBRARY_TABLE(CublasLtLibrary, FT_CUBLASLT_FUNCTIONS);
 
 // Loaded and resolved on the first call (thread-safe); throws ft::Error naming the files tried
 // when the library is missing.

@@ -5,6 +5,8 @@
 #pragma once
 #include <cudnn.h>
 
+#include "backend/shared_library.h"
+
 #define FT_CUDNN_FUNCTIONS(X)                           \
   X(cudnnConvolutionBackwardData)                       \
   X(cudnnConvolutionBackwardFilter)                     \
@@ -40,11 +42,7 @@
 
 namespace ft::cuda {
 
-struct CudnnLibrary {
-#define FT_LIBRARY_ENTRY(f) decltype(&::f) f = nullptr;
-  FT_CUDNN_FUNCTIONS(FT_LIBRARY_ENTRY)
-#undef FT_LIBRARY_ENTRY
-};
+FT_LIBRARY_TABLE(CudnnLibrary, FT_CUDNN_FUNCTIONS);
 
 // Loaded and resolved on the first call (thread-safe); throws ft::Error naming the files tried
 // when the library is missing.

@@ -4,6 +4,8 @@
 #pragma once
 #include <nccl.h>
 
+#include "backend/shared_library.h"
+
 #define FT_NCCL_FUNCTIONS(X) \
   X(ncclAllGather)           \
   X(ncclAllReduce)           \
@@ -24,11 +26,7 @@
 
 namespace ft::cuda {
 
-struct NcclLibrary {
-#define FT_LIBRARY_ENTRY(f) decltype(&::f) f = nullptr;
-  FT_NCCL_FUNCTIONS(FT_LIBRARY_ENTRY)
-#undef FT_LIBRARY_ENTRY
-};
+FT_LIBRARY_TABLE(NcclLibrary, FT_NCCL_FUNCTIONS);
 
 // Loaded and resolved on the first call (thread-safe); throws ft::Error naming the files tried
 // when the library is missing.

@@ -443,9 +443,11 @@ TEST(HostStaging, CollectivesRunOnHostCopiesAndResultsArriveAtWait) {
   w = staged->all_reduce_async(kept, dist::ReduceOp::Sum);
   test::expect_error([&] { w->wait(); }, "the collective failed");
   EXPECT_EQ(kept.to_vector(), (std::vector<double>{1}));
-  // The wrapper answers for the inner communicator.
+  // The wrapper answers for the inner communicator; buffers of a host communicator stay in host
+  // memory whatever device the tensors live on.
   EXPECT_EQ(staged->backend(), "recording");
   EXPECT_EQ(staged->world_size(), 2);
+  EXPECT_EQ(staged->buffer_device(Device::cuda(1)), Device::cpu());
 }
 
 // "cuda" under a launcher: each local rank its own GPU, round robin when there are more ranks

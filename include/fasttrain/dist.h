@@ -74,6 +74,9 @@ class Communicator {
   virtual std::string name() const = 0;
   // The world rank of this group's rank `r` (the identity on the world).
   virtual int world_rank(int r) const = 0;
+  // Where a buffer this communicator reduces should live for tensors on `device` (DDP's gradient
+  // buckets): host memory for MPI (a device tensor is staged), the device itself for NCCL.
+  virtual Device buffer_device(Device /*device*/) const { return Device::cpu(); }
 
   // A communicator over the ranks of this one that pass the same `color` (MPI_Comm_split), ranked
   // by `key`. A collective of this communicator: every rank calls it, in the same order as the

@@ -65,9 +65,9 @@ DataParallel::DataParallel(nn::Module& model, std::shared_ptr<Communicator> comm
     b.slots.push_back({p, b.elements, false});
     b.elements += p.numel();
   }
-  // Buckets live where the communicator reduces: on the GPU for NCCL, in host memory otherwise
-  // (MPI; a device gradient is staged into the host bucket by the copy that fills it).
-  const Device bucket_device = comm_->backend() == "nccl" && !params.empty() ? params.front().device() : Device::cpu();
+  // Buckets live where the communicator reduces: on the GPU for NCCL, in host memory for MPI (a
+  // device gradient is staged into the host bucket by the copy that fills it).
+  const Device bucket_device = comm_->buffer_device(params.empty() ? Device::cpu() : params.front().device());
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];
     b.buffer = zeros({b.elements + static_cast<int64_t>(b.slots.size())}, TensorOptions(DType::F32, bucket_device));

@@ -44,6 +44,7 @@ class HostStagingCommunicator : public Communicator {
   std::string backend() const override { return inner_->backend(); }
   std::string name() const override { return inner_->name(); }
   int world_rank(int r) const override { return inner_->world_rank(r); }
+  Device buffer_device(Device device) const override { return inner_->buffer_device(device); }
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
     return with_host_staging(inner_->split(color, key, name));
   }

@@ -38,6 +38,8 @@ TEST(NcclWorldOfOne, CollectivesOnDeviceTensors) {
   const auto comm = dist::make_nccl_communicator(dist::single_process(), kGpu);
   EXPECT_EQ(comm->backend(), "nccl");
   EXPECT_EQ(comm->world_size(), 1);
+  EXPECT_EQ(comm->buffer_device(kGpu), kGpu);  // DDP's buckets on the GPU
+  EXPECT_EQ(comm->buffer_device(Device::cpu()), Device::cpu());
   for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max}) {
     Tensor t = on_gpu({1, -2, 3.5});
     comm->all_reduce_async(t, op)->wait();

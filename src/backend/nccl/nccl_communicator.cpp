@@ -197,6 +197,7 @@ class NcclCommunicator : public Communicator {
   std::string backend() const override { return "nccl"; }
   std::string name() const override { return host_->name(); }
   int world_rank(int r) const override { return host_->world_rank(r); }
+  Device buffer_device(Device device) const override { return device.is_cuda() ? device : Device::cpu(); }
 
   std::shared_ptr<Communicator> split(int color, int key, const std::string& name) override {
     FT_CHECK(color >= 0, "split: expected a colour >= 0, found ", color);

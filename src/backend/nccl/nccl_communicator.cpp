@@ -163,7 +163,8 @@ class NcclWork : public Work {
       : pending_(std::move(pending)), device_(device), held_(std::move(held)) {}
   void wait() override {
     // The caller's stream waits on the device; the host goes on. A failure surfaces through the
-    // watchdog, which ends the job.
+    // watchdog, which ends the job. (The legacy stream, handle 0, is the current device's: set it.)
+    check_cuda(cudaSetDevice(device_.index), "cudaSetDevice");
     check_cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(current_stream(device_).handle), pending_->done, 0),
                "cudaStreamWaitEvent");
   }

@@ -166,6 +166,9 @@ struct Trainer::Run {
                      std::to_string(c.accumulate) + "; rank 0 holds " + st.describe());
     } else if (!im.tensor && im.world() > 1)
       progress->note("data parallel: " + std::to_string(im.world()) + " ranks (" + name_of(c.dist.strategy) +
+                     (im.device.is_cpu() ? std::string()
+                                         : "; " + im.device.str() + " on this rank, " + im.comm->backend() +
+                                               (im.comm->backend() == "mpi" ? " through host copies" : "")) +
                      "), global batch " + std::to_string(c.batch_size * im.world()) + " x " +
                      std::to_string(c.accumulate));
     if (!t.batch_size_report_.empty()) progress->note(t.batch_size_report_);

@@ -15,7 +15,9 @@
 #   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl:graphs ..." picks the benchmark rows
 #     (workload:precision:batch, then ":cl" for channels-last images, ":graphs" for fasttrain's
 #     step as a CUDA graph, ":exp" for the device allocator's expandable segments; PyTorch runs
-#     once per workload, precision, batch and layout, eager);
+#     once per workload, precision, batch and layout, eager and torch.compile'd, and with
+#     FT_GPU_AUTOTUNE=1 also compiled with max-autotune without CUDA graphs; the fastest of them
+#     is the ratio's peer);
 #     each fasttrain run also counts the host-device synchronisations of one step (bench
 #     --detect-sync, "syncs" column);
 #   FT_GPU_PROFILE="gpt2-124m:bf16:16 resnet50:bf16:128:cl" also prints those rows' time per op
@@ -127,10 +129,29 @@ if [ "$what" != tests ]; then
   : >"$out/bench.jsonl"
   : >"$out/syncs.txt"
   peer="${FT_PEER_PYTHON:-python3}"
-  printf '%-20s %-6s %6s %12s %12s %8s %6s\n' workload prec batch fasttrain_ms pytorch_ms ratio syncs \
-    >"$out/bench.txt"
-  declare -A peer_line
+  # Columns: fasttrain's step; PyTorch eager, torch.compile (mode default) and, with
+  # FT_GPU_AUTOTUNE=1, max-autotune without CUDA graphs (inductor's max_autotune setting by its
+  # environment variable); ratio = the fastest PyTorch over fasttrain; MFU of the 16-bit rows
+  # against the GPU's dense bf16 tensor peak (989 TFLOP/s on H100/H200 SXM, FT_GPU_PEAK_TFLOPS
+  # to change) from fasttrain's model FLOPs, for each side; each side's reserved device memory.
+  printf '%-20s %-6s %5s %9s %9s %9s %9s %6s %6s %6s %7s %7s %5s\n' workload prec batch ft_ms eager_ms \
+    compile_ms autotune_ms ratio ft_mfu pt_mfu ft_res pt_res syncs >"$out/bench.txt"
+  declare -A peer_eager peer_compiled peer_autotune
   ms() { sed -nE 's/.*"ms_per_step": ([0-9.]+).*/\1/p' <<<"$1"; }
+  field() { sed -nE "s/.*\"$1\": ([0-9.]+).*/\\1/p" <<<"$2"; }
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  peak_tflops=${FT_GPU_PEAK_TFLOPS:-$([[ "$gpu_name" == *PCIe* ]] && echo 756 || echo 989)}
+  peer_run() {  # peer_run [ENV=VALUE...] -- torch_bench.py arguments: its JSON line, or nothing
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    env "${envs[@]}" timeout "${FT_GPU_PEER_TIMEOUT:-400}" "$peer" bench/torch_bench.py "$@" 2>>"$out/peer-stderr.txt" |
+      grep '^{' | tail -1
+  }
+  mfu() {  # mfu MODEL_FLOPS MS PRECISION
+    case $3 in bf16 | fp16 | bf16-true) ;; *) echo - && return ;; esac
+    awk -v f="${1:-0}" -v t="${2:-0}" -v p="$peak_tflops" 'BEGIN { if (f > 0 && t > 0) printf "%.1f%%", 100 * f / (t / 1e3) / (p * 1e12); else print "-" }'
+  }
   # workload:precision:batch[:cl][:graphs][:exp]
   for row in ${FT_GPU_ROWS:-mlp:fp32:256:graphs mlp:fp32:256 gpt-mini:bf16:16:graphs gpt-mini:bf16:16 gpt-mini:fp32:16:graphs gpt2-124m:bf16:16:graphs resnet50:bf16:128:cl:graphs resnet50:bf16:128:cl}; do
     IFS=: read -r w p b flags <<<"$row"
@@ -143,18 +164,28 @@ if [ "$what" != tests ]; then
     grep -h "host-device\|cuda graphs" /tmp/ft-stderr.txt | sed "s/^/$row: /" >>"$out/syncs.txt"
     [ -n "$ft" ] || tail -5 /tmp/ft-stderr.txt >>"$out/bench.txt"
     key="$w:$p:$b:$layout"
-    if [ -z "${peer_line[$key]:-}" ]; then
-      peer_line[$key]=$("$peer" bench/torch_bench.py --device cuda --workload "$w" --precision "$p" --batch "$b" \
-        --steps 20 --warmup 5 "${cl[@]}" 2>&1 | tail -1)
-      printf '%s\n' "${peer_line[$key]}" >>"$out/bench.jsonl"
+    if [ -z "${peer_eager[$key]+set}" ]; then
+      args=(--device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 "${cl[@]}")
+      peer_eager[$key]=$(peer_run -- "${args[@]}")
+      # torch.compile's first steps compile: 10 warm-up steps.
+      peer_compiled[$key]=$(peer_run -- "${args[@]}" --compile --warmup 10)
+      peer_autotune[$key]=
+      [ -n "${FT_GPU_AUTOTUNE:-}" ] &&
+        peer_autotune[$key]=$(peer_run TORCHINDUCTOR_MAX_AUTOTUNE=1 -- "${args[@]}" --compile --warmup 10)
+      for line in "${peer_eager[$key]}" "${peer_compiled[$key]}" "${peer_autotune[$key]}"; do
+        [ -n "$line" ] && printf '%s\n' "$line" >>"$out/bench.jsonl"
+      done
     fi
-    pt=${peer_line[$key]}
     printf '%s\n' "$ft" >>"$out/bench.jsonl"
-    a=$(ms "$ft") c=$(ms "$pt")
-    r=$(awk -v a="${a:-0}" -v c="${c:-0}" 'BEGIN { if (a > 0) printf "%.2f", c / a; else print "-" }')
+    a=$(ms "$ft") e=$(ms "${peer_eager[$key]}") c=$(ms "${peer_compiled[$key]}") t=$(ms "${peer_autotune[$key]}")
+    best=$(printf '%s\n' $e $c $t | sort -g | head -1)
+    r=$(awk -v a="${a:-0}" -v c="${best:-0}" 'BEGIN { if (a > 0 && c > 0) printf "%.2f", c / a; else print "-" }')
     n=$(sed -nE 's/.*"host_syncs_per_step": ([0-9]+).*/\1/p' <<<"$ft")
-    printf '%-20s %-6s %6s %12s %12s %8s %6s\n' "$w${flags:+:$flags}" "$p" "$b" "${a:-fail}" "${c:-fail}" "$r" \
-      "${n:--}" >>"$out/bench.txt"
+    flops=$(field model_flops "$ft")
+    pt_res=$(field reserved_mem_mb "${peer_eager[$key]}")
+    printf '%-20s %-6s %5s %9s %9s %9s %9s %6s %6s %6s %7s %7s %5s\n' "$w${flags:+:$flags}" "$p" "$b" "${a:-fail}" \
+      "${e:-fail}" "${c:-fail}" "${t:--}" "$r" "$(mfu "$flops" "$a" "$p")" "$(mfu "$flops" "$best" "$p")" \
+      "$(field reserved_mb "$ft" | cut -d. -f1)" "${pt_res%.*}" "${n:--}" >>"$out/bench.txt"
   done
   # The fused kernels' effect: the same fasttrain step with their switches off, alternating.
   for row in ${FT_GPU_AB:-}; do

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "fasttrain/fp8.h"
 #include "fasttrain/ops.h"
 #include "fasttrain/profiler.h"
 #include "fasttrain/random.h"
@@ -181,9 +182,17 @@ class Linear : public UnaryModule {  // weight [out, in], bias [out]
   // Wraps existing tensors as this layer's parameters, without initialising them: weight tying
   // (GPT's head shares the token embedding) registers the same tensor in two modules.
   explicit Linear(Tensor weight, Tensor bias = Tensor());
+  // Inside an Fp8Autocast region (fp8.h) a layer with `fp8` on and sizes fp8_linear_shape_ok
+  // runs fp8_linear with its own `fp8_state`, made on its first such call; otherwise linear().
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Linear"; }
+  // Whether this layer runs in FP8 under --precision fp8-mixed. Models turn it off for layers
+  // that stay in bf16 there, as Transformer Engine recipes do: the output head (its logits feed
+  // the loss; a vocabulary is rarely a multiple of 16).
+  bool runs_fp8() const { return fp8 && fp8_linear_shape_ok(weight.size(1), weight.size(0)); }
   Tensor weight, bias;
+  bool fp8 = true;
+  std::shared_ptr<Fp8LinearState> fp8_state;
 };
 class Conv2d : public UnaryModule {  // weight [out, in/groups, k, k]
  public:

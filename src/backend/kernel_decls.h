@@ -17,6 +17,7 @@
   using backend::AttentionParams;     \
   using backend::BatchNormLayout;     \
   using backend::ConvParams;          \
+  using backend::Fp8ScaleParams;      \
   using backend::IndexErrorText;      \
   using backend::MultiTensorStep;     \
   using backend::PoolParams;          \

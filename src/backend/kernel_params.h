@@ -6,7 +6,10 @@
 #include <functional>
 #include <string>
 
+#include <array>
+
 #include "fasttrain/dtype.h"
+#include "fasttrain/fp8.h"
 #include "fasttrain/ops/conv.h"  // Pair
 #include "fasttrain/random.h"    // PhiloxDraw
 #include "fasttrain/tensor.h"
@@ -61,6 +64,13 @@ struct BatchNormLayout {
   // batch_norm followed by ReLU: y = max(0, bn(x)), and the backward takes dy as zero where
   // bn(x) <= 0 (recomputed from x and the coefficients, so the output need not be read).
   bool relu = false;
+};
+
+// fp8_update_scales: each state row's format (for its largest finite value) and the recipe.
+struct Fp8ScaleParams {
+  std::array<Fp8Format, kFp8Roles> formats = kFp8RoleFormats;
+  int margin = 0;
+  Fp8AmaxAlgo algo = Fp8AmaxAlgo::Max;
 };
 
 }  // namespace ft::backend

@@ -42,7 +42,12 @@ Linear::Linear(Tensor w, Tensor b) {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  const Fp8Recipe* recipe = fp8_autocast_recipe();
+  if (recipe == nullptr || !runs_fp8()) return linear(x, weight, bias);
+  if (!fp8_state) fp8_state = std::make_shared<Fp8LinearState>(*recipe, weight.device());
+  return fp8_linear(x, weight, bias, *fp8_state);
+}
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, bool with_bias, int64_t groups,
                int64_t dilation, Generator* gen)

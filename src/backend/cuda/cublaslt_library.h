@@ -29,4 +29,13 @@ FT_LIBRARY_TABLE(CublasLtLibrary, FT_CUBLASLT_FUNCTIONS);
 // when the library is missing.
 const CublasLtLibrary& cublaslt();
 
+// Shared by the products of matmul.cpp and fp8_matmul.cpp (defined in matmul.cpp):
+// Throws ft::Error "matmul: cuBLASLt <what> failed: <status>" unless st is success.
+void check_lt(cublasStatus_t st, const char* what);
+// The device's cuBLASLt handle (made on first use) and the workspace of a stream on it: kernels
+// that split K use it; 32 MiB covers Hopper's largest choices.
+inline constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+cublasLtHandle_t lt_handle(int device);
+void* lt_workspace(int device, cudaStream_t stream);
+
 }  // namespace ft::cuda

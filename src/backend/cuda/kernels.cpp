@@ -27,6 +27,8 @@
   X(attention_document_bounds)                                                                        \
   /* rotary position embedding (rotary.cu) */                                                         \
   X(rotary_embedding)                                                                                 \
+  /* FP8: quantizing and the scales' update (fp8.cu), products (fp8_matmul.cpp: cuBLASLt) */          \
+  X(fp8_quantize) X(fp8_update_scales) X(fp8_matmul)                                                  \
   /* optimizers, clipping, loss scaling (optim.cu) */                                                 \
   X(sgd_step) X(adam_step) X(lamb_step) X(lars_step) X(clip_grad_norm) X(clip_grad_value)             \
   X(unscale_grads) X(update_loss_scale)

@@ -29,7 +29,6 @@
 #include "core/switches.h"
 
 namespace ft::cuda {
-namespace {
 
 void check_lt(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -37,8 +36,7 @@ void check_lt(cublasStatus_t st, const char* what) {
             cublaslt().cublasLtGetStatusString(st), ")");
 }
 
-// cuBLASLt's workspace: kernels that split K use it. 32 MiB covers Hopper's largest choices.
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+namespace {
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
@@ -57,17 +55,23 @@ DeviceState& device_state(int device) {
   return s;
 }
 
-void* workspace(int device, cudaStream_t stream) {
+}  // namespace
+
+cublasLtHandle_t lt_handle(int device) { return lt_handle(device); }
+
+void* lt_workspace(int device, cudaStream_t stream) {
   static std::mutex mu;
   DeviceState& s = device_state(device);
   std::lock_guard<std::mutex> lock(mu);
   Tensor& w = s.workspaces[stream];
   if (!w.defined()) {
     StreamGuard guard(Stream{Device::cuda(device), stream});
-    w = empty({static_cast<int64_t>(kWorkspaceBytes)}, TensorOptions(DType::U8, Device::cuda(device)));
+    w = empty({static_cast<int64_t>(kLtWorkspaceBytes)}, TensorOptions(DType::U8, Device::cuda(device)));
   }
   return w.raw_data();
 }
+
+namespace {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -199,7 +203,7 @@ const Plan& plan_for(const Problem& p, int device) {
 
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublaslt().cublasLtMatmulPreferenceCreate(&pref), "preference");
-  const uint64_t ws = kWorkspaceBytes;
+  const uint64_t ws = kLtWorkspaceBytes;
   check_lt(
       cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
       "workspace preference");
@@ -213,7 +217,7 @@ const Plan& plan_for(const Problem& p, int device) {
              "alignment preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublaslt().cublasLtMatmulAlgoGetHeuristic(device_state(device).handle, plan.op, plan.a,
+  const cublasStatus_t st = cublaslt().cublasLtMatmulAlgoGetHeuristic(lt_handle(device), plan.op, plan.a,
                                                                       plan.b, plan.c, plan.c, pref, 1, &result, &found);
   cublaslt().cublasLtMatmulPreferenceDestroy(pref);
   // A fused epilogue the library cannot do here is not an error: the caller falls back.
@@ -250,8 +254,8 @@ void run(const Problem& p, const void* a, const void* b, void* c, const void* bi
   const bool f64 = p.dtype == DType::F64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  check_lt(cublaslt().cublasLtMatmul(device_state(device).handle, plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c,
-                                     c, plan.c, &plan.algo, workspace(device, stream), kWorkspaceBytes, stream),
+  check_lt(cublaslt().cublasLtMatmul(lt_handle(device), plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c,
+                                     c, plan.c, &plan.algo, lt_workspace(device, stream), kLtWorkspaceBytes, stream),
            "matmul");
 }
 

@@ -155,9 +155,10 @@ TEST(TrainStep, BatchStepSplitsEveryTensorAndReturnsOutputs) {
 }
 
 // Every precision mode trains the char task; bf16-true keeps bf16 weights, fp16-mixed logs its
-// loss scale, and each resumes exactly.
+// loss scale, fp8-mixed runs its linear layers in FP8 (scales moved off 1, the head left out) and
+// checkpoints their scales, and each resumes exactly.
 TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
-  for (const char* precision : {"32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true"}) {
+  for (const char* precision : {"32", "tf32", "bf16-mixed", "fp16-mixed", "bf16-true", "fp8-mixed"}) {
     SCOPED_TRACE(precision);
     TrainerConfig c = tiny_char(temp_dir(std::string("precision_") + precision));
     set_field(c, "precision", precision);
@@ -174,6 +175,16 @@ TEST(Trainer, PrecisionModesTrainAndResumeExactly) {
     for (const MetricRow& m : a.history())
       if (m.split == "train") saw_scale |= m.loss_scale.value_or(0) > 0;
     EXPECT_EQ(saw_scale, std::string(precision) == "fp16-mixed");
+    if (std::string(precision) == "fp8-mixed") {
+      // c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj of the one block; not the head.
+      const auto states = fp8_states(a.model());
+      EXPECT_EQ(states.size(), 4u);
+      for (const auto& [name, st] : states) {
+        EXPECT_EQ(name.find("lm_head"), std::string::npos) << name;
+        EXPECT_NE(st->scale.to_vector()[0], 1.0) << name << ": the input's scale followed its amax";
+      }
+      EXPECT_TRUE(fs::exists(c.run_dir + "/checkpoints/step-00000004/fp8_scales.safetensors"));
+    }
 
     TrainerConfig cb = c;
     cb.run_dir = temp_dir(std::string("precision_b_") + precision);

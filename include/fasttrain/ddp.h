@@ -44,6 +44,7 @@ class DataParallel : public train::GradSync {
   void before_backward(bool last) override;
   void after_backward(bool last) override;
   void finish() override;
+  void agree_fp8_amax(const std::vector<Tensor>& amaxes) override;
 
   // The buckets' sizes in elements (gradients only, in launch order), for tests and reports.
   std::vector<int64_t> bucket_sizes() const;

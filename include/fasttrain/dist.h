@@ -151,6 +151,9 @@ Device local_device(const std::string& device, int local_rank, int gpus);
 std::string broadcast_string(Communicator& comm, const std::string& s, int root = 0);
 // Every rank's string, in rank order, on every rank (a collective of `comm`).
 std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& s);
+// Small tensors of one dtype and device reduced in one collective (concatenated, reduced,
+// written back in place), e.g. FP8's amaxes: one all-reduce instead of one per layer.
+void all_reduce_together(Communicator& comm, const std::vector<Tensor>& tensors, ReduceOp op);
 
 // Ends a failed job: prints "fasttrain: rank R of N: error: <message>" on stderr, then, when
 // this process is part of an MPI job, aborts every rank (MPI_Abort) so that none waits forever

@@ -123,5 +123,13 @@ const Fp8Recipe* fp8_autocast_recipe();
 std::vector<std::pair<std::string, Fp8LinearState*>> fp8_states(nn::Module& model);
 // End of an optimizer step: update_scales of each of them.
 void fp8_update_scales(nn::Module& model, const Fp8Recipe& recipe);
+// Checkpoints (the Trainer's fp8_scales.safetensors): every FP8 state of `model` as
+// "<module>.<tensor>" (e.g. "blocks.0.mlp.c_fc.amax_history"), live views.
+std::vector<std::pair<std::string, Tensor>> fp8_state_tensors(nn::Module& model);
+// Loads them back into `model`, making the states of layers that have not run yet (a fresh model
+// before its first step). Throws ft::Error naming `source` and the key when a key names no FP8
+// linear layer of the model, a tensor is missing, or a shape differs (another amax history).
+void load_fp8_state_tensors(nn::Module& model, const Fp8Recipe& recipe,
+                            const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source);
 
 }  // namespace ft

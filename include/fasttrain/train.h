@@ -224,6 +224,11 @@ struct PrecisionOptions {
   // CUDA: capture the step once and replay it (StepOptions); on by default, as the replays equal
   // eager steps bit for bit (tests/cuda/test_cuda_graphs.cpp). No effect on the CPU.
   bool cuda_graphs = true;
+  // fp8-mixed's delayed scaling (fp8.h's Fp8Recipe): steps of amax history, how the history gives
+  // the scale, and the margin (scales divided by 2^margin).
+  int64_t fp8_amax_history = 1024;
+  Fp8AmaxAlgo fp8_amax_algo = Fp8AmaxAlgo::Max;
+  int64_t fp8_margin = 0;
 };
 
 // [checkpoint]: checkpoints, the metric that ranks them, and early stopping on it.
@@ -436,8 +441,15 @@ void visit_fields(Config& c, V&& visitor, ScheduleKinds kinds = ScheduleKinds::A
     (std::make_index_sequence<std::variant_size_v<ScheduleParams>>{});
   }
   // --- [precision] ---
-  prec("precision", c.precision.mode, "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling) or bf16-true",
+  prec("precision", c.precision.mode,
+       "32, tf32, bf16-mixed, fp16-mixed (with dynamic loss scaling), bf16-true or fp8-mixed (bf16-mixed with linear "
+       "layers in FP8, delayed scaling; emulated on the CPU)",
        locked, "mode");
+  prec("fp8_amax_history", c.precision.fp8_amax_history,
+       "fp8-mixed: steps of amax history each FP8 scale comes from (Transformer Engine's amax_history_len)", locked);
+  prec("fp8_amax_algo", c.precision.fp8_amax_algo,
+       "fp8-mixed: max (the history's largest amax) or most_recent (the last step's)", locked);
+  prec("fp8_margin", c.precision.fp8_margin, "fp8-mixed: FP8 scales are divided by 2^margin (headroom)", locked);
   prec("checkpoint_blocks", c.precision.checkpoint_blocks,
        "activation checkpointing: recompute each transformer/residual block in backward to save memory");
   prec("cuda_graphs", c.precision.cuda_graphs,

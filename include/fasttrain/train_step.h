@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fasttrain/amp.h"
+#include "fasttrain/fp8.h"
 #include "fasttrain/names.h"
 #include "fasttrain/nn.h"
 #include "fasttrain/optim.h"
@@ -24,16 +25,19 @@ namespace ft::train {
 //  BF16Mixed  "bf16-mixed"  autocast to bf16 (matmul/linear/conv/attention), f32 master weights
 //  FP16Mixed  "fp16-mixed"  autocast to f16 plus dynamic loss scaling (GradScaler)
 //  BF16True   "bf16-true"   weights and activations in bf16; the optimizer keeps f32 masters
-enum class Precision { FP32, TF32, BF16Mixed, FP16Mixed, BF16True };
-inline constexpr size_t kPrecisionCount = 5;  // the enumerators above (the name table checks it)
+//  FP8Mixed   "fp8-mixed"   bf16-mixed, and linear layers' products in FP8 with delayed scaling
+//                           (fp8.h; Transformer Engine's recipe; emulated on the CPU)
+enum class Precision { FP32, TF32, BF16Mixed, FP16Mixed, BF16True, FP8Mixed };
+inline constexpr size_t kPrecisionCount = 6;  // the enumerators above (the name table checks it)
 // Accepts the names above (and "fp32"/"32-true", "bf16"/"fp16" for the mixed modes, as BENCH.md
 // writes them); anything else is an ft::Error listing the accepted names.
 Precision precision_from_name(const std::string& name);
 const char* precision_name(Precision p);                         // the Lightning name ("32", "bf16-mixed", ...)
 std::span<const NamedValue<Precision>> option_names(Precision);  // names.h
-// True for BF16Mixed and FP16Mixed (the modes that run forward under autocast).
+// True for BF16Mixed, FP16Mixed and FP8Mixed (the modes that run forward under autocast).
 bool precision_is_mixed(Precision p);
-// True for bf16-mixed and bf16-true: the precisions whose matrix products take bf16 operands.
+// True for bf16-mixed, bf16-true and fp8-mixed: the precisions whose matrix products take bf16
+// operands (fp8-mixed's other than its FP8 linear layers).
 bool precision_is_bf16(Precision p);
 
 // Lightning's `gradient_clip_algorithm`:
@@ -53,6 +57,7 @@ struct StepOptions {
   ClipAlgorithm clip_algorithm = ClipAlgorithm::Norm;
   double clip = 0;                // 0: no clipping
   amp::GradScalerOptions scaler;  // used in FP16Mixed only
+  Fp8Recipe fp8;                  // used in FP8Mixed only: the scales are updated after each optimizer step
   // CUDA graphs (--cuda-graphs): after kGraphWarmupSteps eager steps, step() captures the whole
   // step (zero_grad, forward, backward, unscale, clip, optimizer step, scaler update) once and
   // replays it for every batch of the same shapes and dtypes (dropout draws new masks in every
@@ -92,6 +97,11 @@ class GradSync {
   // After GradScaler's unscale_: `found_inf` (0-d f32, shared with the scaler) made the same on
   // every rank when each rank checked only its part of the gradients (ZeRO), so all skip alike.
   virtual void agree_found_inf(const Tensor& found_inf) { (void)found_inf; }
+  // fp8-mixed, before the scales' update: each FP8 layer's step amaxes (f32 [3] tensors, written
+  // in place) made the maximum over the replicas, as Transformer Engine reduces them over the
+  // data-parallel group: every rank then quantizes with the same scales, and a checkpoint (rank
+  // 0's scales) resumes every rank exactly.
+  virtual void agree_fp8_amax(const std::vector<Tensor>& amaxes) { (void)amaxes; }
   // After the optimizer step (ZeRO: the updated shards are gathered into every replica).
   virtual void after_step() {}
 };

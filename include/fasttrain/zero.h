@@ -121,6 +121,7 @@ class ZeroSharding : public train::GradSync, public nn::BlockHooks {
   Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) override;
   void clip_grad_value(const std::vector<Tensor>& params, double clip_value) override;
   void agree_found_inf(const Tensor& found_inf) override;
+  void agree_fp8_amax(const std::vector<Tensor>& amaxes) override;
   void after_step() override;
 
   // nn::BlockHooks (stage 3): the block's unit gathered before its forward, released after it.

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "core/name_table.h"
+#include "fasttrain/autograd.h"
+#include "fasttrain/ops.h"
 #include "dist/host_staging.h"
 #include "dist/mpi_communicator.h"
 #include "dist/nccl.h"
@@ -204,6 +206,21 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   const char* p = reinterpret_cast<const char*>(all.data<uint8_t>());
   for (int r = 0; r < n; ++r) out.emplace_back(p + r * longest, p + r * longest + len[r]);
   return out;
+}
+
+void all_reduce_together(Communicator& comm, const std::vector<Tensor>& tensors, ReduceOp op) {
+  if (tensors.empty() || comm.world_size() == 1) return;
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> flat;
+  for (const Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+  Tensor all = cat(flat, 0);
+  comm.all_reduce(all, op);
+  int64_t at = 0;
+  for (const Tensor& t : tensors) {
+    Tensor dst = t;  // written in place
+    dst.copy_(all.narrow(0, at, t.numel()).view(t.shape()));
+    at += t.numel();
+  }
 }
 
 std::string rank_prefix() {

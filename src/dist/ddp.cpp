@@ -150,6 +150,10 @@ void DataParallel::wait_all() {
     if (b.work) b.work->wait();
 }
 
+void DataParallel::agree_fp8_amax(const std::vector<Tensor>& amaxes) {
+  all_reduce_together(*comm_, amaxes, ReduceOp::Max);
+}
+
 void DataParallel::finish() {
   wait_all();
   autograd::NoGradGuard no_grad;

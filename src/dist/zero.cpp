@@ -667,6 +667,10 @@ void ZeroSharding::clip_grad_value(const std::vector<Tensor>&, double clip_value
   round_grads_to_param_dtype();
 }
 
+void ZeroSharding::agree_fp8_amax(const std::vector<Tensor>& amaxes) {
+  all_reduce_together(*comm_, amaxes, ReduceOp::Max);
+}
+
 void ZeroSharding::agree_found_inf(const Tensor& found_inf) {
   // An inf or NaN lands in the shard of whichever rank owns that element: every rank must skip.
   autograd::NoGradGuard no_grad;

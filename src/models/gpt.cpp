@@ -38,7 +38,11 @@ class GPT2MLP : public UnaryModule {
           gelu_mlp(tp_fc_->enter(x), tp_fc_->weight, tp_fc_->bias, tp_proj_->weight, Tensor(), GeluApprox::Tanh);
       return tp_proj_->dropout(add(tp_proj_->leave(part), tp_proj_->bias), dropout_, training_);
     }
-    const Tensor y = gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, GeluApprox::Tanh);
+    // fp8-mixed: two FP8 linear layers around the GELU (their products take 8-bit operands, which
+    // gelu_mlp's fused epilogues do not).
+    const bool fp8 = fp8_autocast_recipe() != nullptr && c_fc->runs_fp8() && c_proj->runs_fp8();
+    const Tensor y = fp8 ? (*c_proj)(gelu((*c_fc)(x), GeluApprox::Tanh))
+                         : gelu_mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias, GeluApprox::Tanh);
     return ft::dropout(y, dropout_, training_);
   }
   std::string type_name() const override { return "GPT2MLP"; }
@@ -192,7 +196,9 @@ GPT::GPT(const GPTConfig& cfg, Generator* gen, bool gpt2_residual_scaling, std::
   }
   transformer_ = register_module("transformer", std::make_shared<GPT2Model>(cfg, padded_vocab_, gen, nullptr));
   head_weight_ = body(transformer_).wte_weight;
-  lm_head_ = register_module("lm_head", std::make_shared<Linear>(head_weight_));
+  auto head = std::make_shared<Linear>(head_weight_);
+  head->fp8 = false;  // fp8-mixed keeps the logits' product in bf16 (fp8.h)
+  lm_head_ = register_module("lm_head", head);
 
   // GPT-2 initialisation (BENCH.md): every Linear and Embedding weight ~ N(0, 0.02), zero biases.
   const double res_std = gpt2_residual_scaling ? 0.02 / std::sqrt(2.0 * cfg.layers) : 0.02;

@@ -302,9 +302,10 @@ Llama::Llama(const LlamaConfig& cfg, Generator* gen, std::shared_ptr<Communicato
   }
   model_ = register_module("model", std::make_shared<LlamaModel>(cfg, gen, nullptr));
   LlamaModel& m = body(model_);
-  lm_head_ =
-      register_module("lm_head", cfg.tie_embeddings ? std::make_shared<Linear>(m.embed_weight)
-                                                    : std::make_shared<Linear>(cfg.dim, cfg.vocab_size, false, gen));
+  auto head = cfg.tie_embeddings ? std::make_shared<Linear>(m.embed_weight)
+                                 : std::make_shared<Linear>(cfg.dim, cfg.vocab_size, false, gen);
+  head->fp8 = false;  // fp8-mixed keeps the logits' product in bf16 (fp8.h)
+  lm_head_ = register_module("lm_head", head);
   // Hugging Face's LlamaPreTrainedModel._init_weights: Linear and Embedding weights ~ N(0,
   // initializer_range), zero biases; the norms' weights stay ones.
   for (auto& [name, module] : named_modules()) {

@@ -3,6 +3,7 @@
 #include "fasttrain/fp8.h"
 
 #include <iterator>
+#include <map>
 
 #include "backend/fp8_math.h"
 #include "backend/kernels.h"
@@ -214,6 +215,45 @@ std::vector<std::pair<std::string, Fp8LinearState*>> fp8_states(nn::Module& mode
 
 void fp8_update_scales(nn::Module& model, const Fp8Recipe& recipe) {
   for (auto& [name, state] : fp8_states(model)) state->update_scales(recipe);
+}
+
+std::vector<std::pair<std::string, Tensor>> fp8_state_tensors(nn::Module& model) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, state] : fp8_states(model))
+    for (auto& [key, t] : state->tensors()) out.emplace_back(name.empty() ? key : name + "." + key, t);
+  return out;
+}
+
+void load_fp8_state_tensors(nn::Module& model, const Fp8Recipe& recipe,
+                            const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& source) {
+  std::map<std::string, Tensor> by_key(tensors.begin(), tensors.end());
+  // Every layer named in the file, made first (nothing changes if a key is wrong).
+  std::map<std::string, nn::Linear*> layers;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* linear = dynamic_cast<nn::Linear*>(m.get()); linear != nullptr && linear->runs_fp8())
+      layers[name] = linear;
+  std::map<std::string, std::shared_ptr<Fp8LinearState>> states;
+  for (const auto& [key, t] : by_key) {
+    const size_t dot = key.rfind('.');
+    const std::string layer = dot == std::string::npos ? "" : key.substr(0, dot);
+    auto it = layers.find(layer);
+    FT_CHECK(it != layers.end(), source, ": ", key, " names no FP8 linear layer of the model");
+    auto& st = states[layer];
+    if (!st) st = std::make_shared<Fp8LinearState>(recipe, it->second->weight.device());
+  }
+  for (auto& [layer, st] : states) {
+    for (auto& [what, dst] : st->tensors()) {
+      const std::string key = layer.empty() ? what : layer + "." + what;
+      auto t = by_key.find(key);
+      FT_CHECK(t != by_key.end(), source, ": ", key, " is missing");
+      FT_CHECK(t->second.shape() == dst.shape() && t->second.dtype() == DType::F32, source, ": ", key, " is ",
+               dtype_name(t->second.dtype()), " ", t->second.shape().str(), ", expected f32 ", dst.shape().str(),
+               what == std::string("amax_history") ? " (the fp8 amax history length differs)" : "");
+      Tensor d = dst;
+      d.copy_(t->second.to(dst.device()));
+    }
+  }
+  for (auto& [layer, st] : states) layers[layer]->fp8_state = st;
 }
 
 }  // namespace ft

@@ -128,6 +128,18 @@ void check_pipeline_options(const TrainerConfig& c) {
            c.task, " task");
 }
 
+// fp8-mixed's recipe, and what it is not built for: tensor and pipeline parallelism (their
+// linear layers are their own modules, and the pipeline schedule runs the forward itself).
+void check_fp8_options(const TrainerConfig& c) {
+  const PrecisionOptions& p = c.precision;
+  FT_CHECK(p.fp8_amax_history >= 1 && p.fp8_amax_history <= 4096,
+           "option fp8_amax_history: expected 1 to 4096 steps, found ", p.fp8_amax_history);
+  FT_CHECK(p.fp8_margin >= 0 && p.fp8_margin <= 64, "option fp8_margin: expected 0 to 64, found ", p.fp8_margin);
+  if (p.mode != Precision::FP8Mixed) return;
+  FT_CHECK(c.dist.tp == 1 && c.dist.pp == 1, "option precision: fp8-mixed is not built for tensor or pipeline ",
+           "parallelism (found tp = ", c.dist.tp, ", pp = ", c.dist.pp, "); use bf16-mixed there");
+}
+
 }  // namespace
 
 void TrainerConfig::validate() const {
@@ -210,6 +222,7 @@ void TrainerConfig::validate() const {
   check(dist.tp >= 1, "tp", "1 or more tensor-parallel ranks", dist.tp);
   check(dist.pp >= 1, "pp", "1 or more pipeline stages", dist.pp);
   check_pipeline_options(*this);
+  check_fp8_options(*this);
 }
 
 std::string config_to_toml(const TrainerConfig& c) {

@@ -33,6 +33,9 @@ StepOptions step_options(const TrainerConfig& c) {
   so.clip = c.optimizer.grad_clip;
   so.clip_algorithm = c.optimizer.gradient_clip_algorithm;
   so.cuda_graphs = c.precision.cuda_graphs;
+  so.fp8.amax_history_len = static_cast<int>(c.precision.fp8_amax_history);
+  so.fp8.amax_algo = c.precision.fp8_amax_algo;
+  so.fp8.margin = static_cast<int>(c.precision.fp8_margin);
   return so;
 }
 

@@ -25,6 +25,7 @@ constexpr NamedValue<Precision> kPrecisionNames[] = {{Precision::FP32, "32"},
                                                      {Precision::BF16Mixed, "bf16-mixed"},
                                                      {Precision::FP16Mixed, "fp16-mixed"},
                                                      {Precision::BF16True, "bf16-true"},
+                                                     {Precision::FP8Mixed, "fp8-mixed"},
                                                      {Precision::FP32, "fp32"},
                                                      {Precision::FP32, "32-true"},
                                                      {Precision::BF16Mixed, "bf16"},
@@ -48,9 +49,13 @@ Precision precision_from_name(const std::string& name) { return parse_name<Preci
 
 const char* precision_name(Precision p) { return name_of(p); }
 
-bool precision_is_mixed(Precision p) { return p == Precision::BF16Mixed || p == Precision::FP16Mixed; }
+bool precision_is_mixed(Precision p) {
+  return p == Precision::BF16Mixed || p == Precision::FP16Mixed || p == Precision::FP8Mixed;
+}
 
-bool precision_is_bf16(Precision p) { return p == Precision::BF16Mixed || p == Precision::BF16True; }
+bool precision_is_bf16(Precision p) {
+  return p == Precision::BF16Mixed || p == Precision::BF16True || p == Precision::FP8Mixed;
+}
 
 ClipAlgorithm clip_algorithm_from_name(const std::string& name) {
   return parse_name<ClipAlgorithm>("gradient_clip_algorithm", name);
@@ -80,7 +85,8 @@ StepRunner::StepRunner(nn::Module& model, optim::Optimizer& optimizer, StepOptio
 
 DType StepRunner::autocast_dtype() const {
   switch (options_.precision) {
-    case Precision::BF16Mixed: return DType::BF16;
+    case Precision::BF16Mixed:
+    case Precision::FP8Mixed: return DType::BF16;
     case Precision::FP16Mixed: return DType::F16;
     default: return DType::F32;
   }
@@ -110,6 +116,7 @@ Tensor StepRunner::forward_backward(const LossOf& loss_of) {
     // Forward and loss under autocast, backward outside it (torch.autocast's rule).
     const bool mixed = precision_is_mixed(options_.precision);
     autocast::AutocastGuard amp(mixed ? autocast_dtype() : DType::BF16, mixed);
+    Fp8Autocast fp8(options_.fp8, options_.precision == Precision::FP8Mixed);
     profiler::PhaseScope phase(profiler::Phase::Forward);
     if (sync_ != nullptr) sync_->before_forward();
     loss = loss_of();
@@ -170,6 +177,15 @@ void StepRunner::optimizer_step() {
     optimizer_.step();
   }
   if (sync_ != nullptr) sync_->after_step();
+  // FP8's delayed scales: this step's amaxes enter the histories, the next step's scales follow.
+  if (options_.precision == Precision::FP8Mixed) {
+    if (sync_ != nullptr) {
+      std::vector<Tensor> amaxes;
+      for (const auto& [name, state] : fp8_states(model_)) amaxes.push_back(state->amax);
+      sync_->agree_fp8_amax(amaxes);
+    }
+    fp8_update_scales(model_, options_.fp8);
+  }
 }
 
 StepResult StepRunner::eager_step(const std::vector<Tensor>& batch, const BatchLoss& loss_of) {

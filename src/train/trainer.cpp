@@ -484,6 +484,10 @@ void Trainer::save_checkpoint(const std::string& dir) const {
   }
   save_safetensors(tmp + "/loss_scaler.safetensors", impl_->runner->scaler().state_tensors());
   fault::point("checkpoint-file", tmp + "/loss_scaler.safetensors");
+  if (config_.precision.mode == Precision::FP8Mixed) {  // the layers' delayed scales and amax histories
+    save_safetensors(tmp + "/fp8_scales.safetensors", fp8_state_tensors(impl_->module->model()));
+    fault::point("checkpoint-file", tmp + "/fp8_scales.safetensors");
+  }
   write_file_atomically(tmp + "/config.toml", config_to_toml(config_));
   fault::point("checkpoint-file", tmp + "/config.toml");
   write_file_atomically(tmp + "/task.json", task_description(*impl_->module));
@@ -579,6 +583,8 @@ void Trainer::apply_resume() {
   SafetensorsFile weights = load_safetensors(dir + "/model.safetensors");
   SafetensorsFile opt_state = impl_->load_optimizer_state(dir, config_);  // this rank's shard under ZeRO
   SafetensorsFile scaler_state = load_safetensors(dir + "/loss_scaler.safetensors");
+  const bool fp8 = config_.precision.mode == Precision::FP8Mixed;
+  SafetensorsFile fp8_state = fp8 ? load_safetensors(dir + "/fp8_scales.safetensors") : SafetensorsFile{};
   Impl& im = *impl_;
   {
     const dist::GatheredParameters whole(im.zero.get());  // stage 3: memory to load into
@@ -588,6 +594,9 @@ void Trainer::apply_resume() {
   im.optimizer->load_state_tensors(opt_state.tensors);
   im.optimizer->load_state_metadata(opt_state.metadata);
   im.runner->scaler().load_state_tensors(scaler_state.tensors);
+  if (fp8)
+    load_fp8_state_tensors(im.module->model(), im.runner->options().fp8, fp8_state.tensors,
+                           dir + "/fp8_scales.safetensors");
   try {
     // The checkpoint keeper is not restored: it manages the folders of this run, not the old one's.
     if (im.early_stopping && st.contains("early_stopping"))

@@ -14,6 +14,7 @@
 
 #include "backend/fp8_math.h"
 #include "fasttrain/fasttrain.h"
+#include "fasttrain/train.h"
 #include "support/expect_error.h"
 
 using namespace ft;
@@ -183,22 +184,45 @@ TEST(Fp8, ProductEqualsTheF64ProductOfTheDecodedValues) {
       const Fp8Codes a = fp8_quantize(randn({M, K}, DType::F32, &g), fa, f32_scalar(8), f32_scalar(0));
       const Fp8Codes b = fp8_quantize(randn({N, K}, DType::F32, &g), Fp8Format::E4M3, f32_scalar(32), f32_scalar(0));
       const Tensor bias = randn({N}, DType::F32, &g).to(out);
-      const Tensor y = fp8_matmul(a.codes, fa, f32_scalar(0.125f), b.codes, Fp8Format::E4M3, f32_scalar(1.0f / 32),
-                                  bias, out);
+      const Tensor y =
+          fp8_matmul(a.codes, fa, f32_scalar(0.125f), b.codes, Fp8Format::E4M3, f32_scalar(1.0f / 32), bias, out);
       ASSERT_EQ(y.dtype(), out);
-      const Tensor want = add(matmul(dequantized64(a.codes, fa, 0.125), dequantized64(b.codes, Fp8Format::E4M3, 1.0 / 32).t()),
-                              bias.to(DType::F64));
+      const Tensor want =
+          add(matmul(dequantized64(a.codes, fa, 0.125), dequantized64(b.codes, Fp8Format::E4M3, 1.0 / 32).t()),
+              bias.to(DType::F64));
       const double tol = out == DType::F32 ? 1e-5 : 8e-3;  // f32 sums; bf16's one rounding
       EXPECT_LT(max_abs_diff(y, want), tol * max_abs(want)) << dtype_name(out) << " " << fp8_format_name(fa);
     }
   }
+  // Against the product of the unquantized operands: each FP8 value is within half a unit in the
+  // last place of its input (2^-4 relative in E4M3's range, 2^-3 in E5M2's), so each output is
+  // within (ea + eb + ea eb) sum_k |x||w| of the exact product. (tests/cuda checks the GPU's too.)
+  for (Fp8Format fa : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    const Tensor x = randn({M, K}, DType::F32, &g), w = mul(randn({N, K}, DType::F32, &g), 0.05);
+    const float sa = fa == Fp8Format::E4M3 ? 64.0f : 4096.0f, sb = 2048.0f;
+    const Tensor y = fp8_matmul(fp8_quantize(x, fa, f32_scalar(sa), f32_scalar(0)).codes, fa, f32_scalar(1 / sa),
+                                fp8_quantize(w, Fp8Format::E4M3, f32_scalar(sb), f32_scalar(0)).codes, Fp8Format::E4M3,
+                                f32_scalar(1 / sb), Tensor(), DType::F32);
+    const double ea = fa == Fp8Format::E4M3 ? 0.0625 : 0.125, eb = 0.0625;
+    const Tensor exact = matmul(x.to(DType::F64), w.to(DType::F64).t());
+    const Tensor bound = mul(matmul(abs(x).to(DType::F64), abs(w).to(DType::F64).t()), ea + eb + ea * eb);
+    const Tensor err = abs(sub(y.to(DType::F64), exact));
+    EXPECT_LE(max(sub(err, bound)).item<double>(), 1e-6) << fp8_format_name(fa);
+    EXPECT_GT(max(err).item<double>(), 0.0) << "quantizing changed the product";
+  }
   const Tensor c = empty({4, 16}, DType::U8);
-  test::expect_error([&] { fp8_matmul(c, Fp8Format::E5M2, f32_scalar(1), c, Fp8Format::E5M2, f32_scalar(1), Tensor(), DType::F32); },
-                     "at most one operand may be e5m2");
-  test::expect_error([&] { fp8_matmul(c, Fp8Format::E4M3, f32_scalar(1), empty({4, 32}, DType::U8), Fp8Format::E4M3, f32_scalar(1), Tensor(), DType::F32); },
-                     "must share K");
-  test::expect_error([&] { fp8_matmul(c, Fp8Format::E4M3, f32_scalar(1), c, Fp8Format::E4M3, f32_scalar(1), Tensor(), DType::F64); },
-                     "must be f32 or bf16");
+  test::expect_error(
+      [&] { fp8_matmul(c, Fp8Format::E5M2, f32_scalar(1), c, Fp8Format::E5M2, f32_scalar(1), Tensor(), DType::F32); },
+      "at most one operand may be e5m2");
+  test::expect_error(
+      [&] {
+        fp8_matmul(c, Fp8Format::E4M3, f32_scalar(1), empty({4, 32}, DType::U8), Fp8Format::E4M3, f32_scalar(1),
+                   Tensor(), DType::F32);
+      },
+      "must share K");
+  test::expect_error(
+      [&] { fp8_matmul(c, Fp8Format::E4M3, f32_scalar(1), c, Fp8Format::E4M3, f32_scalar(1), Tensor(), DType::F64); },
+      "must be f32 or bf16");
 }
 
 TEST(Fp8, LinearAndItsGradientsAreTheQuantizedComposition) {
@@ -219,8 +243,8 @@ TEST(Fp8, LinearAndItsGradientsAreTheQuantizedComposition) {
   sum(mul(y, r)).backward();
 
   auto q64 = [](const Tensor& t, Fp8Format f, float s) {  // quantize, then the values stood for
-    return dequantized64(fp8_quantize(t.detach().reshape({-1, t.size(-1)}), f, f32_scalar(s), f32_scalar(0)).codes,
-                         f, 1.0 / s);
+    return dequantized64(fp8_quantize(t.detach().reshape({-1, t.size(-1)}), f, f32_scalar(s), f32_scalar(0)).codes, f,
+                         1.0 / s);
   };
   const Tensor xq = q64(x, Fp8Format::E4M3, sx), wq = q64(w, Fp8Format::E4M3, sw), gq = q64(r, Fp8Format::E5M2, sg);
   const Tensor y_want = add(matmul(xq, wq.t()), b.detach().to(DType::F64)).reshape({2, 5, 48});
@@ -246,8 +270,11 @@ TEST(Fp8, LinearAndItsGradientsAreTheQuantizedComposition) {
     EXPECT_EQ(w.grad().dtype(), DType::F32);
   }
   test::expect_error([&] { fp8_linear(randn({4, 24}), randn({48, 24}), Tensor(), st); }, "multiples of 16");
-  test::expect_error([&] { fp8_linear(randn({4, 32}, DType::F64), randn({48, 32}, DType::F64), Tensor(), st); },
-                     "must be f32 or bf16");
+  test::expect_error(
+      [&] {
+        fp8_linear(randn({4, 32}, DType::F64), randn({48, 32}, DType::F64), Tensor(), st);
+      },
+      "must be f32 or bf16");
 }
 
 TEST(Fp8, LinearLayersRunFp8OnlyInsideTheRegionAndWhereTheyMay) {
@@ -291,4 +318,60 @@ TEST(Fp8, LinearLayersRunFp8OnlyInsideTheRegionAndWhereTheyMay) {
   EXPECT_EQ(states[0].first, "0");
   fp8_update_scales(model, recipe);
   EXPECT_FLOAT_EQ(scalar(states[0].second->scale_of(Fp8Role::Input)), static_cast<float>(448.0 / max_abs(x)));
+}
+
+TEST(Fp8, TheTrainerRefusesWhatFp8MixedIsNotBuiltFor) {
+  train::TrainerConfig c = train::TrainerConfig::defaults_for("char");
+  EXPECT_EQ(train::precision_from_name("fp8"), train::Precision::FP8Mixed);
+  EXPECT_EQ(std::string(train::precision_name(train::Precision::FP8Mixed)), "fp8-mixed");
+  c.precision.mode = train::Precision::FP8Mixed;
+  c.validate();
+  c.dist.tp = 2;
+  test::expect_error([&] { c.validate(); }, "fp8-mixed is not built for tensor or pipeline parallelism");
+  c.dist.tp = 1;
+  c.precision.fp8_amax_history = 0;
+  test::expect_error([&] { c.validate(); }, "option fp8_amax_history: expected 1 to 4096 steps, found 0");
+  c.precision.fp8_amax_history = 16;
+  c.precision.fp8_margin = -1;
+  test::expect_error([&] { c.validate(); }, "option fp8_margin: expected 0 to 64, found -1");
+}
+
+// A checkpoint's FP8 scales load back into a fresh model (states made for layers that have not
+// run), and a file from another recipe or model is refused with the key named.
+TEST(Fp8, StatesSaveAndLoadByLayerName) {
+  Generator g(4);
+  Fp8Recipe recipe;
+  recipe.amax_history_len = 8;
+  auto make = [&] {
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Linear>(32, 16, true, &g));
+    m->push_back(std::make_shared<nn::Linear>(16, 48, true, &g));
+    return m;
+  };
+  auto a = make();
+  {
+    Fp8Autocast fp8(recipe);
+    a->forward(randn({4, 32}, DType::F32, &g));
+  }
+  fp8_update_scales(*a, recipe);
+  const auto saved = fp8_state_tensors(*a);
+  ASSERT_EQ(saved.size(), 8u);  // 2 layers x amax, amax_history, scale, scale_inv
+  EXPECT_EQ(saved[0].first, "0.amax");
+  auto b = make();
+  load_fp8_state_tensors(*b, recipe, saved, "fp8_scales.safetensors");
+  const auto loaded = fp8_state_tensors(*b);
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_EQ(loaded[i].first, saved[i].first);
+    EXPECT_EQ(loaded[i].second.to_vector(), saved[i].second.to_vector()) << saved[i].first;
+  }
+  Fp8Recipe longer = recipe;
+  longer.amax_history_len = 16;
+  test::expect_error(
+      [&] { load_fp8_state_tensors(*make(), longer, saved, "f.safetensors"); },
+      "f.safetensors: 0.amax_history is f32 [3, 8], expected f32 [3, 16] (the fp8 amax history length differs)");
+  auto renamed = saved;
+  renamed[0].first = "2.amax";
+  test::expect_error([&] { load_fp8_state_tensors(*make(), recipe, renamed, "f.safetensors"); },
+                     "f.safetensors: 2.amax names no FP8 linear layer of the model");
 }

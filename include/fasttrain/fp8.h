@@ -44,8 +44,8 @@ inline constexpr size_t kFp8AmaxAlgoCount = 2;
 std::span<const NamedValue<Fp8AmaxAlgo>> option_names(Fp8AmaxAlgo);  // "max", "most_recent"
 
 struct Fp8Recipe {
-  int margin = 0;                  // scales are divided by 2^margin (headroom for growth)
-  int amax_history_len = 1024;     // Transformer Engine's default
+  int margin = 0;               // scales are divided by 2^margin (headroom for growth)
+  int amax_history_len = 1024;  // Transformer Engine's default
   Fp8AmaxAlgo amax_algo = Fp8AmaxAlgo::Max;
 };
 // Throws ft::Error naming the field when the recipe cannot be used (history 1..4096, margin >= 0).
@@ -54,8 +54,7 @@ void check_fp8_recipe(const Fp8Recipe& r);
 // The tensor roles of an FP8 linear layer, the rows of its state.
 enum class Fp8Role : uint8_t { Input, Weight, GradOutput };
 inline constexpr int kFp8Roles = 3;
-inline constexpr std::array<Fp8Format, kFp8Roles> kFp8RoleFormats = {Fp8Format::E4M3, Fp8Format::E4M3,
-                                                                     Fp8Format::E5M2};
+inline constexpr std::array<Fp8Format, kFp8Roles> kFp8RoleFormats = {Fp8Format::E4M3, Fp8Format::E4M3, Fp8Format::E5M2};
 
 // One linear layer's scaling state, on its weight's device (all f32):
 //   amax          [3]     this step's largest magnitude per role so far (max over micro-batches

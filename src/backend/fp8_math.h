@@ -26,7 +26,7 @@ namespace ft::math {
 struct Fp8Spec {
   int mantissa_bits, bias;
   float max_finite;
-  float min_normal;        // 2^(1 - bias)
+  float min_normal;         // 2^(1 - bias)
   float subnormal_per_ulp;  // 2^(bias + M - 1): a subnormal's value times this is its code
 };
 

@@ -98,19 +98,19 @@
   /* strides and a dense last dim, cos and sin dense [T, D/2] (f32, or f64 for f64 x), out dense [B, T, H, D]: */      \
   /* out[i] = x[i] c - x[i + D/2] s, out[i + D/2] = x[i + D/2] c + x[i] s; `inverse` turns by minus the angle */       \
   /* (the backward, on the gradient) */                                                                                \
-  X(rotary_embedding, void(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, const Tensor& out)) \
-  /* FP8 (fasttrain/fp8.h, backend/fp8_math.h): x [R, C] (any float dtype, dense last dim) -> codes U8 [R, C] */      \
-  /* = saturate(x * scale) in `format`, and the same codes transposed into codes_t U8 [C, R] when defined; */       \
-  /* amax f32 [1] becomes max(amax, max |x|) (NaN wins); scale f32 [1] */                                           \
-  X(fp8_quantize, void(const Tensor& x, Fp8Format format, const Tensor& scale, const Tensor& amax,                   \
-                       const Tensor& codes, const Tensor& codes_t))                                                 \
-  /* end of a step, per row r of amax [R]: history [R, L] shifts by one (newest first) taking amax[r], amax[r] */   \
-  /* becomes 0, scale[r] = fp8_next_scale(max of the row or its newest entry, scale[r]), scale_inv = 1 / scale */   \
-  X(fp8_update_scales, void(const Tensor& amax, const Tensor& history, const Tensor& scale, const Tensor& scale_inv, \
-                            const Fp8ScaleParams& p))                                                               \
-  /* out [M, N] = (a [M, K] b [N, K]^T) * a_scale_inv * b_scale_inv (+ bias [N], out's dtype), a and b dense U8 */  \
-  /* codes of fa and fb, f32 accumulation; out f32 or bf16 */                                                       \
-  X(fp8_matmul, void(const Tensor& a, Fp8Format fa, const Tensor& a_scale_inv, const Tensor& b, Fp8Format fb,       \
+  X(rotary_embedding, void(const Tensor& x, const Tensor& cos, const Tensor& sin, bool inverse, const Tensor& out))    \
+  /* FP8 (fasttrain/fp8.h, backend/fp8_math.h): x [R, C] (any float dtype, dense last dim) -> codes U8 [R, C] */       \
+  /* = saturate(x * scale) in `format`, and the same codes transposed into codes_t U8 [C, R] when defined; */          \
+  /* amax f32 [1] becomes max(amax, max |x|) (NaN wins); scale f32 [1] */                                              \
+  X(fp8_quantize, void(const Tensor& x, Fp8Format format, const Tensor& scale, const Tensor& amax,                     \
+                       const Tensor& codes, const Tensor& codes_t))                                                    \
+  /* end of a step, per row r of amax [R]: history [R, L] shifts by one (newest first) taking amax[r], amax[r] */      \
+  /* becomes 0, scale[r] = fp8_next_scale(max of the row or its newest entry, scale[r]), scale_inv = 1 / scale */      \
+  X(fp8_update_scales, void(const Tensor& amax, const Tensor& history, const Tensor& scale, const Tensor& scale_inv,   \
+                            const Fp8ScaleParams& p))                                                                  \
+  /* out [M, N] = (a [M, K] b [N, K]^T) * a_scale_inv * b_scale_inv (+ bias [N], out's dtype), a and b dense U8 */     \
+  /* codes of fa and fb, f32 accumulation; out f32 or bf16 */                                                          \
+  X(fp8_matmul, void(const Tensor& a, Fp8Format fa, const Tensor& a_scale_inv, const Tensor& b, Fp8Format fb,          \
                      const Tensor& b_scale_inv, const Tensor& bias, bool fast_accumulate, const Tensor& out))
 
 // Fusions of the entries above that a backend may leave out: where its slot is empty, the op

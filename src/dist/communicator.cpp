@@ -7,13 +7,13 @@
 #include <string>
 
 #include "core/name_table.h"
-#include "fasttrain/autograd.h"
-#include "fasttrain/ops.h"
 #include "dist/host_staging.h"
 #include "dist/mpi_communicator.h"
 #include "dist/nccl.h"
+#include "fasttrain/autograd.h"
 #include "fasttrain/dist.h"
 #include "fasttrain/error.h"
+#include "fasttrain/ops.h"
 
 namespace ft::dist {
 

@@ -46,6 +46,17 @@ void check_product_dtype(DType t, const char* op, const char* what) {
            dtype_name(t));
 }
 
+// Transposed codes [C, R] widened with zero codes to a multiple of 16 columns: the summed
+// dimension of the weight gradient's product is R (the rows, tokens), and cuBLASLt's FP8 GEMMs
+// need it a multiple of 16; zeros add nothing to the sums. Both backends take the same path.
+Tensor summed_dim_padded(const Tensor& codes_t) {
+  const int64_t R = codes_t.size(1), padded = (R + 15) / 16 * 16;
+  if (padded == R) return codes_t;
+  Tensor out = zeros({codes_t.size(0), padded}, codes_t.options());
+  out.narrow(1, 0, R).copy_(codes_t);
+  return out;
+}
+
 }  // namespace
 
 std::span<const NamedValue<Fp8AmaxAlgo>> option_names(Fp8AmaxAlgo) { return kAmaxAlgoNames; }
@@ -72,8 +83,8 @@ Fp8LinearState::Fp8LinearState(const Fp8Recipe& recipe, Device device) {
 }
 
 void Fp8LinearState::update_scales(const Fp8Recipe& recipe) {
-  FT_CHECK(amax_history.size(1) == recipe.amax_history_len, "fp8: a layer's amax history holds ",
-           amax_history.size(1), " steps, the recipe asks for ", recipe.amax_history_len);
+  FT_CHECK(amax_history.size(1) == recipe.amax_history_len, "fp8: a layer's amax history holds ", amax_history.size(1),
+           " steps, the recipe asks for ", recipe.amax_history_len);
   backend::Fp8ScaleParams p;
   p.margin = recipe.margin;
   p.algo = recipe.amax_algo;
@@ -140,8 +151,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
   FT_CHECK(x.dim() >= 1 && weight.dim() == 2, kOp, ": expected input [..., in] and weight [out, in], found ",
            x.shape().str(), " and ", weight.shape().str());
   const int64_t in = weight.size(1), out_f = weight.size(0);
-  FT_CHECK(x.size(-1) == in, kOp, ": input has ", x.size(-1), " features (last dim of ", x.shape().str(),
-           "), weight ", weight.shape().str(), " expects ", in);
+  FT_CHECK(x.size(-1) == in, kOp, ": input has ", x.size(-1), " features (last dim of ", x.shape().str(), "), weight ",
+           weight.shape().str(), " expects ", in);
   FT_CHECK(fp8_linear_shape_ok(in, out_f), kOp, ": FP8 products need in and out features that are multiples of 16, ",
            "found weight ", weight.shape().str());
   if (bias.defined())
@@ -177,7 +188,7 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
   if (need_x || need_w || need_b) {
     const Shape x_shape = x.shape();
     const DType x_dtype = x.dtype(), w_dtype = weight.dtype(), b_dtype = bias.defined() ? bias.dtype() : DType::F32;
-    const Tensor xq_t = xq.transposed, wq_t = wq.transposed;
+    const Tensor xq_t = need_w ? summed_dim_padded(xq.transposed) : Tensor(), wq_t = wq.transposed;
     autograd::record_function("Fp8LinearBackward", {&x, &weight, &bias}, {&y}, [=](std::vector<Tensor>& g) {
       const Tensor gy = ops::as_rows(g[0]);  // [R, out]
       Tensor gx, gw, gb;
@@ -187,7 +198,8 @@ Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Fp8
           gx = fp8_matmul(gq.codes, Fp8Format::E5M2, g_sinv, wq_t, Fp8Format::E4M3, w_sinv, Tensor(), x_dtype)
                    .view(x_shape);
         if (need_w)  // dW = dy^T x: [out, R] x ([in, R] codes)^T
-          gw = fp8_matmul(gq.transposed, Fp8Format::E5M2, g_sinv, xq_t, Fp8Format::E4M3, x_sinv, Tensor(), w_dtype);
+          gw = fp8_matmul(summed_dim_padded(gq.transposed), Fp8Format::E5M2, g_sinv, xq_t, Fp8Format::E4M3, x_sinv,
+                          Tensor(), w_dtype);
       }
       if (need_b) gb = sum(gy.to(b_dtype), {0});  // from the unquantized gradient
       return std::vector<Tensor>{gx, gw, gb};

@@ -175,6 +175,7 @@ const char* bench_precision_name(train::Precision p) {
     case train::Precision::FP32: return "fp32";
     case train::Precision::BF16Mixed: return "bf16";
     case train::Precision::FP16Mixed: return "fp16";
+    case train::Precision::FP8Mixed: return "fp8";
     default: return train::precision_name(p);
   }
 }

@@ -30,7 +30,8 @@ constexpr NamedValue<Precision> kPrecisionNames[] = {{Precision::FP32, "32"},
                                                      {Precision::FP32, "32-true"},
                                                      {Precision::BF16Mixed, "bf16"},
                                                      {Precision::FP16Mixed, "fp16"},
-                                                     {Precision::FP16Mixed, "16-mixed"}};
+                                                     {Precision::FP16Mixed, "16-mixed"},
+                                                     {Precision::FP8Mixed, "fp8"}};
 static_assert(ft::detail::rows_start_in_enum_order(kPrecisionNames, kPrecisionCount),
               "one Lightning name per Precision first, in enum order");
 

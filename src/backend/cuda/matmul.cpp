@@ -217,8 +217,8 @@ const Plan& plan_for(const Problem& p, int device) {
              "alignment preference");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublaslt().cublasLtMatmulAlgoGetHeuristic(lt_handle(device), plan.op, plan.a,
-                                                                      plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublaslt().cublasLtMatmulAlgoGetHeuristic(lt_handle(device), plan.op, plan.a, plan.b,
+                                                                      plan.c, plan.c, pref, 1, &result, &found);
   cublaslt().cublasLtMatmulPreferenceDestroy(pref);
   // A fused epilogue the library cannot do here is not an error: the caller falls back.
   if (!optional_fusion(p.epilogue) || (st == CUBLAS_STATUS_SUCCESS && found > 0)) {
@@ -254,8 +254,8 @@ void run(const Problem& p, const void* a, const void* b, void* c, const void* bi
   const bool f64 = p.dtype == DType::F64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = f64 ? static_cast<const void*>(&beta64) : &beta32;
-  check_lt(cublaslt().cublasLtMatmul(lt_handle(device), plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c,
-                                     c, plan.c, &plan.algo, lt_workspace(device, stream), kLtWorkspaceBytes, stream),
+  check_lt(cublaslt().cublasLtMatmul(lt_handle(device), plan.op, alpha, a, plan.a, b, plan.b, beta, c, plan.c, c,
+                                     plan.c, &plan.algo, lt_workspace(device, stream), kLtWorkspaceBytes, stream),
            "matmul");
 }
 

@@ -57,7 +57,7 @@ DeviceState& device_state(int device) {
 
 }  // namespace
 
-cublasLtHandle_t lt_handle(int device) { return lt_handle(device); }
+cublasLtHandle_t lt_handle(int device) { return device_state(device).handle; }
 
 void* lt_workspace(int device, cudaStream_t stream) {
   static std::mutex mu;

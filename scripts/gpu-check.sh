@@ -32,6 +32,9 @@
 #     (2 threads, one round; the peer is this machine's PyTorch), for issue 14 on a host with AMX,
 #     and FT_GPU_CPU_PROFILE="gpt-mini:bf16 ..." prints those CPU rows' time per op, the host's core
 #     topology and the oneDNN kernels each row runs (scripts/onednn-summary.sh).
+#   FT_GPU_FP8_ROWS="gpt2-124m:16" times fasttrain's bf16 and fp8-mixed steps alternately;
+#   FT_GPU_FP8_CURVE=1 adds the 300-step gpt2-124m-shaped loss curves of fp8-mixed and bf16-mixed
+#     (tests; about a minute); the fp8-mixed graph-vs-eager check always runs with the tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
@@ -121,6 +124,44 @@ if [ "$what" != bench ]; then
       tee -a "$out/tests.txt"
     status=1
   fi
+  # FP8 training (issue 44 item 4). fp8-mixed on the README's default run, its step as a CUDA
+  # graph against eager steps: the scales' update runs on the device, so the logged losses must
+  # agree bit for bit. With FT_GPU_FP8_CURVE=1 also a gpt2-124m-shaped model (768 wide, 12 layers,
+  # 12 heads, context 1024, batch 16) on the char task for 300 steps: fp8-mixed (seed 0) against
+  # bf16-mixed with seeds 0 and 1; fp8's final validation loss must be within twice the two bf16
+  # runs' difference (+ 0.01) of bf16's seed 0 (fp8.txt).
+  : >"$out/fp8.txt"
+  train_losses_of() { awk -F, '$3 == "train" { printf "%s ", $4 } END { print "" }' "$1/metrics.csv"; }
+  for graphs in true false; do
+    rm -rf /tmp/ft-fp8-$graphs
+    (cd /tmp && timeout 120 "$bin/fasttrain" train --device cuda --precision fp8-mixed --max-steps 300 \
+      --cuda-graphs $graphs --run-dir /tmp/ft-fp8-$graphs) >>"$out/fp8.txt" 2>&1 ||
+      { echo "gpu-check: fp8-mixed training (--cuda-graphs $graphs) failed" | tee -a "$out/fp8.txt"; status=1; }
+  done
+  if [ "$(train_losses_of /tmp/ft-fp8-true)" = "$(train_losses_of /tmp/ft-fp8-false)" ] &&
+    [ -n "$(train_losses_of /tmp/ft-fp8-true | tr -d ' ')" ]; then
+    echo "fp8-mixed: graph and eager losses identical: $(train_losses_of /tmp/ft-fp8-true | cut -c1-80)" >>"$out/fp8.txt"
+  else
+    echo "fp8-mixed: graph and eager losses differ (or none logged)" >>"$out/fp8.txt"
+    status=1
+  fi
+  if [ -n "${FT_GPU_FP8_CURVE:-}" ]; then
+    gpt2="train --device cuda --dim 768 --layers 12 --heads 12 --context 1024 --batch-size 16 --max-steps 300 \
+--train-chars 4000000 --val-chars 200000 --eval-every 300 --eval-batches 20 --log-every-n-steps 50"
+    for run in fp8-mixed:0 bf16-mixed:0 bf16-mixed:1; do
+      IFS=: read -r p seed <<<"$run"
+      rm -rf /tmp/ft-curve-$p-$seed
+      (cd /tmp && timeout 300 "$bin/fasttrain" $gpt2 --precision $p --seed $seed --run-dir /tmp/ft-curve-$p-$seed \
+        >>"$out/fp8.txt" 2>&1) || { echo "gpu-check: the $p seed $seed curve run failed" | tee -a "$out/fp8.txt"; status=1; }
+      echo "$p seed $seed train losses: $(train_losses_of /tmp/ft-curve-$p-$seed)" >>"$out/fp8.txt"
+    done
+    val() { awk -F, '$3 == "val" { v = $4 } END { print v }' "/tmp/ft-curve-$1/metrics.csv"; }
+    awk -v f="$(val fp8-mixed-0)" -v a="$(val bf16-mixed-0)" -v b="$(val bf16-mixed-1)" 'BEGIN {
+      noise = a - b; if (noise < 0) noise = -noise; d = f - a; if (d < 0) d = -d
+      printf "fp8 curve: val loss fp8 %s, bf16 %s (seed 1: %s): |fp8 - bf16| %.4f, allowed %.4f\n", f, a, b, d, 2 * noise + 0.01
+      exit !(f != "" && d <= 2 * noise + 0.01) }' >>"$out/fp8.txt" || status=1
+  fi
+  grep -E "^fp8|gpu-check" "$out/fp8.txt" >>"$out/tests.txt"
   # A skip here means the binary saw no GPU, which on this machine is a failure.
   grep -q "no CUDA device" "$out/tests.txt" && { echo "gpu-check: CUDA tests were skipped: no GPU seen"; status=1; }
 fi
@@ -248,6 +289,20 @@ for line in sys.stdin:
     # The oneDNN kernels behind that row (AMX tiles or not, reorders, reference kernels).
     OMP_NUM_THREADS=2 scripts/onednn-summary.sh --top 15 -- "$bin/fasttrain" bench --workload "$w" \
       --precision "${p:-bf16}" --threads 2 --steps 1 --warmup 1 >>"$out/bench.txt" 2>&1
+  done
+  # FP8's speed (FT_GPU_FP8_ROWS="gpt2-124m:16 ..."): fasttrain's bf16 and fp8 steps alternately,
+  # two rounds each, CUDA graphs on; the PyTorch peer has no FP8 row (BENCH.md's workloads).
+  for row in ${FT_GPU_FP8_ROWS:-}; do
+    IFS=: read -r w b <<<"$row"
+    for round in 1 2; do
+      for p in bf16 fp8; do
+        ft=$("$bin/fasttrain" bench --device cuda --workload "$w" --precision $p --batch "$b" --steps 20 --warmup 5 \
+          --cuda-graphs 2>/dev/null | tail -1)
+        printf '%s\n' "$ft" >>"$out/bench.jsonl"
+        echo "fp8 speed $w batch $b round $round $p: $(ms "$ft") ms, reserved $(field reserved_mb "$ft") MiB" \
+          >>"$out/bench.txt"
+      done
+    done
   done
   # The Trainer on the GPU: the README's default run, shortened, eagerly and with its step as a
   # CUDA graph (the losses must agree, bit for bit).

@@ -416,21 +416,31 @@ TEST(Trainer, ChannelsLastTrainsTheSameModelAndResumes) {
   for (const auto& d : {c.run_dir, cl.run_dir, resumed.run_dir}) fs::remove_all(d);
 }
 
+// Also under fp8-mixed: the recomputation runs in the forward's FP8 region with the same scales.
 TEST(Trainer, CheckpointBlocksGivesTheSameLosses) {
+  for (Precision p : {Precision::FP32, Precision::FP8Mixed}) {
+    SCOPED_TRACE(precision_name(p));
+    TrainerConfig c = tiny_char(temp_dir("ckblocks_a"));
+    c.model.layers = 2;
+    c.model.dropout = 0.1;
+    c.precision.mode = p;
+    TrainerConfig cb = c;
+    cb.run_dir = temp_dir("ckblocks_b");
+    cb.precision.checkpoint_blocks = true;
+    // One after the other: a Trainer seeds the process-wide dropout stream when it is built.
+    test::BuiltinRun a(c);
+    a.fit();
+    test::BuiltinRun b(cb);
+    b.fit();
+    ASSERT_EQ(a.history().size(), b.history().size());
+    for (size_t k = 0; k < a.history().size(); ++k)
+      EXPECT_EQ(a.history()[k].loss, b.history()[k].loss);  // the recompute replays the same dropout masks
+    fs::remove_all(c.run_dir);
+    fs::remove_all(cb.run_dir);
+  }
   TrainerConfig c = tiny_char(temp_dir("ckblocks_a"));
-  c.model.layers = 2;
-  c.model.dropout = 0.1;
   TrainerConfig cb = c;
   cb.run_dir = temp_dir("ckblocks_b");
-  cb.precision.checkpoint_blocks = true;
-  // One after the other: a Trainer seeds the process-wide dropout stream when it is built.
-  test::BuiltinRun a(c);
-  a.fit();
-  test::BuiltinRun b(cb);
-  b.fit();
-  ASSERT_EQ(a.history().size(), b.history().size());
-  for (size_t k = 0; k < a.history().size(); ++k)
-    EXPECT_EQ(a.history()[k].loss, b.history()[k].loss);  // the recompute replays the same dropout masks
   TrainerConfig bad = tiny_images(temp_dir("ckblocks_images"));
   bad.precision.checkpoint_blocks = true;
   test::expect_error([&] { test::BuiltinRun(bad).fit(); }, "expected a model with checkpointable blocks");

@@ -5,6 +5,7 @@
 #include "fasttrain/activation_checkpoint.h"
 
 #include "fasttrain/autocast.h"
+#include "fasttrain/fp8.h"
 #include "fasttrain/autograd.h"
 #include "fasttrain/random.h"
 
@@ -23,6 +24,8 @@ struct CheckpointState {
   GeneratorState rng;
   bool autocast_enabled;
   DType autocast_dtype;
+  const Fp8Recipe* fp8 = nullptr;  // the forward's FP8 region (its recipe outlives the step's backward)
+  Fp8Recipe fp8_recipe;
 };
 
 // Puts the default generator at `s` for the recomputation and back where it was afterwards, so
@@ -73,6 +76,7 @@ std::vector<Tensor> checkpoint_backward(const CheckpointState& st, std::vector<T
   {
     GeneratorStateGuard rng(st.rng);
     autocast::AutocastGuard ac(st.autocast_dtype, st.autocast_enabled);
+    Fp8Autocast fp8(st.fp8_recipe, st.fp8 != nullptr);  // FP8 layers quantize as the forward did
     RecomputingGuard recomputing;
     EnableGradGuard grad_on;  // the engine runs nodes under NoGrad
     outs = st.fn(leaves);
@@ -122,6 +126,8 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   st->rng = default_generator().state();
   st->autocast_enabled = autocast::enabled();
   st->autocast_dtype = autocast::lowp_dtype();
+  st->fp8 = fp8_autocast_recipe();
+  if (st->fp8 != nullptr) st->fp8_recipe = *st->fp8;
 
   std::vector<Tensor> outputs;
   {

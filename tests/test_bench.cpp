@@ -239,8 +239,8 @@ TEST(Bench, RejectsBadOptionsWithClearMessages) {
   expect_error([&] { bench::make_workload("resnet9", 0, gen); },
                "unknown workload 'resnet9' (expected one of: mlp, cnn-mini, gpt-mini, gpt2-124m, resnet50, llama-mini, "
                "smollm-135m)");
-  expect_error([&] { train::precision_from_name("fp8"); },
-               "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
+  expect_error([&] { train::precision_from_name("fp4"); },
+               "precision: expected 32, tf32, bf16-mixed, fp16-mixed, bf16-true or fp8-mixed");
   bench::BenchOptions o;
   o.workload = "mlp";
   o.steps = 0;

@@ -90,7 +90,7 @@ TEST(Cli, TrainHelpDocumentsEveryOption) {
 TEST(Cli, BadInputGivesOneMessageAndExitCode2) {
   expect_error("train --bogus 1", "--bogus");
   expect_error("train --batch-size -3", "option batch_size: expected at least 1 (or auto), found -3");
-  expect_error("train --precision fp8", "precision: expected 32, tf32, bf16-mixed, fp16-mixed or bf16-true");
+  expect_error("train --precision fp4", "precision: expected 32, tf32, bf16-mixed, fp16-mixed, bf16-true or fp8-mixed");
   expect_error("train --optimizer lion", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'lion'");
   expect_error("train --gradient-clip-algorithm max",
                "option gradient_clip_algorithm: expected norm or value, found 'max'");

@@ -133,7 +133,7 @@ TEST(TrainerConfig, ValidateNamesTheOption) {
   bad_name("optimizer", "lion", "option optimizer: expected adamw, adam, sgd, lamb or lars");
   bad_name("optimizer", "Adam", "option optimizer: expected adamw, adam, sgd, lamb or lars, found 'Adam'");
   bad_name("gradient_clip_algorithm", "max", "option gradient_clip_algorithm: expected norm or value, found 'max'");
-  bad_name("precision", "fp8", "option precision: expected 32, tf32");
+  bad_name("precision", "fp4", "option precision: expected 32, tf32");
   bad([](TrainerConfig& c) { *c.schedule.min_lr() = 1; }, "option min_lr");
   bad(
       [](TrainerConfig& c) {

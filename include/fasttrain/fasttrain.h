@@ -25,6 +25,7 @@
 // Models (their Hugging Face folders, generation with a key/value cache), optimizers, learning-rate
 // schedules and mixed precision.
 #include "fasttrain/amp.h"
+#include "fasttrain/fp8.h"
 #include "fasttrain/generation.h"
 #include "fasttrain/hf_folder.h"
 #include "fasttrain/kv_cache.h"

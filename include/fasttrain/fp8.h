@@ -84,8 +84,6 @@ struct Fp8Codes {
 };
 Fp8Codes fp8_quantize(const Tensor& x, Fp8Format format, const Tensor& scale, const Tensor& amax,
                       bool with_transposed = false);
-// The values the codes stand for, unscaled: decode(codes) * scale_inv, as f32.
-Tensor fp8_dequantize(const Tensor& codes, Fp8Format format, const Tensor& scale_inv);
 // out [M, N] = (a [M, K] b [N, K]^T) * a_scale_inv * b_scale_inv (+ bias [N]) in `out_dtype`
 // (f32 or bf16), from codes a and b (U8, dense, K a multiple of 16 on a GPU).
 Tensor fp8_matmul(const Tensor& a, Fp8Format fa, const Tensor& a_scale_inv, const Tensor& b, Fp8Format fb,

@@ -5,8 +5,8 @@
 #include "fasttrain/activation_checkpoint.h"
 
 #include "fasttrain/autocast.h"
-#include "fasttrain/fp8.h"
 #include "fasttrain/autograd.h"
+#include "fasttrain/fp8.h"
 #include "fasttrain/random.h"
 
 namespace ft::autograd {

@@ -5,7 +5,6 @@
 #include <iterator>
 #include <map>
 
-#include "backend/fp8_math.h"
 #include "backend/kernels.h"
 #include "core/name_table.h"
 #include "fasttrain/autocast.h"
@@ -108,19 +107,6 @@ Fp8Codes fp8_quantize(const Tensor& x, Fp8Format format, const Tensor& scale, co
   Fp8Codes out{empty({x.size(0), x.size(1)}, u8), with_transposed ? empty({x.size(1), x.size(0)}, u8) : Tensor()};
   kernels(x).fp8_quantize(rows, format, scale, amax, out.codes, out.transposed);
   return out;
-}
-
-Tensor fp8_dequantize(const Tensor& codes, Fp8Format format, const Tensor& scale_inv) {
-  check_codes(codes, "fp8_dequantize", "codes");
-  check_scalar_f32(scale_inv, codes, "fp8_dequantize", "scale_inv");
-  // On the host (a check and test helper, not a training path), through the kernels' own decoding.
-  const Tensor host = codes.to(Device::cpu());
-  Tensor out = empty(codes.shape(), TensorOptions(DType::F32, Device::cpu()));
-  const uint8_t* c = static_cast<const uint8_t*>(host.raw_data());
-  float* o = out.data<float>();
-  const float s = scale_inv.to(Device::cpu()).data<float>()[0];
-  for (int64_t i = 0; i < codes.numel(); ++i) o[i] = math::fp8_decode(c[i], format) * s;
-  return out.to(codes.device());
 }
 
 Tensor fp8_matmul(const Tensor& a, Fp8Format fa, const Tensor& a_scale_inv, const Tensor& b, Fp8Format fb,

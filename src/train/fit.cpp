@@ -173,8 +173,9 @@ struct Trainer::Run {
                      std::to_string(c.accumulate));
     if (!t.batch_size_report_.empty()) progress->note(t.batch_size_report_);
     if (c.precision.mode == Precision::FP8Mixed && im.device.is_cpu())
-      progress->note("fp8-mixed on the CPU: the FP8 products are emulated (8-bit values decoded to f32), for "
-                     "checking a recipe; expect an f32 step's speed, not FP8's");
+      progress->note(
+          "fp8-mixed on the CPU: the FP8 products are emulated (8-bit values decoded to f32), for "
+          "checking a recipe; expect an f32 step's speed, not FP8's");
   }
 
   // Whether the loop goes on: steps left, no early stop, and (a stream with max_epochs) epochs left.

@@ -37,5 +37,7 @@ void check_lt(cublasStatus_t st, const char* what);
 inline constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
 cublasLtHandle_t lt_handle(int device);
 void* lt_workspace(int device, cudaStream_t stream);
+// A heuristic preference allowing that workspace (the caller destroys it).
+cublasLtMatmulPreference_t lt_workspace_preference();
 
 }  // namespace ft::cuda

@@ -75,12 +75,7 @@ const Fp8Plan& plan_for(const Fp8Problem& p) {
   plan.a = layout(fp8_type(p.fb), p.K, p.N, p.K);  // our b, [K, N] column-major, transposed by op
   plan.b = layout(fp8_type(p.fa), p.K, p.M, p.K);  // our a, [K, M] column-major
   plan.d = layout(out_type(p.out), p.N, p.M, p.N);
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublaslt().cublasLtMatmulPreferenceCreate(&pref), "fp8 preference");
-  const uint64_t ws = kLtWorkspaceBytes;
-  check_lt(
-      cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-      "fp8 workspace preference");
+  cublasLtMatmulPreference_t pref = lt_workspace_preference();
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st = cublaslt().cublasLtMatmulAlgoGetHeuristic(lt_handle(p.device), plan.op, plan.a, plan.b,

@@ -59,6 +59,16 @@ DeviceState& device_state(int device) {
 
 cublasLtHandle_t lt_handle(int device) { return device_state(device).handle; }
 
+cublasLtMatmulPreference_t lt_workspace_preference() {
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublaslt().cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const uint64_t ws = kLtWorkspaceBytes;
+  check_lt(
+      cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+      "workspace preference");
+  return pref;
+}
+
 void* lt_workspace(int device, cudaStream_t stream) {
   static std::mutex mu;
   DeviceState& s = device_state(device);
@@ -201,12 +211,7 @@ const Plan& plan_for(const Problem& p, int device) {
                      : layout(type, p.k, p.n, p.ldb, p.batch, p.stride_b);
   plan.c = layout(type, p.m, p.n, p.ldc, p.batch, p.stride_c);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublaslt().cublasLtMatmulPreferenceCreate(&pref), "preference");
-  const uint64_t ws = kLtWorkspaceBytes;
-  check_lt(
-      cublaslt().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-      "workspace preference");
+  cublasLtMatmulPreference_t pref = lt_workspace_preference();
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b},

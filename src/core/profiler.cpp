@@ -122,7 +122,10 @@ void emit(std::string name, const char* category, int64_t start_ns, const detail
         continue;
       }
       s.shapes += '[';
-      for (size_t i = 0; i < t.shape.size(); ++i) s.shapes += (i ? "," : "") + std::to_string(t.shape[i]);
+      for (size_t i = 0; i < t.shape.size(); ++i) {
+        if (i) s.shapes += ',';
+        s.shapes += std::to_string(t.shape[i]);  // appended, not "," + ...: GCC 12 warns falsely (-Wrestrict) there
+      }
       s.shapes += ']';
       s.dtypes += dtype_name(t.dtype);
       s.bytes += static_cast<double>(t.nbytes);

@@ -26,17 +26,20 @@ static_assert(std::size(kAmaxAlgoNames) == kFp8AmaxAlgoCount &&
 
 thread_local const Fp8Recipe* t_recipe = nullptr;
 
+// "f32 [3]", or "none".
+std::string describe(const Tensor& t) {
+  return t.defined() ? detail::concat(dtype_name(t.dtype()), " ", t.shape().str()) : std::string("none");
+}
+
 void check_scalar_f32(const Tensor& t, const Tensor& x, const char* op, const char* what) {
   FT_CHECK(t.defined() && t.dtype() == DType::F32 && t.numel() == 1, op, ": ", what,
-           " must be an f32 tensor of one element, found ",
-           t.defined() ? dtype_name(t.dtype()) + std::string(" ") + t.shape().str() : std::string("none"));
+           " must be an f32 tensor of one element, found ", describe(t));
   FT_CHECK(t.device() == x.device(), op, ": ", what, " is on ", t.device().str(), ", the data on ", x.device().str());
 }
 
 void check_codes(const Tensor& t, const char* op, const char* what) {
   FT_CHECK(t.defined() && t.dtype() == DType::U8 && t.dim() == 2 && t.is_contiguous(), op, ": ", what,
-           " must be dense 2-d u8 codes, found ",
-           t.defined() ? dtype_name(t.dtype()) + std::string(" ") + t.shape().str() : std::string("none"));
+           " must be dense 2-d u8 codes, found ", describe(t));
 }
 
 // The dtypes an FP8 product writes (cuBLASLt's FP8 outputs this engine uses).

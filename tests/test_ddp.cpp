@@ -288,24 +288,29 @@ TEST(Ddp, TheProgramTrainsAndResumesUnderMpirunAndOnlyRankZeroReports) {
 // fp8-mixed under DDP: the ranks quantize different micro-batches, so their amaxes differ; they
 // agree on the maximum before every scale update (GradSync::agree_fp8_amax), which is what lets
 // both ranks resume from rank 0's checkpointed scales and continue exactly.
+// The same under ZeRO stage 3 (its own GradSync).
 TEST(Ddp, Fp8ReplicasAgreeOnTheirScalesAndResumeExactly) {
-  const std::string dir = test::scratch_dir("ddp", "fp8");
-  const std::string flags =
-      " train --precision fp8-mixed --fp8-amax-history 4 --max-steps 6 --batch-size 4 --context 16 --layers 1 "
-      "--dim 32 --heads 2 --train-chars 20000 --val-chars 4000 --eval-every 6 --eval-batches 2 "
-      "--log-every-n-steps 1 --checkpoint-every 3 --threads 1 --run-dir ";
-  const test::CliRun r = run_command(mpirun(2) + FT_CLI_PATH + flags + dir);
-  ASSERT_EQ(r.code, 0) << r.output;
-  const std::string resumed = dir + "_resumed";
-  const test::CliRun again =
-      run_command(mpirun(2) + FT_CLI_PATH + flags + resumed + " --resume " + dir + "/checkpoints/step-00000003");
-  ASSERT_EQ(again.code, 0) << again.output;
-  const std::vector<double> all = train_losses(dir), tail = train_losses(resumed);
-  ASSERT_EQ(all.size(), 6u);
-  ASSERT_EQ(tail.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(tail[i], all[i + 3]) << "step " << i + 4;
-  fs::remove_all(resumed);
-  fs::remove_all(dir);
+  for (const char* strategy : {"ddp", "zero3"}) {
+    SCOPED_TRACE(strategy);
+    const std::string dir = test::scratch_dir("ddp", std::string("fp8_") + strategy);
+    const std::string flags =
+        std::string(" train --strategy ") + strategy +
+        " --precision fp8-mixed --fp8-amax-history 4 --max-steps 6 --batch-size 4 --context 16 --layers 1 "
+        "--dim 32 --heads 2 --train-chars 20000 --val-chars 4000 --eval-every 6 --eval-batches 2 "
+        "--log-every-n-steps 1 --checkpoint-every 3 --threads 1 --run-dir ";
+    const test::CliRun r = run_command(mpirun(2) + FT_CLI_PATH + flags + dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::string resumed = dir + "_resumed";
+    const test::CliRun again =
+        run_command(mpirun(2) + FT_CLI_PATH + flags + resumed + " --resume " + dir + "/checkpoints/step-00000003");
+    ASSERT_EQ(again.code, 0) << again.output;
+    const std::vector<double> all = train_losses(dir), tail = train_losses(resumed);
+    ASSERT_EQ(all.size(), 6u);
+    ASSERT_EQ(tail.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(tail[i], all[i + 3]) << "step " << i + 4;
+    fs::remove_all(resumed);
+    fs::remove_all(dir);
+  }
 }
 
 // One process: DDP over a world of one changes nothing, and its buckets follow the caps.

@@ -48,7 +48,12 @@ struct Fp8Recipe {
   int amax_history_len = 1024;  // Transformer Engine's default
   Fp8AmaxAlgo amax_algo = Fp8AmaxAlgo::Max;
 };
-// Throws ft::Error naming the field when the recipe cannot be used (history 1..4096, margin >= 0).
+// The recipe's limits: the CUDA update kernel holds a history row in shared memory (4096 f32 =
+// 16 KiB), and a margin past 64 would scale every value into the subnormals.
+inline constexpr int kFp8MaxAmaxHistory = 4096;
+inline constexpr int kFp8MaxMargin = 64;
+// Throws ft::Error naming the field when the recipe cannot be used (history 1..kFp8MaxAmaxHistory,
+// margin 0..kFp8MaxMargin).
 void check_fp8_recipe(const Fp8Recipe& r);
 
 // The tensor roles of an FP8 linear layer, the rows of its state.

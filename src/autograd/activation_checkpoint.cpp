@@ -1,8 +1,10 @@
 // Activation checkpointing: the forward runs fn without recording it and keeps only the inputs;
 // one node stands for the whole of fn, and its backward re-runs fn with grad enabled, under the
-// forward's random-number and autocast state, and backpropagates through that recomputation with
+// forward's random-number, autocast and FP8 state, and backpropagates through that recomputation with
 // a nested engine pass (autograd::nested_backward).
 #include "fasttrain/activation_checkpoint.h"
+
+#include <optional>
 
 #include "fasttrain/autocast.h"
 #include "fasttrain/autograd.h"
@@ -24,8 +26,7 @@ struct CheckpointState {
   GeneratorState rng;
   bool autocast_enabled;
   DType autocast_dtype;
-  const Fp8Recipe* fp8 = nullptr;  // the forward's FP8 region (its recipe outlives the step's backward)
-  Fp8Recipe fp8_recipe;
+  std::optional<Fp8Recipe> fp8;  // the forward's FP8 region, copied (its guard is gone by backward)
 };
 
 // Puts the default generator at `s` for the recomputation and back where it was afterwards, so
@@ -76,7 +77,7 @@ std::vector<Tensor> checkpoint_backward(const CheckpointState& st, std::vector<T
   {
     GeneratorStateGuard rng(st.rng);
     autocast::AutocastGuard ac(st.autocast_dtype, st.autocast_enabled);
-    Fp8Autocast fp8(st.fp8_recipe, st.fp8 != nullptr);  // FP8 layers quantize as the forward did
+    Fp8Autocast fp8(st.fp8.value_or(Fp8Recipe{}), st.fp8.has_value());  // FP8 layers quantize as the forward did
     RecomputingGuard recomputing;
     EnableGradGuard grad_on;  // the engine runs nodes under NoGrad
     outs = st.fn(leaves);
@@ -126,8 +127,7 @@ std::vector<Tensor> checkpoint(const CheckpointFn& fn, const std::vector<Tensor>
   st->rng = default_generator().state();
   st->autocast_enabled = autocast::enabled();
   st->autocast_dtype = autocast::lowp_dtype();
-  st->fp8 = fp8_autocast_recipe();
-  if (st->fp8 != nullptr) st->fp8_recipe = *st->fp8;
+  if (const Fp8Recipe* r = fp8_autocast_recipe()) st->fp8 = *r;
 
   std::vector<Tensor> outputs;
   {

@@ -66,9 +66,10 @@ std::span<const NamedValue<Fp8AmaxAlgo>> option_names(Fp8AmaxAlgo) { return kAma
 const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 
 void check_fp8_recipe(const Fp8Recipe& r) {
-  FT_CHECK(r.amax_history_len >= 1 && r.amax_history_len <= 4096,
-           "fp8 recipe: amax_history_len must be 1..4096, found ", r.amax_history_len);
-  FT_CHECK(r.margin >= 0 && r.margin <= 64, "fp8 recipe: margin must be 0..64, found ", r.margin);
+  FT_CHECK(r.amax_history_len >= 1 && r.amax_history_len <= kFp8MaxAmaxHistory,
+           "fp8 recipe: amax_history_len must be 1..", kFp8MaxAmaxHistory, ", found ", r.amax_history_len);
+  FT_CHECK(r.margin >= 0 && r.margin <= kFp8MaxMargin, "fp8 recipe: margin must be 0..", kFp8MaxMargin, ", found ",
+           r.margin);
 }
 
 bool fp8_linear_shape_ok(int64_t in_features, int64_t out_features) {

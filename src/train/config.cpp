@@ -132,9 +132,10 @@ void check_pipeline_options(const TrainerConfig& c) {
 // linear layers are their own modules, and the pipeline schedule runs the forward itself).
 void check_fp8_options(const TrainerConfig& c) {
   const PrecisionOptions& p = c.precision;
-  FT_CHECK(p.fp8_amax_history >= 1 && p.fp8_amax_history <= 4096,
-           "option fp8_amax_history: expected 1 to 4096 steps, found ", p.fp8_amax_history);
-  FT_CHECK(p.fp8_margin >= 0 && p.fp8_margin <= 64, "option fp8_margin: expected 0 to 64, found ", p.fp8_margin);
+  FT_CHECK(p.fp8_amax_history >= 1 && p.fp8_amax_history <= kFp8MaxAmaxHistory,
+           "option fp8_amax_history: expected 1 to ", kFp8MaxAmaxHistory, " steps, found ", p.fp8_amax_history);
+  FT_CHECK(p.fp8_margin >= 0 && p.fp8_margin <= kFp8MaxMargin, "option fp8_margin: expected 0 to ", kFp8MaxMargin,
+           ", found ", p.fp8_margin);
   if (p.mode != Precision::FP8Mixed) return;
   FT_CHECK(c.dist.tp == 1 && c.dist.pp == 1, "option precision: fp8-mixed is not built for tensor or pipeline ",
            "parallelism (found tp = ", c.dist.tp, ", pp = ", c.dist.pp, "); use bf16-mixed there");

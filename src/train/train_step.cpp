@@ -180,12 +180,13 @@ void StepRunner::optimizer_step() {
   if (sync_ != nullptr) sync_->after_step();
   // FP8's delayed scales: this step's amaxes enter the histories, the next step's scales follow.
   if (options_.precision == Precision::FP8Mixed) {
+    const auto states = fp8_states(model_);  // one walk of the module tree per step
     if (sync_ != nullptr) {
       std::vector<Tensor> amaxes;
-      for (const auto& [name, state] : fp8_states(model_)) amaxes.push_back(state->amax);
+      for (const auto& [name, state] : states) amaxes.push_back(state->amax);
       sync_->agree_fp8_amax(amaxes);
     }
-    fp8_update_scales(model_, options_.fp8);
+    for (const auto& [name, state] : states) state->update_scales(options_.fp8);
   }
 }
 

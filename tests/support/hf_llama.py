@@ -34,7 +34,8 @@ cat(freqs, freqs), Llama 3's frequency scaling, grouped-query attention by repea
       clip_grad_norm_(CLIP), AdamW (lr LR, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the
       matrices, none on the norms' weights, as Hugging Face's Trainer groups them). Writes OUT:
       "losses" and "grad_norms" (before clipping) per step, and "logits" of the trained model on
-      the ids in f32.
+      the ids in f32; under bf16-mixed also "logits_f32", those of the same run in f32 (the scale
+      of bf16's own drift, against which the test measures fasttrain's).
 Exits with status 77 when torch is not installed.
 """
 import math
@@ -278,10 +279,9 @@ def run(folder_path, ids_path, out, max_bytes):
     safetensors_torch.write(out, {"logits": logits}, {})
 
 
-def train(folder_path, batch_path, steps, lr, clip, precision, out):
+def trained(folder_path, ids, targets, steps, lr, clip, precision):
+    """(losses, grad_norms, logits of the trained model on ids in f32) after STEPS steps."""
     model, _, _ = load_folder(folder_path)
-    batch = safetensors_torch.read(batch_path, verify=False)[0]
-    ids, targets = batch["ids"], batch["targets"]
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     norms = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": norms, "weight_decay": 0.0}],
@@ -298,9 +298,18 @@ def train(folder_path, batch_path, steps, lr, clip, precision, out):
         losses.append(float(loss))
     with torch.no_grad():
         logits = model(ids)
-    safetensors_torch.write(out, {"losses": torch.tensor(losses, dtype=torch.float64),
-                                  "grad_norms": torch.tensor(grad_norms, dtype=torch.float64),
-                                  "logits": logits}, {})
+    return losses, grad_norms, logits
+
+
+def train(folder_path, batch_path, steps, lr, clip, precision, out):
+    batch = safetensors_torch.read(batch_path, verify=False)[0]
+    ids, targets = batch["ids"], batch["targets"]
+    losses, grad_norms, logits = trained(folder_path, ids, targets, steps, lr, clip, precision)
+    tensors = {"losses": torch.tensor(losses, dtype=torch.float64),
+               "grad_norms": torch.tensor(grad_norms, dtype=torch.float64), "logits": logits}
+    if precision != "fp32":  # the same run in f32: how far this precision's roundings carry the model
+        tensors["logits_f32"] = trained(folder_path, ids, targets, steps, lr, clip, "fp32")[2]
+    safetensors_torch.write(out, tensors, {})
 
 
 def model_args(a):

@@ -211,9 +211,10 @@ void expect_llama_trains_as_hugging_face(const LlamaRun& run) {
     // the largest and in the root-mean-square difference; a wrong gradient or rounding anywhere
     // moves the logits by far more than bf16 does.
     const LogitDrift ours_drift = drift(ours, theirs), bf16_drift = drift(theirs, test::named(torch, "logits_f32"));
-    std::printf("%s: trained logits against PyTorch's bf16 run: largest %.4f, rms %.5f; PyTorch bf16 against f32: "
-                "largest %.4f, rms %.5f\n",
-                run.name, ours_drift.max, ours_drift.rms, bf16_drift.max, bf16_drift.rms);
+    std::printf(
+        "%s: trained logits against PyTorch's bf16 run: largest %.4f, rms %.5f; PyTorch bf16 against f32: "
+        "largest %.4f, rms %.5f\n",
+        run.name, ours_drift.max, ours_drift.rms, bf16_drift.max, bf16_drift.rms);
     EXPECT_LE(ours_drift.max, 2 * bf16_drift.max) << run.name << ": the trained models' largest logit difference";
     EXPECT_LE(ours_drift.rms, 2 * bf16_drift.rms) << run.name << ": the trained models' rms logit difference";
   }

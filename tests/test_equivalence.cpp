@@ -207,9 +207,9 @@ void expect_llama_trains_as_hugging_face(const LlamaRun& run) {
     // through 4 layers and 20 updates), by an amount that depends on the kernels' summation
     // orders, which differ between CPUs (a fixed 0.15 held on one machine and missed by 0.005 at
     // one logit of 256,000 on another). The scale is PyTorch's own: its bf16 run against its f32
-    // run from the same start. fasttrain's bf16 run must stay as close to PyTorch's as that, in
-    // the largest and in the root-mean-square difference; a wrong gradient or rounding anywhere
-    // moves the logits by far more than bf16 does.
+    // run from the same start. fasttrain's bf16 run must stay within twice that of PyTorch's (two
+    // runs that each drift that far from f32 may differ by up to twice it), in the largest and in
+    // the root-mean-square difference; a wrong gradient or rounding moves the logits much further.
     const LogitDrift ours_drift = drift(ours, theirs), bf16_drift = drift(theirs, test::named(torch, "logits_f32"));
     std::printf(
         "%s: trained logits against PyTorch's bf16 run: largest %.4f, rms %.5f; PyTorch bf16 against f32: "

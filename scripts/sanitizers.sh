@@ -25,8 +25,9 @@
 #    with PyTorch, the multi-rank jobs that train a layout family again with another model or
 #    option, and the two Bench cases that step whole BENCH.md workloads. Their point is numbers
 #    after many steps, which the release run checks; their code is the training loop, the
-#    communicator and the layouts, each of which the kept cases run under the sanitizers (one 20-step job per layout family: PipelineCli's GPT across every schedule,
-#    tp x pp, pp 4, dp x pp and resumption; TensorParallelCli's GPT and Llama at tp 2 and dp 2 x
+#    communicator and the layouts, each of which the kept cases run under the sanitizers (one
+#    20-step job per layout family: PipelineCli's GPT across every schedule, tp x pp, pp 4,
+#    dp x pp and resumption; TensorParallelCli's GPT and Llama at tp 2 and dp 2 x
 #    tp 2; Zero's every stage; the in-process tensor- and sequence-parallel cases; every failure
 #    and refusal case). Under ASan these 20 cases took 537 s of the run's 1373 s of test time.
 #

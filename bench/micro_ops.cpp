@@ -113,6 +113,16 @@ Bench make(const json& c, DType dt, const std::string& layout) {
                 return scaled_dot_product_attention(part(0), part(1), part(2), causal);
               }};
     }
+    if (c.value("bthd", false)) {
+      // As the Llama layers hand them over: q, k and v are [B, T, H, D] tensors (the projections'
+      // own layout, rotated in place) read through transposed [B, H, T, D] views.
+      const Shape qs = {c["B"], c["T"], c["H"], c["D"]};
+      const Shape ks = {c["B"], c["T"], c.value("Hkv", c["H"].get<int64_t>()), c["D"]};
+      return {{r(qs), r(ks), r(ks)}, [causal](const std::vector<Tensor>& in) {
+                return scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2),
+                                                    in[2].transpose(1, 2), causal);
+              }};
+    }
     // "Hkv": grouped-query attention (k and v with Hkv heads); "doc_len": the document mask of
     // windows packed with documents of about that many tokens (bench_doc_ids).
     const Shape kv = {c["B"], c.value("Hkv", c["H"].get<int64_t>()), c["T"], c["D"]};

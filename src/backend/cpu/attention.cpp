@@ -304,6 +304,19 @@ struct Operand {
   }
 };
 
+// The buffers of the kernels' tasks are kept per thread from call to call (ForwardScratch,
+// BackwardScratch: grown when a call needs more, never shrunk, contents left from the last call).
+// Made as std::vectors per call, the few hundred KiB a task needs (TransposedBlocks, the backward's
+// dK and dV sums) were mapped by malloc and unmapped on return every time: every page faulted
+// again, and every munmap of a multi-threaded process interrupts the other cores to drop its
+// pages from their TLBs. On the 2-core VM of docs/PERF.md that was about a tenth of smollm-135m's
+// whole training step.
+template <class E>
+E* at_least(std::vector<E>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
 // The rows of one (b, h) of an operand in one form (the compute type, or bf16 itself), made once
 // per (b, h) as they are first needed and then read as tiles: a task walks the same keys (the
 // forward's K and V) or queries (the backward's Q and dO) once per block of the other side, and
@@ -312,8 +325,10 @@ struct Operand {
 template <class T, class C>
 class RowsOf {
  public:
-  RowsOf(const Operand<T>& op, int64_t rows) : op_(op), in_place_(std::is_same_v<T, C> && op.sd == 1 && op.st >= op.D) {
-    if (!in_place_) buf_.resize(static_cast<size_t>(rows * op.D));
+  // `storage`: the thread's buffer for it (the scratch comment above), used when not in place.
+  RowsOf(const Operand<T>& op, int64_t rows, std::vector<C>& storage)
+      : op_(op), in_place_(std::is_same_v<T, C> && op.sd == 1 && op.st >= op.D) {
+    if (!in_place_) buf_ = at_least(storage, rows * op.D);
   }
 
   // Rows [t0, t0 + n) of (b, h) as a dense-row matrix; sets its leading dimension.
@@ -324,17 +339,17 @@ class RowsOf {
     }
     if (b != b_ || h != h_) b_ = b, h_ = h, done_ = 0;
     if (done_ < t0 + n) {
-      op_.template convert_rows<C>(b, h, done_, t0 + n - done_, buf_.data() + done_ * op_.D);
+      op_.template convert_rows<C>(b, h, done_, t0 + n - done_, buf_ + done_ * op_.D);
       done_ = t0 + n;
     }
     ld = op_.D;
-    return buf_.data() + t0 * op_.D;
+    return buf_ + t0 * op_.D;
   }
 
  private:
   const Operand<T>& op_;
   bool in_place_;
-  std::vector<C> buf_;
+  C* buf_ = nullptr;
   int64_t b_ = -1, h_ = -1, done_ = 0;
 };
 
@@ -345,10 +360,12 @@ class RowsOf {
 template <class T>
 class TransposedBlocks {
  public:
-  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used) : op_(op), T_(T_), bk_(bk) {
+  // `storage`: the thread's buffer for the blocks (the scratch comment above).
+  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, std::vector<float>& storage)
+      : op_(op), T_(T_), bk_(bk) {
     if (!used) return;
     nkb_ = (T_ + bk - 1) / bk;
-    buf_.resize(static_cast<size_t>(nkb_ * bk * op.D));
+    buf_ = at_least(storage, nkb_ * bk * op.D);
     made_.assign(static_cast<size_t>(nkb_), false);
   }
 
@@ -357,7 +374,7 @@ class TransposedBlocks {
       b_ = b, h_ = h;
       std::fill(made_.begin(), made_.end(), false);
     }
-    float* dst = buf_.data() + kb * bk_ * op_.D;
+    float* dst = buf_ + kb * bk_ * op_.D;
     if (!made_[kb]) {
       const int64_t k0 = kb * bk_, nk = std::min(bk_, T_ - k0), D = op_.D;
       const T* src = op_.row(b, h, k0);
@@ -374,9 +391,23 @@ class TransposedBlocks {
  private:
   const Operand<T>& op_;
   int64_t T_, bk_, nkb_ = 0;
-  std::vector<float> buf_;
+  float* buf_ = nullptr;
   std::vector<bool> made_;
   int64_t b_ = -1, h_ = -1;
+};
+
+// The forward's and the backward's per-thread buffers (the scratch comment above RowsOf).
+template <class T, class C>
+struct ForwardScratch {
+  std::vector<C> qbuf, s, acc, m, l, mult, kc, vc;
+  std::vector<float> lanes, kt;
+  std::vector<T> q16, k16;
+};
+template <class T, class C>
+struct BackwardScratch {
+  std::vector<C> kbuf, vbuf, P, Z, dS, M, dKacc, dVacc, dq_own, qc, doc;
+  std::vector<T> k16, v16, z16, q16, do16;
+  std::vector<float> kt, vt;
 };
 
 // Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
@@ -425,26 +456,33 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   const bool tiles16 = bf16_tile_products<T>();
   const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
-    const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
-    std::vector<C> qbuf(bq * D), s(bq * bk), acc(bq * D), m(bq), l(bq), mult(bk);
-    std::vector<float> lanes(fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
-    std::vector<T> q16(n16 * bq * D);
+    const int64_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
+    thread_local ForwardScratch<T, C> scratch;
+    ForwardScratch<T, C>& sc = scratch;
+    C* const qbuf = at_least(sc.qbuf, bq * D);
+    C* const s = at_least(sc.s, bq * bk);
+    C* const acc = at_least(sc.acc, bq * D);
+    C* const m = at_least(sc.m, bq);
+    C* const l = at_least(sc.l, bq);
+    C* const mult = at_least(sc.mult, bk);
+    float* const lanes = at_least(sc.lanes, fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
+    T* const q16 = at_least(sc.q16, n16 * bq * D);
     // K in the form Q K^T takes (transposed key blocks for attention_tiles.h), V in the compute
     // type (P V is f32 on both paths).
-    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk), Vc(V, Tk);
-    RowsOf<T, T> K16(K, tiles16 ? Tk : 0);
-    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16);
+    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk, sc.kc), Vc(V, Tk, sc.vc);
+    RowsOf<T, T> K16(K, tiles16 ? Tk : 0, sc.k16);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, sc.kt);
     for (int64_t t = t0; t < t1; ++t) {
       // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run (and the query
       // heads sharing a KV head, which are neighbours, meet its keys and values in one run too).
       const int64_t bh = t / nqb, qb = p.causal ? zigzag(t % nqb, nqb) : t % nqb, b = bh / H, h = bh % H;
       const int64_t hk = h / group;  // the KV head query head h reads
       const int64_t i0 = qb * bq, nq = std::min(bq, Tq - i0);
-      const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !tiles16, tiles16, qbuf.data(), q16.data());
-      std::fill(m.begin(), m.end(), kNegInf);
-      std::fill(l.begin(), l.end(), C(0));
-      std::fill(acc.begin(), acc.end(), C(0));
-      std::fill(lanes.begin(), lanes.end(), 0.0f);
+      const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !tiles16, tiles16, qbuf, q16);
+      std::fill(m, m + bq, kNegInf);
+      std::fill(l, l + bq, C(0));
+      std::fill(acc, acc + bq * D, C(0));
+      std::fill(lanes, lanes + (fast ? bq * 16 : 0), 0.0f);
       // Keys past the last query of the block are masked for every row: skip those blocks.
       const int64_t kend = p.causal ? std::min(Tk, i0 + nq) : Tk;
       // Document mask: the rows' first visible keys, non-decreasing, so keys before the first
@@ -466,7 +504,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         };
         if (tiles16) {
           Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
-          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s, bk);
         } else if constexpr (std::is_same_v<C, float>) {
           if (fast) {
             const float* kt = KT.block(b, hk, k0 / bk);
@@ -474,15 +512,15 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
               const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
               if (nc > 0)
                 avx512_product(false, r1 - r0, nc, D, scale, Qt.c + r0 * Qt.ldc, Qt.ldc, kt, bk, false,
-                               s.data() + r0 * bk, bk);
+                               s + r0 * bk, bk);
             }
           } else {
             Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
-            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+            tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s, bk);
           }
         } else {
           Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
-          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s.data(), bk);
+          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s, bk);
         }
         if (tiles16)  // the bf16 product is unscaled
           for (int64_t r = 0; r < nq; ++r)
@@ -490,7 +528,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         // Some row's document starts after k0 (the last row's start is the largest).
         const bool crosses_start = rs && rs[nq - 1] > k0;
         for (int64_t r = 0; r < nq; ++r) {
-          C* row = s.data() + r * bk;
+          C* row = s + r * bk;
           if (crosses_diagonal) {
             const int64_t valid = std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk);
             for (int64_t j = valid; j < nk; ++j) row[j] = kNegInf;
@@ -515,22 +553,22 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           m[r] = mx;
           if (dropout) {
             const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
-            dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult.data());
+            dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult);
             for (int64_t j = 0; j < nk; ++j) row[j] *= mult[j];
           }
           if (alpha != C(1)) {
-            C* a = acc.data() + r * D;
+            C* a = acc + r * D;
             for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
           }
         }
         // The tile's softmax step on AVX-512, 16 rows at a time (attention_tiles.h), then dropout.
         if constexpr (std::is_same_v<C, float>) {
           if (fast) {
-            attention_tiles::online_softmax_tile(s.data(), bk, nq, nk, m.data(), lanes.data(), acc.data(), D);
+            attention_tiles::online_softmax_tile(s, bk, nq, nk, m, lanes, acc, D);
             for (int64_t r = 0; dropout && r < nq; ++r) {
               const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
-              dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult.data());
-              C* row = s.data() + r * bk;
+              dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mult);
+              C* row = s + r * bk;
               for (int64_t j = 0; j < nk; ++j) row[j] *= mult[j];
             }
           }
@@ -540,21 +578,21 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             for (int64_t r0 = 0; r0 < nq; r0 += kDiagonalRows) {
               const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
               if (nc > 0)
-                avx512_product(false, r1 - r0, D, nc, 1.0f, s.data() + r0 * bk, bk, Vt.c, Vt.ldc, true,
-                               acc.data() + r0 * D, D);
+                avx512_product(false, r1 - r0, D, nc, 1.0f, s + r0 * bk, bk, Vt.c, Vt.ldc, true,
+                               acc + r0 * D, D);
             }
             continue;
           }
         }
-        tile_product(false, false, nq, D, nk, C(1), Tile<T, C>{s.data(), bk}, Vt, true, acc.data(), D);
+        tile_product(false, false, nq, D, nk, C(1), Tile<T, C>{s, bk}, Vt, true, acc, D);
       }
       if constexpr (std::is_same_v<C, float>) {
         if (fast)
-          for (int64_t r = 0; r < nq; ++r) l[r] = attention_tiles::lanes_sum(lanes.data() + r * 16);
+          for (int64_t r = 0; r < nq; ++r) l[r] = attention_tiles::lanes_sum(lanes + r * 16);
       }
       for (int64_t r = 0; r < nq; ++r) {
         const C inv = l[r] > 0 ? C(1) / l[r] : C(0);
-        const C* a = acc.data() + r * D;
+        const C* a = acc + r * D;
         T* o = O + (bh * Tq + i0 + r) * D;
         for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(a[d] * inv);
         if (O32) {
@@ -666,16 +704,27 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const bool tiles16 = bf16_tile_products<T>();
   const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, BHkv * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
-    const size_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
-    std::vector<C> kbuf(bk * D), vbuf(bk * D), P(bq * bk), Z(dropout ? bq * bk : 0), dS(bq * bk),
-        M(dropout ? bq * bk : 0), dKacc(Tk * D), dVacc(Tk * D), dq_own(own_dq ? Tq * D : 0);
-    std::vector<T> k16(n16 * bk * D), v16(n16 * bk * D), z16(n16 * bq * bk);
+    const int64_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
+    thread_local BackwardScratch<T, C> scratch;
+    BackwardScratch<T, C>& sc = scratch;
+    C* const kbuf = at_least(sc.kbuf, bk * D);
+    C* const vbuf = at_least(sc.vbuf, bk * D);
+    C* const P = at_least(sc.P, bq * bk);
+    C* const Z = at_least(sc.Z, dropout ? bq * bk : 0);
+    C* const dS = at_least(sc.dS, bq * bk);
+    C* const M = at_least(sc.M, dropout ? bq * bk : 0);
+    C* const dKacc = at_least(sc.dKacc, Tk * D);
+    C* const dVacc = at_least(sc.dVacc, Tk * D);
+    C* const dq_own = at_least(sc.dq_own, own_dq ? Tq * D : 0);
+    T* const k16 = at_least(sc.k16, n16 * bk * D);
+    T* const v16 = at_least(sc.v16, n16 * bk * D);
+    T* const z16 = at_least(sc.z16, n16 * bq * bk);
     // Q in the compute type (dK += dS^T Q) and, on the bf16 path, in bf16 (Q K^T); dO in the form
     // dV += Z^T dO and dO V^T take.
-    RowsOf<T, C> Qc(Q, Tq), dOc(dO, tiles16 ? 0 : Tq);
-    RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0), dO16(dO, tiles16 ? Tq : 0);
+    RowsOf<T, C> Qc(Q, Tq, sc.qc), dOc(dO, tiles16 ? 0 : Tq, sc.doc);
+    RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0, sc.q16), dO16(dO, tiles16 ? Tq : 0, sc.do16);
     // K and V transposed for Q K^T and dO V^T on attention_tiles.h.
-    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16), VT(V, Tk, bk, fast && !tiles16);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, sc.kt), VT(V, Tk, bk, fast && !tiles16, sc.vt);
     std::vector<int64_t> blocks;  // the key blocks of the task's group
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;
@@ -684,12 +733,12 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         if (group_of(kb) == g) blocks.push_back(kb);
       for (const int64_t kb : blocks) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
-        std::fill(dKacc.begin() + k0 * D, dKacc.begin() + (k0 + nk) * D, C(0));
-        std::fill(dVacc.begin() + k0 * D, dVacc.begin() + (k0 + nk) * D, C(0));
+        std::fill(dKacc + k0 * D, dKacc + (k0 + nk) * D, C(0));
+        std::fill(dVacc + k0 * D, dVacc + (k0 + nk) * D, C(0));
       }
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         const int64_t bh = b * H + h;
-        C* dqg = own_dq ? dq_own.data() : dq_group(g) + bh * Tq * D;
+        C* dqg = own_dq ? dq_own : dq_group(g) + bh * Tq * D;
         // Each task zeroes the dQ rows it sums into (its own rows, or its group's partial of this
         // head): every (group, head) pair is one task's, and zeroing them here, just before they
         // are summed into, keeps them in cache rather than a pass over all G partials first.
@@ -697,10 +746,10 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         for (const int64_t kb : blocks) {
           const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
           // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
-          const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf.data(), k16.data());
-          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16 && !fast, tiles16, vbuf.data(), v16.data());
-          C* dKa = dKacc.data() + k0 * D;
-          C* dVa = dVacc.data() + k0 * D;
+          const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf, k16);
+          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16 && !fast, tiles16, vbuf, v16);
+          C* dKa = dKacc + k0 * D;
+          C* dVa = dVacc + k0 * D;
           // Query rows before k0 see none of these keys: start at the block holding row k0.
           const int64_t qstart = p.causal ? (k0 / bq) * bq : 0;
           // Document mask: queries from the end of the last key's document on are in later
@@ -745,13 +794,13 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               }
             };
             if constexpr (std::is_same_v<C, float>) {
-              if (fast32) row_groups(scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), P.data());
+              if (fast32) row_groups(scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), P);
             }
-            if (!fast32) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P.data(), bk);
+            if (!fast32) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P, bk);
             // The bf16 product is unscaled: the scale goes into the exponent.
             const C pre = tiles16 ? scale : C(1);
             for (int64_t r = 0; r < nq; ++r) {
-              C* row = P.data() + r * bk;
+              C* row = P + r * bk;
               const C li = L[bh * Tq + i0 + r];
               // Visible keys of the row: [first, valid) of the block (the document's start to the diagonal).
               const int64_t valid = p.causal ? std::clamp<int64_t>(i0 + r - k0 + 1, 0, nk) : nk;
@@ -764,35 +813,35 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                 for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
               for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
               if (dropout) {
-                C* mr = M.data() + r * bk;
+                C* mr = M + r * bk;
                 const uint64_t idx0 = static_cast<uint64_t>((bh * Tq + i0 + r) * Tk + k0);
                 dropout_multipliers(p.philox.key, p.philox.base, idx0, nk, keep_prob, inv_keep, mr);
-                C* zr = Z.data() + r * bk;
+                C* zr = Z + r * bk;
                 for (int64_t j = 0; j < nk; ++j) zr[j] = row[j] * mr[j];
               }
             }
-            Tile<T, C> Zt{dropout ? Z.data() : P.data(), bk};
+            Tile<T, C> Zt{dropout ? Z : P, bk};
             if (tiles16) {
-              round_tile(Zt.c, nq, nk, bk, C(1), z16.data());
-              Zt = {nullptr, 0, z16.data(), bk};
+              round_tile(Zt.c, nq, nk, bk, C(1), z16);
+              Zt = {nullptr, 0, z16, bk};
             }
             // dV += Z^T dO; dZ = dO V^T, then dS = P * (dZ * mask - Di)
             if constexpr (std::is_same_v<C, float>) {
               if (fast32) {
                 key_groups(1.0f, Zt.c, dOt.c, dOt.ldc, dVa);
-                row_groups(1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), dS.data());
+                row_groups(1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), dS);
               }
             }
             if (!fast32) {
               tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
-              tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS.data(), bk);
+              tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS, bk);
             }
             for (int64_t r = 0; r < nq; ++r) {
-              C* ds = dS.data() + r * bk;
-              const C* pr = P.data() + r * bk;
+              C* ds = dS + r * bk;
+              const C* pr = P + r * bk;
               const C di = delta[bh * Tq + i0 + r];
               if (dropout) {
-                const C* mr = M.data() + r * bk;
+                const C* mr = M + r * bk;
                 for (int64_t j = 0; j < nk; ++j) ds[j] = pr[j] * (ds[j] * mr[j] - di);
               } else if (std::is_same_v<C, float> && fast) {
                 if constexpr (std::is_same_v<C, float>) attention_tiles::softmax_grad_row(ds, pr, nk, di);
@@ -803,26 +852,26 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             // dK += scale dS^T Q;  dQ += scale dS K, in the compute type on both paths (top of file).
             if constexpr (std::is_same_v<C, float>) {
               if (fast) {
-                key_groups(scale, dS.data(), Qt.c, Qt.ldc, dKa);
+                key_groups(scale, dS, Qt.c, Qt.ldc, dKa);
                 for (int64_t r0 = 0; r0 < nq; r0 += step) {
                   const int64_t r1 = std::min(nq, r0 + step), nc = keys_seen(r1);
                   if (nc > 0)
-                    avx512_product(false, r1 - r0, D, nc, scale, dS.data() + r0 * bk, bk, Kt.c, Kt.ldc, true,
+                    avx512_product(false, r1 - r0, D, nc, scale, dS + r0 * bk, bk, Kt.c, Kt.ldc, true,
                                    dqg + (i0 + r0) * D, D);
                 }
                 continue;
               }
             }
-            gemm(true, false, nk, D, nq, scale, dS.data(), bk, Qt.c, Qt.ldc, C(1), dKa, D);
-            gemm(false, false, nq, D, nk, scale, dS.data(), bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
+            gemm(true, false, nk, D, nq, scale, dS, bk, Qt.c, Qt.ldc, C(1), dKa, D);
+            gemm(false, false, nq, D, nk, scale, dS, bk, Kt.c, Kt.ldc, C(1), dqg + i0 * D, D);
           }
         }
-        if (own_dq) convert_run(dq_own.data(), dQ + bh * Tq * D, Tq * D);
+        if (own_dq) convert_run(dq_own, dQ + bh * Tq * D, Tq * D);
       }
       for (const int64_t kb : blocks) {
         const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
-        convert_run(dKacc.data() + k0 * D, dK + (bkv * Tk + k0) * D, nk * D);
-        convert_run(dVacc.data() + k0 * D, dV + (bkv * Tk + k0) * D, nk * D);
+        convert_run(dKacc + k0 * D, dK + (bkv * Tk + k0) * D, nk * D);
+        convert_run(dVacc + k0 * D, dV + (bkv * Tk + k0) * D, nk * D);
       }
     }
   });

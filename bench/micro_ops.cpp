@@ -119,8 +119,8 @@ Bench make(const json& c, DType dt, const std::string& layout) {
       const Shape qs = {c["B"], c["T"], c["H"], c["D"]};
       const Shape ks = {c["B"], c["T"], c.value("Hkv", c["H"].get<int64_t>()), c["D"]};
       return {{r(qs), r(ks), r(ks)}, [causal](const std::vector<Tensor>& in) {
-                return scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2),
-                                                    in[2].transpose(1, 2), causal);
+                return scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2), in[2].transpose(1, 2),
+                                                    causal);
               }};
     }
     // "Hkv": grouped-query attention (k and v with Hkv heads); "doc_len": the document mask of

@@ -98,6 +98,16 @@ def make(case, dtype, layout, device):
                 return attention(q, k, v, case["causal"])
             return [r(case["B"], case["T"], 3, case["H"], case["D"])], views
         kv = (case["B"], case.get("Hkv", case["H"]), case["T"], case["D"])
+        if case.get("bthd", False):
+            # q, k, v as [B, T, H, D] tensors read through transposed views, as the Llama layers pass them.
+            causal = torch.ones(case["T"], case["T"], dtype=torch.bool, device=device).tril()
+            def transposed(q, k, v):
+                q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+                if k.shape[1] != q.shape[1]:
+                    return masked_attention(q, k, v, causal)
+                return attention(q, k, v, case["causal"])
+            bthd = lambda s: (s[0], s[2], s[1], s[3])
+            return [r(*bthd(shape)), r(*bthd(kv)), r(*bthd(kv))], transposed
         if "doc_len" in case or "Hkv" in case:
             mask = doc_mask(case["B"], case["T"], case["doc_len"], device) if "doc_len" in case else \
                 torch.ones(case["T"], case["T"], dtype=torch.bool, device=device).tril()

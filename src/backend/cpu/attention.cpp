@@ -304,18 +304,25 @@ struct Operand {
   }
 };
 
-// The buffers of the kernels' tasks are kept per thread from call to call (ForwardScratch,
-// BackwardScratch: grown when a call needs more, never shrunk, contents left from the last call).
-// Made as std::vectors per call, the few hundred KiB a task needs (TransposedBlocks, the backward's
-// dK and dV sums) were mapped by malloc and unmapped on return every time: every page faulted
-// again, and every munmap of a multi-threaded process interrupts the other cores to drop its
-// pages from their TLBs. On the 2-core VM of docs/PERF.md that was about a tenth of smollm-135m's
-// whole training step.
-template <class E>
-E* at_least(std::vector<E>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
+// A task's buffers, from the engine's caching allocator, which keeps freed blocks for the next
+// call of the same size: made as std::vectors per call, the few hundred KiB a task needs at long
+// contexts (TransposedBlocks, the backward's dK and dV sums) were mapped by malloc and unmapped on
+// return every time, so every page faulted again and every munmap of a multi-threaded process
+// interrupted the other cores to drop the pages from their TLBs. On the 2-core VM of docs/PERF.md
+// that was about a tenth of smollm-135m's whole training step. Contents are unspecified (nothing
+// reads a buffer before writing it), and the blocks count in the allocator's statistics and limit.
+class TaskBuffers {
+ public:
+  template <class E>
+  E* get(int64_t n) {
+    if (n <= 0) return nullptr;
+    held_.push_back(empty({n}, TensorOptions(dtype_of<E>::value)));
+    return held_.back().template data<E>();
+  }
+
+ private:
+  std::vector<Tensor> held_;
+};
 
 // The rows of one (b, h) of an operand in one form (the compute type, or bf16 itself), made once
 // per (b, h) as they are first needed and then read as tiles: a task walks the same keys (the
@@ -325,10 +332,9 @@ E* at_least(std::vector<E>& v, int64_t n) {
 template <class T, class C>
 class RowsOf {
  public:
-  // `storage`: the thread's buffer for it (the scratch comment above), used when not in place.
-  RowsOf(const Operand<T>& op, int64_t rows, std::vector<C>& storage)
+  RowsOf(const Operand<T>& op, int64_t rows, TaskBuffers& buffers)
       : op_(op), in_place_(std::is_same_v<T, C> && op.sd == 1 && op.st >= op.D) {
-    if (!in_place_) buf_ = at_least(storage, rows * op.D);
+    if (!in_place_) buf_ = buffers.get<C>(rows * op.D);
   }
 
   // Rows [t0, t0 + n) of (b, h) as a dense-row matrix; sets its leading dimension.
@@ -360,12 +366,11 @@ class RowsOf {
 template <class T>
 class TransposedBlocks {
  public:
-  // `storage`: the thread's buffer for the blocks (the scratch comment above).
-  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, std::vector<float>& storage)
+  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, TaskBuffers& buffers)
       : op_(op), T_(T_), bk_(bk) {
     if (!used) return;
     nkb_ = (T_ + bk - 1) / bk;
-    buf_ = at_least(storage, nkb_ * bk * op.D);
+    buf_ = buffers.get<float>(nkb_ * bk * op.D);
     made_.assign(static_cast<size_t>(nkb_), false);
   }
 
@@ -394,20 +399,6 @@ class TransposedBlocks {
   float* buf_ = nullptr;
   std::vector<bool> made_;
   int64_t b_ = -1, h_ = -1;
-};
-
-// The forward's and the backward's per-thread buffers (the scratch comment above RowsOf).
-template <class T, class C>
-struct ForwardScratch {
-  std::vector<C> qbuf, s, acc, m, l, mult, kc, vc;
-  std::vector<float> lanes, kt;
-  std::vector<T> q16, k16;
-};
-template <class T, class C>
-struct BackwardScratch {
-  std::vector<C> kbuf, vbuf, P, Z, dS, M, dKacc, dVacc, dq_own, qc, doc;
-  std::vector<T> k16, v16, z16, q16, do16;
-  std::vector<float> kt, vt;
 };
 
 // Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
@@ -457,21 +448,20 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const int64_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
-    thread_local ForwardScratch<T, C> scratch;
-    ForwardScratch<T, C>& sc = scratch;
-    C* const qbuf = at_least(sc.qbuf, bq * D);
-    C* const s = at_least(sc.s, bq * bk);
-    C* const acc = at_least(sc.acc, bq * D);
-    C* const m = at_least(sc.m, bq);
-    C* const l = at_least(sc.l, bq);
-    C* const mult = at_least(sc.mult, bk);
-    float* const lanes = at_least(sc.lanes, fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
-    T* const q16 = at_least(sc.q16, n16 * bq * D);
+    TaskBuffers buffers;
+    C* const qbuf = buffers.get<C>(bq * D);
+    C* const s = buffers.get<C>(bq * bk);
+    C* const acc = buffers.get<C>(bq * D);
+    C* const m = buffers.get<C>(bq);
+    C* const l = buffers.get<C>(bq);
+    C* const mult = buffers.get<C>(bk);
+    float* const lanes = buffers.get<float>(fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
+    T* const q16 = buffers.get<T>(n16 * bq * D);
     // K in the form Q K^T takes (transposed key blocks for attention_tiles.h), V in the compute
     // type (P V is f32 on both paths).
-    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk, sc.kc), Vc(V, Tk, sc.vc);
-    RowsOf<T, T> K16(K, tiles16 ? Tk : 0, sc.k16);
-    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, sc.kt);
+    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk, buffers), Vc(V, Tk, buffers);
+    RowsOf<T, T> K16(K, tiles16 ? Tk : 0, buffers);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, buffers);
     for (int64_t t = t0; t < t1; ++t) {
       // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run (and the query
       // heads sharing a KV head, which are neighbours, meet its keys and values in one run too).
@@ -511,8 +501,8 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             for (int64_t r0 = 0; r0 < nq; r0 += kDiagonalRows) {
               const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
               if (nc > 0)
-                avx512_product(false, r1 - r0, nc, D, scale, Qt.c + r0 * Qt.ldc, Qt.ldc, kt, bk, false,
-                               s + r0 * bk, bk);
+                avx512_product(false, r1 - r0, nc, D, scale, Qt.c + r0 * Qt.ldc, Qt.ldc, kt, bk, false, s + r0 * bk,
+                               bk);
             }
           } else {
             Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
@@ -578,8 +568,7 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
             for (int64_t r0 = 0; r0 < nq; r0 += kDiagonalRows) {
               const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
               if (nc > 0)
-                avx512_product(false, r1 - r0, D, nc, 1.0f, s + r0 * bk, bk, Vt.c, Vt.ldc, true,
-                               acc + r0 * D, D);
+                avx512_product(false, r1 - r0, D, nc, 1.0f, s + r0 * bk, bk, Vt.c, Vt.ldc, true, acc + r0 * D, D);
             }
             continue;
           }
@@ -705,26 +694,25 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
   parallel_for(0, BHkv * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
     const int64_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
-    thread_local BackwardScratch<T, C> scratch;
-    BackwardScratch<T, C>& sc = scratch;
-    C* const kbuf = at_least(sc.kbuf, bk * D);
-    C* const vbuf = at_least(sc.vbuf, bk * D);
-    C* const P = at_least(sc.P, bq * bk);
-    C* const Z = at_least(sc.Z, dropout ? bq * bk : 0);
-    C* const dS = at_least(sc.dS, bq * bk);
-    C* const M = at_least(sc.M, dropout ? bq * bk : 0);
-    C* const dKacc = at_least(sc.dKacc, Tk * D);
-    C* const dVacc = at_least(sc.dVacc, Tk * D);
-    C* const dq_own = at_least(sc.dq_own, own_dq ? Tq * D : 0);
-    T* const k16 = at_least(sc.k16, n16 * bk * D);
-    T* const v16 = at_least(sc.v16, n16 * bk * D);
-    T* const z16 = at_least(sc.z16, n16 * bq * bk);
+    TaskBuffers buffers;
+    C* const kbuf = buffers.get<C>(bk * D);
+    C* const vbuf = buffers.get<C>(bk * D);
+    C* const P = buffers.get<C>(bq * bk);
+    C* const Z = buffers.get<C>(dropout ? bq * bk : 0);
+    C* const dS = buffers.get<C>(bq * bk);
+    C* const M = buffers.get<C>(dropout ? bq * bk : 0);
+    C* const dKacc = buffers.get<C>(Tk * D);
+    C* const dVacc = buffers.get<C>(Tk * D);
+    C* const dq_own = buffers.get<C>(own_dq ? Tq * D : 0);
+    T* const k16 = buffers.get<T>(n16 * bk * D);
+    T* const v16 = buffers.get<T>(n16 * bk * D);
+    T* const z16 = buffers.get<T>(n16 * bq * bk);
     // Q in the compute type (dK += dS^T Q) and, on the bf16 path, in bf16 (Q K^T); dO in the form
     // dV += Z^T dO and dO V^T take.
-    RowsOf<T, C> Qc(Q, Tq, sc.qc), dOc(dO, tiles16 ? 0 : Tq, sc.doc);
-    RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0, sc.q16), dO16(dO, tiles16 ? Tq : 0, sc.do16);
+    RowsOf<T, C> Qc(Q, Tq, buffers), dOc(dO, tiles16 ? 0 : Tq, buffers);
+    RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0, buffers), dO16(dO, tiles16 ? Tq : 0, buffers);
     // K and V transposed for Q K^T and dO V^T on attention_tiles.h.
-    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, sc.kt), VT(V, Tk, bk, fast && !tiles16, sc.vt);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, buffers), VT(V, Tk, bk, fast && !tiles16, buffers);
     std::vector<int64_t> blocks;  // the key blocks of the task's group
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;

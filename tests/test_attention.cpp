@@ -492,9 +492,9 @@ TEST(Attention, WideHeadsAndEmptySequences) {
 
 // --- memory -------------------------------------------------------------------------------
 
-// The kernels take the outputs, the logsumexp (forward) or Di (backward) and O(T * D) per task
-// thread (transposed key blocks, the backward's dK and dV sums and up to 7 dQ partials of
-// key-block groups): at a fixed thread count, doubling T at most doubles the extra memory, where a
+// The kernels take the outputs, the logsumexp (forward) or Di and up to 7 dQ partials of
+// key-block groups (backward), and O(T * D) per task thread (transposed key blocks, the backward's
+// dK and dV sums): at a fixed thread count, doubling T at most doubles the extra memory, where a
 // materialised score matrix would quadruple it.
 TEST(Attention, MemoryDoesNotScaleWithTSquared) {
   Threads threads(2);

@@ -49,9 +49,9 @@ FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64
     if constexpr (NV > 1) b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
     if constexpr (NV > 2) b2 = _mm512_maskz_loadu_ps(m2, bk + 32);
     if constexpr (NV > 3) b3 = _mm512_maskz_loadu_ps(m3, bk + 48);
-    // B in registers, loaded once per k: left to itself GCC folds these loads into every row's
-    // FMA (MR loads of each vector per k), which Zen 5 issues at about one 512-bit load per
-    // cycle: block<4, 4> ran at 40% of block<5, 4>'s rate there (docs/PERF.md).
+    // B in registers, loaded once per k: left to itself GCC folded these loads into every row's
+    // FMA where it could (MR loads of each vector per k instead of one), and on Zen 5 block<4, 4>
+    // then ran at 40% of block<5, 4>'s rate, which kept B in registers (docs/PERF.md).
     if constexpr (NV == 1) __asm__("" : "+v"(b0));
     if constexpr (NV == 2) __asm__("" : "+v"(b0), "+v"(b1));
     if constexpr (NV == 3) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));

@@ -495,9 +495,11 @@ TEST(Attention, WideHeadsAndEmptySequences) {
 // The kernels take the outputs, the logsumexp (forward) or Di and up to 7 dQ partials of
 // key-block groups (backward), and O(T * D) per task thread (transposed key blocks, the backward's
 // dK and dV sums): at a fixed thread count, doubling T at most doubles the extra memory, where a
-// materialised score matrix would quadruple it.
+// materialised score matrix would quadruple it. One thread: with two, the peak depends on whether
+// the threads' buffers happen to be alive at the same moment (a short call may end on one thread
+// before the other starts).
 TEST(Attention, MemoryDoesNotScaleWithTSquared) {
-  Threads threads(2);
+  Threads threads(1);
   const int64_t D = 64;
   Allocator& alloc = allocator_for(Device::cpu());
   auto extra = [&](int64_t T, bool backward) {
@@ -523,8 +525,8 @@ TEST(Attention, MemoryDoesNotScaleWithTSquared) {
     const int64_t scores_2k = 2048 * 2048 * 4;  // what a materialised f32 score matrix would take at T = 2048
     EXPECT_GT(at_1k, 1024 * D * 4) << (backward ? "backward" : "forward");  // at least the output
     EXPECT_LE(at_2k, 2 * at_1k + 4096) << (backward ? "backward" : "forward");
-    // Measured at 2 threads: 1.6 MiB forward (a tenth of the score matrix), 9.1 MiB backward.
-    EXPECT_LT(at_2k, backward ? scores_2k * 2 / 3 : scores_2k / 8) << (backward ? "backward" : "forward");
+    // Measured: 1.1 MiB forward (a fifteenth of the score matrix), 7.1 MiB backward.
+    EXPECT_LT(at_2k, backward ? scores_2k / 2 : scores_2k / 8) << (backward ? "backward" : "forward");
   }
 }
 

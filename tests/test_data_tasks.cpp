@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <vector>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 

@@ -101,6 +101,10 @@ if [ "$what" != bench ]; then
 --val-chars 4000 --eval-every 20 --eval-batches 2 --log-every-n-steps 1"
     losses() { awk -F, '$3 == "train" { print $4 }' "$1/metrics.csv"; }
     same() {  # same DIR_A DIR_B LABEL: every logged loss within 1e-5 relative
+      local d
+      for d in "$1" "$2"; do  # a failed run leaves no log: say so rather than compare against nothing
+        [ -f "$d/metrics.csv" ] || { echo "$3: no losses ($d/metrics.csv missing: that run failed)"; return 1; }
+      done
       paste -d' ' <(losses "$1") <(losses "$2") | awk -v what="$3" '
         { n++; d = $1 - $2; if (d < 0) d = -d; r = $1 < 0 ? -$1 : $1; if (d > 1e-5 * r) bad++ }
         END { printf "%s: %d losses compared, %d differ\n", what, n, bad; exit !(n == 20 && bad == 0) }'
@@ -118,7 +122,7 @@ if [ "$what" != bench ]; then
     (cd /tmp && "$bin/fasttrain" $dp --batch-size 16 --dist-backend nccl --run-dir /tmp/ft-dp-nccl1 >>"$out/dp.txt" 2>&1) ||
       { echo "gpu-check: --dist-backend nccl at world size 1 failed"; status=1; }
     same /tmp/ft-dp-one /tmp/ft-dp-nccl1 "nccl at world size 1 vs mpi" >>"$out/dp.txt" || status=1
-    grep -E "losses compared|error" "$out/dp.txt" >>"$out/tests.txt"
+    grep -E "losses compared|no losses|error" "$out/dp.txt" >>"$out/tests.txt"
   else
     echo "gpu-check: no mpirun on this machine (bundle without mpi/?): the 2-rank GPU checks did not run" |
       tee -a "$out/tests.txt"

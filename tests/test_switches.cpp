@@ -164,11 +164,12 @@ TEST(Switches, OneListAndTheCommandThatPrintsIt) {
     EXPECT_FALSE(s.help.empty()) << s.variable;
     EXPECT_FALSE(s.accepted.empty()) << s.variable;
   }
-  for (const char* v : {"FASTTRAIN_CPU_ISA", "FT_F32_GEMM", "FT_BF16_GEMM", "FT_CONV_ALGO", "FT_CONV_WEIGHT_GRAD",
-                        "FT_FUSED_ADD_NORM", "FT_CUDA_BGRADB", "FT_CUDA_NORM_BACKWARD", "FT_CUDA_GELU_EPILOGUE",
-                        "FT_CUDA_ATTENTION_FMA", "FT_CUDA_EXPANDABLE_SEGMENTS", "FT_DIST_STAGING", "FASTTRAIN_FAULT"})
+  for (const char* v :
+       {"FASTTRAIN_CPU_ISA", "FT_F32_GEMM", "FT_BF16_GEMM", "FT_CONV_ALGO", "FT_CONV_WEIGHT_GRAD", "FT_FUSED_ADD_NORM",
+        "FT_CUDA_BGRADB", "FT_CUDA_NORM_BACKWARD", "FT_CUDA_GELU_EPILOGUE", "FT_CUDA_ATTENTION_FMA",
+        "FT_CUDA_ATTENTION", "FT_CUDA_EXPANDABLE_SEGMENTS", "FT_DIST_STAGING", "FASTTRAIN_FAULT"})
     EXPECT_EQ(variables.count(v), 1u) << v;
-  EXPECT_EQ(variables.size(), 13u);
+  EXPECT_EQ(variables.size(), 14u);
 
   test::CliRun r = test::run_cli("switches");
   ASSERT_EQ(r.code, 0) << r.output;

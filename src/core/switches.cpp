@@ -15,6 +15,7 @@ std::vector<SwitchInfo> process_switches() {
                                   cuda_norm_backward.info(),
                                   cuda_gelu_epilogue.info(),
                                   cuda_attention_fma.info(),
+                                  cuda_attention.info(),
                                   cuda_expandable_segments.info(),
                                   dist_staging.info()};
   // Not a choice but a specification of faults to inject, read before main(); listed so that every

@@ -34,6 +34,7 @@ enum class ConvWeightGrad { Auto, Paired, Onednn, Matmul };
 enum class CudaNormBackward { Fused, Split };
 enum class CudaGeluEpilogue { Forward, On, Backward, Off };
 enum class DistStaging { Auto, Always };
+enum class CudaAttention { Engine, Cudnn, Auto };
 
 // What a switch says about itself (`fasttrain switches`, the tests of the list).
 using Info = SwitchInfo;
@@ -133,6 +134,8 @@ inline constexpr detail::EnvChoice<CudaGeluEpilogue> kCudaGeluEpilogueNames[] = 
     {CudaGeluEpilogue::On, "on"},
     {CudaGeluEpilogue::Backward, "backward"},
     {CudaGeluEpilogue::Off, "off"}};
+inline constexpr detail::EnvChoice<CudaAttention> kCudaAttentionNames[] = {
+    {CudaAttention::Engine, "engine"}, {CudaAttention::Cudnn, "cudnn"}, {CudaAttention::Auto, "auto"}};
 inline constexpr detail::EnvChoice<DistStaging> kDistStagingNames[] = {{DistStaging::Auto, "auto"},
                                                                        {DistStaging::Always, "always"}};
 
@@ -163,6 +166,10 @@ inline Switch<CudaGeluEpilogue> cuda_gelu_epilogue{
     "CUDA: which GELU products take cuBLASLt's epilogue (forward, both, backward, none)"};
 inline Switch<bool> cuda_attention_fma{"FT_CUDA_ATTENTION_FMA", detail::kYesNo, false,
                                        "CUDA: bf16/f16 attention on the FMA kernels instead of tensor cores"};
+// engine until a GPU session has verified cuDNN's path (attention_cudnn.cpp).
+inline Switch<CudaAttention> cuda_attention{
+    "FT_CUDA_ATTENTION", kCudaAttentionNames, CudaAttention::Engine,
+    "CUDA: bf16/f16 attention on the engine's kernels, cuDNN's fused attention, or per shape the faster (auto)"};
 inline Switch<bool> cuda_expandable_segments{"FT_CUDA_EXPANDABLE_SEGMENTS", detail::kYesNo, false,
                                              "CUDA: device memory in growable virtual-memory segments"};
 inline Switch<DistStaging> dist_staging{

@@ -7,7 +7,9 @@
 // bf16/f16 exercise the tensor-core kernels; grouped-query shapes (Hkv < H key/value heads)
 // on both kernel families, whose dK/dV sum a group's query heads; the document mask of packed
 // windows (documents of varied lengths, boundaries inside and on tile edges, GQA, dropout, both
-// kernel families), a one-document window equal to causal bit for bit, and decreasing ids refused.
+// kernel families), a one-document window equal to causal bit for bit, and decreasing ids refused;
+// cuDNN's fused attention (FT_CUDA_ATTENTION=cudnn and auto) on the same comparisons, what it
+// leaves to the engine, and a forward on one implementation with the backward on the other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/cuda/attention_cudnn.h"
 #include "core/switches.h"
 #include "fasttrain/fasttrain.h"
 #include "support/cuda_compare.h"
@@ -410,4 +413,150 @@ TEST(CudaAttention, HeadDimAbove128IsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head dim 160 is not supported on CUDA"), std::string::npos) << e.what();
   }
+}
+
+// --- cuDNN's fused attention (attention_cudnn.cpp) ---------------------------------------------
+
+namespace {
+
+using cuda::attention_cudnn::run_counts;
+using cuda::attention_cudnn::RunCounts;
+
+// check() with the calls' cuDNN runs counted: the forward ran on cuDNN, and the backward too when
+// this cuDNN takes its key count.
+void check_on_cudnn(const Case& c) {
+  SCOPED_TRACE("cuDNN");
+  const RunCounts before = run_counts();
+  check(c);
+  const RunCounts after = run_counts();
+  EXPECT_EQ(after.forward, before.forward + 1) << describe(c);
+  if (cuda::attention_cudnn::backward_supported(c.Tk)) EXPECT_EQ(after.backward, before.backward + 1) << describe(c);
+}
+
+}  // namespace
+
+// FT_CUDA_ATTENTION=cudnn: bf16 and f16, every compiled head dim, causal and full, lengths in
+// whole 128-key tiles and not, cross attention both ways, GQA and MQA, a non-default scale, and
+// [B, T, H, D] views (strided rows), each against the CPU; the run counts show cuDNN ran them.
+TEST(CudaAttention, CudnnFusedAttentionMatchesCpu) {
+  REQUIRE_GPU();
+  switches::Scoped path(switches::cuda_attention, switches::CudaAttention::Cudnn);
+  for (bool causal : {false, true}) {
+    for (DType dt : {DType::BF16, DType::F16})
+      for (int64_t D : {32, 64, 128})
+        check_on_cudnn({.B = 2, .H = 4, .Tq = 256, .Tk = 256, .D = D, .causal = causal, .dtype = dt});
+    check_on_cudnn({.B = 1, .H = 4, .Tq = 1024, .Tk = 1024, .D = 64, .causal = causal, .dtype = DType::BF16});
+    check_on_cudnn({.B = 2, .H = 2, .Tq = 100, .Tk = 100, .D = 64, .causal = causal, .dtype = DType::BF16});
+    check_on_cudnn({.B = 1, .H = 2, .Tq = 77, .Tk = 77, .D = 40, .causal = causal, .dtype = DType::F16});
+    for (auto [tq, tk] : {std::pair<int64_t, int64_t>{128, 256}, {256, 128}, {70, 130}})
+      check_on_cudnn({.B = 1, .H = 2, .Tq = tq, .Tk = tk, .D = 64, .causal = causal, .dtype = DType::BF16});
+    for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 1}})
+      check_on_cudnn(
+          {.B = 2, .H = H, .Tq = 256, .Tk = 256, .D = 64, .causal = causal, .dtype = DType::BF16, .Hkv = Hkv});
+    check_on_cudnn(
+        {.B = 1, .H = 2, .Tq = 128, .Tk = 128, .D = 128, .causal = causal, .dtype = DType::BF16, .scale = 0.05});
+
+    const Case c{.B = 2, .H = 8, .Tq = 256, .Tk = 256, .D = 64, .causal = causal, .dtype = DType::BF16, .Hkv = 2};
+    SCOPED_TRACE(describe(c) + " as [B, T, H, D] views");
+    Generator g(13);
+    const HeadsView q = heads_view(c.B, c.Tq, c.H, c.D, c.dtype, g), k = heads_view(c.B, c.Tk, 2, c.D, c.dtype, g),
+                    v = heads_view(c.B, c.Tk, 2, c.D, c.dtype, g), gout = heads_view(c.B, c.Tq, c.H, c.D, c.dtype, g);
+    const RunCounts before = run_counts();
+    compare(q.cpu, k.cpu, v.cpu, gout.cpu, q.cuda, k.cuda, v.cuda, gout.cuda, c);
+    EXPECT_EQ(run_counts().forward, before.forward + 1);
+    EXPECT_EQ(run_counts().backward, before.backward + 1);
+  }
+}
+
+// What cuDNN's path does not take stays on the engine's kernels under =cudnn, with the same
+// results: dropout (the engine's Philox mask), f32, a head dim not a multiple of 8, a document
+// mask, a broadcast (zero-stride) KV head; and a backward under deterministic_algorithms(),
+// which is then bit-for-bit repeatable.
+TEST(CudaAttention, CudnnLeavesWhatItDoesNotTakeToTheEngine) {
+  REQUIRE_GPU();
+  switches::Scoped path(switches::cuda_attention, switches::CudaAttention::Cudnn);
+  const RunCounts before = run_counts();
+  check({.B = 1, .H = 2, .Tq = 128, .Tk = 128, .D = 64, .causal = true, .dtype = DType::BF16, .dropout = 0.2});
+  check({.B = 1, .H = 2, .Tq = 128, .Tk = 128, .D = 64, .causal = true, .dtype = DType::F32});
+  check({.B = 1, .H = 2, .Tq = 128, .Tk = 128, .D = 36, .causal = true, .dtype = DType::BF16});
+  check({.B = 2, .H = 4, .Tq = 256, .Tk = 256, .D = 64, .causal = true, .dtype = DType::BF16, .Hkv = 2, .doc_len = 50});
+  Generator g(14);
+  Tensor q = random({1, 4, 128, 64}, DType::BF16, g), k1 = random({1, 1, 128, 64}, DType::BF16, g),
+         v = random({1, 4, 128, 64}, DType::BF16, g), gout = random({1, 4, 128, 64}, DType::BF16, g);
+  auto bcast = [](const Tensor& t) { return t.expand({-1, 4, -1, -1}); };
+  compare(q, bcast(k1), v, gout, gpu(q), bcast(gpu(k1)), gpu(v), gpu(gout),
+          {.B = 1, .H = 4, .Tq = 128, .Tk = 128, .D = 64, .dtype = DType::BF16});
+  EXPECT_EQ(run_counts().forward, before.forward);
+  EXPECT_EQ(run_counts().backward, before.backward);
+
+  DeterministicAlgorithmsGuard deterministic(true);
+  Tensor qd = gpu(random({2, 4, 256, 64}, DType::BF16, g)), kd = gpu(random({2, 4, 256, 64}, DType::BF16, g)),
+         vd = gpu(random({2, 4, 256, 64}, DType::BF16, g)), gd = gpu(random({2, 4, 256, 64}, DType::BF16, g));
+  expect_deterministic_backward(qd, kd, vd, gd);
+  EXPECT_EQ(run_counts().forward, before.forward + 2);  // the forwards still ran on cuDNN
+  EXPECT_EQ(run_counts().backward, before.backward);
+}
+
+// A forward on one implementation and the backward on the other agree with the CPU: both write
+// the same lse (max + log sum of the scaled scores), so autograd may cross between them.
+TEST(CudaAttention, CudnnAndEngineShareTheSoftmaxStatistics) {
+  REQUIRE_GPU();
+  const Case c{.B = 2, .H = 4, .Tq = 256, .Tk = 256, .D = 64, .causal = true, .dtype = DType::BF16, .Hkv = 2};
+  Generator g(15);
+  Tensor q = random({c.B, c.H, c.Tq, c.D}, c.dtype, g), k = random({c.B, 2, c.Tk, c.D}, c.dtype, g),
+         v = random({c.B, 2, c.Tk, c.D}, c.dtype, g), gout = random({c.B, c.H, c.Tq, c.D}, c.dtype, g);
+  auto grads = [&](const Tensor& qi, const Tensor& ki, const Tensor& vi, const Tensor& gi, switches::CudaAttention fwd,
+                   switches::CudaAttention bwd) {
+    Tensor ql = qi.detach().requires_grad_(), kl = ki.detach().requires_grad_(), vl = vi.detach().requires_grad_();
+    Tensor y;
+    {
+      switches::Scoped path(switches::cuda_attention, fwd);
+      y = scaled_dot_product_attention(ql, kl, vl, true);
+    }
+    switches::Scoped path(switches::cuda_attention, bwd);
+    std::vector<Tensor> r = autograd::grad({y}, {ql, kl, vl}, {gi});
+    r.insert(r.begin(), y);
+    return r;
+  };
+  using switches::CudaAttention;
+  const std::vector<Tensor> want = grads(q, k, v, gout, CudaAttention::Engine, CudaAttention::Engine);
+  for (auto [fwd, bwd] :
+       {std::pair{CudaAttention::Cudnn, CudaAttention::Engine}, {CudaAttention::Engine, CudaAttention::Cudnn}}) {
+    SCOPED_TRACE(fwd == CudaAttention::Cudnn ? "forward on cuDNN, backward on the engine"
+                                             : "forward on the engine, backward on cuDNN");
+    const RunCounts before = run_counts();
+    const std::vector<Tensor> got = grads(gpu(q), gpu(k), gpu(v), gpu(gout), fwd, bwd);
+    EXPECT_EQ(run_counts().forward + run_counts().backward, before.forward + before.backward + 1);
+    const char* names[] = {"out", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE(names[i]);
+      EXPECT_CLOSE_TO_CPU(got[i], want[i], tolerance(c.dtype));
+    }
+  }
+}
+
+// FT_CUDA_ATTENTION=auto: the first call of a problem times both implementations (three runs of
+// cuDNN's among them) and every later call takes the one it kept: the same results each time,
+// right against the CPU, and either one cuDNN run per call or none.
+TEST(CudaAttention, CudnnAutoChoosesOncePerProblem) {
+  REQUIRE_GPU();
+  switches::Scoped path(switches::cuda_attention, switches::CudaAttention::Auto);
+  autograd::NoGradGuard no_grad;
+  Generator g(16);
+  Tensor q = random({2, 4, 384, 64}, DType::BF16, g), k = random({2, 4, 384, 64}, DType::BF16, g),
+         v = random({2, 4, 384, 64}, DType::BF16, g);
+  const Tensor want = scaled_dot_product_attention(q, k, v, true);
+  const Tensor gq = gpu(q), gk = gpu(k), gv = gpu(v);
+  RunCounts before = run_counts();
+  EXPECT_CLOSE_TO_CPU(scaled_dot_product_attention(gq, gk, gv, true), want, 1e-2);
+  EXPECT_EQ(run_counts().forward, before.forward + 3) << "the first call times cuDNN three times";
+  before = run_counts();
+  const Tensor second = scaled_dot_product_attention(gq, gk, gv, true);
+  const int64_t per_call = run_counts().forward - before.forward;
+  EXPECT_TRUE(per_call == 0 || per_call == 1) << per_call;
+  EXPECT_CLOSE_TO_CPU(second, want, 1e-2);
+  before = run_counts();
+  const Tensor third = scaled_dot_product_attention(gq, gk, gv, true);
+  EXPECT_EQ(run_counts().forward - before.forward, per_call) << "the choice is kept";
+  EXPECT_EQ(second.to(Device::cpu()).to_vector(), third.to(Device::cpu()).to_vector());
 }

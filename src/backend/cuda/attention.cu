@@ -31,7 +31,9 @@
 //   tiles.
 // This file is the dispatcher: it checks the operands, handles the empty cases (no queries, no
 // keys, D == 0), builds the argument block, runs the backward's stage 1 (Di, the same for both),
-// and picks the implementation and the compiled head dim.
+// and picks the implementation and the compiled head dim. bf16/f16 calls are offered first to
+// cuDNN's fused attention (attention_cudnn.cpp), which takes them under FT_CUDA_ATTENTION=cudnn or
+// auto when the problem is one it supports.
 //
 // Document mask (AttentionParams::doc_starts/doc_ends): attention_document_bounds computes the
 // bounds from the ids here (one thread per token, two binary searches in its row); the kernels
@@ -52,6 +54,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "core/switches.h"
@@ -215,23 +218,29 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   a.out = reinterpret_cast<T*>(out.raw_data());
   a.out32 = out_f32.defined() ? reinterpret_cast<float*>(out_f32.raw_data()) : nullptr;
   a.lse = reinterpret_cast<A*>(lse.raw_data());
-  with_head_dim(D, kName, [&](auto dc) {
-    constexpr int kD = decltype(dc)::value;
-    if constexpr (kTcType<T>) {
-      // bf16 and f16, every head dim up to 128 (padded to the compiled one), with or without
-      // dropout: the tensor-core kernel (unless FT_CUDA_ATTENTION_FMA is set). Dropout is a
-      // template flag: its Philox code in the unrolled score loops costs registers.
-      if (!use_fma_for_16bit()) {
-        a.chunks = tc_chunkable(a.q, kD, a.dact) && tc_chunkable(a.k, kD, a.dact) && tc_chunkable(a.v, kD, a.dact);
-        if (a.dropout)
-          tc_forward<T, kD, true>(a, BH, stream, kName);
-        else
-          tc_forward<T, kD, false>(a, BH, stream, kName);
-        return;
+  auto engine = [&] {
+    with_head_dim(D, kName, [&](auto dc) {
+      constexpr int kD = decltype(dc)::value;
+      if constexpr (kTcType<T>) {
+        // bf16 and f16, every head dim up to 128 (padded to the compiled one), with or without
+        // dropout: the tensor-core kernel (unless FT_CUDA_ATTENTION_FMA is set). Dropout is a
+        // template flag: its Philox code in the unrolled score loops costs registers.
+        if (!use_fma_for_16bit()) {
+          a.chunks = tc_chunkable(a.q, kD, a.dact) && tc_chunkable(a.k, kD, a.dact) && tc_chunkable(a.v, kD, a.dact);
+          if (a.dropout)
+            tc_forward<T, kD, true>(a, BH, stream, kName);
+          else
+            tc_forward<T, kD, false>(a, BH, stream, kName);
+          return;
+        }
       }
-    }
-    fma_forward<T, kD>(a, BH, stream, kName);
-  });
+      fma_forward<T, kD>(a, BH, stream, kName);
+    });
+  };
+  // bf16/f16: cuDNN's fused attention instead, when FT_CUDA_ATTENTION asks for it.
+  if constexpr (kTcType<T>)
+    if (attention_cudnn::forward(q, k, v, p, out, lse, out_f32, engine)) return;
+  engine();
 }
 
 template <class T>
@@ -264,39 +273,45 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   a.dk = reinterpret_cast<T*>(dk.raw_data());
   a.dv = reinterpret_cast<T*>(dv.raw_data());
 
-  const int64_t rows = BH * Tq;
-  Tensor delta = empty({rows}, TensorOptions(compute_dtype<T>(), q.device()));
-  A* delta_p = reinterpret_cast<A*>(delta.raw_data());
-  a.delta = delta_p;
-  {
-    constexpr int kWarps = 8;
-    const int64_t blocks = (rows + kWarps - 1) / kWarps;
-    FT_CHECK(blocks <= kMaxInt, kName, ": ", rows, " query rows exceed the grid limit");
-    if (out.dtype() == q.dtype()) {
-      attention_delta_kernel<T, T><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
-          a, reinterpret_cast<const T*>(out.raw_data()), delta_p, rows);
-    } else {
-      attention_delta_kernel<T, float><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
-          a, reinterpret_cast<const float*>(out.raw_data()), delta_p, rows);
-    }
-    check_launch(kName);
-  }
-
-  with_head_dim(D, kName, [&](auto dc) {
-    constexpr int kD = decltype(dc)::value;
-    if constexpr (kTcType<T>) {
-      if (!use_fma_for_16bit()) {
-        a.chunks = tc_chunkable(a.q, kD, a.dact) && tc_chunkable(a.k, kD, a.dact) && tc_chunkable(a.v, kD, a.dact) &&
-                   tc_chunkable(a.dout, kD, a.dact);
-        if (a.dropout)
-          tc_backward<T, kD, true>(a, BH, stream, kName);
-        else
-          tc_backward<T, kD, false>(a, BH, stream, kName);
-        return;
+  // The engine's kernels: stage 1 (Di), then the dK/dV and dQ launches.
+  auto engine = [&] {
+    const int64_t rows = BH * Tq;
+    Tensor delta = empty({rows}, TensorOptions(compute_dtype<T>(), q.device()));
+    A* delta_p = reinterpret_cast<A*>(delta.raw_data());
+    a.delta = delta_p;
+    {
+      constexpr int kWarps = 8;
+      const int64_t blocks = (rows + kWarps - 1) / kWarps;
+      FT_CHECK(blocks <= kMaxInt, kName, ": ", rows, " query rows exceed the grid limit");
+      if (out.dtype() == q.dtype()) {
+        attention_delta_kernel<T, T><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
+            a, reinterpret_cast<const T*>(out.raw_data()), delta_p, rows);
+      } else {
+        attention_delta_kernel<T, float><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(
+            a, reinterpret_cast<const float*>(out.raw_data()), delta_p, rows);
       }
+      check_launch(kName);
     }
-    fma_backward<T, kD>(a, BH, stream, kName);
-  });
+
+    with_head_dim(D, kName, [&](auto dc) {
+      constexpr int kD = decltype(dc)::value;
+      if constexpr (kTcType<T>) {
+        if (!use_fma_for_16bit()) {
+          a.chunks = tc_chunkable(a.q, kD, a.dact) && tc_chunkable(a.k, kD, a.dact) && tc_chunkable(a.v, kD, a.dact) &&
+                     tc_chunkable(a.dout, kD, a.dact);
+          if (a.dropout)
+            tc_backward<T, kD, true>(a, BH, stream, kName);
+          else
+            tc_backward<T, kD, false>(a, BH, stream, kName);
+          return;
+        }
+      }
+      fma_backward<T, kD>(a, BH, stream, kName);
+    });
+  };
+  if constexpr (kTcType<T>)
+    if (attention_cudnn::backward(q, k, v, out, lse, dout, p, dq, dk, dv, engine)) return;
+  engine();
 }
 
 }  // namespace

@@ -36,10 +36,8 @@
 // order keeps it alive for the kernel). The search gets a separate buffer, as large as the
 // hungriest algorithm wants up to the cap (halved on out-of-memory), freed after the search.
 //
-// Handles. One cudnnHandle_t per device, never destroyed (at exit the CUDA context may be gone
-// first). A handle's stream is state set by cudnnSetStream, so setting it and issuing the call
-// happen under the device's mutex: two threads issuing convolutions on different streams must
-// not interleave the two.
+// Handles. One cudnnHandle_t per device (cudnn_handle, shared with attention_cudnn.cpp), its
+// stream set and the call issued under the handle's mutex.
 //
 // Bias. The forward adds b with the engine's own elementwise kernel and the bias gradient is the
 // engine's sum kernel over N, H, W, rather than cudnnAddTensor / cudnnConvolutionBackwardBias:
@@ -106,35 +104,9 @@ struct Call {
   bool nhwc() const { return p.channels_last && dt != DType::F64; }
   void check(cudnnStatus_t st, const char* what) const {
     if (st == CUDNN_STATUS_SUCCESS) return;
-    char last[512] = {};
-    cudnn().cudnnGetLastErrorString(last, sizeof(last));
-    FT_FAIL(op(), ": cuDNN ", what, " failed: ", cudnn().cudnnGetErrorString(st), last[0] ? " (" : "", last,
-            last[0] ? ")" : "", "; ", describe(p, dt));
+    FT_FAIL(op(), ": cuDNN ", what, " failed: ", cudnn_status_text(st), "; ", describe(p, dt));
   }
 };
-
-struct DeviceState {
-  cudnnHandle_t handle = nullptr;
-  std::mutex mu;  // held from cudnnSetStream to the call it is for
-};
-
-DeviceState& device_state(int device) {
-  static std::mutex mu;
-  static std::map<int, DeviceState> states;
-  std::lock_guard<std::mutex> lock(mu);
-  DeviceState& s = states[device];
-  if (s.handle == nullptr) {
-    check(cudaSetDevice(device), "conv2d: set device");
-    const cudnnStatus_t st = cudnn().cudnnCreate(&s.handle);
-    if (st != CUDNN_STATUS_SUCCESS) {
-      s.handle = nullptr;
-      FT_FAIL("conv2d: cuDNN handle creation on cuda:", device, " failed: ", cudnn().cudnnGetErrorString(st),
-              " (this build was compiled against cuDNN ", CUDNN_MAJOR, ".", CUDNN_MINOR,
-              "; libcudnn.so.9 and its engine libraries must be installed together)");
-    }
-  }
-  return s;
-}
 
 cudnnDataType_t data_type(const Call& c) {
   switch (c.dt) {
@@ -390,7 +362,7 @@ const Plan& plan_for(const Key& k, const Call& c, const Operands& o, cudaStream_
   Plan plan;
   try {
     make_descriptors(plan, k, c);
-    DeviceState& d = device_state(k.device);
+    CudnnHandle& d = cudnn_handle(k.device, c.op());
     std::lock_guard<std::mutex> device_lock(d.mu);
     switch (k.pass) {
       case Pass::forward: choose<ForwardAlgos>(plan, k, c, o, d.handle, stream); break;
@@ -451,7 +423,7 @@ void run(const Call& c, const Tensor& x, const Tensor& w, const Tensor& y) {
     // Slices after the first add to the weight gradient of those before.
     const bool accumulate = c.pass == Pass::backward_weight && n0 > 0;
     const void* beta = f64 ? (accumulate ? &one64 : &zero64) : static_cast<const void*>(accumulate ? &one32 : &zero32);
-    DeviceState& d = device_state(device);
+    CudnnHandle& d = cudnn_handle(device, c.op());
     std::lock_guard<std::mutex> lock(d.mu);
     c.check(cudnn().cudnnSetStream(d.handle, stream), "set stream");
     switch (c.pass) {

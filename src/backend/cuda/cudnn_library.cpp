@@ -1,5 +1,10 @@
 #include "backend/cuda/cudnn_library.h"
 
+#include <cuda_runtime.h>
+
+#include <map>
+
+#include "backend/cuda/cuda_check.h"
 #include "backend/shared_library.h"
 
 namespace ft::cuda {
@@ -10,6 +15,32 @@ const CudnnLibrary& cudnn() {
   static const CudnnLibrary library =
       FT_LIBRARY_LOAD(CudnnLibrary, FT_CUDNN_FUNCTIONS, "cuDNN", FT_CUDNN_SONAME, FT_CUDNN_FILE);
   return library;
+}
+
+std::string cudnn_status_text(cudnnStatus_t st) {
+  char last[512] = {};
+  cudnn().cudnnGetLastErrorString(last, sizeof(last));
+  std::string text = cudnn().cudnnGetErrorString(st);
+  if (last[0] != 0) text += std::string(" (") + last + ")";
+  return text;
+}
+
+CudnnHandle& cudnn_handle(int device, const char* op) {
+  static std::mutex mu;
+  static std::map<int, CudnnHandle> handles;  // std::map: entries never move
+  std::lock_guard<std::mutex> lock(mu);
+  CudnnHandle& h = handles[device];
+  if (h.handle == nullptr) {
+    check(cudaSetDevice(device), op);
+    const cudnnStatus_t st = cudnn().cudnnCreate(&h.handle);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      h.handle = nullptr;
+      FT_FAIL(op, ": cuDNN handle creation on cuda:", device, " failed: ", cudnn().cudnnGetErrorString(st),
+              " (this build was compiled against cuDNN ", CUDNN_MAJOR, ".", CUDNN_MINOR,
+              "; libcudnn.so.9 and its engine libraries must be installed together)");
+    }
+  }
+  return h;
 }
 
 }  // namespace ft::cuda

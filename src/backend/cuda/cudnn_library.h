@@ -5,9 +5,18 @@
 #pragma once
 #include <cudnn.h>
 
+#include <mutex>
+#include <string>
+
 #include "backend/shared_library.h"
 
 #define FT_CUDNN_FUNCTIONS(X)                           \
+  X(cudnnBackendCreateDescriptor)                       \
+  X(cudnnBackendDestroyDescriptor)                      \
+  X(cudnnBackendExecute)                                \
+  X(cudnnBackendFinalize)                               \
+  X(cudnnBackendGetAttribute)                           \
+  X(cudnnBackendSetAttribute)                           \
   X(cudnnConvolutionBackwardData)                       \
   X(cudnnConvolutionBackwardFilter)                     \
   X(cudnnConvolutionForward)                            \
@@ -33,6 +42,7 @@
   X(cudnnGetConvolutionForwardWorkspaceSize)            \
   X(cudnnGetErrorString)                                \
   X(cudnnGetLastErrorString)                            \
+  X(cudnnGetVersion)                                    \
   X(cudnnSetConvolution2dDescriptor)                    \
   X(cudnnSetConvolutionGroupCount)                      \
   X(cudnnSetConvolutionMathType)                        \
@@ -47,5 +57,19 @@ FT_LIBRARY_TABLE(CudnnLibrary, FT_CUDNN_FUNCTIONS);
 // Loaded and resolved on the first call (thread-safe); throws ft::Error naming the files tried
 // when the library is missing.
 const CudnnLibrary& cudnn();
+
+// cuDNN's name for `st`, and the library's last error message in parentheses when it has one.
+std::string cudnn_status_text(cudnnStatus_t st);
+
+// One cudnnHandle_t per device, created on first use and never destroyed (at exit the CUDA
+// context may be gone first). A handle's stream is state set by cudnnSetStream, so setting it and
+// issuing the call it is for happen under `mu`: two threads issuing cuDNN work on different
+// streams must not interleave the two.
+struct CudnnHandle {
+  cudnnHandle_t handle = nullptr;
+  std::mutex mu;
+};
+// Throws ft::Error naming `op` and the device when cuDNN cannot create the handle.
+CudnnHandle& cudnn_handle(int device, const char* op);
 
 }  // namespace ft::cuda

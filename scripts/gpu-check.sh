@@ -14,7 +14,8 @@
 # Usage: scripts/gpu-check.sh [tests|bench|all (default)] [gtest filter (default *)]
 #   FT_GPU_ROWS="gpt-mini:bf16:16 resnet50:bf16:128:cl:graphs ..." picks the benchmark rows
 #     (workload:precision:batch, then ":cl" for channels-last images, ":graphs" for fasttrain's
-#     step as a CUDA graph, ":exp" for the device allocator's expandable segments; PyTorch runs
+#     step as a CUDA graph, ":exp" for the device allocator's expandable segments, ":cudnn" and
+#     ":auto" for FT_CUDA_ATTENTION=cudnn or auto, cuDNN's fused attention; PyTorch runs
 #     once per workload, precision, batch and layout, eager and torch.compile'd, and with
 #     FT_GPU_AUTOTUNE=1 also compiled with max-autotune without CUDA graphs; the fastest of them
 #     is the ratio's peer);
@@ -27,7 +28,8 @@
 #     FT_CUDA_BGRADB=off FT_CUDA_GELU_EPILOGUE=off FT_FUSED_ADD_NORM=off), "no-gelu",
 #     "gelu-fwd"/"gelu-bwd" (the GELU epilogue in one product only) and "no-addnorm";
 #   FT_GPU_MICRO=1 times the ops of bench/micro_cases_gpu.json (causal attention at the GPT rows'
-#     shapes) with micro_ops and with PyTorch's SDPA on its default, cuDNN and flash backends;
+#     shapes) with micro_ops (the engine's kernels, then FT_CUDA_ATTENTION=cudnn as
+#     "fasttrain-cudnn") and with PyTorch's SDPA on its default, cuDNN and flash backends;
 #   FT_GPU_CPU_ROWS="mlp gpt-mini:bf16 ..." runs bench/compare_cpu.sh on this machine's host CPU
 #     (2 threads, one round; the peer is this machine's PyTorch), for issue 14 on a host with AMX,
 #     and FT_GPU_CPU_PROFILE="gpt-mini:bf16 ..." prints those CPU rows' time per op, the host's core
@@ -71,6 +73,10 @@ for lib in cublas:libcublasLt.so.13 cudnn:libcudnn.so.9 nccl:libnccl.so.2; do
   fi
 done
 "$bin/fasttrain" info | tee -a "$out/gpu.txt"
+# Which cuDNN the run loads (attention_cudnn.cpp's graphs depend on its version) and PyTorch's.
+{ ldconfig -p | grep -o 'libcudnn\.so\.9 .*' | head -1
+  python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version())' 2>&1 | tail -1; } |
+  tee -a "$out/gpu.txt"
 
 status=0
 if [ "$what" != bench ]; then
@@ -79,11 +85,15 @@ if [ "$what" != bench ]; then
     echo "=== $(basename "$t")" >>"$out/tests.txt"
     timeout 100 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1
   done
-  # The second path of each switchable kernel: bf16/f16 attention on the CUDA-core kernels, the
+  # The second path of each switchable kernel: bf16/f16 attention on the CUDA-core kernels and on
+  # cuDNN's fused attention (the whole suite, every case cuDNN takes; auto under the graph and
+  # training tests, whose captures meet undecided problems), the
   # two-pass norm backward, linear's bias gradient apart from its weight product, the MLP's GELU
   # epilogue in both products and in none, the residual add apart from the norm; and the device
   # allocator's expandable segments under the allocator, graph and training tests.
-  for alt in "cuda_test_cuda_attention FT_CUDA_ATTENTION_FMA=1" "cuda_test_cuda_rows FT_CUDA_NORM_BACKWARD=split" \
+  for alt in "cuda_test_cuda_attention FT_CUDA_ATTENTION_FMA=1" "cuda_test_cuda_attention FT_CUDA_ATTENTION=cudnn" \
+    "cuda_test_cuda_graphs FT_CUDA_ATTENTION=auto" "cuda_test_cuda_training FT_CUDA_ATTENTION=auto" \
+    "cuda_test_cuda_rows FT_CUDA_NORM_BACKWARD=split" \
     "cuda_test_cuda_matmul FT_CUDA_BGRADB=off" \
     "cuda_test_cuda_matmul FT_CUDA_GELU_EPILOGUE=on" "cuda_test_cuda_matmul FT_CUDA_GELU_EPILOGUE=off" \
     "cuda_test_cuda_rows FT_FUSED_ADD_NORM=off" "cuda_test_cuda_allocator FT_CUDA_EXPANDABLE_SEGMENTS=1" \
@@ -198,12 +208,14 @@ if [ "$what" != tests ]; then
     awk -v f="${1:-0}" -v t="${2:-0}" -v p="$peak_tflops" 'BEGIN { if (f > 0 && t > 0) printf "%.1f%%", 100 * f / (t / 1e3) / (p * 1e12); else print "-" }'
   }
   # workload:precision:batch[:cl][:graphs][:exp]
-  for row in ${FT_GPU_ROWS:-mlp:fp32:256:graphs mlp:fp32:256 gpt-mini:bf16:16:graphs gpt-mini:bf16:16 gpt-mini:fp32:16:graphs gpt2-124m:bf16:16:graphs resnet50:bf16:128:cl:graphs resnet50:bf16:128:cl}; do
+  for row in ${FT_GPU_ROWS:-mlp:fp32:256:graphs mlp:fp32:256 gpt-mini:bf16:16:graphs gpt-mini:bf16:16 gpt-mini:fp32:16:graphs gpt2-124m:bf16:16:graphs gpt2-124m:bf16:16:graphs:cudnn gpt2-124m:bf16:16:graphs:auto resnet50:bf16:128:cl:graphs resnet50:bf16:128:cl}; do
     IFS=: read -r w p b flags <<<"$row"
     cl=() graphs=() layout="" alloc=()
     [[ ":$flags:" == *:cl:* ]] && cl=(--channels-last) layout=cl
     [[ ":$flags:" == *:graphs:* ]] && graphs=(--cuda-graphs)
     [[ ":$flags:" == *:exp:* ]] && alloc=(FT_CUDA_EXPANDABLE_SEGMENTS=1)
+    [[ ":$flags:" == *:cudnn:* ]] && alloc+=(FT_CUDA_ATTENTION=cudnn)
+    [[ ":$flags:" == *:auto:* ]] && alloc+=(FT_CUDA_ATTENTION=auto)
     ft=$(env "${alloc[@]}" "$bin/fasttrain" bench --device cuda --workload "$w" --precision "$p" --batch "$b" --steps 20 --warmup 5 \
       "${cl[@]}" "${graphs[@]}" --detect-sync 2>/tmp/ft-stderr.txt | tail -1)
     grep -h "host-device\|cuda graphs" /tmp/ft-stderr.txt | sed "s/^/$row: /" >>"$out/syncs.txt"
@@ -254,6 +266,8 @@ if [ "$what" != tests ]; then
   if [ -n "${FT_GPU_MICRO:-}" ]; then
     cases=bench/micro_cases_gpu.json
     { "$bin/micro_ops" --device cuda --iters 20 --cases "$cases"
+      FT_CUDA_ATTENTION=cudnn "$bin/micro_ops" --device cuda --iters 20 --cases "$cases" |
+        sed 's/"impl": *"fasttrain"/"impl": "fasttrain-cudnn"/'
       for backend in "" cudnn flash; do
         "$peer" bench/torch_micro.py --device cuda --iters 20 --cases "$cases" ${backend:+--sdpa $backend}
       done; } 2>&1 | tee -a "$out/bench.jsonl" | python3 -c '

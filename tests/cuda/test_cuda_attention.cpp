@@ -134,8 +134,13 @@ HeadsView heads_view(int64_t B, int64_t T, int64_t heads, int64_t D, DType dt, G
   return {s.permute({0, 2, 1, 3}), gpu(s).permute({0, 2, 1, 3})};
 }
 
-// Causal attention's backward twice on the same GPU operands: the gradients are bit-identical.
-void expect_deterministic_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& gout) {
+// Causal attention's backward twice on the same GPU operands: the gradients are bit-identical. On
+// the engine's kernels unless `any_path` (cuDNN's backward accumulates dQ with atomics, so a
+// GPU check that runs this suite under FT_CUDA_ATTENTION=cudnn keeps these cases on the engine).
+void expect_deterministic_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& gout,
+                                   bool any_path = false) {
+  std::optional<switches::Scoped<switches::CudaAttention>> engine;
+  if (!any_path) engine.emplace(switches::cuda_attention, switches::CudaAttention::Engine);
   Tensor q = q_in.detach().requires_grad_(), k = k_in.detach().requires_grad_(), v = v_in.detach().requires_grad_();
   std::vector<Tensor> r[2];
   for (int i = 0; i < 2; ++i) {
@@ -363,6 +368,8 @@ TEST(CudaAttention, DocumentMask) {
 // causal attention on each kernel family. Decreasing ids are refused at the next synchronisation.
 TEST(CudaAttention, DocumentMaskOfOneDocumentIsCausalAndBadIdsAreRefused) {
   REQUIRE_GPU();
+  // Both on the engine's kernels (a document mask never goes to cuDNN).
+  switches::Scoped engine(switches::cuda_attention, switches::CudaAttention::Engine);
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
     Generator g(12);
@@ -492,7 +499,7 @@ TEST(CudaAttention, CudnnLeavesWhatItDoesNotTakeToTheEngine) {
   DeterministicAlgorithmsGuard deterministic(true);
   Tensor qd = gpu(random({2, 4, 256, 64}, DType::BF16, g)), kd = gpu(random({2, 4, 256, 64}, DType::BF16, g)),
          vd = gpu(random({2, 4, 256, 64}, DType::BF16, g)), gd = gpu(random({2, 4, 256, 64}, DType::BF16, g));
-  expect_deterministic_backward(qd, kd, vd, gd);
+  expect_deterministic_backward(qd, kd, vd, gd, /*any_path=*/true);
   EXPECT_EQ(run_counts().forward, before.forward + 2);  // the forwards still ran on cuDNN
   EXPECT_EQ(run_counts().backward, before.backward);
 }

@@ -284,6 +284,16 @@ void backward_graph(cudnn_graph::Graph& g, const Problem& pr) {
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, dq);
 }
 
+std::unique_ptr<cudnn_graph::Graph> build_graph(const Problem& pr, cudnn_graph::Target target, const char* op) {
+  auto g = std::make_unique<cudnn_graph::Graph>(op);
+  if (pr.pass == Pass::forward)
+    forward_graph(*g, pr);
+  else
+    backward_graph(*g, pr);
+  g->build(target);
+  return g;
+}
+
 // --- plans and choices -------------------------------------------------------------------------
 
 struct Entry {
@@ -304,13 +314,7 @@ Entry& entry_for(const Problem& pr, const char* op) {
   if (!inserted) return it->second;
   CudnnHandle& h = cudnn_handle(pr.device, op);
   try {
-    auto g = std::make_unique<cudnn_graph::Graph>(op);
-    if (pr.pass == Pass::forward)
-      forward_graph(*g, pr);
-    else
-      backward_graph(*g, pr);
-    g->build(h.handle);
-    it->second.graph = std::move(g);
+    it->second.graph = build_graph(pr, {.handle = h.handle}, op);
   } catch (const Error& e) {
     it->second.error = e.what();
   }
@@ -399,6 +403,40 @@ bool dispatch(const Problem& pr, const char* op, const std::function<void(const 
 }  // namespace
 
 RunCounts run_counts() { return {forward_runs.load(), backward_runs.load()}; }
+
+PlanVerdict check_plan_for_device(const std::string& device_json, const PlanCheck& c) {
+  Problem pr;
+  pr.pass = c.backward ? Pass::backward : Pass::forward;
+  pr.dtype = c.dtype;
+  pr.B = c.B, pr.H = c.H, pr.Hkv = c.Hkv, pr.Tq = c.Tq, pr.Tk = c.Tk, pr.D = c.D;
+  pr.causal = c.causal;
+  // [B, H, T, D] dense, or [B, T, H, D] storage seen as [B, H, T, D].
+  auto layout = [&](int64_t heads, int64_t T) -> Strides {
+    return c.bthd ? Strides{T * heads * c.D, c.D, heads * c.D, 1} : Strides{heads * T * c.D, T * c.D, c.D, 1};
+  };
+  pr.q = pr.dout = layout(c.H, c.Tq);
+  pr.k = pr.v = layout(c.Hkv, c.Tk);
+  const char* op = c.backward ? kBackward : kForward;
+  PlanVerdict v;
+  try {
+    const cudnn_graph::Descriptor device = cudnn_graph::device_properties(device_json, op);
+    build_graph(pr, {.device = &device}, op);
+    v.kind = PlanVerdict::Built;
+  } catch (const Error& e) {
+    v.detail = e.what();
+    // An engine compiled its kernel and only the driver's load of it failed (make_plan lists
+    // each configuration's reason).
+    v.kind = v.detail.find("cuLibraryLoadData") != std::string::npos    ? PlanVerdict::Compiled
+             : v.detail.find("libcuda == nullptr") != std::string::npos ? PlanVerdict::NoDriver
+                                                                        : PlanVerdict::Refused;
+  }
+  return v;
+}
+
+std::string device_properties_json(int device) {
+  constexpr const char* kOp = "cuDNN device properties";
+  return cudnn_graph::device_properties_json(cudnn_handle(device, kOp).handle, kOp);
+}
 
 bool backward_supported(int64_t Tk) { return cudnn().cudnnGetVersion() > 91500 || Tk % 128 == 0; }
 

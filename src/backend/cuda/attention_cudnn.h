@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "backend/kernel_params.h"
 
@@ -27,6 +28,29 @@ struct RunCounts {
   int64_t forward = 0, backward = 0;
 };
 RunCounts run_counts();
+
+// Without a GPU: builds the plan of one pass for a device described by cuDNN's device-properties
+// JSON (device_properties_json() on a machine with that GPU). Built: the plan finalized (a GPU is
+// present); Compiled: cuDNN's engine took the graph and compiled its kernel, and only loading the
+// kernel failed for want of a GPU (the CUDA driver there is the toolkit's stub; the graph's
+// arithmetic is checked only where a GPU runs it); NoDriver: cuDNN's runtime-compiled engines
+// found no CUDA driver library at all (not even the stub), so nothing was learnt; Refused: no
+// engine took it. `detail` holds cuDNN's reasons, one per configuration tried. Operands dense
+// [B, H, T, D], or [B, T, H, D] storage.
+struct PlanCheck {
+  bool backward = false;
+  DType dtype = DType::BF16;
+  int64_t B = 1, H = 1, Hkv = 1, Tq = 1, Tk = 1, D = 64;
+  bool causal = false;
+  bool bthd = false;
+};
+struct PlanVerdict {
+  enum Kind { Built, Compiled, NoDriver, Refused } kind = Refused;
+  std::string detail;
+};
+PlanVerdict check_plan_for_device(const std::string& device_json, const PlanCheck& c);
+// cuDNN's device-properties JSON of CUDA device `device` (the GPU check records it for the above).
+std::string device_properties_json(int device);
 bool backward_supported(int64_t Tk);
 
 }  // namespace ft::cuda::attention_cudnn

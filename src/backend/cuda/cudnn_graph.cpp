@@ -1,11 +1,25 @@
 #include "backend/cuda/cudnn_graph.h"
 
+#include <cstring>
+
 #include "backend/cuda/cudnn_library.h"
 #include "fasttrain/error.h"
 
 namespace ft::cuda::cudnn_graph {
 
 namespace {
+
+// What cuDNN reports when a compiled kernel could not be loaded: without a GPU (deviceless plans,
+// the CUDA driver being the toolkit's stub library) the last step of building a plan.
+constexpr const char* kDriverLoad = "cuLibraryLoadData";
+constexpr const char* kDriverLoadNote =
+    "\n  (the engine compiled its kernel; loading it needs a GPU and the CUDA driver)";
+
+std::string last_error() {
+  char last[4096] = {};
+  cudnn().cudnnGetLastErrorString(last, sizeof(last));
+  return last;
+}
 
 void check(cudnnStatus_t st, const char* op, const char* what) {
   if (st != CUDNN_STATUS_SUCCESS) FT_FAIL(op, ": cuDNN ", what, " failed: ", cudnn_status_text(st));
@@ -55,8 +69,8 @@ Descriptor tensor(const TensorSpec& s, const char* op) {
       .set(CUDNN_ATTR_TENSOR_DATA_TYPE, s.dtype)
       .set(CUDNN_ATTR_TENSOR_DIMENSIONS, s.dims)
       .set(CUDNN_ATTR_TENSOR_STRIDES, s.strides)
-      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, s.alignment)
-      .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, s.is_virtual);
+      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, s.alignment);
+  if (s.is_virtual) t.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, true);
   if (s.by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, true);
   t.finalize();
   return t;
@@ -66,9 +80,11 @@ namespace {
 
 // The engine configurations the heuristics rank for `graph` in `mode`, best first; empty when the
 // heuristics themselves refuse the graph.
-std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode, const char* op) {
+std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeurMode_t mode, Target target,
+                                       const char* op) {
   Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, op);
   heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph).set(CUDNN_ATTR_ENGINEHEUR_MODE, mode);
+  if (target.device != nullptr) heur.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, *target.device);
   if (!heur.try_finalize()) return {};
   int64_t count = 0;
   check(cudnn().cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
@@ -92,20 +108,57 @@ std::vector<Descriptor> engine_configs(const Descriptor& graph, cudnnBackendHeur
 
 }  // namespace
 
-Plan make_plan(cudnnHandle_t handle, const std::vector<const Descriptor*>& ops, const char* op) {
+Descriptor device_properties(const std::string& json, const char* op) {
+  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, op);
+  d.set_raw(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, static_cast<int64_t>(json.size()), json.data());
+  d.finalize();
+  return d;
+}
+
+std::string device_properties_json(cudnnHandle_t handle, const char* op) {
+  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, op);
+  d.set(CUDNN_ATTR_DEVICEPROP_HANDLE, handle).finalize();
+  int64_t size = 0;
+  check(cudnn().cudnnBackendGetAttribute(d.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0, &size,
+                                         nullptr),
+        op, "device properties size");
+  std::string json(static_cast<size_t>(size), '\0');
+  check(cudnn().cudnnBackendGetAttribute(d.get(), CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, size,
+                                         &size, json.data()),
+        op, "device properties");
+  json.resize(std::strlen(json.c_str()));  // without the terminating zero cuDNN may count
+  return json;
+}
+
+Plan make_plan(Target target, const std::vector<const Descriptor*>& ops, const char* op) {
+  FT_CHECK((target.handle != nullptr) != (target.device != nullptr), op,
+           ": a cuDNN plan is for a handle's device or for device properties, one of the two");
   std::vector<cudnnBackendDescriptor_t> raw_ops;
   for (const Descriptor* o : ops) raw_ops.push_back(o->get());
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, op);
-  graph.set_descriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, raw_ops)
-      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)
-      .finalize();
+  graph.set_descriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, raw_ops);
+  // cuDNN before 9.8 wants the handle here; deviceless, the heuristics get the properties instead.
+  if (target.handle != nullptr) graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, target.handle);
+  graph.finalize();
   int tried = 0;
+  std::string reasons;  // cuDNN's message for each configuration that did not finalize
+  bool reached_driver = false;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    for (Descriptor& config : engine_configs(graph, mode, op)) {
+    if (reached_driver) break;
+    for (Descriptor& config : engine_configs(graph, mode, target, op)) {
       ++tried;
       Plan p{Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, op), 0};
-      p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle).set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-      if (!p.plan.try_finalize()) continue;
+      if (target.handle != nullptr) p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, target.handle);
+      p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+      if (!p.plan.try_finalize()) {
+        const std::string reason = last_error();
+        reasons += "\n  configuration " + std::to_string(tried) + ": " + reason;
+        // Deviceless, an engine that got as far as loading its compiled kernel has taken the graph;
+        // the other configurations would only compile theirs to fail the same way.
+        reached_driver = target.device != nullptr && reason.find(kDriverLoad) != std::string::npos;
+        if (reached_driver) break;
+        continue;
+      }
       int64_t n = 0;
       check(cudnn().cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
                                              1, &n, &p.workspace),
@@ -113,10 +166,10 @@ Plan make_plan(cudnnHandle_t handle, const std::vector<const Descriptor*>& ops, 
       return p;
     }
   }
-  char last[512] = {};
-  cudnn().cudnnGetLastErrorString(last, sizeof(last));
+  if (tried == 0) reasons = "\n  " + last_error();
+  if (reasons.find(kDriverLoad) != std::string::npos) reasons += kDriverLoadNote;
   FT_FAIL(op, ": cuDNN ", cudnn().cudnnGetVersion(), " has no engine for this graph (", tried,
-          " configurations from its heuristics, none finalized)", last[0] ? ": " : "", last);
+          " configurations from its heuristics, none finalized):", reasons);
 }
 
 void execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
@@ -205,10 +258,10 @@ void Graph::reshape(const Descriptor& x, const Descriptor& y) {
   add_op(std::move(o));
 }
 
-void Graph::build(cudnnHandle_t handle) {
+void Graph::build(Target target) {
   std::vector<const Descriptor*> ops;
   for (const Descriptor& o : ops_) ops.push_back(&o);
-  plan_ = make_plan(handle, ops, op_);
+  plan_ = make_plan(target, ops, op_);
 }
 
 }  // namespace ft::cuda::cudnn_graph

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -122,11 +123,25 @@ struct Plan {
   int64_t workspace = 0;  // bytes of device memory execute() must be given
 };
 
-// The operation graph of `ops` (finalized operation descriptors) on `handle`, and the execution
+// Where a plan is for: the device of a cuDNN handle, or a device described by its properties
+// (device_properties(), no GPU needed: cuDNN's deviceless ahead-of-time path, which the tests use
+// to check on a CPU machine that cuDNN's engines take a graph).
+struct Target {
+  cudnnHandle_t handle = nullptr;
+  const Descriptor* device = nullptr;
+};
+
+// A device-properties descriptor from cuDNN's JSON form of them (device_properties_json() on a
+// machine with the GPU). Throws ft::Error with cuDNN's message for a JSON it does not accept.
+Descriptor device_properties(const std::string& json, const char* op);
+// The JSON form of the properties of the handle's device.
+std::string device_properties_json(cudnnHandle_t handle, const char* op);
+
+// The operation graph of `ops` (finalized operation descriptors) for `target`, and the execution
 // plan of the first engine configuration that cuDNN's heuristics (mode A, then the fallback list)
 // rank and that finalizes. Throws ft::Error naming `op` when none does: the problem is not one
 // cuDNN's engines take (the caller then keeps its own kernels).
-Plan make_plan(cudnnHandle_t handle, const std::vector<const Descriptor*>& ops, const char* op);
+Plan make_plan(Target target, const std::vector<const Descriptor*>& ops, const char* op);
 
 // Runs `plan` on the handle's current stream (the caller set it under the handle's mutex), each
 // uid bound to its pointer; by-value uids point at host scalars.
@@ -158,7 +173,7 @@ class Graph {
   void reshape(const Descriptor& x, const Descriptor& y);
 
   // Builds the plan (make_plan) of the operations added so far.
-  void build(cudnnHandle_t handle);
+  void build(Target target);
   const Plan& plan() const { return plan_; }
 
   static constexpr int64_t kFirstVirtualUid = 1000;

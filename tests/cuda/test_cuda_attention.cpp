@@ -477,8 +477,7 @@ TEST(CudaAttention, CudnnFusedAttentionMatchesCpu) {
 
 // What cuDNN's path does not take stays on the engine's kernels under =cudnn, with the same
 // results: dropout (the engine's Philox mask), f32, a head dim not a multiple of 8, a document
-// mask, a broadcast (zero-stride) KV head; and a backward under deterministic_algorithms(),
-// which is then bit-for-bit repeatable.
+// mask, a broadcast (zero-stride) KV head.
 TEST(CudaAttention, CudnnLeavesWhatItDoesNotTakeToTheEngine) {
   REQUIRE_GPU();
   switches::Scoped path(switches::cuda_attention, switches::CudaAttention::Cudnn);
@@ -495,13 +494,21 @@ TEST(CudaAttention, CudnnLeavesWhatItDoesNotTakeToTheEngine) {
           {.B = 1, .H = 4, .Tq = 128, .Tk = 128, .D = 64, .dtype = DType::BF16});
   EXPECT_EQ(run_counts().forward, before.forward);
   EXPECT_EQ(run_counts().backward, before.backward);
+}
 
+// Under deterministic_algorithms() (the Trainer's default) the backward runs cuDNN's
+// deterministic graph: right against the CPU, and bit-for-bit repeatable.
+TEST(CudaAttention, CudnnDeterministicBackward) {
+  REQUIRE_GPU();
+  switches::Scoped path(switches::cuda_attention, switches::CudaAttention::Cudnn);
   DeterministicAlgorithmsGuard deterministic(true);
-  Tensor qd = gpu(random({2, 4, 256, 64}, DType::BF16, g)), kd = gpu(random({2, 4, 256, 64}, DType::BF16, g)),
-         vd = gpu(random({2, 4, 256, 64}, DType::BF16, g)), gd = gpu(random({2, 4, 256, 64}, DType::BF16, g));
-  expect_deterministic_backward(qd, kd, vd, gd, /*any_path=*/true);
-  EXPECT_EQ(run_counts().forward, before.forward + 2);  // the forwards still ran on cuDNN
-  EXPECT_EQ(run_counts().backward, before.backward);
+  check_on_cudnn({.B = 2, .H = 8, .Tq = 256, .Tk = 256, .D = 64, .causal = true, .dtype = DType::BF16, .Hkv = 2});
+  Generator g(17);
+  const RunCounts before = run_counts();
+  Tensor q = gpu(random({2, 4, 384, 64}, DType::BF16, g)), k = gpu(random({2, 4, 384, 64}, DType::BF16, g)),
+         v = gpu(random({2, 4, 384, 64}, DType::BF16, g)), gout = gpu(random({2, 4, 384, 64}, DType::BF16, g));
+  expect_deterministic_backward(q, k, v, gout, /*any_path=*/true);
+  EXPECT_EQ(run_counts().backward, before.backward + 2);
 }
 
 // A forward on one implementation and the backward on the other agree with the CPU: both write

@@ -37,7 +37,7 @@ std::string describe(const PlanCheck& c) {
   std::ostringstream s;
   s << (c.backward ? "backward" : "forward") << " " << dtype_name(c.dtype) << " B=" << c.B << " H=" << c.H
     << " Hkv=" << c.Hkv << " Tq=" << c.Tq << " Tk=" << c.Tk << " D=" << c.D << (c.causal ? " causal" : " full")
-    << (c.bthd ? " [B, T, H, D]" : "");
+    << (c.bthd ? " [B, T, H, D]" : "") << (c.deterministic ? " deterministic" : "");
   return s.str();
 }
 
@@ -51,6 +51,9 @@ std::vector<PlanCheck> problems() {
       list.push_back({backward, DType::BF16, 2, 4, 4, 100, 100, 32, causal, false});      // partial tiles
       list.push_back({backward, DType::BF16, 1, 4, 2, 128, 256, 64, causal, false});      // Tq != Tk
     }
+  // The deterministic backward (deterministic_algorithms(), the Trainer's default).
+  list.push_back({true, DType::BF16, 16, 12, 12, 1024, 1024, 64, true, true, true});
+  list.push_back({true, DType::BF16, 1, 9, 3, 1024, 1024, 64, true, true, true});
   return list;
 }
 

@@ -7,8 +7,9 @@
 // Which problems come here (eligible()): bf16/f16, no dropout (cuDNN's own generator could not
 // draw the engine's Philox mask, and the two devices must drop the same elements), no document
 // mask, head dim a multiple of 8 up to 128, every operand's last dim dense and its other strides
-// 16-byte multiples, addresses 16-byte aligned; a backward not under deterministic_algorithms()
-// (cuDNN accumulates dQ with atomics). Everything else stays on the engine's kernels.
+// 16-byte multiples, addresses 16-byte aligned. Under deterministic_algorithms() the backward is
+// cuDNN's deterministic graph (dQ written by its product, not accumulated with atomics in an f32
+// buffer). Everything else stays on the engine's kernels.
 //
 // Plans. One per problem (pass, device, dtype, sizes, strides, causal), built on first use and
 // kept for the process under a mutex, as conv.cpp's are. A problem cuDNN has no engine for is
@@ -76,9 +77,10 @@ struct Problem {
   DType dtype = DType::BF16;
   int64_t B = 0, H = 0, Hkv = 0, Tq = 0, Tk = 0, D = 0;
   bool causal = false;
+  bool deterministic = false;     // backward only: deterministic_algorithms()
   Strides q{}, k{}, v{}, dout{};  // dout: backward only
 
-  auto tie() const { return std::tie(pass, device, dtype, B, H, Hkv, Tq, Tk, D, causal, q, k, v, dout); }
+  auto tie() const { return std::tie(pass, device, dtype, B, H, Hkv, Tq, Tk, D, causal, deterministic, q, k, v, dout); }
   bool operator<(const Problem& o) const { return tie() < o.tie(); }
 };
 
@@ -90,7 +92,7 @@ Problem problem_of(Pass pass, const Tensor& q, const Tensor& k, const Tensor& v,
   pr.B = q.size(0), pr.H = q.size(1), pr.Hkv = k.size(1), pr.Tq = q.size(2), pr.Tk = k.size(2), pr.D = q.size(3);
   pr.causal = causal;
   pr.q = strides_of(q), pr.k = strides_of(k), pr.v = strides_of(v);
-  if (dout != nullptr) pr.dout = strides_of(*dout);
+  if (dout != nullptr) pr.dout = strides_of(*dout), pr.deterministic = deterministic_algorithms();
   return pr;
 }
 
@@ -276,9 +278,14 @@ void backward_graph(cudnn_graph::Graph& g, const Problem& pr) {
   g.reshape(ds, dst);
   grouped_product(g, pr, dst, q, dk);
 
-  // dQ = dS K, accumulated in f32, then rounded into dq.
+  // dQ = dS K: accumulated across key tiles in an f32 buffer (atomics) and then rounded into dq,
+  // or, deterministic, written by the product directly (the front end's deterministic graph).
   const Descriptor& k = g.virt(T, kvdims, vec(pr.k));
   g.reshape(kt, k);
+  if (pr.deterministic) {
+    g.matmul(ds, k, dq);
+    return;
+  }
   const Descriptor& dq_acc = g.io(kDqAccum, CUDNN_DATA_FLOAT, qdims, dense4(pr.H, pr.Tq, pr.D));
   g.matmul(ds, k, dq_acc);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, dq);
@@ -410,6 +417,7 @@ PlanVerdict check_plan_for_device(const std::string& device_json, const PlanChec
   pr.dtype = c.dtype;
   pr.B = c.B, pr.H = c.H, pr.Hkv = c.Hkv, pr.Tq = c.Tq, pr.Tk = c.Tk, pr.D = c.D;
   pr.causal = c.causal;
+  pr.deterministic = c.backward && c.deterministic;
   // [B, H, T, D] dense, or [B, T, H, D] storage seen as [B, H, T, D].
   auto layout = [&](int64_t heads, int64_t T) -> Strides {
     return c.bthd ? Strides{T * heads * c.D, c.D, heads * c.D, 1} : Strides{heads * T * c.D, T * c.D, c.D, 1};
@@ -461,8 +469,7 @@ bool backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
               const Tensor& dout, const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
               const std::function<void()>& engine) {
   if (switches::cuda_attention.get() == switches::CudaAttention::Engine || !eligible(q, k, v, p) ||
-      !takes_operand(dout) || deterministic_algorithms() || (q.size(2) == 1 && k.size(2) == 1) ||
-      !backward_supported(k.size(2)))
+      !takes_operand(dout) || (q.size(2) == 1 && k.size(2) == 1) || !backward_supported(k.size(2)))
     return false;
   const Problem pr = problem_of(Pass::backward, q, k, v, &dout, p.causal);
   float scale = static_cast<float>(p.scale), neg_inf = masked_score(), one = 1.0f;
@@ -476,13 +483,18 @@ bool backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
           copy(o, out);
         }
         const TensorOptions f32(DType::F32, q.device());
-        const Tensor di = empty({pr.B, pr.H, pr.Tq}, f32), dq_acc = empty(q.shape(), f32);
-        // Before 9.6 the accumulator had to start at zero (the front end's rule).
-        if (cudnn().cudnnGetVersion() < 90600) fill(dq_acc, Scalar(0.0));
-        std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDqAccum};
-        std::vector<void*> ptrs{q.raw_data(),  k.raw_data(),  v.raw_data(),     o.raw_data(),  lse.raw_data(),
-                                &scale,        &one,          dout.raw_data(),  dq.raw_data(), dk.raw_data(),
-                                dv.raw_data(), di.raw_data(), dq_acc.raw_data()};
+        const Tensor di = empty({pr.B, pr.H, pr.Tq}, f32);
+        std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale, kOne, kDO, kDQ, kDK, kDV, kSoftmaxSum};
+        std::vector<void*> ptrs{q.raw_data(),   k.raw_data(),  v.raw_data(),  o.raw_data(),
+                                lse.raw_data(), &scale,        &one,          dout.raw_data(),
+                                dq.raw_data(),  dk.raw_data(), dv.raw_data(), di.raw_data()};
+        Tensor dq_acc;
+        if (!pr.deterministic) {
+          dq_acc = empty(q.shape(), f32);
+          // Before 9.6 the accumulator had to start at zero (the front end's rule).
+          if (cudnn().cudnnGetVersion() < 90600) fill(dq_acc, Scalar(0.0));
+          uids.push_back(kDqAccum), ptrs.push_back(dq_acc.raw_data());
+        }
         if (pr.causal) uids.push_back(kNegInf), ptrs.push_back(&neg_inf);
         execute(pr, plan, uids, ptrs, kBackward);
       },

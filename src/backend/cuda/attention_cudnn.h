@@ -43,6 +43,7 @@ struct PlanCheck {
   int64_t B = 1, H = 1, Hkv = 1, Tq = 1, Tk = 1, D = 64;
   bool causal = false;
   bool bthd = false;
+  bool deterministic = false;  // the backward's deterministic graph
 };
 struct PlanVerdict {
   enum Kind { Built, Compiled, NoDriver, Refused } kind = Refused;

@@ -16,55 +16,39 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace ft::cuda::cudnn_graph {
 
-// The attribute type cuDNN expects for each C++ type given to Descriptor::set.
+// The attribute type cuDNN expects for each C++ type given to Descriptor::set
+// (cudnnBackendDescriptor_t is a void* as well: descriptors go through set_descriptors).
 template <class V>
-struct AttributeType;
-template <>
-struct AttributeType<int64_t> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_INT64;
-};
-template <>
-struct AttributeType<bool> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_BOOLEAN;
-};
-template <>
-struct AttributeType<float> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_FLOAT;
-};
-template <>
-struct AttributeType<double> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_DOUBLE;
-};
-template <>
-struct AttributeType<cudnnDataType_t> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_DATA_TYPE;
-};
-template <>
-struct AttributeType<cudnnHandle_t> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_HANDLE;
-};
-template <>
-struct AttributeType<cudnnBackendHeurMode_t> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_HEUR_MODE;
-};
-template <>
-struct AttributeType<cudnnPointwiseMode_t> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_POINTWISE_MODE;
-};
-template <>
-struct AttributeType<cudnnReduceTensorOp_t> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_REDUCTION_OPERATOR_TYPE;
-};
-// (cudnnBackendDescriptor_t is a void* as well: descriptors go through set_descriptors.)
-template <>
-struct AttributeType<void*> {
-  static constexpr cudnnBackendAttributeType_t value = CUDNN_TYPE_VOID_PTR;
-};
+constexpr cudnnBackendAttributeType_t attribute_type() {
+  if constexpr (std::is_same_v<V, int64_t>)
+    return CUDNN_TYPE_INT64;
+  else if constexpr (std::is_same_v<V, bool>)
+    return CUDNN_TYPE_BOOLEAN;
+  else if constexpr (std::is_same_v<V, float>)
+    return CUDNN_TYPE_FLOAT;
+  else if constexpr (std::is_same_v<V, double>)
+    return CUDNN_TYPE_DOUBLE;
+  else if constexpr (std::is_same_v<V, cudnnDataType_t>)
+    return CUDNN_TYPE_DATA_TYPE;
+  else if constexpr (std::is_same_v<V, cudnnHandle_t>)
+    return CUDNN_TYPE_HANDLE;
+  else if constexpr (std::is_same_v<V, cudnnBackendHeurMode_t>)
+    return CUDNN_TYPE_HEUR_MODE;
+  else if constexpr (std::is_same_v<V, cudnnPointwiseMode_t>)
+    return CUDNN_TYPE_POINTWISE_MODE;
+  else if constexpr (std::is_same_v<V, cudnnReduceTensorOp_t>)
+    return CUDNN_TYPE_REDUCTION_OPERATOR_TYPE;
+  else if constexpr (std::is_same_v<V, void*>)
+    return CUDNN_TYPE_VOID_PTR;
+  else
+    static_assert(sizeof(V) == 0, "no cuDNN attribute type for this C++ type");
+}
 
 class Descriptor {
  public:
@@ -82,11 +66,11 @@ class Descriptor {
 
   template <class V>
   Descriptor& set(cudnnBackendAttributeName_t name, const V& value) {
-    return set_raw(name, AttributeType<V>::value, 1, &value);
+    return set_raw(name, attribute_type<V>(), 1, &value);
   }
   template <class V>
   Descriptor& set(cudnnBackendAttributeName_t name, const std::vector<V>& values) {
-    return set_raw(name, AttributeType<V>::value, static_cast<int64_t>(values.size()), values.data());
+    return set_raw(name, attribute_type<V>(), static_cast<int64_t>(values.size()), values.data());
   }
   Descriptor& set(cudnnBackendAttributeName_t name, const Descriptor& value) {
     return set_descriptors(name, {value.get()});

@@ -83,7 +83,7 @@ if [ "$what" != bench ]; then
   : >"$out/tests.txt"
   # CudnnGraphs.RecordTheDevicesProperties writes this GPU's cuDNN device properties here: commit
   # it to tests/data/cudnn_devices/ so CI checks cuDNN's graphs against this device without one.
-  export FT_CUDNN_DEVICE_JSON="$out/cudnn-device.json"
+  export FT_CUDNN_DEVICE_JSON="$out/cudnn-device.json" FT_CUDNN_DEVICES_DIR="$PWD/tests/data/cudnn_devices"
   for t in "$tests_dir"/cuda_test_*; do
     echo "=== $(basename "$t")" >>"$out/tests.txt"
     timeout 100 "$t" --gtest_filter="$filter" >>"$out/tests.txt" 2>&1 || status=1

@@ -60,7 +60,12 @@ std::vector<PlanCheck> problems() {
 }  // namespace
 
 TEST(CudnnGraphs, AttentionGraphsAreTakenOnRecordedDevices) {
-  const std::filesystem::path dir = std::filesystem::path(FT_TESTS_DIR) / "data" / "cudnn_devices";
+  // FT_CUDNN_DEVICES_DIR: the folder where the binary runs away from this source tree (the GPU
+  // check's bundle).
+  const char* env = std::getenv("FT_CUDNN_DEVICES_DIR");
+  const std::filesystem::path dir =
+      env != nullptr ? std::filesystem::path(env) : std::filesystem::path(FT_TESTS_DIR) / "data" / "cudnn_devices";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no device folder " << dir << " here";
   std::vector<std::filesystem::path> devices;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     if (e.path().extension() == ".json") devices.push_back(e.path());

@@ -311,8 +311,10 @@ struct Entry {
 
 std::mutex entries_mu;
 std::map<Problem, Entry>& entries() {
-  static std::map<Problem, Entry> m;  // std::map: entries never move
-  return m;
+  // std::map: entries never move. Never destroyed: at exit the CUDA context may be gone before a
+  // static destructor would free the plans' device resources (as cudnn_handle's handles).
+  static auto* m = new std::map<Problem, Entry>();
+  return *m;
 }
 
 // The problem's entry, its plan built on first use. Under entries_mu.

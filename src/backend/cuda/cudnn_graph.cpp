@@ -48,9 +48,8 @@ Descriptor& Descriptor::set_raw(cudnnBackendAttributeName_t name, cudnnBackendAt
                                 const void* values) {
   const cudnnStatus_t st = cudnn().cudnnBackendSetAttribute(d_, name, type, count, values);
   if (st != CUDNN_STATUS_SUCCESS)
-    FT_FAIL(op_, ": cuDNN refused attribute ", static_cast<int>(name),
-            " (cudnn_graph.h's cudnnBackendAttributeName_t) ", "of type ", static_cast<int>(type), " with ", count,
-            " value(s): ", cudnn_status_text(st));
+    FT_FAIL(op_, ": cuDNN refused attribute ", static_cast<int>(name), " (a cudnnBackendAttributeName_t) of type ",
+            static_cast<int>(type), " with ", count, " value(s): ", cudnn_status_text(st));
   return *this;
 }
 

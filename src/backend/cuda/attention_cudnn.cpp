@@ -16,6 +16,9 @@
 // remembered as such: under FT_CUDA_ATTENTION=auto it then stays on the engine's kernels; under
 // =cudnn the error is raised, since that switch asks for cuDNN's path by name.
 //
+// Plans are built outside CUDA-graph captures: a captured call whose problem has no plan yet takes
+// the engine's kernels (the warm-up steps before a captured training step build them).
+//
 // auto: the first call of each problem runs both implementations three times on its own
 // operands (the outputs are overwritten, never accumulated, so the repeats change nothing),
 // keeps the faster by the best of three, and every later call takes it. A call made while the
@@ -384,6 +387,11 @@ bool dispatch(const Problem& pr, const char* op, const std::function<void(const 
   std::optional<bool> choice;
   {
     std::lock_guard<std::mutex> lock(entries_mu);
+    // A plan is not built while the stream is being captured into a CUDA graph (cuDNN compiles and
+    // loads kernels and may allocate, which a capture forbids): such a call takes the engine's
+    // kernels, and the plan is built at the first uncaptured call (the warm-up steps before a
+    // training step is captured).
+    if (entries().count(pr) == 0 && capturing(pr.device)) return false;
     Entry& e = entry_for(pr, op);
     if (!e.graph) {
       if (mode == switches::CudaAttention::Cudnn) FT_FAIL(e.error, " (FT_CUDA_ATTENTION=cudnn)");

@@ -15,12 +15,6 @@ constexpr const char* kDriverLoad = "cuLibraryLoadData";
 constexpr const char* kDriverLoadNote =
     "\n  (the engine compiled its kernel; loading it needs a GPU and the CUDA driver)";
 
-std::string last_error() {
-  char last[4096] = {};
-  cudnn().cudnnGetLastErrorString(last, sizeof(last));
-  return last;
-}
-
 void check(cudnnStatus_t st, const char* op, const char* what) {
   if (st != CUDNN_STATUS_SUCCESS) FT_FAIL(op, ": cuDNN ", what, " failed: ", cudnn_status_text(st));
 }
@@ -150,7 +144,7 @@ Plan make_plan(Target target, const std::vector<const Descriptor*>& ops, const c
       if (target.handle != nullptr) p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, target.handle);
       p.plan.set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
       if (!p.plan.try_finalize()) {
-        const std::string reason = last_error();
+        const std::string reason = cudnn_last_error();
         reasons += "\n  configuration " + std::to_string(tried) + ": " + reason;
         // Deviceless, an engine that got as far as loading its compiled kernel has taken the graph;
         // the other configurations would only compile theirs to fail the same way.
@@ -165,7 +159,7 @@ Plan make_plan(Target target, const std::vector<const Descriptor*>& ops, const c
       return p;
     }
   }
-  if (tried == 0) reasons = "\n  " + last_error();
+  if (tried == 0) reasons = "\n  " + cudnn_last_error();
   if (reasons.find(kDriverLoad) != std::string::npos) reasons += kDriverLoadNote;
   FT_FAIL(op, ": cuDNN ", cudnn().cudnnGetVersion(), " has no engine for this graph (", tried,
           " configurations from its heuristics, none finalized):", reasons);

@@ -17,11 +17,15 @@ const CudnnLibrary& cudnn() {
   return library;
 }
 
-std::string cudnn_status_text(cudnnStatus_t st) {
-  char last[512] = {};
+std::string cudnn_last_error() {
+  char last[4096] = {};
   cudnn().cudnnGetLastErrorString(last, sizeof(last));
+  return last;
+}
+
+std::string cudnn_status_text(cudnnStatus_t st) {
   std::string text = cudnn().cudnnGetErrorString(st);
-  if (last[0] != 0) text += std::string(" (") + last + ")";
+  if (const std::string last = cudnn_last_error(); !last.empty()) text += " (" + last + ")";
   return text;
 }
 

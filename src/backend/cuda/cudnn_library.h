@@ -58,6 +58,8 @@ FT_LIBRARY_TABLE(CudnnLibrary, FT_CUDNN_FUNCTIONS);
 // when the library is missing.
 const CudnnLibrary& cudnn();
 
+// The library's last error message ("" when none).
+std::string cudnn_last_error();
 // cuDNN's name for `st`, and the library's last error message in parentheses when it has one.
 std::string cudnn_status_text(cudnnStatus_t st);
 

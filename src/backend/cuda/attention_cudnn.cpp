@@ -51,6 +51,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/device_backend.h"
 #include "core/switches.h"
+#include "fasttrain/cuda_graph.h"
 #include "fasttrain/device.h"
 
 namespace ft::cuda::attention_cudnn {
@@ -349,13 +350,6 @@ void execute(const Problem& pr, const Plan& plan, const std::vector<int64_t>& ui
   (pr.pass == Pass::forward ? forward_runs : backward_runs).fetch_add(1, std::memory_order_relaxed);
 }
 
-bool capturing(int device) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(static_cast<cudaStream_t>(current_stream(Device::cuda(device)).handle), &status),
-        "attention (cuDNN): capture status");
-  return status != cudaStreamCaptureStatusNone;
-}
-
 // Milliseconds of the best of three runs of f on the current stream.
 float best_of_three(int device, const std::function<void()>& f) {
   const cudaStream_t stream = static_cast<cudaStream_t>(current_stream(Device::cuda(device)).handle);
@@ -391,7 +385,7 @@ bool dispatch(const Problem& pr, const char* op, const std::function<void(const 
     // loads kernels and may allocate, which a capture forbids): such a call takes the engine's
     // kernels, and the plan is built at the first uncaptured call (the warm-up steps before a
     // training step is captured).
-    if (entries().count(pr) == 0 && capturing(pr.device)) return false;
+    if (entries().count(pr) == 0 && capturing_graph() != nullptr) return false;
     Entry& e = entry_for(pr, op);
     if (!e.graph) {
       if (mode == switches::CudaAttention::Cudnn) FT_FAIL(e.error, " (FT_CUDA_ATTENTION=cudnn)");
@@ -401,7 +395,7 @@ bool dispatch(const Problem& pr, const char* op, const std::function<void(const 
     choice = e.use_cudnn;
   }
   if (mode == switches::CudaAttention::Auto && !choice) {
-    if (capturing(pr.device)) return false;
+    if (capturing_graph() != nullptr) return false;
     note_host_sync(std::string("cudnn attention choice: ") + op);
     const float engine_ms = best_of_three(pr.device, engine);
     const float cudnn_ms = best_of_three(pr.device, [&] { run(*plan); });

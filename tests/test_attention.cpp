@@ -350,10 +350,11 @@ TEST(Attention, AHeadsResultDoesNotDependOnTheOtherHeadsInTheCall) {
   }
 }
 
-// bf16 attention on whichever tile path this process takes (FT_BF16_GEMM: oneDNN's bf16 products
-// where the CPU has them, ctest runs this suite under both): the result does not depend on the
-// thread count, and forward and gradients stay within bf16 rounding of the f64 computation on the
-// same (rounded) inputs, with ragged tiles and q, k, v strided views of one qkv tensor.
+// bf16 attention on whichever tile path this process takes (FT_BF16_GEMM: the vdpbf16ps products
+// where oneDNN's bf16 path is chosen and the CPU has AVX512-BF16, widened f32 otherwise; ctest runs
+// this suite under both): the result does not depend on the thread count, and forward and
+// gradients stay within bf16 rounding of the f64 computation on the same (rounded) inputs, with
+// ragged tiles and q, k, v strided views of one qkv tensor.
 TEST(Attention, Bf16TilesAreThreadIndependentAndCloseToF64) {
   Generator init(9);
   Tensor qkv = randn({2, 150, 3, 4, 64}, {}, &init).to(DType::BF16).requires_grad_();
@@ -972,5 +973,49 @@ TEST(AttentionTiles, ProductMatchesPlainLoops) {
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) worst = std::max(worst, std::fabs(c[m * ldc + n] - want[m * N + n]));
     ASSERT_LE(worst, 1e-5 * (1 + std::sqrt(static_cast<double>(K)))) << M << "x" << N << "x" << K << " ta " << ta;
+  }
+}
+
+// The vdpbf16ps tile product alone against a plain loop over the same bf16 values, on buffers of
+// exactly the size each operand needs: every remainder of the register blocks, odd depths (the
+// last pair half empty, A's rows ending at their last value), padded leading dimensions,
+// overwriting and accumulating. The products of bf16 values are exact in f32, so only the f32
+// sums' rounding separates the two.
+TEST(AttentionTiles, Bf16ProductMatchesPlainLoops) {
+  if (cpu::detected_cpu_isa() < cpu::CpuIsa::Avx512Bf16) GTEST_SKIP() << "the bf16 tile kernel needs AVX512-BF16";
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> dim(1, 80);
+  std::normal_distribution<float> normal;
+  for (int it = 0; it < 400; ++it) {
+    const int64_t M = dim(gen), N = dim(gen), K = dim(gen), pairs = (K + 1) / 2;
+    const bool accumulate = it % 2;
+    const int64_t lda = K + it % 3, ldb = N + it % 4, ldc = N + (it / 2) % 2;
+    const size_t na = static_cast<size_t>((M - 1) * lda + K), nb = static_cast<size_t>((pairs - 1) * ldb + N),
+                 nc = static_cast<size_t>((M - 1) * ldc + N);
+    std::unique_ptr<uint16_t[]> a(new uint16_t[na]);
+    std::unique_ptr<uint32_t[]> b(new uint32_t[nb]);
+    std::unique_ptr<float[]> c(new float[nc]);
+    std::vector<float> bvals(static_cast<size_t>(K * N));  // B[k][n], as the kernel sees it
+    for (size_t i = 0; i < na; ++i) a[i] = bf16::from_float(normal(gen));
+    for (float& x : bvals) x = bf16(normal(gen));
+    for (int64_t p = 0; p < pairs; ++p)
+      for (int64_t n = 0; n < N; ++n) {
+        const uint32_t lo = bf16(bvals[2 * p * N + n]).bits;
+        const uint32_t hi = 2 * p + 1 < K ? bf16(bvals[(2 * p + 1) * N + n]).bits : 0u;
+        b[p * ldb + n] = lo | hi << 16;
+      }
+    for (size_t i = 0; i < nc; ++i) c[i] = normal(gen);
+    std::vector<double> want(static_cast<size_t>(M * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += double{bf16::to_float(a[m * lda + k])} * bvals[k * N + n];
+        want[m * N + n] = 0.7 * sum + (accumulate ? c[m * ldc + n] : 0.0);
+      }
+    cpu::attention_tiles::product_bf16(M, N, K, 0.7f, a.get(), lda, b.get(), ldb, accumulate, c.get(), ldc);
+    double worst = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) worst = std::max(worst, std::fabs(c[m * ldc + n] - want[m * N + n]));
+    ASSERT_LE(worst, 1e-5 * (1 + std::sqrt(static_cast<double>(K)))) << M << "x" << N << "x" << K;
   }
 }

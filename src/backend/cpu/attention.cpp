@@ -14,13 +14,13 @@
 //   strides: the row stride becomes the leading dimension); other layouts and bf16/f16 are
 //   packed tile by tile into a dense compute-type buffer (bf16/f16 widened to f32).
 // - bf16, where the CPU multiplies bf16 faster than f32 (linalg.h's half_gemm_path() is onednn:
-//   AVX512-BF16 or AMX): the products of bf16 tensors (Q K^T, dO V^T) and dV += Z^T dO (Z, the
-//   dropped softmax tile, rounded to bf16: positive weights, no cancellation) run on oneDNN's
-//   bf16 matmul primitives (cached per tile shape and thread) into f32. P V, dS^T Q and dS K stay
-//   in f32 on widened tiles: the backward differences dO V^T with Di = rowsum(dO * O), and
-//   rounding P (hence O) or dS to bf16 moved single dQ elements by 20-30% in the parity case
-//   sdpa_causal_q_gt_k_bf16. Otherwise (f16, or bf16 where f32 FMA is as fast) bf16 is widened
-//   and every product is f32.
+//   AVX512-BF16 or AMX) and has AVX512-BF16: the products of two bf16 tensors, Q K^T and dO V^T,
+//   run on attention_tiles.h's vdpbf16ps kernel (bf16 products are exact in f32; the sums are
+//   f32), with K and V in pair blocks (PairedBlocks below). Every product with a computed operand
+//   (P V, dV += Z^T dO, dS^T Q, dS K) stays in f32 on widened tiles: the backward differences dO
+//   V^T with Di = rowsum(dO * O), and rounding P (hence O) or dS to bf16 moved single dQ elements
+//   by 20-30% in the parity case sdpa_causal_q_gt_k_bf16. Otherwise (f16, or bf16 where f32 FMA
+//   is as fast) bf16 is widened and every product is f32.
 // - exp is a branch-free polynomial (Cephes' expf, ~1 ulp) that the compiler vectorises; the
 //   libm call would dominate the run time, since there is one exp per score but only 4*D flops.
 #include "backend/cpu/attention.h"
@@ -29,15 +29,11 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <type_traits>
 #include <vector>
-
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/cpu/attention_tiles.h"
 #include "backend/cpu/copy.h"
@@ -99,78 +95,27 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha
               ldb, beta, C, ldc);
 }
 
-// C[M, N] (+)= A[M, K] B[K, N] for bf16 A and B (A given transposed, [K, M], when `ta`; B given
-// as [N, K] when `tb`; leading dimensions in elements) into f32 C, on oneDNN's bf16 matmul.
-// One per thread: the primitives of the tile shapes it met, so the products inside the
-// parallel_for take no lock (they run single-threaded there: nested regions are serialised).
-class Bf16Tiles {
- public:
-  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
-            bool accumulate, float* C, int64_t ldc) {
-    using dnnl::memory;
-    const std::array<int64_t, 9> key = {M, N, K, ta, tb, lda, ldb, ldc, accumulate};
-    auto it = prims_.find(key);
-    if (it == prims_.end()) {
-      const memory::desc a({M, K}, memory::data_type::bf16, ta ? memory::dims{1, lda} : memory::dims{lda, 1});
-      const memory::desc b({K, N}, memory::data_type::bf16, tb ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-      const memory::desc c({M, N}, memory::data_type::f32, memory::dims{ldc, 1});
-      dnnl::primitive_attr attr;
-      if (accumulate) {  // C = A B + C: the sum post-op
-        dnnl::post_ops ops;
-        ops.append_sum(1.0f);
-        attr.set_post_ops(ops);
-      }
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
-      it = prims_
-               .emplace(key, Prim{dnnl::matmul(pd), memory(a, engine(), nullptr), memory(b, engine(), nullptr),
-                                  memory(c, engine(), nullptr)})
-               .first;
-    }
-    Prim& p = it->second;
-    // The memory objects are reused with new pointers: making three per call cost about 0.7 us
-    // of the 3.7 us a 64x64x64 product takes (docs/PERF.md).
-    p.a.set_data_handle(const_cast<bf16*>(A));
-    p.b.set_data_handle(const_cast<bf16*>(B));
-    p.c.set_data_handle(C);
-    p.matmul.execute(stream_, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
-  }
-
- private:
-  struct Prim {
-    dnnl::matmul matmul;
-    dnnl::memory a, b, c;
-  };
-  static dnnl::engine& engine() {
-    static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-    return e;
-  }
-  dnnl::stream stream_{engine()};  // in-order CPU stream: execute returns when the product is done
-  std::map<std::array<int64_t, 9>, Prim> prims_;
-};
-
-Bf16Tiles& bf16_tiles() {
-  thread_local Bf16Tiles t;
-  return t;
-}
-
-// Whether bf16 attention multiplies bf16 tiles (see the top of the file): the choice of
-// linalg.h's half_gemm_path(), the one place that decides how bf16 is multiplied.
+// Whether bf16 attention multiplies its bf16 operands as they are (Q K^T and dO V^T, on
+// attention_tiles.h's vdpbf16ps kernel: see the top of the file) rather than widened to f32:
+// where linalg.h's half_gemm_path(), the one place that decides how bf16 is multiplied, says the
+// CPU multiplies bf16 faster than f32, and the CPU has AVX512-BF16.
 template <class T>
-bool bf16_tile_products() {
-  if constexpr (std::is_same_v<T, bf16>) return half_gemm_path() == HalfGemmPath::Onednn;
+bool bf16_dot_products() {
+  if constexpr (std::is_same_v<T, bf16>)
+    return half_gemm_path() == HalfGemmPath::Onednn && selected_cpu_isa() >= CpuIsa::Avx512Bf16;
   return false;
 }
 
-// Rows [0, n) of an f32 tile (leading dimension ld) times `mul`, rounded into a bf16 tile with
-// the same leading dimension.
-template <class Src, class Dst>
-void round_tile(const Src* src, int64_t n, int64_t cols, int64_t ld, Src mul, Dst* dst) {
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < cols; ++j) dst[r * ld + j] = static_cast<Dst>(src[r * ld + j] * mul);
+// A bf16 operand's values as their bits, as attention_tiles::product_bf16 reads them (null for
+// other types, which never reach it).
+template <class T>
+const uint16_t* bits_of(const T* p) {
+  if constexpr (std::is_same_v<T, bf16>) return reinterpret_cast<const uint16_t*>(p);
+  return nullptr;
 }
 
-// A tile of an operand in the compute type (c) and, on the bf16 tile path, in bf16 (h), each with
-// its leading dimension; a form not needed is null.
+// A tile of an operand in the compute type (c) and, where bf16 is multiplied as it is, in bf16
+// (h), each with its leading dimension; a form not needed is null.
 template <class T, class C>
 struct Tile {
   const C* c = nullptr;
@@ -179,14 +124,10 @@ struct Tile {
   int64_t ldh = 0;
 };
 
-// out[M, N] (+)= op(A) op(B): on bf16 tiles when both operands have them (the product is then
-// unscaled: the caller applies alpha), otherwise on the compute-type tiles times alpha.
+// out[M, N] (+)= alpha op(A) op(B) on the compute-type tiles.
 template <class T, class C>
 void tile_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, C alpha, const Tile<T, C>& a, const Tile<T, C>& b,
                   bool accumulate, C* out, int64_t ldo) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (a.h && b.h) return bf16_tiles().gemm(ta, tb, M, N, K, a.h, a.ldh, b.h, b.ldh, accumulate, out, ldo);
-  }
   gemm(ta, tb, M, N, K, alpha, a.c, a.ldc, b.c, b.ldc, accumulate ? C(1) : C(0), out, ldo);
 }
 
@@ -401,6 +342,51 @@ class TransposedBlocks {
   int64_t b_ = -1, h_ = -1;
 };
 
+// The same for the vdpbf16ps products (bf16 operands only): block kb holds rows [kb * bk, kb * bk
+// + bk) of K or V as attention_tiles::product_bf16's right operand, [ceil(D / 2)] pair rows of bk
+// words (leading dimension bk), word j of pair row p being (row j's values 2p and 2p + 1).
+template <class T>
+class PairedBlocks {
+ public:
+  PairedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, TaskBuffers& buffers)
+      : op_(op), T_(T_), bk_(bk), pairs_((op.D + 1) / 2) {
+    if (!used) return;
+    FT_CHECK((std::is_same_v<T, bf16>), "attention: bf16 pair blocks asked of an operand that is not bf16");
+    nkb_ = (T_ + bk - 1) / bk;
+    buf_ = reinterpret_cast<uint32_t*>(buffers.get<int32_t>(nkb_ * bk * pairs_));
+    made_.assign(static_cast<size_t>(nkb_), false);
+  }
+
+  const uint32_t* block(int64_t b, int64_t h, int64_t kb) {
+    if (b != b_ || h != h_) {
+      b_ = b, h_ = h;
+      std::fill(made_.begin(), made_.end(), false);
+    }
+    uint32_t* dst = buf_ + kb * bk_ * pairs_;
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (!made_[kb]) {
+        const int64_t k0 = kb * bk_, nk = std::min(bk_, T_ - k0), D = op_.D;
+        for (int64_t j = 0; j < nk; ++j) {
+          const bf16* r = op_.row(b, h, k0 + j);
+          for (int64_t p = 0; p < pairs_; ++p) {
+            const uint32_t hi = 2 * p + 1 < D ? r[(2 * p + 1) * op_.sd].bits : 0u;
+            dst[p * bk_ + j] = r[2 * p * op_.sd].bits | hi << 16;
+          }
+        }
+        made_[kb] = true;
+      }
+    }
+    return dst;
+  }
+
+ private:
+  const Operand<T>& op_;
+  int64_t T_, bk_, pairs_, nkb_ = 0;
+  uint32_t* buf_ = nullptr;
+  std::vector<bool> made_;
+  int64_t b_ = -1, h_ = -1;
+};
+
 // Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
 // parallel_for hands each thread one contiguous range, so pair cheap and expensive blocks (0,
 // n-1, 1, n-2, ...) and a range's work grows evenly with its length.
@@ -444,10 +430,9 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
   // on a loaded 2-core machine: one row over 40 keys 3.5 us inline, about 5 ms split, waiting for
   // the second thread to be scheduled).
   const int64_t task_flops = 4 * std::min(bq, Tq) * D * (p.causal ? (Tk + 1) / 2 : Tk);
-  const bool tiles16 = bf16_tile_products<T>();
-  const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
+  const bool fast = avx512_tiles<C>();        // the f32 products on attention_tiles.h
+  const bool dot16 = bf16_dot_products<T>();  // and Q K^T on its vdpbf16ps kernel (then fast too)
   parallel_for(0, ntasks, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
-    const int64_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     TaskBuffers buffers;
     C* const qbuf = buffers.get<C>(bq * D);
     C* const s = buffers.get<C>(bq * bk);
@@ -456,19 +441,19 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
     C* const l = buffers.get<C>(bq);
     C* const mult = buffers.get<C>(bk);
     float* const lanes = buffers.get<float>(fast ? bq * 16 : 0);  // online_softmax_tile's partial sums of l
-    T* const q16 = buffers.get<T>(n16 * bq * D);
-    // K in the form Q K^T takes (transposed key blocks for attention_tiles.h), V in the compute
-    // type (P V is f32 on both paths).
-    RowsOf<T, C> Kc(K, tiles16 || fast ? 0 : Tk, buffers), Vc(V, Tk, buffers);
-    RowsOf<T, T> K16(K, tiles16 ? Tk : 0, buffers);
-    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, buffers);
+    T* const q16 = buffers.get<T>(dot16 ? bq * D : 0);
+    // K in the form Q K^T takes (transposed key blocks for attention_tiles.h, f32 or bf16 pairs),
+    // V in the compute type (P V is f32 on every path).
+    RowsOf<T, C> Kc(K, fast ? 0 : Tk, buffers), Vc(V, Tk, buffers);
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !dot16, buffers);
+    PairedBlocks<T> KP(K, Tk, bk, dot16, buffers);
     for (int64_t t = t0; t < t1; ++t) {
       // (b, h)-major, so a thread's range meets each (b, h)'s keys and values in one run (and the query
       // heads sharing a KV head, which are neighbours, meet its keys and values in one run too).
       const int64_t bh = t / nqb, qb = p.causal ? zigzag(t % nqb, nqb) : t % nqb, b = bh / H, h = bh % H;
       const int64_t hk = h / group;  // the KV head query head h reads
       const int64_t i0 = qb * bq, nq = std::min(bq, Tq - i0);
-      const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !tiles16, tiles16, qbuf, q16);
+      const Tile<T, C> Qt = Q.template tile<C>(b, h, i0, nq, !dot16, dot16, qbuf, q16);
       std::fill(m, m + bq, kNegInf);
       std::fill(l, l + bq, C(0));
       std::fill(acc, acc + bq * D, C(0));
@@ -492,15 +477,16 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
         auto visible_keys = [&](int64_t r1) {
           return crosses_diagonal ? std::clamp<int64_t>(i0 + r1 - k0, 0, nk) : nk;
         };
-        if (tiles16) {
-          Kt.h = K16.rows(b, hk, k0, nk, Kt.ldh);
-          tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s, bk);
-        } else if constexpr (std::is_same_v<C, float>) {
+        if constexpr (std::is_same_v<C, float>) {
           if (fast) {
-            const float* kt = KT.block(b, hk, k0 / bk);
+            const float* kt = dot16 ? nullptr : KT.block(b, hk, k0 / bk);
+            const uint32_t* kp = dot16 ? KP.block(b, hk, k0 / bk) : nullptr;
             for (int64_t r0 = 0; r0 < nq; r0 += kDiagonalRows) {
               const int64_t r1 = std::min(nq, r0 + kDiagonalRows), nc = visible_keys(r1);
-              if (nc > 0)
+              if (nc > 0 && dot16)
+                attention_tiles::product_bf16(r1 - r0, nc, D, scale, bits_of(Qt.h + r0 * Qt.ldh), Qt.ldh, kp, bk, false,
+                                              s + r0 * bk, bk);
+              else if (nc > 0)
                 avx512_product(false, r1 - r0, nc, D, scale, Qt.c + r0 * Qt.ldc, Qt.ldc, kt, bk, false, s + r0 * bk,
                                bk);
             }
@@ -512,9 +498,6 @@ void forward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Atte
           Kt.c = Kc.rows(b, hk, k0, nk, Kt.ldc);
           tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, s, bk);
         }
-        if (tiles16)  // the bf16 product is unscaled
-          for (int64_t r = 0; r < nq; ++r)
-            for (int64_t j = 0; j < nk; ++j) s[r * bk + j] *= scale;
         // Some row's document starts after k0 (the last row's start is the largest).
         const bool crosses_start = rs && rs[nq - 1] > k0;
         for (int64_t r = 0; r < nq; ++r) {
@@ -690,10 +673,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 
   // Five GEMMs of Tq x (Tk / G) x D per query head of a task (half under causal masking).
   const int64_t task_flops = group * 10 * D * Tq * ((p.causal ? (Tk + 1) / 2 : Tk) + G - 1) / G;
-  const bool tiles16 = bf16_tile_products<T>();
-  const bool fast = avx512_tiles<C>();  // the f32 products on attention_tiles.h
+  const bool fast = avx512_tiles<C>();        // the f32 products on attention_tiles.h
+  const bool dot16 = bf16_dot_products<T>();  // and Q K^T, dO V^T on its vdpbf16ps kernel (then fast too)
   parallel_for(0, BHkv * G, grain_for(task_flops), [&](int64_t t0, int64_t t1) {
-    const int64_t n16 = tiles16 ? 1 : 0;  // the bf16 tiles' buffers, for that path only
     TaskBuffers buffers;
     C* const kbuf = buffers.get<C>(bk * D);
     C* const vbuf = buffers.get<C>(bk * D);
@@ -704,15 +686,13 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
     C* const dKacc = buffers.get<C>(Tk * D);
     C* const dVacc = buffers.get<C>(Tk * D);
     C* const dq_own = buffers.get<C>(own_dq ? Tq * D : 0);
-    T* const k16 = buffers.get<T>(n16 * bk * D);
-    T* const v16 = buffers.get<T>(n16 * bk * D);
-    T* const z16 = buffers.get<T>(n16 * bq * bk);
-    // Q in the compute type (dK += dS^T Q) and, on the bf16 path, in bf16 (Q K^T); dO in the form
-    // dV += Z^T dO and dO V^T take.
-    RowsOf<T, C> Qc(Q, Tq, buffers), dOc(dO, tiles16 ? 0 : Tq, buffers);
-    RowsOf<T, T> Q16(Q, tiles16 ? Tq : 0, buffers), dO16(dO, tiles16 ? Tq : 0, buffers);
-    // K and V transposed for Q K^T and dO V^T on attention_tiles.h.
-    TransposedBlocks<T> KT(K, Tk, bk, fast && !tiles16, buffers), VT(V, Tk, bk, fast && !tiles16, buffers);
+    // Q and dO in the compute type (dK += dS^T Q, dV += Z^T dO) and, where bf16 is multiplied as it
+    // is, in bf16 (Q K^T, dO V^T).
+    RowsOf<T, C> Qc(Q, Tq, buffers), dOc(dO, Tq, buffers);
+    RowsOf<T, T> Q16(Q, dot16 ? Tq : 0, buffers), dO16(dO, dot16 ? Tq : 0, buffers);
+    // K and V transposed for Q K^T and dO V^T on attention_tiles.h (f32, or bf16 pairs).
+    TransposedBlocks<T> KT(K, Tk, bk, fast && !dot16, buffers), VT(V, Tk, bk, fast && !dot16, buffers);
+    PairedBlocks<T> KP(K, Tk, bk, dot16, buffers), VP(V, Tk, bk, dot16, buffers);
     std::vector<int64_t> blocks;  // the key blocks of the task's group
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bkv = t / G, g = t % G, b = bkv / Hkv, hk = bkv % Hkv;
@@ -733,9 +713,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
         std::fill(dqg, dqg + Tq * D, C(0));
         for (const int64_t kb : blocks) {
           const int64_t k0 = kb * bk, nk = std::min(bk, Tk - k0);
-          // K in both forms on the bf16 path: Q K^T takes bf16, dQ += dS K the compute type.
-          const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, tiles16, kbuf, k16);
-          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !tiles16 && !fast, tiles16, vbuf, v16);
+          // K in the compute type for dQ += dS K; V for dO V^T where it is not on attention_tiles.h.
+          const Tile<T, C> Kt = K.template tile<C>(b, hk, k0, nk, true, false, kbuf, static_cast<T*>(nullptr));
+          const Tile<T, C> Vt = V.template tile<C>(b, hk, k0, nk, !fast, false, vbuf, static_cast<T*>(nullptr));
           C* dKa = dKacc + k0 * D;
           C* dVa = dVacc + k0 * D;
           // Query rows before k0 see none of these keys: start at the block holding row k0.
@@ -747,28 +727,32 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
             const int64_t nq = std::min(bq, Tq - i0);
             Tile<T, C> Qt, dOt;
             Qt.c = Qc.rows(b, h, i0, nq, Qt.ldc);
-            if (tiles16) {
+            dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
+            if (dot16) {
               Qt.h = Q16.rows(b, h, i0, nq, Qt.ldh);
               dOt.h = dO16.rows(b, h, i0, nq, dOt.ldh);
-            } else {
-              dOt.c = dOc.rows(b, h, i0, nq, dOt.ldc);
             }
-            // f32 on attention_tiles.h: Q K^T and dO V^T from the transposed blocks.
-            const bool fast32 = fast && !tiles16;
-            // On that path a tile crossing the causal diagonal is multiplied in groups of 16 rows
+            // On attention_tiles.h a tile crossing the causal diagonal is multiplied in groups of 16 rows
             // (Q K^T, dO V^T, dS K: each over the keys its last row sees) or 16 keys (Z^T dO, dS^T Q:
             // each over the rows from the first that sees its first key), as in the forward.
-            const bool diag = fast32 && p.causal && k0 + nk - 1 > i0;
+            const bool diag = fast && p.causal && k0 + nk - 1 > i0;
             const int64_t step = diag ? kDiagonalRows : std::max(nq, nk);
             auto keys_seen = [&](int64_t r1) { return diag ? std::clamp<int64_t>(i0 + r1 - k0, 0, nk) : nk; };
             auto first_row = [&](int64_t c0) { return diag ? std::clamp<int64_t>(k0 + c0 - i0, 0, nq) : 0; };
-            // C[rows, keys] = alpha A B^T in row groups, B^T a transposed key block; columns past a
-            // group's keys are zeroed (dS reads them, and the masked P there is zero).
-            auto row_groups = [&](float alpha, const float* a, int64_t lda, const float* bt, float* c) {
+            // C[rows, keys] = alpha A B^T in row groups, A the tile a of Q or dO, B^T the key block of K
+            // or V (transposed, or bf16 pairs); columns past a group's keys are zeroed (dS reads them,
+            // and the masked P there is zero).
+            // (Generic, so that only the f32 compute type instantiates it.)
+            auto row_groups = [&](float alpha, const auto& a, auto& bt, auto& bp, float* c) {
+              const float* kt = dot16 ? nullptr : bt.block(b, hk, kb);
+              const uint32_t* kp = dot16 ? bp.block(b, hk, kb) : nullptr;
               for (int64_t r0 = 0; r0 < nq; r0 += step) {
                 const int64_t r1 = std::min(nq, r0 + step), nc = keys_seen(r1);
-                if (nc > 0)
-                  avx512_product(false, r1 - r0, nc, D, alpha, a + r0 * lda, lda, bt, bk, false, c + r0 * bk, bk);
+                if (nc > 0 && dot16)
+                  attention_tiles::product_bf16(r1 - r0, nc, D, alpha, bits_of(a.h + r0 * a.ldh), a.ldh, kp, bk, false,
+                                                c + r0 * bk, bk);
+                else if (nc > 0)
+                  avx512_product(false, r1 - r0, nc, D, alpha, a.c + r0 * a.ldc, a.ldc, kt, bk, false, c + r0 * bk, bk);
                 for (int64_t r = r0; nc < nk && r < r1; ++r) std::fill(c + r * bk + nc, c + r * bk + nk, 0.0f);
               }
             };
@@ -782,11 +766,9 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               }
             };
             if constexpr (std::is_same_v<C, float>) {
-              if (fast32) row_groups(scale, Qt.c, Qt.ldc, KT.block(b, hk, kb), P);
+              if (fast) row_groups(scale, Qt, KT, KP, P);
             }
-            if (!fast32) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P, bk);
-            // The bf16 product is unscaled: the scale goes into the exponent.
-            const C pre = tiles16 ? scale : C(1);
+            if (!fast) tile_product(false, true, nq, nk, D, scale, Qt, Kt, false, P, bk);
             for (int64_t r = 0; r < nq; ++r) {
               C* row = P + r * bk;
               const C li = L[bh * Tq + i0 + r];
@@ -795,10 +777,10 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
               const int64_t first = doc_start ? std::clamp<int64_t>(doc_start[b * Tq + i0 + r] - k0, 0, valid) : 0;
               for (int64_t j = 0; j < first; ++j) row[j] = C(0);
               if constexpr (std::is_same_v<C, float>) {
-                if (fast) attention_tiles::exp_affine_sum(row + first, valid - first, pre, -li);
+                if (fast) attention_tiles::exp_affine_sum(row + first, valid - first, 1.0f, -li);
               }
               if (!std::is_same_v<C, float> || !fast)
-                for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] * pre - li);
+                for (int64_t j = first; j < valid; ++j) row[j] = fast_exp(row[j] - li);
               for (int64_t j = valid; j < nk; ++j) row[j] = C(0);
               if (dropout) {
                 C* mr = M + r * bk;
@@ -808,19 +790,15 @@ void backward_typed(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
                 for (int64_t j = 0; j < nk; ++j) zr[j] = row[j] * mr[j];
               }
             }
-            Tile<T, C> Zt{dropout ? Z : P, bk};
-            if (tiles16) {
-              round_tile(Zt.c, nq, nk, bk, C(1), z16);
-              Zt = {nullptr, 0, z16, bk};
-            }
+            const Tile<T, C> Zt{dropout ? Z : P, bk};
             // dV += Z^T dO; dZ = dO V^T, then dS = P * (dZ * mask - Di)
             if constexpr (std::is_same_v<C, float>) {
-              if (fast32) {
+              if (fast) {
                 key_groups(1.0f, Zt.c, dOt.c, dOt.ldc, dVa);
-                row_groups(1.0f, dOt.c, dOt.ldc, VT.block(b, hk, kb), dS);
+                row_groups(1.0f, dOt, VT, VP, dS);
               }
             }
-            if (!fast32) {
+            if (!fast) {
               tile_product(true, false, nk, D, nq, C(1), Zt, dOt, true, dVa, D);
               tile_product(false, true, nq, nk, D, C(1), dOt, Vt, false, dS, bk);
             }

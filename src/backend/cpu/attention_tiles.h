@@ -1,5 +1,7 @@
 // f32 tile products of the attention kernels on AVX-512 (attention.cpp), for CPUs where
-// selected_cpu_isa() >= Avx512; elsewhere the kernels keep dnnl_sgemm.
+// selected_cpu_isa() >= Avx512; elsewhere the kernels keep dnnl_sgemm. And the same product on
+// vdpbf16ps for two bf16 operands (product_bf16, CPUs with AVX512-BF16), whose right operand
+// comes as pairs of rows side by side, because vdpbf16ps sums two products per lane.
 //
 // The tiles are small (64 x 64 x 64 to 64 x 128 x 64) and already in L1/L2, so a general GEMM's
 // call overhead, argument checks and packing of both operands are a large part of each call.
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "backend/cpu/avx512_kernel.h"
 
@@ -28,17 +31,25 @@ FT_AVX512_KERNEL inline void put(float* p, __mmask16 m, __m512 v, __m512 alpha, 
 // on the stack and stored all of it on every step of the depth loop, at half the FMA rate.
 #define FT_ATTN_ACC_ROW(r) __m512 c##r##_0, c##r##_1, c##r##_2, c##r##_3;
 #define FT_ATTN_FOR_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+// Per row r of a register block: its accumulators zeroed, and stored (times alpha) into C.
+#define FT_ATTN_ZERO(r)                                              \
+  if constexpr (MR > r) {                                            \
+    c##r##_0 = c##r##_1 = c##r##_2 = c##r##_3 = _mm512_setzero_ps(); \
+  }
+#define FT_ATTN_STORE(r)                                              \
+  if constexpr (MR > r) {                                             \
+    float* cr = c + r * ldc;                                          \
+    put(cr, m0, c##r##_0, al, accumulate);                            \
+    if constexpr (NV > 1) put(cr + 16, m1, c##r##_1, al, accumulate); \
+    if constexpr (NV > 2) put(cr + 32, m2, c##r##_2, al, accumulate); \
+    if constexpr (NV > 3) put(cr + 48, m3, c##r##_3, al, accumulate); \
+  }
 template <int MR, int NV>
 FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64_t sam, int64_t sak, const float* b,
                                    int64_t ldb, bool accumulate, float* c, int64_t ldc, __mmask16 tail) {
   static_assert(MR >= 1 && MR <= 16 && NV >= 1 && NV <= 4);
   FT_ATTN_FOR_ROWS(FT_ATTN_ACC_ROW)
-#define FT_ATTN_ZERO(r)                                              \
-  if constexpr (MR > r) {                                            \
-    c##r##_0 = c##r##_1 = c##r##_2 = c##r##_3 = _mm512_setzero_ps(); \
-  }
   FT_ATTN_FOR_ROWS(FT_ATTN_ZERO)
-#undef FT_ATTN_ZERO
   const __mmask16 full = 0xFFFF;
   const __mmask16 m0 = NV == 1 ? tail : full, m1 = NV == 2 ? tail : full, m2 = NV == 3 ? tail : full,
                   m3 = NV == 4 ? tail : full;
@@ -69,37 +80,121 @@ FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64
 #undef FT_ATTN_FMA
   }
   const __m512 al = _mm512_set1_ps(alpha);
-#define FT_ATTN_STORE(r)                                              \
-  if constexpr (MR > r) {                                             \
-    float* cr = c + r * ldc;                                          \
-    put(cr, m0, c##r##_0, al, accumulate);                            \
-    if constexpr (NV > 1) put(cr + 16, m1, c##r##_1, al, accumulate); \
-    if constexpr (NV > 2) put(cr + 32, m2, c##r##_2, al, accumulate); \
-    if constexpr (NV > 3) put(cr + 48, m3, c##r##_3, al, accumulate); \
-  }
   FT_ATTN_FOR_ROWS(FT_ATTN_STORE)
-#undef FT_ATTN_STORE
 }
+
+// Two consecutive bf16 values as one 32-bit word (the first in the low half).
+inline uint32_t load_u32(const uint16_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The same register block on vdpbf16ps (AVX512-BF16), for product_bf16: A's rows are bf16 (bits),
+// read two depth steps at a time as one 32-bit broadcast, and B holds pairs of depth rows, word
+// n of pair row p being (B[2p][n], B[2p+1][n]) in its low and high halves. vdpbf16ps multiplies
+// the two halves lane by lane and adds both products to the f32 sum: bf16 products are exact in
+// f32, so this is the f32 kernel's sum on bf16 operands, with half the instructions.
+template <int MR, int NV>
+FT_BF16_KERNEL inline void block_bf16(int64_t K, float alpha, const uint16_t* a, int64_t lda, const uint32_t* b,
+                                      int64_t ldb, bool accumulate, float* c, int64_t ldc, __mmask16 tail) {
+  static_assert(MR >= 1 && MR <= 16 && NV >= 1 && NV <= 4);
+  FT_ATTN_FOR_ROWS(FT_ATTN_ACC_ROW)
+  FT_ATTN_FOR_ROWS(FT_ATTN_ZERO)
+  const __mmask16 full = 0xFFFF;
+  const __mmask16 m0 = NV == 1 ? tail : full, m1 = NV == 2 ? tail : full, m2 = NV == 3 ? tail : full,
+                  m3 = NV == 4 ? tail : full;
+  // One depth pair: b0..b3 from pair row pk, each row's pair of A from PAIR(row pointer).
+#define FT_ATTN_DOT(r)                                                                             \
+  if constexpr (MR > r) {                                                                          \
+    const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(FT_ATTN_PAIR(ak + r * lda))); \
+    c##r##_0 = _mm512_dpbf16_ps(c##r##_0, av, (__m512bh)b0);                                       \
+    if constexpr (NV > 1) c##r##_1 = _mm512_dpbf16_ps(c##r##_1, av, (__m512bh)b1);                 \
+    if constexpr (NV > 2) c##r##_2 = _mm512_dpbf16_ps(c##r##_2, av, (__m512bh)b2);                 \
+    if constexpr (NV > 3) c##r##_3 = _mm512_dpbf16_ps(c##r##_3, av, (__m512bh)b3);                 \
+  }
+#define FT_ATTN_PAIR_STEP(pk)                                                    \
+  {                                                                              \
+    const uint32_t* bk = b + (pk)*ldb;                                           \
+    __m512i b0, b1, b2, b3;                                                      \
+    b0 = _mm512_maskz_loadu_epi32(m0, bk);                                       \
+    if constexpr (NV > 1) b1 = _mm512_maskz_loadu_epi32(m1, bk + 16);            \
+    if constexpr (NV > 2) b2 = _mm512_maskz_loadu_epi32(m2, bk + 32);            \
+    if constexpr (NV > 3) b3 = _mm512_maskz_loadu_epi32(m3, bk + 48);            \
+    /* held in registers, as in block(): one load per pair row, not per row */   \
+    if constexpr (NV == 1) __asm__("" : "+v"(b0));                               \
+    if constexpr (NV == 2) __asm__("" : "+v"(b0), "+v"(b1));                     \
+    if constexpr (NV == 3) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));           \
+    if constexpr (NV == 4) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3)); \
+    const uint16_t* ak = a + 2 * (pk);                                           \
+    FT_ATTN_FOR_ROWS(FT_ATTN_DOT)                                                \
+  }
+  const int64_t pairs = K / 2;
+#define FT_ATTN_PAIR(p) load_u32(p)
+  for (int64_t pk = 0; pk < pairs; ++pk) FT_ATTN_PAIR_STEP(pk)
+#undef FT_ATTN_PAIR
+    // An odd depth's last step: A's row may end at its last value, whose partner is zero (as is
+    // the high half of B's last pair row).
+#define FT_ATTN_PAIR(p) \
+  uint32_t { *(p) }
+  if (K % 2 == 1) FT_ATTN_PAIR_STEP(pairs)
+#undef FT_ATTN_PAIR
+#undef FT_ATTN_PAIR_STEP
+#undef FT_ATTN_DOT
+  const __m512 al = _mm512_set1_ps(alpha);
+  FT_ATTN_FOR_ROWS(FT_ATTN_STORE)
+}
+#undef FT_ATTN_ZERO
+#undef FT_ATTN_STORE
 #undef FT_ATTN_ACC_ROW
 #undef FT_ATTN_FOR_ROWS
 
+// The operands of block() and block_bf16() for one column panel; run<MR, NV>(m) multiplies the
+// MR rows of C from row m.
+struct F32Operands {
+  int64_t K;
+  float alpha;
+  const float* a;
+  int64_t sam, sak;
+  const float* b;
+  int64_t ldb;
+  bool accumulate;
+  float* c;
+  int64_t ldc;
+  __mmask16 tail;
+  template <int MR, int NV>
+  FT_AVX512_KERNEL void run(int64_t m) const {
+    block<MR, NV>(K, alpha, a + m * sam, sam, sak, b, ldb, accumulate, c + m * ldc, ldc, tail);
+  }
+};
+struct Bf16Operands {
+  int64_t K;
+  float alpha;
+  const uint16_t* a;
+  int64_t lda;
+  const uint32_t* b;
+  int64_t ldb;
+  bool accumulate;
+  float* c;
+  int64_t ldc;
+  __mmask16 tail;
+  template <int MR, int NV>
+  FT_BF16_KERNEL void run(int64_t m) const {
+    block_bf16<MR, NV>(K, alpha, a + m * lda, lda, b, ldb, accumulate, c + m * ldc, ldc, tail);
+  }
+};
+
 // Rows of C in blocks of MR (MR x NV accumulators: 24, or 16 for one vector), the last block smaller.
-template <int NV>
-FT_AVX512_KERNEL inline void rows(int64_t M, int64_t K, float alpha, const float* a, int64_t sam, int64_t sak,
-                                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc, __mmask16 tail) {
+template <int NV, class Operands>
+inline void rows(int64_t M, const Operands& ops) {
   constexpr int MR = NV == 4 ? 6 : NV == 3 ? 8 : NV == 2 ? 12 : 16;
   int64_t m = 0;
-  for (; m + MR <= M; m += MR)
-    block<MR, NV>(K, alpha, a + m * sam, sam, sak, b, ldb, accumulate, c + m * ldc, ldc, tail);
-  const int64_t left = M - m;
-  if (left == 0) return;
-  const float* am = a + m * sam;
-  float* cm = c + m * ldc;
+  for (; m + MR <= M; m += MR) ops.template run<MR, NV>(m);
   // The remainder, in one block of its own height (MR - 1 at most).
-  switch (left) {
-#define FT_ATTN_TAIL(R)                                                                            \
-  case R:                                                                                          \
-    if constexpr (R < MR) block<R, NV>(K, alpha, am, sam, sak, b, ldb, accumulate, cm, ldc, tail); \
+  switch (M - m) {
+#define FT_ATTN_TAIL(R)                               \
+  case R:                                             \
+    if constexpr (R < MR) ops.template run<R, NV>(m); \
     break;
     FT_ATTN_TAIL(1)
     FT_ATTN_TAIL(2)
@@ -121,6 +216,26 @@ FT_AVX512_KERNEL inline void rows(int64_t M, int64_t K, float alpha, const float
   }
 }
 
+// Columns in panels of up to 64 (four vectors): C's rows of one panel stay in registers over the
+// whole depth, and A is read once per panel. panel(n0, tail) gives the operands of the panel at
+// column n0 (tail masks its last vector).
+template <class Panel>
+inline void column_panels(int64_t M, int64_t N, const Panel& panel) {
+  if (M <= 0 || N <= 0) return;
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    const int64_t n = std::min<int64_t>(64, N - n0);
+    const int nv = static_cast<int>((n + 15) / 16);
+    const int rem = static_cast<int>(n - 16 * (nv - 1));
+    const auto ops = panel(n0, static_cast<__mmask16>((1u << rem) - 1));
+    switch (nv) {
+      case 1: rows<1>(M, ops); break;
+      case 2: rows<2>(M, ops); break;
+      case 3: rows<3>(M, ops); break;
+      default: rows<4>(M, ops); break;
+    }
+  }
+}
+
 }  // namespace detail
 
 // C[M, N] (+)= alpha * A' B with A'(m, k) = a[m * sam + k * sak] (sam = lda, sak = 1 for A;
@@ -128,21 +243,20 @@ FT_AVX512_KERNEL inline void rows(int64_t M, int64_t K, float alpha, const float
 // Accumulates into C when `accumulate`, otherwise overwrites it. Any M, N, K >= 0.
 FT_AVX512_KERNEL inline void product(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
                                      int64_t sak, const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
-  // Columns in panels of up to 64 (four vectors): C's rows of one panel stay in registers over
-  // the whole depth, and A is read once per panel.
-  for (int64_t n0 = 0; n0 < N; n0 += 64) {
-    const int64_t n = std::min<int64_t>(64, N - n0);
-    const int nv = static_cast<int>((n + 15) / 16);
-    const int rem = static_cast<int>(n - 16 * (nv - 1));
-    const __mmask16 tail = static_cast<__mmask16>((1u << rem) - 1);
-    switch (nv) {
-      case 1: detail::rows<1>(M, K, alpha, a, sam, sak, b + n0, ldb, accumulate, c + n0, ldc, tail); break;
-      case 2: detail::rows<2>(M, K, alpha, a, sam, sak, b + n0, ldb, accumulate, c + n0, ldc, tail); break;
-      case 3: detail::rows<3>(M, K, alpha, a, sam, sak, b + n0, ldb, accumulate, c + n0, ldc, tail); break;
-      default: detail::rows<4>(M, K, alpha, a, sam, sak, b + n0, ldb, accumulate, c + n0, ldc, tail); break;
-    }
-  }
+  detail::column_panels(M, N, [&](int64_t n0, __mmask16 tail) {
+    return detail::F32Operands{K, alpha, a, sam, sak, b + n0, ldb, accumulate, c + n0, ldc, tail};
+  });
+}
+
+// The same on vdpbf16ps (CPUs with AVX512-BF16) for bf16 operands, whose products are exact in
+// f32: A [M, K] bf16 rows (their bits; leading dimension lda), B given as pair rows, word n of
+// pair row p (leading dimension ldb, in words) holding (B[2p][n], B[2p + 1][n]) in its low and
+// high halves for p < ceil(K / 2), the high halves of the last zero when K is odd.
+FT_BF16_KERNEL inline void product_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t lda,
+                                        const uint32_t* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  detail::column_panels(M, N, [&](int64_t n0, __mmask16 tail) {
+    return detail::Bf16Operands{K, alpha, a, lda, b + n0, ldb, accumulate, c + n0, ldc, tail};
+  });
 }
 
 // The softmax passes over a score row, on 16 lanes (GCC vectorises the generic loops to 8 lanes

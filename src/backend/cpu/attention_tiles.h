@@ -5,9 +5,11 @@
 //
 // The tiles are small (64 x 64 x 64 to 64 x 128 x 64) and already in L1/L2, so a general GEMM's
 // call overhead, argument checks and packing of both operands are a large part of each call.
-// These products pack nothing: the right operand is read as dense rows of N floats (a key block
-// of K^T, a tile of V, Q, dO or K), and the left one element by element as broadcasts, through
-// two strides, so the same kernel reads A or A^T (P^T dO and dS^T Q need no transposed copy).
+// These products pack nothing per call: the right operand is read as dense rows of N floats (a
+// key block of K^T, a tile of V, Q, dO or K; for product_bf16 a key block of K or V in row pairs,
+// made once per (b, KV head) by attention.cpp), and the left one element (or bf16 pair) at a time
+// as broadcasts, through two strides, so the f32 kernel reads A or A^T (P^T dO and dS^T Q need no
+// transposed copy).
 #pragma once
 #include <algorithm>
 #include <cmath>

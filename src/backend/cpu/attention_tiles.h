@@ -46,15 +46,30 @@ FT_AVX512_KERNEL inline void put(float* p, __mmask16 m, __m512 v, __m512 alpha, 
     if constexpr (NV > 2) put(cr + 32, m2, c##r##_2, al, accumulate); \
     if constexpr (NV > 3) put(cr + 48, m3, c##r##_3, al, accumulate); \
   }
+// A block's accumulators zeroed and its column masks (m0..m3, the last vector's by `tail`); at
+// the end, its rows stored into C times alpha.
+#define FT_ATTN_BLOCK_BEGIN                                                                           \
+  static_assert(MR >= 1 && MR <= 16 && NV >= 1 && NV <= 4);                                           \
+  FT_ATTN_FOR_ROWS(FT_ATTN_ACC_ROW)                                                                   \
+  FT_ATTN_FOR_ROWS(FT_ATTN_ZERO)                                                                      \
+  const __mmask16 full = 0xFFFF;                                                                      \
+  const __mmask16 m0 = NV == 1 ? tail : full, m1 = NV == 2 ? tail : full, m2 = NV == 3 ? tail : full, \
+                  m3 = NV == 4 ? tail : full;
+#define FT_ATTN_BLOCK_END                  \
+  const __m512 al = _mm512_set1_ps(alpha); \
+  FT_ATTN_FOR_ROWS(FT_ATTN_STORE)
+// B's vectors of one depth step pinned in registers (an empty asm that "changes" them): see block().
+#define FT_ATTN_HOLD_B                                                           \
+  do {                                                                           \
+    if constexpr (NV == 1) __asm__("" : "+v"(b0));                               \
+    if constexpr (NV == 2) __asm__("" : "+v"(b0), "+v"(b1));                     \
+    if constexpr (NV == 3) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));           \
+    if constexpr (NV == 4) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3)); \
+  } while (0)
 template <int MR, int NV>
 FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64_t sam, int64_t sak, const float* b,
                                    int64_t ldb, bool accumulate, float* c, int64_t ldc, __mmask16 tail) {
-  static_assert(MR >= 1 && MR <= 16 && NV >= 1 && NV <= 4);
-  FT_ATTN_FOR_ROWS(FT_ATTN_ACC_ROW)
-  FT_ATTN_FOR_ROWS(FT_ATTN_ZERO)
-  const __mmask16 full = 0xFFFF;
-  const __mmask16 m0 = NV == 1 ? tail : full, m1 = NV == 2 ? tail : full, m2 = NV == 3 ? tail : full,
-                  m3 = NV == 4 ? tail : full;
+  FT_ATTN_BLOCK_BEGIN
   for (int64_t k = 0; k < K; ++k) {
     const float* bk = b + k * ldb;
     __m512 b0, b1, b2, b3;
@@ -65,10 +80,7 @@ FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64
     // B in registers, loaded once per k: left to itself GCC folded these loads into every row's
     // FMA where it could (MR loads of each vector per k instead of one), and on Zen 5 block<4, 4>
     // then ran at 40% of block<5, 4>'s rate, which kept B in registers (docs/PERF.md).
-    if constexpr (NV == 1) __asm__("" : "+v"(b0));
-    if constexpr (NV == 2) __asm__("" : "+v"(b0), "+v"(b1));
-    if constexpr (NV == 3) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));
-    if constexpr (NV == 4) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3));
+    FT_ATTN_HOLD_B;
     const float* ak = a + k * sak;
 #define FT_ATTN_FMA(r)                                                  \
   if constexpr (MR > r) {                                               \
@@ -81,8 +93,7 @@ FT_AVX512_KERNEL inline void block(int64_t K, float alpha, const float* a, int64
     FT_ATTN_FOR_ROWS(FT_ATTN_FMA)
 #undef FT_ATTN_FMA
   }
-  const __m512 al = _mm512_set1_ps(alpha);
-  FT_ATTN_FOR_ROWS(FT_ATTN_STORE)
+  FT_ATTN_BLOCK_END
 }
 
 // Two consecutive bf16 values as one 32-bit word (the first in the low half).
@@ -100,12 +111,7 @@ inline uint32_t load_u32(const uint16_t* p) {
 template <int MR, int NV>
 FT_BF16_KERNEL inline void block_bf16(int64_t K, float alpha, const uint16_t* a, int64_t lda, const uint32_t* b,
                                       int64_t ldb, bool accumulate, float* c, int64_t ldc, __mmask16 tail) {
-  static_assert(MR >= 1 && MR <= 16 && NV >= 1 && NV <= 4);
-  FT_ATTN_FOR_ROWS(FT_ATTN_ACC_ROW)
-  FT_ATTN_FOR_ROWS(FT_ATTN_ZERO)
-  const __mmask16 full = 0xFFFF;
-  const __mmask16 m0 = NV == 1 ? tail : full, m1 = NV == 2 ? tail : full, m2 = NV == 3 ? tail : full,
-                  m3 = NV == 4 ? tail : full;
+  FT_ATTN_BLOCK_BEGIN
   // One depth pair: b0..b3 from pair row pk, each row's pair of A from PAIR(row pointer).
 #define FT_ATTN_DOT(r)                                                                             \
   if constexpr (MR > r) {                                                                          \
@@ -115,37 +121,34 @@ FT_BF16_KERNEL inline void block_bf16(int64_t K, float alpha, const uint16_t* a,
     if constexpr (NV > 2) c##r##_2 = _mm512_dpbf16_ps(c##r##_2, av, (__m512bh)b2);                 \
     if constexpr (NV > 3) c##r##_3 = _mm512_dpbf16_ps(c##r##_3, av, (__m512bh)b3);                 \
   }
-#define FT_ATTN_PAIR_STEP(pk)                                                    \
-  {                                                                              \
-    const uint32_t* bk = b + (pk)*ldb;                                           \
-    __m512i b0, b1, b2, b3;                                                      \
-    b0 = _mm512_maskz_loadu_epi32(m0, bk);                                       \
-    if constexpr (NV > 1) b1 = _mm512_maskz_loadu_epi32(m1, bk + 16);            \
-    if constexpr (NV > 2) b2 = _mm512_maskz_loadu_epi32(m2, bk + 32);            \
-    if constexpr (NV > 3) b3 = _mm512_maskz_loadu_epi32(m3, bk + 48);            \
-    /* held in registers, as in block(): one load per pair row, not per row */   \
-    if constexpr (NV == 1) __asm__("" : "+v"(b0));                               \
-    if constexpr (NV == 2) __asm__("" : "+v"(b0), "+v"(b1));                     \
-    if constexpr (NV == 3) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2));           \
-    if constexpr (NV == 4) __asm__("" : "+v"(b0), "+v"(b1), "+v"(b2), "+v"(b3)); \
-    const uint16_t* ak = a + 2 * (pk);                                           \
-    FT_ATTN_FOR_ROWS(FT_ATTN_DOT)                                                \
-  }
+#define FT_ATTN_PAIR_STEP(pk)                                                        \
+  do {                                                                               \
+    const uint32_t* bk = b + (pk)*ldb;                                               \
+    __m512i b0, b1, b2, b3;                                                          \
+    b0 = _mm512_maskz_loadu_epi32(m0, bk);                                           \
+    if constexpr (NV > 1) b1 = _mm512_maskz_loadu_epi32(m1, bk + 16);                \
+    if constexpr (NV > 2) b2 = _mm512_maskz_loadu_epi32(m2, bk + 32);                \
+    if constexpr (NV > 3) b3 = _mm512_maskz_loadu_epi32(m3, bk + 48);                \
+    FT_ATTN_HOLD_B; /* as in block(): one load per pair row, not one per row of C */ \
+    const uint16_t* ak = a + 2 * (pk);                                               \
+    FT_ATTN_FOR_ROWS(FT_ATTN_DOT)                                                    \
+  } while (0)
   const int64_t pairs = K / 2;
 #define FT_ATTN_PAIR(p) load_u32(p)
-  for (int64_t pk = 0; pk < pairs; ++pk) FT_ATTN_PAIR_STEP(pk)
+  for (int64_t pk = 0; pk < pairs; ++pk) FT_ATTN_PAIR_STEP(pk);
 #undef FT_ATTN_PAIR
-    // An odd depth's last step: A's row may end at its last value, whose partner is zero (as is
-    // the high half of B's last pair row).
-#define FT_ATTN_PAIR(p) \
-  uint32_t { *(p) }
-  if (K % 2 == 1) FT_ATTN_PAIR_STEP(pairs)
+#define FT_ATTN_PAIR(p) static_cast<uint32_t>(*(p))
+  // An odd depth's last step: A's row may end at its last value, whose partner is zero (as is
+  // the high half of B's last pair row).
+  if (K % 2 == 1) FT_ATTN_PAIR_STEP(pairs);
 #undef FT_ATTN_PAIR
 #undef FT_ATTN_PAIR_STEP
 #undef FT_ATTN_DOT
-  const __m512 al = _mm512_set1_ps(alpha);
-  FT_ATTN_FOR_ROWS(FT_ATTN_STORE)
+  FT_ATTN_BLOCK_END
 }
+#undef FT_ATTN_BLOCK_BEGIN
+#undef FT_ATTN_HOLD_B
+#undef FT_ATTN_BLOCK_END
 #undef FT_ATTN_ZERO
 #undef FT_ATTN_STORE
 #undef FT_ATTN_ACC_ROW

@@ -300,35 +300,70 @@ class RowsOf {
   int64_t b_ = -1, h_ = -1, done_ = 0;
 };
 
-// One (b, h)'s rows of K or V transposed into blocks of `bk` rows: block kb is [D, bk] (leading
-// dimension bk) holding rows [kb * bk, kb * bk + bk) as columns, the right operand of Q K^T or
-// dO V^T on attention_tiles.h. Each block is made when first asked for and kept until another
-// (b, h) is asked for.
-template <class T>
-class TransposedBlocks {
+// The two forms of a block of K or V rows that attention_tiles.h reads as the right operand of
+// Q K^T or dO V^T (KeyBlocks below). Each is `words` words per row of the block, written by
+// fill(op, b, h, k0, nk, bk, dst) for rows [k0, k0 + nk) with leading dimension bk.
+// Transposed: [D, bk] f32, row j's values down column j (attention_tiles::product).
+struct Transposed {
+  using Word = float;
+  using Allocated = float;  // the tensor dtype TaskBuffers allocates the words as
+  static int64_t words(int64_t D) { return D; }
+  template <class T>
+  static void fill(const Operand<T>& op, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t bk, float* dst) {
+    const T* src = op.row(b, h, k0);
+    // Row by row: each source row is read once, its D values scattered down one column.
+    for (int64_t j = 0; j < nk; ++j) {
+      const T* r = src + j * op.st;
+      for (int64_t d = 0; d < op.D; ++d) dst[d * bk + j] = static_cast<float>(r[d * op.sd]);
+    }
+  }
+};
+// Paired (bf16 only): ceil(D / 2) pair rows of bk words, word j of pair row p holding row j's
+// values 2p and 2p + 1 (attention_tiles::product_bf16).
+struct Paired {
+  using Word = uint32_t;
+  using Allocated = int32_t;
+  static int64_t words(int64_t D) { return (D + 1) / 2; }
+  template <class T>
+  static void fill(const Operand<T>& op, int64_t b, int64_t h, int64_t k0, int64_t nk, int64_t bk, uint32_t* dst) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      for (int64_t j = 0; j < nk; ++j) {
+        const bf16* r = op.row(b, h, k0 + j);
+        for (int64_t p = 0; p < words(op.D); ++p) {
+          const uint32_t hi = 2 * p + 1 < op.D ? r[(2 * p + 1) * op.sd].bits : 0u;
+          dst[p * bk + j] = r[2 * p * op.sd].bits | hi << 16;
+        }
+      }
+    } else {
+      FT_FAIL("attention: bf16 pair blocks asked of an operand that is not bf16");
+    }
+  }
+};
+
+// One (b, h)'s rows of K or V in blocks of `bk` rows in one of the forms above: block kb holds rows
+// [kb * bk, kb * bk + bk). Each block is made when first asked for and kept until another (b, h)
+// is asked for: a task walks each key block once per query block (forward) or head (backward).
+template <class T, class Form>
+class KeyBlocks {
  public:
-  TransposedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, TaskBuffers& buffers)
-      : op_(op), T_(T_), bk_(bk) {
+  using Word = typename Form::Word;
+  KeyBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, TaskBuffers& buffers)
+      : op_(op), T_(T_), bk_(bk), block_words_(bk * Form::words(op.D)) {
     if (!used) return;
-    nkb_ = (T_ + bk - 1) / bk;
-    buf_ = buffers.get<float>(nkb_ * bk * op.D);
-    made_.assign(static_cast<size_t>(nkb_), false);
+    const int64_t nkb = (T_ + bk - 1) / bk;
+    buf_ = reinterpret_cast<Word*>(buffers.get<typename Form::Allocated>(nkb * block_words_));
+    made_.assign(static_cast<size_t>(nkb), false);
   }
 
-  const float* block(int64_t b, int64_t h, int64_t kb) {
+  const Word* block(int64_t b, int64_t h, int64_t kb) {
     if (b != b_ || h != h_) {
       b_ = b, h_ = h;
       std::fill(made_.begin(), made_.end(), false);
     }
-    float* dst = buf_ + kb * bk_ * op_.D;
+    Word* dst = buf_ + kb * block_words_;
     if (!made_[kb]) {
-      const int64_t k0 = kb * bk_, nk = std::min(bk_, T_ - k0), D = op_.D;
-      const T* src = op_.row(b, h, k0);
-      // Row by row: each source row is read once, its D values scattered down one column.
-      for (int64_t j = 0; j < nk; ++j) {
-        const T* r = src + j * op_.st;
-        for (int64_t d = 0; d < D; ++d) dst[d * bk_ + j] = static_cast<float>(r[d * op_.sd]);
-      }
+      const int64_t k0 = kb * bk_;
+      Form::fill(op_, b, h, k0, std::min(bk_, T_ - k0), bk_, dst);
       made_[kb] = true;
     }
     return dst;
@@ -336,56 +371,15 @@ class TransposedBlocks {
 
  private:
   const Operand<T>& op_;
-  int64_t T_, bk_, nkb_ = 0;
-  float* buf_ = nullptr;
+  int64_t T_, bk_, block_words_;
+  Word* buf_ = nullptr;
   std::vector<bool> made_;
   int64_t b_ = -1, h_ = -1;
 };
-
-// The same for the vdpbf16ps products (bf16 operands only): block kb holds rows [kb * bk, kb * bk
-// + bk) of K or V as attention_tiles::product_bf16's right operand, [ceil(D / 2)] pair rows of bk
-// words (leading dimension bk), word j of pair row p being (row j's values 2p and 2p + 1).
 template <class T>
-class PairedBlocks {
- public:
-  PairedBlocks(const Operand<T>& op, int64_t T_, int64_t bk, bool used, TaskBuffers& buffers)
-      : op_(op), T_(T_), bk_(bk), pairs_((op.D + 1) / 2) {
-    if (!used) return;
-    FT_CHECK((std::is_same_v<T, bf16>), "attention: bf16 pair blocks asked of an operand that is not bf16");
-    nkb_ = (T_ + bk - 1) / bk;
-    buf_ = reinterpret_cast<uint32_t*>(buffers.get<int32_t>(nkb_ * bk * pairs_));
-    made_.assign(static_cast<size_t>(nkb_), false);
-  }
-
-  const uint32_t* block(int64_t b, int64_t h, int64_t kb) {
-    if (b != b_ || h != h_) {
-      b_ = b, h_ = h;
-      std::fill(made_.begin(), made_.end(), false);
-    }
-    uint32_t* dst = buf_ + kb * bk_ * pairs_;
-    if constexpr (std::is_same_v<T, bf16>) {
-      if (!made_[kb]) {
-        const int64_t k0 = kb * bk_, nk = std::min(bk_, T_ - k0), D = op_.D;
-        for (int64_t j = 0; j < nk; ++j) {
-          const bf16* r = op_.row(b, h, k0 + j);
-          for (int64_t p = 0; p < pairs_; ++p) {
-            const uint32_t hi = 2 * p + 1 < D ? r[(2 * p + 1) * op_.sd].bits : 0u;
-            dst[p * bk_ + j] = r[2 * p * op_.sd].bits | hi << 16;
-          }
-        }
-        made_[kb] = true;
-      }
-    }
-    return dst;
-  }
-
- private:
-  const Operand<T>& op_;
-  int64_t T_, bk_, pairs_, nkb_ = 0;
-  uint32_t* buf_ = nullptr;
-  std::vector<bool> made_;
-  int64_t b_ = -1, h_ = -1;
-};
+using TransposedBlocks = KeyBlocks<T, Transposed>;
+template <class T>
+using PairedBlocks = KeyBlocks<T, Paired>;
 
 // Causal order of a (b, h)'s query blocks in the forward: later blocks see more keys, and
 // parallel_for hands each thread one contiguous range, so pair cheap and expensive blocks (0,

@@ -420,21 +420,27 @@ TEST(Linalg, F32GemmPathChoice) {
   using S = switches::F32Gemm;
   const cpu::GemmShape narrow{1, 2048, 256, 1024}, wide{1, 1024, 3072, 768}, long_sum{1, 1024, 768, 3072},
       tall{1, 4096, 768, 1024}, batched{8, 256, 256, 64};
+  using M = cpu::F32GemmMachine;
   // Forced paths, whatever the shape.
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Onednn, true, false, wide), F32GemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Blas, false, true, narrow), F32GemmPath::Blas);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Onednn, M{true, false, false}, wide), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Blas, M{false, true, true}, narrow), F32GemmPath::Blas);
   // OpenBLAS below AVX-512 and oneDNN on it: oneDNN for every shape; oneDNN without AVX-512: BLAS.
-  for (const cpu::GemmShape& s : {narrow, wide, long_sum, tall, batched}) {
-    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, true, s), F32GemmPath::Onednn);
-    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, false, false, s), F32GemmPath::Blas);
-    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, false, s), F32GemmPath::Blas);
-  }
-  // Both on AVX-512: oneDNN inside the measured boundary (N <= 1024, K <= 2048, M <= 2048, one
-  // product), BLAS outside it on each side.
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true, narrow), F32GemmPath::Onednn);
-  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true, {1, 2048, 1024, 2048}), F32GemmPath::Onednn);
+  for (const bool amd : {false, true})
+    for (const cpu::GemmShape& s : {narrow, wide, long_sum, tall, batched}) {
+      EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{false, true, amd}, s), F32GemmPath::Onednn);
+      EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{false, false, amd}, s), F32GemmPath::Blas);
+      EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{true, false, amd}, s), F32GemmPath::Blas);
+    }
+  // Both on AVX-512, Intel: oneDNN inside the measured boundary (N <= 1024, K <= 2048, M <= 2048,
+  // one product), BLAS outside it on each side.
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{true, true, false}, narrow), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{true, true, false}, {1, 2048, 1024, 2048}), F32GemmPath::Onednn);
   for (const cpu::GemmShape& s : {wide, long_sum, tall, batched})
-    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, true, true, s), F32GemmPath::Blas);
+    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{true, true, false}, s), F32GemmPath::Blas);
+  // AMD: oneDNN for every single product, BLAS for batched ones.
+  for (const cpu::GemmShape& s : {narrow, wide, long_sum, tall})
+    EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{true, true, true}, s), F32GemmPath::Onednn);
+  EXPECT_EQ(cpu::choose_f32_gemm_path(S::Auto, M{true, true, true}, batched), F32GemmPath::Blas);
   // A forced path is the process's path (the variable's names: tests/test_switches.cpp).
   for (const S forced : {S::Onednn, S::Blas}) {
     switches::Scoped guard(switches::f32_gemm, forced);

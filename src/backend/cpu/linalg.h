@@ -56,19 +56,27 @@ bool onednn_isa_has_avx512_bf16();
 // take the same path and the same bits):
 //   - oneDNN when OpenBLAS runs kernels below AVX-512 on a CPU where oneDNN has AVX-512 (an
 //     OPENBLAS_CORETYPE that chose AVX2 kernels, say);
-//   - where both run AVX-512: oneDNN for a single product (no batch) with N <= 1024, K <= 2048
-//     and M <= 2048, OpenBLAS otherwise. bench/gemm_paths --f32 measured oneDNN 1.05-1.8x faster
-//     at every such linear-layer product of gpt-mini, llama-mini, smollm-135m and gpt2-124m (one
-//     at 0.99), and OpenBLAS up to 2x faster outside it (N = 3072, K >= 2304), on the Xeon with
-//     AMX at 2 threads (docs/PERF.md); batched products were not measured and stay with OpenBLAS.
+//   - where both run AVX-512, on an AMD CPU: oneDNN for every single product (no batch).
+//     bench/gemm_paths --f32 on a Zen 4 (OpenBLAS on its Cooperlake kernels) measured oneDNN
+//     0.99-1.11x OpenBLAS at every product of smollm-135m and gpt2-124m, wide ones included;
+//   - where both run AVX-512, otherwise (Intel): oneDNN for a single product with N <= 1024,
+//     K <= 2048 and M <= 2048, OpenBLAS otherwise. bench/gemm_paths --f32 measured oneDNN
+//     1.05-1.8x faster at every such linear-layer product of gpt-mini, llama-mini, smollm-135m
+//     and gpt2-124m (one at 0.99), and OpenBLAS up to 2x faster outside it (N = 3072, K >= 2304),
+//     on the Xeon with AMX at 2 threads (docs/PERF.md).
+//   Batched products were not measured and stay with OpenBLAS.
 enum class F32GemmPath { Blas, Onednn };
 const char* f32_gemm_path_name(F32GemmPath p);  // "blas", "onednn"
 // One product's shape as the GEMM sees it: out [batches x M x N] from a [M x K] and b [K x N].
 struct GemmShape {
   int64_t batches = 1, M = 0, N = 0, K = 0;
 };
-F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, bool blas_avx512, bool onednn_avx512,
-                                 const GemmShape& shape);
+// What the automatic choice depends on besides the shape: which GEMM kernels each library runs
+// here, and the CPU's vendor (the boundary above was measured on Intel).
+struct F32GemmMachine {
+  bool blas_avx512 = false, onednn_avx512 = false, amd = false;
+};
+F32GemmPath choose_f32_gemm_path(switches::F32Gemm setting, const F32GemmMachine& machine, const GemmShape& shape);
 F32GemmPath f32_gemm_path(const GemmShape& shape);
 // Whether OpenBLAS runs its AVX-512 kernels (blas_setup.h: why it might not), and whether
 // oneDNN's effective ISA (after ONEDNN_MAX_CPU_ISA) includes AVX-512.

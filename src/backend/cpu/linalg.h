@@ -58,7 +58,7 @@ bool onednn_isa_has_avx512_bf16();
 //     OPENBLAS_CORETYPE that chose AVX2 kernels, say);
 //   - where both run AVX-512, on an AMD CPU: oneDNN for every single product (no batch).
 //     bench/gemm_paths --f32 on a Zen 4 (OpenBLAS on its Cooperlake kernels) measured oneDNN
-//     0.99-1.11x OpenBLAS at every product of smollm-135m and gpt2-124m, wide ones included;
+//     0.99-1.13x OpenBLAS at every product of smollm-135m and gpt2-124m, wide ones included;
 //   - where both run AVX-512, otherwise (Intel): oneDNN for a single product with N <= 1024,
 //     K <= 2048 and M <= 2048, OpenBLAS otherwise. bench/gemm_paths --f32 measured oneDNN
 //     1.05-1.8x faster at every such linear-layer product of gpt-mini, llama-mini, smollm-135m

@@ -415,6 +415,14 @@ TEST(Linalg, F32PathsAgreeAndDoNotDependOnTheThreadCount) {
   set_num_threads(threads);
 }
 
+TEST(Linalg, CpuVendorIsTheModelNamesVendor) {
+  // The f32 GEMM rule reads the vendor as a type; the figures carry it in cpu_model_name().
+  const std::string name = cpu::cpu_model_name();
+  const cpu::CpuVendor v = cpu::cpu_vendor();
+  EXPECT_EQ(v == cpu::CpuVendor::Amd, name.starts_with("AuthenticAMD ")) << name;
+  EXPECT_EQ(v == cpu::CpuVendor::Intel, name.starts_with("GenuineIntel ")) << name;
+}
+
 TEST(Linalg, F32GemmPathChoice) {
   using cpu::F32GemmPath;
   using S = switches::F32Gemm;

@@ -313,7 +313,7 @@ F32GemmPath f32_gemm_path(const GemmShape& shape) {
   const switches::F32Gemm setting = switches::f32_gemm.get();
   if (setting != switches::F32Gemm::Auto) return choose_f32_gemm_path(setting, {}, shape);  // no probes
   static const F32GemmMachine machine{blas_has_avx512_kernels(), onednn_isa_has_avx512(),
-                                      cpu_model_name().starts_with("AuthenticAMD")};
+                                      cpu_vendor() == CpuVendor::Amd};
   return choose_f32_gemm_path(setting, machine, shape);
 }
 

@@ -177,24 +177,43 @@ std::string cpu_isa_flags() {
   return s.empty() ? "generic" : s;
 }
 
-std::string cpu_model_name() {
+namespace {
+// CPUID leaf 0's vendor string ("AuthenticAMD", "GenuineIntel"); empty off x86 or without CPUID.
+std::string cpuid_vendor() {
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_max(0, nullptr) < 1) return "unknown";
+  if (__get_cpuid_max(0, nullptr) < 1) return "";
   __cpuid(0, a, b, c, d);
   char vendor[13] = {};
   std::memcpy(vendor, &b, 4);
   std::memcpy(vendor + 4, &d, 4);
   std::memcpy(vendor + 8, &c, 4);
+  return vendor;
+#else
+  return "";
+#endif
+}
+}  // namespace
+
+std::string cpu_model_name() {
+#if defined(__x86_64__)
+  const std::string vendor = cpuid_vendor();
+  if (vendor.empty()) return "unknown";
+  unsigned a = 0, b = 0, c = 0, d = 0;
   __cpuid(1, a, b, c, d);
   // The displayed family and model, as the SDM and AMD's APM define them (and /proc/cpuinfo shows).
   const unsigned base_family = (a >> 8) & 0xf, base_model = (a >> 4) & 0xf;
   const unsigned family = base_family == 0xf ? base_family + ((a >> 20) & 0xff) : base_family;
   const unsigned model = base_family == 0x6 || base_family == 0xf ? (((a >> 16) & 0xf) << 4) | base_model : base_model;
-  return std::string(vendor) + " family " + std::to_string(family) + " model " + std::to_string(model);
+  return vendor + " family " + std::to_string(family) + " model " + std::to_string(model);
 #else
   return "unknown";
 #endif
+}
+
+CpuVendor cpu_vendor() {
+  const std::string v = cpuid_vendor();
+  return v == "GenuineIntel" ? CpuVendor::Intel : v == "AuthenticAMD" ? CpuVendor::Amd : CpuVendor::Other;
 }
 
 }  // namespace ft::cpu

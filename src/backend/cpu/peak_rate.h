@@ -40,5 +40,8 @@ std::string cpu_isa_flags();
 // Zen 4). Machines of one kind with the same ISA flags can differ twofold in FMA rate (Zen 4 and
 // Zen 5 both show avx2+avx512f+avx512_bf16), so figures carry this too. "unknown" off x86.
 std::string cpu_model_name();
+// The vendor of cpu_model_name(), for choices measured on one vendor's CPUs (linalg.h's f32 GEMM).
+enum class CpuVendor { Intel, Amd, Other };
+CpuVendor cpu_vendor();
 
 }  // namespace ft::cpu
